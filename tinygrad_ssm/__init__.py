@@ -1,0 +1,10 @@
+"""tinygrad_ssm: a reverse-mode autograd engine on NumPy, with a Mamba-2 language model built on it."""
+from . import functional
+from .creation import arange, full, ones, ones_like, rand, randn, tensor, zeros, zeros_like
+from .functional import (cat, concatenate, einsum, matmul, maximum, minimum, stack, where)
+from .tensor import Function, Tensor, enable_grad, is_grad_enabled, no_grad
+
+float32 = "float32"
+float64 = "float64"
+
+__version__ = "0.1.0"

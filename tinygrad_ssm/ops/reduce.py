@@ -1,0 +1,142 @@
+"""Reductions and the softmax family: each forward beside its backward.
+
+`axis` arrives normalised (a tuple of non-negative ints, or None for all axes) from `functional`.
+A reduction's backward first puts the reduced axes back as size 1 (`_keep`), then broadcasts.
+"""
+import numpy as np
+
+from ..tensor import Function
+
+
+def _keep(grad, input_ndim, axis, keepdims):
+    """Reinsert the reduced axes as size 1 so `grad` broadcasts against the input."""
+    if keepdims:
+        return grad
+    axes = range(input_ndim) if axis is None else axis
+    return np.expand_dims(grad, tuple(axes))
+
+
+class Sum(Function):
+    def forward(self, a, axis=None, keepdims=False):
+        self.shape, self.axis, self.keepdims = a.shape, axis, keepdims
+        return np.sum(a, axis=axis, keepdims=keepdims)
+
+    def backward(self, grad):
+        return np.broadcast_to(_keep(grad, len(self.shape), self.axis, self.keepdims), self.shape)
+
+
+class Mean(Function):
+    def forward(self, a, axis=None, keepdims=False):
+        self.shape, self.axis, self.keepdims = a.shape, axis, keepdims
+        self.count = a.size if axis is None else int(np.prod([a.shape[i] for i in axis]))
+        return np.mean(a, axis=axis, keepdims=keepdims)
+
+    def backward(self, grad):
+        grad = _keep(grad, len(self.shape), self.axis, self.keepdims) / self.count
+        return np.broadcast_to(grad, self.shape)
+
+
+class Max(Function):
+    """The gradient goes to the maximal entries, split evenly among ties (torch.amax's rule)."""
+
+    def forward(self, a, axis=None, keepdims=False):
+        out = np.max(a, axis=axis, keepdims=True)
+        is_max = a == out
+        self.save_for_backward(is_max)
+        self.axis, self.keepdims, self.ndim = axis, keepdims, a.ndim
+        return out if keepdims else np.squeeze(out, axis=tuple(range(a.ndim)) if axis is None else axis)
+
+    def backward(self, grad):
+        (is_max,) = self.saved
+        ties = is_max.sum(axis=self.axis, keepdims=True)
+        return _keep(grad, self.ndim, self.axis, self.keepdims) * is_max / ties
+
+
+class LogSumExp(Function):
+    """log(sum(exp(a))) computed as m + log(sum(exp(a - m))); d/da = softmax(a)."""
+
+    def forward(self, a, axis=None, keepdims=False):
+        m = np.max(a, axis=axis, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0)  # an all -inf slice gives -inf, not NaN
+        out = m + np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True))
+        self.save_for_backward(a, out)
+        self.axis, self.keepdims, self.ndim = axis, keepdims, a.ndim
+        return out if keepdims else np.squeeze(out, axis=tuple(range(a.ndim)) if axis is None else axis)
+
+    def backward(self, grad):
+        a, out = self.saved
+        return _keep(grad, self.ndim, self.axis, self.keepdims) * np.exp(a - out)
+
+
+def _log_softmax(a, axis):
+    shifted = a - np.max(a, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+class Softmax(Function):
+    """s = exp(a) / sum(exp(a)); the Jacobian-vector product is s * (g - sum(g * s))."""
+
+    def forward(self, a, axis=-1):
+        out = np.exp(_log_softmax(a, axis))
+        self.save_for_backward(out)
+        self.axis = axis
+        return out
+
+    def backward(self, grad):
+        (s,) = self.saved
+        return s * (grad - np.sum(grad * s, axis=self.axis, keepdims=True))
+
+
+class LogSoftmax(Function):
+    """a - logsumexp(a); backward: g - softmax(a) * sum(g)."""
+
+    def forward(self, a, axis=-1):
+        out = _log_softmax(a, axis)
+        self.save_for_backward(out)
+        self.axis = axis
+        return out
+
+    def backward(self, grad):
+        (out,) = self.saved
+        return grad - np.exp(out) * np.sum(grad, axis=self.axis, keepdims=True)
+
+
+class CrossEntropy(Function):
+    """Mean (or sum, or per-item) negative log-likelihood of integer targets under softmax(logits).
+    logits (N, C), targets (N,) ints; rows whose target is ignore_index count for nothing, and the mean
+    is over the rows that count (as torch). Fused: backward is (softmax - onehot) / count."""
+
+    def forward(self, logits, targets, ignore_index=-100, reduction="mean"):
+        log_probs = _log_softmax(logits, axis=-1)                      # (N, C)
+        keep = targets != ignore_index                                  # (N,)
+        safe_targets = np.where(keep, targets, 0)
+        rows = np.arange(len(targets))
+        losses = -log_probs[rows, safe_targets] * keep                  # (N,)
+        count = max(int(keep.sum()), 1) if reduction == "mean" else 1
+        self.save_for_backward(log_probs, safe_targets, keep)
+        self.reduction, self.count = reduction, count
+        if reduction == "none":
+            return losses
+        total = losses.sum()
+        if reduction == "mean" and not keep.any():
+            return np.asarray(np.nan, logits.dtype)  # torch gives nan for a mean over nothing
+        return np.asarray(total / count, dtype=logits.dtype)
+
+    def backward(self, grad):
+        log_probs, targets, keep = self.saved
+        d_logits = np.exp(log_probs)                                    # softmax (N, C)
+        d_logits[np.arange(len(targets)), targets] -= 1
+        d_logits *= keep[:, None]
+        scale = grad[:, None] if self.reduction == "none" else grad / self.count
+        return d_logits * scale, None
+
+
+class Cumsum(Function):
+    """Running sum along one axis; its backward is the running sum of grad from the other end."""
+
+    def forward(self, a, axis=0):
+        self.axis = axis
+        return np.cumsum(a, axis=axis)
+
+    def backward(self, grad):
+        return np.flip(np.cumsum(np.flip(grad, self.axis), axis=self.axis), self.axis)
