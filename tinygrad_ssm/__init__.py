@@ -3,6 +3,10 @@ from . import functional
 from .creation import arange, full, ones, ones_like, rand, randn, tensor, zeros, zeros_like
 from .functional import (cat, concatenate, einsum, matmul, maximum, minimum, stack, where)
 from .tensor import Function, Tensor, enable_grad, is_grad_enabled, no_grad
+from . import init, nn
+from .registry import VarBuilder, VarMap
+from . import optim
+from .diagnostics import gradient_report
 
 float32 = "float32"
 float64 = "float64"

@@ -27,6 +27,10 @@ def is_grad_enabled() -> bool:
 class _GradMode:
     enabled: bool
 
+    def __new__(cls, func=None):
+        self = super().__new__(cls)
+        return self if func is None else self(func)  # bare `@no_grad` decorates too, as in torch
+
     def __enter__(self):
         self._previous = is_grad_enabled()
         _state.grad_enabled = self.enabled
@@ -187,6 +191,8 @@ class Tensor:
         self._grad: Tensor | None = None
         self._retains_grad = False
         self._version = [0]  # a box, so detach() and views share it with their base
+        if isinstance(data, Tensor) and self.data is data.data:
+            self._version = data._version  # Tensor(t) wraps t's storage: an in-place change must count for both
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_(True)
@@ -322,19 +328,26 @@ class Tensor:
         self._bump()
         return self
 
+    def _operand(self, other):
+        # a Python number takes this tensor's dtype (as in the out-of-place ops): _to_array would round it
+        # to float32, so float64_tensor.mul_(0.1) multiplied by 0.10000000149
+        if isinstance(other, (bool, int, float)) and is_float(self.dtype):
+            return np.asarray(other, dtype=self.dtype)
+        return _to_array(other)
+
     def add_(self, other, alpha=1.0):
-        o = _to_array(other)
+        o = self._operand(other)
         return self._inplace("add_", lambda: np.add(self.data, alpha * o if alpha != 1.0 else o, out=self.data,
                                                      casting="same_kind"))
 
     def sub_(self, other):
-        return self._inplace("sub_", lambda: np.subtract(self.data, _to_array(other), out=self.data, casting="same_kind"))
+        return self._inplace("sub_", lambda: np.subtract(self.data, self._operand(other), out=self.data, casting="same_kind"))
 
     def mul_(self, other):
-        return self._inplace("mul_", lambda: np.multiply(self.data, _to_array(other), out=self.data, casting="same_kind"))
+        return self._inplace("mul_", lambda: np.multiply(self.data, self._operand(other), out=self.data, casting="same_kind"))
 
     def div_(self, other):
-        return self._inplace("div_", lambda: np.divide(self.data, _to_array(other), out=self.data, casting="same_kind"))
+        return self._inplace("div_", lambda: np.divide(self.data, self._operand(other), out=self.data, casting="same_kind"))
 
     def zero_(self):
         return self._inplace("zero_", lambda: self.data.fill(0))

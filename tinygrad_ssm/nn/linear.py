@@ -1,0 +1,59 @@
+"""Linear and Embedding: the two layers that are a weight matrix."""
+from __future__ import annotations
+
+import math
+
+from .. import functional as F
+from .. import init
+from ..registry import VarBuilder
+from ..tensor import Tensor
+
+
+class Linear:
+    """y = x @ W^T + b, x (..., in) -> (..., out). Parameters "weight" (out, in) and, with bias, "bias" (out,).
+    Default init is PyTorch's: weight KaimingUniform(a=sqrt(5)) = U(+-1/sqrt(in)), bias U(+-1/sqrt(in))."""
+
+    def __init__(self, vb: VarBuilder, in_features: int, out_features: int, bias: bool = True,
+                 weight_init=None, bias_init=None):
+        self.name, self.in_features, self.out_features = vb.prefix, in_features, out_features
+        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
+        self.weight = vb.get((out_features, in_features), "weight",
+                             init=weight_init or init.KaimingUniform(a=math.sqrt(5)))   # (out, in)
+        self.bias = vb.get((out_features,), "bias", init=bias_init or init.Uniform(-bound, bound)) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.shape[-1:] != (self.in_features,):
+            raise ValueError(f"Linear {self.name!r}: input must end with in_features={self.in_features}, "
+                             f"got shape {x.shape}")
+        lead = x.shape[:-1]
+        # one 2-d matmul over all leading axes: its weight gradient is a single (out, in) product, not a
+        # per-batch stack summed afterwards
+        y = F.reshape(x, (-1, self.in_features)) @ self.weight.T        # (n, out)
+        if self.bias is not None:
+            y = y + self.bias
+        return F.reshape(y, (*lead, self.out_features))                 # (..., out)
+
+    def __repr__(self):
+        return f"Linear({self.name!r}, in={self.in_features}, out={self.out_features}, bias={self.bias is not None})"
+
+
+class Embedding:
+    """Rows of "weight" (V, d) picked by integer ids (...) -> (..., d). Init Normal(0, 0.02) (Mamba's)."""
+
+    def __init__(self, vb: VarBuilder, num_embeddings: int, dim: int, weight_init=None):
+        self.name, self.num_embeddings, self.dim = vb.prefix, num_embeddings, dim
+        self.weight = vb.get((num_embeddings, dim), "weight", init=weight_init or init.Randn(0.0, 0.02))  # (V, d)
+
+    def __call__(self, ids) -> Tensor:
+        return F.embedding(ids, self.weight)                             # (..., d)
+
+    def attend(self, x: Tensor) -> Tensor:
+        """x (..., d) @ weight^T -> (..., V): the tied output head (logits over the vocabulary)."""
+        if x.shape[-1:] != (self.dim,):
+            raise ValueError(f"Embedding.attend {self.name!r}: input must end with dim={self.dim}, got shape {x.shape}")
+        lead = x.shape[:-1]
+        y = F.reshape(x, (-1, self.dim)) @ self.weight.T                # (n, V)
+        return F.reshape(y, (*lead, self.num_embeddings))
+
+    def __repr__(self):
+        return f"Embedding({self.name!r}, {self.num_embeddings}, {self.dim})"

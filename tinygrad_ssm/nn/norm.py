@@ -1,0 +1,50 @@
+"""RMS norms: plain (per token) and gated per group of channels (Mamba-2's output norm)."""
+from __future__ import annotations
+
+from .. import functional as F
+from .. import init
+from ..registry import VarBuilder
+from ..tensor import Tensor
+
+
+class RMSNorm:
+    """x / sqrt(mean(x^2, last axis) + eps) * weight; "weight" (dim,) init 1, no bias."""
+
+    def __init__(self, vb: VarBuilder, dim: int, eps: float = 1e-5):
+        self.name, self.dim, self.eps = vb.prefix, dim, eps
+        self.weight = vb.get((dim,), "weight", init=init.Const(1.0))   # (dim,)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.shape[-1:] != (self.dim,):
+            raise ValueError(f"RMSNorm {self.name!r}: input must end with dim={self.dim}, got shape {x.shape}")
+        return F.rms_norm(x, self.weight, self.eps)
+
+    def __repr__(self):
+        return f"RMSNorm({self.name!r}, {self.dim}, eps={self.eps})"
+
+
+class GatedRMSNorm:
+    """norm(y, z) = rmsnorm_per_group(y * silu(z)) * weight (gate first, as Mamba-2's norm_before_gate=False).
+    The dim channels are split into groups of `group_size`; each group is normalised on its own.
+    "weight" (dim,) init 1, no bias. Without z it is a grouped RMSNorm."""
+
+    def __init__(self, vb: VarBuilder, dim: int, group_size: int, eps: float = 1e-5):
+        if group_size <= 0 or dim % group_size:
+            raise ValueError(f"GatedRMSNorm {vb.prefix!r}: dim={dim} must be a multiple of group_size={group_size}")
+        self.name, self.dim, self.group_size, self.eps = vb.prefix, dim, group_size, eps
+        self.weight = vb.get((dim,), "weight", init=init.Const(1.0))   # (dim,)
+
+    def __call__(self, y: Tensor, z: Tensor | None = None) -> Tensor:
+        if y.shape[-1:] != (self.dim,):
+            raise ValueError(f"GatedRMSNorm {self.name!r}: y must end with dim={self.dim}, got shape {y.shape}")
+        if z is not None:
+            if z.shape != y.shape:
+                raise ValueError(f"GatedRMSNorm {self.name!r}: z must have y's shape {y.shape}, got {z.shape}")
+            y = y * F.silu(z)                                            # (..., dim)
+        groups = self.dim // self.group_size
+        grouped = F.reshape(y, (*y.shape[:-1], groups, self.group_size))  # (..., g, dim / g)
+        normed = F.reshape(F.rms_norm(grouped, None, self.eps), y.shape)  # (..., dim)
+        return normed * self.weight
+
+    def __repr__(self):
+        return f"GatedRMSNorm({self.name!r}, {self.dim}, group_size={self.group_size}, eps={self.eps})"

@@ -1,0 +1,58 @@
+"""Adam and AdamW: one update rule, weight decay coupled (Adam, L2 in the gradient) or decoupled (AdamW).
+PyTorch's defaults and formulas (torch.optim.Adam / AdamW, single-tensor path):
+
+    Adam:   g <- g + wd * p                    AdamW:  p <- p * (1 - lr * wd)
+    m <- m + (1 - b1) (g - m);   v <- b2 v + (1 - b2) g^2
+    p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .optimizer import Optimizer
+
+
+class Adam(Optimizer):
+    hparam_names = ("lr", "beta1", "beta2", "eps", "weight_decay")
+    slot_names = ("exp_avg", "exp_avg_sq")
+    decoupled_weight_decay = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
+        super().__init__(params, lr)
+        who = type(self).__name__
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"{who}: betas must be in [0, 1), got {betas}")
+        if eps < 0 or weight_decay < 0:
+            raise ValueError(f"{who}: eps and weight_decay must be >= 0, got eps={eps}, weight_decay={weight_decay}")
+        self.beta1, self.beta2 = float(betas[0]), float(betas[1])
+        self.eps, self.weight_decay = float(eps), float(weight_decay)
+
+    @property
+    def betas(self) -> tuple[float, float]:
+        return self.beta1, self.beta2
+
+    def _update(self, param, grad, state):
+        p, m, v = param.data, state["exp_avg"], state["exp_avg_sq"]
+        t = int(state["step"])
+        if self.weight_decay:
+            if self.decoupled_weight_decay:
+                p *= 1 - self.lr * self.weight_decay
+            else:
+                grad = grad + self.weight_decay * p
+        m += (1 - self.beta1) * (grad - m)                    # torch: exp_avg.lerp_(grad, 1 - beta1)
+        v *= self.beta2
+        v += (1 - self.beta2) * grad * grad
+        step_size = self.lr / (1 - self.beta1 ** t)
+        denom = np.sqrt(v) / math.sqrt(1 - self.beta2 ** t) + self.eps
+        p -= step_size * (m / denom)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter), default weight_decay 1e-2."""
+
+    decoupled_weight_decay = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2):
+        super().__init__(params, lr, betas, eps, weight_decay)

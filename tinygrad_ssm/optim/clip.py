@@ -1,0 +1,29 @@
+"""Gradient clipping by the global norm over all parameters (torch.nn.utils.clip_grad_norm_)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .optimizer import named_parameters
+
+
+def clip_grad_norm_(params, max_norm: float, error_if_nonfinite: bool = False) -> float:
+    """Scale every gradient by min(1, max_norm / (total + 1e-6)), total = the 2-norm of all gradients
+    concatenated (computed in float64). Returns the total norm before clipping. Parameters without a
+    gradient are ignored. With error_if_nonfinite a NaN/inf norm raises, naming the parameters at fault."""
+    grads = [(name, p.grad) for name, p in named_parameters(params, "clip_grad_norm_") if p.grad is not None]
+    if not grads:
+        return 0.0
+    total = math.sqrt(sum(float(np.sum(np.square(g.data, dtype=np.float64))) for _, g in grads))
+    if not math.isfinite(total):
+        if error_if_nonfinite:
+            bad = [name for name, g in grads if not np.all(np.isfinite(g.data))]
+            raise RuntimeError(f"clip_grad_norm_: the total norm of the gradients is {total}, so it cannot be "
+                               f"clipped; non-finite gradients in: {', '.join(bad) or '(overflow in the sum)'}")
+        return total  # as torch: a NaN scale would turn every gradient into NaN, so leave them be
+    scale = max_norm / (total + 1e-6)
+    if scale < 1.0:
+        for _, g in grads:
+            g.mul_(scale)
+    return total

@@ -1,0 +1,295 @@
+"""The parameter registry: every trainable tensor is created through a VarMap and known by its name.
+
+    varmap = VarMap(seed=0)
+    vb = VarBuilder.from_varmap(varmap)
+    w = vb.pp("layers").pp(0).get((8, 4), "weight", init=init.Randn(0, 0.02))   # "layers.0.weight"
+
+The optimizer, checkpoints (`varmap.save` / `varmap.load`, safetensors) and `gradient_report` all read the
+same map, so a tensor made outside it is a tensor nobody trains, saves or checks (candle's VarMap/VarBuilder).
+`VarBuilder.from_safetensors(paths)` serves stored tensors through the same `get`, for inference.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from .safetensors_io import CheckpointError, SafetensorsFile, save_file
+from .tensor import Tensor, is_float, no_grad
+
+InitFn = Callable[[tuple, np.random.Generator, np.dtype], np.ndarray]
+
+
+def _float_dtype(dtype, what: str) -> np.dtype:
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        raise TypeError(f"{what}: bfloat16 has no NumPy dtype; ask for float32 (stored bfloat16 is upcast)")
+    dtype = np.dtype(dtype)
+    if not is_float(dtype):
+        raise TypeError(f"{what}: variables must be floating point, got dtype {dtype}")
+    return dtype
+
+
+def _shape(shape, what: str) -> tuple:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+        raise ValueError(f"{what}: shape must be non-negative ints, got {shape}")
+    return tuple(int(d) for d in shape)
+
+
+class LoadResult(NamedTuple):
+    """What `VarMap.load(strict=False)` could not load: names, and (name, file shape, variable shape)."""
+    missing: list
+    unexpected: list
+    mismatched: list
+
+
+class VarMap:
+    """An ordered map name -> leaf Tensor (requires_grad=True), with the one random generator (`rng`) that
+    initialises them all."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self._vars: dict[str, Tensor] = {}
+
+    # --- the map ----------------------------------------------------------------------------------------
+    def all_vars(self) -> list[Tensor]:
+        return list(self._vars.values())
+
+    def named_vars(self) -> list[tuple[str, Tensor]]:
+        return list(self._vars.items())
+
+    def names(self) -> list[str]:
+        return list(self._vars)
+
+    def __len__(self):
+        return len(self._vars)
+
+    def __contains__(self, name):
+        return name in self._vars
+
+    def __iter__(self):
+        return iter(self._vars)
+
+    def __getitem__(self, name: str) -> Tensor:
+        try:
+            return self._vars[name]
+        except KeyError:
+            raise KeyError(f"cannot find {name!r} in VarMap ({len(self)} variables{self._similar(name)})") from None
+
+    def _similar(self, name: str) -> str:
+        tail = name.rsplit(".", 1)[-1]
+        close = [n for n in self._vars if n.rsplit(".", 1)[-1] == tail][:5]
+        return f"; similar: {', '.join(close)}" if close else ""
+
+    def num_parameters(self) -> int:
+        return sum(t.numel() for t in self._vars.values())
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """name -> a copy of each variable's array."""
+        return {name: t.data.copy() for name, t in self._vars.items()}
+
+    def __repr__(self):
+        return f"VarMap({len(self)} variables, {self.num_parameters():,} parameters, seed={self.seed})"
+
+    # --- creating and setting ---------------------------------------------------------------------------
+    def get(self, shape, path: str, init: InitFn | None = None, dtype="float32") -> Tensor:
+        """The variable `path`: created with `init` (drawing from `self.rng`) on first request, the same
+        tensor afterwards. A later request with another shape or dtype is an error naming the path."""
+        shape = _shape(shape, f"VarMap.get {path!r}")
+        dtype = _float_dtype(dtype, f"VarMap.get {path!r}")
+        existing = self._vars.get(path)
+        if existing is not None:
+            if existing.shape != shape:
+                raise ValueError(f"shape mismatch on {path}: requested {shape} <> existing {existing.shape}")
+            if existing.dtype != dtype:
+                raise TypeError(f"dtype mismatch on {path}: requested {dtype} <> existing {existing.dtype}")
+            return existing
+        if init is None:
+            raise ValueError(f"VarMap.get: {path!r} does not exist yet and no init was given; pass init= "
+                             f"(e.g. init.Randn(0, 0.02) or init.Const(0)) - there is no silent default")
+        if not callable(init):
+            raise TypeError(f"VarMap.get {path!r}: init must be callable fn(shape, rng, dtype), got {init!r}")
+        array = np.asarray(init(shape, self.rng, dtype))
+        if array.shape != shape:
+            raise ValueError(f"VarMap.get {path!r}: init {init!r} returned shape {array.shape}, expected {shape}")
+        tensor = Tensor(np.array(array, dtype=dtype, copy=True), requires_grad=True)
+        self._vars[path] = tensor
+        return tensor
+
+    def set_one(self, name: str, value):
+        """Copy `value` into the existing variable `name`, in place (the same Tensor object stays registered)."""
+        if name not in self._vars:
+            raise KeyError(f"cannot find {name} in VarMap")
+        target = self._vars[name]
+        array = np.asarray(value.data if isinstance(value, Tensor) else value)
+        if array.shape != target.shape:
+            raise ValueError(f"set_one {name!r}: value has shape {array.shape}, variable has shape {target.shape}")
+        with no_grad():
+            target.copy_(array.astype(target.dtype, copy=False))
+
+    # --- checkpoints ------------------------------------------------------------------------------------
+    def save(self, path, metadata: dict | None = None):
+        """Write every variable to `path` as safetensors, atomically (temporary file, fsync, rename)."""
+        save_file(path, {name: t.data for name, t in self._vars.items()}, metadata)
+
+    def load(self, path, strict: bool = True):
+        """Fill the existing variables in place from a safetensors file (BF16/F16 are upcast).
+
+        Everything is checked before anything is written: on any error the variables are unchanged.
+        strict=True raises one CheckpointError listing every missing, unexpected and mismatched key with
+        shapes; strict=False loads the keys that match and returns LoadResult(missing, unexpected, mismatched)."""
+        path = os.fspath(path)
+        stored = SafetensorsFile(path)
+        missing = [name for name in self._vars if name not in stored]
+        unexpected = [name for name in stored.tensors if name not in self._vars]
+        mismatched, loadable = [], []
+        for name, var in self._vars.items():
+            info = stored.tensors.get(name)
+            if info is None:
+                continue
+            if info.shape != var.shape or not info.is_float:
+                mismatched.append((name, info.shape, var.shape) if info.is_float else
+                                  (name, info.shape, var.shape, info.dtype))
+            else:
+                loadable.append(name)
+        if strict and (missing or unexpected or mismatched):
+            raise CheckpointError(_load_report(path, missing, unexpected, mismatched, len(self)))
+        arrays = {name: stored.read(name, self._vars[name].dtype) for name in loadable}  # all read, then write
+        with no_grad():
+            for name, array in arrays.items():
+                self._vars[name].copy_(array)
+        if not strict:
+            return LoadResult(missing, unexpected, [m[:3] for m in mismatched])
+        return None
+
+
+def _load_report(path, missing, unexpected, mismatched, n_vars) -> str:
+    lines = [f"load {path!r}: the file does not match the VarMap ({n_vars} variables); nothing was loaded"]
+    if mismatched:
+        lines.append(f"  mismatched ({len(mismatched)}):")
+        for m in mismatched:
+            extra = f" (stored dtype {m[3]} is not floating point)" if len(m) > 3 else ""
+            lines.append(f"    {m[0]}: file {m[1]} vs variable {m[2]}{extra}")
+    if missing:
+        lines.append(f"  missing from the file ({len(missing)}): {', '.join(missing)}")
+    if unexpected:
+        lines.append(f"  unexpected in the file ({len(unexpected)}): {', '.join(unexpected)}")
+    lines.append("  (use strict=False to load the keys that match)")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# VarBuilder: a prefix and a dtype over a source of tensors (a VarMap, or safetensors files)
+
+class _SafetensorsSource:
+    """Stored tensors served by name; each is read once and the same Tensor is returned afterwards (so a
+    tied weight fetched twice is one tensor). Tensors are plain (no requires_grad): this is for inference;
+    to train from a checkpoint, build the model on a VarMap and call `varmap.load`."""
+
+    def __init__(self, paths):
+        paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        if not paths:
+            raise ValueError("VarBuilder.from_safetensors: no files given")
+        self.files, self.where = [], {}
+        for path in paths:
+            f = SafetensorsFile(path)
+            for name in f.tensors:
+                if name in self.where:
+                    raise CheckpointError(f"{name!r} is stored in both {self.where[name].path!r} and {f.path!r}")
+                self.where[name] = f
+            self.files.append(f)
+        self.cache: dict[tuple, Tensor] = {}
+
+    def describe(self) -> str:
+        return ", ".join(repr(f.path) for f in self.files)
+
+    def contains(self, path: str) -> bool:
+        return path in self.where
+
+    def get(self, shape, path, init, dtype) -> Tensor:
+        f = self.where.get(path)
+        if f is None:
+            raise KeyError(f"cannot find tensor {path!r} in {self.describe()}")
+        info = f.tensors[path]
+        if info.shape != shape:
+            raise ValueError(f"shape mismatch for {path} in {f.path!r}: requested {shape} <> stored {info.shape}")
+        key = (path, dtype.str)
+        if key not in self.cache:
+            self.cache[key] = Tensor(f.read(path, dtype))
+        return self.cache[key]
+
+
+class _VarMapSource:
+    def __init__(self, varmap: VarMap):
+        self.varmap = varmap
+
+    def contains(self, path: str) -> bool:
+        return path in self.varmap
+
+    def get(self, shape, path, init, dtype) -> Tensor:
+        return self.varmap.get(shape, path, init, dtype)
+
+
+class VarBuilder:
+    """A view of a tensor source under a name prefix: `vb.pp("mixer").get((h,), "D", init=init.Const(1))`
+    asks the source for "<prefix>.mixer.D"."""
+
+    def __init__(self, source, prefix: str = "", dtype="float32"):
+        self._source = source
+        self.prefix = prefix
+        self.dtype = _float_dtype(dtype, "VarBuilder")
+
+    @classmethod
+    def from_varmap(cls, varmap: VarMap, dtype="float32") -> "VarBuilder":
+        if not isinstance(varmap, VarMap):
+            raise TypeError(f"VarBuilder.from_varmap: need a VarMap, got {type(varmap).__name__}")
+        return cls(_VarMapSource(varmap), "", dtype)
+
+    @classmethod
+    def from_safetensors(cls, paths: str | os.PathLike | Sequence, dtype="float32") -> "VarBuilder":
+        """Serve the tensors stored in one or more safetensors files (headers validated now, data read on
+        first `get`), converted to `dtype` (F16 and BF16 are upcast)."""
+        return cls(_SafetensorsSource(paths), "", dtype)
+
+    @property
+    def varmap(self) -> VarMap | None:
+        return self._source.varmap if isinstance(self._source, _VarMapSource) else None
+
+    def path(self, name: str = "") -> str:
+        """The full, dot-joined name of `name` under this builder's prefix."""
+        return ".".join(p for p in (self.prefix, str(name)) if p != "")
+
+    def pp(self, prefix) -> "VarBuilder":
+        """A builder whose names start with this one's prefix then `prefix` (ints allowed: `vb.pp(3)`)."""
+        prefix = str(prefix)
+        if prefix == "" or prefix.startswith(".") or prefix.endswith("."):
+            raise ValueError(f"VarBuilder.pp: prefix must be a non-empty name without leading/trailing dots, "
+                             f"got {prefix!r}")
+        return VarBuilder(self._source, self.path(prefix), self.dtype)
+
+    push_prefix = pp
+
+    def to_dtype(self, dtype) -> "VarBuilder":
+        """The same source and prefix, creating/reading variables in another dtype."""
+        return VarBuilder(self._source, self.prefix, dtype)
+
+    def contains(self, name: str) -> bool:
+        return self._source.contains(self.path(name))
+
+    def get(self, shape, name: str, init: InitFn | None = None, dtype=None) -> Tensor:
+        """The tensor `<prefix>.<name>` of this shape; `init` creates it in a VarMap on first request
+        (a safetensors source ignores it). `dtype` overrides the builder's for this one tensor."""
+        if not isinstance(name, str) or name == "":
+            raise ValueError(f"VarBuilder.get: name must be a non-empty string, got {name!r}")
+        path = self.path(name)
+        shape = _shape(shape, f"VarBuilder.get {path!r}")
+        dtype = self.dtype if dtype is None else _float_dtype(dtype, f"VarBuilder.get {path!r}")
+        return self._source.get(shape, path, init, dtype)
+
+    def __repr__(self):
+        return f"VarBuilder(prefix={self.prefix!r}, dtype={self.dtype})"
+
+
+__all__ = ["VarMap", "VarBuilder", "LoadResult", "CheckpointError"]

@@ -1,0 +1,181 @@
+"""Safetensors files, read and written without pickle and without a deep-learning framework.
+
+Format: 8 bytes little-endian header length n, then n bytes of JSON
+`{"__metadata__": {str: str}, key: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...}`,
+then the raw little-endian data (offsets count from the end of the header).
+
+We read the format ourselves (NumPy has no bfloat16, so the library's NumPy API cannot read BF16 files),
+validate the whole header against the file's size before reading a byte of data, and write through the
+safetensors library into a temporary file that replaces the target only once it is complete and synced.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the library's own limit: a larger header means a corrupt file
+
+# safetensors dtype tag -> little-endian NumPy dtype; BF16 is stored as raw uint16 and widened on read
+_DTYPES = {
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
+    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
+    "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+FLOAT_TAGS = ("F64", "F32", "F16", "BF16")
+
+
+class CheckpointError(ValueError):
+    """A safetensors file that is corrupt, truncated, or does not fit the variables it is loaded into."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str          # the safetensors tag, e.g. "F32", "BF16"
+    shape: tuple
+    begin: int          # byte offsets into the data section
+    end: int
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_TAGS
+
+
+def bf16_to_float32(raw: np.ndarray) -> np.ndarray:
+    """bfloat16 bits (uint16) -> float32: bfloat16 is the top half of a float32, so shift into the high bits."""
+    return (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+class SafetensorsFile:
+    """A validated safetensors file: `.tensors` (name -> TensorInfo, file order), `.metadata`, `read(name)`.
+    Opening checks the header completely (JSON, dtypes, shapes, offsets inside the file, sizes that match
+    the shapes, no overlaps), so a corrupt or truncated file fails here, naming the file, before any read."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self.tensors, self.metadata, self._data_start = _parse_header(self.path)
+
+    def keys(self):
+        return list(self.tensors)
+
+    def __contains__(self, name):
+        return name in self.tensors
+
+    def read(self, name: str, dtype=None) -> np.ndarray:
+        """The stored array (a fresh, writable copy), BF16 widened to float32, then cast to `dtype` if given."""
+        info = self.tensors.get(name)
+        if info is None:
+            raise KeyError(f"{self.path!r}: no tensor named {name!r} (the file holds {len(self.tensors)} tensors)")
+        with open(self.path, "rb") as f:
+            f.seek(self._data_start + info.begin)
+            raw = f.read(info.end - info.begin)
+        if len(raw) != info.end - info.begin:  # the file shrank after we validated it
+            raise CheckpointError(f"{self.path!r}: truncated while reading {name!r}")
+        array = np.frombuffer(raw, dtype=_DTYPES[info.dtype]).reshape(info.shape)
+        if info.dtype == "BF16":
+            array = bf16_to_float32(array)
+        array = array.astype(array.dtype.newbyteorder("=") if dtype is None else np.dtype(dtype), copy=True)
+        return array
+
+
+def _parse_header(path: str):
+    def bad(why: str):
+        return CheckpointError(f"{path!r} is not a valid safetensors file: {why}")
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise bad(f"it is {size} bytes long, shorter than the 8-byte header length (truncated?)")
+        (n,) = struct.unpack("<Q", head)
+        if n > MAX_HEADER_BYTES or 8 + n > size:
+            raise bad(f"the header claims {n} bytes but the file has {size - 8} after the length "
+                      f"(truncated or corrupt)")
+        header_bytes = f.read(n)
+    try:
+        header = json.loads(header_bytes.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise bad(f"the header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise bad("the header is not a JSON object")
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in metadata.items()):
+        raise bad("__metadata__ must map strings to strings")
+    data_size = size - 8 - n
+    tensors = {}
+    for name, entry in header.items():
+        try:
+            tag, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise bad(f"entry {name!r} needs dtype, shape and data_offsets [begin, end], got {entry!r}") from None
+        if tag not in _DTYPES:
+            raise bad(f"tensor {name!r} has dtype {tag!r}, which is not supported (supported: {', '.join(_DTYPES)})")
+        if not all(isinstance(d, int) and d >= 0 for d in shape) or not all(isinstance(o, int) for o in (begin, end)):
+            raise bad(f"tensor {name!r} has a malformed shape {list(shape)} or offsets {[begin, end]}")
+        expected = int(np.prod(shape, dtype=np.int64)) * _DTYPES[tag].itemsize
+        if not 0 <= begin <= end or end - begin != expected:
+            raise bad(f"tensor {name!r} ({tag}, shape {list(shape)}) needs {expected} bytes, "
+                      f"offsets give {end - begin}")
+        if end > data_size:
+            raise bad(f"tensor {name!r} ends at data byte {end} but the file holds only {data_size} data bytes "
+                      f"(truncated)")
+        tensors[name] = TensorInfo(name, tag, shape, begin, end)
+    spans = sorted((t.begin, t.end, t.name) for t in tensors.values() if t.end > t.begin)
+    for (_, end0, name0), (begin1, _, name1) in zip(spans, spans[1:]):
+        if begin1 < end0:
+            raise bad(f"tensors {name0!r} and {name1!r} overlap")
+    return tensors, metadata, 8 + n
+
+
+def load_file(path, dtype=None) -> dict:
+    """Every tensor of a safetensors file as name -> ndarray (BF16 widened to float32; `dtype` casts all)."""
+    f = SafetensorsFile(path)
+    return {name: f.read(name, dtype) for name in f.tensors}
+
+
+def save_file(path, arrays: dict, metadata: dict | None = None):
+    """Write name -> ndarray as safetensors, atomically: a temporary file in the same directory, synced to
+    disk, then renamed over `path` (a crash leaves either the old file or the new one, never half of one)."""
+    path = os.fspath(path)
+    if metadata is not None:
+        bad = {k: v for k, v in metadata.items() if not (isinstance(k, str) and isinstance(v, str))}
+        if bad:
+            raise TypeError(f"save {path!r}: metadata must map str -> str, got {bad!r}")
+    for name, array in arrays.items():
+        if not isinstance(name, str) or not isinstance(array, np.ndarray):
+            raise TypeError(f"save {path!r}: need str -> np.ndarray, got {name!r} -> {type(array).__name__}")
+    from safetensors.numpy import save as encode  # imported here: only writing needs the library
+
+    # (not np.ascontiguousarray: it turns a 0-d array into shape (1,))
+    payload = encode({k: np.array(v, order="C", copy=not v.flags.c_contiguous) for k, v in arrays.items()},
+                     metadata=metadata)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is an ordinary file
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
