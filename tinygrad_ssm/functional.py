@@ -68,23 +68,25 @@ def _float_input(op: str, x) -> Tensor:
     return x
 
 
-def _axis(op: str, axis: int, ndim: int) -> int:
+def _axis(op: str, axis: int, ndim: int, shape: tuple = ()) -> int:
+    """`shape` is the tensor's, for the error message (ndim may be one more, for unsqueeze and stack)."""
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
-        raise TypeError(f"{op}: axis must be an int, got {axis!r}")
-    if not -ndim <= axis < builtins.max(ndim, 1):
-        raise IndexError(f"{op}: axis {axis} is out of range for a tensor with {ndim} dimensions")
+        raise TypeError(f"{op}: axis must be an int, got {axis!r} (tensor of shape {tuple(shape)})")
+    if not -builtins.max(ndim, 1) <= axis < builtins.max(ndim, 1):  # a 0-d tensor takes axis 0 or -1, as torch
+        raise IndexError(f"{op}: axis {axis} is out of range for a tensor of shape {tuple(shape)} "
+                         f"(valid: {-builtins.max(ndim, 1)} to {builtins.max(ndim, 1) - 1})")
     return int(axis) % builtins.max(ndim, 1)
 
 
-def _axes(op: str, axis, ndim: int):
+def _axes(op: str, axis, ndim: int, shape: tuple = ()):
     """None -> None (all axes); an int or a sequence -> a sorted tuple of non-negative axes."""
     if axis is None:
         return None
     axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
-    normalised = tuple(sorted(_axis(op, a, ndim) for a in axes))
+    normalised = tuple(sorted(_axis(op, a, ndim, shape) for a in axes))
     if len(set(normalised)) != len(normalised):
-        raise ValueError(f"{op}: axis {axis} repeats an axis")
-    return normalised
+        raise ValueError(f"{op}: axis {axis} repeats an axis (tensor of shape {tuple(shape)})")
+    return normalised if ndim else ()  # reducing a 0-d tensor over its axis 0 / -1 leaves it as is (torch)
 
 
 # --- elementwise ----------------------------------------------------------------------------------------
@@ -157,34 +159,34 @@ def cast(x, dtype):
 
 def sum(x, axis=None, keepdims=False):
     x = _as_tensor(x)
-    return R.Sum.apply(x, axis=_axes("sum", axis, x.ndim), keepdims=keepdims)
+    return R.Sum.apply(x, axis=_axes("sum", axis, x.ndim, x.shape), keepdims=keepdims)
 
 
 def mean(x, axis=None, keepdims=False):
     x = _float_input("mean", x)
-    return R.Mean.apply(x, axis=_axes("mean", axis, x.ndim), keepdims=keepdims)
+    return R.Mean.apply(x, axis=_axes("mean", axis, x.ndim, x.shape), keepdims=keepdims)
 
 
 def max(x, axis=None, keepdims=False):
     x = _as_tensor(x)
     if x.size == 0:
         raise ValueError(f"max: the tensor of shape {x.shape} is empty")
-    return R.Max.apply(x, axis=_axes("max", axis, x.ndim), keepdims=keepdims)
+    return R.Max.apply(x, axis=_axes("max", axis, x.ndim, x.shape), keepdims=keepdims)
 
 
 def logsumexp(x, axis=None, keepdims=False):
     x = _float_input("logsumexp", x)
-    return R.LogSumExp.apply(x, axis=_axes("logsumexp", axis, x.ndim), keepdims=keepdims)
+    return R.LogSumExp.apply(x, axis=_axes("logsumexp", axis, x.ndim, x.shape), keepdims=keepdims)
 
 
 def softmax(x, axis=-1):
     x = _float_input("softmax", x)
-    return R.Softmax.apply(x, axis=_axis("softmax", axis, x.ndim))
+    return R.Softmax.apply(x, axis=_axis("softmax", axis, x.ndim, x.shape))
 
 
 def log_softmax(x, axis=-1):
     x = _float_input("log_softmax", x)
-    return R.LogSoftmax.apply(x, axis=_axis("log_softmax", axis, x.ndim))
+    return R.LogSoftmax.apply(x, axis=_axis("log_softmax", axis, x.ndim, x.shape))
 
 
 def cross_entropy(logits, targets, ignore_index: int = -100, reduction: str = "mean"):
@@ -202,7 +204,8 @@ def cross_entropy(logits, targets, ignore_index: int = -100, reduction: str = "m
     classes = logits.shape[-1]
     bad = (targets != ignore_index) & ((targets < 0) | (targets >= classes))
     if bad.any():
-        raise IndexError(f"cross_entropy: target {targets[bad][0]} is out of range for {classes} classes")
+        raise IndexError(f"cross_entropy: target {targets[bad][0]} is out of range for {classes} classes "
+                         f"(logits {logits.shape}, targets {targets.shape})")
     flat = reshape(logits, (-1, classes))
     losses = R.CrossEntropy.apply(flat, targets.reshape(-1), ignore_index=ignore_index, reduction=reduction)
     return reshape(losses, targets.shape) if reduction == "none" else losses
@@ -210,7 +213,10 @@ def cross_entropy(logits, targets, ignore_index: int = -100, reduction: str = "m
 
 def cumsum(x, axis):
     x = _as_tensor(x)
-    return R.Cumsum.apply(x, axis=_axis("cumsum", axis, x.ndim))
+    axis = _axis("cumsum", axis, x.ndim, x.shape)
+    if x.ndim == 0:  # a 0-d tensor is its own running sum (np.cumsum would make it 1-d)
+        return reshape(x, ())
+    return R.Cumsum.apply(x, axis=axis)
 
 
 # --- linear algebra -------------------------------------------------------------------------------------
@@ -299,13 +305,13 @@ def flatten(x, start=0, end=-1):
     x = _as_tensor(x)
     if x.ndim == 0:
         return reshape(x, (1,))
-    start, end = _axis("flatten", start, x.ndim), _axis("flatten", end, x.ndim)
+    start, end = _axis("flatten", start, x.ndim, x.shape), _axis("flatten", end, x.ndim, x.shape)
     return reshape(x, x.shape[:start] + (-1,) + x.shape[end + 1:])
 
 
 def permute(x, axes):
     x = _as_tensor(x)
-    axes = tuple(_axis("permute", a, x.ndim) for a in axes)
+    axes = tuple(_axis("permute", a, x.ndim, x.shape) for a in axes)
     if sorted(axes) != list(range(x.ndim)):
         raise ValueError(f"permute: {axes} is not a permutation of the axes of a tensor of shape {x.shape}")
     return M.Permute.apply(x, axes=axes)
@@ -314,7 +320,7 @@ def permute(x, axes):
 def transpose(x, axis0=-2, axis1=-1):
     x = _as_tensor(x)
     axes = list(range(x.ndim))
-    i, j = _axis("transpose", axis0, x.ndim), _axis("transpose", axis1, x.ndim)
+    i, j = _axis("transpose", axis0, x.ndim, x.shape), _axis("transpose", axis1, x.ndim, x.shape)
     axes[i], axes[j] = axes[j], axes[i]
     return M.Permute.apply(x, axes=tuple(axes))
 
@@ -345,13 +351,14 @@ def _broadcasts(shape, target) -> bool:
 
 def unsqueeze(x, axis):
     x = _as_tensor(x)
-    axis = _axis("unsqueeze", axis, x.ndim + 1)
+    axis = _axis("unsqueeze", axis, x.ndim + 1, x.shape)
     return reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
 
 
 def squeeze(x, axis=None):
     x = _as_tensor(x)
-    axes = _axes("squeeze", axis, x.ndim) if axis is not None else tuple(i for i, n in enumerate(x.shape) if n == 1)
+    axes = (_axes("squeeze", axis, x.ndim, x.shape) if axis is not None
+            else tuple(i for i, n in enumerate(x.shape) if n == 1))
     return reshape(x, tuple(n for i, n in enumerate(x.shape) if not (i in axes and n == 1)))
 
 
@@ -376,7 +383,7 @@ def cat(tensors, axis=0):
     tensors = [_as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("cat: needs at least one tensor")
-    axis = _axis("cat", axis, tensors[0].ndim)
+    axis = _axis("cat", axis, tensors[0].ndim, tensors[0].shape)
     first = tensors[0].shape
     for t in tensors[1:]:
         if t.ndim != len(first) or t.shape[:axis] + t.shape[axis + 1:] != first[:axis] + first[axis + 1:]:
@@ -391,7 +398,7 @@ def stack(tensors, axis=0):
     tensors = [_as_tensor(t) for t in tensors]
     if not tensors or any(t.shape != tensors[0].shape for t in tensors):
         raise ValueError(f"stack: needs tensors of one shape, got {_shape_text(*tensors) or 'none'}")
-    return M.Stack.apply(*_same_dtype(tensors), axis=_axis("stack", axis, tensors[0].ndim + 1))
+    return M.Stack.apply(*_same_dtype(tensors), axis=_axis("stack", axis, tensors[0].ndim + 1, tensors[0].shape))
 
 
 def _same_dtype(tensors):
@@ -402,7 +409,7 @@ def _same_dtype(tensors):
 def split(x, split_size_or_sections, axis=0):
     """torch.split: an int gives pieces of that size (the last may be smaller); a list gives those sizes."""
     x = _as_tensor(x)
-    axis = _axis("split", axis, x.ndim)
+    axis = _axis("split", axis, x.ndim, x.shape)
     n = x.shape[axis]
     if isinstance(split_size_or_sections, (int, np.integer)):
         if split_size_or_sections <= 0:
@@ -434,7 +441,7 @@ def pad(x, pad, value=0.0):
 
 def flip(x, axis):
     x = _as_tensor(x)
-    return M.Flip.apply(x, axis=_axes("flip", axis, x.ndim))
+    return M.Flip.apply(x, axis=_axes("flip", axis, x.ndim, x.shape))
 
 
 def tril(x, k=0):
@@ -462,7 +469,8 @@ def embedding(ids, weight):
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be (vocab, dim), got shape {weight.shape}")
     if ids.size and (ids.min() < 0 or ids.max() >= weight.shape[0]):
-        raise IndexError(f"embedding: ids must be in [0, {weight.shape[0]}), got min {ids.min()} max {ids.max()}")
+        raise IndexError(f"embedding: ids must be in [0, {weight.shape[0]}) for weight of shape {weight.shape}, "
+                         f"got min {ids.min()} max {ids.max()} (ids of shape {ids.shape})")
     return N.Embedding.apply(weight, ids)
 
 
@@ -470,11 +478,12 @@ def causal_conv1d(x, weight, bias=None):
     """Depthwise causal conv over time, channels last. x (b, l, c); weight (c, 1, k) as in PyTorch's
     Conv1d(groups=c) or (c, k); bias (c,) or None. Output (b, l, c): step t sees steps t-k+1..t."""
     x, weight = _as_tensor(x), _as_tensor(weight)
+    given_weight_shape = weight.shape  # for the error message, before the (c, 1, k) -> (c, k) reshape
     if weight.ndim == 3 and weight.shape[1] == 1:
         weight = reshape(weight, (weight.shape[0], weight.shape[2]))
     if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[2]:
         raise ValueError(f"causal_conv1d: need x (b, l, c) and weight (c, 1, k) or (c, k) with the same c, "
-                         f"got x {x.shape} and weight {weight.shape}")
+                         f"got x {x.shape} and weight {given_weight_shape}")
     if bias is not None:
         bias = _as_tensor(bias)
         if bias.shape != (x.shape[2],):

@@ -95,7 +95,8 @@ class Where(Function):
     """where(condition, a, b): the gradient goes to whichever input was picked; condition gets none."""
 
     def forward(self, condition, a, b):
-        self.save_for_backward(condition)
+        # a copy: the caller's mask (a bool tensor or array) may be changed in place before backward
+        self.save_for_backward(np.array(condition, dtype=bool))
         return np.where(condition, a, b)
 
     def backward(self, grad):

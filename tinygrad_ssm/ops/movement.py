@@ -47,7 +47,8 @@ class Getitem(Function):
     so backward scatter-adds (np.add.at) to sum both contributions."""
 
     def forward(self, a, index=None):
-        self.input_shape, self.index = a.shape, index
+        # index arrays are copied: the caller may change an index tensor in place before backward
+        self.input_shape, self.index = a.shape, _copy_index_arrays(index)
         self.advanced = _is_advanced(index)
         self.is_view = not self.advanced  # basic indexing returns a view of `a`
         out = a[index]
@@ -60,6 +61,12 @@ class Getitem(Function):
         else:
             full[self.index] = grad
         return full
+
+
+def _copy_index_arrays(index):
+    if isinstance(index, tuple):
+        return tuple(np.array(i) if isinstance(i, np.ndarray) else i for i in index)
+    return np.array(index) if isinstance(index, np.ndarray) else index
 
 
 def _is_advanced(index) -> bool:

@@ -9,7 +9,7 @@ class Embedding(Function):
     """weight (V, d)[ids (...)] -> (..., d). Backward scatter-adds: a token used twice gets both rows."""
 
     def forward(self, weight, ids):
-        self.save_for_backward(ids)
+        self.save_for_backward(np.array(ids))  # a copy: the caller may reuse the ids buffer before backward
         self.weight_shape = weight.shape
         return weight[ids]
 
