@@ -7,6 +7,8 @@ from . import init, nn
 from .registry import VarBuilder, VarMap
 from . import optim
 from .diagnostics import gradient_report
+from .kernels import ssd
+from .models import Mamba2Config, Mamba2LMHeadModel
 
 float32 = "float32"
 float64 = "float64"

@@ -129,7 +129,7 @@ class Function:
         self.saved: tuple = ()
         self.inputs: tuple = ()
         self.needs_input_grad: tuple = ()
-        self._checked_versions: list = []  # (tensor, version at forward time)
+        self._checked_versions: list = []  # (version box, version at forward time, shape, dtype)
         self._freed = False
 
     def save_for_backward(self, *arrays):
@@ -162,15 +162,17 @@ class Function:
         saved_ids = {id(a) for a in self.saved if isinstance(a, np.ndarray)}
         for t in (*self.inputs, out):
             if isinstance(t, Tensor) and id(t.data) in saved_ids:
-                self._checked_versions.append((t, t._version[0]))
+                # the version box, not the tensor: holding `out` here would make a reference cycle
+                # (out -> _ctx -> out) that only the cyclic GC frees, so whole graphs would pile up
+                self._checked_versions.append((t._version, t._version[0], t.shape, t.dtype))
 
     def _check_versions(self):
-        for t, expected in self._checked_versions:
-            if t._version[0] != expected:
+        for version, expected, shape, dtype in self._checked_versions:
+            if version[0] != expected:
                 raise RuntimeError(
                     f"one of the variables needed for gradient computation has been modified by an "
-                    f"inplace operation: [Tensor of shape {t.shape}, dtype {t.dtype}] used by {self.name} "
-                    f"is at version {t._version[0]}; expected version {expected} instead.")
+                    f"inplace operation: [Tensor of shape {shape}, dtype {dtype}] used by {self.name} "
+                    f"is at version {version[0]}; expected version {expected} instead.")
 
     def forward(self, *args, **kwargs):  # pragma: no cover - every op overrides it
         raise NotImplementedError

@@ -1,0 +1,92 @@
+"""Mamba2Config: the sizes and settings of a Mamba-2 language model, with the official names and defaults
+(mamba_ssm's MambaConfig + the Mamba2 mixer's arguments), checked when it is made."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass
+class Mamba2Config:
+    d_model: int = 2560
+    n_layer: int = 64
+    vocab_size: int = 50277
+    d_state: int = 128
+    d_conv: int = 4
+    expand: int = 2
+    headdim: int = 64
+    ngroups: int = 1
+    chunk_size: int = 256
+    pad_vocab_size_multiple: int = 8
+    tie_embeddings: bool = True
+    rms_norm_eps: float = 1e-5              # the block norms, norm_f and the gated norm
+    dt_min: float = 0.001
+    dt_max: float = 0.1
+    dt_init_floor: float = 1e-4
+    dt_limit: tuple = (0.0, math.inf)       # dt is clamped to this range unless it is (0, inf)
+    A_init_range: tuple = (1.0, 16.0)
+    bias: bool = False                      # in_proj / out_proj bias
+    conv_bias: bool = True
+
+    def __post_init__(self):
+        self.dt_limit = tuple(float(v) for v in self.dt_limit)
+        self.A_init_range = tuple(float(v) for v in self.A_init_range)
+        for name in ("d_model", "n_layer", "vocab_size", "d_state", "d_conv", "expand", "headdim", "ngroups",
+                     "chunk_size", "pad_vocab_size_multiple"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Mamba2Config: {name} must be a positive int, got {value!r}")
+        for name in ("tie_embeddings", "bias", "conv_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Mamba2Config: {name} must be a bool, got {getattr(self, name)!r}")
+        if self.d_inner % self.headdim:
+            raise ValueError(f"Mamba2Config: d_inner = expand * d_model = {self.d_inner} must be divisible by "
+                             f"headdim = {self.headdim}")
+        if self.nheads % self.ngroups:
+            raise ValueError(f"Mamba2Config: nheads = {self.nheads} must be divisible by ngroups = {self.ngroups}")
+        if not self.rms_norm_eps > 0:
+            raise ValueError(f"Mamba2Config: rms_norm_eps must be positive, got {self.rms_norm_eps!r}")
+        if not 0 < self.dt_min <= self.dt_max or not self.dt_init_floor > 0:
+            raise ValueError(f"Mamba2Config: need 0 < dt_min <= dt_max and dt_init_floor > 0, got dt_min="
+                             f"{self.dt_min}, dt_max={self.dt_max}, dt_init_floor={self.dt_init_floor}")
+        if len(self.dt_limit) != 2 or not 0 <= self.dt_limit[0] < self.dt_limit[1]:
+            raise ValueError(f"Mamba2Config: dt_limit must be (low, high) with 0 <= low < high, got {self.dt_limit}")
+        if len(self.A_init_range) != 2 or not 0 < self.A_init_range[0] <= self.A_init_range[1]:
+            raise ValueError(f"Mamba2Config: A_init_range must be (low, high) with 0 < low <= high, "
+                             f"got {self.A_init_range}")
+
+    # --- derived sizes (reference/mamba2.md) ----------------------------------------------------------------
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.d_model
+
+    @property
+    def nheads(self) -> int:
+        return self.d_inner // self.headdim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.d_inner + 2 * self.ngroups * self.d_state
+
+    @property
+    def d_in_proj(self) -> int:
+        return 2 * self.d_inner + 2 * self.ngroups * self.d_state + self.nheads
+
+    @property
+    def padded_vocab_size(self) -> int:
+        m = self.pad_vocab_size_multiple
+        return -(-self.vocab_size // m) * m
+
+    # --- plain dicts -----------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["dt_limit"], d["A_init_range"] = list(self.dt_limit), list(self.A_init_range)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Mamba2Config":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"Mamba2Config.from_dict: unknown keys {unknown}; known: {sorted(known)}")
+        return cls(**d)

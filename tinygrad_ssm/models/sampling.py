@@ -1,0 +1,47 @@
+"""Choosing the next token from logits: greedy, temperature, top-k and top-p (nucleus) sampling, in NumPy."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def check_sampling_args(temperature, top_k, top_p):
+    if not isinstance(temperature, numbers.Real) or not temperature >= 0:
+        raise ValueError(f"generate: temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1):
+        raise ValueError(f"generate: top_k must be None or an int >= 1, got {top_k!r}")
+    if top_p is not None and (not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
+        raise ValueError(f"generate: top_p must be None or in (0, 1], got {top_p!r}")
+
+
+def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float = 1.0,
+                top_k: int | None = None, top_p: float | None = None) -> np.ndarray:
+    """logits (b, V) -> token ids (b,) int64. temperature 0 is greedy (argmax). top_k keeps the k most likely
+    tokens; top_p keeps the smallest set of most likely tokens whose probability reaches top_p (the most
+    likely token always stays). Sampling draws one uniform number per row from `rng`."""
+    logits = np.asarray(logits, dtype=np.float64)                       # (b, V)
+    if temperature == 0:
+        return np.argmax(logits, axis=-1).astype(np.int64)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = np.partition(logits, -top_k, axis=-1)[:, -top_k][:, None]  # (b, 1) the k-th largest
+        logits = np.where(logits >= kth, logits, -np.inf)
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)                          # (b, V)
+    if top_p is not None and top_p < 1:
+        order = np.argsort(-probs, axis=-1, kind="stable")               # (b, V) most likely first
+        sorted_probs = np.take_along_axis(probs, order, axis=-1)
+        before = np.cumsum(sorted_probs, axis=-1) - sorted_probs         # probability of the tokens ahead
+        keep_sorted = before < top_p                                    # the first token always: before = 0
+        keep = np.zeros_like(keep_sorted)
+        np.put_along_axis(keep, order, keep_sorted, axis=-1)
+        probs = np.where(keep, probs, 0.0)
+        probs /= probs.sum(axis=-1, keepdims=True)
+    cdf = np.cumsum(probs, axis=-1)                                     # (b, V)
+    u = rng.random((probs.shape[0], 1)) * cdf[:, -1:]                   # (b, 1)
+    ids = (cdf <= u).sum(axis=-1)                                       # the first index whose cdf passes u
+    # that token has probability > 0; only if rounding put u at the very top is it past the end: then
+    # take the last token with probability > 0 (never a filtered one)
+    last_possible = probs.shape[-1] - 1 - np.argmax(probs[:, ::-1] > 0, axis=-1)
+    return np.where(ids < probs.shape[-1], ids, last_possible).astype(np.int64)
