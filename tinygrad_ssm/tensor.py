@@ -8,66 +8,16 @@ summing the gradients that reach a tensor from several uses. Broadcasting is und
 """
 from __future__ import annotations
 
-import threading
 import warnings
-from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-# ----------------------------------------------------------------------------------------------------------
-# grad mode: no_grad / enable_grad, usable as context managers and as decorators (thread-local, as torch)
-
-_state = threading.local()
-
-
-def is_grad_enabled() -> bool:
-    return getattr(_state, "grad_enabled", True)
-
-
-class _GradMode:
-    enabled: bool
-
-    def __new__(cls, func=None):
-        self = super().__new__(cls)
-        return self if func is None else self(func)  # bare `@no_grad` decorates too, as in torch
-
-    def __enter__(self):
-        self._previous = is_grad_enabled()
-        _state.grad_enabled = self.enabled
-        return self
-
-    def __exit__(self, *exc):
-        _state.grad_enabled = self._previous
-        return False
-
-    def __call__(self, func):
-        import functools
-
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            with self.__class__():
-                return func(*args, **kwargs)
-
-        return wrapper
-
-
-class no_grad(_GradMode):
-    """Inside, ops record nothing and their results do not require grad."""
-
-    enabled = False
-
-
-class enable_grad(_GradMode):
-    """Turns recording back on inside a no_grad region."""
-
-    enabled = True
-
+from .grad_mode import enable_grad, is_grad_enabled, no_grad  # noqa: F401 (re-exported)
 
 # ----------------------------------------------------------------------------------------------------------
 # dtypes
 
 DEFAULT_FLOAT = np.dtype(np.float32)
-_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _as_dtype(dtype) -> np.dtype:
