@@ -1,0 +1,158 @@
+"""`python -m tinygrad_ssm` / `tinygrad-ssm`: train a byte-level Mamba-2 model, and generate text from it.
+
+    python -m tinygrad_ssm train                      # ~5 minutes on 2 cores, on the standard library
+    python -m tinygrad_ssm train --resume runs/NAME   # continue a run (bit-identical to never stopping)
+    python -m tinygrad_ssm generate --checkpoint runs/NAME --prompt "def " --max-new-tokens 300
+
+Exit status: 0 done, 1 training diverged, 2 bad arguments or data, 130 stopped by Ctrl-C (checkpoint saved).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from .train import TrainConfig
+
+EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+_D = TrainConfig()  # the defaults, shown in --help
+
+# (flag, TrainConfig field, type, help); every default is None so that we know what was given explicitly
+_TRAIN_FLAGS = [
+    ("--data", "data", str, "a text file or a folder of text files (read as bytes; hidden and binary files "
+                            "skipped) [default: the running Python's standard library .py sources, without "
+                            "site-packages and test suites]"),
+    ("--data-seed", "data_seed", int, f"seed of the file order and train/validation split [{_D.data_seed}]"),
+    ("--val-fraction", "val_fraction", float, f"fraction of the files kept for validation [{_D.val_fraction}]"),
+    ("--steps", "steps", int, f"total optimizer steps; also the length of the cosine schedule [{_D.steps}]"),
+    ("--batch-size", "batch_size", int, f"sequences per step [{_D.batch_size}]"),
+    ("--seq-len", "seq_len", int, f"bytes per sequence [{_D.seq_len}]"),
+    ("--d-model", "d_model", int, f"model width [{_D.d_model}]"),
+    ("--n-layer", "n_layer", int, f"number of Mamba-2 blocks [{_D.n_layer}]"),
+    ("--d-state", "d_state", int, f"SSM state size per head [{_D.d_state}]"),
+    ("--headdim", "headdim", int, f"channels per SSM head (2*d_model must be a multiple) [{_D.headdim}]"),
+    ("--chunk-size", "chunk_size", int, f"SSD chunk length (speed; results equal up to rounding) "
+                                        f"[{_D.chunk_size}]"),
+    ("--lr", "lr", float, f"peak learning rate of AdamW [{_D.lr}]"),
+    ("--min-lr", "min_lr", float, "learning rate at the end of the cosine decay [--lr / 10]"),
+    ("--warmup-steps", "warmup_steps", int, f"steps of linear warmup from 0 to --lr [{_D.warmup_steps}]"),
+    ("--weight-decay", "weight_decay", float, f"AdamW decoupled weight decay on matrices [{_D.weight_decay}]"),
+    ("--grad-clip", "grad_clip", float, f"clip the global gradient norm to this [{_D.grad_clip}]"),
+    ("--seed", "seed", int, f"seed of the weight init and the batch sampler [{_D.seed}]"),
+    ("--backend", "backend", str, f"SSD scan backend passed to the model (auto, numpy, numba, ...) "
+                                  f"[{_D.backend}]"),
+    ("--out", "out", str, "run folder for checkpoints, log.jsonl and loss.png [runs/mamba2-DATE-TIME]"),
+    ("--eval-every", "eval_every", int, f"validate every this many steps [{_D.eval_every}]"),
+    ("--eval-batches", "eval_batches", int, f"validation batches per evaluation [{_D.eval_batches}]"),
+    ("--checkpoint-every", "checkpoint_every", int, f"write a checkpoint every this many steps (and at the end) "
+                                                    f"[{_D.checkpoint_every}]"),
+    ("--keep-checkpoints", "keep_checkpoints", int, f"how many recent checkpoints to keep [{_D.keep_checkpoints}]"),
+    ("--sample-bytes", "sample_bytes", int, f"bytes generated for the sample at the end [{_D.sample_bytes}]"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tinygrad-ssm", description="A byte-level Mamba-2 language model on "
+                                     "a NumPy autograd engine.", epilog=f"exit status: {EXIT_OK} ok, "
+                                     f"{EXIT_DIVERGED} diverged, {EXIT_USAGE} bad input, {EXIT_INTERRUPTED} Ctrl-C")
+    sub = parser.add_subparsers(dest="command", metavar="{train,generate}")
+    sub.required = True
+
+    tr = sub.add_parser("train", help="train a byte-level Mamba-2 model (defaults: ~5 minutes on 2 cores)",
+                        description="Train a byte-level Mamba-2 language model with AdamW, warmup + cosine "
+                                    "decay and gradient clipping. Defaults are in brackets.")
+    for flag, field, typ, text in _TRAIN_FLAGS:
+        metavar = {"data": "PATH", "out": "DIR", "backend": "NAME"}.get(field, "N" if typ is int else "X")
+        tr.add_argument(flag, dest=field, type=typ, default=None, help=text, metavar=metavar)
+    tr.add_argument("--resume", metavar="DIR", default=None,
+                    help="continue the run in DIR (a run folder or one of its checkpoints) with its saved "
+                         "settings; N steps + resumed steps give the same weights as one uninterrupted run")
+    tr.add_argument("--stop-at", type=int, metavar="STEP", default=None,
+                    help="stop after this step with a checkpoint (the schedule still spans --steps), "
+                         "to split a run into sessions")
+    tr.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
+
+    ge = sub.add_parser("generate", help="generate text from a checkpoint, streamed as it is produced",
+                        description="Generate text from a training run, a checkpoint folder, or a "
+                                    "save_pretrained folder. Invalid UTF-8 is shown as U+FFFD.")
+    ge.add_argument("--checkpoint", required=True, metavar="DIR",
+                    help="run folder (its newest checkpoint), checkpoint folder, or from_pretrained folder")
+    ge.add_argument("--prompt", default="def ", help="text to continue [%(default)r]")
+    ge.add_argument("--max-new-tokens", type=int, default=300, help="bytes to generate [%(default)s]")
+    ge.add_argument("--temperature", type=float, default=0.8,
+                    help="divide the logits by this; 0 means greedy [%(default)s]")
+    ge.add_argument("--top-k", type=int, default=None, help="sample only among the k likeliest bytes [off]")
+    ge.add_argument("--top-p", type=float, default=None,
+                    help="sample only within the smallest set of bytes with probability >= p [off]")
+    ge.add_argument("--seed", type=int, default=0, help="sampling seed [%(default)s]")
+    ge.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
+    return parser
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _train(args) -> int:
+    from .checkpoint import CheckpointNotFound
+    from .data import DataError
+    from .train import TrainingDiverged, train
+
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+                 if getattr(args, f.name, None) is not None}
+    try:
+        result = train(TrainConfig(), resume=args.resume, overrides=overrides, stop_at=args.stop_at,
+                       progress=not args.no_progress)
+    except (DataError, CheckpointNotFound, FileExistsError, ValueError) as e:
+        return _error(str(e))
+    except TrainingDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except KeyboardInterrupt:
+        print("stopped by Ctrl-C", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_OK
+
+
+def _generate(args) -> int:
+    from .checkpoint import CheckpointNotFound
+    from .generate import load_model, stream_text
+
+    from .models.sampling import check_sampling_args
+
+    if args.max_new_tokens < 0:
+        return _error(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    try:  # before loading anything: a typo in a flag should not cost a model load
+        check_sampling_args(args.temperature, args.top_k, args.top_p)
+    except ValueError as e:
+        return _error(str(e))
+    try:
+        model = load_model(args.checkpoint, backend=args.backend)
+    except (CheckpointNotFound, ValueError, OSError) as e:
+        return _error(str(e))
+    out = sys.stdout
+    if hasattr(out, "reconfigure"):
+        out.reconfigure(errors="replace")  # U+FFFD on a non-UTF-8 terminal must not crash either
+    out.write(args.prompt)
+    out.flush()
+    try:
+        for piece in stream_text(model, args.prompt, args.max_new_tokens, temperature=args.temperature,
+                                 top_k=args.top_k, top_p=args.top_p, seed=args.seed):
+            out.write(piece)
+            out.flush()
+    except KeyboardInterrupt:
+        out.write("\n")
+        return EXIT_INTERRUPTED
+    out.write("\n")
+    return EXIT_OK
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return _train(args) if args.command == "train" else _generate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""The byte corpus: which files, in which order, split how, and the batches drawn from it.
+
+Text is read as raw bytes (vocabulary 256), so any file works and nothing is tokenised or downloaded.
+The default corpus is the running interpreter's own standard library (`*.py` under
+`sysconfig.get_paths()["stdlib"]`): real text that every Python installation carries.
+
+Choices, and why:
+- Test suites (`test/`, `tests/`, `idle_test/` folders) and `site-packages`/`dist-packages` are left out of
+  the default. Installed packages differ between machines, and several distributions ship the stdlib without
+  its test suite, so leaving both out keeps the default corpus (nearly) the same everywhere. The test suite
+  is also full of deliberately odd files (bad encodings, generated data, huge literal tables) that are not
+  representative Python.
+- Files are sorted by relative path (independent of the file system's listing order), then shuffled with
+  `seed`; the first `val_fraction` of them is the validation set. Splitting by file means no validation
+  text is ever trained on. A single file is split by bytes instead: its last `val_fraction` is validation.
+- The train sampler draws `batch_size` windows at uniform random offsets from one np.random.Generator;
+  its whole state (bit generator state + batches drawn) is JSON, so a resumed run draws exactly the
+  batches the uninterrupted run would have drawn.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+DEFAULT_VAL_FRACTION = 0.05
+EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"})
+_BINARY_SNIFF_BYTES = 8192
+
+
+class DataError(ValueError):
+    """The corpus path is missing, empty or unreadable, or holds too little text for the run."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# which files
+
+
+def default_corpus_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_sources(root: Path | None = None) -> list[Path]:
+    """The standard library's .py files, without installed packages and test suites, sorted."""
+    root = Path(root) if root is not None else default_corpus_root()
+    if not root.is_dir():
+        raise DataError(f"the standard library folder {str(root)!r} (sysconfig 'stdlib') does not exist; "
+                        f"pass --data PATH with a text file or a folder of text files")
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):  # does not follow symlinked folders
+        dirnames[:] = [d for d in dirnames if d not in EXCLUDED_DIRS and not d.startswith(".")]
+        found.extend(Path(dirpath) / f for f in filenames if f.endswith(".py"))
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def folder_files(root: Path) -> list[Path]:
+    """Every regular, non-hidden file under `root` (recursively), sorted by relative path."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
+        found.extend(Path(dirpath) / f for f in filenames if not f.startswith("."))
+    return sorted((p for p in found if p.is_file()), key=lambda p: p.relative_to(root).as_posix())
+
+
+def _read(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:  # PermissionError, IsADirectoryError, a broken symlink, ...
+        raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
+
+
+def _looks_binary(data: bytes) -> bool:
+    # NUL bytes essentially never occur in text files; they are common in binaries (images, .pyc, archives)
+    return b"\x00" in data[:_BINARY_SNIFF_BYTES]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the corpus
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Train and validation byte streams (uint8) and the files they came from, in stream order."""
+
+    source: str
+    train: np.ndarray  # (n_train,) uint8
+    val: np.ndarray  # (n_val,) uint8
+    train_files: tuple[str, ...]
+    val_files: tuple[str, ...]
+    skipped_files: tuple[str, ...] = field(default=())  # binary files left out of a --data folder
+
+    def describe(self) -> str:
+        skipped = f", {len(self.skipped_files)} binary files skipped" if self.skipped_files else ""
+        return (f"{self.source}: {len(self.train_files)} train files ({len(self.train):,} bytes), "
+                f"{len(self.val_files)} validation files ({len(self.val):,} bytes){skipped}")
+
+
+def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
+                val_fraction: float = DEFAULT_VAL_FRACTION) -> Corpus:
+    """Read the corpus at `path` (a text file or a folder of them; None = the standard library).
+
+    Every file is read here, up front, so a missing, empty or unreadable path fails before any training
+    work starts, with a DataError naming the path.
+    """
+    if not 0.0 < val_fraction < 1.0:
+        raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    if path is None:
+        root = default_corpus_root()
+        files = stdlib_sources(root)
+        source = f"Python {'.'.join(map(str, __import__('sys').version_info[:2]))} standard library ({root})"
+        if not files:
+            raise DataError(f"no .py files found in the standard library folder {str(root)!r}; "
+                            f"pass --data PATH")
+    else:
+        root = Path(path).expanduser()
+        source = str(root)
+        if not root.exists():
+            raise DataError(f"--data path {str(root)!r} does not exist")
+        if root.is_dir():
+            files = folder_files(root)
+            if not files:
+                raise DataError(f"--data folder {str(root)!r} contains no files")
+        elif root.is_file():
+            return _split_single_file(root, _read(root), val_fraction)
+        else:
+            raise DataError(f"--data path {str(root)!r} is neither a regular file nor a folder")
+
+    texts, names, skipped = [], [], []
+    for p in files:
+        data = _read(p)
+        name = p.relative_to(root).as_posix()
+        if path is not None and _looks_binary(data):
+            skipped.append(name)
+        elif data:
+            texts.append(data)
+            names.append(name)
+    if not texts:
+        why = "only binary files" if skipped else "only empty files"
+        raise DataError(f"corpus {source!r} contains no text: {why}")
+    if len(texts) == 1:
+        split = _split_single_file(root / names[0], texts[0], val_fraction)
+        return Corpus(source, split.train, split.val, split.train_files, split.val_files, tuple(skipped))
+
+    # sorted above; now a seeded shuffle so that validation files are a fair sample of the whole tree
+    order = np.random.default_rng(seed).permutation(len(texts))
+    n_val = min(len(texts) - 1, max(1, round(val_fraction * len(texts))))
+    val_idx, train_idx = order[:n_val], order[n_val:]
+    return Corpus(
+        source=source,
+        train=_concat(texts[i] for i in train_idx),
+        val=_concat(texts[i] for i in val_idx),
+        train_files=tuple(names[i] for i in train_idx),
+        val_files=tuple(names[i] for i in val_idx),
+        skipped_files=tuple(skipped),
+    )
+
+
+def _split_single_file(path: Path, data: bytes, val_fraction: float) -> Corpus:
+    if not data:
+        raise DataError(f"--data file {str(path)!r} is empty")
+    cut = len(data) - max(1, int(len(data) * val_fraction))
+    arr = np.frombuffer(data, dtype=np.uint8)
+    name = path.name
+    return Corpus(str(path), arr[:cut].copy(), arr[cut:].copy(), (name,), (name,))
+
+
+def _concat(chunks) -> np.ndarray:
+    return np.frombuffer(b"".join(chunks), dtype=np.uint8).copy()
+
+
+def unigram_entropy_bits(data: np.ndarray | bytes) -> float:
+    """Entropy of the byte histogram, in bits per byte: what a model that ignores context can reach."""
+    arr = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else np.asarray(data)
+    if arr.size == 0:
+        raise DataError("unigram entropy of an empty byte stream is undefined")
+    counts = np.bincount(arr.reshape(-1).astype(np.int64), minlength=256)
+    p = counts[counts > 0] / arr.size
+    return float(-(p * np.log2(p)).sum())
+
+
+def check_length(data: np.ndarray, seq_len: int, what: str, source: str) -> None:
+    need = seq_len + 1  # one window = seq_len inputs + the next byte as the last target
+    if len(data) < need:
+        raise DataError(f"the {what} split of {source!r} has {len(data):,} bytes; a sequence of "
+                        f"--seq-len {seq_len} needs at least {need:,} (use a bigger corpus or a smaller "
+                        f"--seq-len)")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# batches
+
+
+def _windows(data: np.ndarray, starts: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    idx = starts[:, None] + np.arange(seq_len + 1)[None, :]  # (b, l + 1)
+    chunk = data[idx].astype(np.int64)  # (b, l + 1)
+    return chunk[:, :-1], chunk[:, 1:]  # inputs (b, l), targets (b, l): the next byte of each input
+
+
+class BatchSampler:
+    """Random training windows; deterministic given the seed, and resumable from `state_dict()`."""
+
+    def __init__(self, data: np.ndarray, batch_size: int, seq_len: int, seed: int = 0):
+        if batch_size < 1 or seq_len < 1:
+            raise ValueError(f"BatchSampler: batch_size and seq_len must be >= 1, got {batch_size}, {seq_len}")
+        check_length(data, seq_len, "training", "the corpus")
+        self.data, self.batch_size, self.seq_len = data, batch_size, seq_len
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self.batches_drawn = 0
+
+    def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
+        """(inputs (b, l), targets (b, l)) as int64 byte ids."""
+        high = len(self.data) - self.seq_len  # exclusive: the last start whose window + target fits
+        starts = self.rng.integers(0, high, size=self.batch_size)  # (b,)
+        self.batches_drawn += 1
+        return _windows(self.data, starts, self.seq_len)
+
+    def state_dict(self) -> dict:
+        """JSON-serialisable: the generator's exact state and how many batches were drawn."""
+        return {"batches_drawn": self.batches_drawn, "bit_generator": self.rng.bit_generator.state,
+                "batch_size": self.batch_size, "seq_len": self.seq_len, "data_len": int(len(self.data))}
+
+    def load_state_dict(self, state: dict) -> None:
+        mine = (self.batch_size, self.seq_len, int(len(self.data)))
+        theirs = (state.get("batch_size"), state.get("seq_len"), state.get("data_len"))
+        if mine != theirs:
+            raise ValueError(f"BatchSampler.load_state_dict: saved for (batch_size, seq_len, data bytes) = "
+                             f"{theirs}, but this sampler has {mine}; resume with the same data and sizes")
+        self.rng.bit_generator.state = state["bit_generator"]
+        self.batches_drawn = int(state["batches_drawn"])
+
+
+def eval_window_starts(data_len: int, batch_size: int, seq_len: int, max_batches: int) -> np.ndarray:
+    """Start offsets of the fixed validation windows: evenly spaced over the stream, non-overlapping while
+    the stream is long enough (a short stream gives fewer windows)."""
+    n_fit = (data_len - 1) // seq_len  # non-overlapping windows (+ 1 target byte) that fit
+    n_windows = max(1, min(max_batches * batch_size, n_fit))
+    return np.linspace(0, data_len - seq_len - 1, n_windows).astype(np.int64)  # (n,)
+
+
+def eval_batches(data: np.ndarray, batch_size: int, seq_len: int,
+                 max_batches: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Fixed validation batches (the same windows at every evaluation): (inputs (b, l), targets (b, l))."""
+    check_length(data, seq_len, "validation", "the corpus")
+    starts = eval_window_starts(len(data), batch_size, seq_len, max_batches)
+    for i in range(0, len(starts), batch_size):
+        yield _windows(data, starts[i:i + batch_size], seq_len)
+
+
+def bits_per_byte(mean_nats: float) -> float:
+    """Cross entropy in nats per byte -> bits per byte (one token is one byte)."""
+    return mean_nats / math.log(2)

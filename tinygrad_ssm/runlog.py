@@ -1,0 +1,76 @@
+"""The run's log (JSON lines, one record per training step or evaluation) and its PNG of the curves."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+LOG_FILE = "log.jsonl"
+PLOT_FILE = "loss.png"
+
+
+class RunLog:
+    """Append-only JSONL: {"step", "train_loss", "train_bpb", "lr", "grad_norm", "tokens", "tokens_per_s"}
+    for a training step, {"step", "val_bpb", "tokens"} for an evaluation."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.path = Path(run_dir) / LOG_FILE
+
+    def append(self, record: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def records(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        with open(self.path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records past `step`: a resumed run redoes those steps and logs them again."""
+        kept = [r for r in self.records() if r["step"] <= step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+        os.replace(tmp, self.path)
+
+
+def plot_curves(records: list[dict], path: str | os.PathLike, unigram_bits: float | None = None) -> Path | None:
+    """Train and validation bits per byte against the step, as a PNG; None when matplotlib is missing."""
+    try:  # the object API, not pyplot: no global state, no GUI backend, safe inside any program
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    train = [(r["step"], r["train_bpb"]) for r in records if "train_bpb" in r]
+    val = [(r["step"], r["val_bpb"]) for r in records if "val_bpb" in r]
+    if not train and not val:
+        return None
+    fig = Figure(figsize=(7, 4.2), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    if train:
+        steps, bpb = zip(*train)
+        ax.plot(steps, bpb, color="tab:blue", alpha=0.3, lw=0.8, label="train (per step)")
+        window = max(1, len(bpb) // 30)
+        if window > 1:  # a moving average shows the trend through the batch-to-batch noise
+            smooth = [sum(bpb[max(0, i - window + 1):i + 1]) / len(bpb[max(0, i - window + 1):i + 1])
+                      for i in range(len(bpb))]
+            ax.plot(steps, smooth, color="tab:blue", lw=1.6, label=f"train (mean of {window})")
+    if val:
+        steps, bpb = zip(*val)
+        ax.plot(steps, bpb, "o-", color="tab:orange", lw=1.6, ms=4, label="validation")
+    if unigram_bits is not None and math.isfinite(unigram_bits):
+        ax.axhline(unigram_bits, color="gray", ls="--", lw=1, label=f"unigram entropy {unigram_bits:.2f}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("bits per byte")
+    ax.set_title("byte-level Mamba-2")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp)
+    os.replace(tmp, path)
+    return path
