@@ -1,7 +1,6 @@
 """VarMap / VarBuilder / init schemes and safetensors checkpoints."""
 import json
 import math
-import os
 import struct
 
 import numpy as np

@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .atomic_write import write_atomic
 from .safetensors_io import load_file, save_file
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -33,20 +34,6 @@ class CheckpointNotFound(FileNotFoundError):
     pass
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_state: dict, trainer_state: dict,
                     keep: int = 2) -> Path:
     """Write checkpoint `step` of the run in `run_dir` atomically; returns its folder."""
@@ -58,7 +45,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
         model.save_pretrained(tmp)
         save_file(tmp / OPTIMIZER_FILE, optimizer_state, metadata={"format": "tinygrad_ssm optimizer"})
         state = {"format_version": FORMAT_VERSION, "step": step, **trainer_state}
-        _write_text_atomic(tmp / STATE_FILE, json.dumps(state, indent=1))
+        write_atomic(tmp / STATE_FILE, json.dumps(state, indent=1))
         if final.exists():  # re-writing a step (a resumed run passing an old checkpoint): swap it out
             old = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".old"))
             os.replace(final, old / final.name)
@@ -69,7 +56,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _write_text_atomic(root / LATEST_FILE, final.name + "\n")
+    write_atomic(root / LATEST_FILE, final.name + "\n")
     _prune(root, keep, current=final.name)
     return final
 

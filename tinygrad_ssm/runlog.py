@@ -6,6 +6,8 @@ import math
 import os
 from pathlib import Path
 
+from .atomic_write import write_atomic
+
 LOG_FILE = "log.jsonl"
 PLOT_FILE = "loss.png"
 
@@ -30,10 +32,7 @@ class RunLog:
     def truncate_after(self, step: int) -> None:
         """Drop records past `step`: a resumed run redoes those steps and logs them again."""
         kept = [r for r in self.records() if r["step"] <= step]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r) + "\n" for r in kept)
-        os.replace(tmp, self.path)
+        write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
 def plot_curves(records: list[dict], path: str | os.PathLike, unigram_bits: float | None = None) -> Path | None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 
 import numpy as np
+
+from .atomic_write import write_atomic
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the library's own limit: a larger header means a corrupt file
 
@@ -156,26 +157,4 @@ def save_file(path, arrays: dict, metadata: dict | None = None):
     # (not np.ascontiguousarray: it turns a 0-d array into shape (1,))
     payload = encode({k: np.array(v, order="C", copy=not v.flags.c_contiguous) for k, v in arrays.items()},
                      metadata=metadata)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is an ordinary file
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+    write_atomic(path, payload)

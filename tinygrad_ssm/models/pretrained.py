@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 
+from ..atomic_write import write_atomic
 from ..safetensors_io import CheckpointError, SafetensorsFile
 from .config import Mamba2Config
 
@@ -217,7 +218,5 @@ def save_pretrained(model, directory):
     directory = Path(directory)
     os.makedirs(directory, exist_ok=True)
     text = json.dumps(mamba_ssm_config(model.config), indent=2)
-    tmp = directory / (CONFIG_NAME + ".tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, directory / CONFIG_NAME)
+    write_atomic(directory / CONFIG_NAME, text + "\n")
     model.varmap.save(directory / WEIGHTS_NAME, metadata={"format": "pt"})

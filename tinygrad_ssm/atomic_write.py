@@ -1,0 +1,40 @@
+"""Writing a file so that a crash never leaves half of it in place of a good one."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def write_atomic(path, data: bytes | str) -> None:
+    """Write `data` to a temporary file beside `path`, sync it to disk, then rename it over `path`:
+    readers see the old file or the new one, never a mix. str is written as UTF-8."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; these are ordinary files
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _sync_directory(directory)
+
+
+def _sync_directory(directory: str) -> None:
+    """Make the rename itself durable (where the platform allows syncing a directory)."""
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
