@@ -183,8 +183,8 @@ class Tanh(Function):
 
 def _stable_sigmoid(a):
     """1 / (1 + exp(-a)) without overflow: exp of a non-positive number only."""
-    e = np.exp(-np.abs(a))
-    return np.where(a >= 0, 1 / (1 + e), e / (1 + e))
+    e = np.exp(-np.abs(a))                      # in (0, 1]
+    return np.where(a >= 0, 1, e) / (1 + e)     # 1/(1+e^-a) for a >= 0, e^a/(1+e^a) below
 
 
 class Sigmoid(Function):
