@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import sys
 
+from .kernels import available_backends
 from .train import TrainConfig
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -40,8 +41,8 @@ _TRAIN_FLAGS = [
     ("--weight-decay", "weight_decay", float, f"AdamW decoupled weight decay on matrices [{_D.weight_decay}]"),
     ("--grad-clip", "grad_clip", float, f"clip the global gradient norm to this [{_D.grad_clip}]"),
     ("--seed", "seed", int, f"seed of the weight init and the batch sampler [{_D.seed}]"),
-    ("--backend", "backend", str, f"SSD scan backend passed to the model (auto, numpy, numba, ...) "
-                                  f"[{_D.backend}]"),
+    ("--backend", "backend", str, f"SSD scan backend: auto (the fastest available) or one of "
+                                  f"{', '.join(available_backends())} [{_D.backend}]"),
     ("--out", "out", str, "run folder for checkpoints, log.jsonl and loss.png [runs/mamba2-DATE-TIME]"),
     ("--eval-every", "eval_every", int, f"validate every this many steps [{_D.eval_every}]"),
     ("--eval-batches", "eval_batches", int, f"validation batches per evaluation [{_D.eval_batches}]"),
