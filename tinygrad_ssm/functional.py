@@ -248,7 +248,7 @@ def einsum(subscripts: str, *operands):
     """np.einsum over tensors, differentiable in every operand. Ellipses and implicit outputs are
     allowed; a letter repeated inside one operand (a diagonal) is not."""
     operands = [_as_tensor(o) for o in operands]
-    input_specs, output_spec = _parse_einsum(subscripts, [o.shape for o in operands])
+    input_specs, output_spec = L.parse_einsum(subscripts, [o.shape for o in operands])
     sizes = {}
     for spec, o in zip(input_specs, operands):
         for letter, n in zip(spec, o.shape):
@@ -257,37 +257,6 @@ def einsum(subscripts: str, *operands):
                                  f"for shapes {_shape_text(*operands)}")
             sizes[letter] = builtins.max(sizes.get(letter, 1), n)
     return L.Einsum.apply(*operands, input_specs=tuple(input_specs), output_spec=output_spec)
-
-
-def _parse_einsum(subscripts: str, shapes):
-    text = subscripts.replace(" ", "")
-    inputs, arrow, output = text.partition("->")
-    input_specs = inputs.split(",")
-    if len(input_specs) != len(shapes):
-        raise ValueError(f"einsum: {subscripts!r} names {len(input_specs)} operands, got {len(shapes)}")
-    used = set(c for c in text if c.isalpha())
-    spare = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in used)
-    ellipsis_ndim = builtins.max([len(s) - (len(spec) - 3) for spec, s in zip(input_specs, shapes) if "..." in spec],
-                                 default=0)
-    ellipsis_letters = "".join(next(spare) for _ in range(ellipsis_ndim))
-    expanded = []
-    for spec, shape in zip(input_specs, shapes):
-        if "..." in spec:
-            n = len(shape) - (len(spec) - 3)
-            spec = spec.replace("...", ellipsis_letters[len(ellipsis_letters) - n:] if n else "")
-        if len(spec) != len(shape) or not spec.isalpha():
-            raise ValueError(f"einsum: subscripts {spec!r} don't fit an operand of shape {tuple(shape)}")
-        if len(set(spec)) != len(spec):
-            raise ValueError(f"einsum: repeated letter in {spec!r} (diagonals) is not supported")
-        expanded.append(spec)
-    if arrow:
-        output = output.replace("...", ellipsis_letters)
-    else:
-        counts = {c: "".join(expanded).count(c) for c in set("".join(expanded))}
-        output = ellipsis_letters + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ellipsis_letters))
-    if not set(output) <= set("".join(expanded)) or len(set(output)) != len(output):
-        raise ValueError(f"einsum: output {output!r} of {subscripts!r} must use each input letter at most once")
-    return expanded, output
 
 
 # --- shape ----------------------------------------------------------------------------------------------
