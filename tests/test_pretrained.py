@@ -1,5 +1,6 @@
 """from_pretrained / save_pretrained: our own round trip, a transformers-layout directory written here
 (names and config fields of reference/mamba2.md), half-precision upcasting, and errors that name the key."""
+import dataclasses
 import json
 import math
 import struct
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
-from tinygrad_ssm.models.pretrained import PretrainedError
+from tinygrad_ssm.models.pretrained import _HF_FIELDS, PretrainedError
 from tinygrad_ssm.safetensors_io import save_file
 
 
@@ -31,16 +32,19 @@ def write_transformers_dir(directory, model, infinity_style="token", dtype=None)
         "use_conv_bias": c.conv_bias, "layer_norm_epsilon": c.rms_norm_eps, "rms_norm": True,
         "hidden_act": "silu", "residual_in_fp32": True, "time_step_min": c.dt_min, "time_step_max": c.dt_max,
         "time_step_floor": c.dt_init_floor, "tie_word_embeddings": c.tie_embeddings, "pad_token_id": 0,
-        "time_step_limit": [0.0, math.inf if infinity_style == "token" else {"__float__": "Infinity"}],
+        "time_step_limit": [c.dt_limit[0], c.dt_limit[1] if math.isfinite(c.dt_limit[1]) or infinity_style == "token"
+                            else {"__float__": "Infinity"}],
     }
     text = json.dumps(config, indent=2)                                 # writes the bare token Infinity
-    assert ("Infinity" in text) and (infinity_style == "token") == ('"__float__"' not in text)
+    if math.isinf(c.dt_limit[1]):
+        assert ("Infinity" in text) and (infinity_style == "token") == ('"__float__"' not in text)
     (directory / "config.json").write_text(text)
     weights = {}
     for name, t in model.varmap.named_vars():
         key = "backbone.embeddings.weight" if name == "backbone.embedding.weight" else name
         weights[key] = t.data.astype(dtype or t.dtype)
     save_file(directory / "model.safetensors", weights)
+    return config
 
 
 def test_save_and_load_round_trip(tmp_path):
@@ -71,6 +75,49 @@ def test_transformers_layout_gives_the_same_logits(tmp_path, infinity_style):
     loaded = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
     assert loaded.config.dt_limit == (0.0, math.inf) and loaded.config.ngroups == 2
     assert loaded.config.padded_vocab_size == model.config.padded_vocab_size
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
+
+# Every setting away from its default (transformers' and ours), so a parser that drops a field shows up.
+NON_DEFAULT = dict(d_state=4, d_conv=3, expand=3, headdim=8, ngroups=2, chunk_size=8, rms_norm_eps=1e-6,
+                   dt_min=0.002, dt_max=0.2, dt_init_floor=2e-4, dt_limit=(0.01, 0.05), bias=True, conv_bias=False)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_transformers_layout_reads_every_config_field(tmp_path, tied):
+    model = small_model(seed=6, tie_embeddings=tied, **NON_DEFAULT)
+    written = write_transformers_dir(tmp_path, model)
+    for key, (field, hf_default) in _HF_FIELDS.items():                 # the test itself must not be vacuous
+        if key not in ("tie_word_embeddings", "hidden_size", "num_hidden_layers", "vocab_size"):
+            assert (tuple(written[key]) if isinstance(written[key], list) else written[key]) != hf_default, key
+            assert getattr(model.config, field) != getattr(Mamba2Config(), field), field
+    assert ("lm_head.weight" in model.varmap) == (not tied)            # tied: no lm_head key in the file
+    loaded = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
+    # transformers stores the padded vocabulary and no padding multiple; everything else is the same
+    expected = dataclasses.replace(model.config, vocab_size=model.config.padded_vocab_size, pad_vocab_size_multiple=1)
+    assert loaded.config.to_dict() == expected.to_dict()                # field by field, with a readable diff
+    assert loaded.config == expected
+    assert ("lm_head.weight" in loaded.varmap) == (not tied)
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_mamba_ssm_layout_round_trips_every_config_field(tmp_path, tied):
+    settings = {**NON_DEFAULT, "A_init_range": (2.0, 8.0), "pad_vocab_size_multiple": 16}
+    model = small_model(seed=7, tie_embeddings=tied, **settings)
+    for field, value in settings.items():                              # the test itself must not be vacuous
+        assert value != getattr(Mamba2Config(), field), field
+    model.save_pretrained(tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())
+    ssm_keys = {k: v for k, v in settings.items() if k not in ("rms_norm_eps", "pad_vocab_size_multiple")}
+    assert written["ssm_cfg"] == {"layer": "Mamba2", **{k: list(v) if isinstance(v, tuple) else v
+                                                        for k, v in ssm_keys.items()}}  # mamba_ssm's Mamba2 names
+    assert written["norm_epsilon"] == 1e-6 and written["pad_vocab_size_multiple"] == 16
+    assert written["tie_embeddings"] is tied and written["vocab_size"] == 50
+    loaded = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
+    assert loaded.config.to_dict() == model.config.to_dict()
+    assert loaded.config == model.config
+    assert loaded.varmap.names() == model.varmap.names()
     assert np.array_equal(loaded(IDS).data, model(IDS).data)
 
 

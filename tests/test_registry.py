@@ -256,6 +256,36 @@ def test_corrupt_or_truncated_files_raise_naming_the_file_and_change_nothing(tmp
         assert np.array_equal(vm[name].data, array)
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_read_that_fails_after_earlier_tensors_were_read_changes_nothing(tmp_path, monkeypatch, strict):
+    # The header is valid, so the failure comes while reading data: the file shrinks (another process
+    # rewrites it) just before the second tensor is read. The first tensor has already been read by then.
+    src = VarMap(seed=1)
+    small_model(src)
+    path = tmp_path / "ckpt.safetensors"
+    src.save(path)
+    data_start = SafetensorsFile(path)._data_start
+    vm = VarMap(seed=2)
+    small_model(vm)
+    before = {name: t.data.tobytes() for name, t in vm.named_vars()}
+    read, reads = SafetensorsFile.read, []
+
+    def read_then_shrink(self, name, dtype=None):
+        reads.append(name)
+        if len(reads) == 2:
+            with open(self.path, "r+b") as f:
+                f.truncate(data_start)                                # header kept, every tensor's bytes gone
+        return read(self, name, dtype)
+
+    monkeypatch.setattr(SafetensorsFile, "read", read_then_shrink)
+    with pytest.raises(CheckpointError) as err:
+        vm.load(path, strict=strict)
+    assert len(reads) == 2                                            # one tensor was read before the failure
+    assert str(path) in str(err.value) and repr(reads[1]) in str(err.value)
+    for name, t in vm.named_vars():
+        assert t.data.tobytes() == before[name], f"{name} changed by a failed load"
+
+
 def test_load_of_a_missing_file_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.safetensors"):
         VarMap().load(tmp_path / "nope.safetensors")
