@@ -46,11 +46,28 @@ def test_train_smoke_in_a_subprocess(smoke_run):
     assert [r["step"] for r in records if "train_loss" in r] == [1, 2, 3]
     assert any("val_bpb" in r for r in records)
     assert (out / "checkpoints" / "step-000003" / "model.safetensors").is_file()
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return
+
+
+def test_train_writes_the_loss_plot(smoke_run):
+    pytest.importorskip("matplotlib", reason="loss.png is drawn with matplotlib, which is not installed")
+    proc, out = smoke_run
+    assert proc.returncode == 0, proc.stderr
     assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"curves: {out / 'loss.png'}" in proc.stdout
+
+
+def test_train_without_matplotlib_writes_no_plot(tmp_path, capsys, monkeypatch):
+    """matplotlib is optional: without it the run still succeeds, and no loss.png (nor a "curves:" line)."""
+    # None in sys.modules makes an import raise ImportError; submodules too, in case a test loaded them
+    for name in ["matplotlib", *(m for m in list(sys.modules) if m.startswith("matplotlib."))]:
+        monkeypatch.setitem(sys.modules, name, None)
+    text = tmp_path / "corpus.txt"
+    text.write_bytes(b"".join(b"line %d: the quick brown fox\n" % i for i in range(400)))
+    out = tmp_path / "run"
+    assert cli.main(["train", "--data", str(text), "--steps", "1", "--out", str(out), *TINY_FLAGS]) == cli.EXIT_OK
+    stdout = capsys.readouterr().out
+    assert "final validation:" in stdout and "curves:" not in stdout
+    assert (out / "log.jsonl").is_file() and not (out / "loss.png").exists()
 
 
 def test_generate_streams_from_a_run_and_from_a_pretrained_folder(smoke_run, tmp_path, capsys):

@@ -7,11 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tinygrad_ssm.optim as optim_pkg
 from tinygrad_ssm import checkpoint as ckpt
 from tinygrad_ssm.data import DEFAULT_VAL_FRACTION, DataError, default_corpus_root, stdlib_sources
 from tinygrad_ssm.data import unigram_entropy_bits
 from tinygrad_ssm.safetensors_io import load_file
 from tinygrad_ssm.tensor import no_grad
+from tinygrad_ssm.optim import AdamW
 from tinygrad_ssm.train import TrainConfig, TrainingDiverged, train
 
 TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=4, seq_len=32, eval_batches=1,
@@ -129,6 +131,85 @@ def test_nan_loss_stops_and_leaves_the_last_checkpoint_untouched(slice_file, tmp
     assert latest.name == "step-000004" and file_digests(latest) == snapshot
     leftovers = [p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".")]
     assert leftovers == []
+
+
+def assert_weights_are_the_checkpoint(model, checkpoint: Path):
+    """The weights in memory are exactly those saved in `checkpoint`: no update was applied since."""
+    saved = load_file(checkpoint / "model.safetensors")
+    named = dict(model.varmap.named_vars())
+    assert set(saved) == set(named)
+    moved = sorted(n for n, t in named.items() if saved[n].tobytes() != np.ascontiguousarray(t.data).tobytes())
+    assert moved == [], f"updated after the last checkpoint: {moved[:8]}"
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_non_finite_gradient_stops_before_the_update(slice_file, tmp_path, monkeypatch, bad):
+    """The loss stays finite, one gradient entry does not: the run must stop before AdamW turns the
+    weights into NaN, and leave the last checkpoint as it was."""
+    seen = {}
+
+    def keep_step_4(info):
+        if info.step == 4:  # the step-4 checkpoint is written before the callback runs
+            seen.update(model=info.model, digests=file_digests(ckpt.resolve_checkpoint(tmp_path)))
+
+    real_clip = optim_pkg.clip_grad_norm_
+
+    def clip_with_one_bad_gradient(params, max_norm, **kw):
+        if "model" in seen:  # step 5: backward is done, the loss was finite
+            grad = next(p.grad for p in params if p.grad is not None)
+            grad.data.flat[0] = bad
+        return real_clip(params, max_norm, **kw)
+
+    # train() imports clip_grad_norm_ from tinygrad_ssm.optim when it starts, so patch it there
+    monkeypatch.setattr(optim_pkg, "clip_grad_norm_", clip_with_one_bad_gradient)
+    with pytest.raises(TrainingDiverged, match=rf"gradient norm is {bad} at step 5 .*step-000004 was left "
+                                               rf"untouched"):
+        train(tiny(slice_file, tmp_path, steps=10, checkpoint_every=2), progress=False, say=quiet,
+              callback=keep_step_4)
+    latest = ckpt.resolve_checkpoint(tmp_path)
+    assert latest.name == "step-000004" and file_digests(latest) == seen["digests"]
+    assert_weights_are_the_checkpoint(seen["model"], latest)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["LATEST", "step-000002",
+                                                                             "step-000004"]
+
+
+def test_ctrl_c_during_the_weight_update_saves_nothing(slice_file, tmp_path, monkeypatch):
+    """Ctrl-C twice while AdamW is half-way through an update (one parameter group updated, the other not):
+    the second Ctrl-C stops at once, and the half-updated weights must not become a checkpoint."""
+    seen, messages = {}, []
+
+    def keep_step_4(info):
+        if info.step == 4:
+            seen.update(model=info.model, digests=file_digests(ckpt.resolve_checkpoint(tmp_path)))
+
+    real_step = AdamW.step
+
+    def step_then_ctrl_c_twice(self):
+        real_step(self)
+        if "model" in seen and "interrupted" not in seen:  # step 5, after the first parameter group
+            seen["interrupted"] = True
+            signal.raise_signal(signal.SIGINT)  # first: "stop after this step"
+            signal.raise_signal(signal.SIGINT)  # second: KeyboardInterrupt, here, mid-update
+
+    monkeypatch.setattr(AdamW, "step", step_then_ctrl_c_twice)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny(slice_file, tmp_path, steps=10, checkpoint_every=2), progress=False, say=messages.append,
+              callback=keep_step_4)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert any("stopped during a weight update at step 5; nothing saved" in m and "step-000004" in m
+               for m in messages), messages
+    latest = ckpt.resolve_checkpoint(tmp_path)
+    assert latest.name == "step-000004" and file_digests(latest) == seen["digests"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["LATEST", "step-000002",
+                                                                             "step-000004"]
+    # the weights really were half-updated: saving them is what must not happen
+    saved = load_file(latest / "model.safetensors")
+    moved = {n for n, t in seen["model"].varmap.named_vars() if saved[n].tobytes() != t.data.tobytes()}
+    assert moved and moved != {n for n, _ in seen["model"].varmap.named_vars()}
+    steps = [r["step"] for r in map(json.loads, (tmp_path / "log.jsonl").read_text().splitlines())
+             if "train_loss" in r]
+    assert steps == [1, 2, 3, 4]
 
 
 def test_bad_data_fails_before_any_work(tmp_path):
