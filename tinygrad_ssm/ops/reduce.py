@@ -58,7 +58,8 @@ class LogSumExp(Function):
     def forward(self, a, axis=None, keepdims=False):
         m = np.max(a, axis=axis, keepdims=True)
         m = np.where(np.isfinite(m), m, 0)  # an all -inf slice gives -inf, not NaN
-        out = m + np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True))
+        with np.errstate(divide="ignore"):  # log(0) = -inf is the answer for an all -inf slice, not a warning
+            out = m + np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True))
         self.save_for_backward(a, out)
         self.axis, self.keepdims, self.ndim = axis, keepdims, a.ndim
         return out if keepdims else np.squeeze(out, axis=tuple(range(a.ndim)) if axis is None else axis)
@@ -111,7 +112,8 @@ class CrossEntropy(Function):
         keep = targets != ignore_index                                  # (N,)
         safe_targets = np.where(keep, targets, 0)
         rows = np.arange(len(targets))
-        losses = -log_probs[rows, safe_targets] * keep                  # (N,)
+        # where, not * keep: an ignored row may read a -inf log-probability, and -inf * 0 is nan
+        losses = np.where(keep, -log_probs[rows, safe_targets], 0)     # (N,)
         count = max(int(keep.sum()), 1) if reduction == "mean" else 1
         self.save_for_backward(log_probs, safe_targets, keep)
         self.reduction, self.count = reduction, count
