@@ -79,6 +79,14 @@ def untied_pair(draw, shape_pairs):
     return a, b
 
 
+
+@st.composite
+def where_inputs(draw):
+    """(condition, x, y) for where(): a bool mask and two float64 arrays, all three broadcasting together."""
+    shape_c, shape_x, shape_y = draw(broadcastable_shapes(3))
+    return draw(hnp.arrays(np.bool_, shape_c)), draw(arrays(shape_x)), draw(arrays(shape_y))
+
+
 # --- axes ------------------------------------------------------------------------------------------------
 
 def axis_arguments(ndim: int):

@@ -1,7 +1,7 @@
 """Forward values of every op in tinygrad_ssm.functional.OPS against independent expected values
 (tests/op_references.py: textbook formulas in Python's math module and explicit loops). Gradient checks only
 compare the backward with the forward, so a wrong forward passes them, and the torch parity tests skip
-without torch: in CI this file is the forward's independent check. `FORWARD_CHECKED` records which test
+without torch: in CI this file is the forward's independent check. `COVERAGE` (tests/op_coverage.py) records which test
 checks which op; `test_every_public_op_has_a_forward_check` fails when an op of the public list has none.
 
 Tolerances: float64 rtol = atol = 1e-12 (the references differ from the ops only by rounding: math.exp vs
@@ -18,11 +18,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from op_coverage import OpCoverage
 from op_references import (causal_conv1d_ref, cross_entropy_ref, cumsum_ref, einsum_ref, gather_ref,
                            log_softmax_ref, logsumexp_ref, lanes_ref, matmul_ref, pointwise, reduce_ref, rms_norm_ref,
                            row_major, sigmoid_ref, softmax_ref, softplus_ref, strict_floats)
 from strategies import (EINSUM_SPECS, arrays, away_from_zero, axis_arguments, broadcastable_shapes, einsum_shapes,
-                        expand_pairs, matmul_shapes, positive, reshape_targets, shape_and_axis, shapes, smooth)
+                        expand_pairs, matmul_shapes, positive, reshape_targets, shape_and_axis, shapes, smooth,
+                        where_inputs)
 from tinygrad_ssm import Tensor
 from tinygrad_ssm import functional as F
 
@@ -30,23 +32,12 @@ RTOL = ATOL = 1e-12
 F32_RTOL = F32_ATOL = 2e-6  # a few float32 ulps, summed over the handful of terms a reduction here adds
 F32_TINY = float(np.finfo(np.float32).tiny)  # below the smallest normal float32 there is no relative precision
 
-FORWARD_CHECKED: dict[str, str] = {}  # op name -> the test that checks its forward value
-
-
-def checks(*names):
-    """Register the decorated test as the forward-value check of `names`."""
-    def register(test):
-        for name in names:
-            FORWARD_CHECKED[name] = test.__name__
-        return test
-    return register
+COVERAGE = OpCoverage("forward-value check")
+checks = COVERAGE.checks
 
 
 def test_every_public_op_has_a_forward_check():
-    missing = sorted(set(F.OPS) - set(FORWARD_CHECKED))
-    unknown = sorted(set(FORWARD_CHECKED) - set(F.OPS))
-    assert not missing, f"ops in functional.OPS without a forward-value check: {missing}"
-    assert not unknown, f"forward checks for names that are not in functional.OPS: {unknown}"
+    COVERAGE.assert_complete()
 
 
 def assert_close(out, expected, dtype=np.float64, rtol=RTOL, atol=ATOL):
@@ -137,9 +128,7 @@ def test_clip_forward(data, bounds):
 @checks("where")
 @given(data=st.data())
 def test_where_forward(data):
-    shape_c, shape_x, shape_y = data.draw(broadcastable_shapes(3), label="shapes")
-    condition = data.draw(hnp.arrays(np.bool_, shape_c), label="condition")
-    x, y = data.draw(arrays(shape_x), label="x"), data.draw(arrays(shape_y), label="y")
+    condition, x, y = data.draw(where_inputs(), label="condition, x, y")
     assert_close(F.where(condition, Tensor(x), Tensor(y)), pointwise(lambda c, a, b: a if c else b, condition, x, y))
 
 

@@ -1,5 +1,5 @@
 """Every op in tinygrad_ssm.functional.OPS, gradchecked in float64 on hypothesis-drawn shapes and values
-(broadcasting included for the binary ops). `GRADCHECKED` records which test checks which op, and
+(broadcasting included for the binary ops). `COVERAGE` (tests/op_coverage.py) records which test checks which op, and
 `test_every_public_op_has_a_gradient_check` fails when an op of the public list has none."""
 from __future__ import annotations
 
@@ -9,30 +9,21 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from op_coverage import OpCoverage
 from gradcheck import gradcheck
 from strategies import (EINSUM_SPECS, arrays, away_from, away_from_zero, axis_arguments, broadcastable_shapes,
                         distinct_arrays, einsum_shapes, expand_pairs, matmul_shapes, positive, reshape_targets,
-                        shape_and_axis, shapes, smooth, untied_pair)
+                        shape_and_axis, shapes, smooth, untied_pair,
+                        where_inputs)
 from tinygrad_ssm import Function, Tensor
 from tinygrad_ssm import functional as F
 
-GRADCHECKED: dict[str, str] = {}  # op name -> the test that gradchecks it
-
-
-def checks(*names):
-    """Register the decorated test as the gradient check of `names`."""
-    def register(test):
-        for name in names:
-            GRADCHECKED[name] = test.__name__
-        return test
-    return register
+COVERAGE = OpCoverage("gradient check")
+checks = COVERAGE.checks
 
 
 def test_every_public_op_has_a_gradient_check():
-    missing = sorted(set(F.OPS) - set(GRADCHECKED))
-    unknown = sorted(set(GRADCHECKED) - set(F.OPS))
-    assert not missing, f"ops in functional.OPS without a gradient check: {missing}"
-    assert not unknown, f"gradient checks for names that are not in functional.OPS: {unknown}"
+    COVERAGE.assert_complete()
 
 
 class _SquareWithWrongBackward(Function):
@@ -125,9 +116,7 @@ def test_maximum_minimum_grad(name, data):
 @checks("where")
 @given(data=st.data())
 def test_where_grad(data):
-    shape_c, shape_x, shape_y = data.draw(broadcastable_shapes(3), label="shapes")
-    condition = data.draw(hnp.arrays(np.bool_, shape_c), label="condition")
-    x, y = data.draw(arrays(shape_x), label="x"), data.draw(arrays(shape_y), label="y")
+    condition, x, y = data.draw(where_inputs(), label="condition, x, y")
     gradcheck(lambda x, y: F.where(condition, x, y), x, y)
 
 
