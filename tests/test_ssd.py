@@ -185,3 +185,63 @@ def test_bad_chunk_size_and_backend():
         ssd(**inputs, chunk_size=0)
     with pytest.raises(ValueError, match="unknown backend 'cuda-please'"):
         ssd(**inputs, backend="cuda-please")
+
+
+# --- the kernel interface: a kernel backend wrapped by the one SSD op ---------------------------------------
+
+@pytest.fixture
+def numpy_kernel_backend():
+    """A test-only kernel backend (tests/ssd_numpy_kernel.py) registered for the duration of a test."""
+    import ssd_numpy_kernel
+    from tinygrad_ssm.kernels import BACKENDS, Backend, register_backend
+    record = register_backend(Backend("numpy-test", priority=-10, available=lambda: True,
+                                      forward=ssd_numpy_kernel.forward, backward=ssd_numpy_kernel.backward))
+    yield record.name
+    del BACKENDS[record.name]
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["zero-state", "initial-state"])
+@pytest.mark.parametrize("with_D", [False, True], ids=["no-D", "D"])
+def test_kernel_backend_through_the_ssd_op_matches_the_reference(numpy_kernel_backend, with_state, with_D):
+    """Forward and every gradient of a kernel backend (through SSD.apply) equal the engine-op reference."""
+    inputs = make_inputs(np.random.default_rng(9), l=2 * Q + 3, g=2, initial_state=with_state)
+    if not with_D:
+        inputs["D"] = None
+    names = [k for k, v in inputs.items() if v is not None]
+    weights = np.random.default_rng(10)
+    w_y, w_state = weights.standard_normal(inputs["x"].shape), weights.standard_normal((2, 4, 3, 5))
+    results = {}
+    for backend in ("reference", numpy_kernel_backend):
+        tensors = {k: tg.Tensor(inputs[k].copy(), requires_grad=True) for k in names}
+        y, state = ssd(**tensors, chunk_size=Q, backend=backend)
+        ((y * w_y).sum() + (state * w_state).sum()).backward()
+        results[backend] = (y.data, state.data, {k: tensors[k].grad.data for k in names})
+    (y_ref, s_ref, g_ref), (y_k, s_k, g_k) = results.values()
+    assert np.abs(y_ref - y_k).max() < 1e-10 and np.abs(s_ref - s_k).max() < 1e-10
+    for k in names:
+        assert np.abs(g_ref[k] - g_k[k]).max() < 1e-10, k
+
+
+def test_kernel_backend_gradcheck_and_unused_final_state(numpy_kernel_backend):
+    inputs = make_inputs(np.random.default_rng(11), b=1, l=5, h=2, p=2, g=1, n=3)
+    names = list(inputs)
+    gradcheck(lambda *ts: ssd(**dict(zip(names, ts)), backend=numpy_kernel_backend)[0], *inputs.values())
+    gradcheck(lambda *ts: ssd(**dict(zip(names, ts)), backend=numpy_kernel_backend)[1], *inputs.values())
+
+
+def test_registry_auto_takes_the_available_backend_of_highest_priority():
+    from tinygrad_ssm.kernels import BACKENDS, Backend, available_backends, register_backend, resolve_backend
+    names = available_backends()
+    assert names and all(BACKENDS[n].available() for n in names)
+    priorities = [BACKENDS[n].priority for n in names]
+    assert priorities == sorted(priorities, reverse=True)
+    assert resolve_backend("auto").name == names[0]
+    register_backend(Backend("never-here", priority=10**6, available=lambda: False, ops=lambda *a: None))
+    try:
+        assert resolve_backend("auto").name == names[0]            # unavailable: never chosen by auto
+        with pytest.raises(RuntimeError, match="'never-here' is not available here"):
+            resolve_backend("never-here")
+        with pytest.raises(ValueError, match="exists already"):
+            register_backend(Backend("never-here", priority=0, available=lambda: True, ops=lambda *a: None))
+    finally:
+        del BACKENDS["never-here"]

@@ -9,6 +9,7 @@ summing the gradients that reach a tensor from several uses. Broadcasting is und
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import numpy as np
 
@@ -67,6 +68,10 @@ class Function:
     """One differentiable op. Subclasses write `forward(ctx, *arrays, **kw) -> array` and
     `backward(ctx, grad) -> one gradient per tensor input (or None)`, next to each other.
 
+    An op with several outputs returns a tuple of arrays from forward, and its backward takes one gradient
+    per output, `backward(ctx, *grads)`, as PyTorch's do: an output that did not reach the loss gets zeros
+    of its shape (torch's materialized grads), so backward never tests for None.
+
     Inside forward, `ctx.save_for_backward(...)` keeps arrays for backward; if one of them is an input's
     or the output's own array, its tensor's version is checked at backward time, so an in-place change
     in between raises instead of giving a wrong gradient (PyTorch's version counter).
@@ -81,6 +86,8 @@ class Function:
         self.needs_input_grad: tuple = ()
         self._checked_versions: list = []  # (version box, version at forward time, shape, dtype)
         self._freed = False
+        self.outputs: tuple = ()       # weak references to the output tensors
+        self.output_specs: tuple = ()  # (shape, dtype) of each output, for the zeros of an unused one
 
     def save_for_backward(self, *arrays):
         self.saved = arrays
@@ -90,30 +97,36 @@ class Function:
         return type(self).__name__
 
     @classmethod
-    def apply(cls, *inputs, **kwargs) -> "Tensor":
-        """Run forward on the inputs' arrays; record the op on the result when an input requires grad."""
+    def apply(cls, *inputs, **kwargs):
+        """Run forward on the inputs' arrays; record the op on the result when an input requires grad.
+        A forward that returns a tuple of arrays gives a tuple of tensors (one op, several outputs)."""
         ctx = cls()
         arrays = [t.data if isinstance(t, Tensor) else t for t in inputs]
         out_data = ctx.forward(*arrays, **kwargs)
         record = is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in inputs)
-        out = Tensor(out_data, requires_grad=record)
+        several = isinstance(out_data, tuple)
+        outs = tuple(Tensor(a, requires_grad=record) for a in (out_data if several else (out_data,)))
         if ctx.is_view and isinstance(inputs[0], Tensor):
-            out._version = inputs[0]._version  # a view shares its base's version counter, as in torch
+            outs[0]._version = inputs[0]._version  # a view shares its base's version counter, as in torch
         if record:
             ctx.inputs = inputs
             ctx.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
-            ctx._remember_versions(out)
-            out._ctx = ctx
+            ctx._remember_versions(outs)
+            # weak references: strong ones would make a cycle (out -> _ctx -> out) that only the cyclic GC
+            # frees, so whole graphs would pile up. An output nobody holds any more got no gradient.
+            ctx.outputs = tuple(weakref.ref(o) for o in outs)
+            ctx.output_specs = tuple((o.shape, o.dtype) for o in outs)
+            for o in outs:
+                o._ctx = ctx
         else:
             ctx.saved = ()
-        return out
+        return outs if several else outs[0]
 
-    def _remember_versions(self, out: "Tensor"):
+    def _remember_versions(self, outs: tuple):
         saved_ids = {id(a) for a in self.saved if isinstance(a, np.ndarray)}
-        for t in (*self.inputs, out):
+        for t in (*self.inputs, *outs):
             if isinstance(t, Tensor) and id(t.data) in saved_ids:
-                # the version box, not the tensor: holding `out` here would make a reference cycle
-                # (out -> _ctx -> out) that only the cyclic GC frees, so whole graphs would pile up
+                # the version box, not the tensor (see `outputs` in apply)
                 self._checked_versions.append((t._version, t._version[0], t.shape, t.dtype))
 
     def _check_versions(self):
@@ -414,63 +427,92 @@ def _index_arrays(index):
 # ----------------------------------------------------------------------------------------------------------
 # the backward walk
 
-def _topological_order(root: Tensor) -> list[Tensor]:
-    """Every recorded tensor that `root` depends on, each after all the tensors it was made from.
+def _topological_order(root: Tensor) -> list[Function]:
+    """Every recorded op that `root` depends on, each after all the ops that made its inputs.
     Iterative, so a graph thousands of ops deep (a sequential scan) does not hit the recursion limit."""
     order, visited = [], set()
-    stack = [(root, False)]
+    stack = [(root._ctx, False)]
     while stack:
-        node, children_done = stack.pop()
-        if children_done:
-            order.append(node)
+        ctx, inputs_done = stack.pop()
+        if inputs_done:
+            order.append(ctx)
             continue
-        if id(node) in visited:
+        if id(ctx) in visited:
             continue
-        visited.add(id(node))
-        stack.append((node, True))
-        if node._ctx is not None:
-            for parent in node._ctx.inputs:
-                if isinstance(parent, Tensor) and parent.requires_grad and id(parent) not in visited:
-                    stack.append((parent, False))
+        visited.add(id(ctx))
+        stack.append((ctx, True))
+        for parent in ctx.inputs:
+            if isinstance(parent, Tensor) and parent.requires_grad and parent._ctx is not None \
+                    and id(parent._ctx) not in visited:
+                stack.append((parent._ctx, False))
     return order
 
 
+def _accumulate(tensor: Tensor, grad: np.ndarray):
+    """A leaf's (or a retain_grad tensor's) .grad += grad, in the tensor's own dtype."""
+    g = grad.astype(tensor.dtype, copy=True)
+    tensor._grad = Tensor(g if tensor._grad is None else tensor._grad.data + g)
+
+
 def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
+    """Call every op's backward once, from the root back to the leaves.
+
+    Gradients are summed per tensor in `grads` until the op that made the tensor runs: the reverse topological
+    order guarantees that every use of a tensor has passed its gradient back by then. An op with several
+    outputs gets one gradient per output (zeros for an output that did not reach the root). A leaf's
+    gradient is final once every op that used it has run: it is written to `.grad` at that moment."""
     grads: dict[int, np.ndarray] = {id(root): seed}
-    for node in reversed(_topological_order(root)):
-        grad = grads.pop(id(node), None)
-        if grad is None:
-            continue
-        if node._ctx is None or node._retains_grad:  # a leaf (or a non-leaf that asked) keeps its gradient
-            g = Tensor(grad.astype(node.dtype, copy=True))
-            if node._grad is None:
-                node._grad = g
-            else:
-                node._grad = Tensor(node._grad.data + g.data)
-        ctx = node._ctx
-        if ctx is None:
-            continue
-        if ctx._freed:
-            raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
-                               "tensors after they have already been freed). Saved intermediate values of the "
-                               "graph are freed when you call .backward(). Specify retain_graph=True if you need "
-                               "to backward through the graph a second time.")
-        ctx._check_versions()
-        with no_grad():
-            input_grads = ctx.backward(grad)
-        if not isinstance(input_grads, tuple):
-            input_grads = (input_grads,)
-        for parent, g in zip(ctx.inputs, input_grads):
-            if g is None or not (isinstance(parent, Tensor) and parent.requires_grad):
+    if root._ctx is None:  # backward() on a leaf: its gradient is the seed
+        _accumulate(root, seed)
+        return
+    order = _topological_order(root)
+    uses_left: dict[int, int] = {}  # leaf id -> ops in the graph that still have to pass it a gradient
+    for ctx in order:
+        for parent in ctx.inputs:
+            if isinstance(parent, Tensor) and parent.requires_grad and parent._ctx is None:
+                uses_left[id(parent)] = uses_left.get(id(parent), 0) + 1
+
+    for ctx in reversed(order):
+        outputs = [ref() for ref in ctx.outputs]
+        out_grads = [None if o is None else grads.pop(id(o), None) for o in outputs]
+        for o, g in zip(outputs, out_grads):
+            if o is not None and g is not None and o._retains_grad:
+                _accumulate(o, g)
+        if any(g is not None for g in out_grads):
+            if ctx._freed:
+                raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
+                                   "tensors after they have already been freed). Saved intermediate values of the "
+                                   "graph are freed when you call .backward(). Specify retain_graph=True if you need "
+                                   "to backward through the graph a second time.")
+            ctx._check_versions()
+            if len(out_grads) > 1:  # materialise the gradients of outputs that did not reach the root
+                out_grads = [np.zeros(shape, dtype) if g is None else g
+                             for g, (shape, dtype) in zip(out_grads, ctx.output_specs)]
+            with no_grad():
+                input_grads = ctx.backward(*out_grads)
+            if not isinstance(input_grads, tuple):
+                input_grads = (input_grads,)
+            if not retain_graph and ctx.saved:  # as torch: only an op that saved arrays can't run twice
+                ctx.saved = ()
+                ctx._freed = True
+        else:  # no gradient reached this op's outputs (e.g. an integer index): its inputs get none from it
+            input_grads = ()
+        for i, parent in enumerate(ctx.inputs):
+            if not (isinstance(parent, Tensor) and parent.requires_grad):
                 continue
-            g = unbroadcast(np.asarray(g), parent.shape)
-            if g.dtype != parent.dtype:
-                g = g.astype(parent.dtype)
-            previous = grads.get(id(parent))
-            grads[id(parent)] = g if previous is None else previous + g
-        if not retain_graph and ctx.saved:  # as torch: only an op that saved arrays can't run twice
-            ctx.saved = ()
-            ctx._freed = True
+            g = input_grads[i] if i < len(input_grads) else None
+            if g is not None:
+                g = unbroadcast(np.asarray(g), parent.shape)
+                if g.dtype != parent.dtype:
+                    g = g.astype(parent.dtype)
+                previous = grads.get(id(parent))
+                grads[id(parent)] = g if previous is None else previous + g
+            if parent._ctx is None:
+                uses_left[id(parent)] -= 1
+                if uses_left[id(parent)] == 0:  # every use has been walked: the leaf's gradient is final
+                    final = grads.pop(id(parent), None)
+                    if final is not None:
+                        _accumulate(parent, final)
 
 
 from . import functional as F  # noqa: E402  (the ops import Tensor and Function from this module)

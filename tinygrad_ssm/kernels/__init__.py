@@ -1,32 +1,107 @@
 """`ssd(...)`: the Mamba-2 scan as one differentiable call, with interchangeable backends.
 
-- "reference": the chunked algorithm composed of engine ops (reference.py) — what a reader studies.
-- "scan": the sequential recurrence (scan.py), slow, for checking.
-- "auto": the fastest backend available (for now "reference"); faster kernels register in BACKENDS.
-Every backend takes validated tensors of one float dtype and returns (y, final_state).
+Every implementation of the scan is one `Backend` record in `BACKENDS`, of one of two kinds:
+- engine-op backends (`ops`): the scan composed of engine ops on Tensors, so autograd records it and the
+  backward comes for free. "reference" (reference.py, the chunked algorithm a reader studies and the spec
+  every kernel is tested against) and "scan" (scan.py, the sequential recurrence, slow, for checking).
+- kernel backends (`forward` and `backward` on plain arrays): the one differentiable op `SSD` below wraps
+  them, so a new backend is two functions and a record (numba on the CPU, numba on CUDA).
+`ssd(..., backend="auto")` takes the available backend of highest priority; the model, the CLI and the tests
+all read this registry.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
-from ..tensor import Tensor
+from ..tensor import Function, Tensor
 from .reference import ssd_chunked
 from .scan import ssd_scan
 
-BACKENDS = {"reference": ssd_chunked, "scan": ssd_scan}
-AUTO_ORDER = ("reference",)  # fastest first; "auto" takes the first one registered
+
+@dataclass(frozen=True)
+class Backend:
+    """One implementation of the scan.
+
+    name: what `ssd(backend=...)`, the model and the CLI call it.
+    priority: "auto" takes the available backend with the highest priority.
+    available: () -> bool, whether it can run here (e.g. numba importable, a GPU present); cheap.
+    ops: for an engine-op backend, (x, dt, A, B, C, D, initial_state, chunk_size) Tensors -> (y, final_state).
+    forward: for a kernel backend, the same arguments as arrays -> (y, final_state, saved), where `saved` is a
+        tuple of arrays that backward needs (inputs saved as themselves, so in-place changes are caught).
+    backward: (saved, dy, d_final_state) -> the gradients of (x, dt, A, B, C, D, initial_state), arrays,
+        None for D / initial_state when the call had none.
+    """
+    name: str
+    priority: int
+    available: Callable[[], bool]
+    ops: Callable | None = None
+    forward: Callable | None = None
+    backward: Callable | None = None
+    description: str = ""
+
+    def __post_init__(self):
+        if (self.ops is None) == (self.forward is None or self.backward is None):
+            raise ValueError(f"Backend {self.name!r}: give either ops, or forward and backward")
+
+
+BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(backend: Backend) -> Backend:
+    if backend.name in BACKENDS or backend.name == "auto":
+        raise ValueError(f"register_backend: a backend named {backend.name!r} exists already")
+    BACKENDS[backend.name] = backend
+    return backend
+
+
+def _always() -> bool:
+    return True
+
+
+register_backend(Backend("reference", priority=0, available=_always, ops=ssd_chunked,
+                         description="chunked SSD of engine ops (ssd_minimal's algorithm): the spec"))
+register_backend(Backend("scan", priority=-1, available=_always, ops=ssd_scan,
+                         description="the sequential recurrence of engine ops, one step at a time: for checking"))
 
 
 def available_backends() -> list[str]:
-    return list(BACKENDS)
+    """Names of the backends that can run here, fastest (highest priority) first."""
+    ready = [b for b in BACKENDS.values() if b.available()]
+    return [b.name for b in sorted(ready, key=lambda b: -b.priority)]
 
 
-def _resolve_backend(backend: str):
+def resolve_backend(backend: str) -> Backend:
+    """"auto" -> the available backend of highest priority; a name -> its record (an error if unknown or
+    unavailable here)."""
+    if not isinstance(backend, str):
+        raise TypeError(f"ssd: backend must be a str ('auto' or one of {sorted(BACKENDS)}), got {backend!r}")
     if backend == "auto":
-        backend = next(name for name in AUTO_ORDER if name in BACKENDS)
+        return BACKENDS[available_backends()[0]]
     if backend not in BACKENDS:
         raise ValueError(f"ssd: unknown backend {backend!r}; choose 'auto' or one of {sorted(BACKENDS)}")
-    return BACKENDS[backend]
+    record = BACKENDS[backend]
+    if not record.available():
+        raise RuntimeError(f"ssd: backend {backend!r} is not available here ({record.description}); "
+                           f"available: {available_backends()}")
+    return record
+
+
+class SSD(Function):
+    """The scan as one op over a kernel backend's array functions: forward gives (y, final_state), and
+    backward receives both outputs' gradients (zeros for an unused one) and returns one gradient per input
+    x, dt, A, B, C, D, initial_state (None for an input that is None)."""
+
+    def forward(self, x, dt, A, B, C, D, initial_state, kernel: Backend = None, chunk_size: int = 256):
+        self.kernel = kernel
+        y, final_state, saved = kernel.forward(x, dt, A, B, C, D, initial_state, chunk_size)
+        self.save_for_backward(*saved)
+        return y, final_state                                           # (b, l, h, p), (b, h, p, n)
+
+    def backward(self, grad_y, grad_final_state):
+        return tuple(self.kernel.backward(self.saved, grad_y, grad_final_state))
 
 
 def _tensor(name: str, value) -> Tensor:
@@ -52,7 +127,7 @@ def ssd(x, dt, A, B, C, D=None, initial_state=None, chunk_size: int = 256, backe
     chunk_size bounds the chunks of the chunked backends (they split l into equal chunks no longer than it).
     Gradients reach every tensor input. Everything is computed in the widest input dtype, float32 at least
     (dt, A and their cumulative sums must not be lower)."""
-    run = _resolve_backend(backend)
+    run = resolve_backend(backend)
     if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool) or chunk_size < 1:
         raise ValueError(f"ssd: chunk_size must be a positive int, got {chunk_size!r}")
     x, dt, A, B, C = (_tensor(name, v) for name, v in zip("x dt A B C".split(), (x, dt, A, B, C)))
@@ -83,7 +158,10 @@ def ssd(x, dt, A, B, C, D=None, initial_state=None, chunk_size: int = 256, backe
     x, dt, A, B, C = (t.astype(dtype) for t in (x, dt, A, B, C))
     D = None if D is None else D.astype(dtype)
     initial_state = None if initial_state is None else initial_state.astype(dtype)
-    return run(x, dt, A, B, C, D, initial_state, int(chunk_size))
+    if run.ops is not None:
+        return run.ops(x, dt, A, B, C, D, initial_state, int(chunk_size))
+    return SSD.apply(x, dt, A, B, C, D, initial_state, kernel=run, chunk_size=int(chunk_size))
 
 
-__all__ = ["ssd", "ssd_chunked", "ssd_scan", "BACKENDS", "available_backends"]
+__all__ = ["ssd", "ssd_chunked", "ssd_scan", "Backend", "BACKENDS", "SSD", "available_backends", "register_backend",
+           "resolve_backend"]
