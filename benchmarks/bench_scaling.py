@@ -1,0 +1,158 @@
+"""Scaling with sequence length, beside transformers' Mamba2 on the same weights:
+- a training step (forward + backward + AdamW update, batch 1) at l = 256 .. 8,192: time and peak memory, and
+  the fitted exponent of time in l (1 is linear, the goal);
+- generation: peak memory against the number of generated tokens (flat is the goal: the state is O(1)).
+
+    python benchmarks/bench_scaling.py [--quick] [--json PATH]
+
+Each (side, size) runs in its own fresh process, so the peak memory of one does not hide the next
+(common.peak_increment). Model: the default run's (vocab 256, d_model 256, 4 layers, d_state 64, headdim 64,
+chunk 64), float32.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from common import default_json, fitted_exponent, peak_increment, timeit, write_result
+
+MODEL = dict(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, ngroups=1, chunk_size=64,
+             tie_embeddings=True)
+LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
+GENERATED = (128, 512, 2048)
+PROMPT = 16
+
+
+def _pair(side: str):
+    """Our model, or transformers' with our weights (benchmarks/parity_transformers.build_pair)."""
+    from parity_transformers import build_pair
+    if side == "ours":
+        from tinygrad_ssm.models import Mamba2Config, Mamba2LMHeadModel
+        from tinygrad_ssm.registry import VarMap
+        return Mamba2LMHeadModel(Mamba2Config(**MODEL), VarMap(seed=0), dtype="float32")
+    return build_pair("float32", seed=0, config=MODEL)[1]
+
+
+def child_step(side: str, seqlen: int, repeat: int) -> dict:
+    import numpy as np
+    rng = np.random.default_rng(0)
+    window = rng.integers(0, 256, (1, seqlen + 1))
+    ids, targets = window[:, :-1], window[:, 1:]
+    model = _pair(side)
+    if side == "ours":
+        from tinygrad_ssm.optim import AdamW
+        opt = AdamW(model.varmap, lr=1e-3)
+
+        def step():
+            opt.zero_grad()
+            model.loss(ids, targets).backward()
+            opt.step()
+    else:
+        import torch
+        from parity_transformers import their_loss
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step():
+            opt.zero_grad()
+            their_loss(model, ids, targets).backward()
+            opt.step()
+    peak = peak_increment(step)                                          # the first step, in a fresh process
+    return {"peak_bytes": peak, **timeit(step, repeat=repeat, warmup=0)}
+
+
+def child_generate(side: str, new_tokens: int) -> dict:
+    import numpy as np
+    prompt = np.random.default_rng(0).integers(0, 256, (1, PROMPT))
+    model = _pair(side)
+    if side == "ours":
+        run = lambda: model.generate(prompt, new_tokens, temperature=0)  # noqa: E731
+    else:
+        import torch
+        def run():
+            with torch.no_grad():
+                model.generate(torch.from_numpy(prompt), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                               do_sample=False, pad_token_id=0)
+    peak = peak_increment(run)
+    return {"peak_bytes": peak}
+
+
+def _in_child(*args) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", *map(str, args)], capture_output=True, text=True,
+                         cwd=Path(__file__).parent)
+    if out.returncode:
+        raise RuntimeError(f"bench_scaling child {args} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="two lengths, one repeat: a smoke run")
+    parser.add_argument("--json", default=default_json("bench_scaling"))
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        kind, side, size, *rest = args.child
+        result = child_step(side, int(size), int(rest[0])) if kind == "step" else child_generate(side, int(size))
+        print(json.dumps(result))
+        return
+    import importlib.util
+    if importlib.util.find_spec("transformers") and importlib.util.find_spec("torch"):
+        sides = ("ours", "transformers")
+    else:
+        sides = ("ours",)
+        print("transformers is not installed (pip install -e '.[bench]'): our side only")
+    lengths = LENGTHS[:2] if args.quick else LENGTHS
+    generated = GENERATED[:2] if args.quick else GENERATED
+    repeat = 1 if args.quick else 3
+    step = {side: {} for side in sides}
+    for seqlen in lengths:
+        for side in sides:
+            print(f"  step {side} l={seqlen} ...", flush=True)
+            step[side][seqlen] = _in_child("step", side, seqlen, repeat)
+    gen = {side: {} for side in sides}
+    for n in generated:
+        for side in sides:
+            print(f"  generate {side} {n} tokens ...", flush=True)
+            gen[side][n] = _in_child("generate", side, n)
+
+    exponents = {side: fitted_exponent(lengths, [step[side][l]["median"] for l in lengths]) for side in sides}
+    rows = []
+    for seqlen in lengths:
+        row = [seqlen]
+        for side in sides:
+            row += [step[side][seqlen]["median"], step[side][seqlen]["peak_bytes"] / 2**20]
+        if len(sides) == 2:
+            row.append(step["ours"][seqlen]["median"] / step["transformers"][seqlen]["median"])
+        rows.append(row)
+    columns = ["l"] + [f"{s} {what}" for s in sides for what in ("s/step", "peak MiB")]
+    columns += ["time ratio"] if len(sides) == 2 else []
+    gen_rows = [[n] + [gen[side][n]["peak_bytes"] / 2**20 for side in sides] for n in generated]
+    plots = [
+        {"file": "bench_scaling_step_time.png", "title": "Training step time vs sequence length (batch 1)",
+         "xlabel": "sequence length", "ylabel": "seconds per step", "logx": True, "logy": True,
+         "series": {s: [[l, step[s][l]["median"]] for l in lengths] for s in sides}},
+        {"file": "bench_scaling_step_memory.png", "title": "Training step peak memory vs sequence length",
+         "xlabel": "sequence length", "ylabel": "peak MiB above the model", "logx": True, "logy": True,
+         "series": {s: [[l, step[s][l]["peak_bytes"] / 2**20] for l in lengths] for s in sides}},
+        {"file": "bench_scaling_generation_memory.png", "title": "Generation peak memory vs generated tokens",
+         "xlabel": "generated tokens", "ylabel": "peak MiB above the model", "logx": True, "logy": False,
+         "series": {s: [[n, gen[s][n]["peak_bytes"] / 2**20] for n in generated] for s in sides}},
+    ]
+    notes = ["fitted exponent of step time in l: " + ", ".join(f"{s} {e:.2f}" for s, e in exponents.items())
+             + " (1 = linear)",
+             "peak MiB: the process's peak resident memory during the first step above its size before it, each "
+             "(side, l) in a fresh process",
+             "generation peak MiB by generated tokens: " + "; ".join(
+                 f"{s} " + ", ".join(f"{n}: {gen[s][n]['peak_bytes'] / 2**20:.1f}" for n in generated) for s in sides)]
+    write_result(args.json, "bench_scaling", f"Scaling with sequence length, float32, model {MODEL}", columns, rows,
+                 notes=notes, plots=plots, step=step, generation=gen, exponents=exponents,
+                 extra_tables=[{"title": "Generation (batch 1, greedy): peak memory against generated tokens",
+                                "columns": ["generated tokens"] + [f"{s} peak MiB" for s in sides],
+                                "rows": gen_rows}])
+
+
+if __name__ == "__main__":
+    main()
