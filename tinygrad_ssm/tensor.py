@@ -105,7 +105,8 @@ class Function:
         out_data = ctx.forward(*arrays, **kwargs)
         record = is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in inputs)
         several = isinstance(out_data, tuple)
-        outs = tuple(Tensor(a, requires_grad=record) for a in (out_data if several else (out_data,)))
+        outs = tuple(Tensor(a, requires_grad=record) for a in out_data) if several else \
+            (Tensor(out_data, requires_grad=record),)
         if ctx.is_view and isinstance(inputs[0], Tensor):
             outs[0]._version = inputs[0]._version  # a view shares its base's version counter, as in torch
         if record:
@@ -115,7 +116,8 @@ class Function:
             # weak references: strong ones would make a cycle (out -> _ctx -> out) that only the cyclic GC
             # frees, so whole graphs would pile up. An output nobody holds any more got no gradient.
             ctx.outputs = tuple(weakref.ref(o) for o in outs)
-            ctx.output_specs = tuple((o.shape, o.dtype) for o in outs)
+            if several:
+                ctx.output_specs = tuple((o.shape, o.dtype) for o in outs)
             for o in outs:
                 o._ctx = ctx
         else:
@@ -427,10 +429,11 @@ def _index_arrays(index):
 # ----------------------------------------------------------------------------------------------------------
 # the backward walk
 
-def _topological_order(root: Tensor) -> list[Function]:
-    """Every recorded op that `root` depends on, each after all the ops that made its inputs.
+def _topological_order(root: Tensor) -> tuple[list[Function], dict[int, int]]:
+    """Every recorded op that `root` depends on, each after all the ops that made its inputs; and for each leaf
+    that requires grad, how many uses of it those ops make (its gradient is final once they have all run).
     Iterative, so a graph thousands of ops deep (a sequential scan) does not hit the recursion limit."""
-    order, visited = [], set()
+    order, visited, leaf_uses = [], set(), {}
     stack = [(root._ctx, False)]
     while stack:
         ctx, inputs_done = stack.pop()
@@ -441,11 +444,13 @@ def _topological_order(root: Tensor) -> list[Function]:
             continue
         visited.add(id(ctx))
         stack.append((ctx, True))
-        for parent in ctx.inputs:
-            if isinstance(parent, Tensor) and parent.requires_grad and parent._ctx is not None \
-                    and id(parent._ctx) not in visited:
-                stack.append((parent._ctx, False))
-    return order
+        for parent, needs in zip(ctx.inputs, ctx.needs_input_grad):  # the graph as recorded at forward time
+            if needs:
+                if parent._ctx is None:
+                    leaf_uses[id(parent)] = leaf_uses.get(id(parent), 0) + 1
+                elif id(parent._ctx) not in visited:
+                    stack.append((parent._ctx, False))
+    return order, leaf_uses
 
 
 def _accumulate(tensor: Tensor, grad: np.ndarray):
@@ -465,20 +470,19 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
     if root._ctx is None:  # backward() on a leaf: its gradient is the seed
         _accumulate(root, seed)
         return
-    order = _topological_order(root)
-    uses_left: dict[int, int] = {}  # leaf id -> ops in the graph that still have to pass it a gradient
-    for ctx in order:
-        for parent in ctx.inputs:
-            if isinstance(parent, Tensor) and parent.requires_grad and parent._ctx is None:
-                uses_left[id(parent)] = uses_left.get(id(parent), 0) + 1
+    order, uses_left = _topological_order(root)  # uses_left: leaf id -> ops that still owe it a gradient
+    with no_grad():  # backward formulas compute on arrays; nothing in the walk is recorded
+        _walk(order, grads, uses_left, retain_graph)
 
+
+def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
     for ctx in reversed(order):
         outputs = [ref() for ref in ctx.outputs]
         out_grads = [None if o is None else grads.pop(id(o), None) for o in outputs]
         for o, g in zip(outputs, out_grads):
-            if o is not None and g is not None and o._retains_grad:
+            if g is not None and o._retains_grad:
                 _accumulate(o, g)
-        if any(g is not None for g in out_grads):
+        if out_grads[0] is not None or any(g is not None for g in out_grads):
             if ctx._freed:
                 raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
                                    "tensors after they have already been freed). Saved intermediate values of the "
@@ -488,8 +492,7 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
             if len(out_grads) > 1:  # materialise the gradients of outputs that did not reach the root
                 out_grads = [np.zeros(shape, dtype) if g is None else g
                              for g, (shape, dtype) in zip(out_grads, ctx.output_specs)]
-            with no_grad():
-                input_grads = ctx.backward(*out_grads)
+            input_grads = ctx.backward(*out_grads)
             if not isinstance(input_grads, tuple):
                 input_grads = (input_grads,)
             if not retain_graph and ctx.saved:  # as torch: only an op that saved arrays can't run twice
@@ -497,10 +500,9 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
                 ctx._freed = True
         else:  # no gradient reached this op's outputs (e.g. an integer index): its inputs get none from it
             input_grads = ()
-        for i, parent in enumerate(ctx.inputs):
-            if not (isinstance(parent, Tensor) and parent.requires_grad):
+        for parent, needs, g in zip(ctx.inputs, ctx.needs_input_grad, input_grads + (None,) * len(ctx.inputs)):
+            if not needs:
                 continue
-            g = input_grads[i] if i < len(input_grads) else None
             if g is not None:
                 g = unbroadcast(np.asarray(g), parent.shape)
                 if g.dtype != parent.dtype:
