@@ -39,7 +39,7 @@ VOCAB_SIZE = 256  # bytes
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a run. The defaults are the README's first command: ~5 minutes on 2 cores.
+    """Everything that defines a run. The defaults are the README's first command: about four minutes on 2 cores.
 
     How they were chosen (measured on the default corpus, 100 steps of 4,096 bytes; ~1.3-1.6 s per step on
     2 idle cores, so 150 steps + 6 evaluations take ~4-4.5 minutes there):
