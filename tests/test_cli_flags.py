@@ -148,7 +148,8 @@ def test_generate_escapes_control_bytes_on_the_terminal(monkeypatch, capsys):
     (["--seed", "-1"], "--seed must be >= 0, got -1"),
     (["--max-new-tokens", "-1"], "--max-new-tokens must be >= 0, got -1"),
     (["--backend", "nope"], "--backend must be 'auto' or one of"),
-    (["--prompt", "caf" + os.fsdecode(b"\xe9")], "--prompt holds the byte 0xe9 (character 3), which is not valid UTF-8"),
+    (["--prompt", "caf" + os.fsdecode(b"\xe9")],
+     "--prompt holds the byte 0xe9 (character 3), which is not valid UTF-8"),
 ])
 def test_bad_generate_flags_are_named(tmp_path, capsys, flags, message):
     assert cli.main(["generate", "--checkpoint", str(tmp_path / "missing"), *flags]) == cli.EXIT_USAGE

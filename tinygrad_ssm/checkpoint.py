@@ -147,9 +147,9 @@ def load_trainer_state(checkpoint_dir: Path) -> dict:
         try:
             require_regular_file(checkpoint_dir / name, "checkpoint file", CheckpointNotFound)
         except CheckpointNotFound as e:
+            others = _checkpoint_names(run_dir_of(checkpoint_dir))
             raise CheckpointNotFound(f"{e}: the checkpoint {str(checkpoint_dir)!r} is incomplete; resume from "
-                                     f"another one (checkpoints of this run: {_checkpoint_names(run_dir_of(checkpoint_dir))})"
-                                     ) from None
+                                     f"another one (checkpoints of this run: {others})") from None
     path = checkpoint_dir / STATE_FILE
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
