@@ -123,6 +123,9 @@ def test_latest_must_name_a_checkpoint_beside_it(run, tmp_path, pointer):
     assert sorted(p.name for p in (elsewhere / "checkpoints").iterdir()) == ["LATEST", "step-000001", "step-000002"]
 
 
+BAD_RUN = r"its 'train_config' is not a valid run \("
+
+
 @pytest.mark.parametrize("damage,message", [
     (lambda s: s.pop("sampler"), "'sampler' is missing"),
     (lambda s: s.update(step="2"), "'step' must be an integer >= 0, got '2'"),
@@ -131,6 +134,9 @@ def test_latest_must_name_a_checkpoint_beside_it(run, tmp_path, pointer):
     (lambda s: s.update(val_bpb="low"), "'val_bpb' must be null or a finite number"),
     (lambda s: s["sampler"].pop("bit_generator"), "'sampler' must be an object with"),
     (lambda s: s.update(train_config=[1]), "'train_config' must be an object"),
+    (lambda s: s["train_config"].update(lr="fast"), BAD_RUN + r"--lr must be a finite"),
+    (lambda s: s["train_config"].update(steps=True), BAD_RUN + r"--steps must be an int"),
+    (lambda s: s["train_config"].update(stepz=3), BAD_RUN + r"TrainConfig: unknown fields"),
 ])
 def test_damaged_trainer_state_is_named_field_by_field(run, damage, message):
     path = run / "checkpoints" / "step-000002" / "trainer_state.json"

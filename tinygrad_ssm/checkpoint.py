@@ -164,6 +164,15 @@ def load_trainer_state(checkpoint_dir: Path) -> dict:
            for field, (ok, what) in _STATE_FIELDS.items() if field not in state or not ok(state[field])]
     if bad:
         raise CheckpointNotFound(f"{str(path)!r} is damaged: {'; '.join(bad)}; resume from another checkpoint")
+    from .train import TrainConfig  # imported here: train imports this module
+    from .train_checks import train_config_problems
+    try:
+        bad = train_config_problems(TrainConfig.from_dict(state["train_config"]), machine=False)
+    except (TypeError, ValueError) as e:
+        bad = [str(e)]
+    if bad:
+        raise CheckpointNotFound(f"{str(path)!r} is damaged: its 'train_config' is not a valid run "
+                                 f"({'; '.join(bad)}); resume from another checkpoint")
     return state
 
 

@@ -54,9 +54,11 @@ def physical_memory_bytes() -> int | None:
         return None
 
 
-def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0) -> list[str]:
+def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0, machine: bool = True) -> list[str]:
     """Every problem of `cfg` (a TrainConfig), as messages naming flags. `explicit`: the fields given on the
-    command line (a default warmup longer than a short run is shortened; a given one is an error)."""
+    command line (a default warmup longer than a short run is shortened; a given one is an error).
+    machine=False leaves out what depends on this machine (the backends it has, its memory): for judging
+    a saved config."""
     from .kernels import available_backends
 
     bad = []
@@ -80,7 +82,8 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0)
             bad.append(f"--min-lr must be a finite number, got {cfg.min_lr!r}")
         elif _is_real(cfg.lr) and not 0 <= cfg.min_lr <= cfg.lr:
             bad.append(f"--min-lr must be in [0, --lr = {cfg.lr}], got {cfg.min_lr}")
-    if not isinstance(cfg.backend, str) or (cfg.backend != "auto" and cfg.backend not in available_backends()):
+    if not isinstance(cfg.backend, str) or (machine and cfg.backend != "auto" and
+                                            cfg.backend not in available_backends()):
         bad.append(f"--backend must be 'auto' or one of {', '.join(available_backends())}, got {cfg.backend!r}")
     for field in ("out", "sample_prompt"):
         if not isinstance(getattr(cfg, field), str):
@@ -103,7 +106,7 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0)
         elif stop_at <= resumed_step:
             bad.append(f"--stop-at {stop_at} is not after the checkpoint being resumed (step {resumed_step}); "
                        f"give a step in [{resumed_step + 1}, {cfg.steps}]")
-    need, have = step_memory_bytes(cfg), physical_memory_bytes()
+    need, have = step_memory_bytes(cfg), physical_memory_bytes() if machine else None
     if have is not None and need > have:
         bad.append(f"--batch-size {cfg.batch_size} x --seq-len {cfg.seq_len} (with --d-model {cfg.d_model}, "
                    f"--n-layer {cfg.n_layer}) needs about {need / 2 ** 30:,.0f} GiB for one training step, more "
