@@ -136,7 +136,7 @@ def test_stop_at_then_resume_through_the_cli(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().out
     assert (out / "checkpoints" / "LATEST").read_text().strip() == "step-000002"
     assert cli.main(["train", "--resume", str(out), "--d-model", "64"]) == cli.EXIT_USAGE
-    assert "d_model (saved 32, given 64)" in capsys.readouterr().err
+    assert "--d-model (saved 32, given 64)" in capsys.readouterr().err
     assert cli.main(["train", "--resume", str(out), "--no-progress"]) == cli.EXIT_OK
     assert "final validation:" in capsys.readouterr().out
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]

@@ -32,7 +32,7 @@ from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batch
 from .generate import escape_controls
 from .run_folder import claim_run_folder
 from .runlog import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
-from .train_checks import check_train_config
+from .train_checks import check_train_config, flag
 
 VOCAB_SIZE = 256  # bytes
 
@@ -217,7 +217,7 @@ def _resume_config(saved: dict, overrides: dict) -> TrainConfig:
     bad = sorted(k for k in changed if k not in TrainConfig.RESUME_SAFE and k != "steps")
     if bad:
         raise ValueError("--resume continues the saved run; these settings differ from it and would change "
-                         "what it computes: " + ", ".join(f"{k} (saved {getattr(cfg, k)!r}, given "
+                         "what it computes: " + ", ".join(f"{flag(k)} (saved {getattr(cfg, k)!r}, given "
                                                           f"{changed[k]!r})" for k in bad))
     return dataclasses.replace(cfg, **changed)
 

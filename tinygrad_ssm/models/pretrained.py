@@ -179,7 +179,7 @@ def _parse_transformers(raw: dict) -> Mamba2Config:
     config = _build(kwargs, where, {field: key for key, (field, _) in _HF_FIELDS.items()})
     num_heads = raw.get("num_heads", 128)
     if num_heads != config.nheads:
-        raise PretrainedError(f"from_pretrained: {where}: 'num_heads' = {num_heads} but expand * hidden_size / "
+        raise PretrainedError(f"from_pretrained: {where}: 'num_heads' = {num_heads!r} but expand * hidden_size / "
                               f"head_dim = {config.nheads}")
     return config
 
