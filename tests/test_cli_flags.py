@@ -51,6 +51,8 @@ def run_train(corpus, out, *flags):
     (["--stop-at", "-2"], "--stop-at must be a step >= 1, got -2"),
     (["--steps", "3", "--stop-at", "5"], "--stop-at 5 is past the end of the run (--steps 3)"),
     (["--batch-size", "100000000"], "--batch-size 100000000 x --seq-len 32"),
+    (["--d-model", "1000000000", "--headdim", "1000"], "--d-model 1000000000 with --n-layer 1 and --d-state 16 makes "
+                                                       "a model whose weights"),
 ])
 def test_bad_train_flags_are_named_before_any_work(corpus, tmp_path, capsys, flags, message):
     out = tmp_path / "run"

@@ -94,13 +94,17 @@ def test_ssm_cfg_values_are_named_with_their_prefix(tmp_path):
         Mamba2LMHeadModel.from_pretrained(tmp_path)
 
 
-def test_absurd_sizes_fail_against_the_header_before_any_allocation(tmp_path):
+@pytest.mark.parametrize("key,value,message", [
+    ("d_model", 10 ** 9, r"'backbone.embedding.weight' has shape \(56, 16\) but the config gives \(56, 1000000000\)"),
+    ("n_layer", 10 ** 9, r"gives 'n_layer' = 1000000000 but the weights in .* hold 2 layers"),
+    ("vocab_size", 10 ** 12, r"'backbone.embedding.weight' has shape \(56, 16\) but the config gives"),
+])
+def test_absurd_sizes_fail_against_the_header_before_any_allocation(tmp_path, key, value, message):
     saved(tmp_path)
-    edit_config(tmp_path, d_model=10 ** 9)  # the old loader built the model first: ~10**9 x 50 floats and more
+    edit_config(tmp_path, **{key: value})  # the old loader built the model first: ~10**9 x 50 floats and more
     tracemalloc.start()
     try:
-        with pytest.raises(PretrainedError, match=r"'backbone.embedding.weight' has shape \(56, 16\) but the config "
-                                                  r"gives \(56, 1000000000\)"):
+        with pytest.raises(PretrainedError, match=message):
             Mamba2LMHeadModel.from_pretrained(tmp_path)
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -139,6 +143,19 @@ def _error_of(fn, *args):
     except Exception as e:  # noqa: BLE001 (the test inspects it)
         return e
     return None
+
+
+def test_a_shard_index_cannot_point_outside_its_folder(tmp_path):
+    saved(tmp_path / "outside")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text((tmp_path / "outside" / "config.json").read_text())
+    index = {"weight_map": {"backbone.embedding.weight": "../outside/model.safetensors"}}
+    (tmp_path / "model" / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(PretrainedError, match=r"names files outside its folder"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path / "model")
+    (tmp_path / "model" / "model.safetensors.index.json").write_text('{"weight_map": [1]}')
+    with pytest.raises(PretrainedError, match="'weight_map' must map names to file names"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path / "model")
 
 
 def test_from_pretrained_accepts_a_training_run_folder(tmp_path):

@@ -47,6 +47,16 @@ def step_memory_bytes(cfg) -> int:
     return _BYTES_PER_UNIT * cfg.batch_size * cfg.seq_len * (cfg.n_layer * per_layer + 3 * VOCAB)
 
 
+def parameter_memory_bytes(cfg) -> int:
+    """Bytes of the weights, their gradients and AdamW's two moments (float32): 16 per parameter."""
+    d_inner = 2 * cfg.d_model
+    nheads = max(1, d_inner // max(1, cfg.headdim))
+    conv_dim = d_inner + 2 * cfg.d_state
+    d_in_proj = 2 * d_inner + 2 * cfg.d_state + nheads
+    per_layer = d_in_proj * cfg.d_model + conv_dim * 5 + 3 * nheads + d_inner + d_inner * cfg.d_model + cfg.d_model
+    return 16 * (VOCAB * cfg.d_model + cfg.n_layer * per_layer + cfg.d_model)
+
+
 def physical_memory_bytes() -> int | None:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -106,8 +116,13 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
         elif stop_at <= resumed_step:
             bad.append(f"--stop-at {stop_at} is not after the checkpoint being resumed (step {resumed_step}); "
                        f"give a step in [{resumed_step + 1}, {cfg.steps}]")
-    need, have = step_memory_bytes(cfg), physical_memory_bytes() if machine else None
-    if have is not None and need > have:
+    weights, have = parameter_memory_bytes(cfg), physical_memory_bytes() if machine else None
+    need = weights + step_memory_bytes(cfg)
+    if have is not None and weights > have:
+        bad.append(f"--d-model {cfg.d_model} with --n-layer {cfg.n_layer} and --d-state {cfg.d_state} makes a model "
+                   f"whose weights, gradients and optimizer state need about {weights / 2 ** 30:,.0f} GiB, more "
+                   f"than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --d-model or --n-layer")
+    elif have is not None and need > have:
         bad.append(f"--batch-size {cfg.batch_size} x --seq-len {cfg.seq_len} (with --d-model {cfg.d_model}, "
                    f"--n-layer {cfg.n_layer}) needs about {need / 2 ** 30:,.0f} GiB for one training step, more "
                    f"than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --batch-size or --seq-len")

@@ -16,6 +16,7 @@ import difflib
 import json
 import math
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -255,6 +256,9 @@ def _stored_name(name: str, layout: str) -> str:
     return name
 
 
+_LAYER_KEY = re.compile(r"backbone\.layers\.(\d+)\.")
+
+
 def load_pretrained(cls, directory, dtype="float32", backend: str = "auto"):
     directory = resolve_pretrained_folder(directory)
     config, layout = parse_config(read_config(directory))
@@ -266,7 +270,14 @@ def load_pretrained(cls, directory, dtype="float32", backend: str = "auto"):
                 raise CheckpointError(f"from_pretrained: {name!r} is stored twice ({stored[name].path!r}, {f.path!r})")
             stored[name] = f
     # every size in the config is checked against the stored headers before anything is allocated: a config
-    # with d_model = 10**9 fails here, not after trying to allocate hundreds of GiB
+    # with d_model = 10**9 fails here, not after trying to allocate hundreds of GiB; n_layer first, as
+    # param_shapes lists every layer's weights
+    stored_layers = {int(m.group(1)) for m in map(_LAYER_KEY.match, stored) if m}
+    if config.n_layer > len(stored_layers):  # (fewer: the extra stored layers are named as unexpected below)
+        key = "n_layer" if layout == "mamba_ssm" else "num_hidden_layers"
+        raise PretrainedError(f"from_pretrained: {CONFIG_NAME} gives {key!r} = {config.n_layer} but the weights in "
+                              f"{str(directory)!r} hold {len(stored_layers)} layers; the config does not describe "
+                              f"these weights")
     wanted = {_stored_name(name, layout): (name, shape) for name, shape in config.param_shapes().items()}
     missing = [key for key in wanted if key not in stored]
     if missing:
