@@ -65,9 +65,10 @@ def test_bad_train_flags_are_named_before_any_work(corpus, tmp_path, capsys, fla
 
 
 def test_every_bad_flag_gets_its_own_line(corpus, tmp_path, capsys):
-    assert run_train(corpus, tmp_path / "run", "--lr", "nan", "--grad-clip", "0", "--seed", "-1") == cli.EXIT_USAGE
+    assert run_train(corpus, tmp_path / "run", "--lr", "nan", "--grad-clip", "0", "--seed", "-1",
+                     "--stop-at", "0") == cli.EXIT_USAGE
     lines = capsys.readouterr().err.splitlines()
-    assert sorted(line.strip().split()[0] for line in lines[1:]) == ["--grad-clip", "--lr", "--seed"]
+    assert sorted(line.strip().split()[0] for line in lines[1:]) == ["--grad-clip", "--lr", "--seed", "--stop-at"]
 
 
 def test_the_memory_estimate_names_the_size_and_the_machine(corpus, tmp_path, capsys):

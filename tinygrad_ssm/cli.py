@@ -125,9 +125,7 @@ def _next_steps(result) -> str:
              f"  python -m tinygrad_ssm generate --checkpoint {run} --max-new-tokens 300   # text from the model",
              f"  python -m tinygrad_ssm train --resume {run} --steps {2 * result.step}   # train on, to step "
              f"{2 * result.step}"]
-    if result.plot is not None:
-        lines.append(f"  open {shlex.quote(str(result.plot))}   # the loss curves")
-    return "\n".join(lines)
+    return "\n".join(lines)  # (the plot's path, or why there is none, is in the summary just above)
 
 
 def _train(args) -> int:

@@ -100,6 +100,8 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
             bad.append(f"{flag(field)} must be a string, got {getattr(cfg, field)!r}")
     if cfg.data is not None and not isinstance(cfg.data, str):
         bad.append(f"--data must be a path, got {cfg.data!r}")
+    if stop_at is not None and (not _is_int(stop_at) or stop_at < 1):
+        bad.append(f"--stop-at must be a step >= 1, got {stop_at!r}")
     if bad:  # the checks below combine settings that are each fine
         return bad
     if (2 * cfg.d_model) % cfg.headdim:
@@ -108,9 +110,7 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
         bad.append(f"--warmup-steps {cfg.warmup_steps} is longer than the whole run (--steps {cfg.steps}): the "
                    f"learning rate would never reach --lr; give at most {cfg.steps}")
     if stop_at is not None:
-        if not _is_int(stop_at) or stop_at < 1:
-            bad.append(f"--stop-at must be a step >= 1, got {stop_at!r}")
-        elif stop_at > cfg.steps:
+        if stop_at > cfg.steps:
             bad.append(f"--stop-at {stop_at} is past the end of the run (--steps {cfg.steps}); give a step in "
                        f"[1, {cfg.steps}] or raise --steps")
         elif stop_at <= resumed_step:
