@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
+from tinygrad_ssm import Mamba2LMHeadModel
 from tinygrad_ssm import checkpoint as ckpt
 from tinygrad_ssm.models.pretrained import IgnoredConfigKeysWarning, PretrainedError
 
