@@ -225,7 +225,7 @@ def test_bad_data_fails_before_any_work(tmp_path):
 
 def test_resume_refuses_changed_settings_and_an_existing_run(slice_file, tmp_path):
     train(tiny(slice_file, tmp_path, steps=1), progress=False, say=quiet)
-    with pytest.raises(ValueError, match=r"d_model \(saved 32, given 64\)"):
+    with pytest.raises(ValueError, match=r"--d-model \(saved 32, given 64\)"):
         train(resume=str(tmp_path), overrides={"d_model": 64}, progress=False, say=quiet)
     with pytest.raises(FileExistsError, match="already holds a run"):
         train(tiny(slice_file, tmp_path, steps=1), progress=False, say=quiet)

@@ -1,15 +1,21 @@
 """`python -m tinygrad_ssm` / `tinygrad-ssm`: train a byte-level Mamba-2 model, and generate text from it.
 
-    python -m tinygrad_ssm train                      # ~5 minutes on 2 cores, on the standard library
+    python -m tinygrad_ssm train                      # about four minutes on 2 cores, on the standard library
     python -m tinygrad_ssm train --resume runs/NAME   # continue a run (bit-identical to never stopping)
     python -m tinygrad_ssm generate --checkpoint runs/NAME --prompt "def " --max-new-tokens 300
 
-Exit status: 0 done, 1 training diverged, 2 bad arguments or data, 130 stopped by Ctrl-C (checkpoint saved).
+Exit status: 0 done, 1 training diverged or the model gave NaN/inf logits, 2 bad arguments or data, 130 stopped
+by Ctrl-C (checkpoint saved).
+
+Every error names the flag (`--lr`), file or key at fault and what would work; a run prints its run folder and
+the commands that continue from it.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import shlex
 import sys
 
 from .kernels import available_backends
@@ -50,6 +56,8 @@ _TRAIN_FLAGS = [
                                                     f"[{_D.checkpoint_every}]"),
     ("--keep-checkpoints", "keep_checkpoints", int, f"how many recent checkpoints to keep [{_D.keep_checkpoints}]"),
     ("--sample-bytes", "sample_bytes", int, f"bytes generated for the sample at the end [{_D.sample_bytes}]"),
+    ("--sample-prompt", "sample_prompt", str, "text the sample at the end continues [the first line of the "
+                                              "validation text, so it suits any --data]"),
 ]
 
 
@@ -60,18 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{train,generate}")
     sub.required = True
 
-    tr = sub.add_parser("train", help="train a byte-level Mamba-2 model (defaults: ~5 minutes on 2 cores)",
+    tr = sub.add_parser("train", help="train a byte-level Mamba-2 model (defaults: about four minutes on 2 cores)",
                         description="Train a byte-level Mamba-2 language model with AdamW, warmup + cosine "
-                                    "decay and gradient clipping. Defaults are in brackets.")
+                                    "decay and gradient clipping. Defaults are in brackets; with them a run "
+                                    "takes about four minutes on 2 cores.")
     for flag, field, typ, text in _TRAIN_FLAGS:
-        metavar = {"data": "PATH", "out": "DIR", "backend": "NAME"}.get(field, "N" if typ is int else "X")
+        metavar = {"data": "PATH", "out": "DIR", "backend": "NAME", "sample_prompt": "TEXT"}.get(
+            field, "N" if typ is int else "X")
         tr.add_argument(flag, dest=field, type=typ, default=None, help=text, metavar=metavar)
     tr.add_argument("--resume", metavar="DIR", default=None,
                     help="continue the run in DIR (a run folder or one of its checkpoints) with its saved "
                          "settings; N steps + resumed steps give the same weights as one uninterrupted run")
     tr.add_argument("--stop-at", type=int, metavar="STEP", default=None,
-                    help="stop after this step with a checkpoint (the schedule still spans --steps), "
-                         "to split a run into sessions")
+                    help="stop after this step (1 to --steps) with a checkpoint (the schedule still spans "
+                         "--steps), to split a run into sessions")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
 
     ge = sub.add_parser("generate", help="generate text from a checkpoint, streamed as it is produced",
@@ -79,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "save_pretrained folder. Invalid UTF-8 is shown as U+FFFD.")
     ge.add_argument("--checkpoint", required=True, metavar="DIR",
                     help="run folder (its newest checkpoint), checkpoint folder, or from_pretrained folder")
-    ge.add_argument("--prompt", default="def ", help="text to continue [%(default)r]")
+    ge.add_argument("--prompt", default="", help="text to continue [none: the model starts a fresh line, which "
+                                                 "suits any training data]")
     ge.add_argument("--max-new-tokens", type=int, default=300, help="bytes to generate [%(default)s]")
     ge.add_argument("--temperature", type=float, default=0.8,
                     help="divide the logits by this; 0 means greedy [%(default)s]")
@@ -96,39 +107,82 @@ def _error(message: str) -> int:
     return EXIT_USAGE
 
 
+def _not_utf8(flag: str, text: str) -> str | None:
+    """A message when `text` (from argv) holds bytes that are not UTF-8 (Python keeps them as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        char = ord(text[e.start])
+        byte = f"the byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}"
+        return (f"{flag} holds {byte} (character {e.start}), which is not valid UTF-8; give {flag} as UTF-8 "
+                f"text")
+    return None
+
+
+def _next_steps(result) -> str:
+    run = shlex.quote(str(result.out))
+    lines = ["", f"run folder: {result.out}", "next:",
+             f"  python -m tinygrad_ssm generate --checkpoint {run} --max-new-tokens 300   # text from the model",
+             f"  python -m tinygrad_ssm train --resume {run} --steps {2 * result.step}   # train on, to step "
+             f"{2 * result.step}"]
+    return "\n".join(lines)  # (the plot's path, or why there is none, is in the summary just above)
+
+
 def _train(args) -> int:
     from .checkpoint import CheckpointNotFound
     from .data import DataError
+    from .models.sampling import NonFiniteLogits
     from .train import TrainingDiverged, train
 
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                  if getattr(args, f.name, None) is not None}
+    if args.sample_prompt is not None and _not_utf8("--sample-prompt", args.sample_prompt):
+        return _error(_not_utf8("--sample-prompt", args.sample_prompt))
     try:
         result = train(TrainConfig(), resume=args.resume, overrides=overrides, stop_at=args.stop_at,
                        progress=not args.no_progress)
     except (DataError, CheckpointNotFound, FileExistsError, ValueError) as e:
         return _error(str(e))
-    except TrainingDiverged as e:
+    except (TrainingDiverged, NonFiniteLogits) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED
     except KeyboardInterrupt:
         print("stopped by Ctrl-C", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if result.status == "done":
+        print(_next_steps(result))
     return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_OK
+
+
+def _generate_flag_problems(args) -> list[str]:
+    from .kernels import available_backends
+
+    bad = []
+    if args.max_new_tokens < 0:
+        bad.append(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        bad.append(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        bad.append(f"--top-k must be >= 1 (leave it out for no limit), got {args.top_k}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        bad.append(f"--top-p must be in (0, 1] (leave it out for no limit), got {args.top_p}")
+    if args.seed < 0:
+        bad.append(f"--seed must be >= 0, got {args.seed}")
+    if args.backend != "auto" and args.backend not in available_backends():
+        bad.append(f"--backend must be 'auto' or one of {', '.join(available_backends())}, got {args.backend!r}")
+    if _not_utf8("--prompt", args.prompt):
+        bad.append(_not_utf8("--prompt", args.prompt))
+    return bad
 
 
 def _generate(args) -> int:
     from .checkpoint import CheckpointNotFound
-    from .generate import load_model, stream_text
+    from .generate import escape_controls, load_model, stream_text
+    from .models.sampling import NonFiniteLogits
 
-    from .models.sampling import check_sampling_args
-
-    if args.max_new_tokens < 0:
-        return _error(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-    try:  # before loading anything: a typo in a flag should not cost a model load
-        check_sampling_args(args.temperature, args.top_k, args.top_p)
-    except ValueError as e:
-        return _error(str(e))
+    bad = _generate_flag_problems(args)  # before loading anything: a typo in a flag should not cost a load
+    if bad:
+        return _error("; ".join(bad) if len(bad) == 1 else "\n  " + "\n  ".join(bad))
     try:
         model = load_model(args.checkpoint, backend=args.backend)
     except (CheckpointNotFound, ValueError, OSError) as e:
@@ -136,16 +190,21 @@ def _generate(args) -> int:
     out = sys.stdout
     if hasattr(out, "reconfigure"):
         out.reconfigure(errors="replace")  # U+FFFD on a non-UTF-8 terminal must not crash either
-    out.write(args.prompt)
+    out.write(escape_controls(args.prompt))
     out.flush()
     try:
         for piece in stream_text(model, args.prompt, args.max_new_tokens, temperature=args.temperature,
                                  top_k=args.top_k, top_p=args.top_p, seed=args.seed):
-            out.write(piece)
+            out.write(escape_controls(piece))  # a control byte must not drive the terminal
             out.flush()
     except KeyboardInterrupt:
         out.write("\n")
         return EXIT_INTERRUPTED
+    except NonFiniteLogits as e:
+        out.write("\n")
+        out.flush()
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
     out.write("\n")
     return EXIT_OK
 

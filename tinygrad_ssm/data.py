@@ -184,6 +184,14 @@ def unigram_entropy_bits(data: np.ndarray | bytes) -> float:
     return float(-(p * np.log2(p)).sum())
 
 
+def sample_prompt_from(data: np.ndarray, max_bytes: int = 24) -> str:
+    """A prompt in the data's own language: the first line of `data` that holds some text (a folder's
+    validation text starts with a whole file), cut to `max_bytes` at a character boundary."""
+    head = bytes(data[:4096])
+    line = next((ln for ln in head.split(b"\n") if ln.strip()), head)
+    return line[:max_bytes].decode("utf-8", errors="ignore") or "\n"
+
+
 def check_length(data: np.ndarray, seq_len: int, what: str, source: str) -> None:
     need = seq_len + 1  # one window = seq_len inputs + the next byte as the last target
     if len(data) < need:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import unicodedata
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -34,6 +35,13 @@ def load_model(path: str | os.PathLike, backend: str = "auto"):
         raise CheckpointNotFound(f"{str(p)!r} has no training checkpoint ({STATE_FILE}, checkpoints/LATEST) "
                                  f"and no config.json for from_pretrained")
     return Mamba2LMHeadModel.from_pretrained(folder, backend=backend)
+
+
+def escape_controls(text: str) -> str:
+    """Control characters (C0 but newline and tab, DEL, C1) as \\xNN / \\uNNNN, so that a sample cannot move the
+    cursor, clear the screen or ring the bell of the terminal it is printed on; everything else unchanged."""
+    return "".join(ch if ch in "\n\t" or unicodedata.category(ch) != "Cc" else
+                   (f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}") for ch in text)
 
 
 def prompt_ids(prompt: str | bytes) -> np.ndarray:

@@ -12,6 +12,10 @@ LOG_FILE = "log.jsonl"
 PLOT_FILE = "loss.png"
 
 
+class RunLogError(ValueError):
+    """log.jsonl holds a line that is not a record (other than a torn last line)."""
+
+
 class RunLog:
     """Append-only JSONL: {"step", "train_loss", "train_bpb", "lr", "grad_norm", "tokens", "tokens_per_s"}
     for a training step, {"step", "val_bpb", "tokens"} for an evaluation."""
@@ -24,15 +28,42 @@ class RunLog:
             f.write(json.dumps(record) + "\n")
 
     def records(self) -> list[dict]:
+        """Every record. A last line cut short (no newline: the process died while appending it) is left
+        out, as if never written: the step it logged is after the last checkpoint, so a resume redoes it.
+        Any other line that is not a record raises RunLogError naming the file and line."""
         if not self.path.exists():
             return []
-        with open(self.path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().split("\n")
+        records = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            if not (isinstance(record, dict) and isinstance(record.get("step"), int)):
+                if number == len(lines):  # the torn tail: not followed by a newline
+                    continue
+                raise RunLogError(f"{str(self.path)!r} line {number} is not a log record ({line[:60]!r}); "
+                                  f"delete that line to continue the run")
+            records.append(record)
+        return records
 
     def truncate_after(self, step: int) -> None:
         """Drop records past `step`: a resumed run redoes those steps and logs them again."""
         kept = [r for r in self.records() if r["step"] <= step]
         write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+def plot_unavailable_reason() -> str:
+    """Why plot_curves drew nothing (it returns None without matplotlib, or with no records)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib, or reinstall this package: it requires it)"
+    return "no step was logged"
 
 
 def plot_curves(records: list[dict], path: str | os.PathLike, unigram_bits: float | None = None) -> Path | None:
@@ -73,3 +104,32 @@ def plot_curves(records: list[dict], path: str | os.PathLike, unigram_bits: floa
     fig.savefig(tmp)
     os.replace(tmp, path)
     return path
+
+
+def progress_bar(**kwargs):
+    """The training bar: tqdm whose rate and ETA leave out the first step this process runs (numba compiling
+    its kernels, cold caches: many times slower than the rest); '?' until a second step is done."""
+    from tqdm import tqdm
+
+    class SteadyEtaBar(tqdm):
+        def __init__(self, **kw):
+            self._warm_n = self._warm_t = None  # (steps, time) when the first step of this process ended
+            super().__init__(smoothing=0, **kw)
+
+        def update(self, n=1):
+            shown = super().update(n)
+            if self._warm_t is None and not self.disable:
+                self._warm_n, self._warm_t = self.n, self._time()
+            return shown
+
+        @property
+        def format_dict(self):
+            d = super().format_dict
+            if self.disable:
+                return d
+            elapsed = self._time() - self._warm_t if self._warm_t is not None else 0.0
+            done = self.n - self._warm_n if self._warm_n is not None else 0
+            d["rate"] = done / elapsed if done > 0 and elapsed > 0 else 0  # 0: tqdm shows "?"
+            return d
+
+    return SteadyEtaBar(**kwargs)

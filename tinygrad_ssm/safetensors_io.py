@@ -11,6 +11,7 @@ safetensors library into a temporary file that replaces the target only once it 
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .atomic_write import write_atomic
+from .file_checks import require_regular_file
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the library's own limit: a larger header means a corrupt file
 
@@ -89,7 +91,7 @@ def _parse_header(path: str):
     def bad(why: str):
         return CheckpointError(f"{path!r} is not a valid safetensors file: {why}")
 
-    size = os.path.getsize(path)
+    size = require_regular_file(path, "safetensors file", CheckpointError)  # a FIFO would block the read
     with open(path, "rb") as f:
         head = f.read(8)
         if len(head) < 8:
@@ -100,7 +102,9 @@ def _parse_header(path: str):
                       f"(truncated or corrupt)")
         header_bytes = f.read(n)
     try:
-        header = json.loads(header_bytes.decode("utf-8"))
+        header = json.loads(header_bytes.decode("utf-8"), object_pairs_hook=_refuse_duplicate_keys)
+    except _DuplicateKey as e:  # JSON keeps the last of two equal keys: which tensor is meant is ambiguous
+        raise bad(f"the header names {e.args[0]!r} twice") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise bad(f"the header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
@@ -116,11 +120,11 @@ def _parse_header(path: str):
             tag, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise bad(f"entry {name!r} needs dtype, shape and data_offsets [begin, end], got {entry!r}") from None
-        if tag not in _DTYPES:
+        if not isinstance(tag, str) or tag not in _DTYPES:
             raise bad(f"tensor {name!r} has dtype {tag!r}, which is not supported (supported: {', '.join(_DTYPES)})")
-        if not all(isinstance(d, int) and d >= 0 for d in shape) or not all(isinstance(o, int) for o in (begin, end)):
-            raise bad(f"tensor {name!r} has a malformed shape {list(shape)} or offsets {[begin, end]}")
-        expected = int(np.prod(shape, dtype=np.int64)) * _DTYPES[tag].itemsize
+        if not all(_is_index(d) for d in shape) or not all(_is_index(o) for o in (begin, end)):
+            raise bad(f"tensor {name!r}: shape {list(shape)} and data_offsets {[begin, end]} must be integers >= 0")
+        expected = math.prod(shape) * _DTYPES[tag].itemsize  # Python ints: [2**32, 2**32] cannot wrap around
         if not 0 <= begin <= end or end - begin != expected:
             raise bad(f"tensor {name!r} ({tag}, shape {list(shape)}) needs {expected} bytes, "
                       f"offsets give {end - begin}")
@@ -133,6 +137,24 @@ def _parse_header(path: str):
         if begin1 < end0:
             raise bad(f"tensors {name0!r} and {name1!r} overlap")
     return tensors, metadata, 8 + n
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _refuse_duplicate_keys(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
+def _is_index(value) -> bool:
+    # JSON true is a Python bool, an int subclass: not a size; 2.0 is not one either
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def load_file(path, dtype=None) -> dict:

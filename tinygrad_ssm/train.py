@@ -28,15 +28,18 @@ import numpy as np
 
 from . import checkpoint as ckpt
 from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batches, load_corpus,
-                   unigram_entropy_bits)
-from .runlog import PLOT_FILE, RunLog, plot_curves
+                   sample_prompt_from, unigram_entropy_bits)
+from .generate import escape_controls
+from .run_folder import claim_run_folder
+from .runlog import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
+from .train_checks import check_train_config, flag
 
 VOCAB_SIZE = 256  # bytes
 
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a run. The defaults are the README's first command: ~5 minutes on 2 cores.
+    """Everything that defines a run. The defaults are the README's first command: about four minutes on 2 cores.
 
     How they were chosen (measured on the default corpus, 100 steps of 4,096 bytes; ~1.3-1.6 s per step on
     2 idle cores, so 150 steps + 6 evaluations take ~4-4.5 minutes there):
@@ -78,7 +81,7 @@ class TrainConfig:
     checkpoint_every: int = 50
     keep_checkpoints: int = 2
     sample_bytes: int = 300
-    sample_prompt: str = "def "
+    sample_prompt: str = ""  # "" -> the first line of the validation text (see data.sample_prompt_from)
 
     # flags that may differ on --resume without changing the weights the run produces
     RESUME_SAFE = ("out", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints", "sample_bytes",
@@ -208,29 +211,13 @@ def evaluate(model, data: np.ndarray, cfg: TrainConfig) -> float:
     return bits_per_byte(total / count)
 
 
-def _check_config(cfg: TrainConfig) -> None:
-    positive = ("steps", "batch_size", "seq_len", "d_model", "n_layer", "d_state", "headdim", "chunk_size",
-                "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints")
-    bad = [f"--{k.replace('_', '-')} must be >= 1, got {getattr(cfg, k)}" for k in positive if getattr(cfg, k) < 1]
-    if not cfg.lr > 0:
-        bad.append(f"--lr must be > 0, got {cfg.lr}")
-    if cfg.min_lr is not None and not 0 <= cfg.min_lr <= cfg.lr:
-        bad.append(f"--min-lr must be in [0, --lr = {cfg.lr}], got {cfg.min_lr}")
-    if cfg.warmup_steps < 0 or cfg.weight_decay < 0 or not cfg.grad_clip > 0 or cfg.sample_bytes < 0:
-        bad.append("--warmup-steps and --weight-decay must be >= 0, --grad-clip > 0, --sample-bytes >= 0")
-    if (2 * cfg.d_model) % cfg.headdim:
-        bad.append(f"--headdim {cfg.headdim} must divide 2 * --d-model = {2 * cfg.d_model}")
-    if bad:
-        raise ValueError("; ".join(bad))
-
-
 def _resume_config(saved: dict, overrides: dict) -> TrainConfig:
     cfg = TrainConfig.from_dict(saved)
     changed = {k: v for k, v in overrides.items() if getattr(cfg, k) != v}
     bad = sorted(k for k in changed if k not in TrainConfig.RESUME_SAFE and k != "steps")
     if bad:
         raise ValueError("--resume continues the saved run; these settings differ from it and would change "
-                         "what it computes: " + ", ".join(f"{k} (saved {getattr(cfg, k)!r}, given "
+                         "what it computes: " + ", ".join(f"{flag(k)} (saved {getattr(cfg, k)!r}, given "
                                                           f"{changed[k]!r})" for k in bad))
     return dataclasses.replace(cfg, **changed)
 
@@ -269,7 +256,7 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
         cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
         if cfg.data is not None:  # absolute, so that --resume works from any folder
             cfg.data = str(Path(cfg.data).expanduser().absolute())
-    _check_config(cfg)
+    check_train_config(cfg, tuple(overrides or {}), stop_at, state["step"] if state is not None else 0)
     corpus = load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction)
     check_length(corpus.train, cfg.seq_len, "training", corpus.source)
     check_length(corpus.val, cfg.seq_len, "validation", corpus.source)
@@ -279,10 +266,7 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
                          f"(saved {state['data_fingerprint']}, now {fingerprint})")
     out = Path(cfg.out or default_out_dir())
     cfg.out = str(out)
-    if state is None and (out / ckpt.CHECKPOINTS_DIR / ckpt.LATEST_FILE).exists():
-        raise FileExistsError(f"{str(out)!r} already holds a run; continue it with --resume {out} "
-                              f"or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    run_lock = claim_run_folder(out, ckpt.run_dir_of(resume_dir) if state is not None else None)
     val_unigram = unigram_entropy_bits(corpus.val)
     _say(corpus.describe())
     _say(f"unigram entropy: train {unigram_entropy_bits(corpus.train):.3f}, validation {val_unigram:.3f} "
@@ -321,8 +305,8 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
         return path
 
     status, in_update, rate = "done", False, None
-    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True,
-               file=sys.stderr)
+    bar = progress_bar(total=cfg.steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True,
+                       file=sys.stderr)
     try:
         with _StopOnSigint(_say) as sigint:
             try:
@@ -384,12 +368,14 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
     if status != "done":
         _say(f"stopped at step {step}/{cfg.steps}; checkpoint {last_ckpt}\n"
              f"continue with: python -m tinygrad_ssm train --resume {out}")
+        run_lock.release()
         return result
     from .generate import sample_text
 
-    result.sample = cfg.sample_prompt + sample_text(model, cfg.sample_prompt, cfg.sample_bytes, temperature=0.8,
-                                                    seed=cfg.seed)
+    prompt = cfg.sample_prompt or sample_prompt_from(corpus.val)
+    result.sample = prompt + sample_text(model, prompt, cfg.sample_bytes, temperature=0.8, seed=cfg.seed)
     _say(summary(result))
+    run_lock.release()
     return result
 
 
@@ -409,8 +395,7 @@ def summary(r: TrainResult) -> str:
         f"wall time {r.wall_s:.1f} s",
         f"checkpoint: {r.checkpoint}",
     ]
-    if r.plot is not None:
-        lines.append(f"curves: {r.plot}")
-    if r.sample is not None:
-        lines += ["sample:", "-" * 60, r.sample, "-" * 60]
+    lines.append(f"curves: {r.plot}" if r.plot is not None else f"no loss plot: {plot_unavailable_reason()}")
+    if r.sample is not None:  # control bytes escaped: a sample must not drive the terminal
+        lines += ["sample:", "-" * 60, escape_controls(r.sample), "-" * 60]
     return "\n".join(lines)

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, fields
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass
@@ -29,8 +34,6 @@ class Mamba2Config:
     conv_bias: bool = True
 
     def __post_init__(self):
-        self.dt_limit = tuple(float(v) for v in self.dt_limit)
-        self.A_init_range = tuple(float(v) for v in self.A_init_range)
         for name in ("d_model", "n_layer", "vocab_size", "d_state", "d_conv", "expand", "headdim", "ngroups",
                      "chunk_size", "pad_vocab_size_multiple"):
             value = getattr(self, name)
@@ -38,7 +41,20 @@ class Mamba2Config:
                 raise ValueError(f"Mamba2Config: {name} must be a positive int, got {value!r}")
         for name in ("tie_embeddings", "bias", "conv_bias"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"Mamba2Config: {name} must be a bool, got {getattr(self, name)!r}")
+                raise ValueError(f"Mamba2Config: {name} must be a bool (true/false), got {getattr(self, name)!r}")
+        for name in ("rms_norm_eps", "dt_min", "dt_max", "dt_init_floor"):
+            value = getattr(self, name)
+            if not _is_real(value) or not math.isfinite(value):  # eps = Infinity would make every logit 0
+                raise ValueError(f"Mamba2Config: {name} must be a finite number, got {value!r}")
+            setattr(self, name, float(value))
+        for name in ("dt_limit", "A_init_range"):
+            value = getattr(self, name)
+            if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(_is_real(v) for v in value):
+                raise ValueError(f"Mamba2Config: {name} must be a pair of numbers (low, high), got {value!r}")
+            setattr(self, name, tuple(float(v) for v in value))
+        if not all(math.isfinite(v) for v in self.A_init_range) or math.isnan(self.dt_limit[1]):
+            raise ValueError(f"Mamba2Config: A_init_range must be finite and dt_limit's high end a number (inf = "
+                             f"no limit), got A_init_range={self.A_init_range}, dt_limit={self.dt_limit}")
         if self.d_inner % self.headdim:
             raise ValueError(f"Mamba2Config: d_inner = expand * d_model = {self.d_inner} must be divisible by "
                              f"headdim = {self.headdim}")
@@ -49,11 +65,35 @@ class Mamba2Config:
         if not 0 < self.dt_min <= self.dt_max or not self.dt_init_floor > 0:
             raise ValueError(f"Mamba2Config: need 0 < dt_min <= dt_max and dt_init_floor > 0, got dt_min="
                              f"{self.dt_min}, dt_max={self.dt_max}, dt_init_floor={self.dt_init_floor}")
-        if len(self.dt_limit) != 2 or not 0 <= self.dt_limit[0] < self.dt_limit[1]:
+        if not 0 <= self.dt_limit[0] < self.dt_limit[1]:
             raise ValueError(f"Mamba2Config: dt_limit must be (low, high) with 0 <= low < high, got {self.dt_limit}")
-        if len(self.A_init_range) != 2 or not 0 < self.A_init_range[0] <= self.A_init_range[1]:
+        if not 0 < self.A_init_range[0] <= self.A_init_range[1]:
             raise ValueError(f"Mamba2Config: A_init_range must be (low, high) with 0 < low <= high, "
                              f"got {self.A_init_range}")
+
+    def param_shapes(self) -> dict:
+        """name -> shape of every parameter the model of this config has (mamba_ssm names, creation order),
+        computed from the sizes alone: a checkpoint's header is checked against it before any allocation."""
+        shapes = {"backbone.embedding.weight": (self.padded_vocab_size, self.d_model)}
+        for i in range(self.n_layer):
+            p = f"backbone.layers.{i}."
+            shapes[p + "norm.weight"] = (self.d_model,)
+            shapes[p + "mixer.in_proj.weight"] = (self.d_in_proj, self.d_model)
+            if self.bias:
+                shapes[p + "mixer.in_proj.bias"] = (self.d_in_proj,)
+            shapes[p + "mixer.conv1d.weight"] = (self.conv_dim, 1, self.d_conv)
+            if self.conv_bias:
+                shapes[p + "mixer.conv1d.bias"] = (self.conv_dim,)
+            for name in ("dt_bias", "A_log", "D"):
+                shapes[p + "mixer." + name] = (self.nheads,)
+            shapes[p + "mixer.norm.weight"] = (self.d_inner,)
+            shapes[p + "mixer.out_proj.weight"] = (self.d_model, self.d_inner)
+            if self.bias:
+                shapes[p + "mixer.out_proj.bias"] = (self.d_model,)
+        shapes["backbone.norm_f.weight"] = (self.d_model,)
+        if not self.tie_embeddings:
+            shapes["lm_head.weight"] = (self.padded_vocab_size, self.d_model)
+        return shapes
 
     # --- derived sizes (reference/mamba2.md) ----------------------------------------------------------------
     @property

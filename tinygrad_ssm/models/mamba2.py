@@ -25,7 +25,7 @@ from ..kernels.scan import ssd_step
 from ..registry import VarBuilder, VarMap
 from ..tensor import Tensor, no_grad
 from .config import Mamba2Config
-from .sampling import check_sampling_args, sample_next
+from .sampling import NonFiniteLogits, check_sampling_args, sample_next
 
 SUPPORTED_DTYPES = ("float32", "float64")
 
@@ -293,7 +293,12 @@ class Mamba2LMHeadModel:
             cache.seqlen_offset += ids.shape[1]
             logits = self._head(x[:, -1]).data                           # (b, V) the last position only
         for i in range(max_new_tokens):
-            token = sample_next(logits[:, :vocab], rng, temperature, top_k, top_p)  # (b,)
+            try:
+                token = sample_next(logits[:, :vocab], rng, temperature, top_k, top_p)  # (b,)
+            except NonFiniteLogits as e:
+                where = "after the prompt" if i == 0 else f"after {i} generated tokens"
+                raise NonFiniteLogits(f"generate: step {i + 1} (token {i + 1} of {max_new_tokens}, {where}): {e}; "
+                                      f"check the checkpoint for NaN/inf weights") from None
             yield token
             if i + 1 < max_new_tokens:
                 logits = self.step(token, cache).data

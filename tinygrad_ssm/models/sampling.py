@@ -6,6 +6,10 @@ import numbers
 import numpy as np
 
 
+class NonFiniteLogits(FloatingPointError):
+    """The model produced NaN or +inf logits (or a row with no finite logit): there is nothing to sample from."""
+
+
 def check_sampling_args(temperature, top_k, top_p):
     if not isinstance(temperature, numbers.Real) or not temperature >= 0:
         raise ValueError(f"generate: temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
@@ -21,6 +25,14 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
     tokens; top_p keeps the smallest set of most likely tokens whose probability reaches top_p (the most
     likely token always stays). Sampling draws one uniform number per row from `rng`."""
     logits = np.asarray(logits, dtype=np.float64)                       # (b, V)
+    # NaN compares false everywhere: argmax and the cdf below would quietly return token 0 forever
+    bad_rows = np.isnan(logits).any(axis=-1) | np.isposinf(logits).any(axis=-1) | ~np.isfinite(logits).any(axis=-1)
+    if bad_rows.any():
+        row = int(np.argmax(bad_rows))
+        what = ("NaN" if np.isnan(logits[row]).any() else "+inf" if np.isposinf(logits[row]).any()
+                else "no finite value")
+        raise NonFiniteLogits(f"the logits of batch row {row} hold {what}; the model's weights or input are "
+                              f"not finite, so there is nothing to sample from")
     if temperature == 0:
         return np.argmax(logits, axis=-1).astype(np.int64)
     logits = logits / temperature
