@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 if importlib.util.find_spec("numba_cuda") is None:
     pytest.skip("numba-cuda is not installed (pip install -e '.[test]' installs it)", allow_module_level=True)
@@ -108,6 +109,15 @@ else:
         got = cuda_result(case, request)
         expected = forward_and_gradients(inputs_for(case), other)
         assert_equal(expected, got, 1e-10, f"cuda vs {other} ({case})")
+
+    @settings(max_examples=5)     # each example launches ~60 simulated blocks (~25 ms each)
+    @given(b=st.integers(1, 2), l=st.integers(1, 8), g=st.integers(1, 2), r=st.integers(1, 2), p=st.integers(1, 3),
+           n=st.integers(1, 3), q=st.integers(2, 5), with_state=st.booleans(), seed=st.integers(0, 2**16))
+    def test_any_sizes_equal_every_other_backend(b, l, g, r, p, n, q, with_state, seed):
+        inputs = make_inputs(np.random.default_rng(seed), b=b, l=l, h=g * r, p=p, g=g, n=n, initial_state=with_state)
+        got = forward_and_gradients(inputs, "cuda", chunk_size=q)
+        for other in OTHERS:
+            assert_equal(forward_and_gradients(inputs, other, chunk_size=q), got, 1e-10, f"cuda vs {other}")
 
     def test_float32_matches_the_reference():
         inputs = inputs_for("3chunks-g2-state-D")
