@@ -37,6 +37,7 @@ if not RUNS_HERE:
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
 
 else:
+    from gradcheck import gradcheck
     from test_ssd import make_inputs
 
     Q = 4                                        # chunk length: l = 2 Q + 3 spans three chunks, the last short
@@ -118,6 +119,17 @@ else:
         got = forward_and_gradients(inputs, "cuda", chunk_size=q)
         for other in OTHERS:
             assert_equal(forward_and_gradients(inputs, other, chunk_size=q), got, 1e-10, f"cuda vs {other}")
+
+    def test_gradcheck_against_finite_differences():
+        """Every input's gradient along a random direction (gradcheck's fast mode: two forwards per input), two
+        chunks, both outputs."""
+        inputs = make_inputs(np.random.default_rng(5), b=1, l=5, h=2, p=2, g=1, n=2)
+
+        def both_outputs(*tensors):
+            y, state = SSD.apply(*tensors, kernel=CUDA, chunk_size=3)
+            return tg.cat([tg.functional.flatten(y), tg.functional.flatten(state)])
+
+        assert gradcheck(both_outputs, *inputs.values(), fast=True)
 
     def test_float32_matches_the_reference():
         inputs = inputs_for("3chunks-g2-state-D")
