@@ -165,7 +165,8 @@ def time_shape(shape: dict, chunk_size: int, dtype, repeats: int, torch_device: 
     t_forward = best_time(forward, cuda.synchronize, repeats)
     t_both = best_time(forward_backward, cuda.synchronize, repeats)
     row = {"dtype": np.dtype(dtype).name, "cuda_forward_s": t_forward, "cuda_forward_backward_s": t_both,
-           "cuda_forward_GBps": bytes_forward / t_forward / 1e9, "cuda_forward_backward_GBps": bytes_both / t_both / 1e9,
+           "cuda_forward_GBps": bytes_forward / t_forward / 1e9,
+           "cuda_forward_backward_GBps": bytes_both / t_both / 1e9,
            "cuda_forward_TFLOPs": 8 * elements / t_forward / 1e12,
            "cuda_forward_backward_TFLOPs": 26 * elements / t_both / 1e12}
     try:

@@ -88,7 +88,8 @@ def kernels(float_type: str, n: int, p: int):
         """1. s_c = sum_{t in c} exp(a_{t+1} + ... + a_end) dt_t x_t B_t^T: the state chunk c leaves from a zero
         start, by the recurrence s = exp(a_t) s + dt_t x_t B_t^T; and chunk_log_decay = sum_{t in c} a_t.
         grid (c, b h, ceil(p / tile)), block (tile,): thread = one row pi of s (n entries, thread-local).
-        x (b, l, h, p), dt (b, l, h), A (h,), B (b, l, g, n) -> local_states (c, b, h, p, n), chunk_log_decay (b, c, h)."""
+        x (b, l, h, p), dt (b, l, h), A (h,), B (b, l, g, n)
+        -> local_states (c, b, h, p, n), chunk_log_decay (b, c, h)."""
         B_tile = cuda.shared.array((STAGE, N), ft)
         dt_tile = cuda.shared.array(STAGE, ft)
         decay_tile = cuda.shared.array(STAGE, ft)
