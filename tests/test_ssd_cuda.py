@@ -138,6 +138,19 @@ else:
         assert got[0].dtype == np.float32 and all(g.dtype == np.float32 for g in got[2].values())
         assert_equal(expected, got, 2e-5, "float32 cuda vs reference")
 
+    def test_strong_decay_stays_finite_in_float32():
+        """exp of very negative log decays underflows to 0: neither the forward nor any gradient may become NaN
+        or inf (the gradient of the decay is a cumulative sum, never a quotient of decays)."""
+        inputs = make_inputs(np.random.default_rng(6), b=1, l=2 * Q + 3, h=2, p=2, g=1, n=3, dtype=np.float32)
+        inputs["A"] = np.full(2, -1e4, np.float32)
+        inputs["dt"] = inputs["dt"] * 100
+        y, state, grads = forward_and_gradients(inputs, "cuda", dtype=np.float32)
+        assert np.isfinite(y).all() and np.isfinite(state).all()
+        for name, grad in grads.items():
+            assert np.isfinite(grad).all(), name
+        expected = forward_and_gradients(inputs, "reference", dtype=np.float32)
+        assert np.abs(y - expected[0]).max() <= 1e-5 * np.abs(expected[0]).max()
+
     def test_a_chunk_longer_than_the_sequence_and_one_step_chunks():
         """chunk_size > l is one chunk; chunk_size 1 makes every step a chunk (the pass between chunks does all)."""
         inputs = make_inputs(np.random.default_rng(3), b=1, l=5, h=2, p=2, g=1, n=2)
