@@ -33,6 +33,7 @@ device (what benchmarks/gpu_check.py times).
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 
 import numpy as np
@@ -49,10 +50,9 @@ def _cuda():
     """numba-cuda's `numba.cuda` (numba-cuda replaces numba's built-in, deprecated target when installed)."""
     global cuda
     if cuda is None:
-        try:
-            from numba import cuda as numba_cuda
-        except ImportError as error:  # pragma: no cover - depends on the environment
-            raise ImportError("backend 'cuda' needs the numba-cuda package: pip install numba-cuda") from error
+        if importlib.util.find_spec("numba_cuda") is None:  # numba alone would give its deprecated built-in target
+            raise ImportError("backend 'cuda' needs the numba-cuda package: pip install numba-cuda")
+        from numba import cuda as numba_cuda
         cuda = numba_cuda
     return cuda
 
