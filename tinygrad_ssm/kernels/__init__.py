@@ -65,6 +65,9 @@ register_backend(Backend("reference", priority=0, available=_always, ops=ssd_chu
                          description="chunked SSD of engine ops (ssd_minimal's algorithm): the spec"))
 register_backend(Backend("scan", priority=-1, available=_always, ops=ssd_scan,
                          description="the sequential recurrence of engine ops, one step at a time: for checking"))
+from . import numba_cuda as _numba_cuda  # noqa: E402  (imports numba.cuda only when used)
+register_backend(Backend("cuda", priority=20, available=_numba_cuda.available, forward=_numba_cuda.forward,
+                         backward=_numba_cuda.backward, description="numba-cuda kernels on an NVIDIA GPU"))
 
 
 def available_backends() -> list[str]:
