@@ -36,13 +36,30 @@ def _to_array(data, dtype=None) -> np.ndarray:
     if isinstance(data, Tensor):
         data = data.data
     if dtype is not None:
-        return np.asarray(data, dtype=_as_dtype(dtype))
-    if isinstance(data, np.ndarray):
-        return data
-    array = np.asarray(data)
-    if array.dtype == np.float64 and not isinstance(data, np.generic):
-        array = array.astype(DEFAULT_FLOAT)
+        array = np.asarray(data, dtype=_as_dtype(dtype))
+    elif isinstance(data, np.ndarray):
+        array = data
+    else:
+        array = np.asarray(data)
+        if array.dtype == np.float64 and not isinstance(data, np.generic):
+            array = array.astype(DEFAULT_FLOAT)
+    _check_numeric("Tensor", "data", data, array)
     return array
+
+
+def _check_numeric(op: str, argument: str, data, array: np.ndarray):
+    """Tensors hold bool, integer or floating point numbers. Anything else (a str, None, objects, complex
+    numbers) is refused here, with the op and the argument named, instead of failing later inside NumPy."""
+    if array.dtype.kind in "biuf":
+        return
+    if array.dtype.kind == "c":
+        raise TypeError(f"{op}: {argument} has dtype {array.dtype}: complex tensors are not supported; "
+                        f"pass the real and imaginary parts (x.real, x.imag) as separate float tensors")
+    what = (f"an array of dtype {array.dtype}" if isinstance(data, np.ndarray)
+            else f"{type(data).__name__} {data!r}" if not isinstance(data, (list, tuple))
+            else f"a {type(data).__name__} that NumPy turns into dtype {array.dtype}")
+    raise TypeError(f"{op}: {argument} must be a Tensor, a number or an array of numbers "
+                    f"(bool, integer or float), got {what[:120]}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -158,7 +175,53 @@ class Tensor:
     grad_fn = property(lambda self: self._ctx)
 
     def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
         return len(self.data)
+
+    # --- Python and NumPy protocols, as torch ------------------------------------------------------------
+    def __iter__(self):
+        """Over the first axis, each item a tensor (recorded, like any indexing)."""
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __contains__(self, element):
+        """`element in t`: whether any entry of t equals element (a number or a tensor that broadcasts)."""
+        if not isinstance(element, (Tensor, bool, int, float, np.generic)):
+            raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
+                               f"{type(element).__name__}")
+        return bool((self == element).data.any())
+
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(t): the tensor's own array (no copy unless asked), refused when t requires grad
+        (as numpy()), so an array never silently leaves the graph."""
+        if self.requires_grad:
+            raise RuntimeError("Can't convert a Tensor that requires grad to a NumPy array "
+                               "(np.asarray / np.array). Use tensor.detach().numpy() instead.")
+        if copy is False and dtype is not None and np.dtype(dtype) != self.dtype:
+            raise ValueError(f"np.asarray(tensor, copy=False): the tensor is {self.dtype}, not {np.dtype(dtype)}")
+        array = self.data if dtype is None else self.data.astype(dtype, copy=False)
+        return array.copy() if copy and array is self.data else array
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """NumPy ufuncs on tensors (also `ndarray + tensor`): those the engine has become its ops (so
+        np.exp(t) is differentiable); any other works on tensors that don't require grad and gives a
+        Tensor, as torch; on one that requires grad it is a TypeError naming the ufunc."""
+        if method == "__call__" and not kwargs and ufunc.__name__ in _UFUNC_OPS:
+            return _UFUNC_OPS[ufunc.__name__](*inputs)
+        if any(isinstance(t, Tensor) and t.requires_grad for t in (*inputs, *kwargs.get("out", ()))):
+            raise TypeError(f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}: not "
+                            f"differentiable in tinygrad_ssm (on a tensor that requires grad). Use the ops of "
+                            f"tinygrad_ssm.functional, or apply it to tensor.detach()")
+        if "out" in kwargs:
+            raise TypeError(f"np.{ufunc.__name__}: out= is not supported with tensors; use the result, "
+                            f"or t.copy_(result) under no_grad()")
+        arrays = [t.data if isinstance(t, Tensor) else t for t in inputs]
+        result = getattr(ufunc, method)(*arrays, **kwargs)
+        if isinstance(result, tuple):
+            return tuple(Tensor(r) for r in result)
+        return None if result is None else Tensor(result)
 
     def numel(self) -> int:
         return int(self.data.size)
@@ -195,9 +258,6 @@ class Tensor:
 
     def __int__(self):
         return int(self.item())
-
-    def __hash__(self):
-        return id(self)
 
     # --- autograd flags -----------------------------------------------------------------------------------
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
@@ -346,11 +406,15 @@ class Tensor:
     def __matmul__(self, o): return F.matmul(self, o)
     def __rmatmul__(self, o): return F.matmul(o, self)
     def __getitem__(self, index): return F.getitem(self, index)
-    # comparisons give bool tensors outside the graph
-    def __lt__(self, o): return Tensor(self.data < _to_array(o))
-    def __le__(self, o): return Tensor(self.data <= _to_array(o))
-    def __gt__(self, o): return Tensor(self.data > _to_array(o))
-    def __ge__(self, o): return Tensor(self.data >= _to_array(o))
+    # comparisons are elementwise and give bool tensors outside the graph (as torch); the hash stays the
+    # tensor's identity, so tensors still work as dict keys and set members
+    def __eq__(self, o): return _compare("eq", np.equal, self, o)
+    def __ne__(self, o): return _compare("ne", np.not_equal, self, o)
+    def __lt__(self, o): return _compare("lt", np.less, self, o)
+    def __le__(self, o): return _compare("le", np.less_equal, self, o)
+    def __gt__(self, o): return _compare("gt", np.greater, self, o)
+    def __ge__(self, o): return _compare("ge", np.greater_equal, self, o)
+    def __hash__(self): return id(self)
 
     def add(self, o): return F.add(self, o)
     def sub(self, o): return F.sub(self, o)
@@ -402,6 +466,51 @@ class Tensor:
     to = astype
     def float(self): return F.cast(self, np.float32)
     def double(self): return F.cast(self, np.float64)
+
+
+def _compare(op: str, ufunc, a: Tensor, other):
+    """a (op) other elementwise -> a bool Tensor. A Python number is compared as it is (against a float32
+    tensor it is rounded to float32, as torch); something that is not a number nor an array gives
+    NotImplemented, so `t == "x"` is False and `t < "x"` a TypeError, as for any Python object."""
+    if isinstance(other, Tensor):
+        b = other.data
+    elif isinstance(other, (bool, int, float, np.generic)):
+        b = other
+    elif isinstance(other, (np.ndarray, list, tuple)):
+        b = np.asarray(other)
+        if b.dtype.kind not in "biuf":
+            return NotImplemented
+    else:
+        return NotImplemented
+    try:
+        return Tensor(ufunc(a.data, b))
+    except ValueError:
+        raise ValueError(f"{op}: shapes {a.shape} and {np.shape(b)} do not broadcast") from None
+
+
+# NumPy ufuncs that are engine ops: Tensor.__array_ufunc__ sends them to tinygrad_ssm.functional
+_UFUNC_OPS = {
+    "add": lambda a, b: F.add(a, b), "subtract": lambda a, b: F.sub(a, b), "multiply": lambda a, b: F.mul(a, b),
+    "divide": lambda a, b: F.div(a, b), "power": lambda a, b: F.pow(a, b), "matmul": lambda a, b: F.matmul(a, b),
+    "maximum": lambda a, b: F.maximum(a, b), "minimum": lambda a, b: F.minimum(a, b),
+    "negative": lambda a: F.neg(a), "exp": lambda a: F.exp(a), "log": lambda a: F.log(a),
+    "sqrt": lambda a: F.sqrt(a), "absolute": lambda a: F.abs(a), "tanh": lambda a: F.tanh(a),
+    "equal": lambda a, b: _compare_any("eq", np.equal, a, b),
+    "not_equal": lambda a, b: _compare_any("ne", np.not_equal, a, b),
+    "less": lambda a, b: _compare_any("lt", np.less, a, b),
+    "less_equal": lambda a, b: _compare_any("le", np.less_equal, a, b),
+    "greater": lambda a, b: _compare_any("gt", np.greater, a, b),
+    "greater_equal": lambda a, b: _compare_any("ge", np.greater_equal, a, b),
+}
+_MIRRORED = {np.less: np.greater, np.less_equal: np.greater_equal, np.greater: np.less,
+             np.greater_equal: np.less_equal, np.equal: np.equal, np.not_equal: np.not_equal}
+
+
+def _compare_any(op, ufunc, a, b):
+    """A comparison where the tensor may be on the right (ndarray == tensor)."""
+    if isinstance(a, Tensor):
+        return _compare(op, ufunc, a, b)
+    return _compare(op, _MIRRORED[ufunc], b, a)
 
 
 def _index_arrays(index):
