@@ -170,3 +170,36 @@ def einsum_shapes(draw, spec: str):
         shape_list.append(lead + tuple(1 if draw(st.integers(0, 4)) == 4 else sizes[c]
                                        for c in operand.replace("...", "")))
     return tuple(shape_list)
+
+
+@st.composite
+def getitem_cases(draw):
+    """(shape, index, kind): basic indexing (ints, slices with steps, None, Ellipsis), integer arrays (repeats
+    make the scatter-add matter), integer arrays mixed with a slice, or a bool mask."""
+    shape = draw(shapes(min_dims=1))
+    kind = draw(st.sampled_from(["basic", "integer", "mixed", "mask"]))
+    if kind == "basic":
+        index = draw(hnp.basic_indices(shape, min_dims=0, allow_newaxis=True, allow_ellipsis=True))
+    elif kind == "integer":
+        index = draw(hnp.integer_array_indices(shape, result_shape=shapes(min_dims=1, max_dims=2)))
+    elif kind == "mixed":
+        rows = draw(hnp.arrays(np.int64, draw(shapes(min_dims=1, max_dims=2)),
+                               elements=st.integers(-shape[0], shape[0] - 1)))
+        index = (rows,) + (slice(None, None, -1),) * (len(shape) > 1)
+    else:
+        index = draw(hnp.arrays(np.bool_, shape))
+    return shape, index, kind
+
+
+@st.composite
+def concat_cases(draw, same_shape: bool, min_side: int = 1):
+    """1-3 shapes equal except along `axis` (there each from min_side to 3; all equal when `same_shape`),
+    and the axis."""
+    base, axis = draw(shape_and_axis(min_dims=1))
+    out = []
+    for _ in range(draw(st.integers(1, 3))):
+        shape = list(base)
+        if not same_shape:
+            shape[axis] = draw(st.integers(min_side, 3))
+        out.append(tuple(shape))
+    return out, axis

@@ -54,16 +54,21 @@ def float_tensor(op: str, argument: str, x) -> Tensor:
     return x if is_float(x.dtype) else Tensor(x.data.astype(DEFAULT_FLOAT))
 
 
-def integer_array(op: str, argument: str, x, kinds: str = "iu", what: str = "integers") -> np.ndarray:
-    """An argument that is not differentiated (ids, targets, a mask): its array, of the right kind."""
+def constant_array(op: str, argument: str, x, kinds: str = "iu", what: str = "integers") -> np.ndarray:
+    """An argument that is not differentiated (ids, targets, a mask): its array, holding `what`
+    (dtype kinds `kinds`: "iu" integers, "b" bools)."""
     if isinstance(x, Tensor):
         array = x.data
     elif isinstance(x, (np.ndarray, list, tuple, int, bool, np.generic)):
-        array = np.asarray(x)
+        try:
+            array = np.asarray(x)
+        except ValueError:
+            raise TypeError(f"{op}: {argument} is a ragged nested list (rows of different lengths), "
+                            f"not an array of {what}") from None
     else:
         raise TypeError(f"{op}: {argument} must be a tensor or an array of {what}, got {_describe(x)}")
     if array.dtype.kind not in kinds:
-        raise TypeError(f"{op}: {argument} must be {what}, got dtype {array.dtype}")
+        raise TypeError(f"{op}: {argument} must hold {what}, got dtype {array.dtype}")
     return array
 
 

@@ -112,7 +112,7 @@ clamp = clip
 @op
 def where(condition, x, y):
     """Pick x where condition is true, else y; all three broadcast together."""
-    condition = A.integer_array("where", "condition", condition, kinds="b", what="a bool tensor")
+    condition = A.constant_array("where", "condition", condition, kinds="b", what="bools")
     like = x if isinstance(x, Tensor) else y if isinstance(y, Tensor) else None
     x, y = A.as_tensor("where", "x", x, like), A.as_tensor("where", "y", y, like)
     try:
@@ -190,7 +190,7 @@ def cross_entropy(logits, targets, ignore_index: int = -100, reduction: str = "m
     """Negative log-likelihood of integer targets under softmax(logits).
     logits (..., C) float, targets (...) int; rows with target == ignore_index are left out."""
     logits = A.as_tensor("cross_entropy", "logits", logits)
-    targets = A.integer_array("cross_entropy", "targets", targets)
+    targets = A.constant_array("cross_entropy", "targets", targets)
     ignore_index = A.integer("cross_entropy", "ignore_index", ignore_index)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
@@ -455,7 +455,7 @@ def triu(x, k=0):
 @op
 def embedding(ids, weight):
     """torch.nn.functional.embedding: rows of weight (V, d) picked by integer ids (...) -> (..., d)."""
-    ids = A.integer_array("embedding", "ids", ids)
+    ids = A.constant_array("embedding", "ids", ids)
     weight = A.as_tensor("embedding", "weight", weight)
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be (vocab, dim), got shape {weight.shape}")

@@ -112,13 +112,13 @@ class Pad(Function):
 
 
 class Flip(Function):
-    """np.flip is a view with negative strides."""
-
-    is_view = True
+    """np.flip is a view with negative strides (of a 0-d array, a scalar copy)."""
 
     def forward(self, a, axis=()):
         self.axis = axis
-        return np.flip(a, axis)
+        out = np.asarray(np.flip(a, axis))
+        self.is_view = np.may_share_memory(out, a)
+        return out
 
     def backward(self, grad):
         return np.flip(grad, self.axis)

@@ -75,7 +75,8 @@ class LogSumExp(Function):
 
 def _log_softmax(a, axis):
     shifted = a - np.max(a, axis=axis, keepdims=True, initial=-np.inf)  # initial: an empty axis is fine
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    with np.errstate(divide="ignore"):  # log(0) only for an empty lane (otherwise the max term adds exp(0) = 1)
+        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
 class Softmax(Function):
