@@ -169,3 +169,20 @@ def test_a_tensor_holds_only_bool_integer_or_float_numbers(data, fragment):
 def test_complex_dtype_argument_is_refused():
     with pytest.raises(TypeError, match="complex64"):
         Tensor([1.0, 2.0], dtype=np.complex64)
+
+
+# --- the name tinygrad_ssm.tensor -----------------------------------------------------------------------
+
+def test_tinygrad_ssm_tensor_is_the_module_and_new_tensor_creates():
+    import importlib
+
+    import tinygrad_ssm as tg
+    module = importlib.import_module("tinygrad_ssm.tensor")
+    assert tg.tensor is module and module.Tensor is tg.Tensor and module.Function is tg.Function
+    array = np.array([1.0, 2.0])
+    t = tg.new_tensor(array, requires_grad=True)  # torch.tensor: a copy
+    assert t.dtype == np.float64 and t.requires_grad and not np.shares_memory(t.data, array)
+    assert tg.new_tensor([1.0, 2.0]).dtype == np.float32 and tg.new_tensor([1, 2]).dtype == np.int64
+    with pytest.warns(DeprecationWarning, match="tinygrad_ssm.tensor is the module.*new_tensor"):
+        old = tg.tensor([1.0, 2.0])  # the old spelling still works
+    assert isinstance(old, Tensor) and old.dtype == np.float32 and old.tolist() == [1.0, 2.0]

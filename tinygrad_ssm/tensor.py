@@ -8,6 +8,8 @@ summing the gradients that reach a tensor from several uses. Broadcasting is und
 """
 from __future__ import annotations
 
+import sys
+import types
 import warnings
 
 import numpy as np
@@ -583,3 +585,19 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
 
 
 from . import functional as F  # noqa: E402  (the ops import Tensor and Function from this module)
+
+
+class _TensorModule(types.ModuleType):
+    """`tinygrad_ssm.tensor` is this module, the one docs/autograd.md walks through. It used to be shadowed
+    by the creation function torch calls `torch.tensor`, now `tinygrad_ssm.new_tensor`: calling the module
+    still creates a tensor, with a DeprecationWarning, so old code keeps working."""
+
+    def __call__(self, data, dtype=None, requires_grad=False):
+        warnings.warn("tinygrad_ssm.tensor(data) is deprecated: tinygrad_ssm.tensor is the module "
+                      "tinygrad_ssm/tensor.py; use tinygrad_ssm.new_tensor(data) (torch.tensor's equivalent)",
+                      DeprecationWarning, stacklevel=2)
+        from .creation import new_tensor
+        return new_tensor(data, dtype=dtype, requires_grad=requires_grad)
+
+
+sys.modules[__name__].__class__ = _TensorModule
