@@ -55,7 +55,7 @@ class Mamba2Config:
             raise ValueError(f"Mamba2Config: A_init_range must be (low, high) with 0 < low <= high, "
                              f"got {self.A_init_range}")
 
-    # --- derived sizes (reference/mamba2.md) ----------------------------------------------------------------
+    # --- derived sizes (docs/mamba2.md, section 3) ---------------------------------------------------------
     @property
     def d_inner(self) -> int:
         return self.expand * self.d_model
