@@ -5,6 +5,7 @@ folder, or as the tail of a repository file (`ops/reduce.py` is tinygrad_ssm/ops
 (http://...) are other sites and are not checked."""
 from __future__ import annotations
 
+import functools
 import pathlib
 import re
 
@@ -16,10 +17,11 @@ PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.-]+\.(?:py|md))(?![\w/])")
 URL = re.compile(r"\w+://\S+")
 
 
-def repository_files() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def repository_files() -> tuple[str, ...]:
     skip = {".git", "__pycache__", ".pytest_cache", ".hypothesis", "runs", "build", "dist"}
-    return [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*")
-            if p.is_file() and not skip.intersection(p.relative_to(ROOT).parts) and not p.name.endswith(".pyc")]
+    return tuple(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*")
+                 if p.is_file() and not skip.intersection(p.relative_to(ROOT).parts) and not p.name.endswith(".pyc"))
 
 
 def scanned_files() -> list[pathlib.Path]:
