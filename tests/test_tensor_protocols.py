@@ -186,3 +186,32 @@ def test_tinygrad_ssm_tensor_is_the_module_and_new_tensor_creates():
     with pytest.warns(DeprecationWarning, match="tinygrad_ssm.tensor is the module.*new_tensor"):
         old = tg.tensor([1.0, 2.0])  # the old spelling still works
     assert isinstance(old, Tensor) and old.dtype == np.float32 and old.tolist() == [1.0, 2.0]
+
+
+# --- in-place writes ------------------------------------------------------------------------------------
+
+def test_in_place_writes_of_python_numbers_keep_float64_precision():
+    t = Tensor(np.zeros(3))
+    t[0] = 0.1                    # was stored as float32(0.1)
+    t.copy_([0.1, 0.2, 0.3])      # was copied through a float32 array
+    assert t.data.tolist() == [0.1, 0.2, 0.3]
+    t[1] = 0.7
+    t.fill_(0.1)
+    assert t.data.tolist() == [0.1, 0.1, 0.1]
+    t.add_(0.2)
+    assert t.data.tolist() == [0.1 + 0.2] * 3
+    f = Tensor(np.zeros(2, np.float32))
+    f.copy_(np.array([0.1, 0.2]))  # float64 into float32: rounded, as torch
+    assert f.dtype == np.float32 and f.data.tolist() == [np.float32(0.1), np.float32(0.2)]
+
+
+def test_in_place_writes_refuse_wrong_values_and_read_only_views():
+    t = Tensor(np.ones(3))
+    for write, op in ((lambda: t.add_("abc"), "add_"), (lambda: t.mul_(None), "mul_"),
+                      (lambda: t.__setitem__(0, "x"), "__setitem__"), (lambda: t.fill_("x"), "fill_"),
+                      (lambda: t.copy_(np.array([1j, 2, 3])), "copy_")):
+        with pytest.raises(TypeError, match=f"^{op}: the value"):
+            write()
+    with pytest.raises(RuntimeError, match="^add_: this tensor is a read-only view.*expand"):
+        Tensor(np.ones(3)).expand(2, 3).add_(1.0)
+    np.testing.assert_array_equal(t.data, [1.0, 1.0, 1.0])

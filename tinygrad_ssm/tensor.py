@@ -338,47 +338,63 @@ class Tensor:
 
     def _inplace(self, op: str, update):
         self._check_inplace(op)
+        if not self.data.flags.writeable:  # expand / broadcast_to: many elements share one memory location
+            raise RuntimeError(f"{op}: this tensor is a read-only view (from expand or broadcast_to: several of "
+                               f"its elements are one memory location); write to a copy instead (t * 1)")
         update()
         self._bump()
         return self
 
-    def _operand(self, other):
-        # a Python number takes this tensor's dtype (as in the out-of-place ops): _to_array would round it
-        # to float32, so float64_tensor.mul_(0.1) multiplied by 0.10000000149
-        if isinstance(other, (bool, int, float)) and is_float(self.dtype):
-            return np.asarray(other, dtype=self.dtype)
-        return _to_array(other)
+    def _operand(self, other, op: str):
+        """The right-hand side of an in-place op. A Python number or list takes this tensor's dtype (as in
+        the out-of-place ops): as a new tensor it would be float32, so float64_tensor.mul_(0.1) multiplied
+        by 0.10000000149 and t[0] = 0.1 stored 0.10000000149."""
+        if isinstance(other, Tensor):
+            return other.data
+        if isinstance(other, np.ndarray):
+            array = other
+        elif isinstance(other, (bool, int, float, list, tuple, np.generic)):
+            array = np.asarray(other)
+            if array.dtype.kind in "biuf" and is_float(self.dtype) and not isinstance(other, np.generic):
+                array = array.astype(self.dtype)
+        else:
+            array = np.asarray(other, dtype=object)
+        _check_numeric(op, "the value", other, array)
+        return array
 
     def add_(self, other, alpha=1.0):
-        o = self._operand(other)
+        o = self._operand(other, "add_")
         return self._inplace("add_", lambda: np.add(self.data, alpha * o if alpha != 1.0 else o, out=self.data,
                                                      casting="same_kind"))
 
     def sub_(self, other):
-        return self._inplace("sub_", lambda: np.subtract(self.data, self._operand(other), out=self.data, casting="same_kind"))
+        return self._inplace("sub_", lambda: np.subtract(self.data, self._operand(other, "sub_"), out=self.data, casting="same_kind"))
 
     def mul_(self, other):
-        return self._inplace("mul_", lambda: np.multiply(self.data, self._operand(other), out=self.data, casting="same_kind"))
+        return self._inplace("mul_", lambda: np.multiply(self.data, self._operand(other, "mul_"), out=self.data, casting="same_kind"))
 
     def div_(self, other):
-        return self._inplace("div_", lambda: np.divide(self.data, self._operand(other), out=self.data, casting="same_kind"))
+        return self._inplace("div_", lambda: np.divide(self.data, self._operand(other, "div_"), out=self.data, casting="same_kind"))
 
     def zero_(self):
         return self._inplace("zero_", lambda: self.data.fill(0))
 
     def fill_(self, value):
+        value = self._operand(value, "fill_")
         return self._inplace("fill_", lambda: self.data.fill(value))
 
     def copy_(self, src):
-        src = _to_array(src)
+        src = self._operand(src, "copy_")
         if src.shape != self.shape:
             raise ValueError(f"copy_: source shape {src.shape} differs from destination shape {self.shape}")
         return self._inplace("copy_", lambda: np.copyto(self.data, src, casting="same_kind"))
 
     def __setitem__(self, index, value):
         index = _index_arrays(index)
+        value = self._operand(value, "__setitem__")
+
         def update():
-            self.data[index] = _to_array(value)
+            self.data[index] = value
         self._inplace("__setitem__", update)
 
     def __iadd__(self, other):
