@@ -215,3 +215,19 @@ def test_in_place_writes_refuse_wrong_values_and_read_only_views():
     with pytest.raises(RuntimeError, match="^add_: this tensor is a read-only view.*expand"):
         Tensor(np.ones(3)).expand(2, 3).add_(1.0)
     np.testing.assert_array_equal(t.data, [1.0, 1.0, 1.0])
+
+
+def test_numpy_reductions_and_array_functions_on_tensors():
+    x = np.array([[1.0, -2.0], [3.0, 0.5]])
+    for function, op in ((np.sum, F.sum), (np.mean, F.mean), (np.max, F.max)):
+        out = function(Tensor(x), axis=1)  # NumPy calls the method, with its dtype= / out= keywords
+        assert isinstance(out, Tensor)
+        np.testing.assert_array_equal(out.data, op(Tensor(x), 1).data)
+        gradcheck(lambda t, f=function: f(t, axis=0), x)
+    assert np.sum(Tensor(x), dtype=np.float32).dtype == np.float32
+    with pytest.raises(TypeError, match="^sum: out= is not supported"):
+        np.sum(Tensor(x), out=np.empty(()))
+    # other NumPy functions read the array (no copy), as torch; a tensor that requires grad is refused
+    np.testing.assert_array_equal(np.concatenate([Tensor(x), Tensor(x)]), np.concatenate([x, x]))
+    with pytest.raises(RuntimeError, match="requires grad"):
+        np.sort(leaf([2.0, 1.0]))

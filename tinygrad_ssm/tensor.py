@@ -455,9 +455,16 @@ class Tensor:
     def clip(self, min=None, max=None): return F.clip(self, min, max)
     clamp = clip
 
-    def sum(self, axis=None, keepdims=False): return F.sum(self, axis, keepdims)
-    def mean(self, axis=None, keepdims=False): return F.mean(self, axis, keepdims)
-    def max(self, axis=None, keepdims=False): return F.max(self, axis, keepdims)
+    # dtype= and out= are NumPy's: np.sum(t), np.mean(t) and np.max(t) call these methods with them
+    def sum(self, axis=None, keepdims=False, dtype=None, out=None):
+        return F.sum(_numpy_reduction_input("sum", self, dtype, out), axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False, dtype=None, out=None):
+        return F.mean(_numpy_reduction_input("mean", self, dtype, out), axis, keepdims)
+
+    def max(self, axis=None, keepdims=False, out=None):
+        return F.max(_numpy_reduction_input("max", self, None, out), axis, keepdims)
+
     def logsumexp(self, axis=None, keepdims=False): return F.logsumexp(self, axis, keepdims)
     def softmax(self, axis=-1): return F.softmax(self, axis)
     def log_softmax(self, axis=-1): return F.log_softmax(self, axis)
@@ -484,6 +491,12 @@ class Tensor:
     to = astype
     def float(self): return F.cast(self, np.float32)
     def double(self): return F.cast(self, np.float64)
+
+
+def _numpy_reduction_input(op: str, x: Tensor, dtype, out) -> Tensor:
+    if out is not None:
+        raise TypeError(f"{op}: out= is not supported with tensors; use the returned tensor")
+    return x if dtype is None else F.cast(x, dtype)
 
 
 def _compare(op: str, ufunc, a: Tensor, other):
