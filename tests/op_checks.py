@@ -22,8 +22,9 @@ from hypothesis.extra import numpy as hnp
 from op_references import (assert_close, assert_forward, assert_same_elements, gather_ref, lanes_ref, pointwise,
                            reduce_ref, row_major)
 from strategies import (arrays, away_from, away_from_zero, axis_arguments, broadcastable_shapes, concat_cases,
-                        distinct_arrays, einsum_shapes, expand_pairs, getitem_cases, matmul_shapes, reshape_targets,
-                        shape_and_axis, shapes, smooth, untied_pair, where_inputs)
+                        cross_entropy_forward_inputs, cross_entropy_grad_inputs, distinct_arrays, einsum_shapes,
+                        expand_pairs, getitem_cases, matmul_shapes, reshape_targets, shape_and_axis, shapes, smooth,
+                        untied_pair, where_inputs)
 from tinygrad_ssm import Tensor
 from tinygrad_ssm import functional as F
 
@@ -121,34 +122,9 @@ def cast_grad(data):
 
 # --- cross entropy --------------------------------------------------------------------------------------
 
-@st.composite
-def cross_entropy_grad_inputs(draw):
-    """logits (..., C), integer targets (...) with some rows ignored (-100), and a reduction."""
-    lead = draw(shapes(min_dims=1, max_dims=2))
-    classes = draw(st.integers(1, 5))
-    logits = draw(arrays(lead + (classes,), smooth(-4, 4)))
-    targets = draw(hnp.arrays(np.int64, lead, elements=st.one_of(st.integers(0, classes - 1), st.just(-100))))
-    reduction = draw(st.sampled_from(["mean", "sum", "none"]))
-    if reduction == "mean" and (targets == -100).all():
-        targets.flat[0] = classes - 1  # a mean over no rows is nan, as in torch; that case has its own test
-    return logits, targets, reduction
-
-
 def cross_entropy_grad(data):
     logits, targets, reduction = data.draw(cross_entropy_grad_inputs(), label="logits, targets, reduction")
     return (lambda t: F.cross_entropy(t, targets, reduction=reduction)), [logits]
-
-
-@st.composite
-def cross_entropy_forward_inputs(draw):
-    """logits (..., C), integer targets (...) with some rows ignored, an ignore_index (sometimes a real class,
-    which torch ignores too) and a reduction."""
-    lead = draw(shapes(min_dims=1, max_dims=2))
-    classes = draw(st.integers(1, 5))
-    ignore_index = draw(st.sampled_from([-100, 0, classes - 1]))
-    logits = draw(arrays(lead + (classes,), smooth(-6, 6)))
-    targets = draw(hnp.arrays(np.int64, lead, elements=st.integers(0, classes - 1) | st.just(ignore_index)))
-    return logits, targets, ignore_index, draw(st.sampled_from(["mean", "sum", "none"]))
 
 
 def cross_entropy_forward(reference):

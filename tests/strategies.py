@@ -203,3 +203,28 @@ def concat_cases(draw, same_shape: bool, min_side: int = 1):
             shape[axis] = draw(st.integers(min_side, 3))
         out.append(tuple(shape))
     return out, axis
+
+
+@st.composite
+def cross_entropy_grad_inputs(draw):
+    """logits (..., C), integer targets (...) with some rows ignored (-100), and a reduction."""
+    lead = draw(shapes(min_dims=1, max_dims=2))
+    classes = draw(st.integers(1, 5))
+    logits = draw(arrays(lead + (classes,), smooth(-4, 4)))
+    targets = draw(hnp.arrays(np.int64, lead, elements=st.one_of(st.integers(0, classes - 1), st.just(-100))))
+    reduction = draw(st.sampled_from(["mean", "sum", "none"]))
+    if reduction == "mean" and (targets == -100).all():
+        targets.flat[0] = classes - 1  # a mean over no rows is nan, as in torch; that case has its own test
+    return logits, targets, reduction
+
+
+@st.composite
+def cross_entropy_forward_inputs(draw):
+    """logits (..., C), integer targets (...) with some rows ignored, an ignore_index (sometimes a real class,
+    which torch ignores too) and a reduction."""
+    lead = draw(shapes(min_dims=1, max_dims=2))
+    classes = draw(st.integers(1, 5))
+    ignore_index = draw(st.sampled_from([-100, 0, classes - 1]))
+    logits = draw(arrays(lead + (classes,), smooth(-6, 6)))
+    targets = draw(hnp.arrays(np.int64, lead, elements=st.integers(0, classes - 1) | st.just(ignore_index)))
+    return logits, targets, ignore_index, draw(st.sampled_from(["mean", "sum", "none"]))

@@ -210,8 +210,8 @@ class Tensor:
         """NumPy ufuncs on tensors (also `ndarray + tensor`): those the engine has become its ops (so
         np.exp(t) is differentiable); any other works on tensors that don't require grad and gives a
         Tensor, as torch; on one that requires grad it is a TypeError naming the ufunc."""
-        if method == "__call__" and not kwargs and ufunc.__name__ in _UFUNC_OPS:
-            return _UFUNC_OPS[ufunc.__name__](*inputs)
+        if method == "__call__" and not kwargs and ufunc.__name__ in P.UFUNC_OPS:
+            return P.UFUNC_OPS[ufunc.__name__](*inputs)
         if any(isinstance(t, Tensor) and t.requires_grad for t in (*inputs, *kwargs.get("out", ()))):
             raise TypeError(f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}: not "
                             f"differentiable in tinygrad_ssm (on a tensor that requires grad). Use the ops of "
@@ -426,12 +426,12 @@ class Tensor:
     def __getitem__(self, index): return F.getitem(self, index)
     # comparisons are elementwise and give bool tensors outside the graph (as torch); the hash stays the
     # tensor's identity, so tensors still work as dict keys and set members
-    def __eq__(self, o): return _compare("eq", np.equal, self, o)
-    def __ne__(self, o): return _compare("ne", np.not_equal, self, o)
-    def __lt__(self, o): return _compare("lt", np.less, self, o)
-    def __le__(self, o): return _compare("le", np.less_equal, self, o)
-    def __gt__(self, o): return _compare("gt", np.greater, self, o)
-    def __ge__(self, o): return _compare("ge", np.greater_equal, self, o)
+    def __eq__(self, o): return P.compare("eq", np.equal, self, o)
+    def __ne__(self, o): return P.compare("ne", np.not_equal, self, o)
+    def __lt__(self, o): return P.compare("lt", np.less, self, o)
+    def __le__(self, o): return P.compare("le", np.less_equal, self, o)
+    def __gt__(self, o): return P.compare("gt", np.greater, self, o)
+    def __ge__(self, o): return P.compare("ge", np.greater_equal, self, o)
     def __hash__(self): return id(self)
 
     def add(self, o): return F.add(self, o)
@@ -457,13 +457,13 @@ class Tensor:
 
     # dtype= and out= are NumPy's: np.sum(t), np.mean(t) and np.max(t) call these methods with them
     def sum(self, axis=None, keepdims=False, dtype=None, out=None):
-        return F.sum(_numpy_reduction_input("sum", self, dtype, out), axis, keepdims)
+        return F.sum(P.numpy_reduction_input("sum", self, dtype, out), axis, keepdims)
 
     def mean(self, axis=None, keepdims=False, dtype=None, out=None):
-        return F.mean(_numpy_reduction_input("mean", self, dtype, out), axis, keepdims)
+        return F.mean(P.numpy_reduction_input("mean", self, dtype, out), axis, keepdims)
 
     def max(self, axis=None, keepdims=False, out=None):
-        return F.max(_numpy_reduction_input("max", self, None, out), axis, keepdims)
+        return F.max(P.numpy_reduction_input("max", self, None, out), axis, keepdims)
 
     def logsumexp(self, axis=None, keepdims=False): return F.logsumexp(self, axis, keepdims)
     def softmax(self, axis=-1): return F.softmax(self, axis)
@@ -491,57 +491,6 @@ class Tensor:
     to = astype
     def float(self): return F.cast(self, np.float32)
     def double(self): return F.cast(self, np.float64)
-
-
-def _numpy_reduction_input(op: str, x: Tensor, dtype, out) -> Tensor:
-    if out is not None:
-        raise TypeError(f"{op}: out= is not supported with tensors; use the returned tensor")
-    return x if dtype is None else F.cast(x, dtype)
-
-
-def _compare(op: str, ufunc, a: Tensor, other):
-    """a (op) other elementwise -> a bool Tensor. A Python number is compared as it is (against a float32
-    tensor it is rounded to float32, as torch); something that is not a number nor an array gives
-    NotImplemented, so `t == "x"` is False and `t < "x"` a TypeError, as for any Python object."""
-    if isinstance(other, Tensor):
-        b = other.data
-    elif isinstance(other, (bool, int, float, np.generic)):
-        b = other
-    elif isinstance(other, (np.ndarray, list, tuple)):
-        b = np.asarray(other)
-        if b.dtype.kind not in "biuf":
-            return NotImplemented
-    else:
-        return NotImplemented
-    try:
-        return Tensor(ufunc(a.data, b))
-    except ValueError:
-        raise ValueError(f"{op}: shapes {a.shape} and {np.shape(b)} do not broadcast") from None
-
-
-# NumPy ufuncs that are engine ops: Tensor.__array_ufunc__ sends them to tinygrad_ssm.functional
-_UFUNC_OPS = {
-    "add": lambda a, b: F.add(a, b), "subtract": lambda a, b: F.sub(a, b), "multiply": lambda a, b: F.mul(a, b),
-    "divide": lambda a, b: F.div(a, b), "power": lambda a, b: F.pow(a, b), "matmul": lambda a, b: F.matmul(a, b),
-    "maximum": lambda a, b: F.maximum(a, b), "minimum": lambda a, b: F.minimum(a, b),
-    "negative": lambda a: F.neg(a), "exp": lambda a: F.exp(a), "log": lambda a: F.log(a),
-    "sqrt": lambda a: F.sqrt(a), "absolute": lambda a: F.abs(a), "tanh": lambda a: F.tanh(a),
-    "equal": lambda a, b: _compare_any("eq", np.equal, a, b),
-    "not_equal": lambda a, b: _compare_any("ne", np.not_equal, a, b),
-    "less": lambda a, b: _compare_any("lt", np.less, a, b),
-    "less_equal": lambda a, b: _compare_any("le", np.less_equal, a, b),
-    "greater": lambda a, b: _compare_any("gt", np.greater, a, b),
-    "greater_equal": lambda a, b: _compare_any("ge", np.greater_equal, a, b),
-}
-_MIRRORED = {np.less: np.greater, np.less_equal: np.greater_equal, np.greater: np.less,
-             np.greater_equal: np.less_equal, np.equal: np.equal, np.not_equal: np.not_equal}
-
-
-def _compare_any(op, ufunc, a, b):
-    """A comparison where the tensor may be on the right (ndarray == tensor)."""
-    if isinstance(a, Tensor):
-        return _compare(op, ufunc, a, b)
-    return _compare(op, _MIRRORED[ufunc], b, a)
 
 
 def _index_arrays(index):
@@ -614,6 +563,7 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
 
 
 from . import functional as F  # noqa: E402  (the ops import Tensor and Function from this module)
+from . import protocols as P  # noqa: E402  (comparisons and NumPy's ufuncs on tensors, made of the ops)
 
 
 class _TensorModule(types.ModuleType):
