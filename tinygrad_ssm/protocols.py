@@ -35,18 +35,25 @@ def compare(op: str, ufunc, a: Tensor, other):
         raise ValueError(f"{op}: shapes {a.shape} and {np.shape(b)} do not broadcast") from None
 
 
-# NumPy ufuncs that are engine ops: Tensor.__array_ufunc__ sends them to tinygrad_ssm.functional
-UFUNC_OPS = {
-    "add": F.add, "subtract": F.sub, "multiply": F.mul, "divide": F.div, "power": F.pow, "matmul": F.matmul,
-    "maximum": F.maximum, "minimum": F.minimum, "negative": F.neg, "exp": F.exp, "log": F.log, "sqrt": F.sqrt,
-    "absolute": F.abs, "tanh": F.tanh,
-    "equal": lambda a, b: compare_any("eq", np.equal, a, b),
-    "not_equal": lambda a, b: compare_any("ne", np.not_equal, a, b),
-    "less": lambda a, b: compare_any("lt", np.less, a, b),
-    "less_equal": lambda a, b: compare_any("le", np.less_equal, a, b),
-    "greater": lambda a, b: compare_any("gt", np.greater, a, b),
-    "greater_equal": lambda a, b: compare_any("ge", np.greater_equal, a, b),
-}
+# NumPy ufuncs that are engine ops (ufunc name -> the op's name in tinygrad_ssm.functional), and comparisons
+UFUNC_OPS = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "power": "pow",
+             "matmul": "matmul", "maximum": "maximum", "minimum": "minimum", "negative": "neg", "exp": "exp",
+             "log": "log", "sqrt": "sqrt", "absolute": "abs", "tanh": "tanh"}
+COMPARISONS = {"equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le", "greater": "gt",
+               "greater_equal": "ge"}
+
+
+def is_engine_ufunc(ufunc) -> bool:
+    return ufunc.__name__ in UFUNC_OPS or ufunc.__name__ in COMPARISONS
+
+
+def apply_ufunc(ufunc, inputs):
+    """ufunc(*inputs) as the engine's op (differentiable), for a ufunc where is_engine_ufunc holds."""
+    if ufunc.__name__ in COMPARISONS:
+        return compare_any(COMPARISONS[ufunc.__name__], ufunc, *inputs)
+    return getattr(F, UFUNC_OPS[ufunc.__name__])(*inputs)
+
+
 MIRRORED = {np.less: np.greater, np.less_equal: np.greater_equal, np.greater: np.less,
             np.greater_equal: np.less_equal, np.equal: np.equal, np.not_equal: np.not_equal}
 

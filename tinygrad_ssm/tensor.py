@@ -210,8 +210,8 @@ class Tensor:
         """NumPy ufuncs on tensors (also `ndarray + tensor`): those the engine has become its ops (so
         np.exp(t) is differentiable); any other works on tensors that don't require grad and gives a
         Tensor, as torch; on one that requires grad it is a TypeError naming the ufunc."""
-        if method == "__call__" and not kwargs and ufunc.__name__ in P.UFUNC_OPS:
-            return P.UFUNC_OPS[ufunc.__name__](*inputs)
+        if method == "__call__" and not kwargs and P.is_engine_ufunc(ufunc):
+            return P.apply_ufunc(ufunc, inputs)
         if any(isinstance(t, Tensor) and t.requires_grad for t in (*inputs, *kwargs.get("out", ()))):
             raise TypeError(f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}: not "
                             f"differentiable in tinygrad_ssm (on a tensor that requires grad). Use the ops of "
