@@ -231,3 +231,14 @@ def test_numpy_reductions_and_array_functions_on_tensors():
     np.testing.assert_array_equal(np.concatenate([Tensor(x), Tensor(x)]), np.concatenate([x, x]))
     with pytest.raises(RuntimeError, match="requires grad"):
         np.sort(leaf([2.0, 1.0]))
+
+
+def test_the_protocols_benchmark_runs():
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "numpy_protocols.py"
+    spec = importlib.util.spec_from_file_location("numpy_protocols", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = module.main(["--size", "1000", "--repeats", "1", "--json"])
+    assert result["size"] == 1000 and set(result["cases"]) >= {"np.asarray(t)", "np.exp(t)", "ids[ids == 0]"}
