@@ -185,8 +185,8 @@ ALONG_AXIS = {"softmax": (softmax_ref, lambda x, a: torch.softmax(x, a)),
               "cumsum": (cumsum_ref, lambda x, a: torch.cumsum(x, a))}
 for _name, (_reference, _theirs) in ALONG_AXIS.items():
     _op = getattr(F, _name)
-    _cases = [([randn(3, 5) * 3], (lambda a, o=_op: lambda x: o(x, a))(axis), (lambda a, f=_theirs: lambda x: f(x, a))(axis))
-              for axis in (0, -1)]
+    _cases = [([randn(3, 5) * 3], (lambda a, o=_op: lambda x: o(x, a))(axis),
+               (lambda a, f=_theirs: lambda x: f(x, a))(axis)) for axis in (0, -1)]
     spec(_name, grad=C.along_axis_grad(_op), forward=C.along_axis_forward(_op, _reference), torch=_cases,
          float32=(lambda o: lambda: o(f32(2, 3), 1))(_op), example=lambda: (f64(2, 3), -1))
 SPECS["softmax"].torch.append(([_scalar], lambda x: F.softmax(x, -1), lambda x: torch.softmax(x, -1)))

@@ -167,7 +167,8 @@ def parse_einsum(subscripts: str, shapes):
         output = output.replace("...", ellipsis_letters)
     else:
         counts = {c: "".join(expanded).count(c) for c in set("".join(expanded))}
-        output = ellipsis_letters + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ellipsis_letters))
+        once = sorted(c for c, n in counts.items() if n == 1 and c not in ellipsis_letters)
+        output = ellipsis_letters + "".join(once)
     if not set(output) <= set("".join(expanded)) or len(set(output)) != len(output):
         raise ValueError(f"einsum: output {output!r} of {subscripts!r} must use each input letter at most once")
     return expanded, output

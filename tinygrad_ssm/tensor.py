@@ -368,13 +368,16 @@ class Tensor:
                                                      casting="same_kind"))
 
     def sub_(self, other):
-        return self._inplace("sub_", lambda: np.subtract(self.data, self._operand(other, "sub_"), out=self.data, casting="same_kind"))
+        o = self._operand(other, "sub_")
+        return self._inplace("sub_", lambda: np.subtract(self.data, o, out=self.data, casting="same_kind"))
 
     def mul_(self, other):
-        return self._inplace("mul_", lambda: np.multiply(self.data, self._operand(other, "mul_"), out=self.data, casting="same_kind"))
+        o = self._operand(other, "mul_")
+        return self._inplace("mul_", lambda: np.multiply(self.data, o, out=self.data, casting="same_kind"))
 
     def div_(self, other):
-        return self._inplace("div_", lambda: np.divide(self.data, self._operand(other, "div_"), out=self.data, casting="same_kind"))
+        o = self._operand(other, "div_")
+        return self._inplace("div_", lambda: np.divide(self.data, o, out=self.data, casting="same_kind"))
 
     def zero_(self):
         return self._inplace("zero_", lambda: self.data.fill(0))
