@@ -305,6 +305,10 @@ def test_0d_inputs_to_cat_and_cross_entropy():
     assert F.cross_entropy(Tensor(np.array([0.0, 0.0])), np.array(1)).item() == pytest.approx(np.log(2))
     with raises_naming(ValueError, "rms_norm", "0-d"):
         F.rms_norm(t())
+    with raises_naming(ValueError, "split", "0-d"):
+        F.split(t(), 1)
+    pieces = F.split(t(0, 3), 2)  # an empty axis: one empty piece, as torch
+    assert len(pieces) == 1 and pieces[0].shape == (0, 3)
 
 
 def test_max_of_an_empty_axis_raises_naming_it():
@@ -329,3 +333,25 @@ def test_reductions_over_no_elements_as_torch():
         x = Tensor(np.ones((2, 0)), requires_grad=True)
         F.mean(x, axis=1).sum().backward()
         assert x.grad.shape == (2, 0)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+@pytest.mark.parametrize("kind", ["0-d", "empty"])
+def test_every_op_on_a_0d_or_empty_input_works_or_names_itself(name, kind):
+    """The first tensor argument of each op's example made 0-d (or empty along its first axis): the op
+    either gives a result whose backward runs without a NumPy warning, or raises an error that starts
+    with the op's name, never a raw NumPy or Python error."""
+    def shrink(x):
+        return Tensor(np.array(0.5) if kind == "0-d" else np.zeros((0,) + x.shape[1:]), requires_grad=True)
+    arguments = list(SPECS[name].example())
+    position = next(i for i, a in enumerate(arguments) if isinstance(a, (Tensor, list)))
+    value = arguments[position]
+    arguments[position] = [shrink(t) for t in value] if isinstance(value, list) else shrink(value)
+    try:
+        with strict_floats():
+            out = getattr(F, name)(*arguments)
+            for piece in (out if isinstance(out, tuple) else (out,)):
+                if piece.requires_grad:
+                    piece.sum().backward()
+    except (ValueError, IndexError, TypeError) as error:
+        assert str(error).startswith(f"{name}: "), f"{name} on a {kind} input: {type(error).__name__}: {error}"

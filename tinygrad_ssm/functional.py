@@ -397,13 +397,16 @@ def _same_dtype(tensors):
 def split(x, split_size_or_sections, axis=0):
     """torch.split: an int gives pieces of that size (the last may be smaller); a list gives those sizes."""
     x = A.as_tensor("split", "x", x)
+    if x.ndim == 0:
+        raise ValueError("split: needs a tensor with at least 1 dimension, got a 0-d tensor")
     axis = A.axis("split", axis, x.ndim, x.shape)
     n = x.shape[axis]
     sizes = A.int_sequence("split", "split_size_or_sections", split_size_or_sections, x.shape)
     if isinstance(split_size_or_sections, (int, np.integer)):
         if split_size_or_sections <= 0:
             raise ValueError(f"split: size must be positive, got {split_size_or_sections}")
-        sizes = [builtins.min(split_size_or_sections, n - s) for s in range(0, n, split_size_or_sections)]
+        # an empty axis still gives one (empty) piece, as torch
+        sizes = [builtins.min(split_size_or_sections, n - s) for s in range(0, n, split_size_or_sections)] or [0]
     elif builtins.sum(sizes) != n or builtins.min(sizes, default=0) < 0:
         raise ValueError(f"split: sizes {list(sizes)} don't add up to {n}, the size of axis {axis} of {x.shape}")
     pieces, start = [], 0
