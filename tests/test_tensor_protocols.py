@@ -242,3 +242,11 @@ def test_the_protocols_benchmark_runs():
     spec.loader.exec_module(module)
     result = module.main(["--size", "1000", "--repeats", "1", "--json"])
     assert result["size"] == 1000 and set(result["cases"]) >= {"np.asarray(t)", "np.exp(t)", "ids[ids == 0]"}
+
+
+def test_numpy_scalars_and_integer_arrays_as_arguments():
+    x = Tensor(np.array([16777217.0]))  # 2**24 + 1: not a float32
+    assert (x / np.int64(16777217)).item() == 1.0 and (np.int64(16777217) / x).item() == 1.0
+    assert (Tensor(np.ones(2, np.float32)) / np.int64(3)).dtype == np.float32
+    assert F.reshape(Tensor(np.ones(6)), np.array([2, 3])).shape == (2, 3)
+    assert F.permute(Tensor(np.ones((2, 3))), np.argsort([1, 0])).shape == (3, 2)

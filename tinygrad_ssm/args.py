@@ -83,10 +83,15 @@ def number(op: str, argument: str, value, allow_none: bool = False):
     """A Python or NumPy real number (a bound, a beta, an eps, a fill value)."""
     if value is None and allow_none:
         return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if not is_real_number(value):
         raise TypeError(f"{op}: {argument} must be a real number{' or None' if allow_none else ''}, "
                         f"got {_describe(value)}")
     return value
+
+
+def is_real_number(value) -> bool:
+    """A Python or NumPy int or float (not a bool): an operand that takes the dtype of the tensor it meets."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 def integer(op: str, argument: str, value) -> int:
@@ -99,6 +104,8 @@ def int_sequence(op: str, argument: str, values, shape: tuple = ()) -> tuple:
     """A shape, a permutation or pad widths: an int or a sequence of ints."""
     if isinstance(values, (int, np.integer)) and not isinstance(values, (bool, np.bool_)):
         return (int(values),)
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iu":
+        values = values.tolist()
     if isinstance(values, Tensor) or not isinstance(values, (list, tuple)) or not builtins.all(
             isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values):
         raise TypeError(f"{op}: {argument} must be a tuple of ints, got {_describe(values)} "

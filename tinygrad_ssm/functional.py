@@ -56,8 +56,8 @@ def mul(a, b): return _binary("mul", E.Mul, a, b)
 @op
 def div(a, b):
     """True division: integer operands become float32 (as torch), a Python number stays a number."""
-    a = a if isinstance(a, (int, float)) and not isinstance(a, bool) else A.float_tensor("div", "a", a)
-    b = b if isinstance(b, (int, float)) and not isinstance(b, bool) else A.float_tensor("div", "b", b)
+    a = a if A.is_real_number(a) else A.float_tensor("div", "a", a)
+    b = b if A.is_real_number(b) else A.float_tensor("div", "b", b)
     return _binary("div", E.Div, a, b)
 
 
