@@ -7,6 +7,8 @@ op of tests/op_specs.py runs on its example and on hypothesis-drawn gradient cas
 np.shares_memory(output, input) against is_view: a future op that returns a view unmarked fails here."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,19 +19,21 @@ from tinygrad_ssm import Function, Tensor, no_grad
 from tinygrad_ssm import functional as F
 
 
-@pytest.fixture
-def applications(monkeypatch):
-    """Every (Function instance or class, input tensors, output tensors) applied while the test runs."""
+@contextlib.contextmanager
+def recording_applications():
+    """Yields a list that gets (Function class, input tensors, output tensors) for every op applied inside."""
     recorded = []
     original = Function.apply.__func__
 
     def recording_apply(cls, *inputs, **kwargs):
         out = original(cls, *inputs, **kwargs)
-        outputs = out if isinstance(out, tuple) else (out,)
-        recorded.append((cls, inputs, outputs))
+        recorded.append((cls, inputs, out if isinstance(out, tuple) else (out,)))
         return out
-    monkeypatch.setattr(Function, "apply", classmethod(recording_apply))
-    return recorded
+    Function.apply = classmethod(recording_apply)
+    try:
+        yield recorded
+    finally:
+        Function.apply = classmethod(original)
 
 
 def assert_views_are_marked(applications):
@@ -53,8 +57,9 @@ def assert_views_are_marked(applications):
 
 
 @pytest.mark.parametrize("name", list(SPECS))
-def test_every_op_marks_the_outputs_that_share_memory(name, applications):
-    getattr(F, name)(*SPECS[name].example())
+def test_every_op_marks_the_outputs_that_share_memory(name):
+    with recording_applications() as applications:
+        getattr(F, name)(*SPECS[name].example())
     assert_views_are_marked(applications)
 
 
@@ -63,29 +68,20 @@ def test_every_op_marks_the_outputs_that_share_memory(name, applications):
 @given(data=st.data())
 def test_every_op_marks_views_on_drawn_inputs(name, variant, data):
     fn, arrays = SPECS[name].grad[variant](data)
-    recorded = []
-    original = Function.apply.__func__
-
-    def recording_apply(cls, *inputs, **kwargs):  # the fixture's recorder: fixtures don't mix with @given
-        out = original(cls, *inputs, **kwargs)
-        recorded.append((cls, inputs, out if isinstance(out, tuple) else (out,)))
-        return out
-    Function.apply = classmethod(recording_apply)
-    try:
+    with recording_applications() as applications:
         fn(*[Tensor(a, requires_grad=True) for a in arrays])
-    finally:
-        Function.apply = classmethod(original)
-    assert_views_are_marked(recorded)
+    assert_views_are_marked(applications)
 
 
-def test_the_sweep_catches_an_unmarked_view(applications):
+def test_the_sweep_catches_an_unmarked_view():
     class UnmarkedFlip(Function):  # np.flip is a view: without is_view the version counter is not shared
         def forward(self, a):
             return np.flip(a, 0)
 
         def backward(self, grad):
             return np.flip(grad, 0)
-    UnmarkedFlip.apply(Tensor(np.ones(3), requires_grad=True))
+    with recording_applications() as applications:
+        UnmarkedFlip.apply(Tensor(np.ones(3), requires_grad=True))
     with pytest.raises(AssertionError, match="UnmarkedFlip: the output .* shares memory .* not marked is_view"):
         assert_views_are_marked(applications)
 
