@@ -1,4 +1,4 @@
-"""An independent float64 NumPy forward of the Mamba-2 LM, written straight from reference/mamba2.md.
+"""An independent float64 NumPy forward of the Mamba-2 LM, written straight from docs/mamba2.md (section 3).
 
 It reads the parameters by their official names (backbone.embedding.weight, backbone.layers.{i}.mixer.*, ...)
 from a plain dict of arrays and never calls the engine or the model, so a test comparing it with the model's
@@ -59,7 +59,7 @@ def linear(v, weight, bias):
 
 
 def mixer(u, W, prefix, c):
-    """u (b, l, d_model) -> (b, l, d_model): steps 1-8 of 'One Mamba-2 mixer' in reference/mamba2.md."""
+    """u (b, l, d_model) -> (b, l, d_model): steps 1-7 of section 3 of docs/mamba2.md (the mixer)."""
     b, l, _ = u.shape
     d_inner = c.expand * c.d_model
     h, p, g, n = d_inner // c.headdim, c.headdim, c.ngroups, c.d_state

@@ -1,6 +1,10 @@
 """Expected values of the ops, written from their textbook definitions for tests/test_ops_forward.py:
 Python's math module element by element (math.fsum for sums) and explicit loops over rows, lanes, time steps
-and indices, never the NumPy routine the op itself calls, so a wrong forward can't agree with its reference."""
+and indices, never the NumPy routine the op itself calls, so a wrong forward can't agree with its reference.
+Also the assertions that compare an op's output with them.
+
+Tolerances: float64 rtol = atol = 1e-12 (the references differ from the ops only by rounding: math.exp vs
+np.exp, fsum vs pairwise sums); float32 outputs against the float64 reference on the same float32 inputs."""
 from __future__ import annotations
 
 import contextlib
@@ -9,6 +13,35 @@ import math
 import warnings
 
 import numpy as np
+
+from tinygrad_ssm import Tensor
+
+RTOL = ATOL = 1e-12
+F32_RTOL = F32_ATOL = 2e-6  # a few float32 ulps, summed over the handful of terms a reduction here adds
+F32_TINY = float(np.finfo(np.float32).tiny)  # below the smallest normal float32 there is no relative precision
+
+
+def assert_close(out, expected, dtype=np.float64, rtol=RTOL, atol=ATOL):
+    expected = np.asarray(expected)
+    assert isinstance(out, Tensor)
+    assert out.shape == expected.shape, f"shape {out.shape}, expected {expected.shape}"
+    assert out.dtype == np.dtype(dtype), f"dtype {out.dtype}, expected {np.dtype(dtype)}"
+    np.testing.assert_allclose(out.data, expected, rtol=rtol, atol=atol)
+
+
+def assert_forward(op, reference, *inputs):
+    """op(*Tensors) against reference(*arrays) on the float64 inputs, then on them rounded to float32
+    (the op must keep float32). None inputs (an absent bias) stay None."""
+    for dtype, rtol, atol in ((np.float64, RTOL, ATOL), (np.float32, F32_RTOL, F32_ATOL)):
+        arrays_ = [None if x is None else x.astype(dtype) for x in inputs]
+        assert_close(op(*(None if x is None else Tensor(x) for x in arrays_)), reference(*arrays_), dtype, rtol, atol)
+
+
+def assert_same_elements(out, shape, elements):
+    """A view op: `shape`, and the input's elements in this row-major order, bit for bit."""
+    assert out.shape == tuple(shape) and out.dtype == np.float64
+    assert row_major(out.data) == elements
+
 
 @contextlib.contextmanager
 def strict_floats():

@@ -170,3 +170,61 @@ def einsum_shapes(draw, spec: str):
         shape_list.append(lead + tuple(1 if draw(st.integers(0, 4)) == 4 else sizes[c]
                                        for c in operand.replace("...", "")))
     return tuple(shape_list)
+
+
+@st.composite
+def getitem_cases(draw):
+    """(shape, index, kind): basic indexing (ints, slices with steps, None, Ellipsis), integer arrays (repeats
+    make the scatter-add matter), integer arrays mixed with a slice, or a bool mask."""
+    shape = draw(shapes(min_dims=1))
+    kind = draw(st.sampled_from(["basic", "integer", "mixed", "mask"]))
+    if kind == "basic":
+        index = draw(hnp.basic_indices(shape, min_dims=0, allow_newaxis=True, allow_ellipsis=True))
+    elif kind == "integer":
+        index = draw(hnp.integer_array_indices(shape, result_shape=shapes(min_dims=1, max_dims=2)))
+    elif kind == "mixed":
+        rows = draw(hnp.arrays(np.int64, draw(shapes(min_dims=1, max_dims=2)),
+                               elements=st.integers(-shape[0], shape[0] - 1)))
+        index = (rows,) + (slice(None, None, -1),) * (len(shape) > 1)
+    else:
+        index = draw(hnp.arrays(np.bool_, shape))
+    return shape, index, kind
+
+
+@st.composite
+def concat_cases(draw, same_shape: bool, min_side: int = 1):
+    """1-3 shapes equal except along `axis` (there each from min_side to 3; all equal when `same_shape`),
+    and the axis."""
+    base, axis = draw(shape_and_axis(min_dims=1))
+    out = []
+    for _ in range(draw(st.integers(1, 3))):
+        shape = list(base)
+        if not same_shape:
+            shape[axis] = draw(st.integers(min_side, 3))
+        out.append(tuple(shape))
+    return out, axis
+
+
+@st.composite
+def cross_entropy_grad_inputs(draw):
+    """logits (..., C), integer targets (...) with some rows ignored (-100), and a reduction."""
+    lead = draw(shapes(min_dims=1, max_dims=2))
+    classes = draw(st.integers(1, 5))
+    logits = draw(arrays(lead + (classes,), smooth(-4, 4)))
+    targets = draw(hnp.arrays(np.int64, lead, elements=st.one_of(st.integers(0, classes - 1), st.just(-100))))
+    reduction = draw(st.sampled_from(["mean", "sum", "none"]))
+    if reduction == "mean" and (targets == -100).all():
+        targets.flat[0] = classes - 1  # a mean over no rows is nan, as in torch; that case has its own test
+    return logits, targets, reduction
+
+
+@st.composite
+def cross_entropy_forward_inputs(draw):
+    """logits (..., C), integer targets (...) with some rows ignored, an ignore_index (sometimes a real class,
+    which torch ignores too) and a reduction."""
+    lead = draw(shapes(min_dims=1, max_dims=2))
+    classes = draw(st.integers(1, 5))
+    ignore_index = draw(st.sampled_from([-100, 0, classes - 1]))
+    logits = draw(arrays(lead + (classes,), smooth(-6, 6)))
+    targets = draw(hnp.arrays(np.int64, lead, elements=st.integers(0, classes - 1) | st.just(ignore_index)))
+    return logits, targets, ignore_index, draw(st.sampled_from(["mean", "sum", "none"]))

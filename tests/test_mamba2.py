@@ -116,7 +116,7 @@ def test_full_forward_equals_scan_equals_prefill_then_step(l, ngroups, extra):
 
 
 def test_logits_match_a_torch_reference():
-    """The same weights through the equations of reference/mamba2.md written with torch's own ops
+    """The same weights through the equations of docs/mamba2.md (section 3) written with torch's own ops
     (conv1d with groups and left padding, softplus, a sequential scan, grouped gated RMSNorm)."""
     torch = pytest.importorskip("torch")
     tf = torch.nn.functional
@@ -178,7 +178,7 @@ def randomise_parameters(model, seed):
                          ids=["g1", "g2", "g1-dt_limit", "g2-dt_limit-untied-bias"])
 @pytest.mark.parametrize("l", [1, Q + 5, 3 * Q + 5])
 def test_logits_match_an_independent_numpy_reference(l, kw):
-    """The model's logits against mamba2_numpy_reference.py: the equations of reference/mamba2.md in plain
+    """The model's logits against mamba2_numpy_reference.py: the equations of docs/mamba2.md (section 3) in plain
     float64 NumPy with a sequential scan, reading the weights by their official names (no torch needed)."""
     model = tiny_model(seed=20 + l, **kw)
     randomise_parameters(model, seed=l)

@@ -1,12 +1,16 @@
 """Bad input fails loudly: the exception type is the one NumPy/PyTorch users expect, and the message names
-the op and the shapes involved (nothing is silently broadcast wrong)."""
+the op and the shapes involved (nothing is silently broadcast wrong). A wrong type in any argument of any op
+(swept over the examples of tests/op_specs.py) is a TypeError naming the op and the argument."""
 from __future__ import annotations
 
+import inspect
 import re
 
 import numpy as np
 import pytest
 
+from op_references import strict_floats
+from op_specs import SPECS
 from tinygrad_ssm import Tensor
 from tinygrad_ssm import functional as F
 
@@ -218,3 +222,136 @@ def test_integer_tensor_cannot_require_grad_and_grad_must_match_shape():
         Tensor(np.ones(3)).copy_(np.ones(2))
     with raises_naming(TypeError, "cast", "int64"):
         F.cast(x, np.int64)
+
+
+# --- wrong types: every op, every tensor argument ---------------------------------------------------------
+
+BAD_VALUES = {"str": "abc", "None": None, "object array": np.array([object(), object()], dtype=object),
+              "complex array": np.array([1 + 2j, 3.0]), "ragged list": [[1.0, 2.0], [3.0]]}
+
+
+def _tensor_arguments(name):
+    """(position, argument name, example value, whether None is allowed) for each argument of the op's
+    example that is a tensor, an array or a list of tensors (cat, stack); names from the signature of
+    functional.<name>."""
+    parameters = list(inspect.signature(getattr(F, name)).parameters.values())
+    for position, value in enumerate(SPECS[name].example()):
+        parameter = parameters[min(position, len(parameters) - 1)]
+        label = (f"{parameter.name}[{position - parameters.index(parameter)}]"
+                 if parameter.kind is inspect.Parameter.VAR_POSITIONAL else parameter.name)
+        if isinstance(value, (Tensor, np.ndarray)) or (isinstance(value, list) and value and
+                                                       isinstance(value[0], Tensor)):
+            yield position, label, value, parameter.default is None  # an optional bias or weight
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+@pytest.mark.parametrize("bad", list(BAD_VALUES))
+def test_every_op_names_the_argument_of_a_wrong_type(name, bad):
+    """A str, None, an object array, complex numbers or a ragged list in place of any tensor argument of any
+    op (in place of one element of a list of tensors too) is a TypeError that starts with the op's name and
+    names the argument, never a raw NumPy error."""
+    arguments = list(_tensor_arguments(name))
+    assert arguments, f"{name}'s example has no tensor argument to sweep"
+    for position, label, value, optional in arguments:
+        replacements = []
+        if not (optional and bad == "None") and not (isinstance(value, list) and bad == "ragged list"):
+            replacements.append((label, BAD_VALUES[bad]))  # (None: no bias; a list of lists: a list of tensors)
+        if isinstance(value, list):  # one element of a list of tensors
+            replacements.append((f"{label}[1]", [value[0], BAD_VALUES[bad]]))
+        for expected_label, replacement in replacements:
+            call = SPECS[name].example()
+            call = call[:position] + (replacement,) + call[position + 1:]
+            with pytest.raises(TypeError) as error:
+                getattr(F, name)(*call)
+            message = str(error.value)
+            assert message.startswith(f"{name}: "), f"{name}({expected_label}={bad}): {message!r}"
+            assert expected_label in message, f"{name}({expected_label}={bad}) doesn't name it: {message!r}"
+
+
+@pytest.mark.parametrize("expression, fragments", [
+    (lambda: F.reshape(t(2, 3), None), ("shape", "NoneType")),
+    (lambda: F.permute(t(2, 3), "ab"), ("axes", "str")),
+    (lambda: F.expand(t(1, 3), None), ("shape",)),
+    (lambda: F.pad(t(2, 3), None), ("pad",)),
+    (lambda: F.pad(t(2, 3), (1, 1), value="x"), ("value",)),
+    (lambda: F.split(t(4), None), ("split_size_or_sections",)),
+    (lambda: F.clip(t(3), "a", None), ("min",)),
+    (lambda: F.softplus(t(3), beta=None), ("beta",)),
+    (lambda: F.rms_norm(t(2, 3), eps="x"), ("eps",)),
+    (lambda: F.tril(t(3, 3), k=None), ("k",)),
+    (lambda: F.cast(t(3), None), ("dtype",)),
+    (lambda: F.cast(t(3), "complex64"), ("dtype", "complex64")),
+    (lambda: F.cast(t(3), "not a dtype"), ("dtype",)),
+    (lambda: F.einsum(None, t(2, 3)), ("subscripts",)),
+    (lambda: F.cross_entropy(t(2, 3), np.array([0, 1]), ignore_index=None), ("ignore_index",)),
+    (lambda: F.cat(t(2, 3)), ("tensors", "list or tuple")),
+    (lambda: F.stack(None), ("tensors",)),
+], ids=["reshape", "permute", "expand", "pad", "pad value", "split", "clip", "softplus", "rms_norm", "tril",
+        "cast None", "cast complex", "cast unknown", "einsum", "cross_entropy", "cat of a tensor", "stack"])
+def test_non_tensor_arguments_of_a_wrong_type(expression, fragments):
+    with pytest.raises(TypeError) as error:
+        expression()
+    assert all(f in str(error.value) for f in fragments), str(error.value)
+
+
+# --- 0-d inputs and empty reductions --------------------------------------------------------------------
+
+def test_0d_inputs_to_cat_and_cross_entropy():
+    with raises_naming(ValueError, "cat", "tensors[1] is 0-d", "stack"):
+        F.cat([t(2), t()])
+    with raises_naming(ValueError, "cross_entropy", "class axis", "0-d"):
+        F.cross_entropy(t(), np.array(0))
+    # unbatched (C,) logits with a 0-d target are fine, as torch
+    assert F.cross_entropy(Tensor(np.array([0.0, 0.0])), np.array(1)).item() == pytest.approx(np.log(2))
+    with raises_naming(ValueError, "rms_norm", "0-d"):
+        F.rms_norm(t())
+    with raises_naming(ValueError, "split", "0-d"):
+        F.split(t(), 1)
+    pieces = F.split(t(0, 3), 2)  # an empty axis: one empty piece, as torch
+    assert len(pieces) == 1 and pieces[0].shape == (0, 3)
+
+
+def test_max_of_an_empty_axis_raises_naming_it():
+    with raises_naming(ValueError, "max", "axis 0", "(0, 3)", "empty"):
+        F.max(t(0, 3), axis=0)
+    with raises_naming(ValueError, "max", "the tensor", "(0,)"):
+        F.max(t(0))
+    out = F.max(t(0, 3), axis=1)  # reducing the non-empty axis of an empty tensor: an empty result (torch)
+    assert out.shape == (0,)
+
+
+def test_reductions_over_no_elements_as_torch():
+    with strict_floats():  # no NumPy warnings either
+        assert np.isnan(F.mean(t(0)).item())
+        np.testing.assert_array_equal(F.mean(t(2, 0), axis=1).data, [np.nan, np.nan])
+        assert F.sum(t(0)).item() == 0.0
+        assert F.logsumexp(t(0)).item() == -np.inf
+        np.testing.assert_array_equal(F.logsumexp(t(2, 0), axis=1).data, [-np.inf, -np.inf])
+        assert F.softmax(t(2, 0), -1).shape == (2, 0) and F.log_softmax(t(0, 3), 0).shape == (0, 3)
+        assert F.cumsum(t(0), 0).shape == (0,)
+        assert np.isnan(F.cross_entropy(t(0, 3), np.zeros(0, np.int64)).item())
+        x = Tensor(np.ones((2, 0)), requires_grad=True)
+        F.mean(x, axis=1).sum().backward()
+        assert x.grad.shape == (2, 0)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+@pytest.mark.parametrize("kind", ["0-d", "empty"])
+def test_every_op_on_a_0d_or_empty_input_works_or_names_itself(name, kind):
+    """The first tensor argument of each op's example made 0-d (or empty along its first axis): the op
+    either gives a result whose backward runs without a NumPy warning, or raises an error that starts
+    with the op's name, never a raw NumPy or Python error."""
+    def shrink(x):
+        return Tensor(np.array(0.5) if kind == "0-d" else np.zeros((0,) + x.shape[1:]), requires_grad=True)
+    arguments = list(SPECS[name].example())
+    position = next(i for i, a in enumerate(arguments) if isinstance(a, (Tensor, list)))
+    value = arguments[position]
+    arguments[position] = [shrink(t) for t in value] if isinstance(value, list) else shrink(value)
+    try:
+        with strict_floats():
+            out = getattr(F, name)(*arguments)
+            for piece in (out if isinstance(out, tuple) else (out,)):
+                if piece.requires_grad:
+                    piece.sum().backward()
+    except (ValueError, IndexError, TypeError) as error:
+        assert str(error).startswith(f"{name}: "), f"{name} on a {kind} input: {type(error).__name__}: {error}"

@@ -1,5 +1,5 @@
 """from_pretrained / save_pretrained: our own round trip, a transformers-layout directory written here
-(names and config fields of reference/mamba2.md), half-precision upcasting, and errors that name the key."""
+(names and config fields of docs/mamba2.md), half-precision upcasting, and errors that name the key."""
 import dataclasses
 import json
 import math

@@ -13,7 +13,7 @@ LENGTHS = [1, Q - 1, Q, Q + 1, 3 * Q + 5]
 
 
 def numpy_scan(x, dt, A, B, C, D=None, initial_state=None):
-    """The recurrence of reference/mamba2.md, one step at a time, independent of the engine."""
+    """The recurrence of docs/mamba2.md (section 1), one step at a time, independent of the engine."""
     b, l, h, p = x.shape
     g, n = B.shape[2:]
     group = np.arange(h) // (h // g)                                 # head i reads group i // (h / g)

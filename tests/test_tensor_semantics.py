@@ -13,6 +13,8 @@ import tinygrad_ssm as tg
 from tinygrad_ssm import Tensor, enable_grad, is_grad_enabled, no_grad
 from tinygrad_ssm import functional as F
 
+from op_specs import SPECS
+
 
 def leaf(values, dtype=np.float64):
     return Tensor(np.array(values, dtype=dtype), requires_grad=True)
@@ -385,50 +387,18 @@ def test_changing_an_index_mask_or_ids_tensor_after_the_op_keeps_the_gradient_ri
     np.testing.assert_array_equal(weight.grad.data.sum(axis=1), [3.0, 3.0, 0.0])
 
 
-def _f32(*shape, positive=False):
-    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
-    return Tensor(np.abs(x) + 0.5 if positive else x, requires_grad=True)
-
-
-FLOAT32_CALLS = {  # each op on float32 tensors, with Python or NumPy scalars mixed in where they fit
-    "add": lambda: F.add(_f32(2, 3), 1.5), "sub": lambda: F.sub(2.5, _f32(3)), "mul": lambda: _f32(3) * np.float64(2),
-    "div": lambda: 1.0 / _f32(3, positive=True), "pow": lambda: _f32(3, positive=True) ** 0.5, "neg": lambda: -_f32(3),
-    "exp": lambda: F.exp(_f32(3)), "log": lambda: F.log(_f32(3, positive=True)),
-    "sqrt": lambda: F.sqrt(_f32(3, positive=True)), "rsqrt": lambda: F.rsqrt(_f32(3, positive=True)),
-    "abs": lambda: F.abs(_f32(3)), "tanh": lambda: F.tanh(_f32(3)), "sigmoid": lambda: F.sigmoid(_f32(3)),
-    "silu": lambda: F.silu(_f32(3)), "softplus": lambda: F.softplus(_f32(3) * 30.0), "relu": lambda: F.relu(_f32(3)),
-    "maximum": lambda: F.maximum(_f32(3), 0.0), "minimum": lambda: F.minimum(_f32(3), 0.5),
-    "clip": lambda: F.clip(_f32(3), -0.5, 0.5), "where": lambda: F.where(np.array([True, False, True]), _f32(3), 0.0),
-    "cast": lambda: F.cast(F.cast(_f32(3), np.float64), np.float32),
-    "sum": lambda: F.sum(_f32(2, 3), 1), "mean": lambda: F.mean(_f32(2, 3), 0), "max": lambda: F.max(_f32(2, 3)),
-    "logsumexp": lambda: F.logsumexp(_f32(2, 3), 1), "softmax": lambda: F.softmax(_f32(2, 3)),
-    "log_softmax": lambda: F.log_softmax(_f32(2, 3)), "cumsum": lambda: F.cumsum(_f32(2, 3), 1),
-    "cross_entropy": lambda: F.cross_entropy(_f32(2, 3), np.array([0, 2])),
-    "matmul": lambda: F.matmul(_f32(2, 3), _f32(3, 2)), "einsum": lambda: F.einsum("ij,jk->ik", _f32(2, 3), _f32(3, 2)),
-    "reshape": lambda: F.reshape(_f32(2, 3), (3, 2)), "flatten": lambda: F.flatten(_f32(2, 3)),
-    "permute": lambda: F.permute(_f32(2, 3), (1, 0)), "transpose": lambda: F.transpose(_f32(2, 3)),
-    "expand": lambda: F.expand(_f32(1, 3), (2, 3)), "unsqueeze": lambda: F.unsqueeze(_f32(3), 0),
-    "squeeze": lambda: F.squeeze(_f32(1, 3)), "getitem": lambda: _f32(3)[np.array([0, 0])],
-    "cat": lambda: F.cat([_f32(2), _f32(3)]), "stack": lambda: F.stack([_f32(2), _f32(2)]),
-    "split": lambda: F.split(_f32(4), 2)[1], "pad": lambda: F.pad(_f32(3), (1, 1), value=2.0),
-    "flip": lambda: F.flip(_f32(3), 0), "tril": lambda: F.tril(_f32(3, 3)), "triu": lambda: F.triu(_f32(3, 3)),
-    "embedding": lambda: F.embedding(np.array([0, 1]), _f32(3, 2)),
-    "causal_conv1d": lambda: F.causal_conv1d(_f32(1, 4, 2), _f32(2, 1, 3), _f32(2)),
-    "rms_norm": lambda: F.rms_norm(_f32(2, 3), _f32(3), eps=1e-5),
-}
-
-
-def test_every_op_keeps_float32_as_float32():
-    assert set(FLOAT32_CALLS) == set(F.OPS)
-    for name, call in FLOAT32_CALLS.items():
-        out = call()
-        assert out.dtype == np.float32, f"{name} gave {out.dtype}"
-        out.backward(np.ones(out.shape, np.float32))
-        leaves, stack = [], [out]
-        while stack:  # the float32 leaves behind `out`
-            node = stack.pop()
-            if node.is_leaf:
-                leaves.append(node)
-            else:
-                stack.extend(t for t in node.grad_fn.inputs if isinstance(t, Tensor) and t.requires_grad)
-        assert leaves and all(leaf.grad.dtype == np.float32 for leaf in leaves), name
+@pytest.mark.parametrize("name", list(SPECS))
+def test_every_op_keeps_float32_as_float32(name):
+    """Each op's `float32` call in tests/op_specs.py: float32 tensors (Python or NumPy scalars mixed in where
+    they fit) give float32, and so do the gradients."""
+    out = SPECS[name].float32()
+    assert out.dtype == np.float32, f"{name} gave {out.dtype}"
+    out.backward(np.ones(out.shape, np.float32))
+    leaves, stack = [], [out]
+    while stack:  # the float32 leaves behind `out`
+        node = stack.pop()
+        if node.is_leaf:
+            leaves.append(node)
+        else:
+            stack.extend(t for t in node.grad_fn.inputs if isinstance(t, Tensor) and t.requires_grad)
+    assert leaves and all(leaf.grad.dtype == np.float32 for leaf in leaves), name

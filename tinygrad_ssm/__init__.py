@@ -1,8 +1,9 @@
 """tinygrad_ssm: a reverse-mode autograd engine on NumPy, with a Mamba-2 language model built on it."""
 from . import functional
-from .creation import arange, full, ones, ones_like, rand, randn, tensor, zeros, zeros_like
+from .creation import arange, full, new_tensor, ones, ones_like, rand, randn, zeros, zeros_like
 from .functional import (cat, concatenate, einsum, matmul, maximum, minimum, stack, where)
 from .tensor import Function, Tensor, enable_grad, is_grad_enabled, no_grad
+from . import tensor  # the module tinygrad_ssm/tensor.py (torch.tensor(data) is new_tensor(data) here)
 from . import init, nn
 from .registry import VarBuilder, VarMap
 from . import optim

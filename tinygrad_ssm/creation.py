@@ -4,8 +4,9 @@ import numpy as np
 from .tensor import DEFAULT_FLOAT, Tensor
 
 
-def tensor(data, dtype=None, requires_grad=False) -> Tensor:
-    """A new tensor holding a copy of `data` (like torch.tensor)."""
+def new_tensor(data, dtype=None, requires_grad=False) -> Tensor:
+    """A new tensor holding a copy of `data`: torch.tensor(data) under a name that does not shadow the module
+    `tinygrad_ssm.tensor` (tinygrad_ssm/tensor.py). Python floats become float32, as in torch."""
     array = np.array(data.data if isinstance(data, Tensor) else data, copy=True)
     if dtype is None and array.dtype == np.float64 and not isinstance(data, (np.ndarray, Tensor)):
         array = array.astype(DEFAULT_FLOAT)

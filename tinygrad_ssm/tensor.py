@@ -8,6 +8,8 @@ summing the gradients that reach a tensor from several uses. Broadcasting is und
 """
 from __future__ import annotations
 
+import sys
+import types
 import warnings
 import weakref
 
@@ -37,13 +39,30 @@ def _to_array(data, dtype=None) -> np.ndarray:
     if isinstance(data, Tensor):
         data = data.data
     if dtype is not None:
-        return np.asarray(data, dtype=_as_dtype(dtype))
-    if isinstance(data, np.ndarray):
-        return data
-    array = np.asarray(data)
-    if array.dtype == np.float64 and not isinstance(data, np.generic):
-        array = array.astype(DEFAULT_FLOAT)
+        array = np.asarray(data, dtype=_as_dtype(dtype))
+    elif isinstance(data, np.ndarray):
+        array = data
+    else:
+        array = np.asarray(data)
+        if array.dtype == np.float64 and not isinstance(data, np.generic):
+            array = array.astype(DEFAULT_FLOAT)
+    _check_numeric("Tensor", "data", data, array)
     return array
+
+
+def _check_numeric(op: str, argument: str, data, array: np.ndarray):
+    """Tensors hold bool, integer or floating point numbers. Anything else (a str, None, objects, complex
+    numbers) is refused here, with the op and the argument named, instead of failing later inside NumPy."""
+    if array.dtype.kind in "biuf":
+        return
+    if array.dtype.kind == "c":
+        raise TypeError(f"{op}: {argument} has dtype {array.dtype}: complex tensors are not supported; "
+                        f"pass the real and imaginary parts (x.real, x.imag) as separate float tensors")
+    what = (f"an array of dtype {array.dtype}" if isinstance(data, np.ndarray)
+            else f"{type(data).__name__} {data!r}" if not isinstance(data, (list, tuple))
+            else f"a {type(data).__name__} that NumPy turns into dtype {array.dtype}")
+    raise TypeError(f"{op}: {argument} must be a Tensor, a number or an array of numbers "
+                    f"(bool, integer or float), got {what[:120]}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -173,7 +192,53 @@ class Tensor:
     grad_fn = property(lambda self: self._ctx)
 
     def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
         return len(self.data)
+
+    # --- Python and NumPy protocols, as torch ------------------------------------------------------------
+    def __iter__(self):
+        """Over the first axis, each item a tensor (recorded, like any indexing)."""
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __contains__(self, element):
+        """`element in t`: whether any entry of t equals element (a number or a tensor that broadcasts)."""
+        if not isinstance(element, (Tensor, bool, int, float, np.generic)):
+            raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
+                               f"{type(element).__name__}")
+        return bool((self == element).data.any())
+
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(t): the tensor's own array (no copy unless asked), refused when t requires grad
+        (as numpy()), so an array never silently leaves the graph."""
+        if self.requires_grad:
+            raise RuntimeError("Can't convert a Tensor that requires grad to a NumPy array "
+                               "(np.asarray / np.array). Use tensor.detach().numpy() instead.")
+        if copy is False and dtype is not None and np.dtype(dtype) != self.dtype:
+            raise ValueError(f"np.asarray(tensor, copy=False): the tensor is {self.dtype}, not {np.dtype(dtype)}")
+        array = self.data if dtype is None else self.data.astype(dtype, copy=False)
+        return array.copy() if copy and array is self.data else array
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """NumPy ufuncs on tensors (also `ndarray + tensor`): those the engine has become its ops (so
+        np.exp(t) is differentiable); any other works on tensors that don't require grad and gives a
+        Tensor, as torch; on one that requires grad it is a TypeError naming the ufunc."""
+        if method == "__call__" and not kwargs and P.is_engine_ufunc(ufunc):
+            return P.apply_ufunc(ufunc, inputs)
+        if any(isinstance(t, Tensor) and t.requires_grad for t in (*inputs, *kwargs.get("out", ()))):
+            raise TypeError(f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}: not "
+                            f"differentiable in tinygrad_ssm (on a tensor that requires grad). Use the ops of "
+                            f"tinygrad_ssm.functional, or apply it to tensor.detach()")
+        if "out" in kwargs:
+            raise TypeError(f"np.{ufunc.__name__}: out= is not supported with tensors; use the result, "
+                            f"or t.copy_(result) under no_grad()")
+        arrays = [t.data if isinstance(t, Tensor) else t for t in inputs]
+        result = getattr(ufunc, method)(*arrays, **kwargs)
+        if isinstance(result, tuple):
+            return tuple(Tensor(r) for r in result)
+        return None if result is None else Tensor(result)
 
     def numel(self) -> int:
         return int(self.data.size)
@@ -210,9 +275,6 @@ class Tensor:
 
     def __int__(self):
         return int(self.item())
-
-    def __hash__(self):
-        return id(self)
 
     # --- autograd flags -----------------------------------------------------------------------------------
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
@@ -291,47 +353,66 @@ class Tensor:
 
     def _inplace(self, op: str, update):
         self._check_inplace(op)
+        if not self.data.flags.writeable:  # expand / broadcast_to: many elements share one memory location
+            raise RuntimeError(f"{op}: this tensor is a read-only view (from expand or broadcast_to: several of "
+                               f"its elements are one memory location); write to a copy instead (t * 1)")
         update()
         self._bump()
         return self
 
-    def _operand(self, other):
-        # a Python number takes this tensor's dtype (as in the out-of-place ops): _to_array would round it
-        # to float32, so float64_tensor.mul_(0.1) multiplied by 0.10000000149
-        if isinstance(other, (bool, int, float)) and is_float(self.dtype):
-            return np.asarray(other, dtype=self.dtype)
-        return _to_array(other)
+    def _operand(self, other, op: str):
+        """The right-hand side of an in-place op. A Python number or list takes this tensor's dtype (as in
+        the out-of-place ops): as a new tensor it would be float32, so float64_tensor.mul_(0.1) multiplied
+        by 0.10000000149 and t[0] = 0.1 stored 0.10000000149."""
+        if isinstance(other, Tensor):
+            return other.data
+        if isinstance(other, np.ndarray):
+            array = other
+        elif isinstance(other, (bool, int, float, list, tuple, np.generic)):
+            array = np.asarray(other)
+            if array.dtype.kind in "biuf" and is_float(self.dtype) and not isinstance(other, np.generic):
+                array = array.astype(self.dtype)
+        else:
+            array = np.asarray(other, dtype=object)
+        _check_numeric(op, "the value", other, array)
+        return array
 
     def add_(self, other, alpha=1.0):
-        o = self._operand(other)
+        o = self._operand(other, "add_")
         return self._inplace("add_", lambda: np.add(self.data, alpha * o if alpha != 1.0 else o, out=self.data,
                                                      casting="same_kind"))
 
     def sub_(self, other):
-        return self._inplace("sub_", lambda: np.subtract(self.data, self._operand(other), out=self.data, casting="same_kind"))
+        o = self._operand(other, "sub_")
+        return self._inplace("sub_", lambda: np.subtract(self.data, o, out=self.data, casting="same_kind"))
 
     def mul_(self, other):
-        return self._inplace("mul_", lambda: np.multiply(self.data, self._operand(other), out=self.data, casting="same_kind"))
+        o = self._operand(other, "mul_")
+        return self._inplace("mul_", lambda: np.multiply(self.data, o, out=self.data, casting="same_kind"))
 
     def div_(self, other):
-        return self._inplace("div_", lambda: np.divide(self.data, self._operand(other), out=self.data, casting="same_kind"))
+        o = self._operand(other, "div_")
+        return self._inplace("div_", lambda: np.divide(self.data, o, out=self.data, casting="same_kind"))
 
     def zero_(self):
         return self._inplace("zero_", lambda: self.data.fill(0))
 
     def fill_(self, value):
+        value = self._operand(value, "fill_")
         return self._inplace("fill_", lambda: self.data.fill(value))
 
     def copy_(self, src):
-        src = _to_array(src)
+        src = self._operand(src, "copy_")
         if src.shape != self.shape:
             raise ValueError(f"copy_: source shape {src.shape} differs from destination shape {self.shape}")
         return self._inplace("copy_", lambda: np.copyto(self.data, src, casting="same_kind"))
 
     def __setitem__(self, index, value):
         index = _index_arrays(index)
+        value = self._operand(value, "__setitem__")
+
         def update():
-            self.data[index] = _to_array(value)
+            self.data[index] = value
         self._inplace("__setitem__", update)
 
     def __iadd__(self, other):
@@ -361,11 +442,15 @@ class Tensor:
     def __matmul__(self, o): return F.matmul(self, o)
     def __rmatmul__(self, o): return F.matmul(o, self)
     def __getitem__(self, index): return F.getitem(self, index)
-    # comparisons give bool tensors outside the graph
-    def __lt__(self, o): return Tensor(self.data < _to_array(o))
-    def __le__(self, o): return Tensor(self.data <= _to_array(o))
-    def __gt__(self, o): return Tensor(self.data > _to_array(o))
-    def __ge__(self, o): return Tensor(self.data >= _to_array(o))
+    # comparisons are elementwise and give bool tensors outside the graph (as torch); the hash stays the
+    # tensor's identity, so tensors still work as dict keys and set members
+    def __eq__(self, o): return P.compare("eq", np.equal, self, o)
+    def __ne__(self, o): return P.compare("ne", np.not_equal, self, o)
+    def __lt__(self, o): return P.compare("lt", np.less, self, o)
+    def __le__(self, o): return P.compare("le", np.less_equal, self, o)
+    def __gt__(self, o): return P.compare("gt", np.greater, self, o)
+    def __ge__(self, o): return P.compare("ge", np.greater_equal, self, o)
+    def __hash__(self): return id(self)
 
     def add(self, o): return F.add(self, o)
     def sub(self, o): return F.sub(self, o)
@@ -388,9 +473,16 @@ class Tensor:
     def clip(self, min=None, max=None): return F.clip(self, min, max)
     clamp = clip
 
-    def sum(self, axis=None, keepdims=False): return F.sum(self, axis, keepdims)
-    def mean(self, axis=None, keepdims=False): return F.mean(self, axis, keepdims)
-    def max(self, axis=None, keepdims=False): return F.max(self, axis, keepdims)
+    # dtype= and out= are NumPy's: np.sum(t), np.mean(t) and np.max(t) call these methods with them
+    def sum(self, axis=None, keepdims=False, dtype=None, out=None):
+        return F.sum(P.numpy_reduction_input("sum", self, dtype, out), axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False, dtype=None, out=None):
+        return F.mean(P.numpy_reduction_input("mean", self, dtype, out), axis, keepdims)
+
+    def max(self, axis=None, keepdims=False, out=None):
+        return F.max(P.numpy_reduction_input("max", self, None, out), axis, keepdims)
+
     def logsumexp(self, axis=None, keepdims=False): return F.logsumexp(self, axis, keepdims)
     def softmax(self, axis=-1): return F.softmax(self, axis)
     def log_softmax(self, axis=-1): return F.log_softmax(self, axis)
@@ -518,3 +610,20 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
 
 
 from . import functional as F  # noqa: E402  (the ops import Tensor and Function from this module)
+from . import protocols as P  # noqa: E402  (comparisons and NumPy's ufuncs on tensors, made of the ops)
+
+
+class _TensorModule(types.ModuleType):
+    """`tinygrad_ssm.tensor` is this module, the one docs/autograd.md walks through. It used to be shadowed
+    by the creation function torch calls `torch.tensor`, now `tinygrad_ssm.new_tensor`: calling the module
+    still creates a tensor, with a DeprecationWarning, so old code keeps working."""
+
+    def __call__(self, data, dtype=None, requires_grad=False):
+        warnings.warn("tinygrad_ssm.tensor(data) is deprecated: tinygrad_ssm.tensor is the module "
+                      "tinygrad_ssm/tensor.py; use tinygrad_ssm.new_tensor(data) (torch.tensor's equivalent)",
+                      DeprecationWarning, stacklevel=2)
+        from .creation import new_tensor
+        return new_tensor(data, dtype=dtype, requires_grad=requires_grad)
+
+
+sys.modules[__name__].__class__ = _TensorModule

@@ -1,6 +1,6 @@
 """The SSD scan in its sequential form, one time step after another, composed of engine ops.
 
-It is the definition written out (the recurrence of reference/mamba2.md), slow (a Python loop over time,
+It is the definition written out (the recurrence of docs/mamba2.md, section 1), slow (a Python loop over time,
 and a graph that grows with l) but obviously right: the chunked form and the fast kernels are checked
 against it. Per batch, head:  S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T;  y_t = S_t C_t  (+ D x_t).
 """

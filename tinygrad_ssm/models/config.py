@@ -95,7 +95,7 @@ class Mamba2Config:
             shapes["lm_head.weight"] = (self.padded_vocab_size, self.d_model)
         return shapes
 
-    # --- derived sizes (reference/mamba2.md) ----------------------------------------------------------------
+    # --- derived sizes (docs/mamba2.md, section 3) ---------------------------------------------------------
     @property
     def d_inner(self) -> int:
         return self.expand * self.d_model

@@ -1,6 +1,6 @@
 """The Mamba-2 language model on the engine: mixer, residual block, LM head, decoding caches and generation.
 
-Names, shapes, equations and initialisation follow reference/mamba2.md (mamba_ssm's Mamba2 and
+Names, shapes, equations and initialisation follow docs/mamba2.md (mamba_ssm's Mamba2 and
 mixer_seq_simple), so real checkpoints load (see pretrained.py) and give the official logits.
 
     embedding -> n_layer x [x = x + mixer(RMSNorm(x))] -> norm_f -> lm_head (tied to the embedding)

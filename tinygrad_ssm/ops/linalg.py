@@ -1,4 +1,5 @@
-"""Matrix products: matmul (with batch broadcasting) and einsum."""
+"""Matrix products: matmul (with batch broadcasting) and einsum (its subscripts are parsed and checked by
+`tinygrad_ssm/args.py`, `parse_einsum`)."""
 import numpy as np
 
 from ..tensor import Function
@@ -29,7 +30,10 @@ class Einsum(Function):
     def forward(self, *operands, input_specs=(), output_spec=""):
         self.save_for_backward(*operands)
         self.input_specs, self.output_spec = input_specs, output_spec
-        return np.einsum(",".join(input_specs) + "->" + output_spec, *operands, optimize=True)
+        out = np.einsum(",".join(input_specs) + "->" + output_spec, *operands, optimize=True)
+        # a pure transposition ('ij->ji') comes back as a view of the operand: copy, so the output never
+        # aliases an input whose in-place change the version counter would not see
+        return out.copy() if any(np.may_share_memory(out, o) for o in operands) else out
 
     def backward(self, grad):
         operands, specs = self.saved, self.input_specs
@@ -49,35 +53,3 @@ class Einsum(Function):
             grads.append(np.broadcast_to(g, np.broadcast_shapes(g.shape, operands[i].shape)))
         return tuple(grads)
 
-
-def parse_einsum(subscripts: str, shapes):
-    """'...ij,jk->...ik' and the operands' shapes -> (['Aij', 'jk'], 'Aik'): ellipses spelled out with
-    spare letters, the implicit output (letters used once, alphabetical) made explicit."""
-    text = subscripts.replace(" ", "")
-    inputs, arrow, output = text.partition("->")
-    input_specs = inputs.split(",")
-    if len(input_specs) != len(shapes):
-        raise ValueError(f"einsum: {subscripts!r} names {len(input_specs)} operands, got {len(shapes)}")
-    used = set(c for c in text if c.isalpha())
-    spare = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in used)
-    ellipsis_ndim = max([len(s) - (len(spec) - 3) for spec, s in zip(input_specs, shapes) if "..." in spec],
-                        default=0)
-    ellipsis_letters = "".join(next(spare) for _ in range(ellipsis_ndim))
-    expanded = []
-    for spec, shape in zip(input_specs, shapes):
-        if "..." in spec:
-            n = len(shape) - (len(spec) - 3)
-            spec = spec.replace("...", ellipsis_letters[len(ellipsis_letters) - n:] if n else "")
-        if len(spec) != len(shape) or not spec.isalpha():
-            raise ValueError(f"einsum: subscripts {spec!r} don't fit an operand of shape {tuple(shape)}")
-        if len(set(spec)) != len(spec):
-            raise ValueError(f"einsum: repeated letter in {spec!r} (diagonals) is not supported")
-        expanded.append(spec)
-    if arrow:
-        output = output.replace("...", ellipsis_letters)
-    else:
-        counts = {c: "".join(expanded).count(c) for c in set("".join(expanded))}
-        output = ellipsis_letters + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ellipsis_letters))
-    if not set(output) <= set("".join(expanded)) or len(set(output)) != len(output):
-        raise ValueError(f"einsum: output {output!r} of {subscripts!r} must use each input letter at most once")
-    return expanded, output

@@ -1,6 +1,10 @@
 """Shape ops: the data moves, nothing is computed, so each backward moves the gradient back.
 
 Arguments arrive checked and normalised from `functional` (axes non-negative, shapes tuples).
+An op whose output can share memory with its input says so with `is_view` (a class attribute when it
+always does, an instance attribute set in forward when NumPy decides), so the output shares its input's
+version counter and an in-place change through either one is caught at backward
+(tests/test_views.py checks every op in functional.OPS).
 """
 import numpy as np
 
@@ -8,11 +12,11 @@ from ..tensor import Function
 
 
 class Reshape(Function):
-    is_view = True
-
     def forward(self, a, shape=()):
         self.input_shape = a.shape
-        return a.reshape(shape)
+        out = a.reshape(shape)
+        self.is_view = np.may_share_memory(out, a)  # NumPy copies when the strides can't express the shape
+        return out
 
     def backward(self, grad):
         return grad.reshape(self.input_shape)
@@ -50,9 +54,10 @@ class Getitem(Function):
         # index arrays are copied: the caller may change an index tensor in place before backward
         self.input_shape, self.index = a.shape, _copy_index_arrays(index)
         self.advanced = _is_advanced(index)
-        self.is_view = not self.advanced  # basic indexing returns a view of `a`
         out = a[index]
-        return np.array(out) if np.isscalar(out) else out
+        out = np.array(out) if np.isscalar(out) else out  # a single element comes back as a NumPy scalar
+        self.is_view = np.may_share_memory(out, a)  # basic indexing gives a view, integer arrays a copy
+        return out
 
     def backward(self, grad):
         full = np.zeros(self.input_shape, dtype=grad.dtype)
@@ -107,9 +112,13 @@ class Pad(Function):
 
 
 class Flip(Function):
+    """np.flip is a view with negative strides (of a 0-d array, a scalar copy)."""
+
     def forward(self, a, axis=()):
         self.axis = axis
-        return np.flip(a, axis)
+        out = np.asarray(np.flip(a, axis))
+        self.is_view = np.may_share_memory(out, a)
+        return out
 
     def backward(self, grad):
         return np.flip(grad, self.axis)

@@ -59,7 +59,7 @@ class RMSNorm(Function):
     With xhat = x * r and r = 1 / rms: dx = r * (dxhat - xhat * mean(dxhat * xhat)), dxhat = g * weight."""
 
     def forward(self, x, weight=None, eps=1e-5):
-        r = 1 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)   # (..., 1)
+        r = 1 / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) / max(x.shape[-1], 1) + eps)   # (..., 1)
         x_hat = x * r
         self.save_for_backward(x_hat, r, weight)
         return x_hat * weight if weight is not None else x_hat
@@ -67,7 +67,7 @@ class RMSNorm(Function):
     def backward(self, grad):
         x_hat, r, weight = self.saved
         d_xhat = grad * weight if weight is not None else grad
-        grad_x = r * (d_xhat - x_hat * np.mean(d_xhat * x_hat, axis=-1, keepdims=True))
+        grad_x = r * (d_xhat - x_hat * np.sum(d_xhat * x_hat, axis=-1, keepdims=True) / max(x_hat.shape[-1], 1))
         grad_weight = None
         if weight is not None and self.needs_input_grad[1]:
             grad_weight = (grad * x_hat).reshape(-1, x_hat.shape[-1]).sum(axis=0)

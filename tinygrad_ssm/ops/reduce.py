@@ -29,9 +29,13 @@ class Mean(Function):
     def forward(self, a, axis=None, keepdims=False):
         self.shape, self.axis, self.keepdims = a.shape, axis, keepdims
         self.count = a.size if axis is None else int(np.prod([a.shape[i] for i in axis]))
+        if self.count == 0:  # the mean of no elements is nan (as torch), without NumPy's warning
+            return np.full(np.sum(a, axis=axis, keepdims=keepdims).shape, np.nan, dtype=a.dtype)
         return np.mean(a, axis=axis, keepdims=keepdims)
 
     def backward(self, grad):
+        if self.count == 0:  # no element had any influence
+            return np.zeros(self.shape, dtype=grad.dtype)
         grad = _keep(grad, len(self.shape), self.axis, self.keepdims) / self.count
         return np.broadcast_to(grad, self.shape)
 
@@ -56,8 +60,8 @@ class LogSumExp(Function):
     """log(sum(exp(a))) computed as m + log(sum(exp(a - m))); d/da = softmax(a)."""
 
     def forward(self, a, axis=None, keepdims=False):
-        m = np.max(a, axis=axis, keepdims=True)
-        m = np.where(np.isfinite(m), m, 0)  # an all -inf slice gives -inf, not NaN
+        m = np.max(a, axis=axis, keepdims=True, initial=-np.inf)  # -inf over no elements
+        m = np.where(np.isfinite(m), m, 0)  # an all -inf (or empty) slice gives -inf, not NaN
         with np.errstate(divide="ignore"):  # log(0) = -inf is the answer for an all -inf slice, not a warning
             out = m + np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True))
         self.save_for_backward(a, out)
@@ -70,8 +74,9 @@ class LogSumExp(Function):
 
 
 def _log_softmax(a, axis):
-    shifted = a - np.max(a, axis=axis, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    shifted = a - np.max(a, axis=axis, keepdims=True, initial=-np.inf)  # initial: an empty axis is fine
+    with np.errstate(divide="ignore"):  # log(0) only for an empty lane (otherwise the max term adds exp(0) = 1)
+        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
 class Softmax(Function):

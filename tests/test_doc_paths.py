@@ -1,0 +1,58 @@
+"""Every path a docstring, comment or page cites (a name with a slash ending in .py or .md, in tinygrad_ssm/,
+tests/, benchmarks/, docs/ and README.md) names a file of this repository, so a reader who follows a
+reference finds it. A path counts as found when it exists from the repository root, from the citing file's
+folder, or as the tail of a repository file (`ops/reduce.py` is tinygrad_ssm/ops/reduce.py). Addresses
+(http://...) are other sites and are not checked."""
+from __future__ import annotations
+
+import functools
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SCANNED = ("tinygrad_ssm", "tests", "benchmarks", "docs", "README.md")
+PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.-]+\.(?:py|md))(?![\w/])")
+URL = re.compile(r"\w+://\S+")
+
+
+@functools.lru_cache(maxsize=1)
+def repository_files() -> tuple[str, ...]:
+    skip = {".git", "__pycache__", ".pytest_cache", ".hypothesis", "runs", "build", "dist"}
+    return tuple(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*")
+                 if p.is_file() and not skip.intersection(p.relative_to(ROOT).parts) and not p.name.endswith(".pyc"))
+
+
+def scanned_files() -> list[pathlib.Path]:
+    files = []
+    for name in SCANNED:
+        path = ROOT / name
+        files += [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix in (".py", ".md")
+                                                      and "__pycache__" not in p.parts)
+    return files
+
+
+def missing_references(text: str, folder: pathlib.Path, files: list[str]) -> list[str]:
+    missing = []
+    for reference in PATH.findall(URL.sub(" ", text)):
+        found = ((ROOT / reference).exists() or (folder / reference).exists()
+                 or any(f == reference or f.endswith("/" + reference) for f in files))
+        if not found:
+            missing.append(reference)
+    return missing
+
+
+def test_the_scanner_finds_paths_and_misses():
+    files = ["tinygrad_ssm/ops/reduce.py", "docs/mamba2.md"]
+    absent = "/".join(["reference", "mamba2.md"])  # joined, so that this file itself cites no missing path
+    text = (f"see `ops/reduce.py`, docs/mamba2.md and {absent} (and https://github.com/x/y/blob/z.py); "
+            "not a path: a/b, 1.5/2.0, e.g. not a file")
+    assert PATH.findall(URL.sub(" ", text)) == ["ops/reduce.py", "docs/mamba2.md", absent]
+    assert missing_references(text, ROOT, files) == [absent]
+
+
+@pytest.mark.parametrize("path", scanned_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_cited_path_exists(path):
+    missing = missing_references(path.read_text(encoding="utf-8"), path.parent, repository_files())
+    assert not missing, f"{path.relative_to(ROOT)} cites files that do not exist: {sorted(set(missing))}"
