@@ -235,6 +235,171 @@ def _resume_config(saved: dict, overrides: dict) -> TrainConfig:
     return dataclasses.replace(cfg, **changed)
 
 
+@dataclass
+class _Run:
+    """Everything one run carries from step to step; `save()` writes it as a checkpoint."""
+
+    cfg: TrainConfig
+    out: Path
+    corpus: Corpus
+    fingerprint: dict
+    val_unigram: float
+    model: object
+    optimizers: dict
+    schedule: Callable[[int], float]
+    sampler: BatchSampler
+    log: RunLog
+    clip: Callable  # clip_grad_norm_, looked up when the run starts (tests patch it)
+    step: int = 0
+    tokens: int = 0
+    train_s: float = 0.0
+    last_ckpt: Path | None = None
+    saved_step: int | None = None
+    val_bpb: float | None = None
+    loss_val: float | None = None
+    rate: float | None = None  # smoothed tokens/s, for the progress bar
+    in_update: bool = False  # True while AdamW writes the weights: a checkpoint now would be half-updated
+
+    def save(self) -> Path:
+        trainer_state = {"tokens": self.tokens, "train_s": self.train_s, "val_bpb": self.val_bpb,
+                         "train_config": self.cfg.to_dict(), "model_config": self.model.config.to_dict(),
+                         "sampler": self.sampler.state_dict(), "data_fingerprint": self.fingerprint}
+        self.last_ckpt = ckpt.save_checkpoint(self.out, self.step, self.model, _optimizer_state(self.optimizers),
+                                              trainer_state, keep=self.cfg.keep_checkpoints)
+        self.saved_step = self.step
+        return self.last_ckpt
+
+
+def _resolve_config(cfg, resume, overrides, say) -> tuple[TrainConfig, dict | None, Path | None]:
+    """The run's config: the saved one (checked against `overrides`) with `resume`, else cfg + overrides."""
+    if resume is None:
+        cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
+        if cfg.data is not None:  # absolute, so that --resume works from any folder
+            cfg.data = str(Path(cfg.data).expanduser().absolute())
+        _check_config(cfg)
+        return cfg, None, None
+    resume_dir = ckpt.resolve_checkpoint(resume)
+    state = ckpt.load_trainer_state(resume_dir)
+    cfg = _resume_config(state["train_config"], overrides or {})
+    if cfg.steps != state["train_config"]["steps"]:
+        say(f"note: --steps changed from {state['train_config']['steps']} to {cfg.steps}: the learning-rate "
+            f"schedule now spans {cfg.steps} steps, so this run is not the one it would have been")
+    if "out" not in (overrides or {}):
+        cfg.out = str(ckpt.run_dir_of(resume_dir))
+    _check_config(cfg)
+    return cfg, state, resume_dir
+
+
+def _load_data(cfg: TrainConfig, state: dict | None) -> tuple[Corpus, dict]:
+    corpus = load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction)
+    check_length(corpus.train, cfg.seq_len, "training", corpus.source)
+    check_length(corpus.val, cfg.seq_len, "validation", corpus.source)
+    fingerprint = _fingerprint(corpus)
+    if state is not None and state["data_fingerprint"] != fingerprint:
+        raise ValueError(f"--resume: the corpus {corpus.source!r} is not the one this run was trained on "
+                         f"(saved {state['data_fingerprint']}, now {fingerprint})")
+    return corpus, fingerprint
+
+
+def _setup(cfg, resume, overrides, say) -> _Run:
+    """Config, data, run folder, model, optimizers, schedule and sampler (restored when resuming). Every
+    error about paths or sizes happens here, before any work."""
+    from . import optim
+
+    cfg, state, resume_dir = _resolve_config(cfg, resume, overrides, say)
+    corpus, fingerprint = _load_data(cfg, state)
+    out = Path(cfg.out or default_out_dir())
+    cfg.out = str(out)
+    if state is None and (out / ckpt.CHECKPOINTS_DIR / ckpt.LATEST_FILE).exists():
+        raise FileExistsError(f"{str(out)!r} already holds a run; continue it with --resume {out} "
+                              f"or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    model = build_model(cfg)
+    run = _Run(cfg, out, corpus, fingerprint, unigram_entropy_bits(corpus.val), model, build_optimizers(model, cfg),
+               optim.WarmupCosine(cfg.lr, min(cfg.warmup_steps, cfg.steps), cfg.steps,  # --steps 3: warm up 3
+                                  min_lr=cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr),
+               BatchSampler(corpus.train, cfg.batch_size, cfg.seq_len, seed=cfg.seed), RunLog(out),
+               optim.clip_grad_norm_)
+    say(corpus.describe())
+    say(f"unigram entropy: train {unigram_entropy_bits(corpus.train):.3f}, validation {run.val_unigram:.3f} "
+        f"bits per byte")
+    if state is not None:
+        run.model.varmap.load(resume_dir / "model.safetensors")
+        _load_optimizer_state(run.optimizers, ckpt.load_optimizer_state(resume_dir))
+        run.sampler.load_state_dict(state["sampler"])
+        run.step, run.tokens, run.train_s = state["step"], state["tokens"], state["train_s"]
+        run.val_bpb, run.last_ckpt, run.saved_step = state.get("val_bpb"), resume_dir, run.step
+        run.log.truncate_after(run.step)
+        say(f"resumed from {resume_dir} at step {run.step}")
+    say(f"model: {run.model.varmap.num_parameters():,} parameters (d_model {cfg.d_model}, {cfg.n_layer} layers, "
+        f"d_state {cfg.d_state}, headdim {cfg.headdim}); {cfg.steps} steps of {cfg.batch_size} x "
+        f"{cfg.seq_len} bytes; out {out}")
+    return run
+
+
+def _step(run: _Run) -> dict:
+    """One optimizer step: batch, loss, backward, clip, AdamW. Returns the step's log record."""
+    t0 = time.perf_counter()
+    lr = run.schedule(run.step)
+    x, y = run.sampler.next_batch()  # (b, l) each
+    for opt in run.optimizers.values():
+        opt.zero_grad()
+    loss = run.model.loss(x, y)
+    run.loss_val = float(loss.data)
+    if not math.isfinite(run.loss_val):
+        raise TrainingDiverged(_diverged(f"loss is {run.loss_val}", run.step + 1, lr, run.last_ckpt))
+    loss.backward()
+    grad_norm = float(run.clip(run.model.varmap.all_vars(), run.cfg.grad_clip))
+    if not math.isfinite(grad_norm):
+        raise TrainingDiverged(_diverged(f"gradient norm is {grad_norm}", run.step + 1, lr, run.last_ckpt))
+    run.in_update = True
+    for opt in run.optimizers.values():
+        opt.lr = lr
+        opt.step()
+    run.in_update = False
+    run.step += 1
+    run.tokens += x.size
+    dt = time.perf_counter() - t0
+    run.train_s += dt
+    run.rate = x.size / dt if run.rate is None else 0.9 * run.rate + 0.1 * x.size / dt
+    return {"step": run.step, "train_loss": run.loss_val, "train_bpb": bits_per_byte(run.loss_val), "lr": lr,
+            "grad_norm": grad_norm, "tokens": run.tokens, "tokens_per_s": x.size / dt}
+
+
+def _after_step(run: _Run, record: dict, bar, say) -> None:
+    """Log the step; validate every `eval_every` steps and at the end; checkpoint every `checkpoint_every`."""
+    run.log.append(record)
+    bar.update(1)
+    bar.set_postfix(loss=f"{run.loss_val:.3f}", tok_s=f"{run.rate:,.0f}", lr=f"{record['lr']:.2e}", refresh=False)
+    cfg = run.cfg
+    if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
+        run.val_bpb = evaluate(run.model, run.corpus.val, cfg)
+        run.log.append({"step": run.step, "val_bpb": run.val_bpb, "tokens": run.tokens})
+        say(f"step {run.step}: validation {run.val_bpb:.3f} bits per byte (train loss {run.loss_val:.3f})")
+    if run.step % cfg.checkpoint_every == 0 and run.step < cfg.steps:
+        run.save()
+
+
+def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
+    """The end: a last checkpoint, the curves, the summary and (when done) a sample."""
+    if run.step > 0 and (run.saved_step != run.step or status == "done"):
+        run.save()
+    plot = plot_curves(run.log.records(), run.out / PLOT_FILE, run.val_unigram)
+    result = TrainResult(status, run.step, run.out, run.last_ckpt, run.val_bpb, run.loss_val, run.tokens,
+                         time.perf_counter() - t_begin, run.train_s,
+                         run.tokens / run.train_s if run.train_s else 0.0, run.val_unigram, plot)
+    if status != "done":
+        say(f"stopped at step {run.step}/{run.cfg.steps}; checkpoint {run.last_ckpt}\n"
+            f"continue with: python -m tinygrad_ssm train --resume {run.out}")
+        return result
+    from .generate import sample_text
+
+    prompt = run.cfg.sample_prompt
+    result.sample = prompt + sample_text(run.model, prompt, run.cfg.sample_bytes, temperature=0.8, seed=run.cfg.seed)
+    say(summary(result))
+    return result
+
+
 def train(cfg: TrainConfig | None = None, *, resume: str | None = None, overrides: dict | None = None,
           stop_at: int | None = None, progress: bool = True, callback: Callable[[StepInfo], None] | None = None,
           say: Callable[[str], None] | None = None) -> TrainResult:
@@ -246,151 +411,28 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
     """
     from tqdm import tqdm
 
-    from .optim import WarmupCosine, clip_grad_norm_
-
     t_begin = time.perf_counter()
-    bar = None
-
-    def _say(msg: str) -> None:
-        (say or (lambda m: tqdm.write(m, file=sys.stdout)))(msg)
-
-    # ---- configuration and data: every error about paths or sizes happens here, before any work
-    state, resume_dir = None, None
-    if resume is not None:
-        resume_dir = ckpt.resolve_checkpoint(resume)
-        state = ckpt.load_trainer_state(resume_dir)
-        cfg = _resume_config(state["train_config"], overrides or {})
-        if cfg.steps != state["train_config"]["steps"]:
-            _say(f"note: --steps changed from {state['train_config']['steps']} to {cfg.steps}: the learning-rate "
-                 f"schedule now spans {cfg.steps} steps, so this run is not the one it would have been")
-        if "out" not in (overrides or {}):
-            cfg.out = str(ckpt.run_dir_of(resume_dir))
-    else:
-        cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
-        if cfg.data is not None:  # absolute, so that --resume works from any folder
-            cfg.data = str(Path(cfg.data).expanduser().absolute())
-    _check_config(cfg)
-    corpus = load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction)
-    check_length(corpus.train, cfg.seq_len, "training", corpus.source)
-    check_length(corpus.val, cfg.seq_len, "validation", corpus.source)
-    fingerprint = _fingerprint(corpus)
-    if state is not None and state["data_fingerprint"] != fingerprint:
-        raise ValueError(f"--resume: the corpus {corpus.source!r} is not the one this run was trained on "
-                         f"(saved {state['data_fingerprint']}, now {fingerprint})")
-    out = Path(cfg.out or default_out_dir())
-    cfg.out = str(out)
-    if state is None and (out / ckpt.CHECKPOINTS_DIR / ckpt.LATEST_FILE).exists():
-        raise FileExistsError(f"{str(out)!r} already holds a run; continue it with --resume {out} "
-                              f"or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    val_unigram = unigram_entropy_bits(corpus.val)
-    _say(corpus.describe())
-    _say(f"unigram entropy: train {unigram_entropy_bits(corpus.train):.3f}, validation {val_unigram:.3f} "
-         f"bits per byte")
-
-    # ---- model, optimizer, schedule, sampler (restored from the checkpoint when resuming)
-    model = build_model(cfg)
-    optimizers = build_optimizers(model, cfg)
-    params = model.varmap.all_vars()
-    warmup = min(cfg.warmup_steps, cfg.steps)  # a short run (--steps 3) warms up over all its steps
-    schedule = WarmupCosine(cfg.lr, warmup, cfg.steps, min_lr=cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr)
-    sampler = BatchSampler(corpus.train, cfg.batch_size, cfg.seq_len, seed=cfg.seed)
-    log = RunLog(out)
-    step, tokens, train_s = 0, 0, 0.0
-    last_ckpt, saved_step, val_bpb, loss_val = None, None, None, None
-    if state is not None:
-        model.varmap.load(resume_dir / "model.safetensors")
-        _load_optimizer_state(optimizers, ckpt.load_optimizer_state(resume_dir))
-        sampler.load_state_dict(state["sampler"])
-        step, tokens, train_s = state["step"], state["tokens"], state["train_s"]
-        val_bpb, last_ckpt, saved_step = state.get("val_bpb"), resume_dir, step
-        log.truncate_after(step)
-        _say(f"resumed from {resume_dir} at step {step}")
-    _say(f"model: {model.varmap.num_parameters():,} parameters (d_model {cfg.d_model}, {cfg.n_layer} layers, "
-         f"d_state {cfg.d_state}, headdim {cfg.headdim}); {cfg.steps} steps of {cfg.batch_size} x "
-         f"{cfg.seq_len} bytes; out {out}")
-
-    def save() -> Path:
-        nonlocal saved_step
-        trainer_state = {"tokens": tokens, "train_s": train_s, "val_bpb": val_bpb,
-                         "train_config": cfg.to_dict(), "model_config": model.config.to_dict(),
-                         "sampler": sampler.state_dict(), "data_fingerprint": fingerprint}
-        path = ckpt.save_checkpoint(out, step, model, _optimizer_state(optimizers), trainer_state,
-                                    keep=cfg.keep_checkpoints)
-        saved_step = step
-        return path
-
-    status, in_update, rate = "done", False, None
-    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True,
-               file=sys.stderr)
-    try:
-        with _StopOnSigint(_say) as sigint:
-            try:
-                while step < cfg.steps:
-                    if sigint.requested or (stop_at is not None and step >= stop_at):
-                        status = "interrupted" if sigint.requested else "stopped"
-                        break
-                    t0 = time.perf_counter()
-                    lr = schedule(step)
-                    x, y = sampler.next_batch()  # (b, l) each
-                    for opt in optimizers.values():
-                        opt.zero_grad()
-                    loss = model.loss(x, y)
-                    loss_val = float(loss.data)
-                    if not math.isfinite(loss_val):
-                        raise TrainingDiverged(_diverged(f"loss is {loss_val}", step + 1, lr, last_ckpt))
-                    loss.backward()
-                    grad_norm = float(clip_grad_norm_(params, cfg.grad_clip))
-                    if not math.isfinite(grad_norm):
-                        raise TrainingDiverged(_diverged(f"gradient norm is {grad_norm}", step + 1, lr, last_ckpt))
-                    in_update = True
-                    for opt in optimizers.values():
-                        opt.lr = lr
-                        opt.step()
-                    in_update = False
-                    step += 1
-                    tokens += x.size
-                    dt = time.perf_counter() - t0
-                    train_s += dt
-                    rate = x.size / dt if rate is None else 0.9 * rate + 0.1 * x.size / dt  # smoothed tokens/s
-                    log.append({"step": step, "train_loss": loss_val, "train_bpb": bits_per_byte(loss_val),
-                                "lr": lr, "grad_norm": grad_norm, "tokens": tokens, "tokens_per_s": x.size / dt})
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss_val:.3f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}", refresh=False)
-                    if step % cfg.eval_every == 0 or step == cfg.steps:
-                        val_bpb = evaluate(model, corpus.val, cfg)
-                        log.append({"step": step, "val_bpb": val_bpb, "tokens": tokens})
-                        _say(f"step {step}: validation {val_bpb:.3f} bits per byte (train loss {loss_val:.3f})")
-                    if step % cfg.checkpoint_every == 0 and step < cfg.steps:
-                        last_ckpt = save()
-                    if callback is not None:
-                        callback(StepInfo(step, loss_val, lr, model))
-            except KeyboardInterrupt:
-                if in_update:  # weights are half-updated: saving them would poison the run
-                    _say(f"stopped during a weight update at step {step + 1}; nothing saved "
-                         f"(last checkpoint: {last_ckpt})")
-                    raise
-                status = "interrupted"
-    finally:
-        bar.close()
-
-    # ---- the end: checkpoint, curves, summary
-    if step > 0 and (saved_step != step or status == "done"):
-        last_ckpt = save()
-    plot = plot_curves(log.records(), out / PLOT_FILE, val_unigram)
-    wall = time.perf_counter() - t_begin
-    result = TrainResult(status, step, out, last_ckpt, val_bpb, loss_val, tokens, wall, train_s,
-                         tokens / train_s if train_s else 0.0, val_unigram, plot)
-    if status != "done":
-        _say(f"stopped at step {step}/{cfg.steps}; checkpoint {last_ckpt}\n"
-             f"continue with: python -m tinygrad_ssm train --resume {out}")
-        return result
-    from .generate import sample_text
-
-    result.sample = cfg.sample_prompt + sample_text(model, cfg.sample_prompt, cfg.sample_bytes, temperature=0.8,
-                                                    seed=cfg.seed)
-    _say(summary(result))
-    return result
+    say = say or (lambda m: tqdm.write(m, file=sys.stdout))
+    run = _setup(cfg, resume, overrides, say)
+    status = "done"
+    with tqdm(total=run.cfg.steps, initial=run.step, disable=not progress, unit="step", dynamic_ncols=True,
+              file=sys.stderr) as bar, _StopOnSigint(say) as sigint:
+        try:
+            while run.step < run.cfg.steps:
+                if sigint.requested or (stop_at is not None and run.step >= stop_at):
+                    status = "interrupted" if sigint.requested else "stopped"
+                    break
+                record = _step(run)
+                _after_step(run, record, bar, say)
+                if callback is not None:
+                    callback(StepInfo(run.step, run.loss_val, record["lr"], run.model))
+        except KeyboardInterrupt:
+            if run.in_update:  # weights are half-updated: saving them would poison the run
+                say(f"stopped during a weight update at step {run.step + 1}; nothing saved "
+                    f"(last checkpoint: {run.last_ckpt})")
+                raise
+            status = "interrupted"
+    return _finish(run, status, t_begin, say)
 
 
 def _diverged(what: str, step: int, lr: float, last_ckpt: Path | None) -> str:
