@@ -220,6 +220,16 @@ class Tensor:
     def retains_grad(self) -> bool:
         return self._retains_grad
 
+    _grad_hooks: tuple = ()  # class default: most tensors never get one
+
+    def register_post_accumulate_grad_hook(self, hook) -> "_HookHandle":
+        """Call `hook(self)` during backward once this leaf's .grad is final for that backward (torch's hook
+        of that name); a distributed step starts reducing the gradient there. Returns a handle with remove()."""
+        if self._ctx is not None:
+            raise RuntimeError("register_post_accumulate_grad_hook: only leaf tensors get this hook")
+        self._grad_hooks = (*self._grad_hooks, hook)
+        return _HookHandle(self, hook)
+
     @property
     def grad(self) -> "Tensor | None":
         if self._ctx is not None and not self._retains_grad and self.requires_grad:
@@ -404,6 +414,14 @@ class Tensor:
     def double(self): return F.cast(self, np.float64)
 
 
+class _HookHandle:
+    def __init__(self, tensor: Tensor, hook):
+        self._tensor, self._hook = tensor, hook
+
+    def remove(self):
+        self._tensor._grad_hooks = tuple(h for h in self._tensor._grad_hooks if h is not self._hook)
+
+
 def _index_arrays(index):
     """Tensors used as indices become their arrays."""
     if isinstance(index, tuple):
@@ -449,6 +467,8 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
                 node._grad = Tensor(node._grad.data + g.data)
         ctx = node._ctx
         if ctx is None:
+            for hook in node._grad_hooks:  # every use of this leaf came earlier in the walk: its grad is final
+                hook(node)
             continue
         if ctx._freed:
             raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
