@@ -10,6 +10,10 @@ Stopping: Ctrl-C finishes the step in progress, writes a checkpoint and returns 
 Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done). A NaN or infinite
 loss or gradient norm raises TrainingDiverged before the update is applied, and writes nothing, so the
 last good checkpoint stays as it was.
+
+Under MPI (`mpiexec -n N python -m tinygrad_ssm train`, see distributed.py and docs/distributed.md) every rank
+draws the same global batch and keeps its own 1/N of the rows; the gradients are averaged over the ranks
+before clipping, so every rank applies the same AdamW step. Rank 0 alone prints, logs, plots and saves.
 """
 from __future__ import annotations
 
@@ -27,73 +31,11 @@ from typing import Callable
 import numpy as np
 
 from . import checkpoint as ckpt
+from .distributed import SINGLE, RanksDiverged, World, check_same_weights
 from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batches, load_corpus,
                    unigram_entropy_bits)
 from .runlog import PLOT_FILE, RunLog, plot_curves
-
-VOCAB_SIZE = 256  # bytes
-
-
-@dataclass
-class TrainConfig:
-    """Everything that defines a run. The defaults are the README's first command: ~5 minutes on 2 cores.
-
-    How they were chosen (measured on the default corpus, 100 steps of 4,096 bytes; ~1.3-1.6 s per step on
-    2 idle cores, so 150 steps + 6 evaluations take ~4-4.5 minutes there):
-    the model is the suggested d_model 256, 4 layers, d_state 64, headdim 64 (1.8M parameters). At equal
-    bytes per step, more and shorter sequences learn faster in a run this short: validation after 100 steps
-    was 2.35 bits per byte for 8 x 512, 2.27 for 16 x 256, 2.16 for 32 x 128 (each measured with windows
-    of its own length, so the shorter ones are, if anything, penalised). Peak lr 4e-3 beat 3e-3 (2.38 vs
-    2.35 at 8 x 512) and 6e-3 (2.29 vs 2.27 at 16 x 256); 1e-2 was worse still early on. Chunk 64 instead of
-    256 is ~3x faster here.
-    """
-
-    # data
-    data: str | None = None  # None: the running interpreter's standard library sources
-    data_seed: int = 0  # file order and train/validation split; separate from `seed` so runs compare
-    val_fraction: float = 0.05
-    # model
-    d_model: int = 256
-    n_layer: int = 4
-    d_state: int = 64
-    headdim: int = 64
-    chunk_size: int = 64  # SSD chunk: 64 is ~3x faster than the official 256 at seq_len 512 on CPU
-    # optimisation
-    steps: int = 150
-    batch_size: int = 32
-    seq_len: int = 128
-    lr: float = 4e-3
-    min_lr: float | None = None  # None: lr / 10
-    warmup_steps: int = 10
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    seed: int = 0  # weight init and batch sampling
-    backend: str = "auto"
-    # bookkeeping
-    out: str = ""  # run folder; "" -> runs/mamba2-<date>-<time>
-    eval_every: int = 25
-    eval_batches: int = 4
-    checkpoint_every: int = 50
-    keep_checkpoints: int = 2
-    sample_bytes: int = 300
-    sample_prompt: str = "def "
-
-    # flags that may differ on --resume without changing the weights the run produces
-    RESUME_SAFE = ("out", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints", "sample_bytes",
-                   "sample_prompt", "backend")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"TrainConfig: unknown fields {sorted(unknown)}")
-        return cls(**d)
+from .train_config import VOCAB_SIZE, TrainConfig, _check_config, _resume_config  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -160,7 +102,7 @@ def build_model(cfg: TrainConfig):
 
     config = Mamba2Config(d_model=cfg.d_model, n_layer=cfg.n_layer, vocab_size=VOCAB_SIZE, d_state=cfg.d_state,
                           headdim=cfg.headdim, chunk_size=cfg.chunk_size)
-    return Mamba2LMHeadModel(config, varmap=VarMap(seed=cfg.seed), backend=cfg.backend)
+    return Mamba2LMHeadModel(config, varmap=VarMap(seed=cfg.seed), dtype=cfg.dtype, backend=cfg.backend)
 
 
 def build_optimizers(model, cfg: TrainConfig) -> dict:
@@ -196,43 +138,19 @@ def _fingerprint(corpus: Corpus) -> dict:
             "train_crc32": zlib.crc32(corpus.train.tobytes()), "val_crc32": zlib.crc32(corpus.val.tobytes())}
 
 
-def evaluate(model, data: np.ndarray, cfg: TrainConfig) -> float:
-    """Mean next-byte cross entropy on the fixed validation windows, in bits per byte."""
+def evaluate(model, data: np.ndarray, cfg: TrainConfig, world: World = SINGLE) -> float:
+    """Mean next-byte cross entropy on the fixed validation windows, in bits per byte. Under MPI each rank
+    takes every world.size-th batch and the sums are added up over the ranks."""
     from .tensor import no_grad
 
     total, count = 0.0, 0
     with no_grad():
-        for x, y in eval_batches(data, cfg.batch_size, cfg.seq_len, cfg.eval_batches):
-            total += float(model.loss(x, y).data) * y.size
-            count += y.size
+        for i, (x, y) in enumerate(eval_batches(data, cfg.batch_size, cfg.seq_len, cfg.eval_batches)):
+            if i % world.size == world.rank:
+                total += float(model.loss(x, y).data) * y.size
+                count += y.size
+    total, count = world.sum([total, count])
     return bits_per_byte(total / count)
-
-
-def _check_config(cfg: TrainConfig) -> None:
-    positive = ("steps", "batch_size", "seq_len", "d_model", "n_layer", "d_state", "headdim", "chunk_size",
-                "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints")
-    bad = [f"--{k.replace('_', '-')} must be >= 1, got {getattr(cfg, k)}" for k in positive if getattr(cfg, k) < 1]
-    if not cfg.lr > 0:
-        bad.append(f"--lr must be > 0, got {cfg.lr}")
-    if cfg.min_lr is not None and not 0 <= cfg.min_lr <= cfg.lr:
-        bad.append(f"--min-lr must be in [0, --lr = {cfg.lr}], got {cfg.min_lr}")
-    if cfg.warmup_steps < 0 or cfg.weight_decay < 0 or not cfg.grad_clip > 0 or cfg.sample_bytes < 0:
-        bad.append("--warmup-steps and --weight-decay must be >= 0, --grad-clip > 0, --sample-bytes >= 0")
-    if (2 * cfg.d_model) % cfg.headdim:
-        bad.append(f"--headdim {cfg.headdim} must divide 2 * --d-model = {2 * cfg.d_model}")
-    if bad:
-        raise ValueError("; ".join(bad))
-
-
-def _resume_config(saved: dict, overrides: dict) -> TrainConfig:
-    cfg = TrainConfig.from_dict(saved)
-    changed = {k: v for k, v in overrides.items() if getattr(cfg, k) != v}
-    bad = sorted(k for k in changed if k not in TrainConfig.RESUME_SAFE and k != "steps")
-    if bad:
-        raise ValueError("--resume continues the saved run; these settings differ from it and would change "
-                         "what it computes: " + ", ".join(f"{k} (saved {getattr(cfg, k)!r}, given "
-                                                          f"{changed[k]!r})" for k in bad))
-    return dataclasses.replace(cfg, **changed)
 
 
 @dataclass
@@ -250,6 +168,8 @@ class _Run:
     sampler: BatchSampler
     log: RunLog
     clip: Callable  # clip_grad_norm_, looked up when the run starts (tests patch it)
+    world: World = SINGLE
+    reducer: object = None  # a distributed.GradientAllreducer when there are several ranks
     step: int = 0
     tokens: int = 0
     train_s: float = 0.0
@@ -259,11 +179,16 @@ class _Run:
     loss_val: float | None = None
     rate: float | None = None  # smoothed tokens/s, for the progress bar
     in_update: bool = False  # True while AdamW writes the weights: a checkpoint now would be half-updated
+    stop_requested: bool = False  # under MPI: some rank got Ctrl-C; all stop after the same step
 
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        if not self.world.is_root:  # rank 0 alone writes; every rank holds the same weights
+            self.saved_step = self.step
+            return None
         trainer_state = {"tokens": self.tokens, "train_s": self.train_s, "val_bpb": self.val_bpb,
                          "train_config": self.cfg.to_dict(), "model_config": self.model.config.to_dict(),
-                         "sampler": self.sampler.state_dict(), "data_fingerprint": self.fingerprint}
+                         "sampler": self.sampler.state_dict(), "data_fingerprint": self.fingerprint,
+                         "world_size": self.world.size}
         self.last_ckpt = ckpt.save_checkpoint(self.out, self.step, self.model, _optimizer_state(self.optimizers),
                                               trainer_state, keep=self.cfg.keep_checkpoints)
         self.saved_step = self.step
@@ -290,7 +215,20 @@ def _resolve_config(cfg, resume, overrides, say) -> tuple[TrainConfig, dict | No
     return cfg, state, resume_dir
 
 
-def _load_data(cfg: TrainConfig, state: dict | None) -> tuple[Corpus, dict]:
+def _resolve_on_root(cfg, resume, overrides, say, world: World):
+    """_resolve_config on rank 0 alone (the checkpoint need only be readable there); the config and the
+    saved trainer state are sent to the other ranks."""
+    resolved = world.agree(lambda: _resolve_config(cfg, resume, overrides, say) if world.is_root else None)
+    if world.size == 1:
+        return resolved
+    cfg_dict, state = world.broadcast_json([resolved[0].to_dict(), resolved[1]] if world.is_root else None)
+    return TrainConfig.from_dict(cfg_dict), state, resolved[2] if world.is_root else None
+
+
+def _load_data(cfg: TrainConfig, state: dict | None, world: World = SINGLE) -> tuple[Corpus, dict]:
+    if cfg.batch_size % world.size:
+        raise ValueError(f"--batch-size {cfg.batch_size} (the global batch) must be divisible by the number of "
+                         f"MPI ranks, {world.size}: each rank trains on batch_size / ranks sequences")
     corpus = load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction)
     check_length(corpus.train, cfg.seq_len, "training", corpus.source)
     check_length(corpus.val, cfg.seq_len, "validation", corpus.source)
@@ -298,57 +236,90 @@ def _load_data(cfg: TrainConfig, state: dict | None) -> tuple[Corpus, dict]:
     if state is not None and state["data_fingerprint"] != fingerprint:
         raise ValueError(f"--resume: the corpus {corpus.source!r} is not the one this run was trained on "
                          f"(saved {state['data_fingerprint']}, now {fingerprint})")
+    if world.size > 1 and world.broadcast_json(fingerprint) != fingerprint:
+        raise ValueError(f"rank {world.rank} reads another corpus from {corpus.source!r} than rank 0 "
+                         f"({fingerprint}); every machine needs the same --data")
     return corpus, fingerprint
 
 
-def _setup(cfg, resume, overrides, say) -> _Run:
+def _make_run_folder(cfg: TrainConfig, state: dict | None, world: World) -> Path:
+    out = Path(cfg.out or default_out_dir())
+    if world.size > 1:  # one folder for all ranks, named by rank 0's clock
+        out = Path(world.broadcast_json(str(out)))
+    if world.is_root:
+        if state is None and (out / ckpt.CHECKPOINTS_DIR / ckpt.LATEST_FILE).exists():
+            raise FileExistsError(f"{str(out)!r} already holds a run; continue it with --resume {out} "
+                                  f"or choose another --out")
+        out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _setup(cfg, resume, overrides, say, world: World = SINGLE) -> _Run:
     """Config, data, run folder, model, optimizers, schedule and sampler (restored when resuming). Every
-    error about paths or sizes happens here, before any work."""
+    error about paths or sizes happens here, before any work, and under MPI on every rank at once."""
     from . import optim
 
-    cfg, state, resume_dir = _resolve_config(cfg, resume, overrides, say)
-    corpus, fingerprint = _load_data(cfg, state)
-    out = Path(cfg.out or default_out_dir())
+    cfg, state, resume_dir = _resolve_on_root(cfg, resume, overrides, say, world)
+    corpus, fingerprint = world.agree(_load_data, cfg, state, world)
+    out = world.agree(_make_run_folder, cfg, state, world)
     cfg.out = str(out)
-    if state is None and (out / ckpt.CHECKPOINTS_DIR / ckpt.LATEST_FILE).exists():
-        raise FileExistsError(f"{str(out)!r} already holds a run; continue it with --resume {out} "
-                              f"or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
     model = build_model(cfg)
     run = _Run(cfg, out, corpus, fingerprint, unigram_entropy_bits(corpus.val), model, build_optimizers(model, cfg),
                optim.WarmupCosine(cfg.lr, min(cfg.warmup_steps, cfg.steps), cfg.steps,  # --steps 3: warm up 3
                                   min_lr=cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr),
                BatchSampler(corpus.train, cfg.batch_size, cfg.seq_len, seed=cfg.seed), RunLog(out),
-               optim.clip_grad_norm_)
+               optim.clip_grad_norm_, world)
     say(corpus.describe())
     say(f"unigram entropy: train {unigram_entropy_bits(corpus.train):.3f}, validation {run.val_unigram:.3f} "
         f"bits per byte")
     if state is not None:
-        run.model.varmap.load(resume_dir / "model.safetensors")
-        _load_optimizer_state(run.optimizers, ckpt.load_optimizer_state(resume_dir))
-        run.sampler.load_state_dict(state["sampler"])
-        run.step, run.tokens, run.train_s = state["step"], state["tokens"], state["train_s"]
-        run.val_bpb, run.last_ckpt, run.saved_step = state.get("val_bpb"), resume_dir, run.step
-        run.log.truncate_after(run.step)
+        world.agree(_restore, run, state, resume_dir)
         say(f"resumed from {resume_dir} at step {run.step}")
+        if state.get("world_size", 1) != world.size:
+            say(f"note: saved with {state.get('world_size', 1)} MPI rank(s), resumed with {world.size}: the same "
+                f"global batches, the gradients summed in another order (equal up to rounding, not bit for bit)")
+    if world.size > 1:  # every rank starts from rank 0's weights and moments, fresh or resumed
+        from .distributed import broadcast_weights_and_optimizers
+
+        broadcast_weights_and_optimizers(run.model.varmap, run.optimizers, world)
     say(f"model: {run.model.varmap.num_parameters():,} parameters (d_model {cfg.d_model}, {cfg.n_layer} layers, "
         f"d_state {cfg.d_state}, headdim {cfg.headdim}); {cfg.steps} steps of {cfg.batch_size} x "
-        f"{cfg.seq_len} bytes; out {out}")
+        f"{cfg.seq_len} bytes{f' over {world.size} MPI ranks' if world.size > 1 else ''}; out {out}")
     return run
 
 
-def _step(run: _Run) -> dict:
-    """One optimizer step: batch, loss, backward, clip, AdamW. Returns the step's log record."""
+def _restore(run: _Run, state: dict, resume_dir: Path | None) -> None:
+    """The checkpoint's step, counters and sampler on every rank; weights and moments from disk on rank 0
+    (the others receive them in share_training_state)."""
+    if run.world.is_root:
+        run.model.varmap.load(resume_dir / "model.safetensors")
+        _load_optimizer_state(run.optimizers, ckpt.load_optimizer_state(resume_dir))
+        run.log.truncate_after(state["step"])
+    run.sampler.load_state_dict(state["sampler"])
+    run.step, run.tokens, run.train_s = state["step"], state["tokens"], state["train_s"]
+    run.val_bpb, run.last_ckpt, run.saved_step = state.get("val_bpb"), resume_dir, run.step
+
+
+def _step(run: _Run, stop_requested: bool = False) -> dict:
+    """One optimizer step: batch, loss, backward, clip, AdamW. Returns the step's log record. Under MPI the
+    rank's rows of the global batch; the loss (and any rank's Ctrl-C) and the gradients averaged over ranks."""
     t0 = time.perf_counter()
     lr = run.schedule(run.step)
-    x, y = run.sampler.next_batch()  # (b, l) each
+    x, y = run.sampler.next_batch()  # (b, l) each: the global batch, the same on every rank
+    rows = slice(run.world.rank * len(x) // run.world.size, (run.world.rank + 1) * len(x) // run.world.size)
+    x, y = x[rows], y[rows]  # (b / ranks, l): this rank's share
     for opt in run.optimizers.values():
         opt.zero_grad()
     loss = run.model.loss(x, y)
     run.loss_val = float(loss.data)
+    if run.world.size > 1:
+        loss_sum, stops = run.world.sum([run.loss_val, stop_requested])
+        run.loss_val, run.stop_requested = loss_sum / run.world.size, stops > 0
     if not math.isfinite(run.loss_val):
         raise TrainingDiverged(_diverged(f"loss is {run.loss_val}", run.step + 1, lr, run.last_ckpt))
     loss.backward()
+    if run.reducer is not None:
+        run.reducer.finish()
     grad_norm = float(run.clip(run.model.varmap.all_vars(), run.cfg.grad_clip))
     if not math.isfinite(grad_norm):
         raise TrainingDiverged(_diverged(f"gradient norm is {grad_norm}", run.step + 1, lr, run.last_ckpt))
@@ -358,39 +329,49 @@ def _step(run: _Run) -> dict:
         opt.step()
     run.in_update = False
     run.step += 1
-    run.tokens += x.size
+    n_tokens = x.size * run.world.size
+    run.tokens += n_tokens
     dt = time.perf_counter() - t0
     run.train_s += dt
-    run.rate = x.size / dt if run.rate is None else 0.9 * run.rate + 0.1 * x.size / dt
-    return {"step": run.step, "train_loss": run.loss_val, "train_bpb": bits_per_byte(run.loss_val), "lr": lr,
-            "grad_norm": grad_norm, "tokens": run.tokens, "tokens_per_s": x.size / dt}
+    run.rate = n_tokens / dt if run.rate is None else 0.9 * run.rate + 0.1 * n_tokens / dt
+    record = {"step": run.step, "train_loss": run.loss_val, "train_bpb": bits_per_byte(run.loss_val), "lr": lr,
+              "grad_norm": grad_norm, "tokens": run.tokens, "tokens_per_s": n_tokens / dt}
+    if run.reducer is not None:
+        record["allreduce_s"] = run.reducer.last_finish_s
+    return record
 
 
 def _after_step(run: _Run, record: dict, bar, say) -> None:
-    """Log the step; validate every `eval_every` steps and at the end; checkpoint every `checkpoint_every`."""
-    run.log.append(record)
+    """Log the step; validate every `eval_every` steps and at the end (under MPI, first check that every
+    rank holds the same weights); checkpoint every `checkpoint_every`."""
+    if run.world.is_root:
+        run.log.append(record)
     bar.update(1)
     bar.set_postfix(loss=f"{run.loss_val:.3f}", tok_s=f"{run.rate:,.0f}", lr=f"{record['lr']:.2e}", refresh=False)
     cfg = run.cfg
     if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
-        run.val_bpb = evaluate(run.model, run.corpus.val, cfg)
-        run.log.append({"step": run.step, "val_bpb": run.val_bpb, "tokens": run.tokens})
+        check_same_weights(run.model.varmap, run.world, run.step)
+        run.val_bpb = evaluate(run.model, run.corpus.val, cfg, run.world)
+        if run.world.is_root:
+            run.log.append({"step": run.step, "val_bpb": run.val_bpb, "tokens": run.tokens})
         say(f"step {run.step}: validation {run.val_bpb:.3f} bits per byte (train loss {run.loss_val:.3f})")
     if run.step % cfg.checkpoint_every == 0 and run.step < cfg.steps:
         run.save()
 
 
 def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
-    """The end: a last checkpoint, the curves, the summary and (when done) a sample."""
+    """The end: a last checkpoint, the curves, the summary and (when done) a sample; files on rank 0 only."""
     if run.step > 0 and (run.saved_step != run.step or status == "done"):
         run.save()
-    plot = plot_curves(run.log.records(), run.out / PLOT_FILE, run.val_unigram)
+    plot = plot_curves(run.log.records(), run.out / PLOT_FILE, run.val_unigram) if run.world.is_root else None
     result = TrainResult(status, run.step, run.out, run.last_ckpt, run.val_bpb, run.loss_val, run.tokens,
                          time.perf_counter() - t_begin, run.train_s,
                          run.tokens / run.train_s if run.train_s else 0.0, run.val_unigram, plot)
     if status != "done":
         say(f"stopped at step {run.step}/{run.cfg.steps}; checkpoint {run.last_ckpt}\n"
             f"continue with: python -m tinygrad_ssm train --resume {run.out}")
+        return result
+    if not run.world.is_root:
         return result
     from .generate import sample_text
 
@@ -400,39 +381,59 @@ def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
     return result
 
 
+def _loop(run: _Run, stop_at, callback, bar, sigint, say) -> str:
+    """Steps until the end, `stop_at` or Ctrl-C; returns the status."""
+    while run.step < run.cfg.steps:
+        if run.world.size == 1 and sigint.requested:
+            return "interrupted"
+        if run.stop_requested:  # agreed by every rank in the last step
+            return "interrupted"
+        if stop_at is not None and run.step >= stop_at:
+            return "stopped"
+        record = _step(run, sigint.requested)
+        _after_step(run, record, bar, say)
+        if callback is not None:
+            callback(StepInfo(run.step, run.loss_val, record["lr"], run.model))
+    return "done"
+
+
 def train(cfg: TrainConfig | None = None, *, resume: str | None = None, overrides: dict | None = None,
           stop_at: int | None = None, progress: bool = True, callback: Callable[[StepInfo], None] | None = None,
-          say: Callable[[str], None] | None = None) -> TrainResult:
+          say: Callable[[str], None] | None = None, world: World = SINGLE, overlap: bool = True) -> TrainResult:
     """Run (or continue, with `resume`= a run or checkpoint folder) a training run.
 
     overrides: settings given on the command line; with `resume` they are checked against the saved run.
     stop_at: stop (with a checkpoint) once this many steps are done; the schedule still spans `cfg.steps`.
     callback: called with a StepInfo after every step (tests use it to interrupt or to corrupt weights).
+    world: `distributed.init()` to train data-parallel over MPI ranks (launched with mpiexec); `overlap`
+    starts each gradient bucket's allreduce during the backward (False: all of them after it).
     """
     from tqdm import tqdm
 
     t_begin = time.perf_counter()
-    say = say or (lambda m: tqdm.write(m, file=sys.stdout))
-    run = _setup(cfg, resume, overrides, say)
-    status = "done"
-    with tqdm(total=run.cfg.steps, initial=run.step, disable=not progress, unit="step", dynamic_ncols=True,
-              file=sys.stderr) as bar, _StopOnSigint(say) as sigint:
-        try:
-            while run.step < run.cfg.steps:
-                if sigint.requested or (stop_at is not None and run.step >= stop_at):
-                    status = "interrupted" if sigint.requested else "stopped"
-                    break
-                record = _step(run)
-                _after_step(run, record, bar, say)
-                if callback is not None:
-                    callback(StepInfo(run.step, run.loss_val, record["lr"], run.model))
-        except KeyboardInterrupt:
-            if run.in_update:  # weights are half-updated: saving them would poison the run
-                say(f"stopped during a weight update at step {run.step + 1}; nothing saved "
-                    f"(last checkpoint: {run.last_ckpt})")
-                raise
-            status = "interrupted"
-    return _finish(run, status, t_begin, say)
+    say = (say or (lambda m: tqdm.write(m, file=sys.stdout))) if world.is_root else (lambda m: None)
+    try:
+        run = _setup(cfg, resume, overrides, say, world)
+        if world.size > 1:
+            from .distributed import GradientAllreducer
+
+            run.reducer = GradientAllreducer(run.model.varmap, world, overlap=overlap)
+        with tqdm(total=run.cfg.steps, initial=run.step, disable=not (progress and world.is_root), unit="step",
+                  dynamic_ncols=True, file=sys.stderr) as bar, _StopOnSigint(say) as sigint:
+            try:
+                status = _loop(run, stop_at, callback, bar, sigint, say)
+            except KeyboardInterrupt:
+                if run.in_update:  # weights are half-updated: saving them would poison the run
+                    say(f"stopped during a weight update at step {run.step + 1}; nothing saved "
+                        f"(last checkpoint: {run.last_ckpt})")
+                    raise
+                status = "interrupted"
+        return _finish(run, status, t_begin, say)
+    except BaseException as e:
+        every_rank = isinstance(e, (TrainingDiverged, RanksDiverged)) or getattr(e, "raised_on_every_rank", False)
+        if world.size > 1 and not every_rank:  # one rank's error ends the whole job: none is left waiting
+            world.abort(e, 130 if isinstance(e, KeyboardInterrupt) else 1)
+        raise
 
 
 def _diverged(what: str, step: int, lr: float, last_ckpt: Path | None) -> str:
