@@ -100,11 +100,13 @@ class World:
 
     def abort(self, error: BaseException, code: int = 1) -> None:
         """Print this rank's error and end the whole job (MPI_Abort): no rank is left waiting in a collective."""
+        who = f"[rank {self.rank} of {self.size}]"
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        sys.stderr.write(f"[rank {self.rank} of {self.size}] {text}"
-                         f"[rank {self.rank} of {self.size}] error: {type(error).__name__}: {error}\n"
-                         f"[rank {self.rank} of {self.size}] aborting the whole MPI job\n")
-        sys.stderr.flush()
+        for part in (f"{who} error: {type(error).__name__}: {error}\n", f"{who} aborting the whole MPI job\n",
+                     f"{who} {text}"):  # the message first: a launcher may drop the tail when the job ends
+            sys.stderr.write(part)
+            sys.stderr.flush()
+        time.sleep(1.0)  # let the launcher forward this text first: MPI_Abort tears the job down at once
         self.comm.Abort(code)
 
     def broadcast_arrays(self, arrays: dict | None, root: int = 0) -> dict:
