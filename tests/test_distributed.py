@@ -4,6 +4,7 @@
 another world size; a failing rank ends the whole job; bad launches fail clearly.
 """
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -58,8 +59,6 @@ def mpirun(n: int, args: list, timeout: float = 120) -> subprocess.CompletedProc
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """~40 KB of the standard library's json package: small enough for a tiny model, real text."""
-    import json
-
     text = b"".join(p.read_bytes() for p in sorted(Path(json.__file__).parent.glob("*.py")))
     path = tmp_path_factory.mktemp("mpi_corpus") / "text.py"
     path.write_bytes(text)
@@ -98,6 +97,13 @@ def test_two_ranks_equal_one_process_fresh_resumed_and_with_another_world_size(c
     assert flat.returncode == 0, flat.stderr[-3000:]
     assert all(np.array_equal(a, b) for a, b in zip(weights(tmp_path / "flat").values(),
                                                    weights(tmp_path / "two").values()))
+    # with overlap the backward itself sent every bucket (the last one completes at the last leaf); without, none
+    sent = {name: {r["buckets_sent_in_backward"] for r in map(json.loads, (tmp_path / name / "log.jsonl")
+                                                               .read_text().splitlines()) if "train_loss" in r}
+            for name in ("two", "flat")}
+    (overlapped,), (flat_sent,) = sent["two"], sent["flat"]
+    n_buckets = overlapped.split("/")[1]
+    assert overlapped == f"{n_buckets}/{n_buckets}" and flat_sent == f"0/{n_buckets}", sent
     # stop at step 2 and resume, 2 ranks: bit-identical to the uninterrupted 2-rank run
     half = mpirun(2, ["-m", "tinygrad_ssm", "train", *TINY, *steps, "--out", tmp_path / "split", "--stop-at", "2"])
     assert half.returncode == 0, half.stderr[-3000:]

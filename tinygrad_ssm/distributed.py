@@ -194,7 +194,8 @@ class GradientAllreducer:
     start the bucket's Iallreduce when it is full; `finish()` then sends what is left, waits, and writes the
     means back into .grad. Without overlap everything happens in `finish()`. One backward per step with
     overlap (a second backward before `finish()` raises: accumulate with overlap=False).
-    `last_finish_s`: seconds `finish()` took, i.e. the communication the backward did not hide."""
+    `last_finish_s`: seconds `finish()` took, i.e. the communication the backward did not hide;
+    `last_launched_early`: how many of the buckets the backward had already sent when `finish()` began."""
 
     def __init__(self, params, world: World, bucket_bytes: int = 1 << 20, overlap: bool = True):
         from .optim.optimizer import named_parameters
@@ -214,7 +215,7 @@ class GradientAllreducer:
                 self._where[id(p)] = (b, i)
         self._handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
                          for _, p in named] if overlap and world.size > 1 else []
-        self._next, self._seen, self.last_finish_s = 0, set(), 0.0
+        self._next, self._seen, self.last_finish_s, self.last_launched_early = 0, set(), 0.0, 0
 
     def _grad_ready(self, leaf) -> None:
         if id(leaf) in self._seen:
@@ -244,6 +245,7 @@ class GradientAllreducer:
         from mpi4py import MPI
 
         t0 = time.perf_counter()
+        self.last_launched_early = self._next  # buckets whose allreduce the backward already started
         for bucket in self.buckets:
             for i, (_, p) in enumerate(bucket.named):
                 if id(p) not in self._seen:  # no hook fired (overlap off, or no gradient this step)

@@ -338,6 +338,7 @@ def _step(run: _Run, stop_requested: bool = False) -> dict:
               "grad_norm": grad_norm, "tokens": run.tokens, "tokens_per_s": n_tokens / dt}
     if run.reducer is not None:
         record["allreduce_s"] = run.reducer.last_finish_s
+        record["buckets_sent_in_backward"] = f"{run.reducer.last_launched_early}/{len(run.reducer.buckets)}"
     return record
 
 
@@ -425,6 +426,10 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
             except KeyboardInterrupt:
                 if run.in_update:  # weights are half-updated: saving them would poison the run
                     say(f"stopped during a weight update at step {run.step + 1}; nothing saved "
+                        f"(last checkpoint: {run.last_ckpt})")
+                    raise
+                if world.size > 1:  # the ranks may be anywhere (one inside an allreduce): abort the job
+                    say(f"second Ctrl-C under MPI: stopping every rank now; nothing saved "
                         f"(last checkpoint: {run.last_ckpt})")
                     raise
                 status = "interrupted"

@@ -9,9 +9,10 @@ import sys
 
 import numpy as np
 
+from tinygrad_ssm import Tensor
 from tinygrad_ssm import distributed as dist
-from tinygrad_ssm.registry import VarMap, VarBuilder
 from tinygrad_ssm.nn import Linear
+from tinygrad_ssm.registry import VarBuilder, VarMap
 
 world = dist.init()
 assert dist.rank() == world.rank and dist.world_size() == world.size == 2, (dist.rank(), dist.world_size())
@@ -37,9 +38,6 @@ x_all = rng.standard_normal((6, 8))  # the global batch: 3 rows per rank
 try:
     for overlap in (True, False):
         vm, layers, unused = build()
-        reference = {}
-        from tinygrad_ssm import Tensor
-
         loss_of(layers, Tensor(x_all)).backward()  # one process, whole batch
         reference = {n: p.grad.data.copy() for n, p in vm.named_vars() if p.grad is not None}
         for _, p in vm.named_vars():
