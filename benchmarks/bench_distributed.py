@@ -94,7 +94,8 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--n-layer", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=1, help="runs of every configuration (the median is shown)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="runs of every configuration, round-robin; the median one is shown (the lower for even)")
     p.add_argument("--repeats", type=int, default=20, help="bare allreduce repetitions")
     p.add_argument("--json", metavar="PATH", default=None, help="also write the results here")
     p.add_argument("--bare-allreduce", action="store_true", help=argparse.SUPPRESS)  # the mpiexec child

@@ -114,12 +114,18 @@ def test_two_ranks_equal_one_process_fresh_resumed_and_with_another_world_size(c
     resumed = assert_close(split, weights(tmp_path / "one"))
     # the 2-rank step-2 checkpoint resumed by one process: another world size works, equal up to rounding
     other = tmp_path / "split" / "checkpoints" / "step-000002"
-    if other.exists():  # keep_checkpoints 2 keeps steps 2 and 4
-        messages = []
-        train(resume=str(other), overrides={"out": str(tmp_path / "other")}, progress=False, say=messages.append)
-        assert any("saved with 2 MPI rank(s), resumed with 1" in m for m in messages), messages
-        assert_close(weights(tmp_path / "other"), weights(tmp_path / "one"))
-    print(f"\nequivalence (max relative difference per parameter, worst): fresh {fresh:.2e}, resumed {resumed:.2e}")
+    assert other.exists()  # --keep-checkpoints 2 keeps steps 2 and 4
+    messages = []
+    train(resume=str(other), overrides={"out": str(tmp_path / "other")}, progress=False, say=messages.append)
+    assert any("saved with 2 MPI rank(s), resumed with 1" in m for m in messages), messages
+    other_ranks = assert_close(weights(tmp_path / "other"), weights(tmp_path / "one"))
+    # and the other way: one process's step-2 checkpoint continued by 2 ranks
+    up = mpirun(2, ["-m", "tinygrad_ssm", "train", "--resume", tmp_path / "one" / "checkpoints" / "step-000002",
+                    "--out", tmp_path / "up", "--no-progress"])
+    assert up.returncode == 0 and "saved with 1 MPI rank(s), resumed with 2" in up.stdout, up.stderr[-3000:]
+    assert_close(weights(tmp_path / "up"), weights(tmp_path / "one"))
+    print(f"\nequivalence, worst max relative difference over the parameters: 2 ranks fresh {fresh:.2e}, "
+          f"2 ranks resumed {resumed:.2e}, saved by 2 ranks and resumed by 1 process {other_ranks:.2e}")
 
 
 @needs_mpi

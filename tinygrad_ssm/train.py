@@ -149,7 +149,7 @@ def evaluate(model, data: np.ndarray, cfg: TrainConfig, world: World = SINGLE) -
             if i % world.size == world.rank:
                 total += float(model.loss(x, y).data) * y.size
                 count += y.size
-    total, count = world.sum([total, count])
+    total, count = (float(v) for v in world.sum([total, count]))
     return bits_per_byte(total / count)
 
 
