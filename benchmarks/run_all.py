@@ -112,6 +112,8 @@ def write_report(status: dict | None, quick: bool) -> Path:
         lines += ["## The machine", "", f"- CPU: {machine['cpu']}, {machine['cores']} cores",
                   f"- BLAS: {machine['blas']}", f"- {versions}", f"- {machine['platform']}, {machine['date']}", ""]
     for script, title in SCRIPTS:
+        if not (Path(__file__).parent / script).exists():
+            continue
         lines += [f"## {title}", "", f"`python benchmarks/{script}`", ""]
         r = results.get(script)
         if r is None or "columns" not in r:

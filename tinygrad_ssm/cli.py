@@ -3,6 +3,7 @@
     python -m tinygrad_ssm train                      # about four minutes on 2 cores, on the standard library
     python -m tinygrad_ssm train --resume runs/NAME   # continue a run (bit-identical to never stopping)
     python -m tinygrad_ssm generate --checkpoint runs/NAME --prompt "def " --max-new-tokens 300
+    mpiexec -n 2 python -m tinygrad_ssm train         # data-parallel over MPI ranks (docs/distributed.md)
 
 Exit status: 0 done, 1 training diverged or the model gave NaN/inf logits, 2 bad arguments or data, 130 stopped
 by Ctrl-C (checkpoint saved).
@@ -46,6 +47,7 @@ _TRAIN_FLAGS = [
     ("--warmup-steps", "warmup_steps", int, f"steps of linear warmup from 0 to --lr [{_D.warmup_steps}]"),
     ("--weight-decay", "weight_decay", float, f"AdamW decoupled weight decay on matrices [{_D.weight_decay}]"),
     ("--grad-clip", "grad_clip", float, f"clip the global gradient norm to this [{_D.grad_clip}]"),
+    ("--dtype", "dtype", str, f"weights' dtype: float32 or float64 (exact comparisons) [{_D.dtype}]"),
     ("--seed", "seed", int, f"seed of the weight init and the batch sampler [{_D.seed}]"),
     ("--backend", "backend", str, f"SSD scan backend: auto (the fastest available) or one of "
                                   f"{', '.join(available_backends())} [{_D.backend}]"),
@@ -83,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="stop after this step (1 to --steps) with a checkpoint (the schedule still spans "
                          "--steps), to split a run into sessions")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
+    tr.add_argument("--distributed", action="store_true",
+                    help="train data-parallel over MPI (needs mpi4py: pip install \".[distributed]\"); on by "
+                         "itself when started by mpiexec with more than one process")
+    tr.add_argument("--no-overlap", action="store_true",
+                    help="under MPI, allreduce the gradients after the backward instead of during it")
 
     ge = sub.add_parser("generate", help="generate text from a checkpoint, streamed as it is produced",
                         description="Generate text from a training run, a checkpoint folder, or a "
@@ -138,11 +145,22 @@ def _train(args) -> int:
                  if getattr(args, f.name, None) is not None}
     if args.sample_prompt is not None and _not_utf8("--sample-prompt", args.sample_prompt):
         return _error(_not_utf8("--sample-prompt", args.sample_prompt))
+    from . import distributed
+
+    try:  # mpiexec -n N (N > 1) means MPI even without --distributed: N lone copies would clash in one folder
+        world = distributed.init() if args.distributed or distributed.launcher_world_size() > 1 else distributed.SINGLE
+    except distributed.DistributedError as e:
+        return _error(str(e))
     try:
         result = train(TrainConfig(), resume=args.resume, overrides=overrides, stop_at=args.stop_at,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, world=world, overlap=not args.no_overlap)
     except (DataError, CheckpointNotFound, FileExistsError, ValueError) as e:
+        if not world.is_root:  # every rank stops; rank 0 says why, naming any other rank that failed
+            return EXIT_USAGE
         return _error(str(e))
+    except distributed.RanksDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
     except (TrainingDiverged, NonFiniteLogits) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED

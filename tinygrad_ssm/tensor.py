@@ -297,6 +297,16 @@ class Tensor:
     def retains_grad(self) -> bool:
         return self._retains_grad
 
+    _grad_hooks: tuple = ()  # class default: most tensors never get one
+
+    def register_post_accumulate_grad_hook(self, hook) -> "_HookHandle":
+        """Call `hook(self)` during backward once this leaf's .grad is final for that backward (torch's hook
+        of that name); a distributed step starts reducing the gradient there. Returns a handle with remove()."""
+        if self._ctx is not None:
+            raise RuntimeError("register_post_accumulate_grad_hook: only leaf tensors get this hook")
+        self._grad_hooks = (*self._grad_hooks, hook)
+        return _HookHandle(self, hook)
+
     @property
     def grad(self) -> "Tensor | None":
         if self._ctx is not None and not self._retains_grad and self.requires_grad:
@@ -511,6 +521,14 @@ class Tensor:
     def double(self): return F.cast(self, np.float64)
 
 
+class _HookHandle:
+    def __init__(self, tensor: Tensor, hook):
+        self._tensor, self._hook = tensor, hook
+
+    def remove(self):
+        self._tensor._grad_hooks = tuple(h for h in self._tensor._grad_hooks if h is not self._hook)
+
+
 def _index_arrays(index):
     """Tensors used as indices become their arrays."""
     if isinstance(index, tuple):
@@ -561,6 +579,8 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
     grads: dict[int, np.ndarray] = {id(root): seed}
     if root._ctx is None:  # backward() on a leaf: its gradient is the seed
         _accumulate(root, seed)
+        for hook in root._grad_hooks:
+            hook(root)
         return
     order, uses_left = _topological_order(root)  # uses_left: leaf id -> ops that still owe it a gradient
     with no_grad():  # backward formulas compute on arrays; nothing in the walk is recorded
@@ -607,6 +627,8 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
                     final = grads.pop(id(parent), None)
                     if final is not None:
                         _accumulate(parent, final)
+                        for hook in parent._grad_hooks:  # e.g. start this gradient's allreduce now
+                            hook(parent)
 
 
 from . import functional as F  # noqa: E402  (the ops import Tensor and Function from this module)

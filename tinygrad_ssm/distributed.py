@@ -1,0 +1,320 @@
+"""Data-parallel training over MPI (mpi4py): ranks, gradient averaging in flat buckets, overlap with backward.
+
+Horovod's recipe: every rank holds the whole model and computes the gradient of its own share of the global
+batch; the gradients are averaged with MPI Allreduce, and every rank applies the same optimizer step, so the
+weights stay identical without ever being sent. PyTorch DDP's refinements, both here:
+- buckets: the gradients travel in a few flat buffers of about `bucket_bytes` (one MPI call per bucket, not
+  one per parameter), in reverse registration order, roughly the order the backward walk finishes them;
+- overlap: a bucket's non-blocking Iallreduce starts as soon as its last gradient is final during the
+  backward walk (`Tensor.register_post_accumulate_grad_hook`), so communication runs beside the rest of
+  the backward. Buckets are launched strictly in index order, so every rank issues the same collectives
+  in the same order (MPI requires it), whatever order its hooks fire in.
+
+mpi4py is optional (`pip install "tinygrad_ssm[distributed]"`, which also brings the mpich wheel and its
+`mpiexec`). Nothing imports it unless `init()` is called; `launcher_world_size()` only reads the environment.
+
+    from tinygrad_ssm import distributed as dist
+    world = dist.init()                                   # World(rank, size, comm)
+    reducer = dist.GradientAllreducer(model.varmap, world)
+    for ...:
+        opt.zero_grad(); model.loss(x[my_rows], y[my_rows]).backward()
+        reducer.finish()                                  # every .grad is now the mean over ranks
+        opt.step()
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+# environment variables that MPI launchers set in every process they start: MPICH/Intel MPI (hydra), Open MPI
+_WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+INSTALL_HINT = 'pip install "tinygrad_ssm[distributed]" (mpi4py and the mpich wheel, which brings mpiexec)'
+
+
+class DistributedError(RuntimeError):
+    """MPI is needed but missing, or the ranks disagree (about the setup, or their weights)."""
+
+
+class SetupFailedOnAnotherRank(ValueError):
+    """Raised on the ranks whose setup succeeded when another rank's failed: every rank stops together."""
+
+
+class RanksDiverged(DistributedError):
+    """The weights differ between ranks: data-parallel training would silently train several models."""
+
+
+def launcher_world_size() -> int:
+    """The number of processes an MPI launcher (mpiexec, mpirun) started, from its environment; 1 otherwise."""
+    for var in _WORLD_SIZE_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 1
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the job: `rank` in 0..size-1; `comm` is mpi4py's COMM_WORLD (None alone)."""
+
+    rank: int = 0
+    size: int = 1
+    comm: object = None
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def sum(self, values) -> np.ndarray:
+        """Blocking Allreduce (sum) of a small float64 vector, e.g. [loss, stop requested]."""
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        if self.size == 1:
+            return values
+        from mpi4py import MPI
+
+        out = np.empty_like(values)
+        self.comm.Allreduce(values, out, op=MPI.SUM)
+        return out
+
+    def agree(self, fn, *args, **kwargs):
+        """Run fn on every rank; if it raised on any rank, raise on every rank (this rank's own exception, or
+        SetupFailedOnAnotherRank naming the rank and its message), so no rank goes on alone and waits."""
+        try:
+            result, error = fn(*args, **kwargs), None
+        except Exception as e:  # noqa: BLE001 - re-raised below, on every rank
+            result, error = None, e
+        if self.size > 1:
+            failures = self.comm.allgather(None if error is None else f"{type(error).__name__}: {error}")
+            if error is None and any(failures):
+                error = SetupFailedOnAnotherRank("; ".join(f"rank {r} of {self.size} failed: {m}"
+                                                           for r, m in enumerate(failures) if m))
+        if error is not None:
+            error.raised_on_every_rank = True  # train() lets it end this rank normally: no rank is waiting
+            raise error
+        return result
+
+    def abort(self, error: BaseException, code: int = 1) -> None:
+        """Print this rank's error and end the whole job (MPI_Abort): no rank is left waiting in a collective."""
+        who = f"[rank {self.rank} of {self.size}]"
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        for part in (f"{who} error: {type(error).__name__}: {error}\n", f"{who} aborting the whole MPI job\n",
+                     f"{who} {text}"):  # the message first: a launcher may drop the tail when the job ends
+            sys.stderr.write(part)
+            sys.stderr.flush()
+        time.sleep(1.0)  # let the launcher forward this text first: MPI_Abort tears the job down at once
+        self.comm.Abort(code)
+
+    def broadcast_arrays(self, arrays: dict | None, root: int = 0) -> dict:
+        """{name: array} on `root` -> the same dict on every rank (a JSON header, then one Bcast per array)."""
+        if self.size == 1:
+            return arrays
+        header = None
+        if self.rank == root:
+            arrays = {k: np.asarray(v, order="C") for k, v in arrays.items()}  # 0-d stays 0-d
+            header = json.dumps([[k, v.dtype.str, list(v.shape)] for k, v in arrays.items()])
+        header = json.loads(self.comm.bcast(header, root=root))
+        out = {}
+        for name, dtype, shape in header:
+            buf = arrays[name] if self.rank == root else np.empty(tuple(shape), dtype=np.dtype(dtype))
+            self.comm.Bcast(buf, root=root)
+            out[name] = buf
+        return out
+
+    def broadcast_json(self, value, root: int = 0):
+        """A JSON-serialisable value from `root` to every rank (sent as JSON text: nothing is pickled but a str)."""
+        if self.size == 1:
+            return value
+        return json.loads(self.comm.bcast(json.dumps(value) if self.rank == root else None, root=root))
+
+
+SINGLE = World()
+_world: World | None = None
+
+
+def init(required: bool = True) -> World:
+    """Import mpi4py (initialising MPI) and return this process's World. Without mpi4py: a DistributedError
+    saying how to install it when `required`, else the single-process World."""
+    global _world
+    if _world is not None:
+        return _world
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        if required:
+            raise DistributedError(f"distributed training needs mpi4py, which cannot be imported ({e}); "
+                                   f"install it with: {INSTALL_HINT}") from e
+        return SINGLE
+    comm = MPI.COMM_WORLD
+    _world = World(comm.Get_rank(), comm.Get_size(), comm)
+    return _world
+
+
+def rank() -> int:
+    return (_world or SINGLE).rank
+
+
+def world_size() -> int:
+    return (_world or SINGLE).size
+
+
+# ----------------------------------------------------------------------------------------------------------
+# gradient averaging
+
+class _Bucket:
+    """Several parameters' gradients in one flat buffer: [values of each, then one 'has a gradient' flag per
+    parameter]. After the allreduce a flag sum of 0 means no rank had a gradient: it stays None (as alone)."""
+
+    def __init__(self, named: list, dtype):
+        self.named = named
+        self.sizes = [p.size for _, p in named]
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
+        self.n_values = int(self.offsets[-1])
+        self.buffer = np.zeros(self.n_values + len(named), dtype=dtype)
+        self.pending, self.request = len(named), None
+
+    def put(self, i: int, grad) -> None:
+        lo, hi = self.offsets[i], self.offsets[i + 1]
+        if grad is None:
+            self.buffer[lo:hi] = 0
+            self.buffer[self.n_values + i] = 0
+        else:
+            self.buffer[lo:hi] = grad.data.reshape(-1)
+            self.buffer[self.n_values + i] = 1
+
+
+class GradientAllreducer:
+    """Average the gradients of `params` (a VarMap or (name, tensor) pairs) over the ranks of `world`.
+
+    With overlap, hooks on the parameters copy each final gradient into its bucket during backward and
+    start the bucket's Iallreduce when it is full; `finish()` then sends what is left, waits, and writes the
+    means back into .grad. Without overlap everything happens in `finish()`. One backward per step with
+    overlap (a second backward before `finish()` raises: accumulate with overlap=False).
+    `last_finish_s`: seconds `finish()` took, i.e. the communication the backward did not hide;
+    `last_launched_early`: how many of the buckets the backward had already sent when `finish()` began."""
+
+    def __init__(self, params, world: World, bucket_bytes: int = 1 << 20, overlap: bool = True):
+        from .optim.optimizer import named_parameters
+
+        named = named_parameters(params, "GradientAllreducer")
+        self.world, self.overlap, self.buckets, self._where = world, overlap, [], {}
+        current = []
+        for name, p in reversed(named):  # the last layers' gradients are final first in the backward walk
+            if current and (p.dtype != current[0][1].dtype or
+                            sum(q.data.nbytes for _, q in current) + p.data.nbytes > bucket_bytes):
+                self.buckets.append(_Bucket(current, current[0][1].dtype))
+                current = []
+            current.append((name, p))
+        self.buckets.append(_Bucket(current, current[0][1].dtype))
+        for b, bucket in enumerate(self.buckets):
+            for i, (_, p) in enumerate(bucket.named):
+                self._where[id(p)] = (b, i)
+        self._handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
+                         for _, p in named] if overlap and world.size > 1 else []
+        self._next, self._seen, self.last_finish_s, self.last_launched_early = 0, set(), 0.0, 0
+
+    def _grad_ready(self, leaf) -> None:
+        if id(leaf) in self._seen:
+            raise RuntimeError("GradientAllreducer(overlap=True): a second backward before finish(); to accumulate "
+                               "gradients over several backwards, use overlap=False")
+        self._seen.add(id(leaf))
+        b, i = self._where[id(leaf)]
+        bucket = self.buckets[b]
+        bucket.put(i, leaf.grad)
+        bucket.pending -= 1
+        self._launch_ready()
+
+    def _launch_ready(self) -> None:
+        from mpi4py import MPI
+
+        while self._next < len(self.buckets) and self.buckets[self._next].pending == 0:
+            bucket = self.buckets[self._next]
+            bucket.request = self.world.comm.Iallreduce(MPI.IN_PLACE, bucket.buffer, op=MPI.SUM)
+            self._next += 1
+        if self._next:  # MPICH progresses non-blocking collectives inside MPI calls: give it one
+            MPI.Request.Testall([b.request for b in self.buckets[:self._next]])
+
+    def finish(self) -> None:
+        """Send the buckets not sent yet, wait for all, and set every .grad to the mean over the ranks."""
+        if self.world.size == 1:
+            return
+        from mpi4py import MPI
+
+        t0 = time.perf_counter()
+        self.last_launched_early = self._next  # buckets whose allreduce the backward already started
+        for bucket in self.buckets:
+            for i, (_, p) in enumerate(bucket.named):
+                if id(p) not in self._seen:  # no hook fired (overlap off, or no gradient this step)
+                    bucket.put(i, p.grad)
+                    bucket.pending -= 1
+        self._launch_ready()
+        MPI.Request.Waitall([b.request for b in self.buckets])
+        for bucket in self.buckets:
+            values = bucket.buffer[:bucket.n_values] / self.world.size  # the mean over ranks, a fresh array
+            for i, (_, p) in enumerate(bucket.named):
+                has_grad = bucket.buffer[bucket.n_values + i] > 0
+                p.grad = values[bucket.offsets[i]:bucket.offsets[i + 1]].reshape(p.shape) if has_grad else None
+            bucket.pending, bucket.request = len(bucket.named), None
+        self._next, self._seen = 0, set()
+        self.last_finish_s = time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Remove the hooks."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def allreduce_gradients(params, world: World | None = None, bucket_bytes: int = 1 << 20) -> None:
+    """Blocking: set every .grad of `params` (a VarMap or (name, tensor) pairs) to its mean over the ranks."""
+    reducer = GradientAllreducer(params, world or init(), bucket_bytes, overlap=False)
+    reducer.finish()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# ranks stay identical
+
+def broadcast_weights_and_optimizers(varmap, optimizers: dict, world: World) -> None:
+    """Rank 0's weights and optimizer states (e.g. just loaded from a checkpoint) to every other rank."""
+    named = varmap.named_vars()
+    weights = world.broadcast_arrays({n: p.data for n, p in named} if world.is_root else None)
+    if not world.is_root:
+        for name, p in named:
+            p.data[...] = weights[name]
+            p._bump()  # written in place: a graph that saved the old value must not backward
+    for group in sorted(optimizers):
+        state = world.broadcast_arrays(optimizers[group].state_dict() if world.is_root else None)
+        if not world.is_root:
+            optimizers[group].load_state_dict(state)
+
+
+def weight_checksums(params) -> np.ndarray:
+    """CRC-32 of each parameter's bytes, in registration order (int64): cheap, and any bit flip shows."""
+    from .optim.optimizer import named_parameters
+
+    return np.array([zlib.crc32(np.ascontiguousarray(p.data).tobytes())
+                     for _, p in named_parameters(params, "weight_checksums")], dtype=np.int64)
+
+
+def check_same_weights(params, world: World, step: int) -> None:
+    """Compare every rank's weights (checksums) with rank 0's; raise RanksDiverged on every rank if any differ."""
+    if world.size == 1:
+        return
+    from .optim.optimizer import named_parameters
+
+    mine = weight_checksums(params)
+    every = np.empty((world.size, mine.size), dtype=np.int64)
+    world.comm.Allgather(mine, every)
+    differ = every != every[0]
+    if differ.any():
+        names = [n for n, _ in named_parameters(params, "check_same_weights")]
+        bad = sorted({names[j] for j in np.nonzero(differ.any(axis=0))[0]})
+        ranks = [r for r in range(world.size) if differ[r].any()]
+        raise RanksDiverged(f"after step {step} the weights of rank(s) {ranks} differ from rank 0's in "
+                            f"{len(bad)} parameters ({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''}); "
+                            f"data-parallel ranks must stay identical, so the run stops here. The last "
+                            f"checkpoint is intact; resume from it.")

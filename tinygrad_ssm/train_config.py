@@ -1,0 +1,83 @@
+"""The settings of a training run (TrainConfig) and what may change on --resume (their checks: train_checks.py)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .train_checks import flag
+
+VOCAB_SIZE = 256  # bytes
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run. The defaults are the README's first command: about four minutes on 2 cores.
+
+    How they were chosen (measured on the default corpus, 100 steps of 4,096 bytes; ~1.3-1.6 s per step on
+    2 idle cores, so 150 steps + 6 evaluations take ~4-4.5 minutes there):
+    the model is the suggested d_model 256, 4 layers, d_state 64, headdim 64 (1.8M parameters). At equal
+    bytes per step, more and shorter sequences learn faster in a run this short: validation after 100 steps
+    was 2.35 bits per byte for 8 x 512, 2.27 for 16 x 256, 2.16 for 32 x 128 (each measured with windows
+    of its own length, so the shorter ones are, if anything, penalised). Peak lr 4e-3 beat 3e-3 (2.38 vs
+    2.35 at 8 x 512) and 6e-3 (2.29 vs 2.27 at 16 x 256); 1e-2 was worse still early on. Chunk 64 instead of
+    256 is ~3x faster here.
+    """
+
+    # data
+    data: str | None = None  # None: the running interpreter's standard library sources
+    data_seed: int = 0  # file order and train/validation split; separate from `seed` so runs compare
+    val_fraction: float = 0.05
+    # model
+    d_model: int = 256
+    n_layer: int = 4
+    d_state: int = 64
+    headdim: int = 64
+    chunk_size: int = 64  # SSD chunk: 64 is ~3x faster than the official 256 at seq_len 512 on CPU
+    dtype: str = "float32"  # of the weights; float64 for exact comparisons
+    # optimisation
+    steps: int = 150
+    batch_size: int = 32
+    seq_len: int = 128
+    lr: float = 4e-3
+    min_lr: float | None = None  # None: lr / 10
+    warmup_steps: int = 10
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    seed: int = 0  # weight init and batch sampling
+    backend: str = "auto"
+    # bookkeeping
+    out: str = ""  # run folder; "" -> runs/mamba2-<date>-<time>
+    eval_every: int = 25
+    eval_batches: int = 4
+    checkpoint_every: int = 50
+    keep_checkpoints: int = 2
+    sample_bytes: int = 300
+    sample_prompt: str = ""  # "" -> the first line of the validation text (see data.sample_prompt_from)
+
+    # flags that may differ on --resume without changing the weights the run produces
+    RESUME_SAFE = ("out", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints", "sample_bytes",
+                   "sample_prompt", "backend")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"TrainConfig: unknown fields {sorted(unknown)}")
+        return cls(**d)
+
+
+def _resume_config(saved: dict, overrides: dict) -> TrainConfig:
+    cfg = TrainConfig.from_dict(saved)
+    changed = {k: v for k, v in overrides.items() if getattr(cfg, k) != v}
+    bad = sorted(k for k in changed if k not in TrainConfig.RESUME_SAFE and k != "steps")
+    if bad:
+        raise ValueError("--resume continues the saved run; these settings differ from it and would change "
+                         "what it computes: " + ", ".join(f"{flag(k)} (saved {getattr(cfg, k)!r}, given "
+                                                          f"{changed[k]!r})" for k in bad))
+    return dataclasses.replace(cfg, **changed)
