@@ -208,3 +208,14 @@ def test_without_mpi_nothing_imports_mpi4py():
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert proc.stdout.strip() == "clean", proc.stderr
+
+
+@needs_mpi
+def test_the_own_loop_example_of_docs_distributed_md_runs_on_two_ranks(tmp_path):
+    """docs/distributed.md's "From one's own loop" block, as written, under mpiexec -n 2."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "distributed.md").read_text()
+    block = page.split("<!-- run by: tests/test_distributed.py -->\n```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "own_loop.py").write_text(block)
+    proc = mpirun(2, [tmp_path / "own_loop.py"], timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 0 of 2: ok" in proc.stdout and "rank 1 of 2: ok" in proc.stdout, proc.stdout

@@ -1,0 +1,71 @@
+"""The docs are true to the code. Every ```python block of README.md and docs/*.md is one of three kinds,
+told by an HTML comment on the line before it (invisible on GitHub):
+- no comment: an example, run here in order, one namespace per page (a page reads top to bottom), in a
+  temporary working directory;
+- `<!-- excerpt: PATH -->`: code quoted from PATH, whose lines must all appear there, in order;
+- `<!-- run by: tests/FILE.py -->`: run by that test with the context it needs (it must read the page)."""
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"^( *)(?:<!-- (excerpt|run by): ([\w./-]+) -->\n\1)?```python\n(.*?)^\1```", re.S | re.M)
+
+
+def python_blocks(page: Path) -> list[tuple[str, str, str]]:
+    """(kind, path, code) for each python block: kind "example", "excerpt" or "run by"."""
+    blocks = []
+    for indent, kind, path, body in BLOCK.findall(page.read_text(encoding="utf-8")):
+        code = "\n".join(line[len(indent):] if line.startswith(indent) else line for line in body.splitlines())
+        blocks.append((kind or "example", path, code))
+    return blocks
+
+
+def _pages_with(kind):
+    return [p for p in PAGES if any(k == kind for k, _, _ in python_blocks(p))]
+
+
+@pytest.mark.parametrize("page", _pages_with("example"), ids=lambda p: p.name)
+def test_every_example_of_the_page_runs(page, tmp_path):
+    namespace = {"__name__": f"doc_{page.stem}"}
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for i, (kind, _, code) in enumerate(python_blocks(page)):
+            if kind != "example":
+                continue
+            try:
+                exec(compile(code, f"{page.name}[block {i}]", "exec"), namespace)
+            except Exception as error:  # noqa: BLE001 - reported with the block
+                pytest.fail(f"{page.name}, python block {i} raised {type(error).__name__}: {error}\n{code}")
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("page", _pages_with("excerpt"), ids=lambda p: p.name)
+def test_every_excerpt_is_in_its_file_in_order(page):
+    for kind, path, code in python_blocks(page):
+        if kind != "excerpt":
+            continue
+        source = [line.strip() for line in (ROOT / path).read_text(encoding="utf-8").splitlines()]
+        at = 0
+        for line in filter(None, (line.strip() for line in code.splitlines())):
+            try:
+                at = source.index(line, at) + 1
+            except ValueError:
+                pytest.fail(f"{page.name} quotes {path}, but after line {at} it has no line {line!r}")
+
+
+@pytest.mark.parametrize("page", _pages_with("run by"), ids=lambda p: p.name)
+def test_blocks_run_elsewhere_name_a_test_that_reads_the_page(page):
+    for kind, path, _ in python_blocks(page):
+        if kind == "run by":
+            assert f"docs/{page.name}" in (ROOT / path).read_text(encoding="utf-8"), (page.name, path)
+
+
+def test_the_pages_have_examples_and_excerpts():
+    kinds = [kind for p in PAGES for kind, _, _ in python_blocks(p)]
+    assert kinds.count("example") >= 8 and kinds.count("excerpt") >= 2
