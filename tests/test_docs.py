@@ -3,7 +3,8 @@ told by an HTML comment on the line before it (invisible on GitHub):
 - no comment: an example, run here in order, one namespace per page (a page reads top to bottom), in a
   temporary working directory;
 - `<!-- excerpt: PATH -->`: code quoted from PATH, whose lines must all appear there, in order;
-- `<!-- run by: tests/FILE.py -->`: run by that test with the context it needs (it must read the page)."""
+- `<!-- run by: TEST -->`, TEST a file under tests/: run by that test with the context it needs (it must
+  read the page)."""
 import os
 import re
 from pathlib import Path
