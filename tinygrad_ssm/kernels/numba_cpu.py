@@ -209,7 +209,7 @@ def backward(saved, dy, d_final_state):
     g, n = B.shape[2], B.shape[3]
     q = int(q)
     dtype = x.dtype
-    slices = int(min(h // g, -(-numba.get_num_threads() // (b * g))))  # enough work items for every thread
+    slices = _head_slices(b, g, h // g, numba.get_num_threads())
     dx, ddt = np.empty_like(x), np.empty_like(dt)
     dA_parts, dD_parts = np.empty((b, h), dtype), np.empty((b, h), dtype)
     dB_parts, dC_parts = np.zeros((slices, b, l, g, n), dtype), np.zeros((slices, b, l, g, n), dtype)
@@ -227,3 +227,9 @@ def backward(saved, dy, d_final_state):
 def _block_steps(q: int, state_bytes: int) -> int:
     """Steps per recomputed block: as many (p, n) states as fit in BLOCK_BYTES, at most a chunk's q."""
     return max(1, min(q, BLOCK_BYTES // state_bytes))
+
+
+def _head_slices(b: int, g: int, r: int, threads: int) -> int:
+    """How many slices to cut each group's r heads into, so the backward's b g slices work items keep every
+    thread busy (each slice past the first costs one more (b, l, g, n) buffer for dB and one for dC)."""
+    return int(min(r, -(-threads // (b * g))))
