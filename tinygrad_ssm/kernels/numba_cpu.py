@@ -33,6 +33,8 @@ here, and a GPU backend can compile the same functions as device functions.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 try:
@@ -44,6 +46,8 @@ except ImportError:  # the backend reports itself unavailable
 BLOCK_BYTES = 1 << 20   # the backward recomputes states in blocks of at most this many bytes: it is read in
                         # the reverse sweep right after being written, so it should stay in the L2 cache
 FASTMATH = {"reassoc", "contract", "nsz"}   # lets LLVM vectorise the dot products; keeps inf/NaN semantics
+PARALLEL_MIN_WORK = 1 << 18   # below this many b l h p n, one thread: waking the others costs more (tens of us
+                              # to ms on a busy machine) than the whole scan
 
 
 # --- the math, written once: one row i of the state, as plain functions ------------------------------------
@@ -197,7 +201,8 @@ def forward(x, dt, A, B, C, D, initial_state, chunk_size):
     y = np.empty((b, l, h, p), dtype)
     final_state = np.empty((b, h, p, n), dtype)
     checkpoints = np.empty((b, h, c, p, n), dtype)                      # (b, h, c, p, n): c states, not l
-    forward_kernel(*_contiguous(x, dt, A, B, C, D_or_zeros, S0), q, y, final_state, checkpoints)
+    with _threads(_thread_count(b * l * h * p * n)):
+        forward_kernel(*_contiguous(x, dt, A, B, C, D_or_zeros, S0), q, y, final_state, checkpoints)
     return y, final_state, (x, dt, A, B, C, D if D is not None else np.zeros(0, dtype), checkpoints,
                             np.array([q, initial_state is not None]))
 
@@ -209,15 +214,18 @@ def backward(saved, dy, d_final_state):
     g, n = B.shape[2], B.shape[3]
     q = int(q)
     dtype = x.dtype
-    slices = _head_slices(b, g, h // g, numba.get_num_threads())
+    threads = _thread_count(b * l * h * p * n)
+    slices = _head_slices(b, g, h // g, threads)
     dx, ddt = np.empty_like(x), np.empty_like(dt)
     dA_parts, dD_parts = np.empty((b, h), dtype), np.empty((b, h), dtype)
     dB_parts, dC_parts = np.zeros((slices, b, l, g, n), dtype), np.zeros((slices, b, l, g, n), dtype)
     d_initial = np.empty((b, h, p, n), dtype)
     D_or_zeros = D if D.size else np.zeros(h, dtype)
-    backward_kernel(*_contiguous(x, dt, A, B, C, D_or_zeros, checkpoints, dy.astype(dtype, copy=False),
-                                 d_final_state.astype(dtype, copy=False)),
-                    q, _block_steps(q, p * n * dtype.itemsize), slices, dx, ddt, dA_parts, dB_parts, dC_parts, dD_parts, d_initial)
+    with _threads(threads):
+        backward_kernel(*_contiguous(x, dt, A, B, C, D_or_zeros, checkpoints, dy.astype(dtype, copy=False),
+                                     d_final_state.astype(dtype, copy=False)),
+                        q, _block_steps(q, p * n * dtype.itemsize), slices, dx, ddt, dA_parts, dB_parts, dC_parts,
+                        dD_parts, d_initial)
     dB, dC = (dB_parts[0], dC_parts[0]) if slices == 1 else (dB_parts.sum(0), dC_parts.sum(0))
     return (dx, ddt, dA_parts.sum(0), dB, dC, dD_parts.sum(0) if D.size else None,
             d_initial if had_initial else None)
@@ -233,3 +241,18 @@ def _head_slices(b: int, g: int, r: int, threads: int) -> int:
     """How many slices to cut each group's r heads into, so the backward's b g slices work items keep every
     thread busy (each slice past the first costs one more (b, l, g, n) buffer for dB and one for dC)."""
     return int(min(r, -(-threads // (b * g))))
+
+
+def _thread_count(work: int) -> int:
+    return 1 if work < PARALLEL_MIN_WORK else numba.get_num_threads()
+
+
+@contextmanager
+def _threads(count: int):
+    """Run the kernels inside on `count` of numba's threads, then restore the caller's setting."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(count)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
