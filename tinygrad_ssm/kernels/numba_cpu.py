@@ -101,7 +101,9 @@ if numba is not None:
 
     @njit(parallel=True, fastmath=FASTMATH, cache=True)
     def forward_kernel(x, dt, A, B, C, D, S0, q, y, final_state, checkpoints):
-        """Fills y (b, l, h, p), final_state (b, h, p, n) and checkpoints (b, h, c, p, n): the state entering
+        """The scan, per (batch, head) work item, one step at a time (a_t = exp(dt_t A_i), group gi = i // r):
+            S_t = a_t S_{t-1} + dt_t x_t B_t^T  (p, n);   y_t = S_t C_t + D_i x_t  (p,);   S_0 = S0.
+        Fills y (b, l, h, p), final_state (b, h, p, n) = S_l and checkpoints (b, h, c, p, n): the state entering
         each chunk of q steps (checkpoints[:, :, 0] = S0). x (b, l, h, p), dt (b, l, h), A, D (h,),
         B, C (b, l, g, n), S0 (b, h, p, n); all C-contiguous, one dtype."""
         b, l, h, p = x.shape
@@ -124,9 +126,16 @@ if numba is not None:
     @njit(parallel=True, fastmath=FASTMATH, cache=True)
     def backward_kernel(x, dt, A, B, C, D, checkpoints, dy, d_final, q, sub, slices,
                         dx, ddt, dA_parts, dB_parts, dC_parts, dD_parts, d_initial):
-        """The reverse sweep. Inputs as `forward_kernel`, checkpoints from it, dy (b, l, h, p), d_final (b, h, p, n).
-        Fills dx (b, l, h, p), ddt (b, l, h), d_initial (b, h, p, n), and per-work-item partial sums that the
-        caller adds up: dA_parts, dD_parts (b, h); dB_parts, dC_parts (slices, b, l, g, n), zeroed on entry."""
+        """The reverse sweep of the adjoint G_t = dL/dS_t (p, n), from G_l = d_final down to t = 1:
+            G_t = a_{t+1} G_{t+1} + dy_t C_t^T;   dx_t = dt_t G_t B_t + D_i dy_t;   dB_t += dt_t G_t^T x_t;
+            dC_t += a_t S_{t-1}^T dy_t + dt_t (x_t . dy_t) B_t;   ddt_t = x_t . G_t B_t + A_i a_t <G_t, S_{t-1}>;
+            dA_i += dt_t a_t <G_t, S_{t-1}>;   dD_i += x_t . dy_t;   d_initial = a_1 G_1,
+        with S_{t-1} recomputed from the checkpoints of `forward_kernel`: per chunk of q steps (from the last),
+        first the states entering its blocks of `sub` steps, then per block (from the last) its sub states.
+        Work item: (batch, group, slice of the group's r heads: every slices-th head). Inputs as
+        `forward_kernel`, dy (b, l, h, p), d_final (b, h, p, n). Fills dx (b, l, h, p), ddt (b, l, h),
+        d_initial (b, h, p, n), and partial sums the caller adds up: dA_parts, dD_parts (b, h) over batches;
+        dB_parts, dC_parts (slices, b, l, g, n), zeroed on entry, over slices."""
         b, l, h, p = x.shape
         g, n = B.shape[2], B.shape[3]
         r = h // g
@@ -185,7 +194,8 @@ def available() -> bool:
 
 
 def _contiguous(*arrays):
-    return tuple(np.ascontiguousarray(a) for a in arrays)
+    """C-contiguous and writeable (a read-only array is another numba type: one more compilation)."""
+    return tuple(np.require(a, requirements="CW") for a in arrays)
 
 
 def forward(x, dt, A, B, C, D, initial_state, chunk_size):
