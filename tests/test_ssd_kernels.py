@@ -1,0 +1,187 @@
+"""Every kernel backend of the registry (the scan on plain arrays, wrapped by the one SSD op) against the
+engine-op reference: forward and every gradient in float64 to 1e-10 on hypothesis-drawn shapes, float32 within
+a tolerance derived below, float64 gradcheck, extreme values, a long sequence, what the forward keeps for the
+backward; and the numba kernels' own machinery (two-level recompute, head slices, the on-disk cache)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import tinygrad_ssm as tg
+from gradcheck import gradcheck
+from test_ssd import make_inputs, numpy_scan
+from tinygrad_ssm.kernels import BACKENDS, ssd
+
+KERNELS = [pytest.param(name, marks=pytest.mark.skipif(not record.available(), reason=f"{name} is not available here"))
+           for name, record in BACKENDS.items() if record.forward is not None]
+NAMES = ["x", "dt", "A", "B", "C", "D", "initial_state"]
+
+
+def run(backend, inputs, chunk_size, weights):
+    """Forward (y, final_state) and the gradients of <w_y, y> + <w_state, final_state> for every given input."""
+    tensors = {k: tg.Tensor(v.copy(), requires_grad=True) for k, v in inputs.items() if v is not None}
+    y, state = ssd(**tensors, chunk_size=chunk_size, backend=backend)
+    ((y * weights[0]).sum() + (state * weights[1]).sum()).backward()
+    return y.data, state.data, {k: t.grad.data for k, t in tensors.items()}
+
+
+def differences(inputs, chunk_size, backend, dtype=np.float64, seed=0):
+    """max |kernel - reference (float64)| of y, final_state and each gradient, and the reference's values."""
+    rng = np.random.default_rng(seed)
+    b, l, h, p = inputs["x"].shape
+    weights = rng.standard_normal((b, l, h, p)), rng.standard_normal((b, h, p, inputs["B"].shape[3]))
+    ref = run("reference", inputs, chunk_size, weights)
+    low = {k: None if v is None else v.astype(dtype) for k, v in inputs.items()}
+    got = run(backend, low, chunk_size, weights)
+    assert got[0].dtype == dtype and all(g.dtype == dtype for g in got[2].values())
+    pairs = {"y": (got[0], ref[0]), "final_state": (got[1], ref[1]), **{k: (got[2][k], ref[2][k]) for k in ref[2]}}
+    return {k: (np.abs(a - r).max(), np.abs(r).max()) for k, (a, r) in pairs.items()}
+
+
+@pytest.mark.parametrize("backend", KERNELS)
+@given(b=st.integers(1, 2), q=st.integers(1, 9), chunks=st.integers(0, 3), extra=st.integers(0, 8), g=st.integers(1, 2),
+       r=st.integers(1, 3), p=st.integers(1, 4), n=st.integers(1, 5), with_state=st.booleans(), with_D=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_forward_and_gradients_equal_the_reference_float64(backend, b, q, chunks, extra, g, r, p, n, with_state,
+                                                           with_D, seed):
+    """l = chunks q + extra crosses chunk boundaries (and is not a multiple of q when extra > 0)."""
+    l = max(1, chunks * q + extra)
+    inputs = make_inputs(np.random.default_rng(seed), b=b, l=l, h=g * r, p=p, g=g, n=n, initial_state=with_state)
+    if not with_D:
+        inputs["D"] = None
+    for name, (diff, _) in differences(inputs, q, backend, seed=seed).items():
+        assert diff < 1e-10, (name, diff)
+
+
+# float32: each entry is a sum of at most l n products per step, accumulated through l decaying steps; a float32
+# rounding is eps = 6e-8 relative, so a kernel as accurate as the float32 spec is off by a small multiple of
+# eps * sqrt(number of terms) relative to the entries' scale. We allow 4 eps sqrt(l n p) relative to the
+# largest entry: 1.2e-5 at l = 41, n = p = 4 (measured: the kernel <= 5e-7 (dA), the float32 reference <= 8e-7).
+@pytest.mark.parametrize("backend", KERNELS)
+@pytest.mark.parametrize("with_state", [False, True], ids=["zero-state", "initial-state"])
+def test_float32_within_rounding_of_the_float64_reference(backend, with_state):
+    inputs = make_inputs(np.random.default_rng(12), b=2, l=41, h=4, p=4, g=2, n=4, initial_state=with_state)
+    tolerance = 4 * np.finfo(np.float32).eps * np.sqrt(41 * 4 * 4)
+    for name, (diff, scale) in differences(inputs, 8, backend, dtype=np.float32).items():
+        assert diff <= tolerance * scale, (name, diff / scale, tolerance)
+
+
+@pytest.mark.parametrize("backend", KERNELS)
+@pytest.mark.parametrize("g", [1, 2])
+def test_gradcheck_every_input(backend, g):
+    """Central finite differences of the kernel op itself (both outputs, all seven inputs), l = 7 across
+    chunks of 3."""
+    inputs = make_inputs(np.random.default_rng(13 + g), b=2, l=7, h=2, p=2, g=g, n=3, initial_state=True)
+
+    def both_outputs(*tensors):
+        y, state = ssd(**dict(zip(NAMES, tensors)), chunk_size=3, backend=backend)
+        return tg.cat([tg.functional.flatten(y), tg.functional.flatten(state)])
+
+    assert gradcheck(both_outputs, *inputs.values())
+
+
+@pytest.mark.parametrize("backend", KERNELS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_extreme_legal_values_stay_finite(backend, dtype):
+    """dt up to 10 and A down to -100: decays of exp(-1000) underflow to 0; nothing may become inf or NaN, and in
+    float64 the result still equals the reference."""
+    rng = np.random.default_rng(14)
+    inputs = make_inputs(rng, b=2, l=29, h=4, p=3, g=2, n=4)
+    inputs["dt"] = rng.uniform(0.0, 10.0, inputs["dt"].shape)
+    inputs["dt"][:, ::5] = 10.0
+    inputs["A"] = np.array([-100.0, -1e-3, -10.0, -100.0])
+    diffs = differences(inputs, 8, backend, dtype=dtype)
+    for name, (diff, scale) in diffs.items():
+        assert np.isfinite(diff) and np.isfinite(scale), name
+        if dtype == np.float64:
+            assert diff <= 1e-10 * max(1.0, scale), (name, diff, scale)
+
+
+@pytest.mark.parametrize("backend", KERNELS)
+def test_long_sequence_float32(backend):
+    """l = 65,536 at b = h = 1 in float32 (slow decays, so the state carries far): finite, and y and the final
+    state within float32 rounding of the float64 recurrence."""
+    rng = np.random.default_rng(15)
+    l = 65_536
+    inputs = make_inputs(rng, b=1, l=l, h=1, p=2, g=1, n=4)
+    inputs["dt"] = rng.uniform(0.001, 0.1, (1, l, 1))
+    inputs["A"] = np.array([-0.5])
+    y64, state64 = numpy_scan(**inputs)
+    tensors = {k: tg.Tensor(v.astype(np.float32), requires_grad=True) for k, v in inputs.items()}
+    y, state = ssd(**tensors, backend=backend)
+    (y.sum() + state.sum()).backward()
+    assert np.abs(y.data - y64).max() <= 1e-5 * np.abs(y64).max()
+    assert np.abs(state.data - state64).max() <= 1e-5 * np.abs(state64).max()
+    for name, t in tensors.items():
+        assert np.isfinite(t.grad.data).all(), name
+
+
+@pytest.mark.parametrize("backend", KERNELS)
+def test_saved_for_backward_holds_chunk_states_not_step_states(backend):
+    """What the forward keeps for the backward is at most the inputs (or copies of them) and one (p, n) state
+    per head and chunk, plus a few bytes: never l states (here 8 times more than the chunk states)."""
+    inputs = make_inputs(np.random.default_rng(16), b=2, l=64, h=4, p=3, g=2, n=5)
+    arrays = [inputs[k] for k in NAMES]
+    y, state, saved = BACKENDS[backend].forward(*arrays, 8)
+    distinct = {id(a): a for a in saved}.values()
+    saved_bytes = sum(getattr(a, "nbytes", 0) for a in distinct)
+    chunk_states_bytes = 8 * state.nbytes                              # 8 chunks of 8 steps, b h p n floats each
+    assert saved_bytes <= sum(a.nbytes for a in arrays) + chunk_states_bytes + 64, (saved_bytes, chunk_states_bytes)
+
+
+# --- the numba CPU kernels' own machinery ------------------------------------------------------------------
+
+numba_cpu = pytest.importorskip("tinygrad_ssm.kernels.numba_cpu")
+needs_numba = pytest.mark.skipif(not numba_cpu.available(), reason="numba is not installed")
+
+
+@needs_numba
+@pytest.mark.parametrize("block_states", [1, 3, 7])
+def test_numba_two_level_recompute(monkeypatch, block_states):
+    """Blocks shorter than a chunk (the backward first recomputes each block's entering state, then the block):
+    every block length, dividing the chunk or not, gives the reference's gradients."""
+    inputs = make_inputs(np.random.default_rng(17), b=2, l=53, h=4, p=3, g=2, n=5)
+    monkeypatch.setattr(numba_cpu, "BLOCK_BYTES", block_states * 3 * 5 * 8)
+    assert numba_cpu._block_steps(16, 3 * 5 * 8) == block_states
+    for name, (diff, _) in differences(inputs, 16, "numba").items():
+        assert diff < 1e-10, (name, diff)
+
+
+@needs_numba
+def test_numba_heads_of_a_group_split_across_work_items(monkeypatch):
+    """When b g work items are fewer than threads, a group's heads are cut into slices with their own dB, dC."""
+    monkeypatch.setattr(numba_cpu, "_head_slices", lambda b, g, r, threads: r)
+    inputs = make_inputs(np.random.default_rng(18), b=1, l=19, h=6, p=2, g=2, n=3)
+    for name, (diff, _) in differences(inputs, 8, "numba").items():
+        assert diff < 1e-10, (name, diff)
+
+
+CACHE_PROBE = textwrap.dedent("""
+    import json, time
+    import numpy as np
+    start = time.perf_counter()
+    from tinygrad_ssm.kernels import numba_cpu
+    rng = np.random.default_rng(0)
+    b, l, h, p, g, n = 1, 5, 2, 2, 1, 3
+    args = [rng.standard_normal(s) for s in [(b, l, h, p), (b, l, h), (h,), (b, l, g, n), (b, l, g, n), (h,), (b, h, p, n)]]
+    y, state, saved = numba_cpu.forward(*args, 4)
+    numba_cpu.backward(saved, np.ones_like(y), np.ones_like(state))
+    kernels = [numba_cpu.forward_kernel, numba_cpu.backward_kernel]
+    print(json.dumps(dict(seconds=time.perf_counter() - start, hits=[sum(k.stats.cache_hits.values()) for k in kernels],
+                          misses=[sum(k.stats.cache_misses.values()) for k in kernels])))
+""")
+
+
+@needs_numba
+def test_numba_fresh_process_loads_the_compiled_kernels_from_the_cache():
+    """Run the kernels in a subprocess twice: the second finds both compiled in numba's on-disk cache."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", CACHE_PROBE], env=env, check=True, capture_output=True,
+                                      text=True).stdout.splitlines()[-1]) for _ in range(2)]
+    first, second = runs
+    assert second["misses"] == [0, 0] and all(hit >= 1 for hit in second["hits"]), runs
