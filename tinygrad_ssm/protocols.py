@@ -63,3 +63,35 @@ def compare_any(op, ufunc, a, b):
     if isinstance(a, Tensor):
         return compare(op, ufunc, a, b)
     return compare(op, MIRRORED[ufunc], b, a)
+
+
+def as_array(t: Tensor, dtype=None, copy=None) -> np.ndarray:
+    """np.asarray(t) / np.array(t): the tensor's own array (no copy unless asked), refused when t requires
+    grad (as numpy()), so an array never silently leaves the graph."""
+    if t.requires_grad:
+        raise RuntimeError("Can't convert a Tensor that requires grad to a NumPy array "
+                           "(np.asarray / np.array). Use tensor.detach().numpy() instead.")
+    if copy is False and dtype is not None and np.dtype(dtype) != t.dtype:
+        raise ValueError(f"np.asarray(tensor, copy=False): the tensor is {t.dtype}, not {np.dtype(dtype)}")
+    array = t.data if dtype is None else t.data.astype(dtype, copy=False)
+    return array.copy() if copy and array is t.data else array
+
+
+def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict):
+    """Tensor.__array_ufunc__: ufuncs the engine has become its ops (so np.exp(t) is differentiable); any
+    other works on tensors that don't require grad and gives a Tensor, as torch; on one that requires grad
+    it is a TypeError naming the ufunc."""
+    if method == "__call__" and not kwargs and is_engine_ufunc(ufunc):
+        return apply_ufunc(ufunc, inputs)
+    if any(isinstance(t, Tensor) and t.requires_grad for t in (*inputs, *kwargs.get("out", ()))):
+        raise TypeError(f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}: not "
+                        f"differentiable in tinygrad_ssm (on a tensor that requires grad). Use the ops of "
+                        f"tinygrad_ssm.functional, or apply it to tensor.detach()")
+    if "out" in kwargs:
+        raise TypeError(f"np.{ufunc.__name__}: out= is not supported with tensors; use the result, "
+                        f"or t.copy_(result) under no_grad()")
+    arrays = [t.data if isinstance(t, Tensor) else t for t in inputs]
+    result = getattr(ufunc, method)(*arrays, **kwargs)
+    if isinstance(result, tuple):
+        return tuple(Tensor(r) for r in result)
+    return None if result is None else Tensor(result)

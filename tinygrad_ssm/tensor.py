@@ -1,10 +1,10 @@
-"""The Tensor and its graph: what is recorded, and how backward walks it.
+"""The Tensor and the graph it records.
 
 A Tensor wraps a NumPy array. When an op runs on a tensor that requires grad, the op's `Function` object
 (forward and backward side by side, see `tinygrad_ssm/ops/`) is stored on the result as `_ctx`, together
-with the input tensors. `backward()` sorts that graph topologically once and calls each backward in reverse,
-summing the gradients that reach a tensor from several uses. Broadcasting is undone in one place,
-`unbroadcast`, for every op.
+with the input tensors: that is the graph. `backward()` walks it (backward.py): sorted topologically once,
+each op's backward called in reverse, the gradients that reach a tensor from several uses summed, and
+broadcasting undone in one place, `unbroadcast`, for every op.
 """
 from __future__ import annotations
 
@@ -15,23 +15,11 @@ import weakref
 
 import numpy as np
 
+from .dtypes import DEFAULT_FLOAT, _as_dtype, _check_numeric, is_float  # noqa: F401 (re-exported)
 from .grad_mode import enable_grad, is_grad_enabled, no_grad  # noqa: F401 (re-exported)
 
 # ----------------------------------------------------------------------------------------------------------
 # dtypes
-
-DEFAULT_FLOAT = np.dtype(np.float32)
-
-
-def _as_dtype(dtype) -> np.dtype:
-    if isinstance(dtype, str) and dtype in ("bfloat16",):
-        raise TypeError("bfloat16 has no NumPy dtype; store it as float32")
-    return np.dtype(dtype)
-
-
-def is_float(dtype) -> bool:
-    return np.dtype(dtype).kind == "f"
-
 
 def _to_array(data, dtype=None) -> np.ndarray:
     """Python data -> ndarray. Python floats become float32 (torch's default), ints int64, bools bool;
@@ -50,38 +38,8 @@ def _to_array(data, dtype=None) -> np.ndarray:
     return array
 
 
-def _check_numeric(op: str, argument: str, data, array: np.ndarray):
-    """Tensors hold bool, integer or floating point numbers. Anything else (a str, None, objects, complex
-    numbers) is refused here, with the op and the argument named, instead of failing later inside NumPy."""
-    if array.dtype.kind in "biuf":
-        return
-    if array.dtype.kind == "c":
-        raise TypeError(f"{op}: {argument} has dtype {array.dtype}: complex tensors are not supported; "
-                        f"pass the real and imaginary parts (x.real, x.imag) as separate float tensors")
-    what = (f"an array of dtype {array.dtype}" if isinstance(data, np.ndarray)
-            else f"{type(data).__name__} {data!r}" if not isinstance(data, (list, tuple))
-            else f"a {type(data).__name__} that NumPy turns into dtype {array.dtype}")
-    raise TypeError(f"{op}: {argument} must be a Tensor, a number or an array of numbers "
-                    f"(bool, integer or float), got {what[:120]}")
-
-
 # ----------------------------------------------------------------------------------------------------------
 # the graph
-
-def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
-    """Sum `grad` back to `shape`: the one place where broadcasting is undone, for every op.
-    Leading axes that broadcasting added are summed away; axes where the input had size 1 are summed
-    with keepdims."""
-    if grad.shape == shape:
-        return grad
-    extra = grad.ndim - len(shape)
-    if extra > 0:
-        grad = grad.sum(axis=tuple(range(extra)))
-    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
-    if stretched:
-        grad = grad.sum(axis=stretched, keepdims=True)
-    return grad.reshape(shape)
-
 
 class Function:
     """One differentiable op. Subclasses write `forward(ctx, *arrays, **kw) -> array` and
@@ -211,34 +169,13 @@ class Tensor:
         return bool((self == element).data.any())
 
     def __array__(self, dtype=None, copy=None):
-        """np.asarray(t): the tensor's own array (no copy unless asked), refused when t requires grad
-        (as numpy()), so an array never silently leaves the graph."""
-        if self.requires_grad:
-            raise RuntimeError("Can't convert a Tensor that requires grad to a NumPy array "
-                               "(np.asarray / np.array). Use tensor.detach().numpy() instead.")
-        if copy is False and dtype is not None and np.dtype(dtype) != self.dtype:
-            raise ValueError(f"np.asarray(tensor, copy=False): the tensor is {self.dtype}, not {np.dtype(dtype)}")
-        array = self.data if dtype is None else self.data.astype(dtype, copy=False)
-        return array.copy() if copy and array is self.data else array
+        """np.asarray(t): the tensor's own array, refused when t requires grad (protocols.as_array)."""
+        return P.as_array(self, dtype, copy)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        """NumPy ufuncs on tensors (also `ndarray + tensor`): those the engine has become its ops (so
-        np.exp(t) is differentiable); any other works on tensors that don't require grad and gives a
-        Tensor, as torch; on one that requires grad it is a TypeError naming the ufunc."""
-        if method == "__call__" and not kwargs and P.is_engine_ufunc(ufunc):
-            return P.apply_ufunc(ufunc, inputs)
-        if any(isinstance(t, Tensor) and t.requires_grad for t in (*inputs, *kwargs.get("out", ()))):
-            raise TypeError(f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}: not "
-                            f"differentiable in tinygrad_ssm (on a tensor that requires grad). Use the ops of "
-                            f"tinygrad_ssm.functional, or apply it to tensor.detach()")
-        if "out" in kwargs:
-            raise TypeError(f"np.{ufunc.__name__}: out= is not supported with tensors; use the result, "
-                            f"or t.copy_(result) under no_grad()")
-        arrays = [t.data if isinstance(t, Tensor) else t for t in inputs]
-        result = getattr(ufunc, method)(*arrays, **kwargs)
-        if isinstance(result, tuple):
-            return tuple(Tensor(r) for r in result)
-        return None if result is None else Tensor(result)
+        """NumPy ufuncs on tensors (also `ndarray + tensor`): the engine's ops where they are ones
+        (protocols.array_ufunc)."""
+        return P.array_ufunc(ufunc, method, inputs, kwargs)
 
     def numel(self) -> int:
         return int(self.data.size)
@@ -349,6 +286,7 @@ class Tensor:
             seed = _to_array(gradient, self.dtype)
             if seed.shape != self.shape:
                 raise RuntimeError(f"backward: gradient has shape {seed.shape} but the output has shape {self.shape}")
+        from .backward import run_backward  # the walk imports this module: imported when first needed
         run_backward(self, seed, retain_graph)
 
     # --- in-place updates: allowed on tensors outside the graph, each bumps the version ---------------------
@@ -534,101 +472,6 @@ def _index_arrays(index):
     if isinstance(index, tuple):
         return tuple(i.data if isinstance(i, Tensor) else i for i in index)
     return index.data if isinstance(index, Tensor) else index
-
-
-# ----------------------------------------------------------------------------------------------------------
-# the backward walk
-
-def _topological_order(root: Tensor) -> tuple[list[Function], dict[int, int]]:
-    """Every recorded op that `root` depends on, each after all the ops that made its inputs; and for each leaf
-    that requires grad, how many uses of it those ops make (its gradient is final once they have all run).
-    Iterative, so a graph thousands of ops deep (a sequential scan) does not hit the recursion limit."""
-    order, visited, leaf_uses = [], set(), {}
-    stack = [(root._ctx, False)]
-    while stack:
-        ctx, inputs_done = stack.pop()
-        if inputs_done:
-            order.append(ctx)
-            continue
-        if id(ctx) in visited:
-            continue
-        visited.add(id(ctx))
-        stack.append((ctx, True))
-        for parent, needs in zip(ctx.inputs, ctx.needs_input_grad):  # the graph as recorded at forward time
-            if needs:
-                if parent._ctx is None:
-                    leaf_uses[id(parent)] = leaf_uses.get(id(parent), 0) + 1
-                elif id(parent._ctx) not in visited:
-                    stack.append((parent._ctx, False))
-    return order, leaf_uses
-
-
-def _accumulate(tensor: Tensor, grad: np.ndarray):
-    """A leaf's (or a retain_grad tensor's) .grad += grad, in the tensor's own dtype."""
-    g = grad.astype(tensor.dtype, copy=True)
-    tensor._grad = Tensor(g if tensor._grad is None else tensor._grad.data + g)
-
-
-def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
-    """Call every op's backward once, from the root back to the leaves.
-
-    Gradients are summed per tensor in `grads` until the op that made the tensor runs: the reverse topological
-    order guarantees that every use of a tensor has passed its gradient back by then. An op with several
-    outputs gets one gradient per output (zeros for an output that did not reach the root). A leaf's
-    gradient is final once every op that used it has run: it is written to `.grad` at that moment."""
-    grads: dict[int, np.ndarray] = {id(root): seed}
-    if root._ctx is None:  # backward() on a leaf: its gradient is the seed
-        _accumulate(root, seed)
-        for hook in root._grad_hooks:
-            hook(root)
-        return
-    order, uses_left = _topological_order(root)  # uses_left: leaf id -> ops that still owe it a gradient
-    with no_grad():  # backward formulas compute on arrays; nothing in the walk is recorded
-        _walk(order, grads, uses_left, retain_graph)
-
-
-def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
-    for ctx in reversed(order):
-        outputs = [ref() for ref in ctx.outputs]
-        out_grads = [None if o is None else grads.pop(id(o), None) for o in outputs]
-        for o, g in zip(outputs, out_grads):
-            if g is not None and o._retains_grad:
-                _accumulate(o, g)
-        if out_grads[0] is not None or any(g is not None for g in out_grads):
-            if ctx._freed:
-                raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
-                                   "tensors after they have already been freed). Saved intermediate values of the "
-                                   "graph are freed when you call .backward(). Specify retain_graph=True if you need "
-                                   "to backward through the graph a second time.")
-            ctx._check_versions()
-            if len(out_grads) > 1:  # materialise the gradients of outputs that did not reach the root
-                out_grads = [np.zeros(shape, dtype) if g is None else g
-                             for g, (shape, dtype) in zip(out_grads, ctx.output_specs)]
-            input_grads = ctx.backward(*out_grads)
-            if not isinstance(input_grads, tuple):
-                input_grads = (input_grads,)
-            if not retain_graph and ctx.saved:  # as torch: only an op that saved arrays can't run twice
-                ctx.saved = ()
-                ctx._freed = True
-        else:  # no gradient reached this op's outputs (e.g. an integer index): its inputs get none from it
-            input_grads = ()
-        for parent, needs, g in zip(ctx.inputs, ctx.needs_input_grad, input_grads + (None,) * len(ctx.inputs)):
-            if not needs:
-                continue
-            if g is not None:
-                g = unbroadcast(np.asarray(g), parent.shape)
-                if g.dtype != parent.dtype:
-                    g = g.astype(parent.dtype)
-                previous = grads.get(id(parent))
-                grads[id(parent)] = g if previous is None else previous + g
-            if parent._ctx is None:
-                uses_left[id(parent)] -= 1
-                if uses_left[id(parent)] == 0:  # every use has been walked: the leaf's gradient is final
-                    final = grads.pop(id(parent), None)
-                    if final is not None:
-                        _accumulate(parent, final)
-                        for hook in parent._grad_hooks:  # e.g. start this gradient's allreduce now
-                            hook(parent)
 
 
 from . import functional as F  # noqa: E402  (the ops import Tensor and Function from this module)

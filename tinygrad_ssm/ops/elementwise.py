@@ -2,7 +2,7 @@
 
 Backward receives `grad`, the gradient of the loss with respect to this op's output (same shape as the
 output), and returns one gradient per input in the *output's* shape: the engine sums broadcast axes away
-(`tensor.unbroadcast`), so no op has to.
+(`backward.unbroadcast`), so no op has to.
 """
 import numpy as np
 

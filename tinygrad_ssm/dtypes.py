@@ -1,0 +1,32 @@
+"""What a Tensor may hold: bool, integer and floating point numbers, float32 by default (as torch); a check
+that refuses anything else (str, None, objects, complex) naming the op and the argument."""
+from __future__ import annotations
+
+import numpy as np
+
+DEFAULT_FLOAT = np.dtype(np.float32)
+
+
+def _as_dtype(dtype) -> np.dtype:
+    if isinstance(dtype, str) and dtype in ("bfloat16",):
+        raise TypeError("bfloat16 has no NumPy dtype; store it as float32")
+    return np.dtype(dtype)
+
+
+def is_float(dtype) -> bool:
+    return np.dtype(dtype).kind == "f"
+
+
+def _check_numeric(op: str, argument: str, data, array: np.ndarray):
+    """Tensors hold bool, integer or floating point numbers. Anything else (a str, None, objects, complex
+    numbers) is refused here, with the op and the argument named, instead of failing later inside NumPy."""
+    if array.dtype.kind in "biuf":
+        return
+    if array.dtype.kind == "c":
+        raise TypeError(f"{op}: {argument} has dtype {array.dtype}: complex tensors are not supported; "
+                        f"pass the real and imaginary parts (x.real, x.imag) as separate float tensors")
+    what = (f"an array of dtype {array.dtype}" if isinstance(data, np.ndarray)
+            else f"{type(data).__name__} {data!r}" if not isinstance(data, (list, tuple))
+            else f"a {type(data).__name__} that NumPy turns into dtype {array.dtype}")
+    raise TypeError(f"{op}: {argument} must be a Tensor, a number or an array of numbers "
+                    f"(bool, integer or float), got {what[:120]}")
