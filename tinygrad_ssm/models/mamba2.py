@@ -26,6 +26,7 @@ from ..ops import fused as fused_ops
 from ..registry import VarBuilder, VarMap
 from ..tensor import Tensor, no_grad
 from .config import Mamba2Config
+from .decode import decode_step
 from .sampling import check_sampling_args, sample_next
 
 SUPPORTED_DTYPES = ("float32", "float64")
@@ -279,6 +280,10 @@ class Mamba2LMHeadModel:
         ids = self._check_ids(input_ids, 1, "Mamba2LMHeadModel.step")
         if cache.batch_size != ids.shape[0]:
             raise ValueError(f"step: cache is for batch {cache.batch_size}, input_ids has shape {ids.shape}")
+        if self.fused:  # one numba call per layer, in place on the cache (decode.py)
+            logits = decode_step(self, ids, cache)
+            cache.seqlen_offset += 1
+            return Tensor(logits)                                        # (b, V)
         x = self.embedding(ids)                                          # (b, d_model)
         for layer, state in zip(self.layers, cache.layers):
             x = layer.step(x, state)
