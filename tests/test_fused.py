@@ -132,3 +132,38 @@ def test_float32_in_float32_out_and_gradients():
     assert all(o.dtype == np.float32 for o in outs)
     sum(F.sum(o) for o in outs).backward()
     assert all(t.grad.dtype == np.float32 for t in (x, w, bias, z, nw, dt, dtb))
+
+
+# --- the model's switch ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ngroups,dt_limit,with_cache", [(1, (0.0, math.inf), False), (2, (0.02, 0.4), True)])
+def test_model_fused_and_reference_paths_agree(ngroups, dt_limit, with_cache):
+    """fused=True and fused=False on one VarMap: the same logits, loss and gradient of every parameter."""
+    config = tg.Mamba2Config(d_model=16, n_layer=2, vocab_size=40, d_state=4, headdim=4, chunk_size=4,
+                             ngroups=ngroups, dt_limit=dt_limit, bias=with_cache, conv_bias=True)
+    varmap = tg.VarMap(seed=7)
+    models = [tg.Mamba2LMHeadModel(config, varmap, dtype="float64", fused=f) for f in (True, False)]
+    assert [m.fused for m in models] == [True, False]
+    ids = np.random.default_rng(7).integers(0, 40, (2, 9))
+    results = []
+    for model in models:
+        for t in varmap.all_vars():
+            t.grad = None
+        cache = model.allocate_cache(2) if with_cache else None
+        logits = model(ids, cache)
+        F.cross_entropy(logits[:, :-1], ids[:, 1:]).backward()
+        results.append((logits.data, {name: t.grad.data.copy() for name, t in varmap._vars.items()},
+                        None if cache is None else [s.ssm.data for s in cache.layers]))
+    (lf, gf, sf), (ls, gs, ss) = results
+    np.testing.assert_allclose(lf, ls, **TOL)
+    assert gf.keys() == gs.keys()
+    for name in gf:
+        np.testing.assert_allclose(gf[name], gs[name], **TOL, err_msg=name)
+    if with_cache:
+        for a, b in zip(sf, ss):
+            np.testing.assert_allclose(a, b, **TOL)
+
+
+def test_model_rejects_a_non_bool_fused():
+    with pytest.raises(TypeError, match="fused must be True or False"):
+        tg.Mamba2LMHeadModel(tg.Mamba2Config(d_model=8, n_layer=1, vocab_size=10, d_state=4, headdim=4), fused="yes")

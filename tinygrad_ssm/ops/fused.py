@@ -15,6 +15,7 @@ saving them, so a fused op holds less memory than its composition.
 from __future__ import annotations
 
 import math
+import os
 
 import numba
 import numpy as np
@@ -24,6 +25,12 @@ from .. import functional as F
 from ..tensor import Function, Tensor
 
 _JIT = dict(cache=True, nogil=True)
+
+# numba's default OpenMP pool spins after each parallel loop and starves the BLAS threads of the matmul that
+# follows (a training step ran 2-5x slower on 2 cores); the workqueue pool sleeps. Set before the first
+# parallel launch; NUMBA_THREADING_LAYER in the environment still decides when given.
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
 
 
 # --- split along the last axis ------------------------------------------------------------------------------

@@ -1,0 +1,103 @@
+"""Shared by bench_train_step.py and bench_generate.py: the benchmark's Mamba-2 on both sides with the same
+weights (ours saved to safetensors, read back into transformers' Mamba2ForCausalLM under its layout names),
+wall-clock statistics, and the peak memory one call adds.
+
+Needs the `bench` extra (torch==2.13.0, transformers==5.24.0); each script says so and stops without them.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
+from tinygrad_ssm.models.pretrained import _stored_name
+
+CONFIG = dict(vocab_size=256, d_model=256, n_layer=4, d_state=64, headdim=64, ngroups=1, expand=2, d_conv=4)
+QUICK_CONFIG = dict(vocab_size=256, d_model=64, n_layer=2, d_state=16, headdim=16, ngroups=1, expand=2, d_conv=4)
+
+
+def require_transformers():
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise SystemExit(f"this benchmark needs the bench extra (pip install -e '.[bench]'): {e}") from None
+    return torch, transformers
+
+
+def ours(config_kw: dict, chunk_size: int, fused: bool = True, backend: str = "auto", seed: int = 0):
+    config = Mamba2Config(**config_kw, chunk_size=chunk_size, tie_embeddings=True)
+    return Mamba2LMHeadModel(config, VarMap(seed=seed), dtype="float32", backend=backend, fused=fused)
+
+
+def theirs(model: Mamba2LMHeadModel, chunk_size: int):
+    """transformers' Mamba2ForCausalLM with `model`'s weights, copied through a safetensors file."""
+    torch, transformers = require_transformers()
+    from safetensors.torch import load_file
+    c = model.config
+    hf_config = transformers.Mamba2Config(
+        vocab_size=c.padded_vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layer, state_size=c.d_state,
+        head_dim=c.headdim, num_heads=c.nheads, n_groups=c.ngroups, expand=c.expand, conv_kernel=c.d_conv,
+        chunk_size=chunk_size, use_bias=c.bias, use_conv_bias=c.conv_bias, layer_norm_epsilon=c.rms_norm_eps,
+        time_step_limit=tuple(c.dt_limit), tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
+        pad_token_id=None)
+    hf = transformers.Mamba2ForCausalLM(hf_config).float()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.safetensors")
+        model.varmap.save(path, metadata={"format": "pt"})
+        stored = load_file(path)
+    state = {_stored_name(name, "transformers"): t for name, t in stored.items()}
+    state["lm_head.weight"] = state["backbone.embeddings.weight"]
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise RuntimeError(f"weights do not map onto transformers: missing {missing}, unexpected {unexpected}")
+    hf.eval()
+    return hf
+
+
+def max_logit_difference(model, hf, ids: np.ndarray) -> float:
+    """Both sides' logits on the same ids (float32): how far apart the two implementations are."""
+    import torch
+    from tinygrad_ssm import no_grad
+    with no_grad():
+        a = model(ids).data
+    with torch.no_grad():
+        b = hf(torch.from_numpy(ids)).logits.numpy()
+    return float(np.abs(a - b[..., :a.shape[-1]]).max())
+
+
+def stats(seconds: list) -> dict:
+    return {"median_s": round(statistics.median(seconds), 4), "min_s": round(min(seconds), 4),
+            "max_s": round(max(seconds), 4), "runs": len(seconds)}
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"no {field} in /proc/self/status")
+
+
+def peak_added_bytes(fn):
+    """Peak resident memory added by fn() over what the process holds before it (Linux: VmHWM reset through
+    /proc/self/clear_refs). The same measure for both sides: arrays, tensors and allocator slack alike.
+    None where /proc does not allow it."""
+    try:
+        before = _status("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")                                                # reset the peak to the current RSS
+        fn()
+        return _status("VmHWM") - before
+    except OSError:
+        return None
