@@ -18,10 +18,11 @@ import math
 import numpy as np
 from numba import njit
 
+_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # sums may vectorise; no nnan/ninf
 _EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it with a prefill forward"
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _add_and_norm(x, delta, delta_bias, weight, eps, out):
     """x += delta + delta_bias (the previous mixer's out_proj, when delta has rows); then
     out[i] = x[i] / sqrt(mean(x[i]^2) + eps) * weight (the next pre-norm)."""
@@ -37,7 +38,7 @@ def _add_and_norm(x, delta, delta_bias, weight, eps, out):
             out[i, j] = x[i, j] * r * weight[j]
 
 
-@njit(cache=True, nogil=True)
+@njit(**_JIT)
 def _mixer_core(proj, in_b, conv_w, conv_b, dt_bias, A_log, D, gnorm_w, eps, conv_state, ssm, ngroups, low, high,
                 clamp, y):
     """proj (b, d_in_proj) = in_proj(u) without its bias -> y (b, d_inner), the gated-normed SSM output that

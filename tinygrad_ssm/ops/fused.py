@@ -24,13 +24,22 @@ from numba import njit, prange
 from .. import functional as F
 from ..tensor import Function, Tensor
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # sums may vectorise; no nnan/ninf
 
 # numba's default OpenMP pool spins after each parallel loop and starves the BLAS threads of the matmul that
 # follows (a training step ran 2-5x slower on 2 cores); the workqueue pool sleeps. Set before the first
 # parallel launch; NUMBA_THREADING_LAYER in the environment still decides when given.
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
+
+
+def _sigmoid(a: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-a)) in a's dtype with NumPy's SIMD exp: numba's scalar exp (no SVML here) was most of
+    each fused kernel's time. exp overflowing to inf gives exactly 0, as it should."""
+    with np.errstate(over="ignore"):
+        s = np.exp(-a)
+    s += 1
+    return np.reciprocal(s, out=s)
 
 
 # --- split along the last axis ------------------------------------------------------------------------------
@@ -75,24 +84,15 @@ def _conv_silu_pre(x, wT, bias, pre):
 
 
 @njit(parallel=True, **_JIT)
-def _silu_inplace(v):
-    flat = v.reshape(-1)
-    for i in prange(flat.size):
-        a = flat[i]
-        flat[i] = a / (1.0 + math.exp(-a))
-
-
-@njit(parallel=True, **_JIT)
-def _conv_silu_backward(x, wT, grad, dpre, dx, dw_partial):
-    """dpre holds pre (the conv output) on entry and its gradient on exit. dx[b, s] = sum_j wT[j] dpre[b, s +
+def _conv_silu_backward(x, wT, grad, dpre, sig, dx, dw_partial):
+    """dpre holds pre (the conv output) on entry and its gradient on exit; sig = sigmoid(pre). dx[b, s] = sum_j wT[j] dpre[b, s +
     k - 1 - j]; dw_partial[b, j, c] = sum_t dpre[b, t, c] x[b, t + j - (k - 1), c] (summed over b by the caller)."""
     nb, l, c = x.shape
     k = wT.shape[0]
     for bi in prange(nb):
         for t in range(l):
             for ch in range(c):
-                a = dpre[bi, t, ch]
-                s = 1.0 / (1.0 + math.exp(-a))
+                a, s = dpre[bi, t, ch], sig[bi, t, ch]
                 dpre[bi, t, ch] = grad[bi, t, ch] * s * (1.0 + a * (1.0 - s))
         for s_ in range(l):
             for ch in range(c):
@@ -124,8 +124,7 @@ class Conv1dSilu(Function):
         out = np.empty(x.shape, dtype)                                   # (b, l, c)
         _conv_silu_pre(x, wT, b_, out)
         self.save_for_backward(x, wT, b_)
-        _silu_inplace(out)
-        return out
+        return np.multiply(out, _sigmoid(out), out=out)
 
     def backward(self, grad):                                          # grad (b, l, c)
         x, wT, b_ = self.saved
@@ -134,7 +133,7 @@ class Conv1dSilu(Function):
         _conv_silu_pre(x, wT, b_, d)
         dx = np.empty(x.shape, x.dtype)
         dw_partial = np.empty((x.shape[0],) + wT.shape, x.dtype)        # (b, k, c)
-        _conv_silu_backward(x, wT, grad, d, dx, dw_partial)
+        _conv_silu_backward(x, wT, grad, d, _sigmoid(d), dx, dw_partial)
         grad_bias = d.sum(axis=(0, 1)) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None
         return dx, dw_partial.sum(axis=0).T, grad_bias
 
@@ -191,21 +190,18 @@ def reference_dt_softplus(dt, bias, low=0.0, high=math.inf):
 # --- gated (grouped) RMS norm ---------------------------------------------------------------------------------
 
 @njit(**_JIT)
-def _gate(yv, a, gated_flag):
-    """u = y * silu(z) (u = y without a gate) and sigmoid(z)."""
-    if not gated_flag:
-        return yv, 1.0
-    s = 1.0 / (1.0 + math.exp(-a))
-    return yv * a * s, s
+def _gate(yv, a, s, gated_flag):
+    """u = y * silu(z) = y z sigmoid(z), given s = sigmoid(z) (u = y without a gate)."""
+    return yv * a * s if gated_flag else yv
 
 
 @njit(**_JIT)
-def _gated_rms_forward_row(y, z, weight, group, eps, gated_flag, out, rstd):
+def _gated_rms_forward_row(y, z, sig, weight, group, eps, gated_flag, out, rstd):
     for g in range(rstd.shape[0]):
         lo = g * group
         acc = 0.0
         for ch in range(lo, lo + group):
-            u, _ = _gate(y[ch], z[ch], gated_flag)
+            u = _gate(y[ch], z[ch], sig[ch], gated_flag)
             out[ch] = u
             acc += u * u
         r = 1.0 / math.sqrt(acc / group + eps)
@@ -215,45 +211,47 @@ def _gated_rms_forward_row(y, z, weight, group, eps, gated_flag, out, rstd):
 
 
 @njit(parallel=True, **_JIT)
-def _gated_rms_forward(y, z, weight, group, eps, gated_flag, out, rstd):
+def _gated_rms_forward(y, z, sig, weight, group, eps, gated_flag, out, rstd):
     """Per row and group: u = y * silu(z) (or y); r = 1 / sqrt(mean(u^2) + eps); out = u r weight."""
     for i in prange(y.shape[0]):
-        _gated_rms_forward_row(y[i], z[i], weight, group, eps, gated_flag, out[i], rstd[i])
+        _gated_rms_forward_row(y[i], z[i], sig[i], weight, group, eps, gated_flag, out[i], rstd[i])
 
 
 @njit(**_JIT)
-def _gated_rms_backward_row(y, z, weight, rstd, grad, group, gated_flag, dy, dz, dw):
+def _gated_rms_backward_row(y, z, s, weight, rstd, grad, group, gated_flag, dy, dz, dw, u):
+    """One row; s = sigmoid(z); u is a scratch row (the gated input)."""
     for g in range(rstd.shape[0]):
         lo = g * group
         r = rstd[g]
         dot = 0.0
         for ch in range(lo, lo + group):
-            u, _ = _gate(y[ch], z[ch], gated_flag)
-            dot += grad[ch] * weight[ch] * u * r
-            dw[ch] += grad[ch] * u * r
+            u[ch] = _gate(y[ch], z[ch], s[ch], gated_flag)
+            gu = grad[ch] * u[ch] * r
+            dot += gu * weight[ch]
+            dw[ch] += gu
         mean_dot = dot / group
         for ch in range(lo, lo + group):
-            u, s = _gate(y[ch], z[ch], gated_flag)
-            du = r * (grad[ch] * weight[ch] - u * r * mean_dot)
+            du = r * (grad[ch] * weight[ch] - u[ch] * r * mean_dot)
             if gated_flag:
-                a = z[ch]
-                dy[ch] = du * a * s
-                dz[ch] = du * y[ch] * s * (1.0 + a * (1.0 - s))
+                a, sg = z[ch], s[ch]
+                dy[ch] = du * a * sg
+                dz[ch] = du * y[ch] * sg * (1.0 + a * (1.0 - sg))
             else:
                 dy[ch] = du
 
 
 @njit(parallel=True, **_JIT)
-def _gated_rms_backward(y, z, weight, rstd, grad, group, gated_flag, dy, dz, dw_partial):
+def _gated_rms_backward(y, z, sig, weight, rstd, grad, group, gated_flag, dy, dz, dw_partial):
     """dxhat = grad w; du = r (dxhat - xhat mean(dxhat xhat)); dy = du silu(z); dz = du y silu'(z);
     dw_partial[block] = sum over the block's rows of grad xhat (rows cut into len(dw_partial) blocks)."""
-    N = y.shape[0]
+    N, d = y.shape
     blocks = dw_partial.shape[0]
     for blk in prange(blocks):
         dw_partial[blk, :] = 0.0
+        u = np.empty(d, y.dtype)
         for i in range(blk * N // blocks, (blk + 1) * N // blocks):
-            _gated_rms_backward_row(y[i], z[i], weight, rstd[i], grad[i], group, gated_flag, dy[i], dz[i],
-                                    dw_partial[blk])
+            _gated_rms_backward_row(y[i], z[i], sig[i], weight, rstd[i], grad[i], group, gated_flag, dy[i], dz[i],
+                                    dw_partial[blk], u)
 
 
 class GatedRMSNorm(Function):
@@ -270,7 +268,8 @@ class GatedRMSNorm(Function):
         w = weight.astype(dtype, copy=False)
         out = np.empty_like(y2)
         rstd = np.empty((y2.shape[0], d // group), dtype)                # (N, G)
-        _gated_rms_forward(y2, z2, w, group, eps, z is not None, out, rstd)
+        sig = _sigmoid(z2) if z is not None else y2                    # (N, d); unused without a gate
+        _gated_rms_forward(y2, z2, sig, w, group, eps, z is not None, out, rstd)
         self.save_for_backward(y2, z2, w, rstd)
         self.group, self.gated, self.shape = group, z is not None, y.shape
         return out.reshape(y.shape)
@@ -282,7 +281,8 @@ class GatedRMSNorm(Function):
         dz = np.empty_like(y2) if self.gated else dy
         blocks = max(1, min(16, y2.shape[0]))
         dw_partial = np.empty((blocks, y2.shape[1]), y2.dtype)
-        _gated_rms_backward(y2, z2, w, rstd, g2, self.group, self.gated, dy, dz, dw_partial)
+        sig = _sigmoid(z2) if self.gated else y2
+        _gated_rms_backward(y2, z2, sig, w, rstd, g2, self.group, self.gated, dy, dz, dw_partial)
         grad_z = dz.reshape(self.shape) if self.gated else None
         return dy.reshape(self.shape), grad_z, dw_partial.sum(axis=0)
 
