@@ -6,6 +6,8 @@ Needs the `bench` extra (torch==2.13.0, transformers==5.24.0); each script says 
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import statistics
 import tempfile
@@ -89,11 +91,31 @@ def _status(field: str) -> int:
     raise OSError(f"no {field} in /proc/self/status")
 
 
+def _glibc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt.argtypes, libc.malloc_trim.argtypes = [ctypes.c_int, ctypes.c_int], [ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _glibc()
+if _LIBC is not None:
+    # a fixed mmap threshold: every block over 1 MiB is mapped on its own and returned on free, for both
+    # sides alike (glibc's sliding threshold would otherwise keep a step's freed memory resident, and the
+    # next step's peak would look like nothing)
+    _LIBC.mallopt(-3, 1 << 20)                                          # M_MMAP_THRESHOLD
+
+
 def peak_added_bytes(fn):
     """Peak resident memory added by fn() over what the process holds before it (Linux: VmHWM reset through
-    /proc/self/clear_refs). The same measure for both sides: arrays, tensors and allocator slack alike.
-    None where /proc does not allow it."""
+    /proc/self/clear_refs, after handing freed heap back with malloc_trim). The same measure for both sides:
+    arrays, tensors and allocator slack alike. None where /proc does not allow it."""
     try:
+        gc.collect()
+        if _LIBC is not None:
+            _LIBC.malloc_trim(0)
         before = _status("VmRSS")
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")                                                # reset the peak to the current RSS

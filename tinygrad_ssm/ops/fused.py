@@ -112,7 +112,7 @@ def _conv_silu_backward(x, wT, grad, dpre, sig, dx, dw_partial):
 
 class Conv1dSilu(Function):
     """y = silu(pre), pre[b, t, c] = bias[c] + sum_j weight[c, j] x[b, t + j - (k - 1), c].
-    x (b, l, c) (may be a strided view), weight (c, k), bias (c,) or None. Saves x only: pre is recomputed in
+    x (b, l, c) (a strided view is copied), weight (c, k), bias (c,) or None. Saves x only: pre is recomputed in
     backward (k multiply-adds per entry). With d = grad * s (1 + pre (1 - s)), s = sigmoid(pre):
     dx[t] = sum_j weight[:, j] d[t + k - 1 - j], dweight[:, j] = sum_t d[t] x[t + j - (k - 1)], dbias = sum d."""
 
@@ -120,7 +120,9 @@ class Conv1dSilu(Function):
         dtype = np.result_type(x, weight)
         wT = np.ascontiguousarray(weight.T, dtype=dtype)                 # (k, c)
         b_ = np.zeros(x.shape[2], dtype) if bias is None else bias.astype(dtype, copy=False)
-        x = x.astype(dtype, copy=False)
+        # a contiguous copy of a strided x (the in_proj split's view): the kernels over a strided x ran 2-3x
+        # slower (no vector loads), more than the copy costs
+        x = np.ascontiguousarray(x, dtype=dtype)
         out = np.empty(x.shape, dtype)                                   # (b, l, c)
         _conv_silu_pre(x, wT, b_, out)
         self.save_for_backward(x, wT, b_)
