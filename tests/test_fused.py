@@ -167,3 +167,17 @@ def test_model_fused_and_reference_paths_agree(ngroups, dt_limit, with_cache):
 def test_model_rejects_a_non_bool_fused():
     with pytest.raises(TypeError, match="fused must be True or False"):
         tg.Mamba2LMHeadModel(tg.Mamba2Config(d_model=8, n_layer=1, vocab_size=10, d_state=4, headdim=4), fused="yes")
+
+
+def test_an_input_changed_in_place_before_backward_is_caught():
+    """The fused ops save their inputs as given (views included), so the version counter still guards them."""
+    r = np.random.default_rng(5)
+    for make in (lambda t: fused.conv1d_silu(t[:, :, :3], tg.Tensor(r.standard_normal((3, 1, 2)))),
+                 lambda t: fused.gated_rms_norm(t[:, :, :3], t[:, :, 1:], tg.Tensor(np.ones(3)), 3)):
+        base = tg.Tensor(r.standard_normal((2, 4, 4)), requires_grad=True)
+        view = base * 1.0
+        out = make(view)
+        with tg.no_grad():
+            view.mul_(0.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            F.sum(out).backward()

@@ -120,16 +120,18 @@ class Conv1dSilu(Function):
         dtype = np.result_type(x, weight)
         wT = np.ascontiguousarray(weight.T, dtype=dtype)                 # (k, c)
         b_ = np.zeros(x.shape[2], dtype) if bias is None else bias.astype(dtype, copy=False)
-        # a contiguous copy of a strided x (the in_proj split's view): the kernels over a strided x ran 2-3x
-        # slower (no vector loads), more than the copy costs
+        # the kernels run on a contiguous copy of a strided x (the in_proj split's view): over the view they
+        # ran 2-3x slower (no vector loads). The view itself is saved (its base lives on anyway), and copied
+        # again in backward: one more pass, no memory held between forward and backward
+        self.save_for_backward(x, wT, b_)
         x = np.ascontiguousarray(x, dtype=dtype)
         out = np.empty(x.shape, dtype)                                   # (b, l, c)
         _conv_silu_pre(x, wT, b_, out)
-        self.save_for_backward(x, wT, b_)
         return np.multiply(out, _sigmoid(out), out=out)
 
     def backward(self, grad):                                          # grad (b, l, c)
         x, wT, b_ = self.saved
+        x = np.ascontiguousarray(x, dtype=wT.dtype)
         grad = np.ascontiguousarray(grad, dtype=x.dtype)
         d = np.empty(x.shape, x.dtype)
         _conv_silu_pre(x, wT, b_, d)
@@ -258,7 +260,8 @@ def _gated_rms_backward(y, z, sig, weight, rstd, grad, group, gated_flag, dy, dz
 
 class GatedRMSNorm(Function):
     """out = u r weight, u = y * silu(z) (u = y without z), r = 1 / sqrt(mean over each group of u^2 + eps).
-    y, z (..., d), weight (d,). Saves y, z and r (one number per row and group); u is recomputed.
+    y, z (..., d), weight (d,). Saves y, z (as given: a view stays a view) and r (one number per row and
+    group); u and sigmoid(z) are recomputed.
     With xhat = u r:  du = r (g w - xhat mean(g w xhat)),  dy = du silu(z),  dz = du y silu'(z),
     dweight = sum over rows of g xhat."""
 
@@ -272,12 +275,16 @@ class GatedRMSNorm(Function):
         rstd = np.empty((y2.shape[0], d // group), dtype)                # (N, G)
         sig = _sigmoid(z2) if z is not None else y2                    # (N, d); unused without a gate
         _gated_rms_forward(y2, z2, sig, w, group, eps, z is not None, out, rstd)
-        self.save_for_backward(y2, z2, w, rstd)
-        self.group, self.gated, self.shape = group, z is not None, y.shape
+        self.save_for_backward(y, z, weight, rstd)                       # z may be a view: copied again later
+        self.group, self.gated, self.shape, self.dtype = group, z is not None, y.shape, dtype
         return out.reshape(y.shape)
 
     def backward(self, grad):
-        y2, z2, w, rstd = self.saved
+        y, z, weight, rstd = self.saved
+        d = self.shape[-1]
+        y2 = np.ascontiguousarray(y.reshape(-1, d), dtype=self.dtype)    # (N, d)
+        z2 = y2 if z is None else np.ascontiguousarray(z.reshape(-1, d), dtype=self.dtype)
+        w = weight.astype(self.dtype, copy=False)
         g2 = np.ascontiguousarray(grad.reshape(y2.shape), dtype=y2.dtype)
         dy = np.empty_like(y2)
         dz = np.empty_like(y2) if self.gated else dy
