@@ -39,6 +39,21 @@ def _add_and_norm(x, delta, delta_bias, weight, eps, out):
 
 
 @njit(**_JIT)
+def _update_head(S, x, B, C, decay, dt, Dh, y):
+    """One head: S (p, n) <- decay S + dt x B^T;  y (p,) = S C + Dh x. The scalars come in S's dtype, so a
+    float32 state is updated in float32 lanes (no float64 round trips in the innermost loop)."""
+    p, n = S.shape
+    for pi in range(p):
+        xdt = x[pi] * dt
+        acc = decay - decay                                             # 0 in S's dtype
+        for ni in range(n):
+            s = decay * S[pi, ni] + xdt * B[ni]
+            S[pi, ni] = s
+            acc += s * C[ni]
+        y[pi] = acc + Dh * x[pi]
+
+
+@njit(**_JIT)
 def _mixer_core(proj, in_b, conv_w, conv_b, dt_bias, A_log, D, gnorm_w, eps, conv_state, ssm, ngroups, low, high,
                 clamp, y):
     """proj (b, d_in_proj) = in_proj(u) without its bias -> y (b, d_inner), the gated-normed SSM output that
@@ -50,6 +65,7 @@ def _mixer_core(proj, in_b, conv_w, conv_b, dt_bias, A_log, D, gnorm_w, eps, con
     r = h // ngroups
     group = d_inner // ngroups
     xbc = np.empty(conv_dim, proj.dtype)
+    coef = np.empty(2, ssm.dtype)
     for bi in range(nb):
         for c in range(conv_dim):                                       # conv state shift, conv, silu
             acc = conv_b[c]
@@ -65,18 +81,11 @@ def _mixer_core(proj, in_b, conv_w, conv_b, dt_bias, A_log, D, gnorm_w, eps, con
             dt = v if v > 20.0 else max(v, 0.0) + math.log1p(math.exp(-abs(v)))
             if clamp:
                 dt = min(max(dt, low), high)
-            decay = math.exp(dt * -math.exp(A_log[hi]))
+            coef[0], coef[1] = math.exp(dt * -math.exp(A_log[hi])), dt   # in the state's dtype
             b0 = d_inner + (hi // r) * n                                # this head's group's B
             c0 = d_inner + ngroups * n + (hi // r) * n                  # and C
-            for pi in range(p):
-                xv = xbc[hi * p + pi]
-                xdt = xv * dt
-                acc = 0.0
-                for ni in range(n):
-                    s = decay * ssm[bi, hi, pi, ni] + xdt * xbc[b0 + ni]
-                    ssm[bi, hi, pi, ni] = s
-                    acc += s * xbc[c0 + ni]
-                y[bi, hi * p + pi] = acc + D[hi] * xv
+            _update_head(ssm[bi, hi], xbc[hi * p:(hi + 1) * p], xbc[b0:b0 + n], xbc[c0:c0 + n], coef[0], coef[1],
+                         D[hi], y[bi, hi * p:(hi + 1) * p])
         for g in range(ngroups):                                        # gated rms norm per group
             acc = 0.0
             for c in range(g * group, (g + 1) * group):
