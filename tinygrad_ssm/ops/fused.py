@@ -84,16 +84,18 @@ def _conv_silu_pre(x, wT, bias, pre):
 
 
 @njit(parallel=True, **_JIT)
-def _conv_silu_backward(x, wT, grad, dpre, sig, dx, dw_partial):
-    """dpre holds pre (the conv output) on entry and its gradient on exit; sig = sigmoid(pre). dx[b, s] = sum_j wT[j] dpre[b, s +
-    k - 1 - j]; dw_partial[b, j, c] = sum_t dpre[b, t, c] x[b, t + j - (k - 1), c] (summed over b by the caller)."""
+def _conv_silu_backward(x, wT, grad, dpre, sig, ones, dx, dw_partial):
+    """dpre holds pre (the conv output) on entry and its gradient on exit; sig = sigmoid(pre); ones = [1] in
+    the data's dtype (a float64 literal would widen every float32 lane). dx[b, s] = sum_j wT[j] dpre[b, s + k
+    - 1 - j]; dw_partial[b, j, c] = sum_t dpre[b, t, c] x[b, t + j - (k - 1), c] (summed over b by the caller)."""
     nb, l, c = x.shape
     k = wT.shape[0]
+    one = ones[0]
     for bi in prange(nb):
         for t in range(l):
             for ch in range(c):
                 a, s = dpre[bi, t, ch], sig[bi, t, ch]
-                dpre[bi, t, ch] = grad[bi, t, ch] * s * (1.0 + a * (1.0 - s))
+                dpre[bi, t, ch] = grad[bi, t, ch] * s * (one + a * (one - s))
         for s_ in range(l):
             for ch in range(c):
                 dx[bi, s_, ch] = 0.0
@@ -137,7 +139,7 @@ class Conv1dSilu(Function):
         _conv_silu_pre(x, wT, b_, d)
         dx = np.empty(x.shape, x.dtype)
         dw_partial = np.empty((x.shape[0],) + wT.shape, x.dtype)        # (b, k, c)
-        _conv_silu_backward(x, wT, grad, d, _sigmoid(d), dx, dw_partial)
+        _conv_silu_backward(x, wT, grad, d, _sigmoid(d), np.ones(1, x.dtype), dx, dw_partial)
         grad_bias = d.sum(axis=(0, 1)) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None
         return dx, dw_partial.sum(axis=0).T, grad_bias
 
@@ -193,59 +195,71 @@ def reference_dt_softplus(dt, bias, low=0.0, high=math.inf):
 
 # --- gated (grouped) RMS norm ---------------------------------------------------------------------------------
 
-@njit(**_JIT)
-def _gate(yv, a, s, gated_flag):
-    """u = y * silu(z) = y z sigmoid(z), given s = sigmoid(z) (u = y without a gate)."""
-    return yv * a * s if gated_flag else yv
+# consts = [0, 1 / group, 1, eps] in the data's dtype: scalars of that dtype keep a float32 norm in float32
+# lanes (float64 literals in the loops made them 2-3x slower); the gate's branch sits outside the loops
 
 
 @njit(**_JIT)
-def _gated_rms_forward_row(y, z, sig, weight, group, eps, gated_flag, out, rstd):
-    for g in range(rstd.shape[0]):
+def _gated_input(y, z, s, gated_flag, u):
+    """u = y * silu(z) = y z sigmoid(z), given s = sigmoid(z); u = y without a gate."""
+    if gated_flag:
+        for ch in range(y.shape[0]):
+            u[ch] = y[ch] * z[ch] * s[ch]
+    else:
+        for ch in range(y.shape[0]):
+            u[ch] = y[ch]
+
+
+@njit(**_JIT)
+def _gated_rms_forward_row(y, z, sig, weight, consts, gated_flag, out, rstd):
+    G = rstd.shape[0]
+    group = y.shape[0] // G
+    _gated_input(y, z, sig, gated_flag, out)
+    for g in range(G):
         lo = g * group
-        acc = 0.0
+        acc = consts[0]
         for ch in range(lo, lo + group):
-            u = _gate(y[ch], z[ch], sig[ch], gated_flag)
-            out[ch] = u
-            acc += u * u
-        r = 1.0 / math.sqrt(acc / group + eps)
-        rstd[g] = r
+            acc += out[ch] * out[ch]
+        rstd[g] = 1.0 / math.sqrt(acc * consts[1] + consts[3])
+        r = rstd[g]
         for ch in range(lo, lo + group):
             out[ch] = out[ch] * r * weight[ch]
 
 
 @njit(parallel=True, **_JIT)
-def _gated_rms_forward(y, z, sig, weight, group, eps, gated_flag, out, rstd):
+def _gated_rms_forward(y, z, sig, weight, consts, gated_flag, out, rstd):
     """Per row and group: u = y * silu(z) (or y); r = 1 / sqrt(mean(u^2) + eps); out = u r weight."""
     for i in prange(y.shape[0]):
-        _gated_rms_forward_row(y[i], z[i], sig[i], weight, group, eps, gated_flag, out[i], rstd[i])
+        _gated_rms_forward_row(y[i], z[i], sig[i], weight, consts, gated_flag, out[i], rstd[i])
 
 
 @njit(**_JIT)
-def _gated_rms_backward_row(y, z, s, weight, rstd, grad, group, gated_flag, dy, dz, dw, u):
-    """One row; s = sigmoid(z); u is a scratch row (the gated input)."""
-    for g in range(rstd.shape[0]):
+def _gated_rms_backward_row(y, z, s, weight, rstd, grad, consts, gated_flag, dy, dz, dw, u):
+    """One row; s = sigmoid(z); u is a scratch row (the gated input). du = r (g w - u r mean(g w u r))."""
+    G = rstd.shape[0]
+    group = y.shape[0] // G
+    _gated_input(y, z, s, gated_flag, u)
+    for g in range(G):
         lo = g * group
         r = rstd[g]
-        dot = 0.0
+        dot = consts[0]
         for ch in range(lo, lo + group):
-            u[ch] = _gate(y[ch], z[ch], s[ch], gated_flag)
             gu = grad[ch] * u[ch] * r
             dot += gu * weight[ch]
             dw[ch] += gu
-        mean_dot = dot / group
+        m = dot * consts[1] * r
         for ch in range(lo, lo + group):
-            du = r * (grad[ch] * weight[ch] - u[ch] * r * mean_dot)
-            if gated_flag:
-                a, sg = z[ch], s[ch]
-                dy[ch] = du * a * sg
-                dz[ch] = du * y[ch] * sg * (1.0 + a * (1.0 - sg))
-            else:
-                dy[ch] = du
+            dy[ch] = r * (grad[ch] * weight[ch] - u[ch] * m)            # du
+    if gated_flag:
+        one = consts[2]
+        for ch in range(y.shape[0]):
+            du, a, sg = dy[ch], z[ch], s[ch]
+            dy[ch] = du * a * sg
+            dz[ch] = du * y[ch] * sg * (one + a * (one - sg))
 
 
 @njit(parallel=True, **_JIT)
-def _gated_rms_backward(y, z, sig, weight, rstd, grad, group, gated_flag, dy, dz, dw_partial):
+def _gated_rms_backward(y, z, sig, weight, rstd, grad, consts, gated_flag, dy, dz, dw_partial):
     """dxhat = grad w; du = r (dxhat - xhat mean(dxhat xhat)); dy = du silu(z); dz = du y silu'(z);
     dw_partial[block] = sum over the block's rows of grad xhat (rows cut into len(dw_partial) blocks)."""
     N, d = y.shape
@@ -254,7 +268,7 @@ def _gated_rms_backward(y, z, sig, weight, rstd, grad, group, gated_flag, dy, dz
         dw_partial[blk, :] = 0.0
         u = np.empty(d, y.dtype)
         for i in range(blk * N // blocks, (blk + 1) * N // blocks):
-            _gated_rms_backward_row(y[i], z[i], sig[i], weight, rstd[i], grad[i], group, gated_flag, dy[i], dz[i],
+            _gated_rms_backward_row(y[i], z[i], sig[i], weight, rstd[i], grad[i], consts, gated_flag, dy[i], dz[i],
                                     dw_partial[blk], u)
 
 
@@ -274,9 +288,10 @@ class GatedRMSNorm(Function):
         out = np.empty_like(y2)
         rstd = np.empty((y2.shape[0], d // group), dtype)                # (N, G)
         sig = _sigmoid(z2) if z is not None else y2                    # (N, d); unused without a gate
-        _gated_rms_forward(y2, z2, sig, w, group, eps, z is not None, out, rstd)
+        consts = np.array([0.0, 1.0 / group, 1.0, eps], dtype)
+        _gated_rms_forward(y2, z2, sig, w, consts, z is not None, out, rstd)
         self.save_for_backward(y, z, weight, rstd)                       # z may be a view: copied again later
-        self.group, self.gated, self.shape, self.dtype = group, z is not None, y.shape, dtype
+        self.consts, self.gated, self.shape, self.dtype = consts, z is not None, y.shape, dtype
         return out.reshape(y.shape)
 
     def backward(self, grad):
@@ -291,7 +306,7 @@ class GatedRMSNorm(Function):
         blocks = max(1, min(16, y2.shape[0]))
         dw_partial = np.empty((blocks, y2.shape[1]), y2.dtype)
         sig = _sigmoid(z2) if self.gated else y2
-        _gated_rms_backward(y2, z2, sig, w, rstd, g2, self.group, self.gated, dy, dz, dw_partial)
+        _gated_rms_backward(y2, z2, sig, w, rstd, g2, self.consts, self.gated, dy, dz, dw_partial)
         grad_z = dz.reshape(self.shape) if self.gated else None
         return dy.reshape(self.shape), grad_z, dw_partial.sum(axis=0)
 
