@@ -35,7 +35,11 @@ def main(argv=None) -> dict:
                    help="threads for every library on both sides (default: each library's own choice)")
     p.add_argument("--quick", action="store_true", help="tiny config, 32 new tokens, 2 repeats: a smoke run")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")
+    p.add_argument(hf_twin.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)  # "SIDE@BATCH"
     args = p.parse_args(argv)
+    if args.memory_of:
+        hf_twin.fixed_mmap_threshold()
+        args.batches = [int(args.memory_of.rsplit("@", 1)[1])]
     torch, _ = hf_twin.require_transformers()
     threads.apply_to_torch(THREADS)
     config_kw = hf_twin.QUICK_CONFIG if args.quick else hf_twin.CONFIG
@@ -67,6 +71,8 @@ def main(argv=None) -> dict:
         if reference is not None:
             sides["tinygrad_ssm reference"] = ours_run(reference, "tinygrad_ssm reference")
         sides["transformers"] = theirs_run
+        if args.memory_of:
+            return hf_twin.report_memory(sides, args.memory_of.rsplit("@", 1)[0])
         for run in sides.values():
             run()                                                       # warm-up
         agree = int((outputs["tinygrad_ssm"][:, args.prompt_len:] == outputs["transformers"][:, args.prompt_len:])
@@ -75,8 +81,10 @@ def main(argv=None) -> dict:
         for _ in range(args.repeats):
             for name, run in sides.items():
                 times[name].append(hf_twin.timed(run))
+        memory = hf_twin.peak_memory_by_side(__file__, sys.argv[1:] if argv is None else argv,
+                                             [f"{name}@{batch}" for name in sides])
         for name, run in sides.items():
-            added = hf_twin.peak_added_bytes(run)
+            added = memory[f"{name}@{batch}"]
             row = {**hf_twin.stats(times[name]), "tokens_per_s": round(batch * n / np.median(times[name]), 1),
                    "peak_added_mib": None if added is None else round(added / 2**20, 1)}
             result["rows"][f"{name} batch {batch}"] = row

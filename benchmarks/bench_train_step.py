@@ -61,7 +61,10 @@ def main(argv=None) -> dict:
                    help="threads for every library on both sides (default: each library's own choice)")
     p.add_argument("--quick", action="store_true", help="tiny config, batch 2 x 64, 2 repeats: a smoke run")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")
+    p.add_argument(hf_twin.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.memory_of:
+        hf_twin.fixed_mmap_threshold()
     torch, _ = hf_twin.require_transformers()
     threads.apply_to_torch(THREADS)
     config_kw = hf_twin.QUICK_CONFIG if args.quick else hf_twin.CONFIG
@@ -84,6 +87,8 @@ def main(argv=None) -> dict:
                                                                        ids, targets)
         sides[f"transformers chunk {chunk}"] = their_step(hf, torch.optim.AdamW(hf.parameters(), lr=1e-3), ids,
                                                           targets)
+    if args.memory_of:
+        return hf_twin.report_memory(sides, args.memory_of)
     for run in sides.values():
         for _ in range(args.warmup):
             run()
@@ -91,7 +96,7 @@ def main(argv=None) -> dict:
     for _ in range(args.repeats):
         for name, run in sides.items():
             times[name].append(hf_twin.timed(run))
-    memory = {name: hf_twin.peak_added_bytes(run) for name, run in sides.items()}
+    memory = hf_twin.peak_memory_by_side(__file__, sys.argv[1:] if argv is None else argv, sides)
 
     rows = {name: {**hf_twin.stats(t), "tokens_per_s": round(args.batch * args.seqlen / np.median(t), 1),
                    "peak_added_mib": None if memory[name] is None else round(memory[name] / 2**20, 1)}

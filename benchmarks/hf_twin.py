@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -101,11 +104,40 @@ def _glibc():
 
 
 _LIBC = _glibc()
-if _LIBC is not None:
-    # a fixed mmap threshold: every block over 1 MiB is mapped on its own and returned on free, for both
-    # sides alike (glibc's sliding threshold would otherwise keep a step's freed memory resident, and the
-    # next step's peak would look like nothing)
-    _LIBC.mallopt(-3, 1 << 20)                                          # M_MMAP_THRESHOLD
+MEMORY_FLAG = "--memory-of"
+
+
+def fixed_mmap_threshold():
+    """Every block over 1 MiB mapped on its own and returned on free (glibc's sliding threshold would keep a
+    step's freed memory resident, so the next step's peak would look like nothing). Only in the memory
+    subprocesses: it also makes every large allocation fault its pages in, which would slow the timed runs."""
+    if _LIBC is not None:
+        _LIBC.mallopt(-3, 1 << 20)                                      # M_MMAP_THRESHOLD
+
+
+def memory_mode() -> str | None:
+    """The side whose memory this process measures (a subprocess started by `peak_memory_by_side`), or None."""
+    return sys.argv[sys.argv.index(MEMORY_FLAG) + 1] if MEMORY_FLAG in sys.argv else None
+
+
+def report_memory(sides: dict, name: str):
+    """In a memory subprocess: warm `name` up once, then print the peak its next call adds, as JSON."""
+    run = sides[name]
+    run()
+    print(json.dumps({"peak_added_bytes": peak_added_bytes(run)}))
+
+
+def peak_memory_by_side(script: str, argv: list, names) -> dict:
+    """Each side's peak added memory, measured in a fresh process of `script` per side (same arguments plus
+    --memory-of NAME), so no side inherits another's heap and the timed process keeps glibc's defaults."""
+    result = {}
+    for name in names:
+        done = subprocess.run([sys.executable, script, *argv, MEMORY_FLAG, name], capture_output=True, text=True)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        result[name] = json.loads(lines[-1])["peak_added_bytes"] if done.returncode == 0 and lines else None
+        if result[name] is None:
+            print(f"memory of {name!r} not measured: {done.stderr.strip()[-300:]}", file=sys.stderr)
+    return result
 
 
 def peak_added_bytes(fn):

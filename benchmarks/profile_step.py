@@ -51,7 +51,8 @@ def instrument(times: dict, counts: collections.Counter, in_scan: list):
         def backward(self, *grads):
             t0 = time.perf_counter()
             result = plain(self, *grads)
-            times[(getattr(self, "_profile_where", "model"), "backward", type(self).__name__)] += time.perf_counter() - t0
+            where = getattr(self, "_profile_where", "model")
+            times[(where, "backward", type(self).__name__)] += time.perf_counter() - t0
             return result
         return backward
     for cls in list(subclasses(Function)):

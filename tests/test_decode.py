@@ -36,7 +36,8 @@ def assert_steps_agree(fast, slow, batch, prompt_len, steps, seed, tol):
     for _ in range(steps):
         token = rng.integers(0, V, batch)
         logits_f, logits_s = fast.step(token, cache_f).data, slow.step(token, cache_s).data
-        assert logits_f.dtype == logits_s.dtype == fast.dtype and logits_f.shape == (batch, fast.config.padded_vocab_size)
+        assert logits_f.dtype == logits_s.dtype == fast.dtype
+        assert logits_f.shape == (batch, fast.config.padded_vocab_size)
         np.testing.assert_allclose(logits_f, logits_s, rtol=tol, atol=tol)
         for lf, ls in zip(cache_f.layers, cache_s.layers):
             np.testing.assert_allclose(lf.conv.data, ls.conv.data, rtol=tol, atol=tol)
