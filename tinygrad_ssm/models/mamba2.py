@@ -22,9 +22,11 @@ from .. import functional as F
 from .. import init, nn
 from ..kernels import available_backends, ssd
 from ..kernels.scan import ssd_step
+from ..ops import fused as fused_ops
 from ..registry import VarBuilder, VarMap
 from ..tensor import Tensor, no_grad
 from .config import Mamba2Config
+from .decode import decode_step
 from .sampling import NonFiniteLogits, check_sampling_args, sample_next
 
 SUPPORTED_DTYPES = ("float32", "float64")
@@ -88,37 +90,46 @@ class Mamba2Cache:
 
 class Mamba2Mixer:
     """One Mamba-2 mixer, (b, l, d_model) -> (b, l, d_model). Parameters (under vb's prefix): in_proj.weight,
-    conv1d.weight, conv1d.bias, dt_bias, A_log, D, norm.weight, out_proj.weight (created in this order)."""
+    conv1d.weight, conv1d.bias, dt_bias, A_log, D, norm.weight, out_proj.weight (created in this order).
+    fused=True runs the hot chains as fused numba ops (ops/fused.py): the in_proj split, conv + SiLU,
+    dt bias + softplus (+ clamp), the gated norm; fused=False composes engine ops (the reference path)."""
 
-    def __init__(self, vb: VarBuilder, config: Mamba2Config):
+    def __init__(self, vb: VarBuilder, config: Mamba2Config, fused: bool = False):
         c = self.config = config
+        self.fused = fused
         self.d_inner, self.nheads, self.conv_dim = c.d_inner, c.nheads, c.conv_dim
         zero = init.Const(0.0)
         self.in_proj = nn.Linear(vb.pp("in_proj"), c.d_model, c.d_in_proj, bias=c.bias, bias_init=zero)
-        self.conv1d = nn.CausalDepthwiseConv1d(vb.pp("conv1d"), c.conv_dim, c.d_conv, bias=c.conv_bias)
+        self.conv1d = nn.CausalDepthwiseConv1d(vb.pp("conv1d"), c.conv_dim, c.d_conv, bias=c.conv_bias, fused=fused)
         self.dt_bias = vb.get((c.nheads,), "dt_bias", init=DtBiasInit(c.dt_min, c.dt_max, c.dt_init_floor))  # (h,)
         self.A_log = vb.get((c.nheads,), "A_log", init=ALogInit(*c.A_init_range))                           # (h,)
         self.D = vb.get((c.nheads,), "D", init=init.Const(1.0))                                             # (h,)
-        self.norm = nn.GatedRMSNorm(vb.pp("norm"), c.d_inner, group_size=c.d_inner // c.ngroups, eps=c.rms_norm_eps)
+        self.norm = nn.GatedRMSNorm(vb.pp("norm"), c.d_inner, group_size=c.d_inner // c.ngroups, eps=c.rms_norm_eps,
+                                    fused=fused)
         out_init = ScaledInit(init.KaimingUniform(a=math.sqrt(5)), math.sqrt(c.n_layer))
         self.out_proj = nn.Linear(vb.pp("out_proj"), c.d_inner, c.d_model, bias=c.bias, weight_init=out_init,
                                   bias_init=zero)
 
     def _split_in_proj(self, zxbcdt: Tensor):
         """(..., d_in_proj) -> z (..., d_inner), xBC (..., conv_dim), dt (..., h): the official order."""
+        if self.fused:
+            return fused_ops.split_last(zxbcdt, [self.d_inner, self.conv_dim, self.nheads])
         return F.split(zxbcdt, [self.d_inner, self.conv_dim, self.nheads], axis=-1)
 
     def _dt_and_A(self, dt: Tensor):
         """dt (..., h) raw -> softplus(dt + dt_bias), clamped to dt_limit if one is set; A = -exp(A_log)."""
-        dt = F.softplus(dt + self.dt_bias)
         low, high = self.config.dt_limit
+        if self.fused:
+            return fused_ops.dt_softplus(dt, self.dt_bias, low, high), -F.exp(self.A_log)
+        dt = F.softplus(dt + self.dt_bias)
         if (low, high) != (0.0, math.inf):
             dt = F.clip(dt, low, high)
         return dt, -F.exp(self.A_log)                                   # (..., h), (h,)
 
     def _split_xBC(self, xBC: Tensor):
         c = self.config
-        x, B, C = F.split(xBC, [c.d_inner, c.ngroups * c.d_state, c.ngroups * c.d_state], axis=-1)
+        sizes = [c.d_inner, c.ngroups * c.d_state, c.ngroups * c.d_state]
+        x, B, C = fused_ops.split_last(xBC, sizes) if self.fused else F.split(xBC, sizes, axis=-1)
         lead = xBC.shape[:-1]
         return (F.reshape(x, (*lead, c.nheads, c.headdim)),              # (..., h, p)
                 F.reshape(B, (*lead, c.ngroups, c.d_state)),             # (..., g, n)
@@ -133,10 +144,10 @@ class Mamba2Mixer:
         if state is not None:  # the conv sees the k - 1 inputs before this segment, not zeros
             before = F.transpose(Tensor(state.conv.data[:, :, 1:]), 1, 2)  # (b, k - 1, conv_dim)
             conv_in = F.cat([before, xBC], axis=1)                       # (b, k - 1 + l, conv_dim)
-            conv = self.conv1d(conv_in)[:, k - 1:]                       # (b, l, conv_dim)
+            conv = self.conv1d.silu_of(conv_in)[:, k - 1:]               # (b, l, conv_dim)
         else:
-            conv = self.conv1d(xBC)                                      # (b, l, conv_dim)
-        x, B, C = self._split_xBC(F.silu(conv))                          # (b, l, h, p), (b, l, g, n) x2
+            conv = self.conv1d.silu_of(xBC)                              # (b, l, conv_dim)
+        x, B, C = self._split_xBC(conv)                                  # (b, l, h, p), (b, l, g, n) x2
         dt, A = self._dt_and_A(dt)                                       # (b, l, h), (h,)
         initial = None if state is None else Tensor(state.ssm.data)
         y, final_state = ssd(x, dt, A, B, C, D=self.D, initial_state=initial,
@@ -168,9 +179,9 @@ class Mamba2Mixer:
 class Mamba2Block:
     """x + mixer(RMSNorm(x)): the pre-norm residual block ("norm.weight", "mixer.*")."""
 
-    def __init__(self, vb: VarBuilder, config: Mamba2Config):
-        self.norm = nn.RMSNorm(vb.pp("norm"), config.d_model, eps=config.rms_norm_eps)
-        self.mixer = Mamba2Mixer(vb.pp("mixer"), config)
+    def __init__(self, vb: VarBuilder, config: Mamba2Config, fused: bool = False):
+        self.norm = nn.RMSNorm(vb.pp("norm"), config.d_model, eps=config.rms_norm_eps, fused=fused)
+        self.mixer = Mamba2Mixer(vb.pp("mixer"), config, fused=fused)
 
     def __call__(self, x: Tensor, state: LayerState | None = None, backend: str = "auto") -> Tensor:
         return x + self.mixer(self.norm(x), state, backend)             # (b, l, d_model)
@@ -184,9 +195,14 @@ class Mamba2Block:
 class Mamba2LMHeadModel:
     """Token ids (b, l) -> logits (b, l, padded vocab). Parameters live in `self.varmap` under the official
     mamba_ssm names (backbone.embedding.weight, backbone.layers.{i}...., backbone.norm_f.weight, and
-    lm_head.weight only when the head is not tied to the embedding)."""
+    lm_head.weight only when the head is not tied to the embedding).
 
-    def __init__(self, config: Mamba2Config, varmap: VarMap | None = None, dtype="float32", backend: str = "auto"):
+    fused=True (the default) runs the mixer's hot chains as fused numba ops and decodes (`step`, generation)
+    with one numba kernel per layer (decode.py); fused=False is the reference path of plain engine ops. Both
+    give the same numbers (tests/test_fused.py, tests/test_decode.py)."""
+
+    def __init__(self, config: Mamba2Config, varmap: VarMap | None = None, dtype="float32", backend: str = "auto",
+                 fused: bool = True):
         if not isinstance(config, Mamba2Config):
             raise TypeError(f"Mamba2LMHeadModel: config must be a Mamba2Config, got {type(config).__name__}")
         try:
@@ -199,15 +215,17 @@ class Mamba2LMHeadModel:
         if backend != "auto" and backend not in available_backends():
             raise ValueError(f"Mamba2LMHeadModel: unknown backend {backend!r}; choose 'auto' or one of "
                              f"{available_backends()}")
-        self.config, self.backend = config, backend
+        if not isinstance(fused, bool):
+            raise TypeError(f"Mamba2LMHeadModel: fused must be True or False, got {fused!r}")
+        self.config, self.backend, self.fused = config, backend, fused
         self.dtype = np.dtype(dtype)
         self.varmap = varmap if varmap is not None else VarMap(seed=0)
         vb = VarBuilder.from_varmap(self.varmap, dtype=self.dtype)
         backbone = vb.pp("backbone")
         V = config.padded_vocab_size
         self.embedding = nn.Embedding(backbone.pp("embedding"), V, config.d_model)
-        self.layers = [Mamba2Block(backbone.pp("layers").pp(i), config) for i in range(config.n_layer)]
-        self.norm_f = nn.RMSNorm(backbone.pp("norm_f"), config.d_model, eps=config.rms_norm_eps)
+        self.layers = [Mamba2Block(backbone.pp("layers").pp(i), config, fused) for i in range(config.n_layer)]
+        self.norm_f = nn.RMSNorm(backbone.pp("norm_f"), config.d_model, eps=config.rms_norm_eps, fused=fused)
         self.lm_head = None if config.tie_embeddings else nn.Linear(vb.pp("lm_head"), config.d_model, V, bias=False)
 
     # --- full sequences ------------------------------------------------------------------------------------
@@ -262,6 +280,10 @@ class Mamba2LMHeadModel:
         ids = self._check_ids(input_ids, 1, "Mamba2LMHeadModel.step")
         if cache.batch_size != ids.shape[0]:
             raise ValueError(f"step: cache is for batch {cache.batch_size}, input_ids has shape {ids.shape}")
+        if self.fused:  # one numba call per layer, in place on the cache (decode.py)
+            logits = decode_step(self, ids, cache)
+            cache.seqlen_offset += 1
+            return Tensor(logits)                                        # (b, V)
         x = self.embedding(ids)                                          # (b, d_model)
         for layer, state in zip(self.layers, cache.layers):
             x = layer.step(x, state)

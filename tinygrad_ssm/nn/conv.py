@@ -5,6 +5,7 @@ import math
 
 from .. import functional as F
 from .. import init
+from ..ops import fused as fused_ops
 from ..registry import VarBuilder
 from ..tensor import Tensor
 
@@ -12,13 +13,13 @@ from ..tensor import Tensor
 class CausalDepthwiseConv1d:
     """y[b, t, c] = bias[c] + sum_j weight[c, 0, j] * x[b, t + j - (k - 1), c]: step t sees steps t-k+1..t.
     "weight" (c, 1, k) and "bias" (c,), PyTorch's Conv1d(groups=c) layout and default init
-    (U(+-1/sqrt(k)) for both, since fan_in = k)."""
+    (U(+-1/sqrt(k)) for both, since fan_in = k). fused=True makes `silu_of` one numba op (ops/fused.py)."""
 
     def __init__(self, vb: VarBuilder, channels: int, kernel_size: int, bias: bool = True,
-                 weight_init=None, bias_init=None):
+                 weight_init=None, bias_init=None, fused: bool = False):
         if kernel_size < 1:
             raise ValueError(f"CausalDepthwiseConv1d {vb.prefix!r}: kernel_size must be >= 1, got {kernel_size}")
-        self.name, self.channels, self.kernel_size = vb.prefix, channels, kernel_size
+        self.name, self.channels, self.kernel_size, self.fused = vb.prefix, channels, kernel_size, fused
         bound = 1.0 / math.sqrt(kernel_size)
         self.weight = vb.get((channels, 1, kernel_size), "weight",
                              init=weight_init or init.KaimingUniform(a=math.sqrt(5)))   # (c, 1, k)
@@ -28,6 +29,14 @@ class CausalDepthwiseConv1d:
         if x.ndim != 3 or x.shape[2] != self.channels:
             raise ValueError(f"CausalDepthwiseConv1d {self.name!r}: x must be (b, l, {self.channels}), got {x.shape}")
         return F.causal_conv1d(x, self.weight, self.bias)               # (b, l, c)
+
+    def silu_of(self, x: Tensor) -> Tensor:
+        """silu(self(x)), the mixer's conv and activation: one fused op, or two engine ops (fused=False)."""
+        if not self.fused:
+            return F.silu(self(x))
+        if x.ndim != 3 or x.shape[2] != self.channels:
+            raise ValueError(f"CausalDepthwiseConv1d {self.name!r}: x must be (b, l, {self.channels}), got {x.shape}")
+        return fused_ops.conv1d_silu(x, self.weight, self.bias)          # (b, l, c)
 
     def step(self, state: Tensor, x_t: Tensor) -> tuple[Tensor, Tensor]:
         """One decoding step. state (b, c, k): the last k raw inputs, oldest first; x_t (b, c).

@@ -3,20 +3,24 @@ from __future__ import annotations
 
 from .. import functional as F
 from .. import init
+from ..ops import fused as fused_ops
 from ..registry import VarBuilder
 from ..tensor import Tensor
 
 
 class RMSNorm:
-    """x / sqrt(mean(x^2, last axis) + eps) * weight; "weight" (dim,) init 1, no bias."""
+    """x / sqrt(mean(x^2, last axis) + eps) * weight; "weight" (dim,) init 1, no bias.
+    fused=True runs one numba op (ops/fused.py) instead of the engine's RMSNorm op; the same numbers."""
 
-    def __init__(self, vb: VarBuilder, dim: int, eps: float = 1e-5):
-        self.name, self.dim, self.eps = vb.prefix, dim, eps
+    def __init__(self, vb: VarBuilder, dim: int, eps: float = 1e-5, fused: bool = False):
+        self.name, self.dim, self.eps, self.fused = vb.prefix, dim, eps, fused
         self.weight = vb.get((dim,), "weight", init=init.Const(1.0))   # (dim,)
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.shape[-1:] != (self.dim,):
             raise ValueError(f"RMSNorm {self.name!r}: input must end with dim={self.dim}, got shape {x.shape}")
+        if self.fused:
+            return fused_ops.gated_rms_norm(x, None, self.weight, self.dim, self.eps)
         return F.rms_norm(x, self.weight, self.eps)
 
     def __repr__(self):
@@ -26,12 +30,13 @@ class RMSNorm:
 class GatedRMSNorm:
     """norm(y, z) = rmsnorm_per_group(y * silu(z)) * weight (gate first, as Mamba-2's norm_before_gate=False).
     The dim channels are split into groups of `group_size`; each group is normalised on its own.
-    "weight" (dim,) init 1, no bias. Without z it is a grouped RMSNorm."""
+    "weight" (dim,) init 1, no bias. Without z it is a grouped RMSNorm. fused=True runs the whole chain as
+    one numba op (ops/fused.py); fused=False composes engine ops (the reference)."""
 
-    def __init__(self, vb: VarBuilder, dim: int, group_size: int, eps: float = 1e-5):
+    def __init__(self, vb: VarBuilder, dim: int, group_size: int, eps: float = 1e-5, fused: bool = False):
         if group_size <= 0 or dim % group_size:
             raise ValueError(f"GatedRMSNorm {vb.prefix!r}: dim={dim} must be a multiple of group_size={group_size}")
-        self.name, self.dim, self.group_size, self.eps = vb.prefix, dim, group_size, eps
+        self.name, self.dim, self.group_size, self.eps, self.fused = vb.prefix, dim, group_size, eps, fused
         self.weight = vb.get((dim,), "weight", init=init.Const(1.0))   # (dim,)
 
     def __call__(self, y: Tensor, z: Tensor | None = None) -> Tensor:
@@ -40,6 +45,9 @@ class GatedRMSNorm:
         if z is not None:
             if z.shape != y.shape:
                 raise ValueError(f"GatedRMSNorm {self.name!r}: z must have y's shape {y.shape}, got {z.shape}")
+        if self.fused:
+            return fused_ops.gated_rms_norm(y, z, self.weight, self.group_size, self.eps)
+        if z is not None:
             y = y * F.silu(z)                                            # (..., dim)
         groups = self.dim // self.group_size
         grouped = F.reshape(y, (*y.shape[:-1], groups, self.group_size))  # (..., g, dim / g)

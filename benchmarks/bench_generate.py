@@ -1,0 +1,116 @@
+"""Greedy generation (prefill a prompt, then one token at a time) of tinygrad_ssm against transformers'
+Mamba2ForCausalLM on the CPU: the same config and weights, float32, batch 1 and 8.
+
+    python benchmarks/bench_generate.py                    # 16-token prompt, 256 new tokens, batch 1 and 8
+    python benchmarks/bench_generate.py --quick --json     # a smoke run of a tiny config
+
+Tokens/s counts the new tokens of every sequence over the whole call (prefill included). The sides run in turn
+inside each repeat; median, min and max of --repeats after a warm-up call; the peak memory one call adds;
+and how many of the greedy tokens both sides agree on (float32 rounding may flip a near-tie late on).
+Our rows: the fused model (numba decoding, the default) and, with --with-reference, the engine-op step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import threads  # noqa: I001  (before NumPy: it fixes OpenBLAS's thread count)
+THREADS = threads.threads_from_argv()
+
+import numpy as np  # noqa: E402
+
+import hf_twin  # noqa: E402
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--prompt-len", type=int, default=16)
+    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--chunk-size", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--with-reference", action="store_true", help="also time our engine-op step (fused=False)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads for every library on both sides (default: each library's own choice)")
+    p.add_argument("--quick", action="store_true", help="tiny config, 32 new tokens, 2 repeats: a smoke run")
+    p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")
+    p.add_argument(hf_twin.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)  # "SIDE@BATCH"
+    args = p.parse_args(argv)
+    if args.memory_of:
+        hf_twin.fixed_mmap_threshold()
+        args.batches = [int(args.memory_of.rsplit("@", 1)[1])]
+    torch, _ = hf_twin.require_transformers()
+    threads.apply_to_torch(THREADS)
+    config_kw = hf_twin.QUICK_CONFIG if args.quick else hf_twin.CONFIG
+    if args.quick:
+        args.new_tokens, args.repeats = 32, 2
+
+    model = hf_twin.ours(config_kw, args.chunk_size, fused=True)
+    reference = hf_twin.ours(config_kw, args.chunk_size, fused=False) if args.with_reference else None
+    hf = hf_twin.theirs(model, args.chunk_size)
+    n = args.new_tokens
+    result = {"benchmark": "generate", "prompt_len": args.prompt_len, "new_tokens": n, "config": config_kw,
+              "parameters": model.varmap.num_parameters(), "threads": torch.get_num_threads(), "rows": {}}
+    outputs = {}
+    for batch in args.batches:
+        prompt = np.random.default_rng(batch).integers(0, config_kw["vocab_size"], (batch, args.prompt_len))
+        prompt_t = torch.from_numpy(prompt)
+
+        def theirs_run():
+            with torch.no_grad():
+                out = hf.generate(prompt_t, max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True)
+            outputs["transformers"] = out.numpy()
+
+        def ours_run(m, key):
+            def run():
+                outputs[key] = m.generate(prompt, n, temperature=0)
+            return run
+
+        sides = {"tinygrad_ssm": ours_run(model, "tinygrad_ssm")}
+        if reference is not None:
+            sides["tinygrad_ssm reference"] = ours_run(reference, "tinygrad_ssm reference")
+        sides["transformers"] = theirs_run
+        if args.memory_of:
+            return hf_twin.report_memory(sides, args.memory_of.rsplit("@", 1)[0])
+        for run in sides.values():
+            run()                                                       # warm-up
+        agree = int((outputs["tinygrad_ssm"][:, args.prompt_len:] == outputs["transformers"][:, args.prompt_len:])
+                    .all(axis=0).cumprod().sum())                       # leading new tokens equal in every row
+        times = {name: [] for name in sides}
+        for _ in range(args.repeats):
+            for name, run in sides.items():
+                times[name].append(hf_twin.timed(run))
+        memory = hf_twin.peak_memory_by_side(__file__, sys.argv[1:] if argv is None else argv,
+                                             [f"{name}@{batch}" for name in sides])
+        for name, run in sides.items():
+            added = memory[f"{name}@{batch}"]
+            row = {**hf_twin.stats(times[name]), "tokens_per_s": round(batch * n / np.median(times[name]), 1),
+                   "peak_added_mib": None if added is None else round(added / 2**20, 1)}
+            result["rows"][f"{name} batch {batch}"] = row
+        theirs_tps = result["rows"][f"transformers batch {batch}"]["tokens_per_s"]
+        for name in sides:
+            row = result["rows"][f"{name} batch {batch}"]
+            row["x_transformers"] = round(row["tokens_per_s"] / theirs_tps, 2)
+        result["rows"][f"tinygrad_ssm batch {batch}"]["greedy_tokens_agreeing"] = agree
+
+    print(f"greedy generation, prompt {args.prompt_len}, {n} new tokens, {result['parameters']:,} parameters, "
+          f"float32; median of {args.repeats} after a warm-up")
+    print(f"{'':32s} {'median s':>9s} {'min':>7s} {'max':>7s} {'tokens/s':>9s} {'peak +MiB':>9s} {'x tf':>6s}")
+    for name, r in result["rows"].items():
+        extra = f"  (first {r['greedy_tokens_agreeing']} tokens equal to transformers')" \
+            if "greedy_tokens_agreeing" in r else ""
+        print(f"{name:32s} {r['median_s']:9.3f} {r['min_s']:7.3f} {r['max_s']:7.3f} {r['tokens_per_s']:9.0f} "
+              f"{r['peak_added_mib'] if r['peak_added_mib'] is not None else '-':>9} {r['x_transformers']:6.2f}{extra}")
+    if args.json:
+        text = json.dumps(result, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)

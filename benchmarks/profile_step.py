@@ -1,0 +1,143 @@
+"""Where one training step's time goes, by share: the scan, the BLAS matmuls, the fused numba ops (each, forward
+and backward), the other engine ops, the optimizer, and what is left (the graph walk and Python between ops).
+
+    python benchmarks/profile_step.py                          # b=8 l=512 chunk 64, fused, the auto scan backend
+    python benchmarks/profile_step.py --reference --chunk-size 256 --backend reference
+
+Every op's forward (Function.apply) and backward is timed; ops run while the scan runs count as the scan
+(for a kernel backend that is its one SSD op). Shares are of the mean step over --repeats after a warm-up;
+on a loaded machine the absolute times drift, the shares much less.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import sys
+import time
+
+import numpy as np
+
+import tinygrad_ssm.kernels as K
+from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
+from tinygrad_ssm.optim import AdamW
+from tinygrad_ssm.tensor import Function
+
+FUSED_OPS = ("Conv1dSilu", "GatedRMSNorm", "SplitLast", "DtSoftplus")
+
+
+def instrument(times: dict, counts: collections.Counter, in_scan: list):
+    """Wrap Function.apply and every backward so that each adds its seconds to times[(where, phase, op)]."""
+    plain_apply = Function.apply.__func__
+
+    def apply(cls, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = plain_apply(cls, *args, **kwargs)
+        where = "scan" if in_scan[0] else "model"
+        times[(where, "forward", cls.__name__)] += time.perf_counter() - t0
+        counts[where] += 1
+        for o in out if isinstance(out, tuple) else (out,):
+            if o._ctx is not None:
+                o._ctx._profile_where = where
+        return out
+    Function.apply = classmethod(apply)
+
+    def subclasses(c):
+        for s in c.__subclasses__():
+            yield s
+            yield from subclasses(s)
+
+    def timed_backward(plain):
+        def backward(self, *grads):
+            t0 = time.perf_counter()
+            result = plain(self, *grads)
+            where = getattr(self, "_profile_where", "model")
+            times[(where, "backward", type(self).__name__)] += time.perf_counter() - t0
+            return result
+        return backward
+    for cls in list(subclasses(Function)):
+        if "backward" in cls.__dict__:
+            cls.backward = timed_backward(cls.backward)
+
+    for name, record in list(K.BACKENDS.items()):  # mark the scan, whichever backend runs it
+        def wrap(fn):
+            def marked(*args, **kwargs):
+                in_scan[0] = True
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    in_scan[0] = False
+            return marked
+        if record.ops is not None:
+            K.BACKENDS[name] = dataclasses.replace(record, ops=wrap(record.ops))
+        else:
+            K.BACKENDS[name] = dataclasses.replace(record, forward=wrap(record.forward),
+                                                   backward=wrap(record.backward))
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seqlen", type=int, default=512)
+    p.add_argument("--chunk-size", type=int, default=64)
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--reference", action="store_true", help="profile the engine-op path (fused=False)")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    times, counts, in_scan = collections.defaultdict(float), collections.Counter(), [False]
+    instrument(times, counts, in_scan)
+    config = Mamba2Config(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, expand=2,
+                          chunk_size=args.chunk_size)
+    model = Mamba2LMHeadModel(config, VarMap(seed=0), backend=args.backend, fused=not args.reference)
+    opt = AdamW(model.varmap.all_vars(), lr=1e-3)
+    data = np.random.default_rng(0).integers(0, 256, (args.batch, args.seqlen + 1))
+    phases = collections.defaultdict(float)
+
+    def step():
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = model.loss(data[:, :-1], data[:, 1:])
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        phases["forward"] += t1 - t0
+        phases["backward"] += t2 - t1
+        phases["optimizer"] += t3 - t2
+    step()
+    times.clear(), counts.clear(), phases.clear()
+    for _ in range(args.repeats):
+        step()
+    n = args.repeats
+    step_s = sum(phases.values()) / n
+    shares = collections.defaultdict(float)
+    detail = collections.defaultdict(float)
+    for (where, phase, op), seconds in times.items():
+        seconds /= n
+        if where == "scan":
+            shares["scan"] += seconds
+        elif op == "Matmul":
+            shares["BLAS matmuls (projections, head)"] += seconds
+        elif op in FUSED_OPS:
+            shares["fused numba ops"] += seconds
+            detail[f"{op} {phase}"] += seconds
+        else:
+            shares["other engine ops"] += seconds
+            detail[f"{op} {phase}"] += seconds
+    shares["optimizer (AdamW)"] = phases["optimizer"] / n
+    shares["graph walk, Python between ops"] = step_s - sum(shares.values())
+    print(f"training step b={args.batch} l={args.seqlen} chunk={args.chunk_size} backend={args.backend} "
+          f"{'reference' if args.reference else 'fused'}: {step_s:.3f} s (forward {phases['forward'] / n:.3f}, "
+          f"backward {phases['backward'] / n:.3f}, optimizer {phases['optimizer'] / n:.3f}); ops per step: "
+          f"{counts['model'] // n} model, {counts['scan'] // n} scan")
+    for name, seconds in sorted(shares.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:40s} {seconds:7.3f} s {100 * seconds / step_s:5.1f} %")
+    print("  of which:")
+    for name, seconds in sorted(detail.items(), key=lambda kv: -kv[1])[:10]:
+        print(f"    {name:38s} {seconds:7.3f} s {100 * seconds / step_s:5.1f} %")
+    return {"step_s": step_s, "shares": dict(shares), "detail": dict(detail)}
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)

@@ -1,0 +1,184 @@
+"""Fused ops (tinygrad_ssm/ops/fused.py) against their engine-op twins: values and every input's gradient
+equal to 1e-10 in float64 on hypothesis-drawn shapes; gradchecks; float32 stays float32."""
+import math
+
+import numpy as np
+import pytest
+from gradcheck import gradcheck
+from hypothesis import given, strategies as st
+
+import tinygrad_ssm as tg
+from tinygrad_ssm import functional as F
+from tinygrad_ssm.ops import fused
+
+TOL = dict(rtol=1e-10, atol=1e-10)
+
+
+def values_and_grads(fn, arrays, weight_seed=0):
+    """fn(*tensors) and the gradient of sum(fn * w) for each input, float64."""
+    tensors = [None if a is None else tg.Tensor(a.copy(), requires_grad=True) for a in arrays]
+    out = fn(*tensors)
+    w = np.random.default_rng(weight_seed).standard_normal(out.shape)
+    (out * tg.Tensor(w)).sum().backward()
+    return out.data, [None if t is None else t.grad.data for t in tensors]
+
+
+def assert_same(fast, slow, arrays):
+    out_f, grads_f = values_and_grads(fast, arrays)
+    out_s, grads_s = values_and_grads(slow, arrays)
+    np.testing.assert_allclose(out_f, out_s, **TOL)
+    for i, (gf, gs) in enumerate(zip(grads_f, grads_s)):
+        if gs is not None:
+            np.testing.assert_allclose(gf, gs, **TOL, err_msg=f"input {i}")
+
+
+# --- split ---------------------------------------------------------------------------------------------------
+
+@given(lead=st.lists(st.integers(1, 3), max_size=2), sizes=st.lists(st.integers(0, 4), min_size=1, max_size=4),
+       unused=st.integers(0, 3), seed=st.integers(0, 2**16))
+def test_split_last_equals_split(lead, sizes, unused, seed):
+    x = np.random.default_rng(seed).standard_normal((*lead, sum(sizes)))
+    keep = [i for i in range(len(sizes)) if i != unused % len(sizes)] or [0]   # one piece may not reach the loss
+
+    def use(pieces):
+        return F.cat([F.reshape(pieces[i], (-1,)) * (i + 1.0) for i in keep], axis=0)
+    assert_same(lambda t: use(fused.split_last(t, sizes)), lambda t: use(F.split(t, sizes, axis=-1)), [x])
+
+
+def test_split_last_rejects_bad_sizes():
+    with pytest.raises(ValueError, match=r"sizes \(2, 2\) don't add up to the last axis of \(3, 5\)"):
+        fused.split_last(tg.Tensor(np.zeros((3, 5))), [2, 2])
+
+
+# --- conv1d + silu ---------------------------------------------------------------------------------------------
+
+@given(b=st.integers(1, 3), l=st.integers(1, 9), c=st.integers(1, 5), k=st.integers(1, 5), with_bias=st.booleans(),
+       strided=st.booleans(), seed=st.integers(0, 2**16))
+def test_conv1d_silu_equals_reference(b, l, c, k, with_bias, strided, seed):
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((b, l, c + 2))                         # a strided view when `strided`, as after a split
+    w, bias = r.standard_normal((c, 1, k)), (r.standard_normal(c) if with_bias else None)
+
+    def run(op):
+        def fn(xx, ww, bb=None):
+            xx = xx[:, :, 1:c + 1] if strided else xx[:, :, :c]
+            return op(xx, ww, bb)
+        return fn
+    assert_same(run(fused.conv1d_silu), run(fused.reference_conv1d_silu), [x, w, bias])
+
+
+def test_conv1d_silu_gradcheck():
+    r = np.random.default_rng(1)
+    assert gradcheck(fused.conv1d_silu, r.standard_normal((2, 6, 3)), r.standard_normal((3, 1, 4)),
+                     r.standard_normal(3))
+
+
+# --- dt softplus ----------------------------------------------------------------------------------------------
+
+@given(lead=st.lists(st.integers(1, 4), min_size=1, max_size=2), h=st.integers(1, 4),
+       limit=st.sampled_from([(0.0, math.inf), (0.2, 1.5), (0.0, 0.8)]), seed=st.integers(0, 2**16))
+def test_dt_softplus_equals_reference(lead, h, limit, seed):
+    r = np.random.default_rng(seed)
+    dt = r.uniform(-4, 4, (*lead, h))
+    dt[..., 0] = 21.0 + r.random(lead)                          # past softplus' threshold: the identity
+    bias = r.uniform(-1, 1, h)
+    soft = np.logaddexp(0, dt + bias)
+    # away from the clip's kinks: exactly on one, either subgradient is right and the two ops may differ
+    dt = np.where(np.isclose(soft, limit[0], atol=1e-3) | np.isclose(soft, limit[1], atol=1e-3), dt + 0.01, dt)
+    assert_same(lambda a, b_: fused.dt_softplus(a, b_, *limit),
+                lambda a, b_: fused.reference_dt_softplus(a, b_, *limit),
+                [dt, bias])
+
+
+def test_dt_softplus_gradcheck():
+    r = np.random.default_rng(2)
+    assert gradcheck(lambda a, b_: fused.dt_softplus(a, b_, 0.1, 2.0), r.uniform(-2, 2, (3, 4)), r.uniform(-1, 1, 4))
+
+
+# --- gated rms norm -------------------------------------------------------------------------------------------
+
+@given(lead=st.lists(st.integers(1, 3), max_size=2), groups=st.integers(1, 3), group=st.integers(1, 5),
+       gated=st.booleans(), seed=st.integers(0, 2**16))
+def test_gated_rms_norm_equals_reference(lead, groups, group, gated, seed):
+    r = np.random.default_rng(seed)
+    d = groups * group
+    y, w = r.standard_normal((*lead, d)), r.standard_normal(d)
+    z = r.standard_normal((*lead, d)) * 2 if gated else None
+    assert_same(lambda yy, ww, zz=None: fused.gated_rms_norm(yy, zz, ww, group, 1e-5),
+                lambda yy, ww, zz=None: fused.reference_gated_rms_norm(yy, zz, ww, group, 1e-5), [y, w, z])
+
+
+def test_gated_rms_norm_gradcheck():
+    r = np.random.default_rng(3)
+    assert gradcheck(lambda y, z, w: fused.gated_rms_norm(y, z, w, 3, 1e-5), r.standard_normal((2, 3, 6)),
+                     r.standard_normal((2, 3, 6)), r.standard_normal(6))
+    assert gradcheck(lambda y, w: fused.gated_rms_norm(y, None, w, 4, 1e-5), r.standard_normal((5, 4)),
+                     r.standard_normal(4))
+
+
+def test_gated_rms_norm_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="gated_rms_norm: .*group_size 4"):
+        fused.gated_rms_norm(tg.Tensor(np.zeros((2, 6))), None, tg.Tensor(np.ones(6)), 4)
+
+
+# --- dtypes ---------------------------------------------------------------------------------------------------
+
+def test_float32_in_float32_out_and_gradients():
+    """No accidental float64 in a float32 model: outputs and gradients keep float32."""
+    r = np.random.default_rng(4)
+    f32 = lambda shape: tg.Tensor(r.standard_normal(shape).astype(np.float32), requires_grad=True)  # noqa: E731
+    x, w, bias, z, nw, dt, dtb = f32((2, 5, 3)), f32((3, 1, 4)), f32(3), f32((2, 5, 3)), f32(3), f32((2, 5, 2)), f32(2)
+    outs = [fused.conv1d_silu(x, w, bias), fused.gated_rms_norm(x, z, nw, 3), fused.dt_softplus(dt, dtb, 0.0, 3.0),
+            *fused.split_last(x, [1, 2])]
+    assert all(o.dtype == np.float32 for o in outs)
+    sum(F.sum(o) for o in outs).backward()
+    assert all(t.grad.dtype == np.float32 for t in (x, w, bias, z, nw, dt, dtb))
+
+
+# --- the model's switch ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ngroups,dt_limit,with_cache", [(1, (0.0, math.inf), False), (2, (0.02, 0.4), True)])
+def test_model_fused_and_reference_paths_agree(ngroups, dt_limit, with_cache):
+    """fused=True and fused=False on one VarMap: the same logits, loss and gradient of every parameter."""
+    config = tg.Mamba2Config(d_model=16, n_layer=2, vocab_size=40, d_state=4, headdim=4, chunk_size=4,
+                             ngroups=ngroups, dt_limit=dt_limit, bias=with_cache, conv_bias=True)
+    varmap = tg.VarMap(seed=7)
+    models = [tg.Mamba2LMHeadModel(config, varmap, dtype="float64", fused=f) for f in (True, False)]
+    assert [m.fused for m in models] == [True, False]
+    ids = np.random.default_rng(7).integers(0, 40, (2, 9))
+    results = []
+    for model in models:
+        for t in varmap.all_vars():
+            t.grad = None
+        cache = model.allocate_cache(2) if with_cache else None
+        logits = model(ids, cache)
+        F.cross_entropy(logits[:, :-1], ids[:, 1:]).backward()
+        results.append((logits.data, {name: t.grad.data.copy() for name, t in varmap._vars.items()},
+                        None if cache is None else [s.ssm.data for s in cache.layers]))
+    (lf, gf, sf), (ls, gs, ss) = results
+    np.testing.assert_allclose(lf, ls, **TOL)
+    assert gf.keys() == gs.keys()
+    for name in gf:
+        np.testing.assert_allclose(gf[name], gs[name], **TOL, err_msg=name)
+    if with_cache:
+        for a, b in zip(sf, ss):
+            np.testing.assert_allclose(a, b, **TOL)
+
+
+def test_model_rejects_a_non_bool_fused():
+    with pytest.raises(TypeError, match="fused must be True or False"):
+        tg.Mamba2LMHeadModel(tg.Mamba2Config(d_model=8, n_layer=1, vocab_size=10, d_state=4, headdim=4), fused="yes")
+
+
+def test_an_input_changed_in_place_before_backward_is_caught():
+    """The fused ops save their inputs as given (views included), so the version counter still guards them."""
+    r = np.random.default_rng(5)
+    for make in (lambda t: fused.conv1d_silu(t[:, :, :3], tg.Tensor(r.standard_normal((3, 1, 2)))),
+                 lambda t: fused.gated_rms_norm(t[:, :, :3], t[:, :, 1:], tg.Tensor(np.ones(3)), 3)):
+        base = tg.Tensor(r.standard_normal((2, 4, 4)), requires_grad=True)
+        view = base * 1.0
+        out = make(view)
+        with tg.no_grad():
+            view.mul_(0.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            F.sum(out).backward()
