@@ -98,6 +98,12 @@ def _mixer_core(proj, in_b, conv_w, conv_b, dt_bias, A_log, D, gnorm_w, eps, con
                 y[bi, c] = y[bi, c] * rr * gnorm_w[c]
 
 
+def _project(weight: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """u (b, in) @ weight (out, in)^T -> (b, out), as (weight @ u^T)^T: OpenBLAS ran the small-b product
+    about 2x faster with the weight as the row-major left operand than as a transposed right one."""
+    return np.ascontiguousarray((weight @ u.T).T)
+
+
 def _array(t, dtype):
     return np.ascontiguousarray(t.data, dtype=dtype)
 
@@ -130,7 +136,6 @@ def decode_step(model, ids: np.ndarray, cache) -> np.ndarray:
     clamp = (low, high) != (0.0, math.inf)
     x = np.array(model.embedding.weight.data[ids], dtype=dtype)        # (b, d_model) a fresh residual stream
     u = np.empty_like(x)                                                # (b, d_model) the normed stream
-    proj = np.empty((b, c.d_in_proj), dtype)
     y = np.empty((b, c.d_inner), dtype)
     delta, delta_bias = np.empty((0, c.d_model), dtype), np.zeros(c.d_model, dtype)  # nothing to add yet
     for layer, state in zip(model.layers, cache.layers):
@@ -138,7 +143,7 @@ def decode_step(model, ids: np.ndarray, cache) -> np.ndarray:
         conv = _contiguous_state(state, "conv", (b, c.conv_dim, c.d_conv), dtype)
         ssm = _contiguous_state(state, "ssm", (b, c.nheads, c.headdim, c.d_state), dtype)
         _add_and_norm(x, delta, delta_bias, _array(layer.norm.weight, dtype), c.rms_norm_eps, u)
-        np.matmul(u, _array(m.in_proj.weight, dtype).T, out=proj)      # (b, d_in_proj) BLAS
+        proj = _project(_array(m.in_proj.weight, dtype), u)             # (b, d_in_proj) BLAS
         _mixer_core(proj, _zeros_or(m.in_proj.bias, c.d_in_proj, dtype),
                     _array(m.conv1d.weight, dtype).reshape(c.conv_dim, c.d_conv),
                     _zeros_or(m.conv1d.bias, c.conv_dim, dtype), _array(m.dt_bias, dtype), _array(m.A_log, dtype),
@@ -146,8 +151,8 @@ def decode_step(model, ids: np.ndarray, cache) -> np.ndarray:
                     clamp, y)
         state.conv._bump()
         state.ssm._bump()
-        delta = y @ _array(m.out_proj.weight, dtype).T                  # (b, d_model) BLAS
+        delta = _project(_array(m.out_proj.weight, dtype), y)           # (b, d_model) BLAS
         delta_bias = _zeros_or(m.out_proj.bias, c.d_model, dtype)
     _add_and_norm(x, delta, delta_bias, _array(model.norm_f.weight, dtype), c.rms_norm_eps, u)
     head = model.embedding.weight if model.lm_head is None else model.lm_head.weight
-    return u @ _array(head, dtype).T                                    # (b, V) BLAS
+    return _project(_array(head, dtype), u)                             # (b, V) BLAS

@@ -198,8 +198,8 @@ class Mamba2LMHeadModel:
     lm_head.weight only when the head is not tied to the embedding).
 
     fused=True (the default) runs the mixer's hot chains as fused numba ops and decodes (`step`, generation)
-    with one numba kernel per layer (decode.py); fused=False is the reference path of plain engine ops. Both
-    give the same numbers (tests/test_fused.py, tests/test_decode.py)."""
+    without the engine: two numba calls and two BLAS products per layer (decode.py); fused=False is the
+    reference path of plain engine ops. Both give the same numbers (tests/test_fused.py, test_decode.py)."""
 
     def __init__(self, config: Mamba2Config, varmap: VarMap | None = None, dtype="float32", backend: str = "auto",
                  fused: bool = True):

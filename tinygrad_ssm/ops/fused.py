@@ -331,4 +331,4 @@ def reference_gated_rms_norm(y, z, weight, group_size, eps=1e-5):
 
 
 __all__ = ["split_last", "conv1d_silu", "dt_softplus", "gated_rms_norm", "reference_conv1d_silu",
-           "reference_dt_softplus", "reference_gated_rms_norm", "numba"]
+           "reference_dt_softplus", "reference_gated_rms_norm"]
