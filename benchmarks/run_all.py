@@ -18,16 +18,17 @@ from pathlib import Path
 
 from common import RESULTS, ROOT
 
-# (script, its title in the report): in the order the report shows them
+# (script, its title in the report, extra arguments): in the order the report shows them
 SCRIPTS = (
-    ("bench_ssd.py", "The scan: forward + backward against PyTorch's chunked SSD"),
-    ("bench_train_step.py", "A training step against transformers"),
-    ("bench_generate.py", "Generation against transformers"),
-    ("bench_scaling.py", "Scaling with sequence length"),
-    ("bench_engine_overhead.py", "Engine overhead per op"),
-    ("bench_distributed.py", "Data-parallel training over MPI"),
-    ("parity_transformers.py", "Training parity with transformers (float64)"),
+    ("bench_ssd.py", "The scan: forward + backward against PyTorch's chunked SSD", []),
+    ("bench_train_step.py", "A training step against transformers", ["--threads", "2"]),
+    ("bench_generate.py", "Generation against transformers", ["--threads", "2"]),
+    ("bench_scaling.py", "Scaling with sequence length", []),
+    ("bench_engine_overhead.py", "Engine overhead per op", []),
+    ("bench_distributed.py", "Data-parallel training over MPI", []),
+    ("parity_transformers.py", "Training parity with transformers (float64)", []),
 )
+QUICK = {"parity_transformers.py": ["--steps", "10"], "bench_distributed.py": ["--steps", "3", "--skip", "1"]}
 DOC = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "images"
 
@@ -36,14 +37,14 @@ def run_scripts(quick: bool) -> dict:
     """Run each script in its own process; {script: seconds or an error text}."""
     status = {}
     here = Path(__file__).parent
-    for i, (script, title) in enumerate(SCRIPTS, 1):
+    for i, (script, title, extra) in enumerate(SCRIPTS, 1):
         if not (here / script).exists():
             status[script] = "missing"
             continue
         name = Path(script).stem
-        cmd = [sys.executable, str(here / script), "--json", str(RESULTS / f"{name}.json")]
+        cmd = [sys.executable, str(here / script), *extra, "--json", str(RESULTS / f"{name}.json")]
         if quick:
-            cmd.append("--quick") if script != "parity_transformers.py" else cmd.extend(["--steps", "10"])
+            cmd += QUICK.get(script, ["--quick"])
         print(f"[{i}/{len(SCRIPTS)}] {script}: {title} ...", flush=True)
         start = time.perf_counter()
         out = subprocess.run(cmd, cwd=here, text=True, capture_output=True)
@@ -58,6 +59,82 @@ def run_scripts(quick: bool) -> dict:
         print(f"[{i}/{len(SCRIPTS)}] {script}: {status[script] if isinstance(status[script], str) else f'{seconds:.0f} s'}",
               flush=True)
     return status
+
+
+def as_report(script: str, result: dict) -> dict:
+    """A result in the common layout (benchmarks/common.py), from the layouts some scripts write."""
+    if "columns" in result:
+        return result
+    adapt = {"bench_ssd.py": _ssd, "bench_train_step.py": _train_step, "bench_generate.py": _generate,
+             "bench_distributed.py": _distributed}.get(script)
+    return adapt(result) if adapt else result
+
+
+def _ssd(r: dict) -> dict:
+    shape = r["main_shape"]
+    rows = [[name, row["median_s"], row.get("ratio_to_torch", "-"), row["gflops"]] for name, row in r["main"].items()]
+    notes = [f"float32 matmul peak measured in the same run: {r['machine']['float32_matmul_gflops']:.0f} GFLOP/s "
+             f"(NumPy); GFLOP/s of the scan counts {r['flops_per_step']} for forward + backward",
+             "fitted exponent of time in l: " + ", ".join(f"{k} {v:.2f}" for k, v in r.get("fitted_exponent", {}).items())]
+    if "memory" in r:
+        notes.append("peak memory above the inputs / (inputs + outputs + their gradients): " + ", ".join(
+            f"{k} {v['peak_over_io']:.2f}x" for k, v in r["memory"].items() if isinstance(v, dict)))
+    prof = r.get("numba_profile_one_thread")
+    if prof:
+        notes.append("numba kernels alone, one thread: forward {:.3f} s, backward {:.3f} s (recompute pass {:.3f} s, "
+                     "adjoint sweep {:.3f} s)".format(prof["forward_chunk64_s"], prof["backward_chunk64_s"],
+                                                      prof["recompute_pass_s"], prof["adjoint_sweep_s"]))
+    plots = []
+    if r.get("scaling"):
+        lengths = sorted(r["scaling"], key=int)
+        names = [n for n in r["scaling"][lengths[0]] if not n.startswith("torch_")]
+        plots.append({"file": "bench_ssd_scaling.png", "title": "The scan, forward + backward, vs sequence length",
+                      "xlabel": "sequence length l", "ylabel": "seconds", "logx": True, "logy": True,
+                      "series": {n: [[int(l), r["scaling"][l][n]["median_s"]] for l in lengths if n in r["scaling"][l]]
+                                 for n in names}})
+    return {"title": f"b={shape['b']} l={shape['l']} h={shape['h']} p={shape['p']} g={shape['g']} n={shape['n']}, "
+                     f"float32, median of {r['repeats']}", "columns": ["backend", "median s", "/ PyTorch", "GFLOP/s"],
+            "rows": rows, "notes": notes, "plots": plots}
+
+
+def _rows_of(r: dict, keys):
+    return [[name] + [row.get(k, "-") for k in keys] for name, row in r["rows"].items()]
+
+
+def _train_step(r: dict) -> dict:
+    return {"title": f"batch {r['batch']} x {r['seqlen']}, {r['parameters']:,} parameters, float32, {r['threads']} "
+                     f"threads, median of {next(iter(r['rows'].values()))['runs']}",
+            "columns": ["side", "median s", "min s", "max s", "tokens/s", "peak MiB added", "/ transformers' best"],
+            "rows": _rows_of(r, ["median_s", "min_s", "max_s", "tokens_per_s", "peak_added_mib",
+                                 "vs_transformers_best"]),
+            "notes": [f"max logit difference between the sides: {r['max_logit_difference']:.2g}",
+                      f"our scan backend: {r['our_backend']}"], "plots": []}
+
+
+def _generate(r: dict) -> dict:
+    rows = _rows_of(r, ["median_s", "tokens_per_s", "peak_added_mib", "x_transformers", "greedy_tokens_agreeing"])
+    return {"title": f"greedy, prompt {r['prompt_len']} tokens, {r['new_tokens']} new tokens, {r['threads']} threads",
+            "columns": ["side", "median s", "tokens/s", "peak MiB added", "x transformers", "tokens equal to theirs"],
+            "rows": rows, "notes": [], "plots": [{
+                "file": "bench_generate.png", "title": "Generation speed (greedy)", "xlabel": "batch",
+                "ylabel": "tokens/s", "logx": False, "logy": True,
+                "series": {side: [[int(name.rsplit(" ", 1)[1]), row["tokens_per_s"]] for name, row in r["rows"].items()
+                                  if name.startswith(side + " batch")] for side in ("tinygrad_ssm", "transformers")}}]}
+
+
+def _distributed(r: dict) -> dict:
+    base = r["runs"][0]["tokens_per_s"]
+    rows = [[f"{run['ranks']} x {run['threads_per_rank']} thread(s)",
+             "-" if run["overlap"] is None else ("overlap" if run["overlap"] else "no overlap"),
+             run["tokens_per_s"], run["tokens_per_s"] / base,
+             "-" if run.get("finish_s") is None else run["finish_s"] * 1e3] for run in r["runs"]]
+    bare = r.get("bare_allreduce", {})
+    return {"title": f"ranks x threads on {r['cpus']} cores, global batch {r['config']['batch_size']} x "
+                     f"{r['config']['seq_len']}", "columns": ["configuration", "allreduce", "tokens/s", "vs first row",
+                                                              "allreduce wait ms/step"],
+            "rows": rows, "notes": [f"the whole gradient ({bare.get('megabytes', 0):.1f} MB, {bare.get('buckets')} "
+                                    f"buckets) allreduced alone: {bare.get('allreduce_s', 0) * 1e3:.1f} ms"] if bare
+            else [], "plots": []}
 
 
 def markdown_table(columns, rows) -> str:
@@ -96,10 +173,10 @@ def draw(plot: dict) -> str | None:
 
 def write_report(status: dict | None, quick: bool) -> Path:
     results = {}
-    for script, _ in SCRIPTS:
+    for script, _, _ in SCRIPTS:
         path = RESULTS / f"{Path(script).stem}.json"
         if path.exists():
-            results[script] = json.loads(path.read_text())
+            results[script] = as_report(script, json.loads(path.read_text()))
     lines = ["# Benchmarks", "",
              "Generated by `python benchmarks/run_all.py` from the JSON files in `benchmarks/results/` (each script "
              "prints the same table and can be run alone). Timings are medians after warm-up; ratios are measured "
@@ -111,7 +188,7 @@ def write_report(status: dict | None, quick: bool) -> Path:
         versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
         lines += ["## The machine", "", f"- CPU: {machine['cpu']}, {machine['cores']} cores",
                   f"- BLAS: {machine['blas']}", f"- {versions}", f"- {machine['platform']}, {machine['date']}", ""]
-    for script, title in SCRIPTS:
+    for script, title, _ in SCRIPTS:
         if not (Path(__file__).parent / script).exists():
             continue
         lines += [f"## {title}", "", f"`python benchmarks/{script}`", ""]
