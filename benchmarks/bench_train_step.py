@@ -12,7 +12,6 @@ model (the default) and, with --with-reference, the engine-op reference path. --
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import threads  # noqa: I001  (before NumPy: it fixes OpenBLAS's thread count)
@@ -21,6 +20,7 @@ THREADS = threads.threads_from_argv()
 import numpy as np  # noqa: E402
 
 import hf_twin  # noqa: E402
+from common import dump_json  # noqa: E402
 from tinygrad_ssm.optim import AdamW  # noqa: E402
 
 
@@ -114,12 +114,7 @@ def main(argv=None) -> dict:
         print(f"{name:34s} {r['median_s']:9.3f} {r['min_s']:7.3f} {r['max_s']:7.3f} {r['tokens_per_s']:9.0f} "
               f"{r['peak_added_mib'] if r['peak_added_mib'] is not None else '-':>9} {r['vs_transformers_best']:9.3f}")
     if args.json:
-        text = json.dumps(result, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+        dump_json(result, args.json)
     return result
 
 

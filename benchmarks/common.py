@@ -126,3 +126,13 @@ def write_result(path, name: str, title: str, columns, rows, notes=(), plots=(),
 
 def default_json(name: str) -> str:
     return str(RESULTS / f"{name}.json")
+
+
+def dump_json(result: dict, where: str) -> None:
+    """`--json FILE` (or `-` for stdout) of the scripts that print their own table."""
+    text = json.dumps(result, indent=2)
+    if where == "-":
+        print(text)
+        return
+    Path(where).parent.mkdir(parents=True, exist_ok=True)
+    Path(where).write_text(text + "\n")
