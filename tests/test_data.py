@@ -174,6 +174,7 @@ def test_sampler_windows_are_next_byte_pairs_and_deterministic():
         (xa, ya), (xb, yb) = a.next_batch(), b.next_batch()
         assert xa.shape == ya.shape == (4, 16) and xa.dtype == np.int64
         np.testing.assert_array_equal(xa, xb)
+        np.testing.assert_array_equal(ya, yb)
         np.testing.assert_array_equal(xa[:, 1:], ya[:, :-1])
         np.testing.assert_array_equal((xa + 1) % 256, ya)  # data[i + 1] = data[i] + 1 (mod 256)
     c = BatchSampler(data, 4, 16, seed=6)

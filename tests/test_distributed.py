@@ -87,7 +87,7 @@ def test_two_ranks_equal_one_process_fresh_resumed_and_with_another_world_size(c
     cfg = TrainConfig(data=str(corpus), out=str(tmp_path / "one"), d_model=32, n_layer=1, d_state=16, headdim=16,
                       batch_size=4, seq_len=32, eval_batches=2, sample_bytes=8, lr=1e-2, min_lr=1e-3,
                       warmup_steps=2, steps=4, eval_every=2, checkpoint_every=2, dtype="float64")
-    one = train(cfg, progress=False, say=lambda m: None)
+    train(cfg, progress=False, say=lambda m: None)                     # its weights are read back from disk
     two = mpirun(2, ["-m", "tinygrad_ssm", "train", *TINY, *steps, "--out", tmp_path / "two"])
     assert two.returncode == 0, two.stderr[-3000:]
     assert "over 2 MPI ranks" in two.stdout and two.stdout.count("final validation") == 1  # rank 0 alone prints
