@@ -17,6 +17,14 @@ def shape_text(*tensors) -> str:
     return " and ".join(str(tuple(t.shape)) for t in tensors)
 
 
+def broadcast_shape(op: str, what: str, *shapes) -> tuple:
+    """The shape `shapes` broadcast to, or a ValueError "op: what do not broadcast" (what names the shapes)."""
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(f"{op}: {what} do not broadcast") from None
+
+
 def _describe(x) -> str:
     if isinstance(x, np.ndarray):
         return f"an array of dtype {x.dtype}"

@@ -31,10 +31,7 @@ def op(fn):
 def _binary(op_name: str, fn, a, b):
     like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
     a, b = A.as_tensor(op_name, "a", a, like), A.as_tensor(op_name, "b", b, like)
-    try:
-        np.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        raise ValueError(f"{op_name}: shapes {A.shape_text(a, b)} do not broadcast") from None
+    A.broadcast_shape(op_name, f"shapes {A.shape_text(a, b)}", a.shape, b.shape)
     # an integer tensor meeting a float one takes its dtype (torch's rule; NumPy would give float64)
     if is_float(a.dtype) and not is_float(b.dtype):
         b = Tensor(b.data.astype(a.dtype))
@@ -115,10 +112,8 @@ def where(condition, x, y):
     condition = A.constant_array("where", "condition", condition, kinds="b", what="bools")
     like = x if isinstance(x, Tensor) else y if isinstance(y, Tensor) else None
     x, y = A.as_tensor("where", "x", x, like), A.as_tensor("where", "y", y, like)
-    try:
-        np.broadcast_shapes(condition.shape, x.shape, y.shape)
-    except ValueError:
-        raise ValueError(f"where: condition {condition.shape}, x {x.shape} and y {y.shape} do not broadcast") from None
+    A.broadcast_shape("where", f"condition {condition.shape}, x {x.shape} and y {y.shape}", condition.shape, x.shape,
+                      y.shape)
     if x.dtype != y.dtype:
         dtype = np.result_type(x.dtype, y.dtype)
         x, y = cast(x, dtype), cast(y, dtype)
@@ -232,10 +227,8 @@ def matmul(a, b):
     b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
         raise ValueError(f"matmul: inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}")
-    try:
-        batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-    except ValueError:
-        raise ValueError(f"matmul: batch dimensions of {tuple(a.shape)} @ {tuple(b.shape)} do not broadcast") from None
+    batch = A.broadcast_shape("matmul", f"batch dimensions of {tuple(a.shape)} @ {tuple(b.shape)}", a2.shape[:-2],
+                              b2.shape[:-2])
     if a2.dtype != b2.dtype:
         dtype = np.result_type(a2.dtype, b2.dtype)
         a2, b2 = cast(a2, dtype), cast(b2, dtype)
@@ -311,20 +304,16 @@ def expand(x, shape):
     if lead < 0:
         raise ValueError(f"expand: can't expand shape {x.shape} to fewer dimensions {shape}")
     shape = tuple(x.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape))
-    if not _broadcasts(x.shape, shape) or np.broadcast_shapes(x.shape, shape) != shape:
+    try:
+        broadcast = np.broadcast_shapes(x.shape, shape)
+    except ValueError:
+        broadcast = None
+    if broadcast != shape:
         raise ValueError(f"expand: shape {x.shape} can't be broadcast to {shape}")
     return M.Expand.apply(x, shape=shape)
 
 
 broadcast_to = expand
-
-
-def _broadcasts(shape, target) -> bool:
-    try:
-        np.broadcast_shapes(shape, target)
-        return True
-    except ValueError:
-        return False
 
 
 @op
