@@ -1,4 +1,4 @@
-"""Shared by bench_train_step.py and bench_generate.py: the benchmark's Mamba-2 on both sides with the same
+"""Shared by bench_train_step.py, bench_generate.py and parity_transformers.py: the benchmark's Mamba-2 on both sides with the same
 weights (ours saved to safetensors, read back into transformers' Mamba2ForCausalLM under its layout names),
 wall-clock statistics, and the peak memory one call adds.
 
@@ -40,7 +40,8 @@ def ours(config_kw: dict, chunk_size: int, fused: bool = True, backend: str = "a
 
 
 def theirs(model: Mamba2LMHeadModel, chunk_size: int):
-    """transformers' Mamba2ForCausalLM with `model`'s weights, copied through a safetensors file."""
+    """transformers' Mamba2ForCausalLM with `model`'s weights, copied through a safetensors file, in the model's
+    dtype (float32 or float64; residual_in_fp32=False, so a float64 model keeps its residual stream float64)."""
     torch, transformers = require_transformers()
     from safetensors.torch import load_file
     c = model.config
@@ -48,18 +49,21 @@ def theirs(model: Mamba2LMHeadModel, chunk_size: int):
         vocab_size=c.padded_vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layer, state_size=c.d_state,
         head_dim=c.headdim, num_heads=c.nheads, n_groups=c.ngroups, expand=c.expand, conv_kernel=c.d_conv,
         chunk_size=chunk_size, use_bias=c.bias, use_conv_bias=c.conv_bias, layer_norm_epsilon=c.rms_norm_eps,
-        time_step_limit=tuple(c.dt_limit), tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
-        pad_token_id=None)
-    hf = transformers.Mamba2ForCausalLM(hf_config).float()
+        time_step_limit=tuple(c.dt_limit), tie_word_embeddings=c.tie_embeddings, residual_in_fp32=False,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    hf = transformers.Mamba2ForCausalLM(hf_config).to(getattr(torch, model.dtype.name))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.safetensors")
         model.varmap.save(path, metadata={"format": "pt"})
         stored = load_file(path)
     state = {_stored_name(name, "transformers"): t for name, t in stored.items()}
-    state["lm_head.weight"] = state["backbone.embeddings.weight"]
+    if c.tie_embeddings:
+        state["lm_head.weight"] = state["backbone.embeddings.weight"]
     missing, unexpected = hf.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise RuntimeError(f"weights do not map onto transformers: missing {missing}, unexpected {unexpected}")
+    if c.tie_embeddings:
+        hf.tie_weights()
     hf.eval()
     return hf
 

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +36,7 @@ from common import default_json, write_result  # noqa: E402  (and the repository
 import tinygrad_ssm as tg  # noqa: E402
 from tinygrad_ssm.models import Mamba2Config, Mamba2LMHeadModel  # noqa: E402
 from tinygrad_ssm.optim import AdamW  # noqa: E402
+from tinygrad_ssm.models.pretrained import _stored_name  # noqa: E402
 from tinygrad_ssm.registry import VarMap  # noqa: E402
 
 # A small model that still has every feature: 2 layers, 2 groups of 2 heads, chunks shorter than the sequence.
@@ -49,39 +48,12 @@ BOUNDS = dict(initial_logits=1e-5, gradients=1e-5, losses=1e-4)
 EXACT_BOUND = 1e-10  # with transformers' internal float32 casts kept float64: rounding alone
 
 
-def _hf_name(ours: str) -> str:
-    """Our (mamba_ssm) parameter name -> transformers' name: only the embedding differs (embeddings, with an s)."""
-    return ours.replace("backbone.embedding.", "backbone.embeddings.")
-
-
 def build_pair(dtype: str = "float64", seed: int = 0, config: dict | None = None):
-    """(ours, theirs): the same weights on both sides, copied through one safetensors file."""
-    import torch
-    from safetensors.numpy import save_file
-    from safetensors.torch import load_file
-    from transformers import Mamba2Config as HFConfig, Mamba2ForCausalLM
-
+    """(ours, theirs): the same weights on both sides, copied through one safetensors file (hf_twin.theirs)."""
+    from hf_twin import theirs
     c = Mamba2Config(**(config or CONFIG))
     ours = Mamba2LMHeadModel(c, VarMap(seed=seed), dtype=dtype)
-    hf_config = HFConfig(hidden_size=c.d_model, num_hidden_layers=c.n_layer, vocab_size=c.padded_vocab_size,
-                         state_size=c.d_state, head_dim=c.headdim, num_heads=c.nheads, n_groups=c.ngroups,
-                         expand=c.expand, conv_kernel=c.d_conv, chunk_size=c.chunk_size, use_bias=c.bias,
-                         use_conv_bias=c.conv_bias, layer_norm_epsilon=c.rms_norm_eps,
-                         time_step_limit=tuple(c.dt_limit), tie_word_embeddings=c.tie_embeddings,
-                         residual_in_fp32=False, rescale_prenorm_residual=False)
-    torch.manual_seed(seed)
-    theirs = Mamba2ForCausalLM(hf_config).to(getattr(torch, dtype))
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "model.safetensors")
-        save_file({_hf_name(n): np.ascontiguousarray(t.data) for n, t in ours.varmap.named_vars()}, path)
-        state = load_file(path)
-    missing, unexpected = theirs.load_state_dict(state, strict=False)
-    allowed_missing = {"lm_head.weight"} if c.tie_embeddings else set()
-    if set(missing) - allowed_missing or unexpected:
-        raise RuntimeError(f"weights do not map one to one: missing {missing}, unexpected {unexpected}")
-    if c.tie_embeddings:
-        theirs.tie_weights()
-    return ours, theirs
+    return ours, theirs(ours, c.chunk_size)
 
 
 WORDS = ("the state space model reads each byte once and keeps a small state that it updates with a decay "
@@ -180,7 +152,7 @@ def compare(dtype: str = "float64", steps: int = 100, new_tokens: int = 64, seed
         loss_theirs.backward()
         if step == 0:
             for name, t in ours.varmap.named_vars():
-                gradients[name] = _relative(t.grad.data, their_params[_hf_name(name)].grad.numpy())
+                gradients[name] = _relative(t.grad.data, their_params[_stored_name(name, "transformers")].grad.numpy())
         losses_ours.append(float(loss.item()))
         losses_theirs.append(float(loss_theirs.item()))
         opt_ours.step()
