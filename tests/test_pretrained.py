@@ -58,6 +58,9 @@ def test_save_and_load_round_trip(tmp_path):
     assert np.array_equal(loaded(IDS).data, model(IDS).data)
     loaded64 = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
     assert loaded64.varmap["backbone.norm_f.weight"].dtype == np.float64
+    reference = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64", fused=False)   # the engine-op path
+    assert loaded64.fused and not reference.fused
+    assert np.abs(reference(IDS).data - loaded64(IDS).data).max() < 1e-10
 
 
 def test_round_trip_untied_head_and_custom_eps(tmp_path):

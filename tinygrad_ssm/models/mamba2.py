@@ -335,9 +335,9 @@ class Mamba2LMHeadModel:
 
     # --- checkpoints (pretrained.py) ---------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, directory, dtype="float32", backend: str = "auto") -> "Mamba2LMHeadModel":
+    def from_pretrained(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True) -> "Mamba2LMHeadModel":
         from .pretrained import load_pretrained
-        return load_pretrained(cls, directory, dtype=dtype, backend=backend)
+        return load_pretrained(cls, directory, dtype=dtype, backend=backend, fused=fused)
 
     def save_pretrained(self, directory):
         from .pretrained import save_pretrained

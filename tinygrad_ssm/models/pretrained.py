@@ -259,7 +259,7 @@ def _stored_name(name: str, layout: str) -> str:
 _LAYER_KEY = re.compile(r"backbone\.layers\.(\d+)\.")
 
 
-def load_pretrained(cls, directory, dtype="float32", backend: str = "auto"):
+def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True):
     directory = resolve_pretrained_folder(directory)
     config, layout = parse_config(read_config(directory))
     stored = {}
@@ -295,7 +295,7 @@ def load_pretrained(cls, directory, dtype="float32", backend: str = "auto"):
                                   f"gives {tuple(shape)} ({CONFIG_NAME} does not describe these weights)")
         if not info.is_float:
             raise PretrainedError(f"from_pretrained: weight {key!r} has dtype {info.dtype}, not floating point")
-    model = cls(config, dtype=dtype, backend=backend)
+    model = cls(config, dtype=dtype, backend=backend, fused=fused)
     assert model.varmap.names() == [name for name, _ in wanted.values()], "Mamba2Config.param_shapes is stale"
     for key, (name, _) in wanted.items():
         model.varmap.set_one(name, stored[key].read(key, model.dtype))  # F16 / BF16 are upcast here
