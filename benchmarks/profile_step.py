@@ -115,8 +115,9 @@ def main(argv=None) -> dict:
     detail = collections.defaultdict(float)
     for (where, phase, op), seconds in times.items():
         seconds /= n
-        if where == "scan":
+        if where == "scan" or op == "SSD":  # a kernel backend is the one SSD op
             shares["scan"] += seconds
+            detail[f"scan {phase}"] += seconds
         elif op == "Matmul":
             shares["BLAS matmuls (projections, head)"] += seconds
         elif op in FUSED_OPS:
