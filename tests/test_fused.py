@@ -151,6 +151,26 @@ def test_conv1d_silu_equals_reference(b, l, c, k, with_bias, strided, blocks, ho
         assert_same(run(fused.conv1d_silu), run(fused.reference_conv1d_silu), [x, w, bias])
 
 
+@pytest.mark.parametrize("dtype,big", [(np.float64, 800.0), (np.float32, 100.0)])
+def test_saturated_sigmoids_equal_reference(dtype, big):
+    """Pre-activations and gates far past exp's overflow (exp = inf: sigmoid 1) or underflow (sigmoid 0) give
+    the reference's values and gradients, with no NaN."""
+    r = np.random.default_rng(9)
+    x = (r.choice([-big, big], (2, 5, 3)) + r.standard_normal((2, 5, 3))).astype(dtype)
+    z = (r.choice([-big, big], (2, 5, 3)) + r.standard_normal((2, 5, 3))).astype(dtype)
+    w, y = np.ones((3, 1, 1), dtype), r.standard_normal((2, 5, 3)).astype(dtype)
+    for fast, slow, arrays in ((lambda a, b_: fused.conv1d_silu(a, b_), fused.reference_conv1d_silu, [x, w]),
+                               (lambda a, b_: fused.gated_rms_norm(a, b_, tg.Tensor(np.ones(3, dtype)), 3),
+                                lambda a, b_: fused.reference_gated_rms_norm(a, b_, tg.Tensor(np.ones(3, dtype)), 3),
+                                [y, z])):
+        (out_f, grads_f), (out_s, grads_s) = values_and_grads(fast, arrays), values_and_grads(slow, arrays)
+        tol = TOL if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+        assert np.isfinite(out_f).all() and all(np.isfinite(g).all() for g in grads_f)
+        np.testing.assert_allclose(out_f, out_s, **tol)
+        for gf, gs in zip(grads_f, grads_s):
+            np.testing.assert_allclose(gf, gs, **tol)
+
+
 def test_conv1d_silu_gradcheck():
     r = np.random.default_rng(1)
     assert gradcheck(fused.conv1d_silu, r.standard_normal((2, 6, 3)), r.standard_normal((3, 1, 4)),

@@ -31,7 +31,8 @@ from numba import njit
 from .. import functional as F
 from ..tensor import Function, Tensor
 
-_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # sums may vectorise; no nnan/ninf
+_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums may vectorise; no nnan/ninf
+            error_model="numpy")  # x / 0 = inf, no ZeroDivisionError check: a branch per division stops SIMD
 _BLOCK_BYTES = 64 * 1024  # one block's rows of one array: a few such arrays per thread stay in L2
 
 # numba's default OpenMP pool spins after each parallel loop and starves the BLAS threads of the matmul that
@@ -184,32 +185,39 @@ def _destination(op: Function, i: int, shape: tuple, dtype) -> tuple:
 # --- causal depthwise conv1d + SiLU -------------------------------------------------------------------------
 
 @njit(**_JIT)
-def _conv_pre(x, col, l, wT, bias, seq, t0, t1, pre, neg):
+def _conv_pre(x, col, l, wT, bias, seq, t0, t1, pre):
     """pre[t - t0, ch] = bias[ch] + sum_j wT[j, ch] x[seq, t + j - (k - 1), ch] for t in [t0, t1) (x = 0 before
-    t = 0), and neg = -pre. x is given as rows (b l, D) from column col on (see _rows). Row slices such as
-    x[r, col:col + c] are contiguous to numba; indexing x[r, col + ch] would gather (a sign check per index)."""
+    t = 0). x is given as rows (b l, D) from column col on (see _rows). Row slices such as x[r, col:col + c] are
+    contiguous to numba; indexing x[r, col + ch] would gather (a sign check per index)."""
     c, k = pre.shape[1], wT.shape[0]
     for t in range(t0, t1):
-        p, n = pre[t - t0], neg[t - t0]
+        p = pre[t - t0]
         p[:] = bias
         for j in range(max(0, k - 1 - t), k):
             xr, w = x[seq * l + t + j - (k - 1), col:col + c], wT[j]
             for ch in range(c):
                 p[ch] += w[ch] * xr[ch]
-        for ch in range(c):
-            n[ch] = -p[ch]
 
 
 @njit(**_JIT)
-def _conv_silu_backward(x, col, l, wT, grad, gcol, seq, t0, t1, d, e, one, dx, dxcol, dw, db):
+def _silu_of_pre(pre, e, one, inf):
+    """pre becomes silu(pre) = pre s, given e = exp(pre): s = sigmoid(pre) = e / (1 + e), 1 where e = inf."""
+    for i in range(pre.shape[0]):
+        p, er = pre[i], e[i]
+        for ch in range(pre.shape[1]):
+            p[ch] = p[ch] * (one if er[ch] == inf else er[ch] / (one + er[ch]))
+
+
+@njit(**_JIT)
+def _conv_silu_backward(x, col, l, wT, grad, gcol, seq, t0, t1, d, e, one, inf, dx, dxcol, dw, db):
     """Steps [t0, t1) of sequence seq. On entry d holds pre for steps t0..h - 1 (h = min(t1 + k - 1, l): dx at t
-    needs d up to t + k - 1) and e = exp(-pre); d becomes grad silu'(pre) = grad s (1 + pre (1 - s)), s = 1 / (1 +
-    e). Then dx[t] = sum_j wT[j] d[t + k - 1 - j], and dw[j] += sum_t d[t] x[t + j - (k - 1)], db += sum_t d[t]."""
+    needs d up to t + k - 1) and e = exp(pre); d becomes grad silu'(pre) = grad s (1 + pre (1 - s)), s = e / (1 +
+    e) (1 where e = inf). Then dx[t] = sum_j wT[j] d[t + k - 1 - j], and dw[j] += sum_t d[t] x[t + j - (k - 1)], db += sum_t d[t]."""
     c, k = d.shape[1], wT.shape[0]
     for t in range(t0, min(t1 + k - 1, l)):
         dt, et, g = d[t - t0], e[t - t0], grad[seq * l + t, gcol:gcol + c]
         for ch in range(c):
-            s = one / (one + et[ch])
+            s = one if et[ch] == inf else et[ch] / (one + et[ch])
             a = dt[ch]
             dt[ch] = g[ch] * s * (one + a * (one - s))
     for t in range(t0, t1):
@@ -250,17 +258,17 @@ class Conv1dSilu(Function):
         per_seq = -(-l // steps)
         pre_all = out.reshape(nb * l, c)
 
+        one, inf = dtype.type(1), dtype.type(np.inf)
+
         def work(first, stop, share):
-            neg = np.empty((steps, c), dtype)
-            with np.errstate(over="ignore"):                             # exp(-pre) = inf: silu = -0, right
+            exp = np.empty((steps, c), dtype)
+            with np.errstate(over="ignore"):                             # exp(pre) = inf: sigmoid 1, handled
                 for blk in range(first, stop):
                     seq, t0 = blk // per_seq, blk % per_seq * steps
                     t1 = min(t0 + steps, l)
-                    pre, e = pre_all[seq * l + t0:seq * l + t1], neg[:t1 - t0]
-                    _conv_pre(rows, col, l, wT, b_, seq, t0, t1, pre, e)
-                    np.exp(e, out=e)
-                    e += 1
-                    np.divide(pre, e, out=pre)                           # silu(pre) = pre / (1 + exp(-pre))
+                    pre, e = pre_all[seq * l + t0:seq * l + t1], exp[:t1 - t0]
+                    _conv_pre(rows, col, l, wT, b_, seq, t0, t1, pre)
+                    _silu_of_pre(pre, np.exp(pre, out=e), one, inf)
         _on_threads(work, nb * per_seq)
         return out
 
@@ -275,7 +283,7 @@ class Conv1dSilu(Function):
         shares = _shares(nb * per_seq)
         dw = np.zeros((shares, k, c), dtype)                             # per thread, summed below
         db = np.zeros((shares, c), dtype)
-        one = dtype.type(1)
+        one, inf = dtype.type(1), dtype.type(np.inf)
 
         def work(first, stop, share):
             d, e = np.empty((steps + k - 1, c), dtype), np.empty((steps + k - 1, c), dtype)
@@ -284,9 +292,9 @@ class Conv1dSilu(Function):
                     seq, t0 = blk // per_seq, blk % per_seq * steps
                     t1 = min(t0 + steps, l)
                     h = min(t1 + k - 1, l)
-                    _conv_pre(rows, col, l, wT, b_, seq, t0, h, d, e)
-                    np.exp(e[:h - t0], out=e[:h - t0])
-                    _conv_silu_backward(rows, col, l, wT, g_rows, gcol, seq, t0, t1, d, e, one, dx, dxcol,
+                    _conv_pre(rows, col, l, wT, b_, seq, t0, h, d)
+                    np.exp(d[:h - t0], out=e[:h - t0])
+                    _conv_silu_backward(rows, col, l, wT, g_rows, gcol, seq, t0, t1, d, e, one, inf, dx, dxcol,
                                         dw[share], db[share])
         _on_threads(work, nb * per_seq)
         grad_bias = db.sum(axis=0) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None
@@ -344,16 +352,17 @@ def reference_dt_softplus(dt, bias, low=0.0, high=math.inf):
 
 # --- gated (grouped) RMS norm ---------------------------------------------------------------------------------
 
-# consts = [0, 1 / group, 1, eps] in the data's dtype: scalars of that dtype keep a float32 norm in float32
+# consts = [0, 1 / group, 1, eps, inf] in the data's dtype: scalars of that dtype keep a float32 norm in float32
 # lanes (float64 literals in the loops made them 2-3x slower); the gate's branch sits outside the loops.
-# y and z come as rows from a column on (see _rows); e = exp(-z) for the block's rows (NumPy's), or unused.
+# y and z come as rows from a column on (see _rows); e = exp(z) for the block's rows (NumPy's), or unused:
+# sigmoid(z) = e / (1 + e), and 1 where e = inf (consts[4]).
 
 
 @njit(**_JIT)
 def _gated_rms_forward(y, ycol, z, zcol, e, weight, consts, gated, r0, r1, out, rstd):
-    """Rows [r0, r1), per group: u = y * silu(z) = y z / (1 + e) (or y); r = 1 / sqrt(mean(u^2) + eps);
+    """Rows [r0, r1), per group: u = y * silu(z) = y z sigmoid(z) (or y); r = 1 / sqrt(mean(u^2) + eps);
     out = u r weight."""
-    zero, inv_group, one, eps = consts[0], consts[1], consts[2], consts[3]
+    zero, inv_group, one, eps, inf = consts[0], consts[1], consts[2], consts[3], consts[4]
     d, G = out.shape[1], rstd.shape[1]
     group = d // G
     for r in range(r0, r1):
@@ -361,7 +370,7 @@ def _gated_rms_forward(y, ycol, z, zcol, e, weight, consts, gated, r0, r1, out, 
         if gated:
             zr, er = z[r, zcol:zcol + d], e[r - r0]
             for ch in range(d):
-                o[ch] = yr[ch] * zr[ch] * (one / (one + er[ch]))
+                o[ch] = yr[ch] * zr[ch] * (one if er[ch] == inf else er[ch] / (one + er[ch]))
         else:
             o[:] = yr
         for g in range(G):                                              # slices: 0-based loops vectorise
@@ -379,15 +388,15 @@ def _gated_rms_forward(y, ycol, z, zcol, e, weight, consts, gated, r0, r1, out, 
 def _gated_rms_backward(y, ycol, z, zcol, e, weight, rstd, grad, gcol, consts, gated, r0, r1,
                         dy, dycol, dz, dzcol, dw, u):
     """Rows [r0, r1): with xhat = u r, du = r (g w - xhat mean(g w xhat)); dy = du silu(z) (= du without a
-    gate); dz = du y silu'(z); dw += g xhat. u is a scratch row; e becomes s = sigmoid(z) = 1 / (1 + e)."""
-    zero, inv_group, one = consts[0], consts[1], consts[2]
+    gate); dz = du y silu'(z); dw += g xhat. u is a scratch row; e becomes s = sigmoid(z)."""
+    zero, inv_group, one, inf = consts[0], consts[1], consts[2], consts[4]
     d, G = weight.shape[0], rstd.shape[1]
     group = d // G
     for r in range(r0, r1):
         yr, zr, sr, gr = y[r, ycol:ycol + d], z[r, zcol:zcol + d], e[r - r0], grad[r, gcol:gcol + d]
         if gated:
             for ch in range(d):
-                s = one / (one + sr[ch])
+                s = one if sr[ch] == inf else sr[ch] / (one + sr[ch])
                 sr[ch] = s
                 u[ch] = yr[ch] * zr[ch] * s
         else:
@@ -436,7 +445,7 @@ class GatedRMSNorm(Function):
         n = y_rows.shape[0]
         out = np.empty(y.shape, dtype)
         rstd = np.empty((n, d // group), dtype)                          # (N, G)
-        consts = np.array([0.0, 1.0 / group, 1.0, eps], dtype)
+        consts = np.array([0.0, 1.0 / group, 1.0, eps, np.inf], dtype)
         self.save_for_backward(y, z, weight, rstd)
         self.consts, self.dtype = consts, dtype
         rows_per = _norm_rows_per_block(n, d, out.itemsize, z is not None)
@@ -448,8 +457,7 @@ class GatedRMSNorm(Function):
                 for blk in range(first, stop):
                     r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
                     if z is not None:
-                        np.negative(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
-                        np.exp(e[:r1 - r0], out=e[:r1 - r0])
+                        np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
                     _gated_rms_forward(y_rows, ycol, z_rows, zcol, e, w, consts, z is not None, r0, r1, out_rows,
                                        rstd)
         _on_threads(work, -(-n // rows_per))
@@ -475,8 +483,7 @@ class GatedRMSNorm(Function):
                 for blk in range(first, stop):
                     r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
                     if z is not None:
-                        np.negative(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
-                        np.exp(e[:r1 - r0], out=e[:r1 - r0])
+                        np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
                     _gated_rms_backward(y_rows, ycol, z_rows, zcol, e, w, rstd, g_rows, gcol, self.consts,
                                         z is not None, r0, r1, dy, dycol, dz, dzcol, dw[share], u)
         _on_threads(work, blocks)
