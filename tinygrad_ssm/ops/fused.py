@@ -20,8 +20,10 @@ instead of saving them, so a fused op holds less memory than its composition.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -60,23 +62,52 @@ def _shares(n_blocks: int) -> int:
 
 
 def _on_threads(work, n_blocks: int):
-    """work(first, stop, share) for [0, n_blocks) cut into _shares(n_blocks) contiguous shares, one per
-    thread, the caller's thread among them. The kernels are nogil and NumPy's ufuncs release the GIL."""
+    """work(blocks, share) on _shares(n_blocks) threads, the caller's (share 0) and the pool's: `blocks` yields
+    the indices of [0, n_blocks) to whichever thread asks first. So a thread that the machine does not run now
+    (another process's, BLAS threads spinning after a matmul) delays nothing: the caller never waits for a
+    helper that has not started, only for the block a started one is in. The kernels are nogil and NumPy's
+    ufuncs release the GIL."""
     global _pool
     n = _shares(n_blocks)
-    cuts = [n_blocks * i // n for i in range(n + 1)]
-    if n > 1 and _pool is None:
+    counter = itertools.count()                                          # next() is atomic under the GIL
+
+    def blocks():
+        for blk in counter:
+            if blk >= n_blocks:
+                return
+            yield blk
+    if n == 1:
+        return work(blocks(), 0)
+    if _pool is None:
         _pool = ThreadPoolExecutor(max_workers=max(1, numba.config.NUMBA_NUM_THREADS - 1),
                                    thread_name_prefix="fused")
-    futures = [_pool.submit(work, cuts[i], cuts[i + 1], i) for i in range(1, n)]
+    lock = threading.Condition()
+    state = {"closed": False, "busy": 0, "errors": []}
+
+    def helper(share):
+        with lock:
+            if state["closed"]:                                          # started too late: nothing to do
+                return
+            state["busy"] += 1
+        try:
+            work(blocks(), share)
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            state["errors"].append(error)
+        finally:
+            with lock:
+                state["busy"] -= 1
+                lock.notify_all()
+    for share in range(1, n):
+        _pool.submit(helper, share)
     try:
-        work(cuts[0], cuts[1], 0)
+        work(blocks(), 0)
     finally:
-        for f in futures:  # wait for every share before anything is read (or an error is raised)
-            f.exception()
-    for f in futures:
-        f.result()
-    return n
+        with lock:                                                       # no helper touches anything after this
+            state["closed"] = True
+            while state["busy"]:
+                lock.wait()
+    if state["errors"]:
+        raise state["errors"][0]
 
 
 def _rows_per_block(width: int, itemsize: int) -> int:
@@ -260,10 +291,10 @@ class Conv1dSilu(Function):
 
         one, inf = dtype.type(1), dtype.type(np.inf)
 
-        def work(first, stop, share):
+        def work(blocks, share):
             exp = np.empty((steps, c), dtype)
             with np.errstate(over="ignore"):                             # exp(pre) = inf: sigmoid 1, handled
-                for blk in range(first, stop):
+                for blk in blocks:
                     seq, t0 = blk // per_seq, blk % per_seq * steps
                     t1 = min(t0 + steps, l)
                     pre, e = pre_all[seq * l + t0:seq * l + t1], exp[:t1 - t0]
@@ -285,10 +316,10 @@ class Conv1dSilu(Function):
         db = np.zeros((shares, c), dtype)
         one, inf = dtype.type(1), dtype.type(np.inf)
 
-        def work(first, stop, share):
+        def work(blocks, share):
             d, e = np.empty((steps + k - 1, c), dtype), np.empty((steps + k - 1, c), dtype)
             with np.errstate(over="ignore"):
-                for blk in range(first, stop):
+                for blk in blocks:
                     seq, t0 = blk // per_seq, blk % per_seq * steps
                     t1 = min(t0 + steps, l)
                     h = min(t1 + k - 1, l)
@@ -424,11 +455,6 @@ def _gated_rms_backward(y, ycol, z, zcol, e, weight, rstd, grad, gcol, consts, g
             dyr[:] = u
 
 
-def _norm_rows_per_block(n: int, d: int, itemsize: int, gated: bool) -> int:
-    """Blocks in cache for NumPy's exp of the gate; without a gate, one block per thread."""
-    return _rows_per_block(d, itemsize) if gated else max(1, -(-n // _shares(n)))
-
-
 class GatedRMSNorm(Function):
     """out = u r weight, u = y * silu(z) (u = y without z), r = 1 / sqrt(mean over each group of u^2 + eps).
     y, z (..., d), weight (d,). Saves y, z (as given: a view stays a view, read in place) and r (one number
@@ -448,13 +474,13 @@ class GatedRMSNorm(Function):
         consts = np.array([0.0, 1.0 / group, 1.0, eps, np.inf], dtype)
         self.save_for_backward(y, z, weight, rstd)
         self.consts, self.dtype = consts, dtype
-        rows_per = _norm_rows_per_block(n, d, out.itemsize, z is not None)
+        rows_per = _rows_per_block(d, out.itemsize)
         out_rows = out.reshape(n, d)
 
-        def work(first, stop, share):
+        def work(blocks, share):
             e = np.empty((rows_per, d), dtype) if z is not None else out_rows
             with np.errstate(over="ignore"):
-                for blk in range(first, stop):
+                for blk in blocks:
                     r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
                     if z is not None:
                         np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
@@ -473,14 +499,14 @@ class GatedRMSNorm(Function):
         n = y_rows.shape[0]
         dy, dycol, grad_y = _destination(self, 0, y.shape, dtype)
         dz, dzcol, grad_z = (dy, dycol, None) if z is None else _destination(self, 1, z.shape, dtype)
-        rows_per = _norm_rows_per_block(n, d, dy.itemsize, z is not None)
+        rows_per = _rows_per_block(d, dy.itemsize)
         blocks = -(-n // rows_per)
         dw = np.zeros((_shares(blocks), d), dtype)                       # per thread, summed below
 
-        def work(first, stop, share):
+        def work(blocks, share):
             e, u = np.empty((rows_per, d), dtype), np.empty(d, dtype)
             with np.errstate(over="ignore"):
-                for blk in range(first, stop):
+                for blk in blocks:
                     r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
                     if z is not None:
                         np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
