@@ -4,6 +4,8 @@ blocks shared by the threads: tests draw the block size down to one row, so bloc
 every thread gets some; inputs come contiguous, as views at a column offset, and in layouts that are copied."""
 import contextlib
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -65,6 +67,49 @@ def assert_same(fast, slow, arrays):
     for i, (gf, gs) in enumerate(zip(grads_f, grads_s)):
         if gs is not None:
             np.testing.assert_allclose(gf, gs, **TOL, err_msg=f"input {i}")
+
+
+# --- the threads ---------------------------------------------------------------------------------------------
+
+def test_every_block_runs_once_and_a_helper_error_reaches_the_caller():
+    import numba
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    seen = []
+
+    def work(blocks, share):
+        for blk in blocks:
+            seen.append((blk, share))
+    fused._on_threads(work, 50)
+    assert sorted(b for b, _ in seen) == list(range(50))
+
+    def fail(blocks, share):
+        for _ in blocks:
+            if share > 0:
+                raise ValueError("from a helper")
+            time.sleep(0.001)                       # leave blocks for the helper
+    if numba.get_num_threads() > 1:
+        with pytest.raises(ValueError, match="from a helper"):
+            fused._on_threads(fail, 200)
+
+
+def test_the_caller_does_not_wait_for_a_helper_that_never_starts():
+    """With every pool thread held up elsewhere, the op runs all blocks on the caller's thread and returns."""
+    import numba
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    fused._on_threads(lambda blocks, share: None, 4)               # the pool exists
+    if fused._pool is None:
+        pytest.skip("one thread: no pool")
+    release = threading.Event()
+    held = [fused._pool.submit(release.wait, 30) for _ in range(fused._pool._max_workers)]
+    try:
+        shares = []
+        start = time.perf_counter()
+        fused._on_threads(lambda blocks, share: shares.extend(share for _ in blocks), 20)
+        assert shares == [0] * 20 and time.perf_counter() - start < 5
+    finally:
+        release.set()
+        for f in held:
+            f.result()
 
 
 # --- split ---------------------------------------------------------------------------------------------------
