@@ -8,15 +8,16 @@ holds equal in float64 to 1e-10, and gradchecks.
     dt_softplus(dt, bias, low, high)   = clip(softplus(dt + bias), low, high)
     gated_rms_norm(y, z, weight, G, e) = rms_norm per group of G channels of (y * silu(z)), times weight
 
-How they run (each step measured, benchmarks/bench_fused.py): the rows are cut into blocks of ~64 KiB that
-stay in L2, and each thread (numba.get_num_threads() of them, the caller's among them) takes a share of the
-blocks. Per block, a numba kernel does the arithmetic and NumPy does the exp: numba's scalar exp (no SVML in
-the llvmlite wheels) is ~10x slower than NumPy's SIMD one, and on a block in cache NumPy's extra passes cost
-little. A strided input (the in_proj split's views) is read in place as rows of its base array at a column
-offset, never copied; a conv or gated-norm input that is a SplitLast output writes its gradient straight into
-the split's one gradient array (`SplitLast.gradient_slot`), so the split's backward copies nothing for it.
-The kernels keep the input dtype (a float32 model stays float32) and recompute cheap intermediates in backward
-instead of saving them, so a fused op holds less memory than its composition.
+How they run (each choice measured, benchmarks/bench_fused.py): the rows are cut into blocks of ~128 KiB
+that stay in L2, handed to whichever thread asks first (numba.get_num_threads() of them, the caller's among
+them; the caller never waits for a helper that has not started). Per block, a numba kernel does the arithmetic
+and NumPy does the exp: numba's scalar exp (no SVML in the llvmlite wheels) is ~10x slower than NumPy's SIMD
+one. sigmoid(v) = e / (1 + e) from e = exp(v) (1 where e = inf), so no negation pass. A strided input (the
+in_proj split's views) is read in place as rows of its base array from a column on, never copied; a conv or
+gated-norm input that is a SplitLast output gets its gradient written straight into the split's one gradient
+array (`SplitLast.gradient_slot`), so the split's backward copies nothing for it. The kernels keep the input
+dtype (a float32 model stays float32) and recompute cheap intermediates in backward instead of saving them,
+so a fused op holds less memory than its composition.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from ..tensor import Function, Tensor
 
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums may vectorise; no nnan/ninf
             error_model="numpy")  # x / 0 = inf, no ZeroDivisionError check: a branch per division stops SIMD
-_BLOCK_BYTES = 64 * 1024  # one block's rows of one array: a few such arrays per thread stay in L2
+_BLOCK_BYTES = 128 * 1024  # one block's rows of one array: the few arrays a block touches stay in L2 (2 MiB)
 
 # numba's default OpenMP pool spins after each parallel loop and starves the BLAS threads of the matmul that
 # follows (a training step ran 2-5x slower on 2 cores); the workqueue pool sleeps. Set before the first
