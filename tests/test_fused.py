@@ -14,7 +14,7 @@ from hypothesis import given, strategies as st
 
 import tinygrad_ssm as tg
 from tinygrad_ssm import functional as F
-from tinygrad_ssm.ops import fused
+from tinygrad_ssm.ops import fused, row_blocks
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 
@@ -31,19 +31,19 @@ def values_and_grads(fn, arrays, weight_seed=0):
 @contextlib.contextmanager
 def block_bytes(n):
     """Blocks of about n bytes of one array's rows (1 = one row per block) while the ops run."""
-    before, fused._BLOCK_BYTES = fused._BLOCK_BYTES, n
+    before, row_blocks.BLOCK_BYTES = row_blocks.BLOCK_BYTES, n
     try:
         yield
     finally:
-        fused._BLOCK_BYTES = before
+        row_blocks.BLOCK_BYTES = before
 
 
 BLOCKS = st.sampled_from([1, 40, 64 * 1024])   # one row or step per block, a few, all in one
 
 
 def layout(x: np.ndarray, how: str) -> np.ndarray:
-    """The same values as x (b, l, c) in another memory layout: a column slice at an offset (a split's view,
-    read in place), every other column or a transpose (both copied by the ops)."""
+    """The same values as x (b, l, c) in another memory layout: a column slice at an offset (a split's view) or
+    of every other step, both read in place; every other column or a transpose, both copied by the ops."""
     if how == "offset view":
         wide = np.zeros(x.shape[:-1] + (x.shape[-1] + 3,))
         wide[..., 2:-1] = x
@@ -52,12 +52,16 @@ def layout(x: np.ndarray, how: str) -> np.ndarray:
         wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],))
         wide[..., ::2] = x
         return wide[..., ::2]
+    if how == "every other step":                             # rows evenly spaced, two base rows apart
+        wide = np.zeros((x.shape[0], 2 * x.shape[1], x.shape[2] + 3))
+        wide[:, ::2, 2:-1] = x
+        return wide[:, ::2, 2:-1]
     if how == "transposed":
         return np.ascontiguousarray(np.swapaxes(x, 0, 1)).swapaxes(0, 1)
     return x
 
 
-LAYOUTS = st.sampled_from(["contiguous", "offset view", "every other column", "transposed"])
+LAYOUTS = st.sampled_from(["contiguous", "offset view", "every other step", "every other column", "transposed"])
 
 
 def assert_same(fast, slow, arrays):
@@ -79,7 +83,7 @@ def test_every_block_runs_once_and_a_helper_error_reaches_the_caller():
     def work(blocks, share):
         for blk in blocks:
             seen.append((blk, share))
-    fused._on_threads(work, 50)
+    row_blocks.on_threads(work, 50)
     assert sorted(b for b, _ in seen) == list(range(50))
 
     def fail(blocks, share):
@@ -89,27 +93,39 @@ def test_every_block_runs_once_and_a_helper_error_reaches_the_caller():
             time.sleep(0.001)                       # leave blocks for the helper
     if numba.get_num_threads() > 1:
         with pytest.raises(ValueError, match="from a helper"):
-            fused._on_threads(fail, 200)
+            row_blocks.on_threads(fail, 200)
 
 
 def test_the_caller_does_not_wait_for_a_helper_that_never_starts():
     """With every pool thread held up elsewhere, the op runs all blocks on the caller's thread and returns."""
     import numba
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-    fused._on_threads(lambda blocks, share: None, 4)               # the pool exists
-    if fused._pool is None:
+    row_blocks.on_threads(lambda blocks, share: None, 4)               # the pool exists
+    if row_blocks._pool is None:
         pytest.skip("one thread: no pool")
     release = threading.Event()
-    held = [fused._pool.submit(release.wait, 30) for _ in range(fused._pool._max_workers)]
+    held = [row_blocks._pool.submit(release.wait, 30) for _ in range(row_blocks._pool._max_workers)]
     try:
         shares = []
         start = time.perf_counter()
-        fused._on_threads(lambda blocks, share: shares.extend(share for _ in blocks), 20)
+        row_blocks.on_threads(lambda blocks, share: shares.extend(share for _ in blocks), 20)
         assert shares == [0] * 20 and time.perf_counter() - start < 5
     finally:
         release.set()
         for f in held:
             f.result()
+
+
+def test_as_rows_reads_a_split_view_in_place_and_copies_other_layouts():
+    base = np.arange(2 * 4 * 7.0).reshape(2, 4, 7)
+    cases = [(base, True), (base[..., 2:5], True), (base[:, ::2, 1:4], True), (base[..., ::2], False),
+             (base.transpose(1, 0, 2)[..., :3], False), (base[:1, :1, 3:6], True)]
+    for x, in_place in cases:
+        rows, col = row_blocks.as_rows(x, np.float64)
+        assert rows.flags.c_contiguous and np.shares_memory(rows, base) == in_place
+        np.testing.assert_array_equal(rows[:, col:col + x.shape[-1]], x.reshape(-1, x.shape[-1]))
+    rows, col = row_blocks.as_rows(base[..., 2:5], np.float32)   # another dtype: a converted copy
+    assert rows.dtype == np.float32 and col == 0 and not np.shares_memory(rows, base)
 
 
 # --- split ---------------------------------------------------------------------------------------------------

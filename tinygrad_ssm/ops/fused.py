@@ -21,11 +21,8 @@ so a fused op holds less memory than its composition.
 """
 from __future__ import annotations
 
-import itertools
 import math
 import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -33,114 +30,16 @@ from numba import njit
 
 from .. import functional as F
 from ..tensor import Function, Tensor
+from .row_blocks import as_rows, on_threads, rows_per_block, shares
 
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums may vectorise; no nnan/ninf
             error_model="numpy")  # x / 0 = inf, no ZeroDivisionError check: a branch per division stops SIMD
-_BLOCK_BYTES = 128 * 1024  # one block's rows of one array: the few arrays a block touches stay in L2 (2 MiB)
 
 # numba's default OpenMP pool spins after each parallel loop and starves the BLAS threads of the matmul that
 # follows (a training step ran 2-5x slower on 2 cores); the workqueue pool sleeps. Set before the first
 # parallel launch; NUMBA_THREADING_LAYER in the environment still decides when given.
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
-
-
-# --- running blocks of rows on every thread -----------------------------------------------------------------
-
-_pool: ThreadPoolExecutor | None = None
-
-
-def _forget_pool():  # a forked child has the pool object but not its threads
-    global _pool
-    _pool = None
-
-
-os.register_at_fork(after_in_child=_forget_pool)
-
-
-def _shares(n_blocks: int) -> int:
-    return max(1, min(numba.get_num_threads(), n_blocks))
-
-
-def _on_threads(work, n_blocks: int):
-    """work(blocks, share) on _shares(n_blocks) threads, the caller's (share 0) and the pool's: `blocks` yields
-    the indices of [0, n_blocks) to whichever thread asks first. So a thread that the machine does not run now
-    (another process's, BLAS threads spinning after a matmul) delays nothing: the caller never waits for a
-    helper that has not started, only for the block a started one is in. The kernels are nogil and NumPy's
-    ufuncs release the GIL."""
-    global _pool
-    n = _shares(n_blocks)
-    counter = itertools.count()                                          # next() is atomic under the GIL
-
-    def blocks():
-        for blk in counter:
-            if blk >= n_blocks:
-                return
-            yield blk
-    if n == 1:
-        return work(blocks(), 0)
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=max(1, numba.config.NUMBA_NUM_THREADS - 1),
-                                   thread_name_prefix="fused")
-    lock = threading.Condition()
-    state = {"closed": False, "busy": 0, "errors": []}
-
-    def helper(share):
-        with lock:
-            if state["closed"]:                                          # started too late: nothing to do
-                return
-            state["busy"] += 1
-        try:
-            work(blocks(), share)
-        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
-            state["errors"].append(error)
-        finally:
-            with lock:
-                state["busy"] -= 1
-                lock.notify_all()
-    for share in range(1, n):
-        _pool.submit(helper, share)
-    try:
-        work(blocks(), 0)
-    finally:
-        with lock:                                                       # no helper touches anything after this
-            state["closed"] = True
-            while state["busy"]:
-                lock.wait()
-    if state["errors"]:
-        raise state["errors"][0]
-
-
-def _rows_per_block(width: int, itemsize: int) -> int:
-    return max(1, _BLOCK_BYTES // max(1, width * itemsize))
-
-
-def _rows(x: np.ndarray, dtype) -> tuple:
-    """x (..., c) -> (rows (N, D) C-contiguous, col) with x.reshape(N, c) == rows[:, col:col + c]. No copy when x
-    is a column slice of a C-contiguous array of `dtype` (a split's view: rows of its base, from x's column on);
-    otherwise a contiguous copy, col 0. The kernels index rows[i, col + ch]: unit stride, so they vectorise (over
-    x itself numba sees layout 'A' and does not)."""
-    c = x.shape[-1]
-    n = x.size // c if c else 0
-    if x.dtype == dtype and x.flags.c_contiguous:
-        return x.reshape(n, c), 0
-    owner = x.base
-    if (x.dtype == dtype and n > 1 and x.strides[-1] == x.itemsize and isinstance(owner, np.ndarray)
-            and owner.dtype == dtype and owner.flags.c_contiguous):
-        try:
-            view = np.reshape(x, (n, c), copy=False)                   # evenly spaced rows, or ValueError
-        except ValueError:
-            view = None
-        if view is not None and view.strides[0] >= c * x.itemsize and view.strides[0] % x.itemsize == 0:
-            width = view.strides[0] // x.itemsize
-            flat = owner.reshape(-1)
-            offset, rest = divmod(view.__array_interface__["data"][0] - flat.__array_interface__["data"][0],
-                                  x.itemsize)
-            col = offset % width
-            start = offset - col
-            if rest == 0 and start >= 0 and start + n * width <= flat.size:
-                return flat[start:start + n * width].reshape(n, width), col
-    return np.ascontiguousarray(x, dtype).reshape(n, c), 0
 
 
 def _gradient_destination(op: Function, i: int, dtype) -> tuple:
@@ -219,7 +118,7 @@ def _destination(op: Function, i: int, shape: tuple, dtype) -> tuple:
 @njit(**_JIT)
 def _conv_pre(x, col, l, wT, bias, seq, t0, t1, pre):
     """pre[t - t0, ch] = bias[ch] + sum_j wT[j, ch] x[seq, t + j - (k - 1), ch] for t in [t0, t1) (x = 0 before
-    t = 0). x is given as rows (b l, D) from column col on (see _rows). Row slices such as x[r, col:col + c] are
+    t = 0). x is given as rows (b l, D) from column col on (see row_blocks.as_rows). Row slices such as x[r, col:col + c] are
     contiguous to numba; indexing x[r, col + ch] would gather (a sign check per index)."""
     c, k = pre.shape[1], wT.shape[0]
     for t in range(t0, t1):
@@ -285,8 +184,8 @@ class Conv1dSilu(Function):
         out = np.empty(x.shape, dtype)                                   # (b, l, c)
         if x.size == 0:
             return out
-        rows, col = _rows(x, dtype)                                      # (b l, D), x at column col
-        steps = _rows_per_block(c, out.itemsize)
+        rows, col = as_rows(x, dtype)                                      # (b l, D), x at column col
+        steps = rows_per_block(c, out.itemsize)
         per_seq = -(-l // steps)
         pre_all = out.reshape(nb * l, c)
 
@@ -301,20 +200,20 @@ class Conv1dSilu(Function):
                     pre, e = pre_all[seq * l + t0:seq * l + t1], exp[:t1 - t0]
                     _conv_pre(rows, col, l, wT, b_, seq, t0, t1, pre)
                     _silu_of_pre(pre, np.exp(pre, out=e), one, inf)
-        _on_threads(work, nb * per_seq)
+        on_threads(work, nb * per_seq)
         return out
 
     def backward(self, grad):                                          # grad (b, l, c)
         x, wT, b_ = self.saved
         dtype, (nb, l, c), k = wT.dtype, x.shape, wT.shape[0]
-        rows, col = _rows(x, dtype)
-        g_rows, gcol = _rows(grad, dtype)
+        rows, col = as_rows(x, dtype)
+        g_rows, gcol = as_rows(grad, dtype)
         dx, dxcol, grad_x = _destination(self, 0, x.shape, dtype)
-        steps = _rows_per_block(c, wT.itemsize)
+        steps = rows_per_block(c, wT.itemsize)
         per_seq = -(-l // steps) if l else 0
-        shares = _shares(nb * per_seq)
-        dw = np.zeros((shares, k, c), dtype)                             # per thread, summed below
-        db = np.zeros((shares, c), dtype)
+        threads = shares(nb * per_seq)
+        dw = np.zeros((threads, k, c), dtype)                            # per thread, summed below
+        db = np.zeros((threads, c), dtype)
         one, inf = dtype.type(1), dtype.type(np.inf)
 
         def work(blocks, share):
@@ -328,7 +227,7 @@ class Conv1dSilu(Function):
                     np.exp(d[:h - t0], out=e[:h - t0])
                     _conv_silu_backward(rows, col, l, wT, g_rows, gcol, seq, t0, t1, d, e, one, inf, dx, dxcol,
                                         dw[share], db[share])
-        _on_threads(work, nb * per_seq)
+        on_threads(work, nb * per_seq)
         grad_bias = db.sum(axis=0) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None
         return grad_x, dw.sum(axis=0).T, grad_bias
 
@@ -386,7 +285,7 @@ def reference_dt_softplus(dt, bias, low=0.0, high=math.inf):
 
 # consts = [0, 1 / group, 1, eps, inf] in the data's dtype: scalars of that dtype keep a float32 norm in float32
 # lanes (float64 literals in the loops made them 2-3x slower); the gate's branch sits outside the loops.
-# y and z come as rows from a column on (see _rows); e = exp(z) for the block's rows (NumPy's), or unused:
+# y and z come as rows from a column on (see row_blocks.as_rows); e = exp(z) for the block's rows (NumPy's), or unused:
 # sigmoid(z) = e / (1 + e), and 1 where e = inf (consts[4]).
 
 
@@ -466,8 +365,8 @@ class GatedRMSNorm(Function):
     def forward(self, y, z, weight, group=1, eps=1e-5):
         d = y.shape[-1]
         dtype = np.result_type(y, weight) if z is None else np.result_type(y, z, weight)
-        y_rows, ycol = _rows(y, dtype)                                   # (N, D), y at column ycol
-        z_rows, zcol = (y_rows, ycol) if z is None else _rows(z, dtype)
+        y_rows, ycol = as_rows(y, dtype)                                   # (N, D), y at column ycol
+        z_rows, zcol = (y_rows, ycol) if z is None else as_rows(z, dtype)
         w = weight.astype(dtype, copy=False)
         n = y_rows.shape[0]
         out = np.empty(y.shape, dtype)
@@ -475,7 +374,7 @@ class GatedRMSNorm(Function):
         consts = np.array([0.0, 1.0 / group, 1.0, eps, np.inf], dtype)
         self.save_for_backward(y, z, weight, rstd)
         self.consts, self.dtype = consts, dtype
-        rows_per = _rows_per_block(d, out.itemsize)
+        rows_per = rows_per_block(d, out.itemsize)
         out_rows = out.reshape(n, d)
 
         def work(blocks, share):
@@ -487,22 +386,22 @@ class GatedRMSNorm(Function):
                         np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
                     _gated_rms_forward(y_rows, ycol, z_rows, zcol, e, w, consts, z is not None, r0, r1, out_rows,
                                        rstd)
-        _on_threads(work, -(-n // rows_per))
+        on_threads(work, -(-n // rows_per))
         return out
 
     def backward(self, grad):
         y, z, weight, rstd = self.saved
         dtype, d = self.dtype, y.shape[-1]
-        y_rows, ycol = _rows(y, dtype)
-        z_rows, zcol = (y_rows, ycol) if z is None else _rows(z, dtype)
-        g_rows, gcol = _rows(grad, dtype)
+        y_rows, ycol = as_rows(y, dtype)
+        z_rows, zcol = (y_rows, ycol) if z is None else as_rows(z, dtype)
+        g_rows, gcol = as_rows(grad, dtype)
         w = weight.astype(dtype, copy=False)
         n = y_rows.shape[0]
         dy, dycol, grad_y = _destination(self, 0, y.shape, dtype)
         dz, dzcol, grad_z = (dy, dycol, None) if z is None else _destination(self, 1, z.shape, dtype)
-        rows_per = _rows_per_block(d, dy.itemsize)
+        rows_per = rows_per_block(d, dy.itemsize)
         blocks = -(-n // rows_per)
-        dw = np.zeros((_shares(blocks), d), dtype)                       # per thread, summed below
+        dw = np.zeros((shares(blocks), d), dtype)                       # per thread, summed below
 
         def work(blocks, share):
             e, u = np.empty((rows_per, d), dtype), np.empty(d, dtype)
@@ -513,7 +412,7 @@ class GatedRMSNorm(Function):
                         np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
                     _gated_rms_backward(y_rows, ycol, z_rows, zcol, e, w, rstd, g_rows, gcol, self.consts,
                                         z is not None, r0, r1, dy, dycol, dz, dzcol, dw[share], u)
-        _on_threads(work, blocks)
+        on_threads(work, blocks)
         return grad_y, grad_z, dw.sum(axis=0)
 
 
