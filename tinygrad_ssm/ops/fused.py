@@ -51,9 +51,13 @@ def _gradient_destination(op: Function, i: int, dtype) -> tuple:
     slot = split.gradient_slot(x, dtype) if isinstance(split, SplitLast) else None
     if slot is not None:
         return slot
-    c = x.shape[-1]
     grad = np.empty(x.shape, dtype)
-    return grad.reshape(-1, c), 0, grad
+    return _matrix(grad), 0, grad
+
+
+def _matrix(a: np.ndarray) -> np.ndarray:
+    """(..., c) -> (N, c), also when c = 0."""
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
 
 
 # --- split along the last axis ------------------------------------------------------------------------------
@@ -85,7 +89,7 @@ class SplitLast(Function):
             self.grad = np.empty(self.grad_shape, dtype)
         a, b = self.bounds[index]
         self.lent[index] = self.grad[..., a:b]
-        return self.grad.reshape(-1, self.grad_shape[-1]), a, self.lent[index]
+        return _matrix(self.grad), a, self.lent[index]
 
     def backward(self, *grads):
         if self.grad is None:
@@ -109,8 +113,7 @@ def _destination(op: Function, i: int, shape: tuple, dtype) -> tuple:
     """(rows, col, gradient) for input i (see _gradient_destination); scratch when it needs no gradient."""
     if op.needs_input_grad[i]:
         return _gradient_destination(op, i, dtype)
-    scratch = np.empty(shape, dtype)
-    return scratch.reshape(-1, shape[-1]), 0, None
+    return _matrix(np.empty(shape, dtype)), 0, None
 
 
 # --- causal depthwise conv1d + SiLU -------------------------------------------------------------------------
