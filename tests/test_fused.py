@@ -116,6 +116,35 @@ def test_the_caller_does_not_wait_for_a_helper_that_never_starts():
             f.result()
 
 
+def test_gradients_are_the_same_bits_whatever_the_threads():
+    """Training resumes bit-identically only if a step's gradients do not depend on which thread summed
+    which block: the weight gradients are summed per block, in a fixed order."""
+    import numba
+    r = np.random.default_rng(10)
+    arrays = [r.standard_normal((4, 16, 9)).astype(np.float32), r.standard_normal((4, 16, 5)).astype(np.float32),
+              r.standard_normal((5, 1, 4)).astype(np.float32), r.standard_normal(5).astype(np.float32),
+              r.standard_normal(4).astype(np.float32)]
+
+    def grads():
+        p, y, cw, cb, nw = (tg.Tensor(a, requires_grad=True) for a in arrays)
+        z, xBC = fused.split_last(p, [4, 5])
+        loss = F.sum(fused.conv1d_silu(xBC, cw, cb) * 3.0) + F.sum(fused.gated_rms_norm(y[..., :4], z, nw, 2) ** 2)
+        loss.backward()
+        return [t.grad.data for t in (p, y, cw, cb, nw)]
+    before = numba.get_num_threads()
+    try:
+        with block_bytes(1):
+            results = []
+            for threads in (1, numba.config.NUMBA_NUM_THREADS, 1, numba.config.NUMBA_NUM_THREADS):
+                numba.set_num_threads(threads)
+                results.append(grads())
+    finally:
+        numba.set_num_threads(before)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_as_rows_reads_a_split_view_in_place_and_copies_other_layouts():
     base = np.arange(2 * 4 * 7.0).reshape(2, 4, 7)
     cases = [(base, True), (base[..., 2:5], True), (base[:, ::2, 1:4], True), (base[..., ::2], False),

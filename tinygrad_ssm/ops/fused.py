@@ -30,7 +30,7 @@ from numba import njit
 
 from .. import functional as F
 from ..tensor import Function, Tensor
-from .row_blocks import as_rows, on_threads, rows_per_block, shares
+from .row_blocks import as_rows, on_threads, rows_per_block
 
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums may vectorise; no nnan/ninf
             error_model="numpy")  # x / 0 = inf, no ZeroDivisionError check: a branch per division stops SIMD
@@ -214,9 +214,9 @@ class Conv1dSilu(Function):
         dx, dxcol, grad_x = _destination(self, 0, x.shape, dtype)
         steps = rows_per_block(c, wT.itemsize)
         per_seq = -(-l // steps) if l else 0
-        threads = shares(nb * per_seq)
-        dw = np.zeros((threads, k, c), dtype)                            # per thread, summed below
-        db = np.zeros((threads, c), dtype)
+        # per block, summed below in a fixed order: the same bits whichever thread ran which block
+        dw = np.zeros((nb * per_seq, k, c), dtype)
+        db = np.zeros((nb * per_seq, c), dtype)
         one, inf = dtype.type(1), dtype.type(np.inf)
 
         def work(blocks, share):
@@ -229,7 +229,7 @@ class Conv1dSilu(Function):
                     _conv_pre(rows, col, l, wT, b_, seq, t0, h, d)
                     np.exp(d[:h - t0], out=e[:h - t0])
                     _conv_silu_backward(rows, col, l, wT, g_rows, gcol, seq, t0, t1, d, e, one, inf, dx, dxcol,
-                                        dw[share], db[share])
+                                        dw[blk], db[blk])
         on_threads(work, nb * per_seq)
         grad_bias = db.sum(axis=0) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None
         return grad_x, dw.sum(axis=0).T, grad_bias
@@ -404,7 +404,7 @@ class GatedRMSNorm(Function):
         dz, dzcol, grad_z = (dy, dycol, None) if z is None else _destination(self, 1, z.shape, dtype)
         rows_per = rows_per_block(d, dy.itemsize)
         blocks = -(-n // rows_per)
-        dw = np.zeros((shares(blocks), d), dtype)                       # per thread, summed below
+        dw = np.zeros((blocks, d), dtype)          # per block, summed in a fixed order: the same bits every run
 
         def work(blocks, share):
             e, u = np.empty((rows_per, d), dtype), np.empty(d, dtype)
@@ -414,7 +414,7 @@ class GatedRMSNorm(Function):
                     if z is not None:
                         np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
                     _gated_rms_backward(y_rows, ycol, z_rows, zcol, e, w, rstd, g_rows, gcol, self.consts,
-                                        z is not None, r0, r1, dy, dycol, dz, dzcol, dw[share], u)
+                                        z is not None, r0, r1, dy, dycol, dz, dzcol, dw[blk], u)
         on_threads(work, blocks)
         return grad_y, grad_z, dw.sum(axis=0)
 
