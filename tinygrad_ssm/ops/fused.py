@@ -15,7 +15,9 @@ and NumPy does the exp: numba's scalar exp (no SVML in the llvmlite wheels) is ~
 one. sigmoid(v) = e / (1 + e) from e = exp(v) (1 where e = inf), so no negation pass. A strided input (the
 in_proj split's views) is read in place as rows of its base array from a column on, never copied; a conv or
 gated-norm input that is a SplitLast output gets its gradient written straight into the split's one gradient
-array (`SplitLast.gradient_slot`), so the split's backward copies nothing for it. The kernels keep the input
+array (`SplitLast.gradient_slot`), so the split's backward copies nothing for it. Weight gradients are summed
+per block in a fixed order: the same bits whichever thread ran which block (resume is bit-identical). The
+kernels keep the input
 dtype (a float32 model stays float32) and recompute cheap intermediates in backward instead of saving them,
 so a fused op holds less memory than its composition.
 """
