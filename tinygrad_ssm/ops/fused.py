@@ -17,9 +17,8 @@ in_proj split's views) is read in place as rows of its base array from a column 
 gated-norm input that is a SplitLast output gets its gradient written straight into the split's one gradient
 array (`SplitLast.gradient_slot`), so the split's backward copies nothing for it. Weight gradients are summed
 per block in a fixed order: the same bits whichever thread ran which block (resume is bit-identical). The
-kernels keep the input
-dtype (a float32 model stays float32) and recompute cheap intermediates in backward instead of saving them,
-so a fused op holds less memory than its composition.
+kernels keep the input dtype (a float32 model stays float32) and recompute cheap intermediates in backward
+instead of saving them, so a fused op holds less memory than its composition.
 """
 from __future__ import annotations
 
