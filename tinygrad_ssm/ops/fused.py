@@ -177,7 +177,7 @@ class Conv1dSilu(Function):
     x (b, l, c) (a strided view is read in place), weight (c, k), bias (c,) or None. Saves x only: pre is
     recomputed in backward (k multiply-adds per entry). With d = grad * s (1 + pre (1 - s)), s = sigmoid(pre):
     dx[t] = sum_j weight[:, j] d[t + k - 1 - j], dweight[:, j] = sum_t d[t] x[t + j - (k - 1)], dbias = sum d.
-    Blocks: up to `rows` steps of one sequence; backward recomputes pre for k - 1 steps past a block's end."""
+    A block is up to `steps` steps of one sequence; backward recomputes pre for k - 1 steps past its end."""
 
     def forward(self, x, weight, bias=None):
         dtype = np.result_type(x, weight)
@@ -188,11 +188,10 @@ class Conv1dSilu(Function):
         out = np.empty(x.shape, dtype)                                   # (b, l, c)
         if x.size == 0:
             return out
-        rows, col = as_rows(x, dtype)                                      # (b l, D), x at column col
+        rows, col = as_rows(x, dtype)                                    # (b l, D), x at column col
         steps = rows_per_block(c, out.itemsize)
         per_seq = -(-l // steps)
         pre_all = out.reshape(nb * l, c)
-
         one, inf = dtype.type(1), dtype.type(np.inf)
 
         def work(blocks, share):
@@ -369,7 +368,7 @@ class GatedRMSNorm(Function):
     def forward(self, y, z, weight, group=1, eps=1e-5):
         d = y.shape[-1]
         dtype = np.result_type(y, weight) if z is None else np.result_type(y, z, weight)
-        y_rows, ycol = as_rows(y, dtype)                                   # (N, D), y at column ycol
+        y_rows, ycol = as_rows(y, dtype)                                 # (N, D), y at column ycol
         z_rows, zcol = (y_rows, ycol) if z is None else as_rows(z, dtype)
         w = weight.astype(dtype, copy=False)
         n = y_rows.shape[0]
