@@ -185,7 +185,8 @@ def test_split_into_the_fused_ops_equals_reference(b, l, d, groups, conv, h, k, 
     r = np.random.default_rng(seed)
     d *= groups
     proj, y, nw = r.standard_normal((b, l, d + conv + h)), r.standard_normal((b, l, d)), r.standard_normal(d)
-    cw, cb, dtb = r.standard_normal((conv, 1, k)), (r.standard_normal(conv) if with_bias else None), r.standard_normal(h)
+    cw, dtb = r.standard_normal((conv, 1, k)), r.standard_normal(h)
+    cb = r.standard_normal(conv) if with_bias else None
 
     def chain(split, conv1d_silu, norm, softplus):
         def fn(p, yy, nww, cww, dtbb, cbb=None):

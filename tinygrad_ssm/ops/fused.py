@@ -122,8 +122,8 @@ def _destination(op: Function, i: int, shape: tuple, dtype) -> tuple:
 @njit(**_JIT)
 def _conv_pre(x, col, l, wT, bias, seq, t0, t1, pre):
     """pre[t - t0, ch] = bias[ch] + sum_j wT[j, ch] x[seq, t + j - (k - 1), ch] for t in [t0, t1) (x = 0 before
-    t = 0). x is given as rows (b l, D) from column col on (see row_blocks.as_rows). Row slices such as x[r, col:col + c] are
-    contiguous to numba; indexing x[r, col + ch] would gather (a sign check per index)."""
+    t = 0). x is given as rows (b l, D) from column col on (see row_blocks.as_rows). Row slices such as
+    x[r, col:col + c] are contiguous to numba; indexing x[r, col + ch] would gather (a sign check per index)."""
     c, k = pre.shape[1], wT.shape[0]
     for t in range(t0, t1):
         p = pre[t - t0]
@@ -147,7 +147,8 @@ def _silu_of_pre(pre, e, one, inf):
 def _conv_silu_backward(x, col, l, wT, grad, gcol, seq, t0, t1, d, e, one, inf, dx, dxcol, dw, db):
     """Steps [t0, t1) of sequence seq. On entry d holds pre for steps t0..h - 1 (h = min(t1 + k - 1, l): dx at t
     needs d up to t + k - 1) and e = exp(pre); d becomes grad silu'(pre) = grad s (1 + pre (1 - s)), s = e / (1 +
-    e) (1 where e = inf). Then dx[t] = sum_j wT[j] d[t + k - 1 - j], and dw[j] += sum_t d[t] x[t + j - (k - 1)], db += sum_t d[t]."""
+    e) (1 where e = inf). Then dx[t] = sum_j wT[j] d[t + k - 1 - j], and dw[j] += sum_t d[t] x[t + j - (k - 1)],
+    db += sum_t d[t]."""
     c, k = d.shape[1], wT.shape[0]
     for t in range(t0, min(t1 + k - 1, l)):
         dt, et, g = d[t - t0], e[t - t0], grad[seq * l + t, gcol:gcol + c]
