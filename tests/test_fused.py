@@ -1,6 +1,11 @@
 """Fused ops (tinygrad_ssm/ops/fused.py) against their engine-op twins: values and every input's gradient
-equal to 1e-10 in float64 on hypothesis-drawn shapes; gradchecks; float32 stays float32."""
+equal to 1e-10 in float64 on hypothesis-drawn shapes; gradchecks; float32 stays float32. The ops cut rows into
+blocks shared by the threads: tests draw the block size down to one row, so blocks split sequences and
+every thread gets some; inputs come contiguous, as views at a column offset, and in layouts that are copied."""
+import contextlib
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -9,7 +14,7 @@ from hypothesis import given, strategies as st
 
 import tinygrad_ssm as tg
 from tinygrad_ssm import functional as F
-from tinygrad_ssm.ops import fused
+from tinygrad_ssm.ops import fused, row_blocks
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 
@@ -23,6 +28,42 @@ def values_and_grads(fn, arrays, weight_seed=0):
     return out.data, [None if t is None else t.grad.data for t in tensors]
 
 
+@contextlib.contextmanager
+def block_bytes(n):
+    """Blocks of about n bytes of one array's rows (1 = one row per block) while the ops run."""
+    before, row_blocks.BLOCK_BYTES = row_blocks.BLOCK_BYTES, n
+    try:
+        yield
+    finally:
+        row_blocks.BLOCK_BYTES = before
+
+
+BLOCKS = st.sampled_from([1, 40, 64 * 1024])   # one row or step per block, a few, all in one
+
+
+def layout(x: np.ndarray, how: str) -> np.ndarray:
+    """The same values as x (b, l, c) in another memory layout: a column slice at an offset (a split's view) or
+    of every other step, both read in place; every other column or a transpose, both copied by the ops."""
+    if how == "offset view":
+        wide = np.zeros(x.shape[:-1] + (x.shape[-1] + 3,))
+        wide[..., 2:-1] = x
+        return wide[..., 2:-1]
+    if how == "every other column":
+        wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],))
+        wide[..., ::2] = x
+        return wide[..., ::2]
+    if how == "every other step":                             # rows evenly spaced, two base rows apart
+        wide = np.zeros((x.shape[0], 2 * x.shape[1], x.shape[2] + 3))
+        wide[:, ::2, 2:-1] = x
+        return wide[:, ::2, 2:-1]
+    if how == "transposed":
+        return np.ascontiguousarray(np.swapaxes(x, 0, 1)).swapaxes(0, 1)
+    return x
+
+
+LAYOUTS = st.sampled_from(["contiguous", "offset view", "every other step", "every other column", "transposed"])
+
+
 def assert_same(fast, slow, arrays):
     out_f, grads_f = values_and_grads(fast, arrays)
     out_s, grads_s = values_and_grads(slow, arrays)
@@ -30,6 +71,90 @@ def assert_same(fast, slow, arrays):
     for i, (gf, gs) in enumerate(zip(grads_f, grads_s)):
         if gs is not None:
             np.testing.assert_allclose(gf, gs, **TOL, err_msg=f"input {i}")
+
+
+# --- the threads ---------------------------------------------------------------------------------------------
+
+def test_every_block_runs_once_and_a_helper_error_reaches_the_caller():
+    import numba
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    seen = []
+
+    def work(blocks, share):
+        for blk in blocks:
+            seen.append((blk, share))
+    row_blocks.on_threads(work, 50)
+    assert sorted(b for b, _ in seen) == list(range(50))
+
+    def fail(blocks, share):
+        for _ in blocks:
+            if share > 0:
+                raise ValueError("from a helper")
+            time.sleep(0.001)                       # leave blocks for the helper
+    if numba.get_num_threads() > 1:
+        with pytest.raises(ValueError, match="from a helper"):
+            row_blocks.on_threads(fail, 200)
+
+
+def test_the_caller_does_not_wait_for_a_helper_that_never_starts():
+    """With every pool thread held up elsewhere, the op runs all blocks on the caller's thread and returns."""
+    import numba
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    row_blocks.on_threads(lambda blocks, share: None, 4)               # the pool exists
+    if row_blocks._pool is None:
+        pytest.skip("one thread: no pool")
+    release = threading.Event()
+    held = [row_blocks._pool.submit(release.wait, 30) for _ in range(row_blocks._pool._max_workers)]
+    try:
+        shares = []
+        start = time.perf_counter()
+        row_blocks.on_threads(lambda blocks, share: shares.extend(share for _ in blocks), 20)
+        assert shares == [0] * 20 and time.perf_counter() - start < 5
+    finally:
+        release.set()
+        for f in held:
+            f.result()
+
+
+def test_gradients_are_the_same_bits_whatever_the_threads():
+    """Training resumes bit-identically only if a step's gradients do not depend on which thread summed
+    which block: the weight gradients are summed per block, in a fixed order."""
+    import numba
+    r = np.random.default_rng(10)
+    arrays = [r.standard_normal((4, 16, 9)).astype(np.float32), r.standard_normal((4, 16, 5)).astype(np.float32),
+              r.standard_normal((5, 1, 4)).astype(np.float32), r.standard_normal(5).astype(np.float32),
+              r.standard_normal(4).astype(np.float32)]
+
+    def grads():
+        p, y, cw, cb, nw = (tg.Tensor(a, requires_grad=True) for a in arrays)
+        z, xBC = fused.split_last(p, [4, 5])
+        loss = F.sum(fused.conv1d_silu(xBC, cw, cb) * 3.0) + F.sum(fused.gated_rms_norm(y[..., :4], z, nw, 2) ** 2)
+        loss.backward()
+        return [t.grad.data for t in (p, y, cw, cb, nw)]
+    before = numba.get_num_threads()
+    try:
+        with block_bytes(1):
+            results = []
+            for threads in (1, numba.config.NUMBA_NUM_THREADS, 1, numba.config.NUMBA_NUM_THREADS):
+                numba.set_num_threads(threads)
+                results.append(grads())
+    finally:
+        numba.set_num_threads(before)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_as_rows_reads_a_split_view_in_place_and_copies_other_layouts():
+    base = np.arange(2 * 4 * 7.0).reshape(2, 4, 7)
+    cases = [(base, True), (base[..., 2:5], True), (base[:, ::2, 1:4], True), (base[..., ::2], False),
+             (base.transpose(1, 0, 2)[..., :3], False), (base[:1, :1, 3:6], True)]
+    for x, in_place in cases:
+        rows, col = row_blocks.as_rows(x, np.float64)
+        assert rows.flags.c_contiguous and np.shares_memory(rows, base) == in_place
+        np.testing.assert_array_equal(rows[:, col:col + x.shape[-1]], x.reshape(-1, x.shape[-1]))
+    rows, col = row_blocks.as_rows(base[..., 2:5], np.float32)   # another dtype: a converted copy
+    assert rows.dtype == np.float32 and col == 0 and not np.shares_memory(rows, base)
 
 
 # --- split ---------------------------------------------------------------------------------------------------
@@ -50,13 +175,62 @@ def test_split_last_rejects_bad_sizes():
         fused.split_last(tg.Tensor(np.zeros((3, 5))), [2, 2])
 
 
+@given(b=st.integers(1, 3), l=st.integers(1, 7), d=st.integers(1, 6), groups=st.integers(1, 2),
+       conv=st.integers(1, 5), h=st.integers(1, 3), k=st.integers(1, 4), with_bias=st.booleans(),
+       z_twice=st.booleans(), blocks=BLOCKS, seed=st.integers(0, 2**16))
+def test_split_into_the_fused_ops_equals_reference(b, l, d, groups, conv, h, k, with_bias, z_twice, blocks, seed):
+    """The mixer's chain: in_proj's output split into z, xBC, dt; z gates the norm (and, if z_twice, is used a
+    second time: that user keeps its own gradient and the split sums), xBC goes through conv + silu, dt through
+    softplus. The fused ops write their input gradients into the split's one gradient array."""
+    r = np.random.default_rng(seed)
+    d *= groups
+    proj, y, nw = r.standard_normal((b, l, d + conv + h)), r.standard_normal((b, l, d)), r.standard_normal(d)
+    cw, dtb = r.standard_normal((conv, 1, k)), r.standard_normal(h)
+    cb = r.standard_normal(conv) if with_bias else None
+
+    def chain(split, conv1d_silu, norm, softplus):
+        def fn(p, yy, nww, cww, dtbb, cbb=None):
+            z, xBC, dt = split(p)
+            out = norm(yy, z, nww)
+            if z_twice:
+                out = out * F.exp(z)
+            return F.cat([F.reshape(out, (-1,)), F.reshape(conv1d_silu(xBC, cww, cbb), (-1,)),
+                          F.reshape(softplus(dt, dtbb), (-1,))], axis=0)
+        return fn
+    sizes = [d, conv, h]
+    fast = chain(lambda p: fused.split_last(p, sizes), fused.conv1d_silu,
+                 lambda yy, z, w: fused.gated_rms_norm(yy, z, w, d // groups), fused.dt_softplus)
+    slow = chain(lambda p: F.split(p, sizes, axis=-1), fused.reference_conv1d_silu,
+                 lambda yy, z, w: fused.reference_gated_rms_norm(yy, z, w, d // groups), fused.reference_dt_softplus)
+    with block_bytes(blocks):
+        assert_same(fast, slow, [proj, y, nw, cw, dtb, cb])
+
+
+def test_split_lends_each_gradient_slot_once_and_a_second_backward_gets_a_new_one():
+    """retain_graph: the second backward gets the same gradients again (a slot lent the first time is not
+    written again), and gradient_slot lends a piece's slot only once per backward."""
+    r = np.random.default_rng(8)
+    p = tg.Tensor(r.standard_normal((2, 5, 7)), requires_grad=True)
+    cw = tg.Tensor(r.standard_normal((4, 1, 3)), requires_grad=True)
+    z, xBC = fused.split_last(p, [3, 4])
+    loss = F.sum(fused.conv1d_silu(xBC, cw) * 2.0) + F.sum(fused.gated_rms_norm(z, z, tg.Tensor(np.ones(3)), 3))
+    loss.backward(retain_graph=True)
+    first = p.grad.data.copy()
+    loss.backward()
+    np.testing.assert_allclose(p.grad.data, 2 * first, rtol=1e-12)
+    split = xBC._ctx
+    assert split.gradient_slot(xBC, np.float64) is not None
+    assert split.gradient_slot(xBC, np.float64) is None                          # lent already
+    assert split.gradient_slot(z, np.float32) is None                            # not the piece's dtype
+
+
 # --- conv1d + silu ---------------------------------------------------------------------------------------------
 
 @given(b=st.integers(1, 3), l=st.integers(1, 9), c=st.integers(1, 5), k=st.integers(1, 5), with_bias=st.booleans(),
-       strided=st.booleans(), seed=st.integers(0, 2**16))
-def test_conv1d_silu_equals_reference(b, l, c, k, with_bias, strided, seed):
+       strided=st.booleans(), blocks=BLOCKS, how=LAYOUTS, seed=st.integers(0, 2**16))
+def test_conv1d_silu_equals_reference(b, l, c, k, with_bias, strided, blocks, how, seed):
     r = np.random.default_rng(seed)
-    x = r.standard_normal((b, l, c + 2))                         # a strided view when `strided`, as after a split
+    x = layout(r.standard_normal((b, l, c + 2)), how)            # a strided view when `strided`, as after a split
     w, bias = r.standard_normal((c, 1, k)), (r.standard_normal(c) if with_bias else None)
 
     def run(op):
@@ -64,7 +238,28 @@ def test_conv1d_silu_equals_reference(b, l, c, k, with_bias, strided, seed):
             xx = xx[:, :, 1:c + 1] if strided else xx[:, :, :c]
             return op(xx, ww, bb)
         return fn
-    assert_same(run(fused.conv1d_silu), run(fused.reference_conv1d_silu), [x, w, bias])
+    with block_bytes(blocks):
+        assert_same(run(fused.conv1d_silu), run(fused.reference_conv1d_silu), [x, w, bias])
+
+
+@pytest.mark.parametrize("dtype,big", [(np.float64, 800.0), (np.float32, 100.0)])
+def test_saturated_sigmoids_equal_reference(dtype, big):
+    """Pre-activations and gates far past exp's overflow (exp = inf: sigmoid 1) or underflow (sigmoid 0) give
+    the reference's values and gradients, with no NaN."""
+    r = np.random.default_rng(9)
+    x = (r.choice([-big, big], (2, 5, 3)) + r.standard_normal((2, 5, 3))).astype(dtype)
+    z = (r.choice([-big, big], (2, 5, 3)) + r.standard_normal((2, 5, 3))).astype(dtype)
+    w, y = np.ones((3, 1, 1), dtype), r.standard_normal((2, 5, 3)).astype(dtype)
+    for fast, slow, arrays in ((lambda a, b_: fused.conv1d_silu(a, b_), fused.reference_conv1d_silu, [x, w]),
+                               (lambda a, b_: fused.gated_rms_norm(a, b_, tg.Tensor(np.ones(3, dtype)), 3),
+                                lambda a, b_: fused.reference_gated_rms_norm(a, b_, tg.Tensor(np.ones(3, dtype)), 3),
+                                [y, z])):
+        (out_f, grads_f), (out_s, grads_s) = values_and_grads(fast, arrays), values_and_grads(slow, arrays)
+        tol = TOL if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+        assert np.isfinite(out_f).all() and all(np.isfinite(g).all() for g in grads_f)
+        np.testing.assert_allclose(out_f, out_s, **tol)
+        for gf, gs in zip(grads_f, grads_s):
+            np.testing.assert_allclose(gf, gs, **tol)
 
 
 def test_conv1d_silu_gradcheck():
@@ -98,14 +293,17 @@ def test_dt_softplus_gradcheck():
 # --- gated rms norm -------------------------------------------------------------------------------------------
 
 @given(lead=st.lists(st.integers(1, 3), max_size=2), groups=st.integers(1, 3), group=st.integers(1, 5),
-       gated=st.booleans(), seed=st.integers(0, 2**16))
-def test_gated_rms_norm_equals_reference(lead, groups, group, gated, seed):
+       gated=st.booleans(), blocks=BLOCKS, how=LAYOUTS, seed=st.integers(0, 2**16))
+def test_gated_rms_norm_equals_reference(lead, groups, group, gated, blocks, how, seed):
     r = np.random.default_rng(seed)
     d = groups * group
     y, w = r.standard_normal((*lead, d)), r.standard_normal(d)
     z = r.standard_normal((*lead, d)) * 2 if gated else None
-    assert_same(lambda yy, ww, zz=None: fused.gated_rms_norm(yy, zz, ww, group, 1e-5),
-                lambda yy, ww, zz=None: fused.reference_gated_rms_norm(yy, zz, ww, group, 1e-5), [y, w, z])
+    if len(lead) == 2 and z is not None:
+        z = layout(z, how)
+    with block_bytes(blocks):
+        assert_same(lambda yy, ww, zz=None: fused.gated_rms_norm(yy, zz, ww, group, 1e-5),
+                    lambda yy, ww, zz=None: fused.reference_gated_rms_norm(yy, zz, ww, group, 1e-5), [y, w, z])
 
 
 def test_gated_rms_norm_gradcheck():
@@ -133,6 +331,25 @@ def test_float32_in_float32_out_and_gradients():
     assert all(o.dtype == np.float32 for o in outs)
     sum(F.sum(o) for o in outs).backward()
     assert all(t.grad.dtype == np.float32 for t in (x, w, bias, z, nw, dt, dtb))
+
+
+def test_float32_split_into_the_fused_ops_matches_float64():
+    """The float32 mixer chain (split pieces read in place, gradients written into the split's array) keeps
+    float32 and agrees with the same chain in float64 to float32 precision."""
+    r = np.random.default_rng(6)
+    arrays = [r.standard_normal((2, 6, 13)), r.standard_normal((2, 6, 4)), r.standard_normal((6, 1, 4)),
+              r.standard_normal(6), r.standard_normal(4)]
+    results = []
+    for dtype in (np.float32, np.float64):
+        p, y, cw, cb, nw = (tg.Tensor(a.astype(dtype), requires_grad=True) for a in arrays)
+        z, xBC, dt = fused.split_last(p, [4, 6, 3])
+        loss = (F.sum(fused.gated_rms_norm(y, z, nw, 2) * 1.5) + F.sum(fused.conv1d_silu(xBC, cw, cb) ** 2)
+                + F.sum(dt * 3.0))
+        loss.backward()
+        results.append([p.grad.data, y.grad.data, cw.grad.data, cb.grad.data, nw.grad.data])
+    for g32, g64 in zip(*results):
+        assert g32.dtype == np.float32
+        np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-4)
 
 
 # --- the model's switch ---------------------------------------------------------------------------------------

@@ -8,9 +8,17 @@ holds equal in float64 to 1e-10, and gradchecks.
     dt_softplus(dt, bias, low, high)   = clip(softplus(dt + bias), low, high)
     gated_rms_norm(y, z, weight, G, e) = rms_norm per group of G channels of (y * silu(z)), times weight
 
-The numba kernels loop over rows in parallel (prange) and over channels innermost (contiguous); they keep
-the input dtype (a float32 model stays float32) and recompute cheap intermediates in backward instead of
-saving them, so a fused op holds less memory than its composition.
+How they run (each choice measured, benchmarks/bench_fused.py): the rows are cut into blocks of ~128 KiB
+that stay in L2, handed to whichever thread asks first (numba.get_num_threads() of them, the caller's among
+them; the caller never waits for a helper that has not started). Per block, a numba kernel does the arithmetic
+and NumPy does the exp: numba's scalar exp (no SVML in the llvmlite wheels) is ~10x slower than NumPy's SIMD
+one. sigmoid(v) = e / (1 + e) from e = exp(v) (1 where e = inf), so no negation pass. A strided input (the
+in_proj split's views) is read in place as rows of its base array from a column on, never copied; a conv or
+gated-norm input that is a SplitLast output gets its gradient written straight into the split's one gradient
+array (`SplitLast.gradient_slot`), so the split's backward copies nothing for it. Weight gradients are summed
+per block in a fixed order: the same bits whichever thread ran which block (resume is bit-identical). The
+kernels keep the input dtype (a float32 model stays float32) and recompute cheap intermediates in backward
+instead of saving them, so a fused op holds less memory than its composition.
 """
 from __future__ import annotations
 
@@ -19,12 +27,14 @@ import os
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .. import functional as F
 from ..tensor import Function, Tensor
+from .row_blocks import as_rows, on_threads, rows_per_block
 
-_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # sums may vectorise; no nnan/ninf
+_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums may vectorise; no nnan/ninf
+            error_model="numpy")  # x / 0 = inf, no ZeroDivisionError check: a branch per division stops SIMD
 
 # numba's default OpenMP pool spins after each parallel loop and starves the BLAS threads of the matmul that
 # follows (a training step ran 2-5x slower on 2 cores); the workqueue pool sleeps. Set before the first
@@ -33,29 +43,64 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
 
-def _sigmoid(a: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-a)) in a's dtype with NumPy's SIMD exp: numba's scalar exp (no SVML here) was most of
-    each fused kernel's time. exp overflowing to inf gives exactly 0, as it should."""
-    with np.errstate(over="ignore"):
-        s = np.exp(-a)
-    s += 1
-    return np.reciprocal(s, out=s)
+def _gradient_destination(op: Function, i: int, dtype) -> tuple:
+    """Where op's backward writes the gradient of its input i: (rows, col, gradient) with gradient (x's shape)
+    == rows[:, col:col + c] reshaped: a slot of the gradient array of the SplitLast that made that input when
+    it lends one (see SplitLast.gradient_slot), else a new array."""
+    x = op.inputs[i]
+    split = x._ctx
+    slot = split.gradient_slot(x, dtype) if isinstance(split, SplitLast) else None
+    if slot is not None:
+        return slot
+    grad = np.empty(x.shape, dtype)
+    return _matrix(grad), 0, grad
+
+
+def _matrix(a: np.ndarray) -> np.ndarray:
+    """(..., c) -> (N, c), also when c = 0."""
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
 
 
 # --- split along the last axis ------------------------------------------------------------------------------
 
 class SplitLast(Function):
-    """x (..., sum(sizes)) -> views x[..., s_i:s_i + n_i]. Backward: the pieces' gradients side by side
-    (one concatenate; an unused piece arrives as zeros), instead of one full-size zeros array per piece."""
+    """x (..., sum(sizes)) -> views x[..., s_i:s_i + n_i]. Backward: the pieces' gradients side by side in one
+    array (an unused piece's are zeros), instead of one full-size zeros array per piece.
+    A fused op whose input is piece i may ask for `gradient_slot` in its backward and write its gradient there,
+    in that one array, so this backward copies nothing for that piece."""
 
     is_view = True
 
     def forward(self, x, sizes=()):
-        starts = np.cumsum((0,) + tuple(sizes))
-        return tuple(x[..., a:b] for a, b in zip(starts[:-1], starts[1:]))
+        self.bounds = tuple(zip(np.cumsum((0,) + sizes[:-1]).tolist(), np.cumsum(sizes).tolist()))
+        self.grad_shape, self.grad = x.shape, None
+        self.lent: dict = {}                                             # piece -> its slot of self.grad
+        return tuple(x[..., a:b] for a, b in self.bounds)
+
+    def gradient_slot(self, piece: Tensor, dtype) -> tuple | None:
+        """(rows (N, D), col, slot): slot = this op's gradient array[..., a:b], where the gradient of output
+        `piece` goes, and the same memory as rows[:, col:col + b - a]; backward then copies nothing for that
+        piece if it gets `slot` itself back as its gradient. None if
+        `piece` is not (or no longer) an output, the dtype is not the input's, or the slot was lent already
+        (a second user of the piece keeps its own array; the engine then sums the two and backward copies)."""
+        index = next((j for j, ref in enumerate(self.outputs) if ref() is piece), None)
+        if index is None or index in self.lent or self._freed or dtype != self.output_specs[index][1]:
+            return None
+        if self.grad is None:
+            self.grad = np.empty(self.grad_shape, dtype)
+        a, b = self.bounds[index]
+        self.lent[index] = self.grad[..., a:b]
+        return _matrix(self.grad), a, self.lent[index]
 
     def backward(self, *grads):
-        return np.concatenate(grads, axis=-1)
+        if self.grad is None:
+            return np.concatenate(grads, axis=-1)
+        out, lent = self.grad, self.lent
+        self.grad, self.lent = None, {}                                  # lent once: nothing writes it later
+        for j, ((a, b), g) in enumerate(zip(self.bounds, grads)):
+            if g is not lent.get(j):                                     # not written in place (or a sum of two)
+                out[..., a:b] = g
+        return out
 
 
 def split_last(x: Tensor, sizes) -> tuple:
@@ -65,83 +110,130 @@ def split_last(x: Tensor, sizes) -> tuple:
     return SplitLast.apply(x, sizes=sizes)
 
 
+def _destination(op: Function, i: int, shape: tuple, dtype) -> tuple:
+    """(rows, col, gradient) for input i (see _gradient_destination); scratch when it needs no gradient."""
+    if op.needs_input_grad[i]:
+        return _gradient_destination(op, i, dtype)
+    return _matrix(np.empty(shape, dtype)), 0, None
+
+
 # --- causal depthwise conv1d + SiLU -------------------------------------------------------------------------
 
-@njit(parallel=True, **_JIT)
-def _conv_silu_pre(x, wT, bias, pre):
-    """pre[b, t, c] = bias[c] + sum_j wT[j, c] x[b, t + j - (k - 1), c]   (x = 0 before t = 0)."""
-    nb, l, c = x.shape
-    k = wT.shape[0]
-    for i in prange(nb * l):
-        bi, t = i // l, i % l
+@njit(**_JIT)
+def _conv_pre(x, col, l, wT, bias, seq, t0, t1, pre):
+    """pre[t - t0, ch] = bias[ch] + sum_j wT[j, ch] x[seq, t + j - (k - 1), ch] for t in [t0, t1) (x = 0 before
+    t = 0). x is given as rows (b l, D) from column col on (see row_blocks.as_rows). Row slices such as
+    x[r, col:col + c] are contiguous to numba; indexing x[r, col + ch] would gather (a sign check per index)."""
+    c, k = pre.shape[1], wT.shape[0]
+    for t in range(t0, t1):
+        p = pre[t - t0]
+        p[:] = bias
+        for j in range(max(0, k - 1 - t), k):
+            xr, w = x[seq * l + t + j - (k - 1), col:col + c], wT[j]
+            for ch in range(c):
+                p[ch] += w[ch] * xr[ch]
+
+
+@njit(**_JIT)
+def _silu_of_pre(pre, e, one, inf):
+    """pre becomes silu(pre) = pre s, given e = exp(pre): s = sigmoid(pre) = e / (1 + e), 1 where e = inf."""
+    for i in range(pre.shape[0]):
+        p, er = pre[i], e[i]
+        for ch in range(pre.shape[1]):
+            p[ch] = p[ch] * (one if er[ch] == inf else er[ch] / (one + er[ch]))
+
+
+@njit(**_JIT)
+def _conv_silu_backward(x, col, l, wT, grad, gcol, seq, t0, t1, d, e, one, inf, dx, dxcol, dw, db):
+    """Steps [t0, t1) of sequence seq. On entry d holds pre for steps t0..h - 1 (h = min(t1 + k - 1, l): dx at t
+    needs d up to t + k - 1) and e = exp(pre); d becomes grad silu'(pre) = grad s (1 + pre (1 - s)), s = e / (1 +
+    e) (1 where e = inf). Then dx[t] = sum_j wT[j] d[t + k - 1 - j], and dw[j] += sum_t d[t] x[t + j - (k - 1)],
+    db += sum_t d[t]."""
+    c, k = d.shape[1], wT.shape[0]
+    for t in range(t0, min(t1 + k - 1, l)):
+        dt, et, g = d[t - t0], e[t - t0], grad[seq * l + t, gcol:gcol + c]
         for ch in range(c):
-            pre[bi, t, ch] = bias[ch]
-        for j in range(k):
-            s = t + j - (k - 1)
-            if s >= 0:
-                for ch in range(c):
-                    pre[bi, t, ch] += wT[j, ch] * x[bi, s, ch]
-
-
-@njit(parallel=True, **_JIT)
-def _conv_silu_backward(x, wT, grad, dpre, sig, ones, dx, dw_partial):
-    """dpre holds pre (the conv output) on entry and its gradient on exit; sig = sigmoid(pre); ones = [1] in
-    the data's dtype (a float64 literal would widen every float32 lane). dx[b, s] = sum_j wT[j] dpre[b, s + k
-    - 1 - j]; dw_partial[b, j, c] = sum_t dpre[b, t, c] x[b, t + j - (k - 1), c] (summed over b by the caller)."""
-    nb, l, c = x.shape
-    k = wT.shape[0]
-    one = ones[0]
-    for bi in prange(nb):
-        for t in range(l):
+            s = one if et[ch] == inf else et[ch] / (one + et[ch])
+            a = dt[ch]
+            dt[ch] = g[ch] * s * (one + a * (one - s))
+    for t in range(t0, t1):
+        i, r = t - t0, seq * l + t
+        out, dt, last = dx[r, dxcol:dxcol + c], d[i], wT[k - 1]
+        for ch in range(c):
+            out[ch] = last[ch] * dt[ch]
+        for j in range(max(0, t + k - l), k - 1):
+            w, later = wT[j], d[i + k - 1 - j]
             for ch in range(c):
-                a, s = dpre[bi, t, ch], sig[bi, t, ch]
-                dpre[bi, t, ch] = grad[bi, t, ch] * s * (one + a * (one - s))
-        for s_ in range(l):
+                out[ch] += w[ch] * later[ch]
+        for ch in range(c):
+            db[ch] += dt[ch]
+        for j in range(max(0, k - 1 - t), k):
+            xr, acc = x[r + j - (k - 1), col:col + c], dw[j]
             for ch in range(c):
-                dx[bi, s_, ch] = 0.0
-            for j in range(k):
-                t = s_ + (k - 1) - j
-                if t < l:
-                    for ch in range(c):
-                        dx[bi, s_, ch] += wT[j, ch] * dpre[bi, t, ch]
-        for j in range(k):
-            for ch in range(c):
-                dw_partial[bi, j, ch] = 0.0
-            for t in range(max(0, (k - 1) - j), l):
-                for ch in range(c):
-                    dw_partial[bi, j, ch] += dpre[bi, t, ch] * x[bi, t + j - (k - 1), ch]
+                acc[ch] += dt[ch] * xr[ch]
 
 
 class Conv1dSilu(Function):
     """y = silu(pre), pre[b, t, c] = bias[c] + sum_j weight[c, j] x[b, t + j - (k - 1), c].
-    x (b, l, c) (a strided view is copied), weight (c, k), bias (c,) or None. Saves x only: pre is recomputed in
-    backward (k multiply-adds per entry). With d = grad * s (1 + pre (1 - s)), s = sigmoid(pre):
-    dx[t] = sum_j weight[:, j] d[t + k - 1 - j], dweight[:, j] = sum_t d[t] x[t + j - (k - 1)], dbias = sum d."""
+    x (b, l, c) (a strided view is read in place), weight (c, k), bias (c,) or None. Saves x only: pre is
+    recomputed in backward (k multiply-adds per entry). With d = grad * s (1 + pre (1 - s)), s = sigmoid(pre):
+    dx[t] = sum_j weight[:, j] d[t + k - 1 - j], dweight[:, j] = sum_t d[t] x[t + j - (k - 1)], dbias = sum d.
+    A block is up to `steps` steps of one sequence; backward recomputes pre for k - 1 steps past its end."""
 
     def forward(self, x, weight, bias=None):
         dtype = np.result_type(x, weight)
         wT = np.ascontiguousarray(weight.T, dtype=dtype)                 # (k, c)
         b_ = np.zeros(x.shape[2], dtype) if bias is None else bias.astype(dtype, copy=False)
-        # the kernels run on a contiguous copy of a strided x (the in_proj split's view): over the view they
-        # ran 2-3x slower (no vector loads). The view itself is saved (its base lives on anyway), and copied
-        # again in backward: one more pass, no memory held between forward and backward
-        self.save_for_backward(x, wT, b_)
-        x = np.ascontiguousarray(x, dtype=dtype)
+        self.save_for_backward(x, wT, b_)                                # x as given: a view stays a view
+        nb, l, c = x.shape
         out = np.empty(x.shape, dtype)                                   # (b, l, c)
-        _conv_silu_pre(x, wT, b_, out)
-        return np.multiply(out, _sigmoid(out), out=out)
+        if x.size == 0:
+            return out
+        rows, col = as_rows(x, dtype)                                    # (b l, D), x at column col
+        steps = rows_per_block(c, out.itemsize)
+        per_seq = -(-l // steps)
+        pre_all = out.reshape(nb * l, c)
+        one, inf = dtype.type(1), dtype.type(np.inf)
+
+        def work(blocks, share):
+            exp = np.empty((steps, c), dtype)
+            with np.errstate(over="ignore"):                             # exp(pre) = inf: sigmoid 1, handled
+                for blk in blocks:
+                    seq, t0 = blk // per_seq, blk % per_seq * steps
+                    t1 = min(t0 + steps, l)
+                    pre, e = pre_all[seq * l + t0:seq * l + t1], exp[:t1 - t0]
+                    _conv_pre(rows, col, l, wT, b_, seq, t0, t1, pre)
+                    _silu_of_pre(pre, np.exp(pre, out=e), one, inf)
+        on_threads(work, nb * per_seq)
+        return out
 
     def backward(self, grad):                                          # grad (b, l, c)
         x, wT, b_ = self.saved
-        x = np.ascontiguousarray(x, dtype=wT.dtype)
-        grad = np.ascontiguousarray(grad, dtype=x.dtype)
-        d = np.empty(x.shape, x.dtype)
-        _conv_silu_pre(x, wT, b_, d)
-        dx = np.empty(x.shape, x.dtype)
-        dw_partial = np.empty((x.shape[0],) + wT.shape, x.dtype)        # (b, k, c)
-        _conv_silu_backward(x, wT, grad, d, _sigmoid(d), np.ones(1, x.dtype), dx, dw_partial)
-        grad_bias = d.sum(axis=(0, 1)) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None
-        return dx, dw_partial.sum(axis=0).T, grad_bias
+        dtype, (nb, l, c), k = wT.dtype, x.shape, wT.shape[0]
+        rows, col = as_rows(x, dtype)
+        g_rows, gcol = as_rows(grad, dtype)
+        dx, dxcol, grad_x = _destination(self, 0, x.shape, dtype)
+        steps = rows_per_block(c, wT.itemsize)
+        per_seq = -(-l // steps) if l else 0
+        # per block, summed below in a fixed order: the same bits whichever thread ran which block
+        dw = np.zeros((nb * per_seq, k, c), dtype)
+        db = np.zeros((nb * per_seq, c), dtype)
+        one, inf = dtype.type(1), dtype.type(np.inf)
+
+        def work(blocks, share):
+            d, e = np.empty((steps + k - 1, c), dtype), np.empty((steps + k - 1, c), dtype)
+            with np.errstate(over="ignore"):
+                for blk in blocks:
+                    seq, t0 = blk // per_seq, blk % per_seq * steps
+                    t1 = min(t0 + steps, l)
+                    h = min(t1 + k - 1, l)
+                    _conv_pre(rows, col, l, wT, b_, seq, t0, h, d)
+                    np.exp(d[:h - t0], out=e[:h - t0])
+                    _conv_silu_backward(rows, col, l, wT, g_rows, gcol, seq, t0, t1, d, e, one, inf, dx, dxcol,
+                                        dw[blk], db[blk])
+        on_threads(work, nb * per_seq)
+        grad_bias = db.sum(axis=0) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None
+        return grad_x, dw.sum(axis=0).T, grad_bias
 
 
 def _conv_weight(weight: Tensor) -> Tensor:
@@ -195,120 +287,137 @@ def reference_dt_softplus(dt, bias, low=0.0, high=math.inf):
 
 # --- gated (grouped) RMS norm ---------------------------------------------------------------------------------
 
-# consts = [0, 1 / group, 1, eps] in the data's dtype: scalars of that dtype keep a float32 norm in float32
-# lanes (float64 literals in the loops made them 2-3x slower); the gate's branch sits outside the loops
+# consts = [0, 1 / group, 1, eps, inf] in the data's dtype: scalars of that dtype keep a float32 norm in float32
+# lanes (float64 literals in the loops made them 2-3x slower); the gate's branch sits outside the loops.
+# y and z come as rows from a column on (see row_blocks.as_rows); e = exp(z) for the block's rows (NumPy's), or unused:
+# sigmoid(z) = e / (1 + e), and 1 where e = inf (consts[4]).
 
 
 @njit(**_JIT)
-def _gated_input(y, z, s, gated_flag, u):
-    """u = y * silu(z) = y z sigmoid(z), given s = sigmoid(z); u = y without a gate."""
-    if gated_flag:
-        for ch in range(y.shape[0]):
-            u[ch] = y[ch] * z[ch] * s[ch]
-    else:
-        for ch in range(y.shape[0]):
-            u[ch] = y[ch]
+def _gated_rms_forward(y, ycol, z, zcol, e, weight, consts, gated, r0, r1, out, rstd):
+    """Rows [r0, r1), per group: u = y * silu(z) = y z sigmoid(z) (or y); r = 1 / sqrt(mean(u^2) + eps);
+    out = u r weight."""
+    zero, inv_group, one, eps, inf = consts[0], consts[1], consts[2], consts[3], consts[4]
+    d, G = out.shape[1], rstd.shape[1]
+    group = d // G
+    for r in range(r0, r1):
+        o, yr = out[r], y[r, ycol:ycol + d]
+        if gated:
+            zr, er = z[r, zcol:zcol + d], e[r - r0]
+            for ch in range(d):
+                o[ch] = yr[ch] * zr[ch] * (one if er[ch] == inf else er[ch] / (one + er[ch]))
+        else:
+            o[:] = yr
+        for g in range(G):                                              # slices: 0-based loops vectorise
+            og, wg = o[g * group:(g + 1) * group], weight[g * group:(g + 1) * group]
+            acc = zero
+            for ch in range(group):
+                acc += og[ch] * og[ch]
+            rs = one / math.sqrt(acc * inv_group + eps)
+            rstd[r, g] = rs
+            for ch in range(group):
+                og[ch] = og[ch] * rs * wg[ch]
 
 
 @njit(**_JIT)
-def _gated_rms_forward_row(y, z, sig, weight, consts, gated_flag, out, rstd):
-    G = rstd.shape[0]
-    group = y.shape[0] // G
-    _gated_input(y, z, sig, gated_flag, out)
-    for g in range(G):
-        lo = g * group
-        acc = consts[0]
-        for ch in range(lo, lo + group):
-            acc += out[ch] * out[ch]
-        rstd[g] = 1.0 / math.sqrt(acc * consts[1] + consts[3])
-        r = rstd[g]
-        for ch in range(lo, lo + group):
-            out[ch] = out[ch] * r * weight[ch]
-
-
-@njit(parallel=True, **_JIT)
-def _gated_rms_forward(y, z, sig, weight, consts, gated_flag, out, rstd):
-    """Per row and group: u = y * silu(z) (or y); r = 1 / sqrt(mean(u^2) + eps); out = u r weight."""
-    for i in prange(y.shape[0]):
-        _gated_rms_forward_row(y[i], z[i], sig[i], weight, consts, gated_flag, out[i], rstd[i])
-
-
-@njit(**_JIT)
-def _gated_rms_backward_row(y, z, s, weight, rstd, grad, consts, gated_flag, dy, dz, dw, u):
-    """One row; s = sigmoid(z); u is a scratch row (the gated input). du = r (g w - u r mean(g w u r))."""
-    G = rstd.shape[0]
-    group = y.shape[0] // G
-    _gated_input(y, z, s, gated_flag, u)
-    for g in range(G):
-        lo = g * group
-        r = rstd[g]
-        dot = consts[0]
-        for ch in range(lo, lo + group):
-            gu = grad[ch] * u[ch] * r
-            dot += gu * weight[ch]
-            dw[ch] += gu
-        m = dot * consts[1] * r
-        for ch in range(lo, lo + group):
-            dy[ch] = r * (grad[ch] * weight[ch] - u[ch] * m)            # du
-    if gated_flag:
-        one = consts[2]
-        for ch in range(y.shape[0]):
-            du, a, sg = dy[ch], z[ch], s[ch]
-            dy[ch] = du * a * sg
-            dz[ch] = du * y[ch] * sg * (one + a * (one - sg))
-
-
-@njit(parallel=True, **_JIT)
-def _gated_rms_backward(y, z, sig, weight, rstd, grad, consts, gated_flag, dy, dz, dw_partial):
-    """dxhat = grad w; du = r (dxhat - xhat mean(dxhat xhat)); dy = du silu(z); dz = du y silu'(z);
-    dw_partial[block] = sum over the block's rows of grad xhat (rows cut into len(dw_partial) blocks)."""
-    N, d = y.shape
-    blocks = dw_partial.shape[0]
-    for blk in prange(blocks):
-        dw_partial[blk, :] = 0.0
-        u = np.empty(d, y.dtype)
-        for i in range(blk * N // blocks, (blk + 1) * N // blocks):
-            _gated_rms_backward_row(y[i], z[i], sig[i], weight, rstd[i], grad[i], consts, gated_flag, dy[i], dz[i],
-                                    dw_partial[blk], u)
+def _gated_rms_backward(y, ycol, z, zcol, e, weight, rstd, grad, gcol, consts, gated, r0, r1,
+                        dy, dycol, dz, dzcol, dw, u):
+    """Rows [r0, r1): with xhat = u r, du = r (g w - xhat mean(g w xhat)); dy = du silu(z) (= du without a
+    gate); dz = du y silu'(z); dw += g xhat. u is a scratch row; e becomes s = sigmoid(z)."""
+    zero, inv_group, one, inf = consts[0], consts[1], consts[2], consts[4]
+    d, G = weight.shape[0], rstd.shape[1]
+    group = d // G
+    for r in range(r0, r1):
+        yr, zr, sr, gr = y[r, ycol:ycol + d], z[r, zcol:zcol + d], e[r - r0], grad[r, gcol:gcol + d]
+        if gated:
+            for ch in range(d):
+                s = one if sr[ch] == inf else sr[ch] / (one + sr[ch])
+                sr[ch] = s
+                u[ch] = yr[ch] * zr[ch] * s
+        else:
+            u[:] = yr
+        for g in range(G):                                              # slices: 0-based loops vectorise
+            lo, hi = g * group, (g + 1) * group
+            gg, ug, wg, dwg = gr[lo:hi], u[lo:hi], weight[lo:hi], dw[lo:hi]
+            rs = rstd[r, g]
+            dot = zero
+            for ch in range(group):
+                gu = gg[ch] * ug[ch] * rs
+                dot += gu * wg[ch]
+                dwg[ch] += gu
+            m = dot * inv_group * rs
+            for ch in range(group):
+                ug[ch] = rs * (gg[ch] * wg[ch] - ug[ch] * m)                   # u becomes du
+        dyr = dy[r, dycol:dycol + d]
+        if gated:
+            dzr = dz[r, dzcol:dzcol + d]
+            for ch in range(d):
+                s, a = sr[ch], zr[ch]
+                dyr[ch] = u[ch] * a * s
+                dzr[ch] = u[ch] * yr[ch] * s * (one + a * (one - s))
+        else:
+            dyr[:] = u
 
 
 class GatedRMSNorm(Function):
     """out = u r weight, u = y * silu(z) (u = y without z), r = 1 / sqrt(mean over each group of u^2 + eps).
-    y, z (..., d), weight (d,). Saves y, z (as given: a view stays a view) and r (one number per row and
-    group); u and sigmoid(z) are recomputed.
+    y, z (..., d), weight (d,). Saves y, z (as given: a view stays a view, read in place) and r (one number
+    per row and group); u and sigmoid(z) are recomputed.
     With xhat = u r:  du = r (g w - xhat mean(g w xhat)),  dy = du silu(z),  dz = du y silu'(z),
     dweight = sum over rows of g xhat."""
 
     def forward(self, y, z, weight, group=1, eps=1e-5):
         d = y.shape[-1]
         dtype = np.result_type(y, weight) if z is None else np.result_type(y, z, weight)
-        y2 = np.ascontiguousarray(y.reshape(-1, d), dtype=dtype)         # (N, d)
-        z2 = y2 if z is None else np.ascontiguousarray(z.reshape(-1, d), dtype=dtype)
+        y_rows, ycol = as_rows(y, dtype)                                 # (N, D), y at column ycol
+        z_rows, zcol = (y_rows, ycol) if z is None else as_rows(z, dtype)
         w = weight.astype(dtype, copy=False)
-        out = np.empty_like(y2)
-        rstd = np.empty((y2.shape[0], d // group), dtype)                # (N, G)
-        sig = _sigmoid(z2) if z is not None else y2                    # (N, d); unused without a gate
-        consts = np.array([0.0, 1.0 / group, 1.0, eps], dtype)
-        _gated_rms_forward(y2, z2, sig, w, consts, z is not None, out, rstd)
-        self.save_for_backward(y, z, weight, rstd)                       # z may be a view: copied again later
-        self.consts, self.gated, self.shape, self.dtype = consts, z is not None, y.shape, dtype
-        return out.reshape(y.shape)
+        n = y_rows.shape[0]
+        out = np.empty(y.shape, dtype)
+        rstd = np.empty((n, d // group), dtype)                          # (N, G)
+        consts = np.array([0.0, 1.0 / group, 1.0, eps, np.inf], dtype)
+        self.save_for_backward(y, z, weight, rstd)
+        self.consts, self.dtype = consts, dtype
+        rows_per = rows_per_block(d, out.itemsize)
+        out_rows = out.reshape(n, d)
+
+        def work(blocks, share):
+            e = np.empty((rows_per, d), dtype) if z is not None else out_rows
+            with np.errstate(over="ignore"):
+                for blk in blocks:
+                    r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
+                    if z is not None:
+                        np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
+                    _gated_rms_forward(y_rows, ycol, z_rows, zcol, e, w, consts, z is not None, r0, r1, out_rows,
+                                       rstd)
+        on_threads(work, -(-n // rows_per))
+        return out
 
     def backward(self, grad):
         y, z, weight, rstd = self.saved
-        d = self.shape[-1]
-        y2 = np.ascontiguousarray(y.reshape(-1, d), dtype=self.dtype)    # (N, d)
-        z2 = y2 if z is None else np.ascontiguousarray(z.reshape(-1, d), dtype=self.dtype)
-        w = weight.astype(self.dtype, copy=False)
-        g2 = np.ascontiguousarray(grad.reshape(y2.shape), dtype=y2.dtype)
-        dy = np.empty_like(y2)
-        dz = np.empty_like(y2) if self.gated else dy
-        blocks = max(1, min(16, y2.shape[0]))
-        dw_partial = np.empty((blocks, y2.shape[1]), y2.dtype)
-        sig = _sigmoid(z2) if self.gated else y2
-        _gated_rms_backward(y2, z2, sig, w, rstd, g2, self.consts, self.gated, dy, dz, dw_partial)
-        grad_z = dz.reshape(self.shape) if self.gated else None
-        return dy.reshape(self.shape), grad_z, dw_partial.sum(axis=0)
+        dtype, d = self.dtype, y.shape[-1]
+        y_rows, ycol = as_rows(y, dtype)
+        z_rows, zcol = (y_rows, ycol) if z is None else as_rows(z, dtype)
+        g_rows, gcol = as_rows(grad, dtype)
+        w = weight.astype(dtype, copy=False)
+        n = y_rows.shape[0]
+        dy, dycol, grad_y = _destination(self, 0, y.shape, dtype)
+        dz, dzcol, grad_z = (dy, dycol, None) if z is None else _destination(self, 1, z.shape, dtype)
+        rows_per = rows_per_block(d, dy.itemsize)
+        blocks = -(-n // rows_per)
+        dw = np.zeros((blocks, d), dtype)          # per block, summed in a fixed order: the same bits every run
+
+        def work(blocks, share):
+            e, u = np.empty((rows_per, d), dtype), np.empty(d, dtype)
+            with np.errstate(over="ignore"):
+                for blk in blocks:
+                    r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
+                    if z is not None:
+                        np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
+                    _gated_rms_backward(y_rows, ycol, z_rows, zcol, e, w, rstd, g_rows, gcol, self.consts,
+                                        z is not None, r0, r1, dy, dycol, dz, dzcol, dw[blk], u)
+        on_threads(work, blocks)
+        return grad_y, grad_z, dw.sum(axis=0)
 
 
 def gated_rms_norm(y: Tensor, z: Tensor | None, weight: Tensor, group_size: int, eps: float = 1e-5) -> Tensor:
