@@ -19,17 +19,17 @@ form's (q p + 2 p n + q n / r) per step at q = 64, and numba has no BLAS without
 
 Memory: the forward saves the state entering every chunk of `chunk_size` steps, (b, h, c, p, n) with
 c = ceil(l / chunk_size), never a state per step. The backward recomputes each chunk from its checkpoint in two
-levels: first the states entering each block of SUB_STEPS steps (c_sub = chunk_size / SUB_STEPS of them), then,
-block by block from the last, the block's SUB_STEPS states, so the buffer that the reverse sweep reads stays in
-the L2 cache (32 x 64 x 64 float32 = 512 KiB).
+levels: first the states entering each block of `_block_steps` steps, then, block by block from the last, the
+block's states, so the buffer that the reverse sweep reads stays in the L2 cache (BLOCK_BYTES).
 
 Parallel over work items with prange: (batch, head) in the forward; (batch, group, slice of the group's heads)
 in the backward, since the heads of a group add into the same dB and dC (slices > 1 only when b g is smaller
 than the number of threads; each slice then has its own dB, dC summed afterwards).
 
-The math of one row i of the state is written once, in the plain functions `state_row_step`,
-`output_row_step` and `adjoint_row_step` (1-D arrays and scalars, no allocation): numba compiles them inline
-here, and a GPU backend can compile the same functions as device functions.
+Inside a work item the state is held as ROWS = 4 planes (see below) and each pass over it takes four rows at
+once. The math of those four rows is written once, in the plain functions `output_rows_step` (a forward step
+and its outputs) and `adjoint_rows_step` (a reverse step), and of one row in `state_row_step` (the backward's
+recompute); numba compiles them inline into both kernels.
 """
 from __future__ import annotations
 
@@ -54,22 +54,24 @@ PARALLEL_MIN_WORK = 1 << 18   # below this many b l h p n, one thread: waking th
 # --- the math, written once: a block of ROWS rows of the state, as plain functions --------------------------
 #
 # The state (p, n) is held as ROWS planes of pq = ceil(p / ROWS) rows, (ROWS, pq, n): row i = r pq + k is
-# S[r, k]. A pass over the state takes the ROWS rows k, pq + k, 2 pq + k, 3 pq + k together, so B_t and C_t
-# (and, backward, the dB and dC rows being summed) are loaded once per ROWS rows, and the rows come from
-# separate planes: LLVM vectorises the loop over n only when it can tell the rows apart (four adjacent rows
-# of one (p, n) array ran 1.5x slower than one row at a time). Rows past p (when ROWS does not divide p) are
-# zero and stay zero: their x and dy are 0.
+# S[r, k], so S.reshape(ROWS pq, n)[:p] is the (p, n) state. A pass takes the ROWS rows k, pq + k, 2 pq + k,
+# 3 pq + k of block k together: B_t and C_t (and, backward, the dB and dC rows being summed) are loaded once per
+# four rows, and each row's dot product is one more accumulator in flight. The rows come from separate planes
+# because LLVM vectorised the loop over n for those, but not for four adjacent rows of one (p, n) array (which
+# ran 1.5x slower than one row at a time). Rows past p (when ROWS does not divide p) are zero and stay zero:
+# their x and dy are taken as 0, and their y and dx are not stored.
 
 def state_row_step(S_prev_row, a, u, B_t, S_row):
     """S_t[i, :] = a_t S_{t-1}[i, :] + u B_t into S_row (may be S_prev_row itself); u = dt_t x_t[i].
-    S_prev_row, B_t, S_row (n,). (One row at a time: the recompute has no reduction to share, and four rows
-    from and to two arrays are eight pointers, more than LLVM checks at run time before it vectorises.)"""
+    S_prev_row, B_t, S_row (n,). One row at a time: the same update four rows per pass, from one array of planes
+    into another, ran 2x slower (measured over a block of 64 states at p = n = 64)."""
     for j in range(S_row.shape[0]):
         S_row[j] = a * S_prev_row[j] + u * B_t[j]
 
 
 def output_rows_step(S, k, a, u, B_t, C_t):
-    """`state_rows_step` in place, then returns the 4-tuple y_t[i] - D x_t[i] = S_t[i, :] . C_t."""
+    """S_t[i, :] = a_t S_{t-1}[i, :] + u_i B_t in place for the ROWS rows i of block k of S (ROWS, pq, n), then
+    returns the four y_t[i] - D x_t[i] = S_t[i, :] . C_t. u: the 4-tuple of dt_t x_t[i]; B_t, C_t (n,)."""
     u0, u1, u2, u3 = u
     y0 = y1 = y2 = y3 = S.dtype.type(0)                                 # in the state's dtype
     for j in range(S.shape[2]):
