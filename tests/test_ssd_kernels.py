@@ -161,6 +161,19 @@ def test_numba_heads_of_a_group_split_across_work_items(monkeypatch):
         assert diff < 1e-10, (name, diff)
 
 
+@needs_numba
+@given(p=st.integers(1, 13), n=st.integers(1, 9), r=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_numba_row_blocks_any_head_dim(p, n, r, seed):
+    """The kernels take the state's rows four at a time, rows k, pq + k, 2 pq + k, 3 pq + k (pq = ceil(p / 4));
+    when 4 does not divide p the last rows are padding (p = 5: pq = 2, rows 5, 6, 7 padding, so the padding sits
+    inside a block and not only at the end). Every p up to 13 and any n against the reference, g = 2, l across
+    chunks of 4 and not a multiple of them."""
+    inputs = make_inputs(np.random.default_rng(seed), b=1, l=11, h=2 * r, p=p, g=2, n=n)
+    assert numba_cpu.ROWS == 4                                          # the row functions are written for four
+    for name, (diff, _) in differences(inputs, 4, "numba", seed=seed).items():
+        assert diff < 1e-10, (name, diff)
+
+
 CACHE_PROBE = textwrap.dedent("""
     import json, time
     import numpy as np
