@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/blas_threads.py)
 import numpy as np
 
 from common import default_json, write_result
