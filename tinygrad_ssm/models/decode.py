@@ -22,6 +22,7 @@ import numba
 import numpy as np
 from numba import njit
 
+from .fast_exp import exp, silu
 from .decode_sync import atomic_load, atomic_store, claim, finish, relax, sync_array, wait_done
 
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # sums may vectorise; no nnan/ninf
@@ -44,15 +45,44 @@ def _update_head(S, x, B, C, decay, dt, Dh, y):
 
 
 @njit(**_JIT)
+def _dot(W, i, u, bi, zero):
+    acc = zero
+    for j in range(W.shape[1]):
+        acc += W[i, j] * u[bi, j]
+    return acc
+
+
+@njit(**_JIT)
 def _matvec_rows(W, lo, hi, u, bias, zero, out):
     """out[:, lo:hi] = u (b, in) @ W[lo:hi] (rows, in)^T + bias[lo:hi]: each weight row is read once (from L3
-    when the model does not fit L2) and used for every batch row while it sits in L1."""
-    for i in range(lo, hi):
-        for bi in range(u.shape[0]):
-            acc = zero
-            for j in range(W.shape[1]):
-                acc += W[i, j] * u[bi, j]
-            out[bi, i] = acc + bias[i]
+    when the model does not fit L2) and used for every batch row while it sits in L1. Two weight rows times
+    four batch rows share their loads (8 sums at once); the rest one sum at a time."""
+    nb, k = u.shape
+    for i in range(lo, hi - 1, 2):
+        bi = 0
+        while bi + 4 <= nb:
+            a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = zero
+            for j in range(k):
+                w, v = W[i, j], W[i + 1, j]
+                u0, u1, u2, u3 = u[bi, j], u[bi + 1, j], u[bi + 2, j], u[bi + 3, j]
+                a0 += w * u0
+                a1 += w * u1
+                a2 += w * u2
+                a3 += w * u3
+                c0 += v * u0
+                c1 += v * u1
+                c2 += v * u2
+                c3 += v * u3
+            out[bi, i], out[bi + 1, i], out[bi + 2, i], out[bi + 3, i] = a0 + bias[i], a1 + bias[i], a2 + bias[i], \
+                a3 + bias[i]
+            out[bi, i + 1], out[bi + 1, i + 1], out[bi + 2, i + 1], out[bi + 3, i + 1] = \
+                c0 + bias[i + 1], c1 + bias[i + 1], c2 + bias[i + 1], c3 + bias[i + 1]
+            bi += 4
+        for bi in range(bi, nb):
+            out[bi, i], out[bi, i + 1] = _dot(W, i, u, bi, zero) + bias[i], _dot(W, i + 1, u, bi, zero) + bias[i + 1]
+    if (hi - lo) % 2:                                                   # an odd block's last row
+        for bi in range(nb):
+            out[bi, hi - 1] = _dot(W, hi - 1, u, bi, zero) + bias[hi - 1]
 
 
 @njit(**_JIT)
@@ -75,9 +105,9 @@ def _in_proj_rows(W, lo, hi, u, in_b, zero, conv_w, conv_b, conv_state, dt_bias,
     conv state shift, the conv and SiLU (-> xbc); for a head's dt the bias, softplus and clamp (-> dtv)."""
     _matvec_rows(W, lo, hi, u, in_b, zero, proj)
     d_inner, (conv_dim, k) = proj.shape[1] - conv_w.shape[0] - dt_bias.shape[0], conv_w.shape
-    for i in range(max(lo, d_inner), min(hi, d_inner + conv_dim)):
-        c = i - d_inner
-        for bi in range(u.shape[0]):
+    for bi in range(u.shape[0]):
+        for i in range(max(lo, d_inner), min(hi, d_inner + conv_dim)):
+            c = i - d_inner
             acc = conv_b[c]
             for j in range(k - 1):
                 conv_state[bi, c, j] = conv_state[bi, c, j + 1]
@@ -85,7 +115,7 @@ def _in_proj_rows(W, lo, hi, u, in_b, zero, conv_w, conv_b, conv_state, dt_bias,
             v = proj[bi, i]
             conv_state[bi, c, k - 1] = v
             acc += v * conv_w[c, k - 1]
-            xbc[bi, c] = acc / (1.0 + math.exp(-acc))
+            xbc[bi, c] = silu(acc)
     for i in range(max(lo, d_inner + conv_dim), hi):
         hi_ = i - d_inner - conv_dim
         for bi in range(u.shape[0]):
@@ -108,7 +138,7 @@ def _head_update(bi, hi, ngroups, proj, xbc, dtv, A_log, D, ssm, coef, y, hsq):
     acc = 0.0
     for c in range(hi * p, (hi + 1) * p):
         zv = proj[bi, c]
-        gated = y[bi, c] * zv / (1.0 + math.exp(-zv))
+        gated = y[bi, c] * zv / (1.0 + exp(-zv))
         y[bi, c] = gated
         acc += gated * gated
     hsq[bi, hi] = acc
@@ -127,11 +157,12 @@ def _group_norm(bi, g, ngroups, hsq, weight, eps, y):
 
 
 @njit(**_JIT)
-def _step(step, last_wait, sync, ids, emb, head, norm_f, mats, vecs, conv_states, ssms, bufs, dtv, hsq, eps,
-          ngroups, low, high, clamp, zero, rows):
+def _step(step, last_wait, args):
     """Step number `step` of one token per row: every phase's chunks claimed from `sync` (decode_sync.py), so
     any number of threads may run this at once and each chunk is computed once. last_wait: return only when
     the logits are done (the caller's thread); a helper leaves as soon as nothing is left to claim."""
+    sync, ids, emb, head, norm_f, mats, vecs, conv_states, ssms, bufs, dtv, hsq, eps, ngroups, low, high, clamp, \
+        zero, rows = args
     in_w, out_w, conv_w = mats
     norm_w, in_b, conv_b, dt_bias, A_log, D, gnorm_w, out_b, head_b = vecs
     x, u, proj, xbc, y, delta, logits = bufs                            # (b, .) work rows of the model's dtype
@@ -200,17 +231,17 @@ def _step(step, last_wait, sync, ids, emb, head, norm_f, mats, vecs, conv_states
 
 
 @njit(**_JIT)
-def _lead(control, step, *args):
+def _lead(control, step, args):
     """The caller's thread: publish step `step` to the helpers (control[0] = steps published), then work."""
     atomic_store(control, 0, step + 1)
-    _step(step, True, *args)
+    _step(step, True, args)
 
 
 _IDLE_SPINS = 30_000  # rounds of relax() (~2000 pauses, then sched_yield) before a helper goes home: ~10 ms
 
 
 @njit(**_JIT)
-def _helper(control, *args):
+def _helper(control, args):
     """A helper thread: join every published step until told to stop (control[1]) or idle for a while; on the
     way out control[2] = 0 (not running)."""
     seen = max(atomic_load(control, 0) - 1, 0)
@@ -218,7 +249,7 @@ def _helper(control, *args):
     while atomic_load(control, 1) == 0:
         published = atomic_load(control, 0)
         if published > seen:
-            _step(published - 1, False, *args)
+            _step(published - 1, False, args)
             seen, spins = published, 0
         elif spins > _IDLE_SPINS:
             break
@@ -346,6 +377,7 @@ class _Session:
                      float(c.rms_norm_eps), c.ngroups, low, high, (low, high) != (0.0, math.inf), dtype.type(0),
                      w.rows)
         self.step_count = 0
+        self.lead = _lead
 
     def matches(self, cache, batch: int, weights: _Weights) -> bool:
         return (self.weights is weights and self.batch == batch and
@@ -361,16 +393,28 @@ class _Session:
         self.ids[:] = ids
         if self.control[2] == 0 and helper_threads():
             self.control[2] = 1
-            threading.Thread(target=_helper, args=(self.control,) + self.args, daemon=True,
+            threading.Thread(target=_helper, args=(self.control, self.args), daemon=True,
                              name="tinygrad_ssm decode helper").start()
-        _lead(self.control, self.step_count, *self.args)
+        self.lead(self.control, self.step_count, self.args)
+        if self.lead is _lead:
+            self.lead = _compiled(_lead, (self.control, self.step_count, self.args))
         self.step_count += 1
         return self.logits.copy()
 
     def close(self):
         self.control[1] = 1                                             # helpers leave at their next look
+        self.control[2] = 0
 
     __del__ = close
+
+
+def _compiled(dispatcher, args):
+    """The function numba compiled for these argument types, to call without its type dispatch (half of the
+    ~12 us a call with ~60 arrays costs); the dispatcher itself where numba does not expose it."""
+    try:
+        return dispatcher.overloads[tuple(numba.typeof(a) for a in args)].entry_point
+    except (KeyError, AttributeError, TypeError):
+        return dispatcher
 
 
 def decode_step(model, ids: np.ndarray, cache) -> np.ndarray:
@@ -387,3 +431,11 @@ def decode_step(model, ids: np.ndarray, cache) -> np.ndarray:
     for t in session._cache_tensors(cache):
         t._bump()                                                       # written in place
     return logits
+
+
+def release(cache) -> None:
+    """Send this cache's helper threads home now (they would spin a few ms more, taking a core from what runs
+    next); the next decode_step on it starts them again."""
+    session = cache.__dict__.get("_decode_session")
+    if session is not None:
+        session.close()

@@ -26,7 +26,7 @@ from ..ops import fused as fused_ops
 from ..registry import VarBuilder, VarMap
 from ..tensor import Tensor, no_grad
 from .config import Mamba2Config
-from .decode import decode_step
+from .decode import decode_step, release as release_decoder
 from .sampling import NonFiniteLogits, check_sampling_args, sample_next
 
 SUPPORTED_DTYPES = ("float32", "float64")
@@ -322,8 +322,13 @@ class Mamba2LMHeadModel:
                 raise NonFiniteLogits(f"generate: step {i + 1} (token {i + 1} of {max_new_tokens}, {where}): {e}; "
                                       f"check the checkpoint for NaN/inf weights") from None
             yield token
-            if i + 1 < max_new_tokens:
+            if i + 1 < max_new_tokens and self.fused:  # the sampler's ids need none of step's checks
+                logits = decode_step(self, token, cache)                 # (b, V)
+                cache.seqlen_offset += 1
+            elif i + 1 < max_new_tokens:
                 logits = self.step(token, cache).data
+        if self.fused:
+            release_decoder(cache)                                       # its helper thread stops now
 
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None) -> np.ndarray:
