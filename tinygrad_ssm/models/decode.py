@@ -284,9 +284,11 @@ def _contiguous_state(state, name: str, expected: tuple, dtype):
 
 # --- the Python side: weights prepared once, a session per cache -------------------------------------------
 
+CHUNK_BYTES = 64 << 10  # weights per claimed chunk of a projection: claiming costs little next to the work
+
+
 def _rows_per_chunk(in_features: int, itemsize: int) -> int:
-    """Rows of a weight per claimed chunk: ~64 KiB of weights, so claiming costs little next to the work."""
-    return max(1, (64 << 10) // (in_features * itemsize))
+    return max(1, CHUNK_BYTES // (in_features * itemsize))
 
 
 class _Weights:

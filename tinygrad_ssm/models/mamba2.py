@@ -322,10 +322,7 @@ class Mamba2LMHeadModel:
                 raise NonFiniteLogits(f"generate: step {i + 1} (token {i + 1} of {max_new_tokens}, {where}): {e}; "
                                       f"check the checkpoint for NaN/inf weights") from None
             yield token
-            if i + 1 < max_new_tokens and self.fused:  # the sampler's ids need none of step's checks
-                logits = decode_step(self, token, cache)                 # (b, V)
-                cache.seqlen_offset += 1
-            elif i + 1 < max_new_tokens:
+            if i + 1 < max_new_tokens:
                 logits = self.step(token, cache).data
         if self.fused:
             release_decoder(cache)                                       # its helper thread stops now
