@@ -25,7 +25,9 @@ from numba import njit
 from .fast_exp import exp, silu
 from .decode_sync import atomic_load, atomic_store, claim, finish, relax, sync_array, wait_done
 
-_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # sums may vectorise; no nnan/ninf
+# sums may vectorise (no nnan/ninf); no ZeroDivisionError check (no division here can be by 0): with it, no
+# loop holding a division vectorised (the SiLU gates ran 6x slower)
+_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 _EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it with a prefill forward"
 
 
@@ -100,22 +102,40 @@ def _residual_norm(first, x, delta, emb, ids, weight, eps, u, bi):
 
 
 @njit(**_JIT)
+def _silu_inplace(a):
+    """a (n,) = silu(a): a loop of its own vectorises (inside the conv's loop nest it did not)."""
+    for i in range(a.shape[0]):
+        a[i] = silu(a[i])
+
+
+@njit(**_JIT)
+def _gate_inplace(y, z):
+    """y (n,) *= silu(z)."""
+    for i in range(y.shape[0]):
+        y[i] = y[i] * silu(z[i])
+
+
+@njit(**_JIT)
 def _in_proj_rows(W, lo, hi, u, in_b, zero, conv_w, conv_b, conv_state, dt_bias, low, high, clamp, proj, xbc, dtv):
     """Rows [lo, hi) of z | xBC | dt = in_proj(u), then what only needs those rows: for an xBC channel the
     conv state shift, the conv and SiLU (-> xbc); for a head's dt the bias, softplus and clamp (-> dtv)."""
     _matvec_rows(W, lo, hi, u, in_b, zero, proj)
     d_inner, (conv_dim, k) = proj.shape[1] - conv_w.shape[0] - dt_bias.shape[0], conv_w.shape
-    for bi in range(u.shape[0]):
-        for i in range(max(lo, d_inner), min(hi, d_inner + conv_dim)):
-            c = i - d_inner
-            acc = conv_b[c]
-            for j in range(k - 1):
-                conv_state[bi, c, j] = conv_state[bi, c, j + 1]
-                acc += conv_state[bi, c, j] * conv_w[c, j]
-            v = proj[bi, i]
+    c_lo = max(lo, d_inner) - d_inner                                   # these rows' channels [c_lo, c_hi)
+    c_hi = max(c_lo, min(hi, d_inner + conv_dim) - d_inner)             # (never below c_lo: a slice would wrap)
+    for bi in range(u.shape[0]):                                        # channels innermost: they vectorise
+        for c in range(c_lo, c_hi):
+            xbc[bi, c] = conv_b[c]
+        for j in range(k - 1):
+            for c in range(c_lo, c_hi):
+                s = conv_state[bi, c, j + 1]
+                conv_state[bi, c, j] = s
+                xbc[bi, c] += s * conv_w[c, j]
+        for c in range(c_lo, c_hi):
+            v = proj[bi, d_inner + c]
             conv_state[bi, c, k - 1] = v
-            acc += v * conv_w[c, k - 1]
-            xbc[bi, c] = silu(acc)
+            xbc[bi, c] += v * conv_w[c, k - 1]
+        _silu_inplace(xbc[bi, c_lo:c_hi])
     for i in range(max(lo, d_inner + conv_dim), hi):
         hi_ = i - d_inner - conv_dim
         for bi in range(u.shape[0]):
@@ -127,7 +147,7 @@ def _in_proj_rows(W, lo, hi, u, in_b, zero, conv_w, conv_b, conv_state, dt_bias,
 @njit(**_JIT)
 def _head_update(bi, hi, ngroups, proj, xbc, dtv, A_log, D, ssm, coef, y, hsq):
     """Head hi of row bi: the state update and readout (_update_head), then the gate y *= silu(z); hsq[bi, hi]
-    = the head's sum of gated squares (in float64, before rounding) for the group norm."""
+    = the head's sum of gated squares (in float64) for the group norm."""
     _, h, p, n = ssm.shape
     b0 = ssm.shape[1] * p + (hi // (h // ngroups)) * n                  # this head's group's B in xbc
     c0 = b0 + ngroups * n                                               # and C
@@ -135,12 +155,10 @@ def _head_update(bi, hi, ngroups, proj, xbc, dtv, A_log, D, ssm, coef, y, hsq):
     coef[0], coef[1] = math.exp(dt * -math.exp(A_log[hi])), dt          # in the state's dtype
     _update_head(ssm[bi, hi], xbc[bi, hi * p:(hi + 1) * p], xbc[bi, b0:b0 + n], xbc[bi, c0:c0 + n], coef[0],
                  coef[1], D[hi], y[bi, hi * p:(hi + 1) * p])
+    _gate_inplace(y[bi, hi * p:(hi + 1) * p], proj[bi, hi * p:(hi + 1) * p])
     acc = 0.0
     for c in range(hi * p, (hi + 1) * p):
-        zv = proj[bi, c]
-        gated = y[bi, c] * zv / (1.0 + exp(-zv))
-        y[bi, c] = gated
-        acc += gated * gated
+        acc += y[bi, c] * y[bi, c]
     hsq[bi, hi] = acc
 
 

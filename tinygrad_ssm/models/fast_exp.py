@@ -45,16 +45,13 @@ def exp(x):
     p = p * r + 1.0
     p = p * r + 1.0
     e = p * _float64_from_bits((int(n) + 1022) << 52) * 2.0                # 2^(n-1) * 2: n = 1024 fits
-    if x == xc:
-        return e
-    if x > xc:
-        return math.inf
-    if x < xc:
-        return 0.0
-    return x                                                            # NaN
+    e = math.inf if x > 709.79 else e                                   # selects, not branches: it vectorises
+    e = 0.0 if x < -708.0 else e
+    return e if x == x else x                                           # NaN stays NaN
 
 
 @njit(cache=True, nogil=True, inline="always")
 def silu(v):
-    """v * sigmoid(v) in float64 (v / (1 + e^-v): e^-v overflowing to inf gives -0, as it should)."""
+    """v * sigmoid(v) in float64 (v / (1 + e^-v): e^-v overflowing to inf gives -0, as it should). Callers
+    compile with error_model="numpy": Python's zero-division check keeps a loop from vectorising."""
     return v / (1.0 + exp(-v))
