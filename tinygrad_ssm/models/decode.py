@@ -456,6 +456,6 @@ def decode_step(model, ids: np.ndarray, cache) -> np.ndarray:
 def release(cache) -> None:
     """Send this cache's helper threads home now (they would spin a few ms more, taking a core from what runs
     next); the next decode_step on it starts them again."""
-    session = cache.__dict__.get("_decode_session")
+    session = cache.__dict__.pop("_decode_session", None)
     if session is not None:
         session.close()
