@@ -13,10 +13,10 @@ The matmuls are np.dot inside the kernel (BLAS); the rest is a few loops over (b
 """
 from __future__ import annotations
 
+import _thread
 import math
 import operator
 import os
-import threading
 
 import numba
 import numpy as np
@@ -413,8 +413,9 @@ class _Session:
         self.ids[:] = ids
         if self.control[2] == 0 and helper_threads():
             self.control[2] = 1
-            threading.Thread(target=_helper, args=(self.control, self.args), daemon=True,
-                             name="tinygrad_ssm decode helper").start()
+            # not threading.Thread: its start() waits until the new thread has run (ms on a busy machine), and
+            # the step needs no helper to finish; like a daemon thread, it does not hold the interpreter's exit
+            _thread.start_new_thread(_helper, (self.control, self.args))
         self.lead(self.control, self.step_count, self.args)
         if self.lead is _lead:
             self.lead = _compiled(_lead, (self.control, self.step_count, self.args))
