@@ -70,7 +70,7 @@ def test_generate_uses_the_decoder_and_gives_the_reference_tokens(monkeypatch):
     monkeypatch.setattr("tinygrad_ssm.models.mamba2.decode_step", lambda *a: calls.append(1) or real(*a))
     for kw in (dict(temperature=0), dict(temperature=1.0, top_k=5, seed=2)):
         np.testing.assert_array_equal(fast.generate(prompt, 6, **kw), slow.generate(prompt, 6, **kw))
-    assert len(calls) == 2 * 5                                      # every token after the first (the prefill's)
+    assert len(calls) == 2 * (4 + 5)            # the short prompt token by token, then every token after the first
 
 
 def test_decode_rejects_a_cache_of_another_shape():
@@ -89,3 +89,12 @@ def test_decode_replaces_a_non_contiguous_state_once():
     token = np.array([3, 4])
     np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10, atol=1e-10)
     assert cache_f.layers[0].ssm.data.flags.c_contiguous and not wide.any()
+
+
+def test_generation_prefills_a_long_prompt_and_steps_a_short_one_to_the_same_tokens(monkeypatch):
+    fast, slow = twin_models(seed=8, vocab_size=30)
+    prompt = np.random.default_rng(8).integers(0, 30, (2, 5))
+    want = slow.generate(prompt, 4, temperature=0)
+    for limit in (4, 5):                                            # the chunked-scan prefill, then the decoder
+        monkeypatch.setattr("tinygrad_ssm.models.mamba2.STEPPED_PROMPT_LEN", limit)
+        np.testing.assert_array_equal(fast.generate(prompt, 4, temperature=0), want)

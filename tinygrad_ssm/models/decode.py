@@ -13,29 +13,22 @@ The matmuls are np.dot inside the kernel (BLAS); the rest is a few loops over (b
 """
 from __future__ import annotations
 
+import _thread
 import math
+import operator
+import os
 
+import numba
 import numpy as np
 from numba import njit
 
-_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # sums may vectorise; no nnan/ninf
+from .fast_exp import exp, silu
+from .decode_sync import atomic_load, atomic_store, claim, finish, relax, sync_array, wait_done
+
+# sums may vectorise (no nnan/ninf); no ZeroDivisionError check (no division here can be by 0): with it, no
+# loop holding a division vectorised (the SiLU gates ran 6x slower)
+_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 _EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it with a prefill forward"
-
-
-@njit(**_JIT)
-def _add_and_norm(x, delta, delta_bias, weight, eps, out):
-    """x += delta + delta_bias (the previous mixer's out_proj, when delta has rows); then
-    out[i] = x[i] / sqrt(mean(x[i]^2) + eps) * weight (the next pre-norm)."""
-    for i in range(x.shape[0]):
-        if delta.shape[0]:
-            for j in range(x.shape[1]):
-                x[i, j] += delta[i, j] + delta_bias[j]
-        acc = 0.0
-        for j in range(x.shape[1]):
-            acc += x[i, j] * x[i, j]
-        r = 1.0 / math.sqrt(acc / x.shape[1] + eps)
-        for j in range(x.shape[1]):
-            out[i, j] = x[i, j] * r * weight[j]
 
 
 @njit(**_JIT)
@@ -54,55 +47,234 @@ def _update_head(S, x, B, C, decay, dt, Dh, y):
 
 
 @njit(**_JIT)
-def _mixer_core(proj, in_b, conv_w, conv_b, dt_bias, A_log, D, gnorm_w, eps, conv_state, ssm, ngroups, low, high,
-                clamp, y):
-    """proj (b, d_in_proj) = in_proj(u) without its bias -> y (b, d_inner), the gated-normed SSM output that
-    out_proj reads; conv_state (b, conv_dim, k) and ssm (b, h, p, n) advance by one token in place."""
-    nb = proj.shape[0]
-    conv_dim, k = conv_w.shape
-    _, h, p, n = ssm.shape
-    d_inner = y.shape[1]
-    r = h // ngroups
-    group = d_inner // ngroups
-    xbc = np.empty(conv_dim, proj.dtype)
-    coef = np.empty(2, ssm.dtype)
-    for bi in range(nb):
-        for c in range(conv_dim):                                       # conv state shift, conv, silu
-            acc = conv_b[c]
-            for j in range(k - 1):
-                conv_state[bi, c, j] = conv_state[bi, c, j + 1]
-                acc += conv_state[bi, c, j] * conv_w[c, j]
-            v = proj[bi, d_inner + c] + in_b[d_inner + c]
+def _dot(W, i, u, bi, zero):
+    acc = zero
+    for j in range(W.shape[1]):
+        acc += W[i, j] * u[bi, j]
+    return acc
+
+
+@njit(**_JIT)
+def _matvec_rows(W, lo, hi, u, bias, zero, out):
+    """out[:, lo:hi] = u (b, in) @ W[lo:hi] (rows, in)^T + bias[lo:hi]: each weight row is read once (from L3
+    when the model does not fit L2) and used for every batch row while it sits in L1. Two weight rows times
+    four batch rows share their loads (8 sums at once); the rest one sum at a time."""
+    nb, k = u.shape
+    for i in range(lo, hi - 1, 2):
+        bi = 0
+        while bi + 4 <= nb:
+            a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = zero
+            for j in range(k):
+                w, v = W[i, j], W[i + 1, j]
+                u0, u1, u2, u3 = u[bi, j], u[bi + 1, j], u[bi + 2, j], u[bi + 3, j]
+                a0 += w * u0
+                a1 += w * u1
+                a2 += w * u2
+                a3 += w * u3
+                c0 += v * u0
+                c1 += v * u1
+                c2 += v * u2
+                c3 += v * u3
+            out[bi, i], out[bi + 1, i], out[bi + 2, i], out[bi + 3, i] = a0 + bias[i], a1 + bias[i], a2 + bias[i], \
+                a3 + bias[i]
+            out[bi, i + 1], out[bi + 1, i + 1], out[bi + 2, i + 1], out[bi + 3, i + 1] = \
+                c0 + bias[i + 1], c1 + bias[i + 1], c2 + bias[i + 1], c3 + bias[i + 1]
+            bi += 4
+        for bi in range(bi, nb):
+            out[bi, i], out[bi, i + 1] = _dot(W, i, u, bi, zero) + bias[i], _dot(W, i + 1, u, bi, zero) + bias[i + 1]
+    if (hi - lo) % 2:                                                   # an odd block's last row
+        for bi in range(nb):
+            out[bi, hi - 1] = _dot(W, hi - 1, u, bi, zero) + bias[hi - 1]
+
+
+@njit(**_JIT)
+def _residual_norm(first, x, delta, emb, ids, weight, eps, u, bi):
+    """Row bi: x = embedding(ids) (first layer) or x += delta (the previous block's out_proj, bias included);
+    u = x / sqrt(mean(x^2) + eps) * weight (the next pre-norm)."""
+    for j in range(x.shape[1]):
+        x[bi, j] = emb[ids[bi], j] if first else x[bi, j] + delta[bi, j]
+    acc = 0.0
+    for j in range(x.shape[1]):
+        acc += x[bi, j] * x[bi, j]
+    r = 1.0 / math.sqrt(acc / x.shape[1] + eps)
+    for j in range(x.shape[1]):
+        u[bi, j] = x[bi, j] * r * weight[j]
+
+
+@njit(**_JIT)
+def _silu_inplace(a):
+    """a (n,) = silu(a): a loop of its own vectorises (inside the conv's loop nest it did not)."""
+    for i in range(a.shape[0]):
+        a[i] = silu(a[i])
+
+
+@njit(**_JIT)
+def _gate_inplace(y, z):
+    """y (n,) *= silu(z)."""
+    for i in range(y.shape[0]):
+        y[i] = y[i] * silu(z[i])
+
+
+@njit(**_JIT)
+def _in_proj_rows(W, lo, hi, u, in_b, zero, conv_w, conv_b, conv_state, dt_bias, low, high, clamp, proj, xbc, dtv):
+    """Rows [lo, hi) of z | xBC | dt = in_proj(u), then what only needs those rows: for an xBC channel the
+    conv state shift, the conv and SiLU (-> xbc); for a head's dt the bias, softplus and clamp (-> dtv)."""
+    _matvec_rows(W, lo, hi, u, in_b, zero, proj)
+    d_inner, (conv_dim, k) = proj.shape[1] - conv_w.shape[0] - dt_bias.shape[0], conv_w.shape
+    c_lo = max(lo, d_inner) - d_inner                                   # these rows' channels [c_lo, c_hi)
+    c_hi = max(c_lo, min(hi, d_inner + conv_dim) - d_inner)             # (never below c_lo: a slice would wrap)
+    for bi in range(u.shape[0]):                                        # channels innermost: they vectorise
+        for c in range(c_lo, c_hi):
+            xbc[bi, c] = conv_b[c]
+        for j in range(k - 1):
+            for c in range(c_lo, c_hi):
+                s = conv_state[bi, c, j + 1]
+                conv_state[bi, c, j] = s
+                xbc[bi, c] += s * conv_w[c, j]
+        for c in range(c_lo, c_hi):
+            v = proj[bi, d_inner + c]
             conv_state[bi, c, k - 1] = v
-            acc += v * conv_w[c, k - 1]
-            xbc[c] = acc / (1.0 + math.exp(-acc))
-        for hi in range(h):                                             # state update and readout
-            v = proj[bi, d_inner + conv_dim + hi] + in_b[d_inner + conv_dim + hi] + dt_bias[hi]
+            xbc[bi, c] += v * conv_w[c, k - 1]
+        _silu_inplace(xbc[bi, c_lo:c_hi])
+    for i in range(max(lo, d_inner + conv_dim), hi):
+        hi_ = i - d_inner - conv_dim
+        for bi in range(u.shape[0]):
+            v = proj[bi, i] + dt_bias[hi_]
             dt = v if v > 20.0 else max(v, 0.0) + math.log1p(math.exp(-abs(v)))
-            if clamp:
-                dt = min(max(dt, low), high)
-            coef[0], coef[1] = math.exp(dt * -math.exp(A_log[hi])), dt   # in the state's dtype
-            b0 = d_inner + (hi // r) * n                                # this head's group's B
-            c0 = d_inner + ngroups * n + (hi // r) * n                  # and C
-            _update_head(ssm[bi, hi], xbc[hi * p:(hi + 1) * p], xbc[b0:b0 + n], xbc[c0:c0 + n], coef[0], coef[1],
-                         D[hi], y[bi, hi * p:(hi + 1) * p])
-        for g in range(ngroups):                                        # gated rms norm per group
-            acc = 0.0
-            for c in range(g * group, (g + 1) * group):
-                zv = proj[bi, c] + in_b[c]
-                gated = y[bi, c] * zv / (1.0 + math.exp(-zv))
-                y[bi, c] = gated
-                acc += gated * gated
-            rr = 1.0 / math.sqrt(acc / group + eps)
-            for c in range(g * group, (g + 1) * group):
-                y[bi, c] = y[bi, c] * rr * gnorm_w[c]
+            dtv[bi, hi_] = min(max(dt, low), high) if clamp else dt
 
 
-def _project(weight: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """u (b, in) @ weight (out, in)^T -> (b, out), as (weight @ u^T)^T: OpenBLAS ran the small-b product
-    about 2x faster with the weight as the row-major left operand than as a transposed right one."""
-    return np.ascontiguousarray((weight @ u.T).T)
+@njit(**_JIT)
+def _head_update(bi, hi, ngroups, proj, xbc, dtv, A_log, D, ssm, coef, y, hsq):
+    """Head hi of row bi: the state update and readout (_update_head), then the gate y *= silu(z); hsq[bi, hi]
+    = the head's sum of gated squares (in float64) for the group norm."""
+    _, h, p, n = ssm.shape
+    b0 = ssm.shape[1] * p + (hi // (h // ngroups)) * n                  # this head's group's B in xbc
+    c0 = b0 + ngroups * n                                               # and C
+    dt = dtv[bi, hi]
+    coef[0], coef[1] = math.exp(dt * -math.exp(A_log[hi])), dt          # in the state's dtype
+    _update_head(ssm[bi, hi], xbc[bi, hi * p:(hi + 1) * p], xbc[bi, b0:b0 + n], xbc[bi, c0:c0 + n], coef[0],
+                 coef[1], D[hi], y[bi, hi * p:(hi + 1) * p])
+    _gate_inplace(y[bi, hi * p:(hi + 1) * p], proj[bi, hi * p:(hi + 1) * p])
+    acc = 0.0
+    for c in range(hi * p, (hi + 1) * p):
+        acc += y[bi, c] * y[bi, c]
+    hsq[bi, hi] = acc
 
+
+@njit(**_JIT)
+def _group_norm(bi, g, ngroups, hsq, weight, eps, y):
+    """Group g of row bi: y *= 1 / sqrt(mean of its gated squares + eps) * weight."""
+    heads, group = hsq.shape[1] // ngroups, y.shape[1] // ngroups
+    acc = 0.0
+    for hi in range(g * heads, (g + 1) * heads):
+        acc += hsq[bi, hi]
+    r = 1.0 / math.sqrt(acc / group + eps)
+    for c in range(g * group, (g + 1) * group):
+        y[bi, c] = y[bi, c] * r * weight[c]
+
+
+@njit(**_JIT)
+def _step(step, last_wait, args):
+    """Step number `step` of one token per row: every phase's chunks claimed from `sync` (decode_sync.py), so
+    any number of threads may run this at once and each chunk is computed once. last_wait: return only when
+    the logits are done (the caller's thread); a helper leaves as soon as nothing is left to claim."""
+    sync, ids, emb, head, norm_f, mats, vecs, conv_states, ssms, bufs, dtv, hsq, eps, ngroups, low, high, clamp, \
+        zero, rows = args
+    in_w, out_w, conv_w = mats
+    norm_w, in_b, conv_b, dt_bias, A_log, D, gnorm_w, out_b, head_b = vecs
+    x, u, proj, xbc, y, delta, logits = bufs                            # (b, .) work rows of the model's dtype
+    rows_in, rows_out, rows_head = rows
+    nb, n_layer = x.shape[0], len(in_w)
+    h = dtv.shape[1]
+    coef = np.empty(2, ssms[0].dtype)
+    phase = 0
+    for layer in range(n_layer + 1):
+        while True:                                                     # residual (+ delta) and pre-norm, per row
+            c = claim(sync, phase, step, nb)
+            if c < 0:
+                break
+            _residual_norm(layer == 0, x, delta, emb, ids, norm_w[layer] if layer < n_layer else norm_f, eps, u, c)
+            finish(sync, phase)
+        wait_done(sync, phase, step, nb)
+        phase += 1
+        if layer == n_layer:
+            break
+        n_chunks = (proj.shape[1] + rows_in - 1) // rows_in
+        while True:                                                     # in_proj, conv, dt: blocks of rows
+            c = claim(sync, phase, step, n_chunks)
+            if c < 0:
+                break
+            _in_proj_rows(in_w[layer], c * rows_in, min((c + 1) * rows_in, proj.shape[1]), u, in_b[layer], zero,
+                          conv_w[layer], conv_b[layer], conv_states[layer], dt_bias[layer], low, high, clamp, proj,
+                          xbc, dtv)
+            finish(sync, phase)
+        wait_done(sync, phase, step, n_chunks)
+        phase += 1
+        while True:                                                     # SSM update, readout, gate: per (row, head)
+            c = claim(sync, phase, step, nb * h)
+            if c < 0:
+                break
+            _head_update(c // h, c % h, ngroups, proj, xbc, dtv, A_log[layer], D[layer], ssms[layer], coef, y, hsq)
+            finish(sync, phase)
+        wait_done(sync, phase, step, nb * h)
+        phase += 1
+        while True:                                                     # gated norm: per (row, group)
+            c = claim(sync, phase, step, nb * ngroups)
+            if c < 0:
+                break
+            _group_norm(c // ngroups, c % ngroups, ngroups, hsq, gnorm_w[layer], eps, y)
+            finish(sync, phase)
+        wait_done(sync, phase, step, nb * ngroups)
+        phase += 1
+        n_chunks = (delta.shape[1] + rows_out - 1) // rows_out
+        while True:                                                     # out_proj: blocks of rows
+            c = claim(sync, phase, step, n_chunks)
+            if c < 0:
+                break
+            _matvec_rows(out_w[layer], c * rows_out, min((c + 1) * rows_out, delta.shape[1]), y, out_b[layer], zero,
+                         delta)
+            finish(sync, phase)
+        wait_done(sync, phase, step, n_chunks)
+        phase += 1
+    n_chunks = (logits.shape[1] + rows_head - 1) // rows_head
+    while True:                                                         # the head: blocks of vocabulary rows
+        c = claim(sync, phase, step, n_chunks)
+        if c < 0:
+            break
+        _matvec_rows(head, c * rows_head, min((c + 1) * rows_head, logits.shape[1]), u, head_b, zero, logits)
+        finish(sync, phase)
+    if last_wait:
+        wait_done(sync, phase, step, n_chunks)
+
+
+@njit(**_JIT)
+def _lead(control, step, args):
+    """The caller's thread: publish step `step` to the helpers (control[0] = steps published), then work."""
+    atomic_store(control, 0, step + 1)
+    _step(step, True, args)
+
+
+_IDLE_SPINS = 30_000  # rounds of relax() (~2000 pauses, then sched_yield) before a helper goes home: ~10 ms
+
+
+@njit(**_JIT)
+def _helper(control, args):
+    """A helper thread: join every published step until told to stop (control[1]) or idle for a while; on the
+    way out control[2] = 0 (not running)."""
+    seen = max(atomic_load(control, 0) - 1, 0)
+    spins = 0
+    while atomic_load(control, 1) == 0:
+        published = atomic_load(control, 0)
+        if published > seen:
+            _step(published - 1, False, args)
+            seen, spins = published, 0
+        elif spins > _IDLE_SPINS:
+            break
+        else:
+            relax(spins)
+            spins += 1
+    atomic_store(control, 2, 0)
 
 def _array(t, dtype):
     return np.ascontiguousarray(t.data, dtype=dtype)
@@ -126,33 +298,165 @@ def _contiguous_state(state, name: str, expected: tuple, dtype):
     return a
 
 
+
+
+# --- the Python side: weights prepared once, a session per cache -------------------------------------------
+
+CHUNK_BYTES = 64 << 10  # weights per claimed chunk of a projection: claiming costs little next to the work
+
+
+def _rows_per_chunk(in_features: int, itemsize: int) -> int:
+    return max(1, CHUNK_BYTES // (in_features * itemsize))
+
+
+class _Weights:
+    """The arrays a step reads, in the kernel's layout. A parameter already C-contiguous in the model's dtype
+    is used as is (the same array: in-place updates, like an optimizer step, are seen at once); `fresh` tells
+    whether every parameter still holds the array taken here (else rebuild: cheap, a few views)."""
+
+    def __init__(self, model):
+        c, dtype = model.config, model.dtype
+        self.sources, self.copied = [], False
+        layers = [layer.mixer for layer in model.layers]
+        take = self._take
+        mats = (tuple(take(m.in_proj.weight, dtype) for m in layers),
+                tuple(take(m.out_proj.weight, dtype) for m in layers),
+                tuple(take(m.conv1d.weight, dtype).reshape(c.conv_dim, c.d_conv) for m in layers))
+        zeros = lambda size: np.zeros(size, dtype)  # noqa: E731  (a missing bias)
+        self.vecs = (tuple(take(layer.norm.weight, dtype) for layer in model.layers),
+                     tuple(zeros(c.d_in_proj) if m.in_proj.bias is None else take(m.in_proj.bias, dtype)
+                           for m in layers),
+                     tuple(zeros(c.conv_dim) if m.conv1d.bias is None else take(m.conv1d.bias, dtype) for m in layers),
+                     tuple(take(m.dt_bias, dtype) for m in layers), tuple(take(m.A_log, dtype) for m in layers),
+                     tuple(take(m.D, dtype) for m in layers), tuple(take(m.norm.weight, dtype) for m in layers),
+                     tuple(zeros(c.d_model) if m.out_proj.bias is None else take(m.out_proj.bias, dtype)
+                           for m in layers),
+                     zeros(c.padded_vocab_size))                       # the head has no bias
+        self.mats = mats
+        self.emb = take(model.embedding.weight, dtype)
+        self.head = self.emb if model.lm_head is None else take(model.lm_head.weight, dtype)
+        self.norm_f = take(model.norm_f.weight, dtype)
+        self.rows = (_rows_per_chunk(c.d_model, self.emb.itemsize), _rows_per_chunk(c.d_inner, self.emb.itemsize),
+                     _rows_per_chunk(c.d_model, self.emb.itemsize))
+        self._tensors = [t for t, _ in self.sources]
+        self._arrays = [a for _, a in self.sources]
+
+    def _take(self, tensor, dtype):
+        a = np.ascontiguousarray(tensor.data, dtype=dtype)
+        self.copied |= a is not tensor.data
+        self.sources.append((tensor, tensor.data))
+        return a
+
+    def fresh(self) -> bool:
+        return not self.copied and all(map(operator.is_, map(_DATA, self._tensors), self._arrays))
+
+
+_DATA = operator.attrgetter("data")
+
+
+def _weights(model) -> _Weights:
+    w = model.__dict__.get("_decode_weights")
+    if w is None or not w.fresh():
+        w = model._decode_weights = _Weights(model)
+    return w
+
+
+def helper_threads() -> int:
+    """Threads that join the caller's: numba's thread count (NUMBA_NUM_THREADS, numba.set_num_threads), at
+    most the cores this process may use, less the caller's own."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(0, min(numba.get_num_threads(), cores) - 1)
+
+
+class _Session:
+    """One cache's decoding: the work rows, the counters and the helper threads, for as long as the cache
+    keeps its state arrays and the model its weights (decode_step checks both each step)."""
+
+    def __init__(self, model, cache, batch: int, weights: _Weights):
+        self.control = np.zeros(3, np.int64)                           # steps published, stop, helper running
+        c, dtype = model.config, model.dtype
+        self.weights, self.batch = weights, batch
+        convs, ssms = [], []
+        for state in cache.layers:
+            convs.append(_contiguous_state(state, "conv", (batch, c.conv_dim, c.d_conv), dtype))
+            ssms.append(_contiguous_state(state, "ssm", (batch, c.nheads, c.headdim, c.d_state), dtype))
+        self.arrays = [a for pair in zip(convs, ssms) for a in pair]
+        self.ids = np.zeros(batch, np.int64)
+        rows = lambda n: np.zeros((batch, n), dtype)  # noqa: E731
+        self.logits = rows(c.padded_vocab_size)
+        bufs = (rows(c.d_model), rows(c.d_model), rows(c.d_in_proj), rows(c.conv_dim), rows(c.d_inner),
+                rows(c.d_model), self.logits)                          # x, u, proj, xbc, y, delta, logits
+        low, high = (float(v) for v in c.dt_limit)
+        n_phases = 5 * c.n_layer + 2
+        w = weights
+        self.args = (sync_array(n_phases), self.ids, w.emb, w.head, w.norm_f, w.mats, w.vecs, tuple(convs),
+                     tuple(ssms), bufs, np.zeros((batch, c.nheads)), np.zeros((batch, c.nheads)),
+                     float(c.rms_norm_eps), c.ngroups, low, high, (low, high) != (0.0, math.inf), dtype.type(0),
+                     w.rows)
+        self.step_count = 0
+        self.lead = _lead
+
+    def matches(self, cache, batch: int, weights: _Weights) -> bool:
+        return (self.weights is weights and self.batch == batch and
+                all(map(operator.is_, map(_DATA, self._cache_tensors(cache)), self.arrays)))
+
+    @staticmethod
+    def _cache_tensors(cache):
+        for state in cache.layers:
+            yield state.conv
+            yield state.ssm
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        self.ids[:] = ids
+        if self.control[2] == 0 and helper_threads():
+            self.control[2] = 1
+            # not threading.Thread: its start() waits until the new thread has run (ms on a busy machine), and
+            # the step needs no helper to finish; like a daemon thread, it does not hold the interpreter's exit
+            _thread.start_new_thread(_helper, (self.control, self.args))
+        self.lead(self.control, self.step_count, self.args)
+        if self.lead is _lead:
+            self.lead = _compiled(_lead, (self.control, self.step_count, self.args))
+        self.step_count += 1
+        return self.logits.copy()
+
+    def close(self):
+        self.control[1] = 1                                             # helpers leave at their next look
+        self.control[2] = 0
+
+    __del__ = close
+
+
+def _compiled(dispatcher, args):
+    """The function numba compiled for these argument types, to call without its type dispatch (half of the
+    ~12 us a call with ~60 arrays costs); the dispatcher itself where numba does not expose it."""
+    try:
+        return dispatcher.overloads[tuple(numba.typeof(a) for a in args)].entry_point
+    except (KeyError, AttributeError, TypeError):
+        return dispatcher
+
+
 def decode_step(model, ids: np.ndarray, cache) -> np.ndarray:
     """ids (b,) ints -> logits (b, padded vocab) in the model's dtype; every layer's cache advances in place.
-    Per layer: one numba call for residual + pre-norm, in_proj (BLAS), one numba call for the rest of the
-    mixer, out_proj (BLAS). Checks are the caller's (Mamba2LMHeadModel.step)."""
-    c, dtype = model.config, model.dtype
+    Checks are the caller's (Mamba2LMHeadModel.step)."""
     b = ids.shape[0]
-    low, high = (float(v) for v in c.dt_limit)
-    clamp = (low, high) != (0.0, math.inf)
-    x = np.array(model.embedding.weight.data[ids], dtype=dtype)        # (b, d_model) a fresh residual stream
-    u = np.empty_like(x)                                                # (b, d_model) the normed stream
-    y = np.empty((b, c.d_inner), dtype)
-    delta, delta_bias = np.empty((0, c.d_model), dtype), np.zeros(c.d_model, dtype)  # nothing to add yet
-    for layer, state in zip(model.layers, cache.layers):
-        m = layer.mixer
-        conv = _contiguous_state(state, "conv", (b, c.conv_dim, c.d_conv), dtype)
-        ssm = _contiguous_state(state, "ssm", (b, c.nheads, c.headdim, c.d_state), dtype)
-        _add_and_norm(x, delta, delta_bias, _array(layer.norm.weight, dtype), c.rms_norm_eps, u)
-        proj = _project(_array(m.in_proj.weight, dtype), u)             # (b, d_in_proj) BLAS
-        _mixer_core(proj, _zeros_or(m.in_proj.bias, c.d_in_proj, dtype),
-                    _array(m.conv1d.weight, dtype).reshape(c.conv_dim, c.d_conv),
-                    _zeros_or(m.conv1d.bias, c.conv_dim, dtype), _array(m.dt_bias, dtype), _array(m.A_log, dtype),
-                    _array(m.D, dtype), _array(m.norm.weight, dtype), c.rms_norm_eps, conv, ssm, c.ngroups, low, high,
-                    clamp, y)
-        state.conv._bump()
-        state.ssm._bump()
-        delta = _project(_array(m.out_proj.weight, dtype), y)           # (b, d_model) BLAS
-        delta_bias = _zeros_or(m.out_proj.bias, c.d_model, dtype)
-    _add_and_norm(x, delta, delta_bias, _array(model.norm_f.weight, dtype), c.rms_norm_eps, u)
-    head = model.embedding.weight if model.lm_head is None else model.lm_head.weight
-    return _project(_array(head, dtype), u)                             # (b, V) BLAS
+    weights = _weights(model)
+    session = cache.__dict__.get("_decode_session")
+    if session is None or not session.matches(cache, b, weights):
+        if session is not None:
+            session.close()
+        session = cache._decode_session = _Session(model, cache, b, weights)
+    logits = session.step(ids)
+    for t in session._cache_tensors(cache):
+        t._bump()                                                       # written in place
+    return logits
+
+
+def release(cache) -> None:
+    """Send this cache's helper threads home now (they would spin a few ms more, taking a core from what runs
+    next); the next decode_step on it starts them again."""
+    session = cache.__dict__.pop("_decode_session", None)
+    if session is not None:
+        session.close()

@@ -24,6 +24,10 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
     """logits (b, V) -> token ids (b,) int64. temperature 0 is greedy (argmax). top_k keeps the k most likely
     tokens; top_p keeps the smallest set of most likely tokens whose probability reaches top_p (the most
     likely token always stays). Sampling draws one uniform number per row from `rng`."""
+    if temperature == 0:
+        ids = np.argmax(logits, axis=-1)                                # (b,) a NaN counts as the largest
+        if np.isfinite(np.max(logits, axis=-1)).all():               # max is NaN with a NaN, +inf with a +inf
+            return ids.astype(np.int64)                                 # and -inf with no finite value
     logits = np.asarray(logits, dtype=np.float64)                       # (b, V)
     # NaN compares false everywhere: argmax and the cdf below would quietly return token 0 forever
     bad_rows = np.isnan(logits).any(axis=-1) | np.isposinf(logits).any(axis=-1) | ~np.isfinite(logits).any(axis=-1)

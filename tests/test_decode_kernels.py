@@ -1,0 +1,126 @@
+"""The pieces of the numba decoder (models/decode.py) on their edge cases: projections split in chunks of any
+row count (odd, 1, not dividing the rows) for batches around the 4-row blocks, the same bits with and without
+the helper thread, weights or caches replaced between steps, the claim counters (decode_sync.py) and the
+vectorisable exp (fast_exp.py). The decoder's equality with the engine step in general: tests/test_decode.py."""
+import math
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+from numba import njit
+
+from tinygrad_ssm.models import decode, decode_sync
+from tinygrad_ssm.models.fast_exp import exp as fast_exp
+
+from test_decode import assert_steps_agree, twin_models
+
+
+@given(rows=st.sampled_from([1, 2, 3, 5]), batch=st.integers(1, 6), g=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2**16))
+def test_any_chunk_of_rows_any_batch_equals_the_engine_step(rows, batch, g, seed):
+    """rows weight rows per chunk (one row, odd blocks, blocks not dividing the row count); batch 4..6 runs the
+    two-rows-by-four-sequences product and its remainders."""
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(decode, "CHUNK_BYTES", rows * 16 * 8)                  # d_model 16 floats of 8 bytes a row
+        fast, slow = twin_models(seed=seed, ngroups=g, d_model=16, bias=True)
+        assert decode._weights(fast).rows[0] == rows
+        assert_steps_agree(fast, slow, batch, prompt_len=2, steps=2, seed=seed, tol=1e-10)
+    finally:
+        mp.undo()
+
+
+def run_steps(model, batch, steps, seed):
+    rng = np.random.default_rng(seed)
+    cache = model.allocate_cache(batch)
+    model(rng.integers(0, model.config.vocab_size, (batch, 3)), cache)
+    logits = [model.step(rng.integers(0, model.config.vocab_size, batch), cache).data for _ in range(steps)]
+    return np.stack(logits), [(s.conv.data.copy(), s.ssm.data.copy()) for s in cache.layers]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_helper_thread_changes_no_bit(monkeypatch, dtype):
+    """Whoever computes a chunk computes it the same way: one thread alone gives the same bits as two."""
+    monkeypatch.setattr(decode, "CHUNK_BYTES", 3 * 16 * 8)
+    fast, _ = twin_models(dtype=dtype, seed=4, d_model=16)
+    monkeypatch.setattr(decode, "helper_threads", lambda: 1)
+    together = run_steps(fast, 5, 6, seed=4)
+    monkeypatch.setattr(decode, "helper_threads", lambda: 0)
+    alone = run_steps(fast, 5, 6, seed=4)
+    np.testing.assert_array_equal(together[0], alone[0])
+    for (conv_a, ssm_a), (conv_b, ssm_b) in zip(together[1], alone[1]):
+        np.testing.assert_array_equal(conv_a, conv_b)
+        np.testing.assert_array_equal(ssm_a, ssm_b)
+
+
+def test_weights_changed_between_steps_are_used():
+    """In place (an optimizer step: the same array) or replaced (a new array): the next step reads the new
+    values, and the prepared weights are rebuilt only when an array was replaced."""
+    fast, slow = twin_models(seed=6)
+    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
+    token = np.array([1, 2])
+    for _ in range(2):
+        fast.step(token, cache_f), slow.step(token, cache_s)
+    prepared = decode._weights(fast)
+    w = fast.layers[0].mixer.in_proj.weight
+    w.data *= 1.5                                                       # in place
+    np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10, atol=1e-10)
+    assert decode._weights(fast) is prepared
+    w.data = w.data * 0.5                                               # replaced
+    fast.layers[1].mixer.D.data = fast.layers[1].mixer.D.data + 1.0
+    np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10, atol=1e-10)
+    assert decode._weights(fast) is not prepared
+
+
+def test_a_cache_refilled_by_a_prefill_is_read_again():
+    """A prefill replaces the cache's state arrays: the decoder must follow them, not its old ones."""
+    fast, slow = twin_models(seed=7)
+    cache_f, cache_s = fast.allocate_cache(1), slow.allocate_cache(1)
+    for prompt in (np.array([[1, 2, 3]]), np.array([[4, 5]])):
+        fast(prompt, cache_f), slow(prompt, cache_s)
+        for token in (6, 7):
+            np.testing.assert_allclose(fast.step(np.array([token]), cache_f).data,
+                                       slow.step(np.array([token]), cache_s).data, rtol=1e-10, atol=1e-10)
+    assert decode.release(cache_f) is None and decode.release(fast.allocate_cache(1)) is None
+
+
+@njit
+def claim_all(sync, phase, step, n, out):
+    while True:
+        c = decode_sync.claim(sync, phase, step, n)
+        if c < 0:
+            break
+        out[c] += 1
+        decode_sync.finish(sync, phase)
+    decode_sync.wait_done(sync, phase, step, n)
+
+
+def test_claims_hand_out_each_chunk_once_per_step_and_never_a_later_steps():
+    sync = decode_sync.sync_array(2)
+    counts = np.zeros((3, 37), np.int64)
+    for step in range(3):                                               # two threads at once, every step
+        threads = [threading.Thread(target=claim_all, args=(sync, 1, step, 37, counts[step])) for _ in range(2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    assert (counts == 1).all()
+    assert decode_sync.claim(sync, 1, 1, 37) == -1                       # an old step: nothing left to claim
+    assert decode_sync.claim(sync, 0, 0, 3) == 0                         # phases count apart
+    assert decode_sync.claim(sync, 1, 3, 37) == 0                        # the next step's first chunk
+
+
+@njit
+def exp_all(a):
+    out = np.empty_like(a)
+    for i in range(a.shape[0]):
+        out[i] = fast_exp(a[i])
+    return out
+
+
+def test_fast_exp_is_within_two_ulp_of_exp_and_handles_the_ends():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-708, 709.78, 20000), rng.normal(0, 3, 20000), [0.0, -0.0, 1e-300, 709.78]])
+    want = np.exp(x)
+    np.testing.assert_allclose(exp_all(x), want, rtol=2 * np.finfo(np.float64).eps, atol=0)
+    ends = exp_all(np.array([np.nan, np.inf, -np.inf, 710.0, -708.5, -1000.0]))
+    assert math.isnan(ends[0]) and ends[1] == ends[3] == math.inf and (ends[2:] == [0.0, math.inf, 0.0, 0.0]).all()

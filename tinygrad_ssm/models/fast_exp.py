@@ -1,0 +1,57 @@
+"""exp in float64 that LLVM can vectorise inside a numba loop (math.exp is a scalar libm call here: no SVML),
+for the SiLU gates of decoding (decode.py). exp(x) = 2^n e^r with n = round(x / ln 2), |r| <= ln(2) / 2: e^r by
+its Taylor series to r^13 (the next term is below 2e-16 relative), 2^n written straight into the exponent bits.
+Within a few ulp of math.exp (tests/test_decode_kernels.py); NaN stays NaN, +-inf go to inf and 0; below
+-708 (where e^x < 3.3e-308) it gives 0.
+"""
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01   # ln 2 split so n * _LN2_HI is exact for |n| < 2^11
+_LN2_LO = 1.90821492927058770002e-10
+_INV_FACTORIALS = tuple(1.0 / math.factorial(k) for k in range(14))
+
+
+@intrinsic
+def _float64_from_bits(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def exp(x):
+    xc = min(max(x, -708.0), 709.79)
+    n = math.floor(xc * _LOG2E + 0.5)
+    r = (xc - n * _LN2_HI) - n * _LN2_LO
+    p = _INV_FACTORIALS[13]
+    p = p * r + _INV_FACTORIALS[12]
+    p = p * r + _INV_FACTORIALS[11]
+    p = p * r + _INV_FACTORIALS[10]
+    p = p * r + _INV_FACTORIALS[9]
+    p = p * r + _INV_FACTORIALS[8]
+    p = p * r + _INV_FACTORIALS[7]
+    p = p * r + _INV_FACTORIALS[6]
+    p = p * r + _INV_FACTORIALS[5]
+    p = p * r + _INV_FACTORIALS[4]
+    p = p * r + _INV_FACTORIALS[3]
+    p = p * r + _INV_FACTORIALS[2]
+    p = p * r + 1.0
+    p = p * r + 1.0
+    e = p * _float64_from_bits((int(n) + 1022) << 52) * 2.0                # 2^(n-1) * 2: n = 1024 fits
+    e = math.inf if x > 709.79 else e                                   # selects, not branches: it vectorises
+    e = 0.0 if x < -708.0 else e
+    return e if x == x else x                                           # NaN stays NaN
+
+
+@njit(cache=True, nogil=True, inline="always")
+def silu(v):
+    """v * sigmoid(v) in float64 (v / (1 + e^-v): e^-v overflowing to inf gives -0, as it should). Callers
+    compile with error_model="numpy": Python's zero-division check keeps a loop from vectorising."""
+    return v / (1.0 + exp(-v))
