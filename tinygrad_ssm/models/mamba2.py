@@ -31,8 +31,8 @@ from .sampling import NonFiniteLogits, check_sampling_args, sample_next
 
 SUPPORTED_DTYPES = ("float32", "float64")
 # generation steps a prompt this short through the decoder instead of the chunked scan: cheaper at this length
-# (b1: ~16 x 0.3 ms against ~7 ms), and no BLAS worker threads left spinning on the core the decoder's helper
-# thread needs (OpenBLAS's spin after the prefill's matmuls cost a fifth of a b1 generation, bench_generate)
+# (b1: ~16 x 0.3 ms against ~7 ms; measured before blas_threads.py put OpenBLAS's threads to sleep after a
+# matmul, when their spin after the prefill's matmuls also took the core the decoder's helper thread needs)
 STEPPED_PROMPT_LEN = 32
 
 
