@@ -22,7 +22,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from .fast_exp import exp, silu
+from .fast_exp import silu
 from .decode_sync import atomic_load, atomic_store, claim, finish, relax, sync_array, wait_done
 
 # sums may vectorise (no nnan/ninf); no ZeroDivisionError check (no division here can be by 0): with it, no
@@ -276,14 +276,6 @@ def _helper(control, args):
             spins += 1
     atomic_store(control, 2, 0)
 
-def _array(t, dtype):
-    return np.ascontiguousarray(t.data, dtype=dtype)
-
-
-def _zeros_or(t, size, dtype):
-    return np.zeros(size, dtype) if t is None else _array(t, dtype)
-
-
 def _contiguous_state(state, name: str, expected: tuple, dtype):
     """The cache's array for in-place work: C-contiguous, writable, of the model's dtype (replaced once if not)."""
     from ..tensor import Tensor
@@ -296,8 +288,6 @@ def _contiguous_state(state, name: str, expected: tuple, dtype):
         a = np.array(a, dtype=dtype, order="C")
         setattr(state, name, Tensor(a))
     return a
-
-
 
 
 # --- the Python side: weights prepared once, a session per cache -------------------------------------------
