@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import resource
 import sys
 import time
 
@@ -108,9 +109,12 @@ def main(argv=None) -> dict:
         phases["optimizer"] += t3 - t2
     step()
     times.clear(), counts.clear(), phases.clear()
+    usage0 = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(args.repeats):
         step()
+    usage1 = resource.getrusage(resource.RUSAGE_SELF)
     n = args.repeats
+    faults, system_s = (usage1.ru_minflt - usage0.ru_minflt) / n, (usage1.ru_stime - usage0.ru_stime) / n
     step_s = sum(phases.values()) / n
     shares = collections.defaultdict(float)
     detail = collections.defaultdict(float)
@@ -132,13 +136,15 @@ def main(argv=None) -> dict:
     print(f"training step b={args.batch} l={args.seqlen} chunk={args.chunk_size} backend={args.backend} "
           f"{'reference' if args.reference else 'fused'}: {step_s:.3f} s (forward {phases['forward'] / n:.3f}, "
           f"backward {phases['backward'] / n:.3f}, optimizer {phases['optimizer'] / n:.3f}); ops per step: "
-          f"{counts['model'] // n} model, {counts['scan'] // n} scan")
+          f"{counts['model'] // n} model, {counts['scan'] // n} scan; per step {faults:,.0f} page faults, "
+          f"{system_s:.3f} s system time (tinygrad_ssm/heap_reuse.py)")
     for name, seconds in sorted(shares.items(), key=lambda kv: -kv[1]):
         print(f"  {name:40s} {seconds:7.3f} s {100 * seconds / step_s:5.1f} %")
     print("  of which:")
     for name, seconds in sorted(detail.items(), key=lambda kv: -kv[1])[:10]:
         print(f"    {name:38s} {seconds:7.3f} s {100 * seconds / step_s:5.1f} %")
-    return {"step_s": step_s, "shares": dict(shares), "detail": dict(detail)}
+    return {"step_s": step_s, "shares": dict(shares), "detail": dict(detail), "page_faults": faults,
+            "system_s": system_s}
 
 
 if __name__ == "__main__":

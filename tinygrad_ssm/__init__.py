@@ -1,5 +1,6 @@
 """tinygrad_ssm: a reverse-mode autograd engine on NumPy, with a Mamba-2 language model built on it."""
 from . import blas_threads  # noqa: F401  (first: OpenBLAS's threads sleep after a matmul; before NumPy loads)
+from . import heap_reuse  # noqa: F401  (freed arrays' pages are reused by the next step: no page faults)
 from . import functional
 from .creation import arange, full, new_tensor, ones, ones_like, rand, randn, zeros, zeros_like
 from .functional import (cat, concatenate, einsum, matmul, maximum, minimum, stack, where)
