@@ -52,11 +52,14 @@ is bit-identical for any thread count. Memory: the forward saves the inputs and 
 """
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
+SEGSUM_MATMUL_MAX_Q = 64   # chunks up to this long build their segment sums with a matmul, longer ones in blocks
 SLAB_ELEMENTS = 1 << 18   # one slab's (g, r, q, q) arrays hold about this many floats (1 MiB in float32)
 THREADS = min(2, len(os.sched_getaffinity(0)))   # Python threads that take the slabs
 PARALLEL_MIN_WORK = 1 << 18   # below this many b l h p n one thread: handing slabs to threads costs more
@@ -92,14 +95,85 @@ def _masks(q: int, dtype):
 
 
 def _exp_segsum(a_h: np.ndarray, tril: np.ndarray, after: np.ndarray) -> np.ndarray:
-    """a_h (..., q) -> exp(seg) (..., q, q), seg[t, s] = a_{s+1} + ... + a_t below the diagonal and exactly 0 above
-    it (so exp gives 1 there, never inf): seg = tril @ (a_k [k > s]), a sum of the a_k and exact zeros."""
-    seg = np.matmul(tril, a_h[..., :, None] * after)                   # (..., q, q)
+    """a_h (..., q) -> exp(seg) (..., q, q), seg[t, s] = a_{s+1} + ... + a_t below the diagonal: every entry a sum of
+    the a_k it spans (never a difference of cumsums). Above the diagonal the entries are finite (0 for q up to
+    SEGSUM_MATMUL_MAX_Q, else sums of a within the chunk) and every use masks them.
+    Short chunks: seg = tril @ (a_k [k > s]), one matmul (a sum of the a_k and exact zeros); longer ones (where
+    the matmul's q^3 outgrows the q^2 of the rest): `_segsum_blocked`."""
+    if a_h.shape[-1] <= SEGSUM_MATMUL_MAX_Q:
+        seg = np.matmul(tril, a_h[..., :, None] * after)               # (..., q, q)
+    else:
+        seg = _segsum_blocked(a_h)                                      # (..., q, q)
     return np.exp(seg, out=seg)
 
 
+def _segsum_blocked(a_h: np.ndarray) -> np.ndarray:
+    """a_h (..., q) -> seg (..., q, q) in blocks of w ~ sqrt(q) steps (the chunk zero-padded to nb w): for t in block
+    i and s in an earlier block j,
+        seg[t, s] = prefix[i, t] + between[i, j] + suffix[j, s]
+    (a[i, ..t], the whole blocks j+1 .. i-1, a[j, s+1..]: three sums of disjoint runs of a), and inside a block the
+    run a[i, s+1..t] itself. Costs two passes over the (q, q) array instead of a q^3 matmul."""
+    q = a_h.shape[-1]
+    lead = a_h.shape[:-1]
+    w = max(1, math.isqrt(q))
+    nb = -(-q // w)
+    if nb * w != q:
+        a_h = np.concatenate([a_h, np.zeros(lead + (nb * w - q,), a_h.dtype)], axis=-1)
+    ab = a_h.reshape(lead + (nb, w))                                    # (..., nb, w)
+    prefix = np.cumsum(ab, axis=-1)                                     # (..., nb, w)  a[i, 0..u]
+    suffix = np.zeros_like(ab)                                          # (..., nb, w)  a[j, v+1..w-1]
+    suffix[..., :-1] = np.cumsum(ab[..., :0:-1], axis=-1)[..., ::-1]
+    totals = np.where(np.tri(nb, nb, -1, dtype=bool), prefix[..., :, None, -1], 0)   # (..., nb, nb) [m, j]: m > j
+    between = np.zeros(lead + (nb, nb), a_h.dtype)                      # (..., nb, nb)  blocks j+1 .. i-1
+    between[..., 1:, :] = np.cumsum(totals, axis=-2)[..., :-1, :]
+    seg = prefix[..., :, :, None, None] + between[..., :, None, :, None]    # (..., nb, w, nb, 1)
+    seg = seg + suffix[..., None, None, :, :]                           # (..., nb, w, nb, w)
+    inside = np.cumsum(np.where(np.tri(w, w, -1, dtype=bool), ab[..., :, :, None], 0), axis=-2)  # (..., nb, w, w)
+    st = seg.strides                                                    # the diagonal blocks i = j, as a view
+    as_strided(seg, lead + (nb, w, w), st[:-4] + (st[-4] + st[-2], st[-3], st[-1]), writeable=True)[...] = inside
+    seg = seg.reshape(lead + (nb * w, nb * w))
+    return seg if nb * w == q else np.ascontiguousarray(seg[..., :q, :q])
+
+
+def _openblas_local_threads():
+    """NumPy's OpenBLAS `openblas_set_num_threads_local(n) -> previous` (the calling thread's BLAS threads), or None
+    where it cannot be found (another BLAS, an older OpenBLAS)."""
+    try:
+        import ctypes
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line})
+        for path in paths:
+            setter = getattr(ctypes.CDLL(path), "openblas_set_num_threads_local", None)
+            if setter is not None:
+                setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+                return setter
+    except OSError:
+        pass
+    return None
+
+
+_set_blas_threads = _openblas_local_threads()
+
+
+def _one_blas_thread(work):
+    """work on one OpenBLAS thread: the matmuls here are small (q, q, p), and OpenBLAS waking its second thread
+    for them (or two of our threads each asking for two) cost 2x to 30x in wall time on a busy 2-core machine."""
+    if _set_blas_threads is None:
+        return work
+
+    def single(k0, k1):
+        before = _set_blas_threads(1)
+        try:
+            work(k0, k1)
+        finally:
+            _set_blas_threads(before)
+    return single
+
+
 def _run_slabs(work, chunks: int, per_chunk: int, threads: int):
-    """work(k0, k1) for slabs of consecutive chunks (about SLAB_ELEMENTS / per_chunk each), on `threads` threads."""
+    """work(k0, k1) for slabs of consecutive chunks (about SLAB_ELEMENTS / per_chunk each), on `threads` threads,
+    each on one OpenBLAS thread."""
+    work = _one_blas_thread(work)
     size = max(1, SLAB_ELEMENTS // per_chunk)
     slabs = [(k0, min(chunks, k0 + size)) for k0 in range(0, chunks, size)]
     if threads <= 1 or len(slabs) == 1:
@@ -116,53 +190,58 @@ def _thread_count(work: int) -> int:
 
 
 class _Chunks:
-    """The inputs cut into chunks: X (K, q, g, r, p), a (K, q, g, r), B, C (K, q, g, n), and the inclusive
-    sums inside each chunk: exp_s = exp(s_t) (K, q, g, r), exp_total = exp(s_q) (K, g, r)."""
+    """The inputs cut into chunks of q steps (zero-padded to c q): x (K, q, g, r, p), dt, a (K, q, g, r),
+    B, C (K, q, g, n), and the inclusive sums inside each chunk: exp_s = exp(s_t) (K, q, g, r) and
+    exp_total = exp(s_q) (K, g, r p) (repeated over each head's p columns, the layout of the (n, r p) states)."""
 
     def __init__(self, x, dt, A, B, C, c, q):
         b, l, h, p = x.shape
         g, n = B.shape[2], B.shape[3]
         self.b, self.l, self.h, self.p, self.g, self.n, self.r = b, l, h, p, g, n, h // g
         self.c, self.q = c, q
-        self.K = b * self.c
-        shape = (self.K, self.q, g)
-        length = self.c * self.q
-        self.X = _padded(x * dt[..., None], length).reshape(shape + (self.r, p))   # (K, q, g, r, p)
-        self.a = _padded(dt * A, length).reshape(shape + (self.r,))                # (K, q, g, r)
-        self.B = _padded(B, length).reshape(shape + (n,))                          # (K, q, g, n)
-        self.C = _padded(C, length).reshape(shape + (n,))                          # (K, q, g, n)
+        self.K = b * c
+        rows, length = (self.K, q, g), c * q
+        self.x = _padded(x, length).reshape(rows + (self.r, p))                    # (K, q, g, r, p)
+        self.dt = _padded(dt, length).reshape(rows + (self.r,))                    # (K, q, g, r)
+        self.a = self.dt * A.reshape(g, self.r)                                    # (K, q, g, r)
+        self.B = _padded(B, length).reshape(rows + (n,))                           # (K, q, g, n)
+        self.C = _padded(C, length).reshape(rows + (n,))                           # (K, q, g, n)
         s = np.cumsum(self.a, axis=1)                                              # (K, q, g, r)  s_t
-        self.exp_total = np.exp(s[:, -1])                                          # (K, g, r)     exp(s_q)
+        self.exp_total = np.repeat(np.exp(s[:, -1]), p, axis=-1)                   # (K, g, r p)   exp(s_q)
         self.exp_s = np.exp(s, out=s)                                              # (K, q, g, r)  exp(s_t)
-        self.tril, self.after, self.before = _masks(self.q, x.dtype)
+        self.tril, self.after, self.before = _masks(q, x.dtype)
 
     def per_chunk(self) -> int:
         return self.g * self.r * self.q * self.q
 
-    def heads(self, v, k0, k1):
-        """(K, q, g, r, ...) rows -> the per-head view (k, g, r, q, ...) of chunks k0:k1."""
-        return np.moveaxis(v[k0:k1], 1, 3)
-
-    def groups(self, v, k0, k1):
-        """(K, q, g, r, p) or (K, q, g, n) rows -> the per-group matrices (k, g, q, r p or n) of chunks k0:k1."""
-        v = v[k0:k1]
-        return v.reshape(v.shape[:3] + (-1,)).transpose(0, 2, 1, 3)
+    def X(self, k0, k1):
+        """X = dt x of chunks k0:k1, (k, q, g, r, p), a new array."""
+        return self.x[k0:k1] * self.dt[k0:k1, ..., None]
 
     def diagonal_blocks(self, k0, k1):
         """For chunks k0:k1: L = exp(seg) (k, g, r, q, q) (1 above the diagonal), M = L o tril(CB) (same shape),
         and the group matrices B, C (k, g, q, n)."""
-        L = _exp_segsum(self.heads(self.a, k0, k1), self.tril, self.after)        # (k, g, r, q, q)
-        Bg, Cg = self.groups(self.B, k0, k1), self.groups(self.C, k0, k1)         # (k, g, q, n)
+        L = _exp_segsum(np.moveaxis(self.a[k0:k1], 1, 3), self.tril, self.after)  # (k, g, r, q, q)
+        Bg, Cg = _groups(self.B[k0:k1]), _groups(self.C[k0:k1])                   # (k, g, q, n)
         CB = np.matmul(Cg, Bg.swapaxes(-1, -2))                                    # (k, g, q, q) C_t . B_s
         CB *= self.tril
         return L, L * CB[:, :, None], Bg, Cg
 
 
+def _heads(v):
+    """Rows (k, q, g, r, p) -> the per-head matrices (k, g, r, q, p), a view."""
+    return np.moveaxis(v, 1, 3)
+
+
+def _groups(v):
+    """Rows (k, q, g, r, p) or (k, q, g, n) -> the per-group matrices (k, g, q, r p or n), a view when possible."""
+    return v.reshape(v.shape[:3] + (-1,)).transpose(0, 2, 1, 3)
+
+
 def _states_as_heads(ST, r):
-    """Transposed states (..., g, n, r p) -> (..., h, p, n)."""
-    *lead, g, n, rp = ST.shape
-    return ST.reshape(*lead, g, n, r, rp // r).transpose(*range(len(lead)), len(lead), len(lead) + 2,
-                                                         len(lead) + 3, len(lead) + 1).reshape(*lead, g * r, rp // r, n)
+    """Transposed states (b, g, n, r p) -> (b, h, p, n)."""
+    b, g, n, rp = ST.shape
+    return ST.reshape(b, g, n, r, rp // r).transpose(0, 1, 3, 4, 2).reshape(b, g * r, rp // r, n)
 
 
 def _heads_as_states(S, g):
@@ -183,38 +262,39 @@ def forward(x, dt, A, B, C, D, initial_state, chunk_size):
     local = np.empty((K, g, n, r * p), x.dtype)                         # (K, g, n, r p) each chunk's own state^T
 
     def diagonal(k0, k1):
+        X = ch.X(k0, k1)                                                 # (k, q, g, r, p)
         L, M, Bg, _ = ch.diagonal_blocks(k0, k1)                         # (k, g, r, q, q) x2, (k, g, q, n)
-        np.matmul(M, ch.heads(ch.X, k0, k1), out=ch.heads(Y, k0, k1))    # (k, g, r, q, p)  M X
-        decay_out = np.moveaxis(L[..., -1, :], 3, 1)                     # (k, q, g, r)     exp(seg[q, s])
-        Xd = ch.X[k0:k1] * decay_out[..., None]                          # (k, q, g, r, p)
-        np.matmul(Bg.swapaxes(-1, -2), ch.groups(Xd, 0, k1 - k0), out=local[k0:k1])  # (k, g, n, r p)
+        Y[k0:k1] = np.moveaxis(np.matmul(M, _heads(X)), 3, 1)            # (k, q, g, r, p)  M X
+        X *= np.moveaxis(L[..., -1, :], 3, 1)[..., None]                 # (k, q, g, r, p)  exp(seg[q, s]) X_s
+        np.matmul(Bg.swapaxes(-1, -2), _groups(X), out=local[k0:k1])     # (k, g, n, r p)
 
     threads = _thread_count(b * l * h * p * n)
     _run_slabs(diagonal, K, ch.per_chunk(), threads)
 
-    # between chunks: S_in(z + 1) = exp(s_q(z)) S_in(z) + local(z), transposed states (b, g, n, r, p)
+    # between chunks: S_in(z + 1) = exp(s_q(z)) S_in(z) + local(z), transposed states (b, g, n, r p)
     S_in = np.empty((b, c, g, n, r * p), x.dtype)                       # (b, c, g, n, r p)
-    S = (np.zeros((b, g, n, r * p), x.dtype) if initial_state is None
-         else _heads_as_states(initial_state, g)).reshape(b, g, n, r, p)
-    exp_total = ch.exp_total.reshape(b, c, g, 1, r, 1)
-    local = local.reshape(b, c, g, n, r, p)
+    S = np.zeros((b, g, n, r * p), x.dtype) if initial_state is None else _heads_as_states(initial_state, g)
+    exp_total = ch.exp_total.reshape(b, c, g, 1, r * p)
+    local = local.reshape(b, c, g, n, r * p)
     for z in range(c):
-        S_in[:, z] = S.reshape(b, g, n, r * p)
-        S = exp_total[:, z] * S + local[:, z]                           # (b, g, n, r, p)
-    final_state = _states_as_heads(S.reshape(b, g, n, r * p), r)        # (b, h, p, n)
+        S_in[:, z] = S
+        S = exp_total[:, z] * S                                         # (b, g, n, r p)
+        S += local[:, z]
+    final_state = _states_as_heads(S, r)                                # (b, h, p, n)
 
     S_in_k = S_in.reshape(K, g, n, r * p)
+    D_heads = None if D is None else D.reshape(g, r, 1)
 
     def entering(k0, k1):
-        Y_off = np.matmul(ch.groups(ch.C, k0, k1), S_in_k[k0:k1])        # (k, g, q, r p)  C S_in^T
+        Y_off = np.matmul(_groups(ch.C[k0:k1]), S_in_k[k0:k1])           # (k, g, q, r p)  C S_in^T
         Y_off = Y_off.reshape(k1 - k0, g, q, r, p).transpose(0, 2, 1, 3, 4)   # (k, q, g, r, p)
         Y[k0:k1] += ch.exp_s[k0:k1, ..., None] * Y_off
+        if D_heads is not None:
+            Y[k0:k1] += ch.x[k0:k1] * D_heads
 
     _run_slabs(entering, K, ch.per_chunk(), threads)
-    y = Y.reshape(b, c * q, h, p)[:, :l]                                # (b, l, h, p)
-    if D is not None:
-        y += x * D[:, None]
-    y = np.ascontiguousarray(y)
+    y = Y.reshape(b, c * q, h, p)
+    y = y if c * q == l else np.ascontiguousarray(y[:, :l])             # (b, l, h, p)
     return y, final_state, (x, dt, A, B, C, D if D is not None else np.zeros(0, x.dtype), S_in,
                             np.array([q, initial_state is not None]))
 
@@ -229,68 +309,79 @@ def backward(saved, dy, d_final_state):
     ch = _Chunks(x, dt, A, B, C, c, int(q))
     K, q, r = ch.K, ch.q, ch.r
     dy_k = _padded(dy.astype(dtype, copy=False), c * q).reshape(K, q, g, r, p)      # (K, q, g, r, p)
-    dyE = dy_k * ch.exp_s[..., None]                                    # (K, q, g, r, p)  exp(s_t) dy_t
     threads = _thread_count(b * l * h * p * n)
 
-    # between chunks, in reverse: dS_in = exp(s_q) dS_out + C^T (exp(s) o dy); transposed (b, g, n, r, p)
-    into = np.matmul(ch.groups(ch.C, 0, K).swapaxes(-1, -2), ch.groups(dyE, 0, K))  # (K, g, n, r p)
-    into = into.reshape(b, c, g, n, r, p)
+    # between chunks, in reverse: dS_in = exp(s_q) dS_out + C^T (exp(s) o dy), transposed (b, g, n, r p)
+    into = np.empty((K, g, n, r * p), dtype)                            # (K, g, n, r p)
+
+    def entering(k0, k1):
+        dyE = dy_k[k0:k1] * ch.exp_s[k0:k1, ..., None]                   # (k, q, g, r, p)
+        np.matmul(_groups(ch.C[k0:k1]).swapaxes(-1, -2), _groups(dyE), out=into[k0:k1])
+
+    _run_slabs(entering, K, ch.per_chunk(), threads)
+    into = into.reshape(b, c, g, n, r * p)
     dS_out = np.empty((b, c, g, n, r * p), dtype)                       # (b, c, g, n, r p)
-    dS = _heads_as_states(d_final_state.astype(dtype, copy=False), g).reshape(b, g, n, r, p)
-    exp_total = ch.exp_total.reshape(b, c, g, 1, r, 1)
+    dS = _heads_as_states(d_final_state.astype(dtype, copy=False), g)   # (b, g, n, r p)
+    exp_total = ch.exp_total.reshape(b, c, g, 1, r * p)
     for z in range(c - 1, -1, -1):
-        dS_out[:, z] = dS.reshape(b, g, n, r * p)
-        dS = exp_total[:, z] * dS + into[:, z]                          # (b, g, n, r, p)
-    d_initial = _states_as_heads(dS.reshape(b, g, n, r * p), r) if had_initial else None
+        dS_out[:, z] = dS
+        dS = exp_total[:, z] * dS                                       # (b, g, n, r p)
+        dS += into[:, z]
+    d_initial = _states_as_heads(dS, r) if had_initial else None
 
     S_in_k, dS_out_k = S_in.reshape(K, g, n, r * p), dS_out.reshape(K, g, n, r * p)
-    dX = np.empty((K, q, g, r, p), dtype)                               # (K, q, g, r, p)
+    D_heads = D.reshape(g, r, 1) if D.size else None
+    dx = np.empty((K, q, g, r, p), dtype)                               # (K, q, g, r, p)
     dB, dC = np.empty((K, q, g, n), dtype), np.empty((K, q, g, n), dtype)
-    da = np.empty((K, q, g, r), dtype)                                  # (K, q, g, r)
+    da = np.empty((K, g, q, r), dtype)                                  # (K, g, q, r)
+    x_dot_dX = np.empty((K, q, g, r), dtype)                            # (K, q, g, r)  x_t . dX_t
+    x_dot_dy = np.empty((K, q, g, r), dtype)                            # (K, q, g, r)  x_t . dy_t
 
     def chunk_gradients(k0, k1):
         k = k1 - k0
+        x_c, dy_c = ch.x[k0:k1], dy_k[k0:k1]                             # (k, q, g, r, p)
+        X = ch.X(k0, k1)                                                 # (k, q, g, r, p)
+        dyE = dy_c * ch.exp_s[k0:k1, ..., None]                          # (k, q, g, r, p)  exp(s_t) dy_t
         L, M, Bg, Cg = ch.diagonal_blocks(k0, k1)                        # (k, g, r, q, q) x2, (k, g, q, n) x2
-        X_h, dy_h = ch.heads(ch.X, k0, k1), ch.heads(dy_k, k0, k1)       # (k, g, r, q, p)
-        G = np.matmul(dy_h, X_h.swapaxes(-1, -2))                        # (k, g, r, q, q)  dy_t . X_s
-        np.matmul(M.swapaxes(-1, -2), dy_h, out=ch.heads(dX, k0, k1))    # (k, g, r, q, p)  M^T dy
+        G = np.matmul(_heads(dy_c), _heads(X).swapaxes(-1, -2))          # (k, g, r, q, q)  dy_t . X_s
         decay_out = np.moveaxis(L[..., -1, :], 3, 1)[..., None]          # (k, q, g, r, 1)  exp(seg[q, s])
-        # the chunk's own state: dX += exp(seg[q]) o (B dS_out^T), all heads of a group in one matmul
-        state_dX = np.matmul(Bg, dS_out_k[k0:k1])                        # (k, g, q, r p)
-        state_dX = state_dX.reshape(k, g, q, r, p).transpose(0, 2, 1, 3, 4) * decay_out   # (k, q, g, r, p)
-        dX[k0:k1] += state_dX
-        from_state = (state_dX * ch.X[k0:k1]).sum(-1)                    # (k, q, g, r)     dseg[q, s]
+        # dX: the chunk's own state's term, exp(seg[q]) o (B dS_out^T), for all heads of a group in one matmul,
+        # then the diagonal blocks' M^T dy
+        dX = np.matmul(Bg, dS_out_k[k0:k1]).reshape(k, g, q, r, p).transpose(0, 2, 1, 3, 4) * decay_out
+        from_state = (dX * X).sum(-1)                                    # (k, q, g, r)  d seg[q, s]
+        dX += np.moveaxis(np.matmul(M.swapaxes(-1, -2), _heads(dy_c)), 3, 1)   # (k, q, g, r, p)
+        dx[k0:k1] = dX * ch.dt[k0:k1, ..., None]
+        if D_heads is not None:
+            dx[k0:k1] += dy_c * D_heads
+        np.sum(dX * x_c, axis=-1, out=x_dot_dX[k0:k1])
+        np.sum(dy_c * x_c, axis=-1, out=x_dot_dy[k0:k1])
         # dB and dC: the heads summed in W before the matmuls
         W = (L * G).sum(axis=2)                                          # (k, g, q, q)
         W *= ch.tril
-        Xd = ch.X[k0:k1] * decay_out                                     # (k, q, g, r, p)
-        dC_g = np.matmul(W, Bg) + np.matmul(ch.groups(dyE, k0, k1), S_in_k[k0:k1].swapaxes(-1, -2))   # (k, g, q, n)
-        dB_g = np.matmul(W.swapaxes(-1, -2), Cg) + np.matmul(ch.groups(Xd, 0, k), dS_out_k[k0:k1].swapaxes(-1, -2))
+        X *= decay_out                                                   # (k, q, g, r, p)  exp(seg[q, s]) X_s
+        dC_g = np.matmul(W, Bg) + np.matmul(_groups(dyE), S_in_k[k0:k1].swapaxes(-1, -2))        # (k, g, q, n)
+        dB_g = np.matmul(W.swapaxes(-1, -2), Cg) + np.matmul(_groups(X), dS_out_k[k0:k1].swapaxes(-1, -2))
         dC[k0:k1], dB[k0:k1] = dC_g.transpose(0, 2, 1, 3), dB_g.transpose(0, 2, 1, 3)
         # the segment sums: da_k = sum_{t>=k} sum_{s<k} dseg[t, s] + sum_{t>=k} v_t + w
         dseg = np.multiply(G, M, out=G)                                  # (k, g, r, q, q)
         dseg[..., -1, :] += np.moveaxis(from_state, 1, 3)
         R = np.matmul(dseg, ch.before)                                   # (k, g, r, q, q)  sum_{s<k} dseg[t, s]
         R *= ch.tril
-        da_diag = R.sum(axis=-2)                                         # (k, g, r, q)
-        Y_off = np.matmul(Cg, S_in_k[k0:k1]).reshape(k, g, q, r, p).transpose(0, 2, 1, 3, 4)   # (k, q, g, r, p)
-        v = (dyE[k0:k1] * Y_off).sum(-1)                                 # (k, q, g, r)
-        v_from = np.cumsum(v[:, ::-1], axis=1)[:, ::-1]                  # (k, q, g, r)  sum_{t>=k} v_t
+        Y_off = np.matmul(Cg, S_in_k[k0:k1]).reshape(k, g, q, r, p)      # (k, g, q, r, p)  C S_in^T
+        v = (Y_off * dyE.transpose(0, 2, 1, 3, 4)).sum(-1)               # (k, g, q, r)
         w = (dS_out_k[k0:k1] * S_in_k[k0:k1]).reshape(k, g, n, r, p).sum(axis=(2, 4))   # (k, g, r)
-        w *= ch.exp_total[k0:k1]
-        da[k0:k1] = np.moveaxis(da_diag, 3, 1) + v_from + w[:, None]
+        w *= ch.exp_total[k0:k1, :, ::p]
+        da_c = np.cumsum(v[:, :, ::-1], axis=2)[:, :, ::-1]              # (k, g, q, r)  sum_{t>=k} v_t
+        da_c += R.sum(axis=-2).swapaxes(-1, -2)
+        da_c += w[:, :, None]
+        da[k0:k1] = da_c
 
     _run_slabs(chunk_gradients, K, ch.per_chunk(), threads)
 
-    dX = dX.reshape(b, c * q, h, p)[:, :l]                              # (b, l, h, p)
-    da = da.reshape(b, c * q, h)[:, :l]                                 # (b, l, h)
-    dx = dX * dt[..., None]
-    ddt = da * A + (dX * x).sum(-1)
-    dA = np.einsum("blh,blh->h", da, dt)
-    dD = None
-    if D.size:
-        dx += dy * D[:, None]
-        dD = np.einsum("blhp,blhp->h", dy, x)
-    dB = np.ascontiguousarray(dB.reshape(b, c * q, g, n)[:, :l])
-    dC = np.ascontiguousarray(dC.reshape(b, c * q, g, n)[:, :l])
-    return dx, ddt, dA, dB, dC, dD, d_initial
+    da = da.transpose(0, 2, 1, 3)                                       # (K, q, g, r)
+    ddt = (da * A.reshape(g, r) + x_dot_dX).reshape(b, c * q, h)[:, :l]
+    dA = (da * ch.dt).sum(axis=(0, 1)).reshape(h)
+    dD = x_dot_dy.sum(axis=(0, 1)).reshape(h) if D_heads is not None else None
+    crop = (lambda v: v) if c * q == l else (lambda v: np.ascontiguousarray(v[:, :l]))
+    return (crop(dx.reshape(b, c * q, h, p)), crop(ddt) if c * q != l else np.ascontiguousarray(ddt), dA,
+            crop(dB.reshape(b, c * q, g, n)), crop(dC.reshape(b, c * q, g, n)), dD, d_initial)
