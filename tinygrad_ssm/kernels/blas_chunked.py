@@ -273,12 +273,12 @@ def forward(x, dt, A, B, C, D, initial_state, chunk_size):
 
     # between chunks: S_in(z + 1) = exp(s_q(z)) S_in(z) + local(z), transposed states (b, g, n, r p)
     S_in = np.empty((b, c, g, n, r * p), x.dtype)                       # (b, c, g, n, r p)
-    S = np.zeros((b, g, n, r * p), x.dtype) if initial_state is None else _heads_as_states(initial_state, g)
+    S = np.zeros((b, g, n, r * p), x.dtype) if initial_state is None else _heads_as_states(initial_state, g).copy()
     exp_total = ch.exp_total.reshape(b, c, g, 1, r * p)
     local = local.reshape(b, c, g, n, r * p)
     for z in range(c):
         S_in[:, z] = S
-        S = exp_total[:, z] * S                                         # (b, g, n, r p)
+        np.multiply(exp_total[:, z], S, out=S)                          # (b, g, n, r p)
         S += local[:, z]
     final_state = _states_as_heads(S, r)                                # (b, h, p, n)
 
@@ -321,11 +321,11 @@ def backward(saved, dy, d_final_state):
     _run_slabs(entering, K, ch.per_chunk(), threads)
     into = into.reshape(b, c, g, n, r * p)
     dS_out = np.empty((b, c, g, n, r * p), dtype)                       # (b, c, g, n, r p)
-    dS = _heads_as_states(d_final_state.astype(dtype, copy=False), g)   # (b, g, n, r p)
+    dS = _heads_as_states(d_final_state.astype(dtype, copy=False), g).copy()   # (b, g, n, r p)
     exp_total = ch.exp_total.reshape(b, c, g, 1, r * p)
     for z in range(c - 1, -1, -1):
         dS_out[:, z] = dS
-        dS = exp_total[:, z] * dS                                       # (b, g, n, r p)
+        np.multiply(exp_total[:, z], dS, out=dS)                        # (b, g, n, r p)
         dS += into[:, z]
     d_initial = _states_as_heads(dS, r) if had_initial else None
 
@@ -333,7 +333,7 @@ def backward(saved, dy, d_final_state):
     D_heads = D.reshape(g, r, 1) if D.size else None
     dx = np.empty((K, q, g, r, p), dtype)                               # (K, q, g, r, p)
     dB, dC = np.empty((K, q, g, n), dtype), np.empty((K, q, g, n), dtype)
-    da = np.empty((K, g, q, r), dtype)                                  # (K, g, q, r)
+    da = np.empty((K, g, r, q), dtype)                                  # (K, g, r, q)
     x_dot_dX = np.empty((K, q, g, r), dtype)                            # (K, q, g, r)  x_t . dX_t
     x_dot_dy = np.empty((K, q, g, r), dtype)                            # (K, q, g, r)  x_t . dy_t
 
@@ -359,7 +359,11 @@ def backward(saved, dy, d_final_state):
         W = (L * G).sum(axis=2)                                          # (k, g, q, q)
         W *= ch.tril
         X *= decay_out                                                   # (k, q, g, r, p)  exp(seg[q, s]) X_s
-        dC_g = np.matmul(W, Bg) + np.matmul(_groups(dyE), S_in_k[k0:k1].swapaxes(-1, -2))        # (k, g, q, n)
+        # exp(s_t) S_in^T dy_t per head (k, g, r, q, n): summed over the heads it is dC's second term, and
+        # against C_t it is v_t = exp(s_t) dy_t . (S_in C_t), the entering state's term of ds_t
+        entering_dC = np.matmul(_heads(dyE), S_in_k[k0:k1].reshape(k, g, n, r, p).transpose(0, 1, 3, 4, 2))
+        v = (entering_dC * Cg[:, :, None]).sum(-1)                       # (k, g, r, q)
+        dC_g = np.matmul(W, Bg) + entering_dC.sum(axis=2)                # (k, g, q, n)
         dB_g = np.matmul(W.swapaxes(-1, -2), Cg) + np.matmul(_groups(X), dS_out_k[k0:k1].swapaxes(-1, -2))
         dC[k0:k1], dB[k0:k1] = dC_g.transpose(0, 2, 1, 3), dB_g.transpose(0, 2, 1, 3)
         # the segment sums: da_k = sum_{t>=k} sum_{s<k} dseg[t, s] + sum_{t>=k} v_t + w
@@ -367,18 +371,16 @@ def backward(saved, dy, d_final_state):
         dseg[..., -1, :] += np.moveaxis(from_state, 1, 3)
         R = np.matmul(dseg, ch.before)                                   # (k, g, r, q, q)  sum_{s<k} dseg[t, s]
         R *= ch.tril
-        Y_off = np.matmul(Cg, S_in_k[k0:k1]).reshape(k, g, q, r, p)      # (k, g, q, r, p)  C S_in^T
-        v = (Y_off * dyE.transpose(0, 2, 1, 3, 4)).sum(-1)               # (k, g, q, r)
         w = (dS_out_k[k0:k1] * S_in_k[k0:k1]).reshape(k, g, n, r, p).sum(axis=(2, 4))   # (k, g, r)
         w *= ch.exp_total[k0:k1, :, ::p]
-        da_c = np.cumsum(v[:, :, ::-1], axis=2)[:, :, ::-1]              # (k, g, q, r)  sum_{t>=k} v_t
-        da_c += R.sum(axis=-2).swapaxes(-1, -2)
-        da_c += w[:, :, None]
+        da_c = np.cumsum(v[..., ::-1], axis=-1)[..., ::-1]               # (k, g, r, q)  sum_{t>=k} v_t
+        da_c += R.sum(axis=-2)
+        da_c += w[..., None]
         da[k0:k1] = da_c
 
     _run_slabs(chunk_gradients, K, ch.per_chunk(), threads)
 
-    da = da.transpose(0, 2, 1, 3)                                       # (K, q, g, r)
+    da = np.moveaxis(da, 3, 1)                                          # (K, q, g, r)
     ddt = (da * A.reshape(g, r) + x_dot_dX).reshape(b, c * q, h)[:, :l]
     dA = (da * ch.dt).sum(axis=(0, 1)).reshape(h)
     dD = x_dot_dy.sum(axis=(0, 1)).reshape(h) if D_heads is not None else None
