@@ -20,6 +20,12 @@ B^T (n, q) @ (exp(seg[q, :]) o X) (q, r p), and C (q, n) @ S_in^T (n, r p)). Bet
 recurrence S_in(z + 1) = exp(s_q(z)) S_in(z) + local(z) runs, c elementwise steps. States are held transposed,
 (n, r p) per group ("ST"), the layout those matmuls read and write.
 
+Speed (benchmarks/bench_ssd_backends.py, docs/kernels.md): slower than the numba recurrence at the model's
+shapes, 1.6x at p = n = 64, q = 64 and 2.6x at q = 256. The chunked form does ~1.7x the recurrence's multiply-adds
+(forward M X, the chunk states, C S_in^T and the segment sums; backward nine matmuls of the same size), the
+(q, q) matmuls of q = 64 run at ~100 GFLOP/s on one core, and the elementwise passes over (q, q) per head
+cost as much again. Kept as a second, independently derived kernel backend (and a start for larger n or a GPU).
+
 Backward, given dy and dS_out (d final_state for the last chunk), per chunk:
 
     dS_in  = exp(s_q) dS_out + sum_t exp(s_t) dy_t C_t^T        (reverse recurrence: dS_out(z - 1) = dS_in(z),
@@ -42,12 +48,17 @@ d seg[t, s] / d a_k = 1 for s < k <= t, and d s_t / d a_k = 1 for k <= t; no dif
 
 then, with X = dt x and a = dt A:  dx = dX dt + D dy,  ddt = dX . x + da A,  dA = sum da dt,  dD = sum dy . x.
 
-Every (q, q) segment sum is exact too: seg = tril(1) @ (a o [k > s]) (a matmul: a sum of a_k and exact zeros).
+Every (q, q) segment sum is exact too: seg = tril(1) @ (a o [k > s]) (a matmul: a sum of a_k and exact zeros),
+or for chunks longer than SEGSUM_MATMUL_MAX_Q (where that q^3 matmul dominates) from blocks of ~sqrt(q) steps,
+three sums of disjoint runs of a (`_segsum_blocked`). v_t comes from the per-head (q, n) products
+exp(s_t) S_in^T dy_t (v_t = C_t . that), whose head sum is dC's second term: one matmul for both.
 
 Work: per chunk, K (g, r, q, q) arrays and matmuls, cut into slabs of chunks (SLAB_ELEMENTS of a (q, q) array
 per slab, so one slab's temporaries stay near the L2 cache) that `THREADS` Python threads take as they come
-(NumPy's matmuls and ufuncs release the GIL); each slab computes the same whatever thread runs it, so the result
-is bit-identical for any thread count. Memory: the forward saves the inputs and the state entering every chunk,
+(NumPy's matmuls and ufuncs release the GIL), each asking OpenBLAS for one thread (its matmuls are small; OpenBLAS
+waking a second thread per call, or two of ours each asking for two, ran 2x to 30x slower on a busy 2-core
+machine); each slab computes the same whatever thread runs it, so the result is bit-identical for any thread
+count. Memory: the forward saves the inputs and the state entering every chunk,
 (b, c, g, n, r p), as the numba backend does; the backward recomputes the rest per slab.
 """
 from __future__ import annotations
