@@ -21,10 +21,11 @@ recurrence S_in(z + 1) = exp(s_q(z)) S_in(z) + local(z) runs, c elementwise step
 (n, r p) per group ("ST"), the layout those matmuls read and write.
 
 Speed (benchmarks/bench_ssd_backends.py, docs/kernels.md): slower than the numba recurrence at the model's
-shapes, 1.6x at p = n = 64, q = 64 and 2.6x at q = 256. The chunked form does ~1.7x the recurrence's multiply-adds
-(forward M X, the chunk states, C S_in^T and the segment sums; backward nine matmuls of the same size), the
-(q, q) matmuls of q = 64 run at ~100 GFLOP/s on one core, and the elementwise passes over (q, q) per head
-cost as much again. Kept as a second, independently derived kernel backend (and a start for larger n or a GPU).
+shapes, 1.6x at p = n = 64, q = 64 and 2.4x at q = 256 (a whole training step 1.4x). The chunked form does
+~1.7x the recurrence's multiply-adds (forward M X, the chunk states, C S_in^T and the segment sums; backward
+nine matmuls of the same size), the (q, q) matmuls of q = 64 run at ~100 GFLOP/s on one core, and the
+elementwise passes over (q, q) per head cost as much again. Kept as what "auto" takes where numba is missing
+(far faster than the engine-op reference), and as a second, independently derived kernel backend.
 
 Backward, given dy and dS_out (d final_state for the last chunk), per chunk:
 
@@ -98,8 +99,8 @@ def _padded(v: np.ndarray, length: int) -> np.ndarray:
 
 
 def _masks(q: int, dtype):
-    """The 0/1 (q, q) matrices the chunks use: tril[t, s] = [s <= t]; after[k, s] = [k > s] (a_k inside seg[., s]);
-    before[s, k] = [s < k]; from_k[t, k] = [t >= k] (= tril)."""
+    """The 0/1 (q, q) matrices the chunks use: tril[t, s] = [s <= t] (also [t >= k] over the rows t of a column k);
+    after[k, s] = [k > s] (a_k is inside seg[., s]); before[s, k] = [s < k]."""
     tril = np.tri(q, q, 0, dtype=dtype)
     after = np.tri(q, q, -1, dtype=dtype)
     return tril, after, after.T.copy()
