@@ -119,3 +119,31 @@ def test_gradcheck_heads_sharing_a_group_across_a_tail():
         return tg.cat([tg.functional.flatten(y), tg.functional.flatten(state)])
 
     assert gradcheck(both_outputs, *inputs.values())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_openblas_thread_setting_is_restored(monkeypatch, threads):
+    """The slabs run on one OpenBLAS thread each; the caller's own OpenBLAS setting is what it was afterwards."""
+    setter = blas_chunked._set_blas_threads
+    if setter is None:
+        pytest.skip("NumPy's BLAS here is not an OpenBLAS with openblas_set_num_threads_local")
+    monkeypatch.setattr(blas_chunked, "THREADS", threads)
+    monkeypatch.setattr(blas_chunked, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(blas_chunked, "SLAB_ELEMENTS", 1)
+    inputs = make_inputs(np.random.default_rng(9), b=2, l=12, h=2, p=2, g=1, n=3)
+    before = setter(3)
+    try:
+        y, state, saved = blas_chunked.forward(*[inputs[k] for k in NAMES], 4)
+        blas_chunked.backward(saved, np.ones_like(y), np.ones_like(state))
+    finally:
+        during = setter(before)
+    assert during == 3
+
+
+def test_a_slab_error_reaches_the_caller():
+    """An exception inside a slab taken by a worker thread is raised in the caller, not lost."""
+    def work(k0, k1):
+        if k0 == 2:
+            raise ValueError("slab 2")
+    with pytest.raises(ValueError, match="slab 2"):
+        blas_chunked._run_slabs(work, chunks=4, per_chunk=blas_chunked.SLAB_ELEMENTS, threads=2)
