@@ -6,6 +6,7 @@ Every implementation of the scan is one `Backend` record in `BACKENDS`, of one o
   every kernel is tested against) and "scan" (scan.py, the sequential recurrence, slow, for checking).
 - kernel backends (`forward` and `backward` on plain arrays): the one differentiable op `SSD` below wraps
   them, so a new backend is two functions and a record: "numba" (numba_cpu.py, the default on a CPU),
+  "blas" (blas_chunked.py, the chunked form on NumPy's matmuls: auto's choice where numba is missing),
   numba on CUDA.
 `ssd(..., backend="auto")` takes the available backend of highest priority; the model, the CLI and the tests
 all read this registry.
