@@ -147,3 +147,20 @@ def test_a_slab_error_reaches_the_caller():
             raise ValueError("slab 2")
     with pytest.raises(ValueError, match="slab 2"):
         blas_chunked._run_slabs(work, chunks=4, per_chunk=blas_chunked.SLAB_ELEMENTS, threads=2)
+
+
+def test_slabs_run_with_openblas_on_one_thread():
+    """While the slabs run (on the caller's thread or the workers), OpenBLAS is set to one thread; after, to what
+    the caller had."""
+    setter = blas_chunked._set_blas_threads
+    if setter is None:
+        pytest.skip("NumPy's BLAS here is not an OpenBLAS with openblas_set_num_threads_local")
+    seen = []
+    before = setter(4)
+    try:
+        for threads in (1, 2):
+            blas_chunked._run_slabs(lambda k0, k1: seen.append(setter(1)), chunks=4,
+                                    per_chunk=blas_chunked.SLAB_ELEMENTS, threads=threads)
+    finally:
+        after = setter(before)
+    assert seen == [1] * 8 and after == 4

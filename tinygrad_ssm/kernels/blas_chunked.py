@@ -56,9 +56,9 @@ exp(s_t) S_in^T dy_t (v_t = C_t . that), whose head sum is dC's second term: one
 
 Work: per chunk, K (g, r, q, q) arrays and matmuls, cut into slabs of chunks (SLAB_ELEMENTS of a (q, q) array
 per slab, so one slab's temporaries stay near the L2 cache) that `THREADS` Python threads take as they come
-(NumPy's matmuls and ufuncs release the GIL), each asking OpenBLAS for one thread (its matmuls are small; OpenBLAS
-waking a second thread per call, or two of ours each asking for two, ran 2x to 30x slower on a busy 2-core
-machine); each slab computes the same whatever thread runs it, so the result is bit-identical for any thread
+(NumPy's matmuls and ufuncs release the GIL), with OpenBLAS set to one thread meanwhile (its matmuls are small;
+OpenBLAS waking a second thread per call, or two of ours each asking for two, ran 2x to 30x slower on a busy
+2-core machine); each slab computes the same whatever thread runs it, so the result is bit-identical for any thread
 count. Memory: the forward saves the inputs and the state entering every chunk,
 (b, c, g, n, r p), as the numba backend does; the backward recomputes the rest per slab.
 """
@@ -147,9 +147,10 @@ def _segsum_blocked(a_h: np.ndarray) -> np.ndarray:
     return seg if nb * w == q else np.ascontiguousarray(seg[..., :q, :q])
 
 
-def _openblas_local_threads():
-    """NumPy's OpenBLAS `openblas_set_num_threads_local(n) -> previous` (the calling thread's BLAS threads), or None
-    where it cannot be found (another BLAS, an older OpenBLAS)."""
+def _openblas_threads_setter():
+    """NumPy's OpenBLAS `openblas_set_num_threads_local(n) -> previous`, or None where it cannot be found (another
+    BLAS, an older OpenBLAS). Despite its name it sets OpenBLAS's thread count for the whole process (measured: a
+    value set in one thread is what another thread's call returns), so only the calling thread uses it."""
     try:
         import ctypes
         with open("/proc/self/maps") as maps:
@@ -164,37 +165,28 @@ def _openblas_local_threads():
     return None
 
 
-_set_blas_threads = _openblas_local_threads()
-
-
-def _one_blas_thread(work):
-    """work on one OpenBLAS thread: the matmuls here are small (q, q, p), and OpenBLAS waking its second thread
-    for them (or two of our threads each asking for two) cost 2x to 30x in wall time on a busy 2-core machine."""
-    if _set_blas_threads is None:
-        return work
-
-    def single(k0, k1):
-        before = _set_blas_threads(1)
-        try:
-            work(k0, k1)
-        finally:
-            _set_blas_threads(before)
-    return single
+_set_blas_threads = _openblas_threads_setter()
 
 
 def _run_slabs(work, chunks: int, per_chunk: int, threads: int):
     """work(k0, k1) for slabs of consecutive chunks (about SLAB_ELEMENTS / per_chunk each), on `threads` threads,
-    each on one OpenBLAS thread."""
-    work = _one_blas_thread(work)
+    with OpenBLAS on one thread meanwhile: the matmuls here are small (q, q, p), and OpenBLAS waking its second
+    thread for them (or two of our threads each asking for two) cost 2x to 30x in wall time on a busy 2-core
+    machine. The caller's OpenBLAS setting is restored afterwards."""
     size = max(1, SLAB_ELEMENTS // per_chunk)
     slabs = [(k0, min(chunks, k0 + size)) for k0 in range(0, chunks, size)]
-    if threads <= 1 or len(slabs) == 1:
-        for k0, k1 in slabs:
-            work(k0, k1)
-        return
-    pool = _pools.get(threads) or _pools.setdefault(threads, ThreadPoolExecutor(threads, "blas_chunked"))
-    for done in [pool.submit(work, k0, k1) for k0, k1 in slabs]:
-        done.result()                                                   # re-raises a worker's error here
+    blas_threads_before = None if _set_blas_threads is None else _set_blas_threads(1)
+    try:
+        if threads <= 1 or len(slabs) == 1:
+            for k0, k1 in slabs:
+                work(k0, k1)
+            return
+        pool = _pools.get(threads) or _pools.setdefault(threads, ThreadPoolExecutor(threads, "blas_chunked"))
+        for done in [pool.submit(work, k0, k1) for k0, k1 in slabs]:
+            done.result()                                               # re-raises a worker's error here
+    finally:
+        if blas_threads_before is not None:
+            _set_blas_threads(blas_threads_before)
 
 
 def _thread_count(work: int) -> int:
