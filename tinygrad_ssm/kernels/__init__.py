@@ -6,6 +6,7 @@ Every implementation of the scan is one `Backend` record in `BACKENDS`, of one o
   every kernel is tested against) and "scan" (scan.py, the sequential recurrence, slow, for checking).
 - kernel backends (`forward` and `backward` on plain arrays): the one differentiable op `SSD` below wraps
   them, so a new backend is two functions and a record: "numba" (numba_cpu.py, the default on a CPU),
+  "blas" (blas_chunked.py, the chunked form on NumPy's matmuls: auto's choice where numba is missing),
   numba on CUDA.
 `ssd(..., backend="auto")` takes the available backend of highest priority; the model, the CLI and the tests
 all read this registry.
@@ -18,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ..tensor import Function, Tensor
-from . import numba_cpu
+from . import blas_chunked, numba_cpu
 from .reference import ssd_chunked
 from .scan import ssd_scan
 
@@ -68,6 +69,9 @@ register_backend(Backend("reference", priority=0, available=_always, ops=ssd_chu
 register_backend(Backend("numba", priority=10, available=numba_cpu.available, forward=numba_cpu.forward,
                          backward=numba_cpu.backward,
                          description="numba CPU kernels: the recurrence with chunk checkpoints, parallel over heads"))
+register_backend(Backend("blas", priority=5, available=blas_chunked.available, forward=blas_chunked.forward,
+                         backward=blas_chunked.backward,
+                         description="the chunked SSD on NumPy arrays, backward by hand: its matmuls in NumPy's BLAS"))
 register_backend(Backend("scan", priority=-1, available=_always, ops=ssd_scan,
                          description="the sequential recurrence of engine ops, one step at a time: for checking"))
 from . import numba_cuda as _numba_cuda  # noqa: E402  (imports numba.cuda only when used)
