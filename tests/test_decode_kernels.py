@@ -12,6 +12,7 @@ from numba import njit
 
 from tinygrad_ssm.models import decode, decode_sync
 from tinygrad_ssm.models.fast_exp import exp as fast_exp
+from tinygrad_ssm.models.sampling import NonFiniteLogits, sample_next
 
 from test_decode import assert_steps_agree, twin_models
 
@@ -124,3 +125,19 @@ def test_fast_exp_is_within_two_ulp_of_exp_and_handles_the_ends():
     np.testing.assert_allclose(exp_all(x), want, rtol=2 * np.finfo(np.float64).eps, atol=0)
     ends = exp_all(np.array([np.nan, np.inf, -np.inf, 710.0, -708.5, -1000.0]))
     assert math.isnan(ends[0]) and ends[1] == ends[3] == math.inf and (ends[2:] == [0.0, math.inf, 0.0, 0.0]).all()
+
+
+@given(rows=st.lists(st.lists(st.sampled_from([0.0, 1.5, -2.0, 1.5, math.nan, math.inf, -math.inf]), min_size=5,
+                              max_size=5), min_size=1, max_size=3), vocab=st.integers(1, 5))
+def test_the_greedy_loops_argmax_is_sample_nexts(rows, vocab):
+    """_argmax_rows over logits[:, :vocab]: np.argmax's first largest where sample_next's greedy choice succeeds,
+    False exactly where it raises (NaN, +inf, or no finite value in a row); columns past vocab never count."""
+    logits = np.array(rows, np.float32)
+    ids = np.full(len(rows), -1, np.int64)
+    ok = decode._argmax_rows(logits, vocab, ids)
+    try:
+        want = sample_next(logits[:, :vocab], np.random.default_rng(0), temperature=0)
+    except NonFiniteLogits:
+        assert not ok
+    else:
+        assert ok and ids.tolist() == want.tolist()

@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 
 from .fast_exp import silu
-from .decode_sync import atomic_load, atomic_store, claim, finish, relax, sync_array, wait_done
+from .decode_sync import atomic_load, atomic_store, claim, cycles, finish, relax, sync_array, wait_done
 
 # sums may vectorise (no nnan/ninf); no ZeroDivisionError check (no division here can be by 0): with it, no
 # loop holding a division vectorised (the SiLU gates ran 6x slower)
@@ -175,12 +175,27 @@ def _group_norm(bi, g, ngroups, hsq, weight, eps, y):
 
 
 @njit(**_JIT)
+def _mark(prof, kind, since):
+    """prof[kind] += the cycles since `since`; returns now."""
+    now = cycles()
+    prof[kind] += now - since
+    return now
+
+
+PROFILE_PHASES = ("residual + norm", "in_proj + conv + dt", "state update + gate", "group norm", "out_proj",
+                  "lm head")
+PROFILE = None  # an int64 array (len(PROFILE_PHASES),): sessions made while it is set add their cycles to it
+
+
+@njit(**_JIT)
 def _step(step, last_wait, args):
     """Step number `step` of one token per row: every phase's chunks claimed from `sync` (decode_sync.py), so
     any number of threads may run this at once and each chunk is computed once. last_wait: return only when
     the logits are done (the caller's thread); a helper leaves as soon as nothing is left to claim."""
     sync, ids, emb, head, norm_f, mats, vecs, conv_states, ssms, bufs, dtv, hsq, eps, ngroups, low, high, clamp, \
-        zero, rows = args
+        zero, rows, prof = args
+    profiling = last_wait and prof.shape[0] > 0                        # the caller's cycles by phase (PROFILE)
+    t = cycles() if profiling else 0
     in_w, out_w, conv_w = mats
     norm_w, in_b, conv_b, dt_bias, A_log, D, gnorm_w, out_b, head_b = vecs
     x, u, proj, xbc, y, delta, logits = bufs                            # (b, .) work rows of the model's dtype
@@ -197,6 +212,8 @@ def _step(step, last_wait, args):
             _residual_norm(layer == 0, x, delta, emb, ids, norm_w[layer] if layer < n_layer else norm_f, eps, u, c)
             finish(sync, phase)
         wait_done(sync, phase, step, nb)
+        if profiling:
+            t = _mark(prof, 0, t)
         phase += 1
         if layer == n_layer:
             break
@@ -210,6 +227,8 @@ def _step(step, last_wait, args):
                           xbc, dtv)
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 1, t)
         phase += 1
         while True:                                                     # SSM update, readout, gate: per (row, head)
             c = claim(sync, phase, step, nb * h)
@@ -218,6 +237,8 @@ def _step(step, last_wait, args):
             _head_update(c // h, c % h, ngroups, proj, xbc, dtv, A_log[layer], D[layer], ssms[layer], coef, y, hsq)
             finish(sync, phase)
         wait_done(sync, phase, step, nb * h)
+        if profiling:
+            t = _mark(prof, 2, t)
         phase += 1
         while True:                                                     # gated norm: per (row, group)
             c = claim(sync, phase, step, nb * ngroups)
@@ -226,6 +247,8 @@ def _step(step, last_wait, args):
             _group_norm(c // ngroups, c % ngroups, ngroups, hsq, gnorm_w[layer], eps, y)
             finish(sync, phase)
         wait_done(sync, phase, step, nb * ngroups)
+        if profiling:
+            t = _mark(prof, 3, t)
         phase += 1
         n_chunks = (delta.shape[1] + rows_out - 1) // rows_out
         while True:                                                     # out_proj: blocks of rows
@@ -236,6 +259,8 @@ def _step(step, last_wait, args):
                          delta)
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 4, t)
         phase += 1
     n_chunks = (logits.shape[1] + rows_head - 1) // rows_head
     while True:                                                         # the head: blocks of vocabulary rows
@@ -246,6 +271,8 @@ def _step(step, last_wait, args):
         finish(sync, phase)
     if last_wait:
         wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            _mark(prof, 5, t)
 
 
 @njit(**_JIT)
@@ -253,6 +280,38 @@ def _lead(control, step, args):
     """The caller's thread: publish step `step` to the helpers (control[0] = steps published), then work."""
     atomic_store(control, 0, step + 1)
     _step(step, True, args)
+
+
+@njit(**_JIT)
+def _argmax_rows(logits, vocab, ids):
+    """ids (b,) = the first index of each row's largest logit among logits[:, :vocab] (np.argmax's choice);
+    False, leaving ids partly written, if a row holds NaN or +inf or no finite value (sample_next says which)."""
+    for bi in range(logits.shape[0]):
+        best, arg, finite = -math.inf, 0, False
+        for v in range(vocab):
+            x = logits[bi, v]
+            if x != x or x == math.inf:
+                return False
+            if x > best:
+                best, arg, finite = x, v, True
+        if not finite:
+            return False
+        ids[bi] = arg
+    return True
+
+
+@njit(**_JIT)
+def _greedy(control, first_step, args, vocab, tokens):
+    """Greedy decoding without leaving numba: from the ids in args, steps first_step, first_step + 1, ... each
+    feeding its argmax (tokens[i] (b,)) to the next. Returns the tokens written: all of tokens' rows, or fewer
+    when a step's logits hold a non-finite value (that step ran; its logits are left for the error)."""
+    ids, logits = args[1], args[9][6]
+    for i in range(tokens.shape[0]):
+        _lead(control, first_step + i, args)
+        if not _argmax_rows(logits, vocab, ids):
+            return i
+        tokens[i] = ids
+    return tokens.shape[0]
 
 
 _IDLE_SPINS = 30_000  # rounds of relax() (~2000 pauses, then sched_yield) before a helper goes home: ~10 ms
@@ -385,7 +444,7 @@ class _Session:
         self.args = (sync_array(n_phases), self.ids, w.emb, w.head, w.norm_f, w.mats, w.vecs, tuple(convs),
                      tuple(ssms), bufs, np.zeros((batch, c.nheads)), np.zeros((batch, c.nheads)),
                      float(c.rms_norm_eps), c.ngroups, low, high, (low, high) != (0.0, math.inf), dtype.type(0),
-                     w.rows)
+                     w.rows, np.zeros(0, np.int64) if PROFILE is None else PROFILE)
         self.step_count = 0
         self.lead = _lead
 
@@ -399,18 +458,31 @@ class _Session:
             yield state.conv
             yield state.ssm
 
-    def step(self, ids: np.ndarray) -> np.ndarray:
-        self.ids[:] = ids
+    def _start_helper(self):
         if self.control[2] == 0 and helper_threads():
             self.control[2] = 1
             # not threading.Thread: its start() waits until the new thread has run (ms on a busy machine), and
             # the step needs no helper to finish; like a daemon thread, it does not hold the interpreter's exit
             _thread.start_new_thread(_helper, (self.control, self.args))
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        self.ids[:] = ids
+        self._start_helper()
         self.lead(self.control, self.step_count, self.args)
         if self.lead is _lead:
             self.lead = _compiled(_lead, (self.control, self.step_count, self.args))
         self.step_count += 1
         return self.logits.copy()
+
+    def greedy(self, ids: np.ndarray, n: int, vocab: int):
+        """Up to n greedy steps from ids (b,): (tokens (m, b) int64, m <= n, steps run: m or m + 1)."""
+        self.ids[:] = ids
+        self._start_helper()
+        tokens = np.empty((n, self.batch), np.int64)
+        m = _greedy(self.control, self.step_count, self.args, vocab, tokens)
+        steps = min(m + 1, n)
+        self.step_count += steps
+        return tokens[:m], steps
 
     def close(self):
         self.control[1] = 1                                             # helpers leave at their next look
@@ -431,17 +503,34 @@ def _compiled(dispatcher, args):
 def decode_step(model, ids: np.ndarray, cache) -> np.ndarray:
     """ids (b,) ints -> logits (b, padded vocab) in the model's dtype; every layer's cache advances in place.
     Checks are the caller's (Mamba2LMHeadModel.step)."""
-    b = ids.shape[0]
+    session = _session(model, cache, ids.shape[0])
+    logits = session.step(ids)
+    for t in session._cache_tensors(cache):
+        t._bump()                                                       # written in place
+    return logits
+
+
+def _session(model, cache, b: int) -> _Session:
     weights = _weights(model)
     session = cache.__dict__.get("_decode_session")
     if session is None or not session.matches(cache, b, weights):
         if session is not None:
             session.close()
         session = cache._decode_session = _Session(model, cache, b, weights)
-    logits = session.step(ids)
+    return session
+
+
+def decode_greedy(model, ids: np.ndarray, cache, n: int, vocab: int):
+    """Greedy generation inside one numba call: feed ids (b,), then each step's argmax over the first `vocab`
+    logits, for up to n steps; every layer's cache advances in place. Returns (tokens (m, b) int64, logits):
+    m = n and logits None, or m < n when step m + 1's logits (b, padded vocab), returned, hold NaN, +inf or
+    no finite value in a row (sample_next names it). cache.seqlen_offset advances by the steps run."""
+    session = _session(model, cache, ids.shape[0])
+    tokens, steps = session.greedy(ids, n, vocab)
     for t in session._cache_tensors(cache):
         t._bump()                                                       # written in place
-    return logits
+    cache.seqlen_offset += steps
+    return tokens, (None if len(tokens) == n else session.logits.copy())
 
 
 def release(cache) -> None:

@@ -26,7 +26,7 @@ from ..ops import fused as fused_ops
 from ..registry import VarBuilder, VarMap
 from ..tensor import Tensor, no_grad
 from .config import Mamba2Config
-from .decode import decode_step, release as release_decoder
+from .decode import decode_greedy, decode_step, release as release_decoder
 from .sampling import NonFiniteLogits, check_sampling_args, sample_next
 
 SUPPORTED_DTYPES = ("float32", "float64")
@@ -34,6 +34,7 @@ SUPPORTED_DTYPES = ("float32", "float64")
 # (b1: ~16 x 0.3 ms against ~7 ms; measured before blas_threads.py put OpenBLAS's threads to sleep after a
 # matmul, when their spin after the prefill's matmuls also took the core the decoder's helper thread needs)
 STEPPED_PROMPT_LEN = 32
+GREEDY_BLOCK = 32  # greedy tokens per numba call (decode_greedy): a streamed reader sees them in bursts of ~10 ms
 
 
 # --- the official initialisation of the mixer's own parameters ----------------------------------------------
@@ -322,7 +323,10 @@ class Mamba2LMHeadModel:
                     x = layer(x, state, self.backend)
                 logits = self._head(x[:, -1]).data                       # (b, V) the last position only
             cache.seqlen_offset += ids.shape[1]
-        for i in range(max_new_tokens):
+        # greedy stays inside numba for blocks of tokens (decode_greedy), unless `step` was replaced on the model
+        in_numba = self.fused and temperature == 0 and "step" not in self.__dict__
+        i = 0
+        while i < max_new_tokens:
             try:
                 token = sample_next(logits[:, :vocab], rng, temperature, top_k, top_p)  # (b,)
             except NonFiniteLogits as e:
@@ -330,7 +334,15 @@ class Mamba2LMHeadModel:
                 raise NonFiniteLogits(f"generate: step {i + 1} (token {i + 1} of {max_new_tokens}, {where}): {e}; "
                                       f"check the checkpoint for NaN/inf weights") from None
             yield token
-            if i + 1 < max_new_tokens:
+            i += 1
+            if i < max_new_tokens and in_numba:
+                tokens, logits = decode_greedy(self, token, cache, min(GREEDY_BLOCK, max_new_tokens - i), vocab)
+                for token in tokens:                                     # (b,) each
+                    yield token
+                i += len(tokens)
+                if logits is None and i < max_new_tokens:
+                    logits = self.step(token, cache).data                # sampled above, as the next block's first
+            elif i < max_new_tokens:
                 logits = self.step(token, cache).data
         if self.fused:
             release_decoder(cache)                                       # its helper thread stops now
