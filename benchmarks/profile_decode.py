@@ -43,18 +43,20 @@ def main(argv=None) -> dict:
         model.generate(prompt, args.new_tokens, temperature=0)              # warm-up (compiles)
         prof = decode.PROFILE = np.zeros(len(decode.PROFILE_PHASES), np.int64)
         steps = args.repeats * (args.prompt_len + args.new_tokens - 1)    # decoder steps (the prompt's too)
-        c0, t0 = cycles(), time.perf_counter()
+        c0, t0, cpu0 = cycles(), time.perf_counter(), time.process_time()
         for _ in range(args.repeats):
             model.generate(prompt, args.new_tokens, temperature=0)
-        c1, t1 = cycles(), time.perf_counter()
+        c1, t1, cpu1 = cycles(), time.perf_counter(), time.process_time()
         decode.PROFILE = None
         rate = (c1 - c0) / (t1 - t0)                                    # cycles per second
         per_step = {name: prof[i] / rate / steps * 1e6 for i, name in enumerate(decode.PROFILE_PHASES)}
         wall = (t1 - t0) / steps * 1e6
         per_step["the rest (Python, sampling, calls)"] = wall - sum(per_step.values())
         result["rows"][f"batch {batch}"] = {"us_per_step": {k: round(v, 1) for k, v in per_step.items()},
-                                            "wall_us_per_step": round(wall, 1)}
-        print(f"batch {batch}: {wall:.0f} us per step ({steps} steps, {args.repeats} generations)")
+                                            "wall_us_per_step": round(wall, 1),
+                                            "cores_busy": round((cpu1 - cpu0) / (t1 - t0), 2)}
+        print(f"batch {batch}: {wall:.0f} us per step ({steps} steps, {args.repeats} generations), "
+              f"{(cpu1 - cpu0) / (t1 - t0):.2f} cores busy")
         for name, us in per_step.items():
             print(f"  {name:36s} {us:7.1f} us  {us / wall:6.1%}")
     if args.json:
