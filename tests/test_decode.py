@@ -66,21 +66,21 @@ def test_decode_step_float32_stays_float32():
 def test_generate_uses_the_decoder_and_gives_the_reference_tokens(monkeypatch):
     fast, slow = twin_models(seed=5, vocab_size=30)
     prompt = np.random.default_rng(5).integers(0, 30, (3, 4))
-    calls, greedy_calls = [], []
-    real, real_greedy = decode.decode_step, decode.decode_greedy
-    monkeypatch.setattr("tinygrad_ssm.models.mamba2.decode_step", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr("tinygrad_ssm.models.mamba2.decode_greedy",
-                        lambda *a: greedy_calls.append(a[3]) or real_greedy(*a))
+    calls = {"prompt": [], "step": [], "greedy": []}
+    for name, real in (("prompt", decode.decode_prompt), ("step", decode.decode_step),
+                       ("greedy", decode.decode_greedy)):
+        monkeypatch.setattr(f"tinygrad_ssm.models.mamba2.decode_{name}",
+                            lambda *a, name=name, real=real: calls[name].append(a[1].shape) or real(*a))
     np.testing.assert_array_equal(fast.generate(prompt, 6, temperature=0), slow.generate(prompt, 6, temperature=0))
-    assert len(calls) == 4 and greedy_calls == [5]  # the short prompt token by token, then 5 steps in numba
+    assert calls == {"prompt": [(3, 4)], "step": [], "greedy": [(3,)]}  # the short prompt, then 5 steps in numba
     kw = dict(temperature=1.0, top_k=5, seed=2)
     np.testing.assert_array_equal(fast.generate(prompt, 6, **kw), slow.generate(prompt, 6, **kw))
-    assert len(calls) == 4 + 4 + 5 and greedy_calls == [5]          # sampling: every token after the first
+    assert calls == {"prompt": [(3, 4)] * 2, "step": [(3,)] * 5, "greedy": [(3,)]}  # sampling: a step a token
 
 
 @given(block=st.integers(1, 4), batch=st.integers(1, 9), new=st.integers(1, 9), seed=st.integers(0, 2**16))
 def test_greedy_generation_in_blocks_gives_the_reference_tokens(block, batch, new, seed):
-    """decode_greedy's blocks (a step between blocks in Python) give the engine step's greedy tokens."""
+    """decode_greedy's blocks (each fed the last token of the one before) give the engine step's greedy tokens."""
     mp = pytest.MonkeyPatch()
     try:
         mp.setattr("tinygrad_ssm.models.mamba2.GREEDY_BLOCK", block)

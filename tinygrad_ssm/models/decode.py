@@ -329,6 +329,15 @@ def _greedy(control, first_step, args, vocab, tokens):
     return tokens.shape[0]
 
 
+@njit(**_JIT)
+def _feed(control, first_step, args, forced):
+    """Steps first_step, ... on the given tokens forced (l, b) (a prompt), one after the other."""
+    ids = args[1]
+    for i in range(forced.shape[0]):
+        ids[:] = forced[i]
+        _lead(control, first_step + i, args)
+
+
 _IDLE_SPINS = 30_000  # rounds of relax() (~2000 pauses, then sched_yield) before a helper goes home: ~10 ms
 
 
@@ -501,6 +510,13 @@ class _Session:
         self.step_count += steps
         return tokens[:m], steps
 
+    def feed(self, forced: np.ndarray) -> np.ndarray:
+        """Steps on forced (l, b): the last step's logits (b, padded vocab), copied."""
+        self._start_helper()
+        _feed(self.control, self.step_count, self.args, forced)
+        self.step_count += forced.shape[0]
+        return self.logits.copy()
+
     def close(self):
         self.control[1] = 1                                             # helpers leave at their next look
         self.control[2] = 0
@@ -548,6 +564,17 @@ def decode_greedy(model, ids: np.ndarray, cache, n: int, vocab: int):
         t._bump()                                                       # written in place
     cache.seqlen_offset += steps
     return tokens, (None if len(tokens) == n else session.logits.copy())
+
+
+def decode_prompt(model, ids: np.ndarray, cache) -> np.ndarray:
+    """ids (b, l) fed token by token inside one numba call (a short prompt): the logits (b, padded vocab) after
+    the last; every layer's cache advances in place, cache.seqlen_offset by l."""
+    session = _session(model, cache, ids.shape[0])
+    logits = session.feed(np.ascontiguousarray(ids.T, dtype=np.int64))  # (l, b)
+    for t in session._cache_tensors(cache):
+        t._bump()                                                       # written in place
+    cache.seqlen_offset += ids.shape[1]
+    return logits
 
 
 def release(cache) -> None:
