@@ -141,3 +141,10 @@ def test_the_greedy_loops_argmax_is_sample_nexts(rows, vocab):
         assert not ok
     else:
         assert ok and ids.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("d_state", [64, 63])
+def test_the_usual_state_size_a_literal_equals_the_engine_step(d_state):
+    """d_state 64 runs the head update with the size as a compile-time literal (unrolled); 63 the general loop."""
+    fast, slow = twin_models(seed=11, d_state=d_state, ngroups=1)
+    assert_steps_agree(fast, slow, batch=3, prompt_len=2, steps=2, seed=11, tol=1e-10)
