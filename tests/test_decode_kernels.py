@@ -20,13 +20,14 @@ from test_decode import assert_steps_agree, twin_models
 @given(rows=st.sampled_from([1, 2, 3, 5]), batch=st.integers(1, 6), g=st.sampled_from([1, 2]),
        seed=st.integers(0, 2**16))
 def test_any_chunk_of_rows_any_batch_equals_the_engine_step(rows, batch, g, seed):
-    """rows weight rows per chunk (one row, odd blocks, blocks not dividing the row count); batch 4..6 runs the
+    """rows weight rows (heads) per chunk (one, odd blocks, blocks not dividing the count); batch 4..6 runs the
     two-rows-by-four-sequences product and its remainders."""
     mp = pytest.MonkeyPatch()
     try:
         mp.setattr(decode, "CHUNK_BYTES", rows * 16 * 8)                  # d_model 16 floats of 8 bytes a row
+        mp.setattr(decode, "STATE_CHUNK_BYTES", rows * 4 * 4 * 8)         # a head's state (4, 4) float64
         fast, slow = twin_models(seed=seed, ngroups=g, d_model=16, bias=True)
-        assert decode._weights(fast).rows[0] == rows
+        assert decode._weights(fast).rows[0] == decode._weights(fast).rows[3] == rows
         assert_steps_agree(fast, slow, batch, prompt_len=2, steps=2, seed=seed, tol=1e-10)
     finally:
         mp.undo()
@@ -44,6 +45,7 @@ def run_steps(model, batch, steps, seed):
 def test_the_helper_thread_changes_no_bit(monkeypatch, dtype):
     """Whoever computes a chunk computes it the same way: one thread alone gives the same bits as two."""
     monkeypatch.setattr(decode, "CHUNK_BYTES", 3 * 16 * 8)
+    monkeypatch.setattr(decode, "STATE_CHUNK_BYTES", 3 * 4 * 4 * 8)
     fast, _ = twin_models(dtype=dtype, seed=4, d_model=16)
     monkeypatch.setattr(decode, "helper_threads", lambda: 1)
     together = run_steps(fast, 5, 6, seed=4)

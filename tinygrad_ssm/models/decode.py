@@ -385,12 +385,16 @@ def _contiguous_state(state, name: str, expected: tuple, dtype):
 
 # --- the Python side: weights prepared once, a session per cache -------------------------------------------
 
-CHUNK_BYTES = 64 << 10  # weights (states) per claimed chunk of a projection (of heads): claiming costs little next to the
-# work (a claim per (row, head) made the heads' phase at batch 8 ~10% slower: the counter's line bounces between cores)
+# Work per claimed chunk. A claim and its count cost ~1 us when the two threads contend for the counters' lines
+# (measured: in_proj's phase took 1.6x as long in chunks of 16 KB as of 64 KB), so chunks are large; the last ones
+# leave one thread waiting for the other, so not too large (bench_generate, 2 cores: 128 KB of weights 8-10%
+# faster than 64 KB at batch 8, the same at batch 1; states: 64 KB, a claim per (row, head) was ~10% slower)
+CHUNK_BYTES = 128 << 10        # weights per chunk of a projection's rows
+STATE_CHUNK_BYTES = 64 << 10   # SSM states per chunk of a row's heads
 
 
-def _rows_per_chunk(in_features: int, itemsize: int) -> int:
-    return max(1, CHUNK_BYTES // (in_features * itemsize))
+def _rows_per_chunk(in_features: int, itemsize: int, chunk_bytes: int | None = None) -> int:
+    return max(1, (CHUNK_BYTES if chunk_bytes is None else chunk_bytes) // (in_features * itemsize))
 
 
 class _Weights:
@@ -422,7 +426,7 @@ class _Weights:
         self.norm_f = take(model.norm_f.weight, dtype)
         self.rows = (_rows_per_chunk(c.d_model, self.emb.itemsize), _rows_per_chunk(c.d_inner, self.emb.itemsize),
                      _rows_per_chunk(c.d_model, self.emb.itemsize),
-                     _rows_per_chunk(c.headdim * c.d_state, self.emb.itemsize))  # heads: their states' bytes
+                     _rows_per_chunk(c.headdim * c.d_state, self.emb.itemsize, STATE_CHUNK_BYTES))  # heads
         self._tensors = [t for t, _ in self.sources]
         self._arrays = [a for _, a in self.sources]
 
