@@ -27,7 +27,8 @@ def test_any_chunk_of_rows_any_batch_equals_the_engine_step(rows, batch, g, seed
         mp.setattr(decode, "CHUNK_BYTES", rows * 16 * 8)                  # d_model 16 floats of 8 bytes a row
         mp.setattr(decode, "STATE_CHUNK_BYTES", rows * 4 * 4 * 8)         # a head's state (4, 4) float64
         fast, slow = twin_models(seed=seed, ngroups=g, d_model=16, bias=True)
-        assert decode._weights(fast).rows[0] == decode._weights(fast).rows[3] == rows
+        chunking = decode._weights(fast).rows
+        assert chunking[0][1] == chunking[3] == rows and chunking[0][0] > 0  # small in_proj chunks, heads; big ones
         assert_steps_agree(fast, slow, batch, prompt_len=2, steps=2, seed=seed, tol=1e-10)
     finally:
         mp.undo()
@@ -150,3 +151,13 @@ def test_the_usual_state_size_a_literal_equals_the_engine_step(d_state):
     """d_state 64 runs the head update with the size as a compile-time literal (unrolled); 63 the general loop."""
     fast, slow = twin_models(seed=11, d_state=d_state, ngroups=1)
     assert_steps_agree(fast, slow, batch=3, prompt_len=2, steps=2, seed=11, tol=1e-10)
+
+
+@given(n_rows=st.integers(1, 3000), small=st.integers(1, 64), share=st.sampled_from([0.0, 0.2, 0.45]))
+def test_chunks_tile_the_rows_once(n_rows, small, share):
+    """Two big chunks (a multiple of the small size, or none), then small ones: [0, n_rows) exactly, in order."""
+    big = int(n_rows * share) // small * small
+    bounds = [decode._chunk(c, n_rows, big, small) for c in range(decode._n_chunks(n_rows, big, small))]
+    assert bounds[0][0] == 0 and bounds[-1][1] == n_rows
+    assert all(lo < hi for lo, hi in bounds) and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    assert all(hi - lo == big for lo, hi in bounds[:2]) if big else all(hi - lo <= small for lo, hi in bounds)

@@ -197,6 +197,21 @@ def _group_norm(bi, g, ngroups, hsq, weight, eps, y):
 
 
 @njit(**_JIT)
+def _n_chunks(n_rows, big, small):
+    """Chunks of a projection's n_rows: two of `big` rows (0 when the projection is small), then `small` ones."""
+    return 2 * (big > 0) + (n_rows - 2 * big + small - 1) // small
+
+
+@njit(**_JIT)
+def _chunk(c, n_rows, big, small):
+    """Chunk c's rows [lo, hi) (see _n_chunks)."""
+    if big > 0 and c < 2:
+        return c * big, (c + 1) * big
+    lo = 2 * big + (c - 2 * (big > 0)) * small
+    return lo, min(lo + small, n_rows)
+
+
+@njit(**_JIT)
 def _mark(prof, kind, since):
     """prof[kind] += the cycles since `since`; returns now."""
     now = cycles()
@@ -221,7 +236,7 @@ def _step(step, last_wait, args):
     in_w, out_w, conv_w = mats
     norm_w, in_b, conv_b, dt_bias, A_log, D, gnorm_w, out_b, head_b = vecs
     x, u, proj, xbc, y, delta, logits = bufs                            # (b, .) work rows of the model's dtype
-    rows_in, rows_out, rows_head, heads_per_chunk = rows
+    (big_in, rows_in), (big_out, rows_out), (big_head, rows_head), heads_per_chunk = rows
     nb, n_layer = x.shape[0], len(in_w)
     h = dtv.shape[1]
     coef = np.empty(2, ssms[0].dtype)
@@ -239,14 +254,14 @@ def _step(step, last_wait, args):
         phase += 1
         if layer == n_layer:
             break
-        n_chunks = (proj.shape[1] + rows_in - 1) // rows_in
+        n_chunks = _n_chunks(proj.shape[1], big_in, rows_in)
         while True:                                                     # in_proj, conv, dt: blocks of rows
             c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
-            _in_proj_rows(in_w[layer], c * rows_in, min((c + 1) * rows_in, proj.shape[1]), u, in_b[layer], zero,
-                          conv_w[layer], conv_b[layer], conv_states[layer], dt_bias[layer], low, high, clamp, proj,
-                          xbc, dtv)
+            lo, hi = _chunk(c, proj.shape[1], big_in, rows_in)
+            _in_proj_rows(in_w[layer], lo, hi, u, in_b[layer], zero, conv_w[layer], conv_b[layer],
+                          conv_states[layer], dt_bias[layer], low, high, clamp, proj, xbc, dtv)
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
         if profiling:
@@ -275,24 +290,25 @@ def _step(step, last_wait, args):
         if profiling:
             t = _mark(prof, 3, t)
         phase += 1
-        n_chunks = (delta.shape[1] + rows_out - 1) // rows_out
+        n_chunks = _n_chunks(delta.shape[1], big_out, rows_out)
         while True:                                                     # out_proj: blocks of rows
             c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
-            _matvec_rows(out_w[layer], c * rows_out, min((c + 1) * rows_out, delta.shape[1]), y, out_b[layer], zero,
-                         delta)
+            lo, hi = _chunk(c, delta.shape[1], big_out, rows_out)
+            _matvec_rows(out_w[layer], lo, hi, y, out_b[layer], zero, delta)
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
         if profiling:
             t = _mark(prof, 4, t)
         phase += 1
-    n_chunks = (logits.shape[1] + rows_head - 1) // rows_head
+    n_chunks = _n_chunks(logits.shape[1], big_head, rows_head)
     while True:                                                         # the head: blocks of vocabulary rows
         c = claim(sync, phase, step, n_chunks)
         if c < 0:
             break
-        _matvec_rows(head, c * rows_head, min((c + 1) * rows_head, logits.shape[1]), u, head_b, zero, logits)
+        lo, hi = _chunk(c, logits.shape[1], big_head, rows_head)
+        _matvec_rows(head, lo, hi, u, head_b, zero, logits)
         finish(sync, phase)
     if last_wait:
         wait_done(sync, phase, step, n_chunks)
@@ -386,15 +402,22 @@ def _contiguous_state(state, name: str, expected: tuple, dtype):
 # --- the Python side: weights prepared once, a session per cache -------------------------------------------
 
 # Work per claimed chunk. A claim and its count cost ~1 us when the two threads contend for the counters' lines
-# (measured: in_proj's phase took 1.6x as long in chunks of 16 KB as of 64 KB), so chunks are large; the last ones
-# leave one thread waiting for the other, so not too large (bench_generate, 2 cores: 128 KB of weights 8-10%
-# faster than 64 KB at batch 8, the same at batch 1; states: 64 KB, a claim per (row, head) was ~10% slower)
-CHUNK_BYTES = 128 << 10        # weights per chunk of a projection's rows
-STATE_CHUNK_BYTES = 64 << 10   # SSM states per chunk of a row's heads
+# (measured: in_proj's phase took 1.6x as long in chunks of 16 KB as of 64 KB), and the last chunk of a phase
+# leaves the other thread waiting. So a projection is claimed as two big chunks of BIG_SHARE of its rows each
+# (one per thread when both run), then the rest in chunks of CHUNK_BYTES of weights, shared as they come.
+CHUNK_BYTES = 16 << 10         # weights per small chunk of a projection's rows
+BIG_SHARE = 0.45               # of the rows in each of the two big chunks
+STATE_CHUNK_BYTES = 64 << 10   # SSM states per chunk of a row's heads (a claim per (row, head): ~10% slower)
 
 
 def _rows_per_chunk(in_features: int, itemsize: int, chunk_bytes: int | None = None) -> int:
     return max(1, (CHUNK_BYTES if chunk_bytes is None else chunk_bytes) // (in_features * itemsize))
+
+
+def _chunking(n_rows: int, in_features: int, itemsize: int) -> tuple:
+    """(rows in each big chunk, rows in a small one): the big ones a multiple of the small (0: none)."""
+    small = _rows_per_chunk(in_features, itemsize)
+    return int(n_rows * BIG_SHARE) // small * small, small
 
 
 class _Weights:
@@ -424,8 +447,9 @@ class _Weights:
         self.emb = take(model.embedding.weight, dtype)
         self.head = self.emb if model.lm_head is None else take(model.lm_head.weight, dtype)
         self.norm_f = take(model.norm_f.weight, dtype)
-        self.rows = (_rows_per_chunk(c.d_model, self.emb.itemsize), _rows_per_chunk(c.d_inner, self.emb.itemsize),
-                     _rows_per_chunk(c.d_model, self.emb.itemsize),
+        size = self.emb.itemsize
+        self.rows = (_chunking(c.d_in_proj, c.d_model, size), _chunking(c.d_model, c.d_inner, size),
+                     _chunking(c.padded_vocab_size, c.d_model, size),
                      _rows_per_chunk(c.headdim * c.d_state, self.emb.itemsize, STATE_CHUNK_BYTES))  # heads
         self._tensors = [t for t, _ in self.sources]
         self._arrays = [a for _, a in self.sources]
