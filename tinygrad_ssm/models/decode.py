@@ -230,7 +230,7 @@ def _step(step, last_wait, args):
     any number of threads may run this at once and each chunk is computed once. last_wait: return only when
     the logits are done (the caller's thread); a helper leaves as soon as nothing is left to claim."""
     sync, ids, emb, head, norm_f, mats, vecs, conv_states, ssms, bufs, dtv, hsq, eps, ngroups, low, high, clamp, \
-        zero, rows, prof = args
+        zero, rows, big_share, prof = args
     profiling = last_wait and prof.shape[0] > 0                        # the caller's cycles by phase (PROFILE)
     t = cycles() if profiling else 0
     in_w, out_w, conv_w = mats
@@ -239,6 +239,7 @@ def _step(step, last_wait, args):
     (big_in, rows_in), (big_out, rows_out), (big_head, rows_head), heads_per_chunk = rows
     nb, n_layer = x.shape[0], len(in_w)
     h = dtv.shape[1]
+    big_heads = int(nb * h * big_share) // heads_per_chunk * heads_per_chunk  # as _chunking does
     coef = np.empty(2, ssms[0].dtype)
     phase = 0
     for layer in range(n_layer + 1):
@@ -267,16 +268,17 @@ def _step(step, last_wait, args):
         if profiling:
             t = _mark(prof, 1, t)
         phase += 1
-        n_chunks = (h + heads_per_chunk - 1) // heads_per_chunk          # per row
-        while True:                                                     # SSM update, readout, gate: heads of a row
-            c = claim(sync, phase, step, nb * n_chunks)
+        n_chunks = _n_chunks(nb * h, big_heads, heads_per_chunk)
+        while True:                                                     # SSM update, readout, gate: (row, head)s
+            c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
-            bi, h_lo = c // n_chunks, (c % n_chunks) * heads_per_chunk
-            for hi in range(h_lo, min(h_lo + heads_per_chunk, h)):
-                _head_update(bi, hi, ngroups, proj, xbc, dtv, A_log[layer], D[layer], ssms[layer], coef, y, hsq)
+            lo, hi = _chunk(c, nb * h, big_heads, heads_per_chunk)
+            for i in range(lo, hi):                                     # row i // h, head i % h
+                _head_update(i // h, i % h, ngroups, proj, xbc, dtv, A_log[layer], D[layer], ssms[layer], coef, y,
+                             hsq)
             finish(sync, phase)
-        wait_done(sync, phase, step, nb * n_chunks)
+        wait_done(sync, phase, step, n_chunks)
         if profiling:
             t = _mark(prof, 2, t)
         phase += 1
@@ -407,7 +409,7 @@ def _contiguous_state(state, name: str, expected: tuple, dtype):
 # (one per thread when both run), then the rest in chunks of CHUNK_BYTES of weights, shared as they come.
 CHUNK_BYTES = 16 << 10         # weights per small chunk of a projection's rows
 BIG_SHARE = 0.45               # of the rows in each of the two big chunks
-STATE_CHUNK_BYTES = 64 << 10   # SSM states per chunk of a row's heads (a claim per (row, head): ~10% slower)
+STATE_CHUNK_BYTES = 16 << 10   # SSM states per small chunk of the (row, head)s (big ones first, as above)
 
 
 def _rows_per_chunk(in_features: int, itemsize: int, chunk_bytes: int | None = None) -> int:
@@ -508,7 +510,7 @@ class _Session:
         self.args = (sync_array(n_phases), self.ids, w.emb, w.head, w.norm_f, w.mats, w.vecs, tuple(convs),
                      tuple(ssms), bufs, np.zeros((batch, c.nheads)), np.zeros((batch, c.nheads)),
                      float(c.rms_norm_eps), c.ngroups, low, high, (low, high) != (0.0, math.inf), dtype.type(0),
-                     w.rows, np.zeros(0, np.int64) if PROFILE is None else PROFILE)
+                     w.rows, BIG_SHARE, np.zeros(0, np.int64) if PROFILE is None else PROFILE)
         self.step_count = 0
         self.lead = _lead
 
