@@ -240,16 +240,21 @@ def _step(step, last_wait, args):
     nb, n_layer = x.shape[0], len(in_w)
     h = dtv.shape[1]
     big_heads = int(nb * h * big_share) // heads_per_chunk * heads_per_chunk  # as _chunking does
+    big_rows, big_groups = int(nb * big_share), int(nb * ngroups * big_share)
     coef = np.empty(2, ssms[0].dtype)
     phase = 0
     for layer in range(n_layer + 1):
-        while True:                                                     # residual (+ delta) and pre-norm, per row
-            c = claim(sync, phase, step, nb)
+        n_chunks = _n_chunks(nb, big_rows, 1)
+        while True:                                                     # residual (+ delta) and pre-norm: rows
+            c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
-            _residual_norm(layer == 0, x, delta, emb, ids, norm_w[layer] if layer < n_layer else norm_f, eps, u, c)
+            lo, hi = _chunk(c, nb, big_rows, 1)
+            for bi in range(lo, hi):
+                _residual_norm(layer == 0, x, delta, emb, ids, norm_w[layer] if layer < n_layer else norm_f, eps, u,
+                               bi)
             finish(sync, phase)
-        wait_done(sync, phase, step, nb)
+        wait_done(sync, phase, step, n_chunks)
         if profiling:
             t = _mark(prof, 0, t)
         phase += 1
@@ -282,13 +287,16 @@ def _step(step, last_wait, args):
         if profiling:
             t = _mark(prof, 2, t)
         phase += 1
-        while True:                                                     # gated norm: per (row, group)
-            c = claim(sync, phase, step, nb * ngroups)
+        n_chunks = _n_chunks(nb * ngroups, big_groups, 1)
+        while True:                                                     # gated norm: (row, group)s
+            c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
-            _group_norm(c // ngroups, c % ngroups, ngroups, hsq, gnorm_w[layer], eps, y)
+            lo, hi = _chunk(c, nb * ngroups, big_groups, 1)
+            for i in range(lo, hi):                                     # row i // ngroups, group i % ngroups
+                _group_norm(i // ngroups, i % ngroups, ngroups, hsq, gnorm_w[layer], eps, y)
             finish(sync, phase)
-        wait_done(sync, phase, step, nb * ngroups)
+        wait_done(sync, phase, step, n_chunks)
         if profiling:
             t = _mark(prof, 3, t)
         phase += 1
