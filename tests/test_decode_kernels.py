@@ -1,6 +1,7 @@
-"""The pieces of the numba decoder (models/decode.py) on their edge cases: projections split in chunks of any
-row count (odd, 1, not dividing the rows) for batches around the 4-row blocks, the same bits with and without
-the helper thread, weights or caches replaced between steps, the claim counters (decode_sync.py) and the
+"""The pieces of the numba decoder (models/decode.py, decode_kernels.py) on their edge cases: projections and
+heads split in chunks of any size (odd, 1, not dividing the count; big chunks first) for batches around the
+4-row blocks, the same bits with and without the helper thread, weights or caches replaced between steps, the
+usual state size as a literal, the greedy loop's argmax, the claim counters (decode_sync.py) and the
 vectorisable exp (fast_exp.py). The decoder's equality with the engine step in general: tests/test_decode.py."""
 import math
 import threading
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, strategies as st
 from numba import njit
 
-from tinygrad_ssm.models import decode, decode_sync
+from tinygrad_ssm.models import decode, decode_kernels, decode_sync
 from tinygrad_ssm.models.fast_exp import exp as fast_exp
 from tinygrad_ssm.models.sampling import NonFiniteLogits, sample_next
 
@@ -137,7 +138,7 @@ def test_the_greedy_loops_argmax_is_sample_nexts(rows, vocab):
     False exactly where it raises (NaN, +inf, or no finite value in a row); columns past vocab never count."""
     logits = np.array(rows, np.float32)
     ids = np.full(len(rows), -1, np.int64)
-    ok = decode._argmax_rows(logits, vocab, ids)
+    ok = decode_kernels._argmax_rows(logits, vocab, ids)
     try:
         want = sample_next(logits[:, :vocab], np.random.default_rng(0), temperature=0)
     except NonFiniteLogits:
