@@ -9,6 +9,7 @@ from hypothesis import given, strategies as st
 
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
 from tinygrad_ssm.models import decode
+from tinygrad_ssm.models.sampling import NonFiniteLogits
 
 
 def twin_models(dtype="float64", seed=0, **overrides):
@@ -65,12 +66,48 @@ def test_decode_step_float32_stays_float32():
 def test_generate_uses_the_decoder_and_gives_the_reference_tokens(monkeypatch):
     fast, slow = twin_models(seed=5, vocab_size=30)
     prompt = np.random.default_rng(5).integers(0, 30, (3, 4))
-    calls = []
-    real = decode.decode_step
-    monkeypatch.setattr("tinygrad_ssm.models.mamba2.decode_step", lambda *a: calls.append(1) or real(*a))
-    for kw in (dict(temperature=0), dict(temperature=1.0, top_k=5, seed=2)):
-        np.testing.assert_array_equal(fast.generate(prompt, 6, **kw), slow.generate(prompt, 6, **kw))
-    assert len(calls) == 2 * (4 + 5)            # the short prompt token by token, then every token after the first
+    calls = {"prompt": [], "step": [], "greedy": []}
+    for name, real in (("prompt", decode.decode_prompt), ("step", decode.decode_step),
+                       ("greedy", decode.decode_greedy)):
+        monkeypatch.setattr(f"tinygrad_ssm.models.mamba2.decode_{name}",
+                            lambda *a, name=name, real=real: calls[name].append(a[1].shape) or real(*a))
+    np.testing.assert_array_equal(fast.generate(prompt, 6, temperature=0), slow.generate(prompt, 6, temperature=0))
+    assert calls == {"prompt": [(3, 4)], "step": [], "greedy": [(3,)]}  # the short prompt, then 5 steps in numba
+    kw = dict(temperature=1.0, top_k=5, seed=2)
+    np.testing.assert_array_equal(fast.generate(prompt, 6, **kw), slow.generate(prompt, 6, **kw))
+    assert calls == {"prompt": [(3, 4)] * 2, "step": [(3,)] * 5, "greedy": [(3,)]}  # sampling: a step a token
+
+
+@given(block=st.integers(1, 4), batch=st.integers(1, 9), new=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_greedy_generation_in_blocks_gives_the_reference_tokens(block, batch, new, seed):
+    """decode_greedy's blocks (each fed the last token of the one before) give the engine step's greedy tokens."""
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr("tinygrad_ssm.models.mamba2.GREEDY_BLOCK", block)
+        fast, slow = twin_models(seed=seed, vocab_size=30, ngroups=1)
+        prompt = np.random.default_rng(seed).integers(0, 30, (batch, 3))
+        np.testing.assert_array_equal(fast.generate(prompt, new, temperature=0),
+                                      slow.generate(prompt, new, temperature=0))
+    finally:
+        mp.undo()
+
+
+@pytest.mark.parametrize("block", [2, 32])
+def test_greedy_generation_stops_at_the_step_whose_logits_are_not_finite(monkeypatch, block):
+    """The embedding row of a greedy token (the 4th or later, new to the sequence) made NaN (untied head: the
+    logits stay finite until that token is fed back): generation yields the tokens up to it, then names the
+    step after; the inner loop's argmax agrees with the reference's."""
+    monkeypatch.setattr("tinygrad_ssm.models.mamba2.GREEDY_BLOCK", block)
+    fast, slow = twin_models(seed=9, vocab_size=30, tie_embeddings=False)
+    prompt = np.array([[1, 2, 3]])
+    want = slow.generate(prompt, 12, temperature=0)[0, 3:]
+    k = next(k for k in range(3, 12) if want[k] not in want[:k] and want[k] not in prompt)
+    fast.embedding.weight.data[want[k]] = np.nan
+    got = []
+    with pytest.raises(NonFiniteLogits, match=rf"step {k + 2} \(token {k + 2} of 12, after {k + 1} generated"):
+        for token in fast.generate_stream(prompt, 12, temperature=0):
+            got.append(int(token[0]))
+    assert got == list(want[:k + 1])
 
 
 def test_decode_rejects_a_cache_of_another_shape():

@@ -1,6 +1,7 @@
-"""The pieces of the numba decoder (models/decode.py) on their edge cases: projections split in chunks of any
-row count (odd, 1, not dividing the rows) for batches around the 4-row blocks, the same bits with and without
-the helper thread, weights or caches replaced between steps, the claim counters (decode_sync.py) and the
+"""The pieces of the numba decoder (models/decode.py, decode_kernels.py) on their edge cases: projections and
+heads split in chunks of any size (odd, 1, not dividing the count; big chunks first) for batches around the
+4-row blocks, the same bits with and without the helper thread, weights or caches replaced between steps, the
+usual state size as a literal, the greedy loop's argmax, the claim counters (decode_sync.py) and the
 vectorisable exp (fast_exp.py). The decoder's equality with the engine step in general: tests/test_decode.py."""
 import math
 import threading
@@ -10,8 +11,9 @@ import pytest
 from hypothesis import given, strategies as st
 from numba import njit
 
-from tinygrad_ssm.models import decode, decode_sync
+from tinygrad_ssm.models import decode, decode_kernels, decode_sync
 from tinygrad_ssm.models.fast_exp import exp as fast_exp
+from tinygrad_ssm.models.sampling import NonFiniteLogits, sample_next
 
 from test_decode import assert_steps_agree, twin_models
 
@@ -19,13 +21,15 @@ from test_decode import assert_steps_agree, twin_models
 @given(rows=st.sampled_from([1, 2, 3, 5]), batch=st.integers(1, 6), g=st.sampled_from([1, 2]),
        seed=st.integers(0, 2**16))
 def test_any_chunk_of_rows_any_batch_equals_the_engine_step(rows, batch, g, seed):
-    """rows weight rows per chunk (one row, odd blocks, blocks not dividing the row count); batch 4..6 runs the
+    """rows weight rows (heads) per chunk (one, odd blocks, blocks not dividing the count); batch 4..6 runs the
     two-rows-by-four-sequences product and its remainders."""
     mp = pytest.MonkeyPatch()
     try:
         mp.setattr(decode, "CHUNK_BYTES", rows * 16 * 8)                  # d_model 16 floats of 8 bytes a row
+        mp.setattr(decode, "STATE_CHUNK_BYTES", rows * 4 * 4 * 8)         # a head's state (4, 4) float64
         fast, slow = twin_models(seed=seed, ngroups=g, d_model=16, bias=True)
-        assert decode._weights(fast).rows[0] == rows
+        chunking = decode._weights(fast).rows
+        assert chunking[0][1] == chunking[3] == rows and chunking[0][0] > 0  # small in_proj chunks, heads; big ones
         assert_steps_agree(fast, slow, batch, prompt_len=2, steps=2, seed=seed, tol=1e-10)
     finally:
         mp.undo()
@@ -43,6 +47,7 @@ def run_steps(model, batch, steps, seed):
 def test_the_helper_thread_changes_no_bit(monkeypatch, dtype):
     """Whoever computes a chunk computes it the same way: one thread alone gives the same bits as two."""
     monkeypatch.setattr(decode, "CHUNK_BYTES", 3 * 16 * 8)
+    monkeypatch.setattr(decode, "STATE_CHUNK_BYTES", 3 * 4 * 4 * 8)
     fast, _ = twin_models(dtype=dtype, seed=4, d_model=16)
     monkeypatch.setattr(decode, "helper_threads", lambda: 1)
     together = run_steps(fast, 5, 6, seed=4)
@@ -124,3 +129,36 @@ def test_fast_exp_is_within_two_ulp_of_exp_and_handles_the_ends():
     np.testing.assert_allclose(exp_all(x), want, rtol=2 * np.finfo(np.float64).eps, atol=0)
     ends = exp_all(np.array([np.nan, np.inf, -np.inf, 710.0, -708.5, -1000.0]))
     assert math.isnan(ends[0]) and ends[1] == ends[3] == math.inf and (ends[2:] == [0.0, math.inf, 0.0, 0.0]).all()
+
+
+@given(rows=st.lists(st.lists(st.sampled_from([0.0, 1.5, -2.0, 1.5, math.nan, math.inf, -math.inf]), min_size=5,
+                              max_size=5), min_size=1, max_size=3), vocab=st.integers(1, 5))
+def test_the_greedy_loops_argmax_is_sample_nexts(rows, vocab):
+    """_argmax_rows over logits[:, :vocab]: np.argmax's first largest where sample_next's greedy choice succeeds,
+    False exactly where it raises (NaN, +inf, or no finite value in a row); columns past vocab never count."""
+    logits = np.array(rows, np.float32)
+    ids = np.full(len(rows), -1, np.int64)
+    ok = decode_kernels._argmax_rows(logits, vocab, ids)
+    try:
+        want = sample_next(logits[:, :vocab], np.random.default_rng(0), temperature=0)
+    except NonFiniteLogits:
+        assert not ok
+    else:
+        assert ok and ids.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("d_state", [64, 63])
+def test_the_usual_state_size_a_literal_equals_the_engine_step(d_state):
+    """d_state 64 runs the head update with the size as a compile-time literal (unrolled); 63 the general loop."""
+    fast, slow = twin_models(seed=11, d_state=d_state, ngroups=1)
+    assert_steps_agree(fast, slow, batch=3, prompt_len=2, steps=2, seed=11, tol=1e-10)
+
+
+@given(n_rows=st.integers(1, 3000), small=st.integers(1, 64), share=st.sampled_from([0.0, 0.2, 0.45]))
+def test_chunks_tile_the_rows_once(n_rows, small, share):
+    """Two big chunks (a multiple of the small size, or none), then small ones: [0, n_rows) exactly, in order."""
+    big = int(n_rows * share) // small * small
+    bounds = [decode._chunk(c, n_rows, big, small) for c in range(decode._n_chunks(n_rows, big, small))]
+    assert bounds[0][0] == 0 and bounds[-1][1] == n_rows
+    assert all(lo < hi for lo, hi in bounds) and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    assert all(hi - lo == big for lo, hi in bounds[:2]) if big else all(hi - lo <= small for lo, hi in bounds)

@@ -1,6 +1,7 @@
-"""Decoding without the engine: two numba calls and two BLAS products per layer advance a Mamba-2 block by
-one token, in place on the cache; one more call and product give the logits. The engine's `step` (mamba2.py,
-fused=False) is the reference it is tested against (tests/test_decode.py: logits and states to 1e-10).
+"""Decoding without the engine: one numba call advances every layer of a Mamba-2 model by one token, in place on
+the cache, and gives the logits; greedy generation (decode_greedy) and a short prompt (decode_prompt) stay
+inside numba for many tokens. The engine's `step` (mamba2.py, fused=False) is the reference it is tested
+against (tests/test_decode.py, test_decode_kernels.py: logits and states to 1e-10 in float64).
 
 Per layer and sequence (the equations of Mamba2Mixer.step, written out):
     u = rmsnorm(x) * norm.weight                                           (d_model,)
@@ -9,7 +10,9 @@ Per layer and sequence (the equations of Mamba2Mixer.step, written out):
     x | B | C = xBC;  dt = clip(softplus(dt + dt_bias), dt_limit);  A = -exp(A_log)
     S <- exp(dt A) S + dt x B^T  (head i reads group i // (h / g));  y = S C + D x
     y = rmsnorm_per_group(y * silu(z)) * norm.weight;  x <- x + out_proj(y)
-The matmuls are np.dot inside the kernel (BLAS); the rest is a few loops over (b, h, p, n).
+No BLAS: the math is numba loops (decode_kernels.py). A step runs in phases (pre-norm, in_proj with the conv
+and dt, the heads, the group norm, out_proj; then the LM head), each cut into chunks that the caller's thread
+and one helper thread claim from atomic counters (decode_sync.py).
 """
 from __future__ import annotations
 
@@ -22,156 +25,39 @@ import numba
 import numpy as np
 from numba import njit
 
-from .fast_exp import silu
-from .decode_sync import atomic_load, atomic_store, claim, finish, relax, sync_array, wait_done
+from .decode_kernels import (_JIT, _argmax_rows, _group_norm, _head_update, _in_proj_rows, _matvec_rows,
+                             _residual_norm)
+from .decode_sync import atomic_load, atomic_store, claim, cycles, finish, relax, sync_array, wait_done
 
-# sums may vectorise (no nnan/ninf); no ZeroDivisionError check (no division here can be by 0): with it, no
-# loop holding a division vectorised (the SiLU gates ran 6x slower)
-_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 _EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it with a prefill forward"
 
 
 @njit(**_JIT)
-def _update_head(S, x, B, C, decay, dt, Dh, y):
-    """One head: S (p, n) <- decay S + dt x B^T;  y (p,) = S C + Dh x. The scalars come in S's dtype, so a
-    float32 state is updated in float32 lanes (no float64 round trips in the innermost loop)."""
-    p, n = S.shape
-    for pi in range(p):
-        xdt = x[pi] * dt
-        acc = decay - decay                                             # 0 in S's dtype
-        for ni in range(n):
-            s = decay * S[pi, ni] + xdt * B[ni]
-            S[pi, ni] = s
-            acc += s * C[ni]
-        y[pi] = acc + Dh * x[pi]
+def _n_chunks(n_rows, big, small):
+    """Chunks of a projection's n_rows: two of `big` rows (0 when the projection is small), then `small` ones."""
+    return 2 * (big > 0) + (n_rows - 2 * big + small - 1) // small
 
 
 @njit(**_JIT)
-def _dot(W, i, u, bi, zero):
-    acc = zero
-    for j in range(W.shape[1]):
-        acc += W[i, j] * u[bi, j]
-    return acc
+def _chunk(c, n_rows, big, small):
+    """Chunk c's rows [lo, hi) (see _n_chunks)."""
+    if big > 0 and c < 2:
+        return c * big, (c + 1) * big
+    lo = 2 * big + (c - 2 * (big > 0)) * small
+    return lo, min(lo + small, n_rows)
 
 
 @njit(**_JIT)
-def _matvec_rows(W, lo, hi, u, bias, zero, out):
-    """out[:, lo:hi] = u (b, in) @ W[lo:hi] (rows, in)^T + bias[lo:hi]: each weight row is read once (from L3
-    when the model does not fit L2) and used for every batch row while it sits in L1. Two weight rows times
-    four batch rows share their loads (8 sums at once); the rest one sum at a time."""
-    nb, k = u.shape
-    for i in range(lo, hi - 1, 2):
-        bi = 0
-        while bi + 4 <= nb:
-            a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = zero
-            for j in range(k):
-                w, v = W[i, j], W[i + 1, j]
-                u0, u1, u2, u3 = u[bi, j], u[bi + 1, j], u[bi + 2, j], u[bi + 3, j]
-                a0 += w * u0
-                a1 += w * u1
-                a2 += w * u2
-                a3 += w * u3
-                c0 += v * u0
-                c1 += v * u1
-                c2 += v * u2
-                c3 += v * u3
-            out[bi, i], out[bi + 1, i], out[bi + 2, i], out[bi + 3, i] = a0 + bias[i], a1 + bias[i], a2 + bias[i], \
-                a3 + bias[i]
-            out[bi, i + 1], out[bi + 1, i + 1], out[bi + 2, i + 1], out[bi + 3, i + 1] = \
-                c0 + bias[i + 1], c1 + bias[i + 1], c2 + bias[i + 1], c3 + bias[i + 1]
-            bi += 4
-        for bi in range(bi, nb):
-            out[bi, i], out[bi, i + 1] = _dot(W, i, u, bi, zero) + bias[i], _dot(W, i + 1, u, bi, zero) + bias[i + 1]
-    if (hi - lo) % 2:                                                   # an odd block's last row
-        for bi in range(nb):
-            out[bi, hi - 1] = _dot(W, hi - 1, u, bi, zero) + bias[hi - 1]
+def _mark(prof, kind, since):
+    """prof[kind] += the cycles since `since`; returns now."""
+    now = cycles()
+    prof[kind] += now - since
+    return now
 
 
-@njit(**_JIT)
-def _residual_norm(first, x, delta, emb, ids, weight, eps, u, bi):
-    """Row bi: x = embedding(ids) (first layer) or x += delta (the previous block's out_proj, bias included);
-    u = x / sqrt(mean(x^2) + eps) * weight (the next pre-norm)."""
-    for j in range(x.shape[1]):
-        x[bi, j] = emb[ids[bi], j] if first else x[bi, j] + delta[bi, j]
-    acc = 0.0
-    for j in range(x.shape[1]):
-        acc += x[bi, j] * x[bi, j]
-    r = 1.0 / math.sqrt(acc / x.shape[1] + eps)
-    for j in range(x.shape[1]):
-        u[bi, j] = x[bi, j] * r * weight[j]
-
-
-@njit(**_JIT)
-def _silu_inplace(a):
-    """a (n,) = silu(a): a loop of its own vectorises (inside the conv's loop nest it did not)."""
-    for i in range(a.shape[0]):
-        a[i] = silu(a[i])
-
-
-@njit(**_JIT)
-def _gate_inplace(y, z):
-    """y (n,) *= silu(z)."""
-    for i in range(y.shape[0]):
-        y[i] = y[i] * silu(z[i])
-
-
-@njit(**_JIT)
-def _in_proj_rows(W, lo, hi, u, in_b, zero, conv_w, conv_b, conv_state, dt_bias, low, high, clamp, proj, xbc, dtv):
-    """Rows [lo, hi) of z | xBC | dt = in_proj(u), then what only needs those rows: for an xBC channel the
-    conv state shift, the conv and SiLU (-> xbc); for a head's dt the bias, softplus and clamp (-> dtv)."""
-    _matvec_rows(W, lo, hi, u, in_b, zero, proj)
-    d_inner, (conv_dim, k) = proj.shape[1] - conv_w.shape[0] - dt_bias.shape[0], conv_w.shape
-    c_lo = max(lo, d_inner) - d_inner                                   # these rows' channels [c_lo, c_hi)
-    c_hi = max(c_lo, min(hi, d_inner + conv_dim) - d_inner)             # (never below c_lo: a slice would wrap)
-    for bi in range(u.shape[0]):                                        # channels innermost: they vectorise
-        for c in range(c_lo, c_hi):
-            xbc[bi, c] = conv_b[c]
-        for j in range(k - 1):
-            for c in range(c_lo, c_hi):
-                s = conv_state[bi, c, j + 1]
-                conv_state[bi, c, j] = s
-                xbc[bi, c] += s * conv_w[c, j]
-        for c in range(c_lo, c_hi):
-            v = proj[bi, d_inner + c]
-            conv_state[bi, c, k - 1] = v
-            xbc[bi, c] += v * conv_w[c, k - 1]
-        _silu_inplace(xbc[bi, c_lo:c_hi])
-    for i in range(max(lo, d_inner + conv_dim), hi):
-        hi_ = i - d_inner - conv_dim
-        for bi in range(u.shape[0]):
-            v = proj[bi, i] + dt_bias[hi_]
-            dt = v if v > 20.0 else max(v, 0.0) + math.log1p(math.exp(-abs(v)))
-            dtv[bi, hi_] = min(max(dt, low), high) if clamp else dt
-
-
-@njit(**_JIT)
-def _head_update(bi, hi, ngroups, proj, xbc, dtv, A_log, D, ssm, coef, y, hsq):
-    """Head hi of row bi: the state update and readout (_update_head), then the gate y *= silu(z); hsq[bi, hi]
-    = the head's sum of gated squares (in float64) for the group norm."""
-    _, h, p, n = ssm.shape
-    b0 = ssm.shape[1] * p + (hi // (h // ngroups)) * n                  # this head's group's B in xbc
-    c0 = b0 + ngroups * n                                               # and C
-    dt = dtv[bi, hi]
-    coef[0], coef[1] = math.exp(dt * -math.exp(A_log[hi])), dt          # in the state's dtype
-    _update_head(ssm[bi, hi], xbc[bi, hi * p:(hi + 1) * p], xbc[bi, b0:b0 + n], xbc[bi, c0:c0 + n], coef[0],
-                 coef[1], D[hi], y[bi, hi * p:(hi + 1) * p])
-    _gate_inplace(y[bi, hi * p:(hi + 1) * p], proj[bi, hi * p:(hi + 1) * p])
-    acc = 0.0
-    for c in range(hi * p, (hi + 1) * p):
-        acc += y[bi, c] * y[bi, c]
-    hsq[bi, hi] = acc
-
-
-@njit(**_JIT)
-def _group_norm(bi, g, ngroups, hsq, weight, eps, y):
-    """Group g of row bi: y *= 1 / sqrt(mean of its gated squares + eps) * weight."""
-    heads, group = hsq.shape[1] // ngroups, y.shape[1] // ngroups
-    acc = 0.0
-    for hi in range(g * heads, (g + 1) * heads):
-        acc += hsq[bi, hi]
-    r = 1.0 / math.sqrt(acc / group + eps)
-    for c in range(g * group, (g + 1) * group):
-        y[bi, c] = y[bi, c] * r * weight[c]
+PROFILE_PHASES = ("residual + norm", "in_proj + conv + dt", "state update + gate", "group norm", "out_proj",
+                  "lm head")
+PROFILE = None  # an int64 array (len(PROFILE_PHASES),): sessions made while it is set add their cycles to it
 
 
 @njit(**_JIT)
@@ -180,72 +66,100 @@ def _step(step, last_wait, args):
     any number of threads may run this at once and each chunk is computed once. last_wait: return only when
     the logits are done (the caller's thread); a helper leaves as soon as nothing is left to claim."""
     sync, ids, emb, head, norm_f, mats, vecs, conv_states, ssms, bufs, dtv, hsq, eps, ngroups, low, high, clamp, \
-        zero, rows = args
+        zero, rows, big_share, prof = args
+    profiling = last_wait and prof.shape[0] > 0                        # the caller's cycles by phase (PROFILE)
+    t = cycles() if profiling else 0
     in_w, out_w, conv_w = mats
     norm_w, in_b, conv_b, dt_bias, A_log, D, gnorm_w, out_b, head_b = vecs
     x, u, proj, xbc, y, delta, logits = bufs                            # (b, .) work rows of the model's dtype
-    rows_in, rows_out, rows_head = rows
+    (big_in, rows_in), (big_out, rows_out), (big_head, rows_head), heads_per_chunk = rows
     nb, n_layer = x.shape[0], len(in_w)
     h = dtv.shape[1]
+    big_heads = int(nb * h * big_share) // heads_per_chunk * heads_per_chunk  # as _chunking does
+    big_rows, big_groups = int(nb * big_share), int(nb * ngroups * big_share)
     coef = np.empty(2, ssms[0].dtype)
     phase = 0
     for layer in range(n_layer + 1):
-        while True:                                                     # residual (+ delta) and pre-norm, per row
-            c = claim(sync, phase, step, nb)
+        n_chunks = _n_chunks(nb, big_rows, 1)
+        while True:                                                     # residual (+ delta) and pre-norm: rows
+            c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
-            _residual_norm(layer == 0, x, delta, emb, ids, norm_w[layer] if layer < n_layer else norm_f, eps, u, c)
+            lo, hi = _chunk(c, nb, big_rows, 1)
+            for bi in range(lo, hi):
+                _residual_norm(layer == 0, x, delta, emb, ids, norm_w[layer] if layer < n_layer else norm_f, eps, u,
+                               bi)
             finish(sync, phase)
-        wait_done(sync, phase, step, nb)
+        wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 0, t)
         phase += 1
         if layer == n_layer:
             break
-        n_chunks = (proj.shape[1] + rows_in - 1) // rows_in
+        n_chunks = _n_chunks(proj.shape[1], big_in, rows_in)
         while True:                                                     # in_proj, conv, dt: blocks of rows
             c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
-            _in_proj_rows(in_w[layer], c * rows_in, min((c + 1) * rows_in, proj.shape[1]), u, in_b[layer], zero,
-                          conv_w[layer], conv_b[layer], conv_states[layer], dt_bias[layer], low, high, clamp, proj,
-                          xbc, dtv)
+            lo, hi = _chunk(c, proj.shape[1], big_in, rows_in)
+            _in_proj_rows(in_w[layer], lo, hi, u, in_b[layer], zero, conv_w[layer], conv_b[layer],
+                          conv_states[layer], dt_bias[layer], low, high, clamp, proj, xbc, dtv)
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 1, t)
         phase += 1
-        while True:                                                     # SSM update, readout, gate: per (row, head)
-            c = claim(sync, phase, step, nb * h)
+        n_chunks = _n_chunks(nb * h, big_heads, heads_per_chunk)
+        while True:                                                     # SSM update, readout, gate: (row, head)s
+            c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
-            _head_update(c // h, c % h, ngroups, proj, xbc, dtv, A_log[layer], D[layer], ssms[layer], coef, y, hsq)
+            lo, hi = _chunk(c, nb * h, big_heads, heads_per_chunk)
+            for i in range(lo, hi):                                     # row i // h, head i % h
+                _head_update(i // h, i % h, ngroups, proj, xbc, dtv, A_log[layer], D[layer], ssms[layer], coef, y,
+                             hsq)
             finish(sync, phase)
-        wait_done(sync, phase, step, nb * h)
+        wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 2, t)
         phase += 1
-        while True:                                                     # gated norm: per (row, group)
-            c = claim(sync, phase, step, nb * ngroups)
+        n_chunks = _n_chunks(nb * ngroups, big_groups, 1)
+        while True:                                                     # gated norm: (row, group)s
+            c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
-            _group_norm(c // ngroups, c % ngroups, ngroups, hsq, gnorm_w[layer], eps, y)
+            lo, hi = _chunk(c, nb * ngroups, big_groups, 1)
+            for i in range(lo, hi):                                     # row i // ngroups, group i % ngroups
+                _group_norm(i // ngroups, i % ngroups, ngroups, hsq, gnorm_w[layer], eps, y)
             finish(sync, phase)
-        wait_done(sync, phase, step, nb * ngroups)
+        wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 3, t)
         phase += 1
-        n_chunks = (delta.shape[1] + rows_out - 1) // rows_out
+        n_chunks = _n_chunks(delta.shape[1], big_out, rows_out)
         while True:                                                     # out_proj: blocks of rows
             c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
-            _matvec_rows(out_w[layer], c * rows_out, min((c + 1) * rows_out, delta.shape[1]), y, out_b[layer], zero,
-                         delta)
+            lo, hi = _chunk(c, delta.shape[1], big_out, rows_out)
+            _matvec_rows(out_w[layer], lo, hi, y, out_b[layer], zero, delta)
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 4, t)
         phase += 1
-    n_chunks = (logits.shape[1] + rows_head - 1) // rows_head
+    n_chunks = _n_chunks(logits.shape[1], big_head, rows_head)
     while True:                                                         # the head: blocks of vocabulary rows
         c = claim(sync, phase, step, n_chunks)
         if c < 0:
             break
-        _matvec_rows(head, c * rows_head, min((c + 1) * rows_head, logits.shape[1]), u, head_b, zero, logits)
+        lo, hi = _chunk(c, logits.shape[1], big_head, rows_head)
+        _matvec_rows(head, lo, hi, u, head_b, zero, logits)
         finish(sync, phase)
     if last_wait:
         wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            _mark(prof, 5, t)
 
 
 @njit(**_JIT)
@@ -253,6 +167,29 @@ def _lead(control, step, args):
     """The caller's thread: publish step `step` to the helpers (control[0] = steps published), then work."""
     atomic_store(control, 0, step + 1)
     _step(step, True, args)
+
+
+@njit(**_JIT)
+def _greedy(control, first_step, args, vocab, tokens):
+    """Greedy decoding without leaving numba: from the ids in args, steps first_step, first_step + 1, ... each
+    feeding its argmax (tokens[i] (b,)) to the next. Returns the tokens written: all of tokens' rows, or fewer
+    when a step's logits hold a non-finite value (that step ran; its logits are left for the error)."""
+    ids, logits = args[1], args[9][6]
+    for i in range(tokens.shape[0]):
+        _lead(control, first_step + i, args)
+        if not _argmax_rows(logits, vocab, ids):
+            return i
+        tokens[i] = ids
+    return tokens.shape[0]
+
+
+@njit(**_JIT)
+def _feed(control, first_step, args, forced):
+    """Steps first_step, ... on the given tokens forced (l, b) (a prompt), one after the other."""
+    ids = args[1]
+    for i in range(forced.shape[0]):
+        ids[:] = forced[i]
+        _lead(control, first_step + i, args)
 
 
 _IDLE_SPINS = 30_000  # rounds of relax() (~2000 pauses, then sched_yield) before a helper goes home: ~10 ms
@@ -292,11 +229,23 @@ def _contiguous_state(state, name: str, expected: tuple, dtype):
 
 # --- the Python side: weights prepared once, a session per cache -------------------------------------------
 
-CHUNK_BYTES = 64 << 10  # weights per claimed chunk of a projection: claiming costs little next to the work
+# Work per claimed chunk. A claim and its count cost ~1 us when the two threads contend for the counters' lines
+# (measured: in_proj's phase took 1.6x as long in chunks of 16 KB as of 64 KB), and the last chunk of a phase
+# leaves the other thread waiting. So a projection is claimed as two big chunks of BIG_SHARE of its rows each
+# (one per thread when both run), then the rest in chunks of CHUNK_BYTES of weights, shared as they come.
+CHUNK_BYTES = 16 << 10         # weights per small chunk of a projection's rows
+BIG_SHARE = 0.45               # of the rows in each big chunk (b8 on 2 cores: 0.40 ~10% slower, 0.48 the same)
+STATE_CHUNK_BYTES = 16 << 10   # SSM states per small chunk of the (row, head)s (big ones first, as above)
 
 
-def _rows_per_chunk(in_features: int, itemsize: int) -> int:
-    return max(1, CHUNK_BYTES // (in_features * itemsize))
+def _rows_per_chunk(in_features: int, itemsize: int, chunk_bytes: int | None = None) -> int:
+    return max(1, (CHUNK_BYTES if chunk_bytes is None else chunk_bytes) // (in_features * itemsize))
+
+
+def _chunking(n_rows: int, in_features: int, itemsize: int) -> tuple:
+    """(rows in each big chunk, rows in a small one): the big ones a multiple of the small (0: none)."""
+    small = _rows_per_chunk(in_features, itemsize)
+    return int(n_rows * BIG_SHARE) // small * small, small
 
 
 class _Weights:
@@ -326,8 +275,10 @@ class _Weights:
         self.emb = take(model.embedding.weight, dtype)
         self.head = self.emb if model.lm_head is None else take(model.lm_head.weight, dtype)
         self.norm_f = take(model.norm_f.weight, dtype)
-        self.rows = (_rows_per_chunk(c.d_model, self.emb.itemsize), _rows_per_chunk(c.d_inner, self.emb.itemsize),
-                     _rows_per_chunk(c.d_model, self.emb.itemsize))
+        size = self.emb.itemsize
+        self.rows = (_chunking(c.d_in_proj, c.d_model, size), _chunking(c.d_model, c.d_inner, size),
+                     _chunking(c.padded_vocab_size, c.d_model, size),
+                     _rows_per_chunk(c.headdim * c.d_state, self.emb.itemsize, STATE_CHUNK_BYTES))  # heads
         self._tensors = [t for t, _ in self.sources]
         self._arrays = [a for _, a in self.sources]
 
@@ -385,7 +336,7 @@ class _Session:
         self.args = (sync_array(n_phases), self.ids, w.emb, w.head, w.norm_f, w.mats, w.vecs, tuple(convs),
                      tuple(ssms), bufs, np.zeros((batch, c.nheads)), np.zeros((batch, c.nheads)),
                      float(c.rms_norm_eps), c.ngroups, low, high, (low, high) != (0.0, math.inf), dtype.type(0),
-                     w.rows)
+                     w.rows, BIG_SHARE, np.zeros(0, np.int64) if PROFILE is None else PROFILE)
         self.step_count = 0
         self.lead = _lead
 
@@ -399,17 +350,37 @@ class _Session:
             yield state.conv
             yield state.ssm
 
-    def step(self, ids: np.ndarray) -> np.ndarray:
-        self.ids[:] = ids
+    def _start_helper(self):
         if self.control[2] == 0 and helper_threads():
             self.control[2] = 1
             # not threading.Thread: its start() waits until the new thread has run (ms on a busy machine), and
             # the step needs no helper to finish; like a daemon thread, it does not hold the interpreter's exit
             _thread.start_new_thread(_helper, (self.control, self.args))
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        self.ids[:] = ids
+        self._start_helper()
         self.lead(self.control, self.step_count, self.args)
         if self.lead is _lead:
             self.lead = _compiled(_lead, (self.control, self.step_count, self.args))
         self.step_count += 1
+        return self.logits.copy()
+
+    def greedy(self, ids: np.ndarray, n: int, vocab: int):
+        """Up to n greedy steps from ids (b,): (tokens (m, b) int64, m <= n, steps run: m or m + 1)."""
+        self.ids[:] = ids
+        self._start_helper()
+        tokens = np.empty((n, self.batch), np.int64)
+        m = _greedy(self.control, self.step_count, self.args, vocab, tokens)
+        steps = min(m + 1, n)
+        self.step_count += steps
+        return tokens[:m], steps
+
+    def feed(self, forced: np.ndarray) -> np.ndarray:
+        """Steps on forced (l, b): the last step's logits (b, padded vocab), copied."""
+        self._start_helper()
+        _feed(self.control, self.step_count, self.args, forced)
+        self.step_count += forced.shape[0]
         return self.logits.copy()
 
     def close(self):
@@ -431,16 +402,44 @@ def _compiled(dispatcher, args):
 def decode_step(model, ids: np.ndarray, cache) -> np.ndarray:
     """ids (b,) ints -> logits (b, padded vocab) in the model's dtype; every layer's cache advances in place.
     Checks are the caller's (Mamba2LMHeadModel.step)."""
-    b = ids.shape[0]
+    session = _session(model, cache, ids.shape[0])
+    logits = session.step(ids)
+    for t in session._cache_tensors(cache):
+        t._bump()                                                       # written in place
+    return logits
+
+
+def _session(model, cache, b: int) -> _Session:
     weights = _weights(model)
     session = cache.__dict__.get("_decode_session")
     if session is None or not session.matches(cache, b, weights):
         if session is not None:
             session.close()
         session = cache._decode_session = _Session(model, cache, b, weights)
-    logits = session.step(ids)
+    return session
+
+
+def decode_greedy(model, ids: np.ndarray, cache, n: int, vocab: int):
+    """Greedy generation inside one numba call: feed ids (b,), then each step's argmax over the first `vocab`
+    logits, for up to n steps; every layer's cache advances in place. Returns (tokens (m, b) int64, logits):
+    m = n and logits None, or m < n when step m + 1's logits (b, padded vocab), returned, hold NaN, +inf or
+    no finite value in a row (sample_next names it). cache.seqlen_offset advances by the steps run."""
+    session = _session(model, cache, ids.shape[0])
+    tokens, steps = session.greedy(ids, n, vocab)
     for t in session._cache_tensors(cache):
         t._bump()                                                       # written in place
+    cache.seqlen_offset += steps
+    return tokens, (None if len(tokens) == n else session.logits.copy())
+
+
+def decode_prompt(model, ids: np.ndarray, cache) -> np.ndarray:
+    """ids (b, l) fed token by token inside one numba call (a short prompt): the logits (b, padded vocab) after
+    the last; every layer's cache advances in place, cache.seqlen_offset by l."""
+    session = _session(model, cache, ids.shape[0])
+    logits = session.feed(np.ascontiguousarray(ids.T, dtype=np.int64))  # (l, b)
+    for t in session._cache_tensors(cache):
+        t._bump()                                                       # written in place
+    cache.seqlen_offset += ids.shape[1]
     return logits
 
 

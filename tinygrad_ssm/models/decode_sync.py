@@ -84,6 +84,16 @@ def sched_yield(typingctx):
     return types.void(), codegen
 
 
+@intrinsic
+def cycles(typingctx):
+    """The CPU's cycle counter (rdtsc on x86): the decoder's per-phase profile (benchmarks/profile_decode.py)."""
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(64), []),
+                                            "llvm.readcyclecounter")
+        return builder.call(fn, [])
+    return types.int64(), codegen
+
+
 @njit(cache=True, nogil=True)
 def relax(spins):
     """One round of waiting; spins counts the rounds so far: spin first, give the core away after a while."""

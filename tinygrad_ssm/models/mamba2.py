@@ -26,7 +26,7 @@ from ..ops import fused as fused_ops
 from ..registry import VarBuilder, VarMap
 from ..tensor import Tensor, no_grad
 from .config import Mamba2Config
-from .decode import decode_step, release as release_decoder
+from .decode import decode_greedy, decode_prompt, decode_step, release as release_decoder
 from .sampling import NonFiniteLogits, check_sampling_args, sample_next
 
 SUPPORTED_DTYPES = ("float32", "float64")
@@ -34,6 +34,7 @@ SUPPORTED_DTYPES = ("float32", "float64")
 # (b1: ~16 x 0.3 ms against ~7 ms; measured before blas_threads.py put OpenBLAS's threads to sleep after a
 # matmul, when their spin after the prefill's matmuls also took the core the decoder's helper thread needs)
 STEPPED_PROMPT_LEN = 32
+GREEDY_BLOCK = 32  # greedy tokens per numba call (decode_greedy): a streamed reader sees them in bursts of ~10 ms
 
 
 # --- the official initialisation of the mixer's own parameters ----------------------------------------------
@@ -314,26 +315,43 @@ class Mamba2LMHeadModel:
         with no_grad():
             cache = self.allocate_cache(ids.shape[0])
             if self.fused and ids.shape[1] <= STEPPED_PROMPT_LEN:
-                for t in range(ids.shape[1]):  # see STEPPED_PROMPT_LEN
-                    logits = decode_step(self, ids[:, t], cache)          # (b, V)
+                logits = decode_prompt(self, ids, cache)                 # (b, V) token by token, see STEPPED_...
             else:
                 x = self.embedding(ids)
                 for layer, state in zip(self.layers, cache.layers):
                     x = layer(x, state, self.backend)
                 logits = self._head(x[:, -1]).data                       # (b, V) the last position only
-            cache.seqlen_offset += ids.shape[1]
-        for i in range(max_new_tokens):
-            try:
-                token = sample_next(logits[:, :vocab], rng, temperature, top_k, top_p)  # (b,)
-            except NonFiniteLogits as e:
-                where = "after the prompt" if i == 0 else f"after {i} generated tokens"
-                raise NonFiniteLogits(f"generate: step {i + 1} (token {i + 1} of {max_new_tokens}, {where}): {e}; "
-                                      f"check the checkpoint for NaN/inf weights") from None
-            yield token
-            if i + 1 < max_new_tokens:
+                cache.seqlen_offset += ids.shape[1]
+        # greedy stays inside numba for blocks of tokens (decode_greedy), unless `step` was replaced on the model
+        in_numba = self.fused and temperature == 0 and "step" not in self.__dict__
+        token = self._sample(logits[:, :vocab], rng, temperature, top_k, top_p, 0, max_new_tokens)
+        yield token
+        i = 1
+        while i < max_new_tokens:
+            if in_numba:
+                tokens, bad = decode_greedy(self, token, cache, min(GREEDY_BLOCK, max_new_tokens - i), vocab)
+                for token in tokens:                                     # (b,) each
+                    yield token
+                i += len(tokens)
+                if bad is not None:                                      # raises, naming step i + 1
+                    self._sample(bad[:, :vocab], rng, temperature, top_k, top_p, i, max_new_tokens)
+            else:
                 logits = self.step(token, cache).data
+                token = self._sample(logits[:, :vocab], rng, temperature, top_k, top_p, i, max_new_tokens)
+                yield token
+                i += 1
         if self.fused:
             release_decoder(cache)                                       # its helper thread stops now
+
+    @staticmethod
+    def _sample(logits, rng, temperature, top_k, top_p, i: int, max_new_tokens: int) -> np.ndarray:
+        """Token i + 1 (b,) from logits (b, vocab); non-finite logits stop generation, naming that step."""
+        try:
+            return sample_next(logits, rng, temperature, top_k, top_p)
+        except NonFiniteLogits as e:
+            where = "after the prompt" if i == 0 else f"after {i} generated tokens"
+            raise NonFiniteLogits(f"generate: step {i + 1} (token {i + 1} of {max_new_tokens}, {where}): {e}; "
+                                  f"check the checkpoint for NaN/inf weights") from None
 
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None) -> np.ndarray:

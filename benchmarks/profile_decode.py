@@ -1,0 +1,68 @@
+"""Where a generated token's time goes in the numba decoder (tinygrad_ssm/models/decode.py): the caller's
+thread's cycles in each phase of a step (a phase ends when all its chunks are done, by either thread), and the
+rest of the wall time per step (Python: sampling, checks, the call itself). bench_generate.py's model and run.
+
+    python benchmarks/profile_decode.py                     # batch 1 and 8, 16-token prompt, 256 new tokens
+    python benchmarks/profile_decode.py --threads 1         # the caller's thread alone (no helper)
+
+Cycles are converted with the cycle counter's rate measured against perf_counter over the run.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import threads  # noqa: I001  (before NumPy: it fixes the thread counts)
+THREADS = threads.threads_from_argv()
+
+import numpy as np  # noqa: E402
+
+import hf_twin  # noqa: E402
+from common import dump_json  # noqa: E402
+from tinygrad_ssm.models import decode  # noqa: E402
+from numba import njit  # noqa: E402
+from tinygrad_ssm.models.decode_sync import cycles as _cycles  # noqa: E402
+
+cycles = njit(lambda: _cycles())
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--prompt-len", type=int, default=16)
+    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=None, help="NUMBA_NUM_THREADS (2: the caller and one helper)")
+    p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")
+    args = p.parse_args(argv)
+    model = hf_twin.ours(hf_twin.CONFIG, 64, fused=True)
+    result = {"benchmark": "profile_decode", "config": hf_twin.CONFIG, "rows": {}}
+    for batch in args.batches:
+        prompt = np.random.default_rng(batch).integers(0, 256, (batch, args.prompt_len))
+        model.generate(prompt, args.new_tokens, temperature=0)              # warm-up (compiles)
+        prof = decode.PROFILE = np.zeros(len(decode.PROFILE_PHASES), np.int64)
+        steps = args.repeats * (args.prompt_len + args.new_tokens - 1)    # decoder steps (the prompt's too)
+        c0, t0, cpu0 = cycles(), time.perf_counter(), time.process_time()
+        for _ in range(args.repeats):
+            model.generate(prompt, args.new_tokens, temperature=0)
+        c1, t1, cpu1 = cycles(), time.perf_counter(), time.process_time()
+        decode.PROFILE = None
+        rate = (c1 - c0) / (t1 - t0)                                    # cycles per second
+        per_step = {name: prof[i] / rate / steps * 1e6 for i, name in enumerate(decode.PROFILE_PHASES)}
+        wall = (t1 - t0) / steps * 1e6
+        per_step["the rest (Python, sampling, calls)"] = wall - sum(per_step.values())
+        result["rows"][f"batch {batch}"] = {"us_per_step": {k: round(v, 1) for k, v in per_step.items()},
+                                            "wall_us_per_step": round(wall, 1),
+                                            "cores_busy": round((cpu1 - cpu0) / (t1 - t0), 2)}
+        print(f"batch {batch}: {wall:.0f} us per step ({steps} steps, {args.repeats} generations), "
+              f"{(cpu1 - cpu0) / (t1 - t0):.2f} cores busy")
+        for name, us in per_step.items():
+            print(f"  {name:36s} {us:7.1f} us  {us / wall:6.1%}")
+    if args.json:
+        dump_json(result, args.json)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)

@@ -1,0 +1,201 @@
+"""The per-token math of the numba decoder (decode.py), one function per piece of a Mamba-2 step: the products
+(_matvec_rows), the pre-norm, in_proj's conv and dt, a head's state update and readout with its gate, the group
+norm, and the greedy choice. decode.py cuts a step into chunks of these and shares them between threads.
+
+Loops run over views indexed from 0 where they must vectorise: with an index that might be negative numba
+adds a wraparound select and LLVM no longer vectorises the loop. The official sizes (a conv of width 4, a state
+of 64) are passed as literals to an inlined body, so their loops unroll.
+"""
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+from .fast_exp import silu
+
+# sums may vectorise (no nnan/ninf); no ZeroDivisionError check (no division here can be by 0): with it, no
+# loop holding a division vectorised (the SiLU gates ran 6x slower)
+_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
+
+@njit(**_JIT)
+def _update_head(S, x, B, C, decay, dt, Dh, y):
+    """One head: S (p, n) <- decay S + dt x B^T;  y (p,) = S C + Dh x. The scalars come in S's dtype, so a
+    float32 state is updated in float32 lanes (no float64 round trips in the innermost loop). With d_state 64
+    (the usual size) a literal: the inner loop unrolls, no remainder or trip-count checks per state row."""
+    if S.shape[1] == 64:
+        _update_head_n(S, x, B, C, decay, dt, Dh, y, 64)
+    else:
+        _update_head_n(S, x, B, C, decay, dt, Dh, y, S.shape[1])
+
+
+@njit(inline="always", **_JIT)
+def _update_head_n(S, x, B, C, decay, dt, Dh, y, n):
+    for pi in range(S.shape[0]):
+        xdt = x[pi] * dt
+        acc = decay - decay                                             # 0 in S's dtype
+        for ni in range(n):
+            s = decay * S[pi, ni] + xdt * B[ni]
+            S[pi, ni] = s
+            acc += s * C[ni]
+        y[pi] = acc + Dh * x[pi]
+
+
+@njit(**_JIT)
+def _dot(W, i, u, bi, zero):
+    acc = zero
+    for j in range(W.shape[1]):
+        acc += W[i, j] * u[bi, j]
+    return acc
+
+
+@njit(**_JIT)
+def _matvec_rows(W, lo, hi, u, bias, zero, out):
+    """out[:, lo:hi] = u (b, in) @ W[lo:hi] (rows, in)^T + bias[lo:hi]: each weight row is read once (from L3
+    when the model does not fit L2) and used for every batch row while it sits in L1. Two weight rows times
+    four batch rows share their loads (8 sums at once); the rest one sum at a time."""
+    nb, k = u.shape
+    for i in range(lo, hi - 1, 2):
+        bi = 0
+        while bi + 4 <= nb:
+            a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = zero
+            for j in range(k):
+                w, v = W[i, j], W[i + 1, j]
+                u0, u1, u2, u3 = u[bi, j], u[bi + 1, j], u[bi + 2, j], u[bi + 3, j]
+                a0 += w * u0
+                a1 += w * u1
+                a2 += w * u2
+                a3 += w * u3
+                c0 += v * u0
+                c1 += v * u1
+                c2 += v * u2
+                c3 += v * u3
+            out[bi, i], out[bi + 1, i], out[bi + 2, i], out[bi + 3, i] = a0 + bias[i], a1 + bias[i], a2 + bias[i], \
+                a3 + bias[i]
+            out[bi, i + 1], out[bi + 1, i + 1], out[bi + 2, i + 1], out[bi + 3, i + 1] = \
+                c0 + bias[i + 1], c1 + bias[i + 1], c2 + bias[i + 1], c3 + bias[i + 1]
+            bi += 4
+        for bi in range(bi, nb):
+            out[bi, i], out[bi, i + 1] = _dot(W, i, u, bi, zero) + bias[i], _dot(W, i + 1, u, bi, zero) + bias[i + 1]
+    if (hi - lo) % 2:                                                   # an odd block's last row
+        for bi in range(nb):
+            out[bi, hi - 1] = _dot(W, hi - 1, u, bi, zero) + bias[hi - 1]
+
+
+@njit(**_JIT)
+def _residual_norm(first, x, delta, emb, ids, weight, eps, u, bi):
+    """Row bi: x = embedding(ids) (first layer) or x += delta (the previous block's out_proj, bias included);
+    u = x / sqrt(mean(x^2) + eps) * weight (the next pre-norm)."""
+    for j in range(x.shape[1]):
+        x[bi, j] = emb[ids[bi], j] if first else x[bi, j] + delta[bi, j]
+    acc = 0.0
+    for j in range(x.shape[1]):
+        acc += x[bi, j] * x[bi, j]
+    r = 1.0 / math.sqrt(acc / x.shape[1] + eps)
+    for j in range(x.shape[1]):
+        u[bi, j] = x[bi, j] * r * weight[j]
+
+
+@njit(**_JIT)
+def _silu_inplace(a):
+    """a (n,) = silu(a): a loop of its own vectorises (inside the conv's loop nest it did not)."""
+    for i in range(a.shape[0]):
+        a[i] = silu(a[i])
+
+
+@njit(**_JIT)
+def _gate_inplace(y, z):
+    """y (n,) *= silu(z)."""
+    for i in range(y.shape[0]):
+        y[i] = y[i] * silu(z[i])
+
+
+@njit(inline="always", **_JIT)
+def _conv_silu(proj, d_inner, c_lo, c_hi, conv_w, conv_b, conv_state, xbc, k):
+    """Channels [c_lo, c_hi) of every row: conv state (b, c, k) <- [state[:, :, 1:], new]; xbc = silu(sum_j
+    state[:, :, j] w[:, j] + bias), new = those channels' in_proj outputs. The loops run over contiguous views
+    from index 0: no index can be negative, numba's wraparound select drops out and the channel loop
+    vectorises; called with k a literal 4, the taps unroll (5x faster than channel loops per tap)."""
+    w, bias = conv_w[c_lo:c_hi], conv_b[c_lo:c_hi]
+    for bi in range(proj.shape[0]):
+        st, new, out = conv_state[bi, c_lo:c_hi], proj[bi, d_inner + c_lo:d_inner + c_hi], xbc[bi, c_lo:c_hi]
+        for c in range(st.shape[0]):
+            acc = bias[c]
+            for j in range(k - 1):
+                s = st[c, j + 1]
+                st[c, j] = s
+                acc += s * w[c, j]
+            v = new[c]
+            st[c, k - 1] = v
+            out[c] = acc + v * w[c, k - 1]
+        _silu_inplace(out)
+
+
+@njit(**_JIT)
+def _in_proj_rows(W, lo, hi, u, in_b, zero, conv_w, conv_b, conv_state, dt_bias, low, high, clamp, proj, xbc, dtv):
+    """Rows [lo, hi) of z | xBC | dt = in_proj(u), then what only needs those rows: for an xBC channel the
+    conv state shift, the conv and SiLU (-> xbc); for a head's dt the bias, softplus and clamp (-> dtv)."""
+    _matvec_rows(W, lo, hi, u, in_b, zero, proj)
+    d_inner, (conv_dim, k) = proj.shape[1] - conv_w.shape[0] - dt_bias.shape[0], conv_w.shape
+    c_lo = max(lo, d_inner) - d_inner                                   # these rows' channels [c_lo, c_hi)
+    c_hi = max(c_lo, min(hi, d_inner + conv_dim) - d_inner)             # (never below c_lo: a slice would wrap)
+    if k == 4:                                                          # the official width, a constant: 4x faster
+        _conv_silu(proj, d_inner, c_lo, c_hi, conv_w, conv_b, conv_state, xbc, 4)
+    else:
+        _conv_silu(proj, d_inner, c_lo, c_hi, conv_w, conv_b, conv_state, xbc, k)
+    for i in range(max(lo, d_inner + conv_dim), hi):
+        hi_ = i - d_inner - conv_dim
+        for bi in range(u.shape[0]):
+            v = proj[bi, i] + dt_bias[hi_]
+            dt = v if v > 20.0 else max(v, 0.0) + math.log1p(math.exp(-abs(v)))
+            dtv[bi, hi_] = min(max(dt, low), high) if clamp else dt
+
+
+@njit(**_JIT)
+def _head_update(bi, hi, ngroups, proj, xbc, dtv, A_log, D, ssm, coef, y, hsq):
+    """Head hi of row bi: the state update and readout (_update_head), then the gate y *= silu(z); hsq[bi, hi]
+    = the head's sum of gated squares (in float64) for the group norm."""
+    _, h, p, n = ssm.shape
+    b0 = ssm.shape[1] * p + (hi // (h // ngroups)) * n                  # this head's group's B in xbc
+    c0 = b0 + ngroups * n                                               # and C
+    dt = dtv[bi, hi]
+    coef[0], coef[1] = math.exp(dt * -math.exp(A_log[hi])), dt          # in the state's dtype
+    _update_head(ssm[bi, hi], xbc[bi, hi * p:(hi + 1) * p], xbc[bi, b0:b0 + n], xbc[bi, c0:c0 + n], coef[0],
+                 coef[1], D[hi], y[bi, hi * p:(hi + 1) * p])
+    yh = y[bi, hi * p:(hi + 1) * p]
+    _gate_inplace(yh, proj[bi, hi * p:(hi + 1) * p])
+    acc = 0.0
+    for c in range(p):                                                  # a view from 0: no wraparound, it vectorises
+        acc += yh[c] * yh[c]
+    hsq[bi, hi] = acc
+
+
+@njit(**_JIT)
+def _group_norm(bi, g, ngroups, hsq, weight, eps, y):
+    """Group g of row bi: y *= 1 / sqrt(mean of its gated squares + eps) * weight."""
+    heads, group = hsq.shape[1] // ngroups, y.shape[1] // ngroups
+    acc = 0.0
+    for hi in range(g * heads, (g + 1) * heads):
+        acc += hsq[bi, hi]
+    r = 1.0 / math.sqrt(acc / group + eps)
+    yg, wg = y[bi, g * group:(g + 1) * group], weight[g * group:(g + 1) * group]
+    for c in range(group):                                              # views from 0: it vectorises
+        yg[c] = yg[c] * r * wg[c]
+
+
+@njit(**_JIT)
+def _argmax_rows(logits, vocab, ids):
+    """ids (b,) = the first index of each row's largest logit among logits[:, :vocab] (np.argmax's choice);
+    False, leaving ids partly written, if a row holds NaN or +inf or no finite value (sample_next says which)."""
+    for bi in range(logits.shape[0]):
+        best, arg, finite = -math.inf, 0, False
+        for v in range(vocab):
+            x = logits[bi, v]
+            if x != x or x == math.inf:
+                return False
+            if x > best:
+                best, arg, finite = x, v, True
+        if not finite:
+            return False
+        ids[bi] = arg
+    return True
