@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 from numba import njit
 
 from tinygrad_ssm.models import decode, decode_kernels, decode_sync
-from tinygrad_ssm.models.fast_exp import exp as fast_exp
+from tinygrad_ssm.models.fast_exp import exp as fast_exp, exp32, silu
 from tinygrad_ssm.models.sampling import NonFiniteLogits, sample_next
 
 from test_decode import assert_steps_agree, twin_models
@@ -129,6 +129,38 @@ def test_fast_exp_is_within_two_ulp_of_exp_and_handles_the_ends():
     np.testing.assert_allclose(exp_all(x), want, rtol=2 * np.finfo(np.float64).eps, atol=0)
     ends = exp_all(np.array([np.nan, np.inf, -np.inf, 710.0, -708.5, -1000.0]))
     assert math.isnan(ends[0]) and ends[1] == ends[3] == math.inf and (ends[2:] == [0.0, math.inf, 0.0, 0.0]).all()
+
+
+@njit
+def exp32_all(a):
+    out = np.empty_like(a)
+    for i in range(a.shape[0]):
+        out[i] = exp32(a[i])
+    return out
+
+
+@njit
+def silu_all(a):
+    out = np.empty_like(a)
+    for i in range(a.shape[0]):
+        out[i] = silu(a[i])
+    return out
+
+
+def test_exp32_and_a_float32_silu_are_within_two_float32_ulp_and_handle_the_ends():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-86, 88.5, 20000), rng.normal(0, 3, 20000), [0.0, -0.0, 1e-30, 88.5, -86.0]])
+    x = x.astype(np.float32)
+    x64 = x.astype(np.float64)
+    eps = np.finfo(np.float32).eps
+    assert exp32_all(x).dtype == silu_all(x).dtype == np.float32                  # float32 lanes throughout
+    np.testing.assert_allclose(exp32_all(x), np.exp(x64), rtol=2 * eps, atol=0)
+    np.testing.assert_allclose(silu_all(x), x64 / (1 + np.exp(-x64)), rtol=2 * eps, atol=1e-37)
+    ends = exp32_all(np.array([np.nan, np.inf, -np.inf, 89.0, -86.5, -1000.0], np.float32))
+    assert math.isnan(ends[0]) and ends[1] == ends[3] == math.inf and (ends[2:] == [0.0, math.inf, 0.0, 0.0]).all()
+    gates = silu_all(np.array([np.nan, np.inf, 100.0, -100.0], np.float32))
+    assert math.isnan(gates[0]) and gates[1] == math.inf and gates[2] == 100.0 and gates[3] == 0.0
+    np.testing.assert_array_equal(silu_all(x64), x64 / (1 + exp_all(-x64)))       # float64 keeps its own
 
 
 @given(rows=st.lists(st.lists(st.sampled_from([0.0, 1.5, -2.0, 1.5, math.nan, math.inf, -math.inf]), min_size=5,

@@ -3,14 +3,18 @@ for the SiLU gates of decoding (decode.py). exp(x) = 2^n e^r with n = round(x / 
 its Taylor series to r^13 (the next term is below 2e-16 relative), 2^n written straight into the exponent bits.
 Within a few ulp of math.exp (tests/test_decode_kernels.py); NaN stays NaN, +-inf go to inf and 0; below
 -708 (where e^x < 3.3e-308) it gives 0.
+
+exp32 is the same in float32 (a float32 model's gates): twice the lanes per vector, r^7 is enough (the next
+term is below float32's half ulp), below -86 it gives 0. silu picks the one of its argument's precision.
 """
 from __future__ import annotations
 
 import math
 
 from llvmlite import ir
+import numpy as np
 from numba import njit, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01   # ln 2 split so n * _LN2_HI is exact for |n| < 2^11
@@ -50,8 +54,54 @@ def exp(x):
     return e if x == x else x                                           # NaN stays NaN
 
 
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
+    return types.float32(types.int64), codegen
+
+
+_F = np.float32
+
+
 @njit(cache=True, nogil=True, inline="always")
-def silu(v):
-    """v * sigmoid(v) in float64 (v / (1 + e^-v): e^-v overflowing to inf gives -0, as it should). Callers
-    compile with error_model="numpy": Python's zero-division check keeps a loop from vectorising."""
+def exp32(x):
+    """exp(x) for a float32 x, in float32 lanes (every constant a float32: one float64 would widen the loop)."""
+    xc = min(max(x, _F(-86.0)), _F(88.5))
+    n = np.floor(xc * _F(_LOG2E) + _F(0.5))
+    r = (xc - n * _F(0.693145751953125)) - n * _F(1.428606765330187e-06)    # ln 2 split: n * hi is exact
+    p = _F(_INV_FACTORIALS[7])
+    p = p * r + _F(_INV_FACTORIALS[6])
+    p = p * r + _F(_INV_FACTORIALS[5])
+    p = p * r + _F(_INV_FACTORIALS[4])
+    p = p * r + _F(_INV_FACTORIALS[3])
+    p = p * r + _F(_INV_FACTORIALS[2])
+    p = p * r + _F(1.0)
+    p = p * r + _F(1.0)
+    e = p * _float32_from_bits((int(n) + 126) << 23) * _F(2.0)          # 2^(n-1) * 2: n = 128 fits
+    e = _F(math.inf) if x > _F(88.5) else e
+    e = _F(0.0) if x < _F(-86.0) else e
+    return e if x == x else x
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _silu64(v):
     return v / (1.0 + exp(-v))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _silu32(v):
+    return v / (_F(1.0) + exp32(-v))
+
+
+def silu(v):
+    """v * sigmoid(v) = v / (1 + e^-v) in v's precision (float32 -> exp32, else float64; e^-v overflowing to inf
+    gives -0, as it should). Callers compile with error_model="numpy": Python's zero-division check keeps a
+    loop from vectorising."""
+    v = float(v)
+    return v / (1.0 + math.exp(-v)) if v > -700 else -0.0
+
+
+@overload(silu, inline="always")
+def _silu_overload(v):
+    return (lambda v: _silu32(v)) if v == types.float32 else (lambda v: _silu64(v))
