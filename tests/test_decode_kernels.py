@@ -21,8 +21,9 @@ from test_decode import assert_steps_agree, twin_models
 @given(rows=st.sampled_from([1, 2, 3, 5]), batch=st.integers(1, 6), g=st.sampled_from([1, 2]),
        seed=st.integers(0, 2**16))
 def test_any_chunk_of_rows_any_batch_equals_the_engine_step(rows, batch, g, seed):
-    """rows weight rows (heads) per chunk (one, odd blocks, blocks not dividing the count); batch 4..6 runs the
-    two-rows-by-four-sequences product and its remainders."""
+    """rows weight rows (heads) per chunk (one, odd blocks, blocks not dividing the count: the four-row products'
+    and the head pairs' remainders; head pairs across groups with g=2); batch 4..6 runs the four-rows-by-four-
+    sequences product and its remainders."""
     mp = pytest.MonkeyPatch()
     try:
         mp.setattr(decode, "CHUNK_BYTES", rows * 16 * 8)                  # d_model 16 floats of 8 bytes a row

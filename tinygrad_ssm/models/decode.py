@@ -77,7 +77,7 @@ def _step(step, last_wait, args):
     h = dtv.shape[1]
     big_heads = int(nb * h * big_share) // heads_per_chunk * heads_per_chunk  # as _chunking does
     big_rows, big_groups = int(nb * big_share), int(nb * ngroups * big_share)
-    coef = np.empty(2, ssms[0].dtype)
+    coef = np.empty(4, ssms[0].dtype)
     phase = 0
     for layer in range(n_layer + 1):
         n_chunks = _n_chunks(nb, big_rows, 1)
@@ -115,9 +115,12 @@ def _step(step, last_wait, args):
             if c < 0:
                 break
             lo, hi = _chunk(c, nb * h, big_heads, heads_per_chunk)
-            for i in range(lo, hi):                                     # row i // h, head i % h
-                _head_update(i // h, i % h, ngroups, proj, xbc, dtv, A_log[layer], D[layer], ssms[layer], coef, y,
-                             hsq)
+            i = lo
+            while i < hi:                                               # row i // h, head i % h (and the next)
+                pair = i + 1 < hi and (i + 1) % h != 0                  # two heads of one row: streamed together
+                _head_update(i // h, i % h, pair, ngroups, proj, xbc, dtv, A_log[layer], D[layer], ssms[layer],
+                             coef, y, hsq)
+                i += 2 if pair else 1
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
         if profiling:
@@ -235,7 +238,8 @@ def _contiguous_state(state, name: str, expected: tuple, dtype):
 # (one per thread when both run), then the rest in chunks of CHUNK_BYTES of weights, shared as they come.
 CHUNK_BYTES = 16 << 10         # weights per small chunk of a projection's rows
 BIG_SHARE = 0.45               # of the rows in each big chunk (b8 on 2 cores: 0.40 ~10% slower, 0.48 the same)
-STATE_CHUNK_BYTES = 16 << 10   # SSM states per small chunk of the (row, head)s (big ones first, as above)
+STATE_CHUNK_BYTES = 32 << 10   # SSM states per small chunk of the (row, head)s (big ones first, as above): two
+                               # heads of 64 x 64 float32, updated together (decode_kernels._update_heads2)
 
 
 def _rows_per_chunk(in_features: int, itemsize: int, chunk_bytes: int | None = None) -> int:

@@ -157,22 +157,60 @@ def _in_proj_rows(W, lo, hi, u, in_b, zero, conv_w, conv_b, conv_state, dt_bias,
 
 
 @njit(**_JIT)
-def _head_update(bi, hi, ngroups, proj, xbc, dtv, A_log, D, ssm, coef, y, hsq):
-    """Head hi of row bi: the state update and readout (_update_head), then the gate y *= silu(z); hsq[bi, hi]
-    = the head's sum of gated squares (in float64) for the group norm."""
+def _head_update(bi, hi, pair, ngroups, proj, xbc, dtv, A_log, D, ssm, coef, y, hsq):
+    """Head hi of row bi, and hi + 1 when pair: the state update and readout (_update_head, or _update_heads2
+    for two heads streamed at once: ~15% faster from L3 when both cores stream), then the gate y *= silu(z);
+    hsq[bi, head] = the head's sum of gated squares (in float64) for the group norm."""
     _, h, p, n = ssm.shape
-    b0 = ssm.shape[1] * p + (hi // (h // ngroups)) * n                  # this head's group's B in xbc
+    heads = 2 if pair else 1
+    for k in range(heads):
+        dt = dtv[bi, hi + k]
+        coef[2 * k], coef[2 * k + 1] = math.exp(dt * -math.exp(A_log[hi + k])), dt  # in the state's dtype
+    b0 = h * p + (hi // (h // ngroups)) * n                             # this head's group's B in xbc
     c0 = b0 + ngroups * n                                               # and C
-    dt = dtv[bi, hi]
-    coef[0], coef[1] = math.exp(dt * -math.exp(A_log[hi])), dt          # in the state's dtype
-    _update_head(ssm[bi, hi], xbc[bi, hi * p:(hi + 1) * p], xbc[bi, b0:b0 + n], xbc[bi, c0:c0 + n], coef[0],
-                 coef[1], D[hi], y[bi, hi * p:(hi + 1) * p])
-    yh = y[bi, hi * p:(hi + 1) * p]
-    _gate_inplace(yh, proj[bi, hi * p:(hi + 1) * p])
-    acc = 0.0
-    for c in range(p):                                                  # a view from 0: no wraparound, it vectorises
-        acc += yh[c] * yh[c]
-    hsq[bi, hi] = acc
+    if pair:
+        b1 = h * p + ((hi + 1) // (h // ngroups)) * n                   # the next head's (another group's?)
+        c1 = b1 + ngroups * n
+        _update_heads2(ssm[bi, hi], ssm[bi, hi + 1], xbc[bi, hi * p:(hi + 2) * p], xbc[bi, b0:b0 + n],
+                       xbc[bi, c0:c0 + n], xbc[bi, b1:b1 + n], xbc[bi, c1:c1 + n], coef, D[hi], D[hi + 1],
+                       y[bi, hi * p:(hi + 2) * p])
+    else:
+        _update_head(ssm[bi, hi], xbc[bi, hi * p:(hi + 1) * p], xbc[bi, b0:b0 + n], xbc[bi, c0:c0 + n], coef[0],
+                     coef[1], D[hi], y[bi, hi * p:(hi + 1) * p])
+    for k in range(heads):
+        yh = y[bi, (hi + k) * p:(hi + k + 1) * p]
+        _gate_inplace(yh, proj[bi, (hi + k) * p:(hi + k + 1) * p])
+        acc = 0.0
+        for c in range(p):                                              # a view from 0: no wraparound, it vectorises
+            acc += yh[c] * yh[c]
+        hsq[bi, hi + k] = acc
+
+
+@njit(**_JIT)
+def _update_heads2(S, T, x, B, C, B1, C1, coef, Dh, Dh1, y):
+    """_update_head on two heads at once, row by row (two states streamed together): S with x[:p], B, C,
+    coef[0:2], Dh -> y[:p]; T with x[p:], B1, C1, coef[2:4], Dh1 -> y[p:]."""
+    if S.shape[1] == 64:
+        _update_heads2_n(S, T, x, B, C, B1, C1, coef, Dh, Dh1, y, 64)
+    else:
+        _update_heads2_n(S, T, x, B, C, B1, C1, coef, Dh, Dh1, y, S.shape[1])
+
+
+@njit(inline="always", **_JIT)
+def _update_heads2_n(S, T, x, B, C, B1, C1, coef, Dh, Dh1, y, n):
+    p = S.shape[0]
+    decay, dt, decay1, dt1 = coef[0], coef[1], coef[2], coef[3]
+    for pi in range(p):
+        xdt, xdt1 = x[pi] * dt, x[p + pi] * dt1
+        acc = acc1 = decay - decay                                      # 0 in S's dtype
+        for ni in range(n):
+            s = decay * S[pi, ni] + xdt * B[ni]
+            S[pi, ni] = s
+            acc += s * C[ni]
+            t = decay1 * T[pi, ni] + xdt1 * B1[ni]
+            T[pi, ni] = t
+            acc1 += t * C1[ni]
+        y[pi], y[p + pi] = acc + Dh * x[pi], acc1 + Dh1 * x[p + pi]
 
 
 @njit(**_JIT)
