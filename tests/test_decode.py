@@ -132,6 +132,6 @@ def test_generation_prefills_a_long_prompt_and_steps_a_short_one_to_the_same_tok
     fast, slow = twin_models(seed=8, vocab_size=30)
     prompt = np.random.default_rng(8).integers(0, 30, (2, 5))
     want = slow.generate(prompt, 4, temperature=0)
-    for limit in (4, 5):                                            # the chunked-scan prefill, then the decoder
-        monkeypatch.setattr("tinygrad_ssm.models.mamba2.STEPPED_PROMPT_LEN", limit)
+    for limit in (9, 10):                                           # the chunked-scan prefill, then the decoder
+        monkeypatch.setattr("tinygrad_ssm.models.mamba2.PROMPT_STEP_TOKENS", limit)
         np.testing.assert_array_equal(fast.generate(prompt, 4, temperature=0), want)

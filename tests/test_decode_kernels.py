@@ -195,3 +195,47 @@ def test_chunks_tile_the_rows_once(n_rows, small, share):
     assert bounds[0][0] == 0 and bounds[-1][1] == n_rows
     assert all(lo < hi for lo, hi in bounds) and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
     assert all(hi - lo == big for lo, hi in bounds[:2]) if big else all(hi - lo <= small for lo, hi in bounds)
+
+
+@given(rows=st.sampled_from([1, 3, 5]), batch=st.integers(1, 5), prompt_len=st.integers(1, 6), g=st.sampled_from([1, 2]),
+       helper=st.booleans(), seed=st.integers(0, 2**16))
+def test_a_prompt_in_one_step_equals_the_engine_forward(rows, batch, prompt_len, g, helper, seed):
+    """decode_prompt takes a prompt's tokens as rows of one step (token-major, each sequence's conv and heads in
+    order): its logits and caches equal the engine's chunked forward over the prompt (float64, 1e-10), with
+    projections and heads in chunks of any size and rows past the 4-row blocks; steps after it agree too."""
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(decode, "CHUNK_BYTES", rows * 16 * 8)
+        mp.setattr(decode, "STATE_CHUNK_BYTES", rows * 4 * 4 * 8)
+        mp.setattr(decode, "helper_threads", lambda: int(helper))
+        fast, slow = twin_models(seed=seed, ngroups=g, d_model=16, bias=True)
+        ids = np.random.default_rng(seed).integers(0, fast.config.vocab_size, (batch, prompt_len))
+        cache_f, cache_s = fast.allocate_cache(batch), slow.allocate_cache(batch)
+        logits_f = decode.decode_prompt(fast, ids, cache_f)
+        logits_s = slow(ids, cache_s).data[:, -1]
+        np.testing.assert_allclose(logits_f, logits_s, rtol=1e-10, atol=1e-10)
+        assert cache_f.seqlen_offset == cache_s.seqlen_offset == prompt_len
+        for lf, ls in zip(cache_f.layers, cache_s.layers):
+            np.testing.assert_allclose(lf.conv.data, ls.conv.data, rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(lf.ssm.data, ls.ssm.data, rtol=1e-10, atol=1e-10)
+        token = np.arange(batch) % fast.config.vocab_size
+        np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10,
+                                   atol=1e-10)
+    finally:
+        mp.undo()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_prompt_step_is_the_same_bits_with_and_without_the_helper(monkeypatch, dtype):
+    monkeypatch.setattr(decode, "CHUNK_BYTES", 3 * 16 * 8)
+    monkeypatch.setattr(decode, "STATE_CHUNK_BYTES", 3 * 4 * 4 * 8)
+    fast, _ = twin_models(dtype=dtype, seed=6, d_model=16)
+    ids = np.random.default_rng(6).integers(0, fast.config.vocab_size, (5, 7))
+    results = []
+    for helpers in (1, 0):
+        monkeypatch.setattr(decode, "helper_threads", lambda: helpers)
+        cache = fast.allocate_cache(5)
+        logits = decode.decode_prompt(fast, ids, cache)
+        results.append([logits] + [a for s in cache.layers for a in (s.conv.data.copy(), s.ssm.data.copy())])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)

@@ -1,7 +1,8 @@
 """Decoding without the engine: one numba call advances every layer of a Mamba-2 model by one token, in place on
-the cache, and gives the logits; greedy generation (decode_greedy) and a short prompt (decode_prompt) stay
-inside numba for many tokens. The engine's `step` (mamba2.py, fused=False) is the reference it is tested
-against (tests/test_decode.py, test_decode_kernels.py: logits and states to 1e-10 in float64).
+the cache, and gives the logits; greedy generation (decode_greedy) stays inside numba for many tokens, and a
+short prompt (decode_prompt) is one step whose rows are its tokens. The engine's `step` (mamba2.py,
+fused=False) is the reference it is tested against (tests/test_decode.py, test_decode_kernels.py: logits and
+states to 1e-10 in float64).
 
 Per layer and sequence (the equations of Mamba2Mixer.step, written out):
     u = rmsnorm(x) * norm.weight                                           (d_model,)
@@ -64,7 +65,10 @@ PROFILE = None  # an int64 array (len(PROFILE_PHASES),): sessions made while it 
 def _step(step, last_wait, args):
     """Step number `step` of one token per row: every phase's chunks claimed from `sync` (decode_sync.py), so
     any number of threads may run this at once and each chunk is computed once. last_wait: return only when
-    the logits are done (the caller's thread); a helper leaves as soon as nothing is left to claim."""
+    the logits are done (the caller's thread); a helper leaves as soon as nothing is left to claim.
+    The work rows may hold several tokens per sequence (a prompt: rows = tokens x b, token-major, row t b + bi
+    of sequence bi): the projections and norms take every row at once (each weight read once for all of
+    them), the conv and the heads take a sequence's tokens in order, and the logits are the last token's."""
     sync, ids, emb, head, norm_f, mats, vecs, conv_states, ssms, bufs, dtv, hsq, eps, ngroups, low, high, clamp, \
         zero, rows, big_share, prof = args
     profiling = last_wait and prof.shape[0] > 0                        # the caller's cycles by phase (PROFILE)
@@ -74,8 +78,9 @@ def _step(step, last_wait, args):
     x, u, proj, xbc, y, delta, logits = bufs                            # (b, .) work rows of the model's dtype
     (big_in, rows_in), (big_out, rows_out), (big_head, rows_head), heads_per_chunk = rows
     nb, n_layer = x.shape[0], len(in_w)
-    h = dtv.shape[1]
-    big_heads = int(nb * h * big_share) // heads_per_chunk * heads_per_chunk  # as _chunking does
+    nbs, h = ssms[0].shape[0], dtv.shape[1]                             # sequences, heads
+    tokens = nb // nbs                                                  # per sequence: 1, or a prompt's
+    big_heads = int(nbs * h * big_share) // heads_per_chunk * heads_per_chunk  # as _chunking does
     big_rows, big_groups = int(nb * big_share), int(nb * ngroups * big_share)
     coef = np.empty(4, ssms[0].dtype)
     phase = 0
@@ -109,17 +114,18 @@ def _step(step, last_wait, args):
         if profiling:
             t = _mark(prof, 1, t)
         phase += 1
-        n_chunks = _n_chunks(nb * h, big_heads, heads_per_chunk)
-        while True:                                                     # SSM update, readout, gate: (row, head)s
+        n_chunks = _n_chunks(nbs * h, big_heads, heads_per_chunk)
+        while True:                                                     # SSM update, readout, gate: (seq, head)s
             c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
-            lo, hi = _chunk(c, nb * h, big_heads, heads_per_chunk)
+            lo, hi = _chunk(c, nbs * h, big_heads, heads_per_chunk)
             i = lo
-            while i < hi:                                               # row i // h, head i % h (and the next)
+            while i < hi:                                               # sequence i // h, head i % h (and next)
                 pair = i + 1 < hi and (i + 1) % h != 0                  # two heads of one row: streamed together
-                _head_update(i // h, i % h, pair, ngroups, proj, xbc, dtv, A_log[layer], D[layer], ssms[layer],
-                             coef, y, hsq)
+                for t in range(tokens):                                 # the sequence's tokens in order
+                    _head_update(t * nbs + i // h, i % h, pair, ngroups, proj, xbc, dtv, A_log[layer], D[layer],
+                                 ssms[layer], coef, y, hsq)
                 i += 2 if pair else 1
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
@@ -151,13 +157,14 @@ def _step(step, last_wait, args):
         if profiling:
             t = _mark(prof, 4, t)
         phase += 1
+    u_last = u[nb - logits.shape[0]:]                                   # (b, d_model) the last token's rows
     n_chunks = _n_chunks(logits.shape[1], big_head, rows_head)
     while True:                                                         # the head: blocks of vocabulary rows
         c = claim(sync, phase, step, n_chunks)
         if c < 0:
             break
         lo, hi = _chunk(c, logits.shape[1], big_head, rows_head)
-        _matvec_rows(head, lo, hi, u, head_b, zero, logits)
+        _matvec_rows(head, lo, hi, u_last, head_b, zero, logits)
         finish(sync, phase)
     if last_wait:
         wait_done(sync, phase, step, n_chunks)
@@ -184,15 +191,6 @@ def _greedy(control, first_step, args, vocab, tokens):
             return i
         tokens[i] = ids
     return tokens.shape[0]
-
-
-@njit(**_JIT)
-def _feed(control, first_step, args, forced):
-    """Steps first_step, ... on the given tokens forced (l, b) (a prompt), one after the other."""
-    ids = args[1]
-    for i in range(forced.shape[0]):
-        ids[:] = forced[i]
-        _lead(control, first_step + i, args)
 
 
 _IDLE_SPINS = 30_000  # rounds of relax() (~2000 pauses, then sched_yield) before a helper goes home: ~10 ms
@@ -320,7 +318,8 @@ class _Session:
     """One cache's decoding: the work rows, the counters and the helper threads, for as long as the cache
     keeps its state arrays and the model its weights (decode_step checks both each step)."""
 
-    def __init__(self, model, cache, batch: int, weights: _Weights):
+    def __init__(self, model, cache, batch: int, weights: _Weights, tokens: int = 1):
+        """tokens > 1: a prompt's session, whose one step takes `tokens` tokens of each sequence (see _step)."""
         self.control = np.zeros(3, np.int64)                           # steps published, stop, helper running
         c, dtype = model.config, model.dtype
         self.weights, self.batch = weights, batch
@@ -329,16 +328,16 @@ class _Session:
             convs.append(_contiguous_state(state, "conv", (batch, c.conv_dim, c.d_conv), dtype))
             ssms.append(_contiguous_state(state, "ssm", (batch, c.nheads, c.headdim, c.d_state), dtype))
         self.arrays = [a for pair in zip(convs, ssms) for a in pair]
-        self.ids = np.zeros(batch, np.int64)
-        rows = lambda n: np.zeros((batch, n), dtype)  # noqa: E731
-        self.logits = rows(c.padded_vocab_size)
+        self.ids = np.zeros(tokens * batch, np.int64)                  # token-major: row t b + bi
+        rows = lambda n: np.zeros((tokens * batch, n), dtype)  # noqa: E731
+        self.logits = np.zeros((batch, c.padded_vocab_size), dtype)    # the last token's
         bufs = (rows(c.d_model), rows(c.d_model), rows(c.d_in_proj), rows(c.conv_dim), rows(c.d_inner),
                 rows(c.d_model), self.logits)                          # x, u, proj, xbc, y, delta, logits
         low, high = (float(v) for v in c.dt_limit)
         n_phases = 5 * c.n_layer + 2
         w = weights
         self.args = (sync_array(n_phases), self.ids, w.emb, w.head, w.norm_f, w.mats, w.vecs, tuple(convs),
-                     tuple(ssms), bufs, np.zeros((batch, c.nheads)), np.zeros((batch, c.nheads)),
+                     tuple(ssms), bufs, np.zeros((tokens * batch, c.nheads)), np.zeros((tokens * batch, c.nheads)),
                      float(c.rms_norm_eps), c.ngroups, low, high, (low, high) != (0.0, math.inf), dtype.type(0),
                      w.rows, BIG_SHARE, np.zeros(0, np.int64) if PROFILE is None else PROFILE)
         self.step_count = 0
@@ -380,12 +379,6 @@ class _Session:
         self.step_count += steps
         return tokens[:m], steps
 
-    def feed(self, forced: np.ndarray) -> np.ndarray:
-        """Steps on forced (l, b): the last step's logits (b, padded vocab), copied."""
-        self._start_helper()
-        _feed(self.control, self.step_count, self.args, forced)
-        self.step_count += forced.shape[0]
-        return self.logits.copy()
 
     def close(self):
         self.control[1] = 1                                             # helpers leave at their next look
@@ -437,14 +430,22 @@ def decode_greedy(model, ids: np.ndarray, cache, n: int, vocab: int):
 
 
 def decode_prompt(model, ids: np.ndarray, cache) -> np.ndarray:
-    """ids (b, l) fed token by token inside one numba call (a short prompt): the logits (b, padded vocab) after
-    the last; every layer's cache advances in place, cache.seqlen_offset by l."""
-    session = _session(model, cache, ids.shape[0])
-    logits = session.feed(np.ascontiguousarray(ids.T, dtype=np.int64))  # (l, b)
+    """ids (b, l) (a short prompt) in one numba step of l tokens per sequence: every weight is read once for
+    all b l rows (the per-token step read them l times), the conv and the heads run each sequence's tokens in
+    order. Returns the logits (b, padded vocab) after the last token; every layer's cache advances in place,
+    cache.seqlen_offset by l."""
+    b, l = ids.shape
+    session = _Session(model, cache, b, _weights(model), tokens=l)    # its rows fit this prompt only
+    session.ids[:] = ids.T.ravel()                                      # token-major (l b,)
+    try:
+        session._start_helper()
+        _lead(session.control, 0, session.args)
+    finally:
+        session.close()
     for t in session._cache_tensors(cache):
         t._bump()                                                       # written in place
-    cache.seqlen_offset += ids.shape[1]
-    return logits
+    cache.seqlen_offset += l
+    return session.logits.copy()
 
 
 def release(cache) -> None:

@@ -120,10 +120,13 @@ def _conv_silu(proj, d_inner, c_lo, c_hi, conv_w, conv_b, conv_state, xbc, k):
     """Channels [c_lo, c_hi) of every row: conv state (b, c, k) <- [state[:, :, 1:], new]; xbc = silu(sum_j
     state[:, :, j] w[:, j] + bias), new = those channels' in_proj outputs. The loops run over contiguous views
     from index 0: no index can be negative, numba's wraparound select drops out and the channel loop
-    vectorises; called with k a literal 4, the taps unroll (5x faster than channel loops per tap)."""
+    vectorises; called with k a literal 4, the taps unroll (5x faster than channel loops per tap).
+    A prompt's rows are token-major (row r = t b + bi reads state bi = r % b): rows run in order, so each
+    state sees its sequence's tokens one after the other."""
     w, bias = conv_w[c_lo:c_hi], conv_b[c_lo:c_hi]
-    for bi in range(proj.shape[0]):
-        st, new, out = conv_state[bi, c_lo:c_hi], proj[bi, d_inner + c_lo:d_inner + c_hi], xbc[bi, c_lo:c_hi]
+    for r in range(proj.shape[0]):
+        st, new, out = (conv_state[r % conv_state.shape[0], c_lo:c_hi], proj[r, d_inner + c_lo:d_inner + c_hi],
+                        xbc[r, c_lo:c_hi])
         for c in range(st.shape[0]):
             acc = bias[c]
             for j in range(k - 1):
@@ -160,8 +163,10 @@ def _in_proj_rows(W, lo, hi, u, in_b, zero, conv_w, conv_b, conv_state, dt_bias,
 def _head_update(bi, hi, pair, ngroups, proj, xbc, dtv, A_log, D, ssm, coef, y, hsq):
     """Head hi of row bi, and hi + 1 when pair: the state update and readout (_update_head, or _update_heads2
     for two heads streamed at once: ~15% faster from L3 when both cores stream), then the gate y *= silu(z);
-    hsq[bi, head] = the head's sum of gated squares (in float64) for the group norm."""
-    _, h, p, n = ssm.shape
+    hsq[bi, head] = the head's sum of gated squares (in float64) for the group norm. Row bi updates state
+    bi % b (a prompt's token-major rows, see _conv_silu)."""
+    nb_state, h, p, n = ssm.shape
+    si = bi % nb_state
     heads = 2 if pair else 1
     for k in range(heads):
         dt = dtv[bi, hi + k]
@@ -171,11 +176,11 @@ def _head_update(bi, hi, pair, ngroups, proj, xbc, dtv, A_log, D, ssm, coef, y, 
     if pair:
         b1 = h * p + ((hi + 1) // (h // ngroups)) * n                   # the next head's (another group's?)
         c1 = b1 + ngroups * n
-        _update_heads2(ssm[bi, hi], ssm[bi, hi + 1], xbc[bi, hi * p:(hi + 2) * p], xbc[bi, b0:b0 + n],
+        _update_heads2(ssm[si, hi], ssm[si, hi + 1], xbc[bi, hi * p:(hi + 2) * p], xbc[bi, b0:b0 + n],
                        xbc[bi, c0:c0 + n], xbc[bi, b1:b1 + n], xbc[bi, c1:c1 + n], coef, D[hi], D[hi + 1],
                        y[bi, hi * p:(hi + 2) * p])
     else:
-        _update_head(ssm[bi, hi], xbc[bi, hi * p:(hi + 1) * p], xbc[bi, b0:b0 + n], xbc[bi, c0:c0 + n], coef[0],
+        _update_head(ssm[si, hi], xbc[bi, hi * p:(hi + 1) * p], xbc[bi, b0:b0 + n], xbc[bi, c0:c0 + n], coef[0],
                      coef[1], D[hi], y[bi, hi * p:(hi + 1) * p])
     for k in range(heads):
         yh = y[bi, (hi + k) * p:(hi + k + 1) * p]

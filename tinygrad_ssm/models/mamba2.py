@@ -30,10 +30,11 @@ from .decode import decode_greedy, decode_prompt, decode_step, release as releas
 from .sampling import NonFiniteLogits, check_sampling_args, sample_next
 
 SUPPORTED_DTYPES = ("float32", "float64")
-# generation steps a prompt this short through the decoder instead of the chunked scan: cheaper at this length
-# (b1: ~16 x 0.3 ms against ~7 ms; measured before blas_threads.py put OpenBLAS's threads to sleep after a
-# matmul, when their spin after the prefill's matmuls also took the core the decoder's helper thread needs)
-STEPPED_PROMPT_LEN = 32
+# generation takes a prompt of at most this many tokens over the batch (b l) in one decoder step (decode_prompt),
+# a longer one through the chunked scan: at the benchmark's model the one step took 1.8 / 3.0 / 5.1 ms for b = 1,
+# l = 32 / 64 / 128 against the chunked forward's 6.1 / 7.5 / 9.8 ms, and 9.7 / 19.4 / 39.6 ms for b = 8 against
+# 17.1 / 25.5 / 35.7 ms
+PROMPT_STEP_TOKENS = 512
 GREEDY_BLOCK = 32  # greedy tokens per numba call (decode_greedy): a streamed reader sees them in bursts of ~10 ms
 
 
@@ -314,8 +315,8 @@ class Mamba2LMHeadModel:
         # no_grad only around the work: a generator must not leave grad mode off while it is suspended
         with no_grad():
             cache = self.allocate_cache(ids.shape[0])
-            if self.fused and ids.shape[1] <= STEPPED_PROMPT_LEN:
-                logits = decode_prompt(self, ids, cache)                 # (b, V) token by token, see STEPPED_...
+            if self.fused and ids.size <= PROMPT_STEP_TOKENS:
+                logits = decode_prompt(self, ids, cache)                 # (b, V) in one step, see PROMPT_STEP_...
             else:
                 x = self.embedding(ids)
                 for layer, state in zip(self.layers, cache.layers):
