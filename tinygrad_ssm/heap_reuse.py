@@ -5,7 +5,7 @@ its mmap threshold (adaptive, 128 KiB up to 32 MiB) fresh pages from the kernel 
 freed, and shrinks the heap when its top has more than the trim threshold free: either way the next step's
 arrays are new pages again, each 4 KiB page a fault into the kernel that zeroes it. A b=8 x 512 step of the
 benchmark model took ~15,000-20,000 page faults and 0.03-0.19 s of system time (the more, the busier the
-machine) of a ~0.45 s step; with the two thresholds fixed below, ~200 faults and 0.01-0.06 s
+machine) of a ~0.45 s step; with the two thresholds fixed below, ~100-200 faults and 0.005-0.06 s
 (`python benchmarks/profile_step.py` prints both per step).
 
 The price: the process keeps the memory of its largest step (as PyTorch's caching allocator does) instead of
