@@ -60,12 +60,14 @@ def run(module, v, chunk):
     return (y, state), module.backward(saved, v["dy"], v["d_final"])
 
 
-def compare(old, v, chunk, repeats):
-    """times[repeat, (old, new), (forward, backward), (cpu, wall)] in seconds."""
+def compare(pair, v, chunk, repeats):
+    """times[repeat, which of pair, (forward, backward), (cpu, wall)] in seconds: anything with the kernel
+    interface's forward and backward (a module, a Backend record), the two interleaved (bench_ssd_backends.py
+    uses it too)."""
     times = np.zeros((repeats, 2, 2, 2))
     for r in range(repeats):
         for which in ((0, 1) if r % 2 == 0 else (1, 0)):
-            module = (old, new)[which]
+            module = pair[which]
             c0, w0 = time.process_time(), time.perf_counter()
             y, state, saved = module.forward(v["x"], v["dt"], v["A"], v["B"], v["C"], v["D"], None, chunk)
             c1, w1 = time.process_time(), time.perf_counter()
@@ -97,11 +99,11 @@ def main(argv=None):
                        max_relative_difference=agree, runs=[])
         print(f"numba kernels, this tree against {args.old_rev}: b,l,h,p,g,n = {tuple(shape.values())}, float32, "
               f"chunk {args.chunk}, median of {repeats}; outputs and gradients agree to {agree:.1e} (relative)")
-        print(f"| threads | part | old cpu ms | new cpu ms | new/old (cpu) | old wall ms | new wall ms | new/old (wall) |")
+        print("| threads | part | old cpu ms | new cpu ms | new/old (cpu) | old wall ms | new wall ms | new/old (wall) |")
         print("|---|---|---|---|---|---|---|---|")
         for threads in sorted({1, default_threads}):
             numba.set_num_threads(threads)
-            t = compare(old, v, args.chunk, repeats)
+            t = compare((old, new), v, args.chunk, repeats)
             numba.set_num_threads(default_threads)
             parts = {"forward": t[:, :, 0], "backward": t[:, :, 1], "forward+backward": t.sum(2)}
             for part, pt in parts.items():                              # pt[repeat, (old, new), (cpu, wall)]

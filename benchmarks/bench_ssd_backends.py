@@ -27,39 +27,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tinygrad_ssm.kernels import BACKENDS, blas_chunked                             # noqa: E402
+from bench_ssd_ab import compare, make_inputs                                      # noqa: E402
 
 SHAPES = {"training step": (dict(b=8, l=512, h=8, p=64, g=1, n=64), 64),
           "bench_ssd": (dict(b=2, l=4096, h=8, p=64, g=1, n=64), 256)}
 QUICK = {"quick": (dict(b=2, l=128, h=4, p=16, g=1, n=16), 32)}
 
 
-def make_inputs(b, l, h, p, g, n, seed=0):
-    rng = np.random.default_rng(seed)
-    f = np.float32
-    return dict(x=rng.standard_normal((b, l, h, p)).astype(f), dt=rng.uniform(0.001, 0.1, (b, l, h)).astype(f),
-                A=-rng.uniform(0.5, 2.0, h).astype(f), B=rng.standard_normal((b, l, g, n)).astype(f),
-                C=rng.standard_normal((b, l, g, n)).astype(f), D=rng.standard_normal(h).astype(f),
-                dy=rng.standard_normal((b, l, h, p)).astype(f), d_final=rng.standard_normal((b, h, p, n)).astype(f))
-
-
 def run(record, v, chunk):
     y, state, saved = record.forward(v["x"], v["dt"], v["A"], v["B"], v["C"], v["D"], None, chunk)
     return [y, state, *record.backward(saved, v["dy"], v["d_final"])[:6]]
-
-
-def compare(records, v, chunk, repeats):
-    """times[repeat, backend, (forward, backward), (cpu, wall)] in seconds."""
-    times = np.zeros((repeats, 2, 2, 2))
-    for r in range(repeats):
-        for which in ((0, 1) if r % 2 == 0 else (1, 0)):
-            record = records[which]
-            c0, w0 = time.process_time(), time.perf_counter()
-            y, state, saved = record.forward(v["x"], v["dt"], v["A"], v["B"], v["C"], v["D"], None, chunk)
-            c1, w1 = time.process_time(), time.perf_counter()
-            record.backward(saved, v["dy"], v["d_final"])
-            c2, w2 = time.process_time(), time.perf_counter()
-            times[r, which] = [[c1 - c0, w1 - w0], [c2 - c1, w2 - w1]]
-    return times
 
 
 def compare_steps(a: str, b: str, repeats: int, quick: bool) -> dict:
