@@ -115,12 +115,18 @@ def test_claims_hand_out_each_chunk_once_per_step_and_never_a_later_steps():
     assert decode_sync.claim(sync, 1, 3, 37) == 0                        # the next step's first chunk
 
 
-@njit
-def exp_all(a):
-    out = np.empty_like(a)
-    for i in range(a.shape[0]):
-        out[i] = fast_exp(a[i])
-    return out
+def elementwise(fn):
+    """A numba function applying the scalar numba function fn to every entry of a 1-d array."""
+    @njit
+    def apply(a):
+        out = np.empty_like(a)
+        for i in range(a.shape[0]):
+            out[i] = fn(a[i])
+        return out
+    return apply
+
+
+exp_all, exp32_all, silu_all = elementwise(fast_exp), elementwise(exp32), elementwise(silu)
 
 
 def test_fast_exp_is_within_two_ulp_of_exp_and_handles_the_ends():
@@ -130,22 +136,6 @@ def test_fast_exp_is_within_two_ulp_of_exp_and_handles_the_ends():
     np.testing.assert_allclose(exp_all(x), want, rtol=2 * np.finfo(np.float64).eps, atol=0)
     ends = exp_all(np.array([np.nan, np.inf, -np.inf, 710.0, -708.5, -1000.0]))
     assert math.isnan(ends[0]) and ends[1] == ends[3] == math.inf and (ends[2:] == [0.0, math.inf, 0.0, 0.0]).all()
-
-
-@njit
-def exp32_all(a):
-    out = np.empty_like(a)
-    for i in range(a.shape[0]):
-        out[i] = exp32(a[i])
-    return out
-
-
-@njit
-def silu_all(a):
-    out = np.empty_like(a)
-    for i in range(a.shape[0]):
-        out[i] = silu(a[i])
-    return out
 
 
 def test_exp32_and_a_float32_silu_are_within_two_float32_ulp_and_handle_the_ends():
