@@ -123,8 +123,8 @@ def _step(step, last_wait, args):
             i = lo
             while i < hi:                                               # sequence i // h, head i % h (and next)
                 pair = i + 1 < hi and (i + 1) % h != 0                  # two heads of one row: streamed together
-                for t in range(tokens):                                 # the sequence's tokens in order
-                    _head_update(t * nbs + i // h, i % h, pair, ngroups, proj, xbc, dtv, A_log[layer], D[layer],
+                for token in range(tokens):                             # the sequence's tokens in order
+                    _head_update(token * nbs + i // h, i % h, pair, ngroups, proj, xbc, dtv, A_log[layer], D[layer],
                                  ssms[layer], coef, y, hsq)
                 i += 2 if pair else 1
             finish(sync, phase)
