@@ -229,3 +229,21 @@ def test_a_prompt_step_is_the_same_bits_with_and_without_the_helper(monkeypatch,
         results.append([logits] + [a for s in cache.layers for a in (s.conv.data.copy(), s.ssm.data.copy())])
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
+
+
+@njit
+def now_cycles():
+    return decode_sync.cycles()
+
+
+def test_the_phase_profile_adds_up_to_no_more_than_the_calls_took(monkeypatch):
+    """With decode.PROFILE set, each phase's cycles are counted from the end of the phase before it: together
+    they fit inside the cycles the generation took (a stamp overwritten inside a phase would count from 0)."""
+    fast, _ = twin_models(seed=2, d_model=16)
+    prompt = np.random.default_rng(2).integers(0, fast.config.vocab_size, (3, 4))
+    fast.generate(prompt, 3, temperature=0)                              # compiled before the profile starts
+    monkeypatch.setattr(decode, "PROFILE", np.zeros(len(decode.PROFILE_PHASES), np.int64))
+    start = now_cycles()
+    fast.generate(prompt, 5, temperature=0)
+    took = now_cycles() - start
+    assert (decode.PROFILE > 0).all() and decode.PROFILE.sum() <= took
