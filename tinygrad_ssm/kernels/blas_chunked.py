@@ -55,10 +55,11 @@ three sums of disjoint runs of a (`_segsum_blocked`). v_t comes from the per-hea
 exp(s_t) S_in^T dy_t (v_t = C_t . that), whose head sum is dC's second term: one matmul for both.
 
 Work: per chunk, K (g, r, q, q) arrays and matmuls, cut into slabs of chunks (SLAB_ELEMENTS of a (q, q) array
-per slab, so one slab's temporaries stay near the L2 cache) that `THREADS` Python threads take as they come
-(NumPy's matmuls and ufuncs release the GIL), with OpenBLAS set to one thread meanwhile (its matmuls are small;
-OpenBLAS waking a second thread per call, or two of ours each asking for two, ran 2x to 30x slower on a busy
-2-core machine); each slab computes the same whatever thread runs it, so the result is bit-identical for any thread
+per slab, so one slab's temporaries stay near the L2 cache) that up to `THREADS` Python threads take as they
+come (the caller's and the fused ops' pool, ops/row_blocks.py; NumPy's matmuls and ufuncs release the GIL),
+with OpenBLAS set to one thread meanwhile (its matmuls are small; OpenBLAS waking a second thread per call, or
+two of ours each asking for two, ran 2x to 30x slower on a busy 2-core machine); each slab computes the same
+whatever thread runs it, so the result is bit-identical for any thread
 count. Memory: the forward saves the inputs and the state entering every chunk,
 (b, c, g, n, r p), as the numba backend does; the backward recomputes the rest per slab.
 """
@@ -66,18 +67,16 @@ from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+from ..ops.row_blocks import on_threads
 
 SEGSUM_MATMUL_MAX_Q = 64   # chunks up to this long build their segment sums with a matmul, longer ones in blocks
 SLAB_ELEMENTS = 1 << 18   # one slab's (g, r, q, q) arrays hold about this many floats (1 MiB in float32)
 THREADS = min(2, len(os.sched_getaffinity(0)))   # Python threads that take the slabs
 PARALLEL_MIN_WORK = 1 << 18   # below this many b l h p n one thread: handing slabs to threads costs more
-
-_pools: dict[int, ThreadPoolExecutor] = {}
-
 
 def available() -> bool:
     return True
@@ -175,15 +174,13 @@ def _run_slabs(work, chunks: int, per_chunk: int, threads: int):
     machine. The caller's OpenBLAS setting is restored afterwards."""
     size = max(1, SLAB_ELEMENTS // per_chunk)
     slabs = [(k0, min(chunks, k0 + size)) for k0 in range(0, chunks, size)]
+
+    def take(indices, share):                                           # the slabs a thread is handed
+        for i in indices:
+            work(*slabs[i])
     blas_threads_before = None if _set_blas_threads is None else _set_blas_threads(1)
     try:
-        if threads <= 1 or len(slabs) == 1:
-            for k0, k1 in slabs:
-                work(k0, k1)
-            return
-        pool = _pools.get(threads) or _pools.setdefault(threads, ThreadPoolExecutor(threads, "blas_chunked"))
-        for done in [pool.submit(work, k0, k1) for k0, k1 in slabs]:
-            done.result()                                               # re-raises a worker's error here
+        on_threads(take, len(slabs), threads)                           # the fused ops' threads (ops/row_blocks.py)
     finally:
         if blas_threads_before is not None:
             _set_blas_threads(blas_threads_before)

@@ -24,19 +24,20 @@ def _forget_pool():  # a forked child has the pool object but not its threads
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def shares(n_blocks: int) -> int:
-    """How many threads work on n_blocks blocks (their per-thread partial sums have this many rows)."""
-    return max(1, min(numba.get_num_threads(), n_blocks))
+def shares(n_blocks: int, threads: int | None = None) -> int:
+    """How many threads work on n_blocks blocks (their per-thread partial sums have this many rows): numba's
+    thread count, or `threads` when given, at most one per block."""
+    return max(1, min(numba.get_num_threads() if threads is None else threads, n_blocks))
 
 
-def on_threads(work, n_blocks: int):
-    """work(blocks, share) on shares(n_blocks) threads, the caller's (share 0) and the pool's: `blocks` yields
+def on_threads(work, n_blocks: int, threads: int | None = None):
+    """work(blocks, share) on shares(n_blocks, threads) threads, the caller's (share 0) and the pool's: `blocks` yields
     the indices of [0, n_blocks) to whichever thread asks first. So a thread that the machine does not run now
     (another process's, BLAS threads spinning after a matmul) delays nothing: the caller never waits for a
     helper that has not started, only for the block a started one is in. The kernels are nogil and NumPy's
     ufuncs release the GIL."""
     global _pool
-    n = shares(n_blocks)
+    n = shares(n_blocks, threads)
     counter = itertools.count()                                          # next() is atomic under the GIL
 
     def blocks():
