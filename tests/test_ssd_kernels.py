@@ -174,6 +174,36 @@ def test_numba_row_blocks_any_head_dim(p, n, r, seed):
         assert diff < 1e-10, (name, diff)
 
 
+@needs_numba
+@given(p=st.integers(2, 5), n=st.integers(2, 5), g=st.integers(1, 2), seed=st.integers(0, 2**16))
+def test_numba_reads_the_pieces_of_one_array_in_place(p, n, g, seed):
+    """x, B, C as the model hands them over (column pieces of the conv's output, dt and dy pieces too) are read
+    where they lie, not copied, and give the same bits as contiguous copies of them. (A piece one column wide
+    is copied: NumPy gives its length-1 axis no meaningful stride.)"""
+    from tinygrad_ssm.kernels import numba_cpu
+    b, l, h = 2, 7, 2 * g
+    rng = np.random.default_rng(seed)
+    xBC = rng.standard_normal((b, l, h * p + 2 * g * n + 3))            # x | B | C | 3 columns nobody reads
+    x = xBC[..., :h * p].reshape(b, l, h, p)
+    B = xBC[..., h * p:h * p + g * n].reshape(b, l, g, n)
+    C = xBC[..., h * p + g * n:h * p + 2 * g * n].reshape(b, l, g, n)
+    dt_dy = rng.uniform(0.01, 0.5, (b, l, h + h * p))
+    dt, dy = dt_dy[..., :h], dt_dy[..., h:].reshape(b, l, h, p)
+    A, D = -rng.uniform(0.5, 2.0, h), rng.standard_normal(h)
+    for piece in (x, B, C, dt, dy):
+        rows, col = numba_cpu._rows_of(piece)
+        assert not piece.flags.c_contiguous and np.shares_memory(rows, piece)
+        np.testing.assert_array_equal(rows[:, col:col + piece[0, 0].size].reshape(piece.shape), piece)
+    d_final = rng.standard_normal((b, h, p, n))
+    in_place = numba_cpu.forward(x, dt, A, B, C, D, None, 3)
+    copies = numba_cpu.forward(*(np.ascontiguousarray(a) for a in (x, dt, A, B, C, D)), None, 3)
+    for got, want in zip(in_place[:2], copies[:2]):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(numba_cpu.backward(in_place[2], dy, d_final),
+                         numba_cpu.backward(copies[2], np.ascontiguousarray(dy), d_final)):
+        np.testing.assert_array_equal(got, want)
+
+
 CACHE_PROBE = textwrap.dedent("""
     import json, time
     import numpy as np

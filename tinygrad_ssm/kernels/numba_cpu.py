@@ -37,6 +37,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ..ops.row_blocks import as_rows
+
 try:
     import numba
     from numba import njit, prange
@@ -136,23 +138,33 @@ if numba is not None:
                 out[r * pq + k] = values[r]
 
     @_jit_inline
-    def _advance(S_prev, x, dt, A, B, bi, hi, gi, t, S):
-        """S <- the state after step t of head hi, from S_prev before it (S may be S_prev); both the
-        (ROWS pq, n) row view of the planes, whose rows past p stay zero."""
-        a = np.exp(dt[bi, t, hi] * A[hi])
-        B_t = B[bi, t, gi]
-        for i in range(x.shape[3]):
-            _state_row_step(S_prev[i], a, dt[bi, t, hi] * x[bi, t, hi, i], B_t, S[i])
+    def _piece(rows, col, width, row, i):
+        """Piece i (a head's p values, a group's n) of step `row` (= bi l + t) of an input read in place:
+        rows[row, col + i width : col + (i + 1) width], contiguous (see `_rows_of`)."""
+        start = col + i * width
+        return rows[row, start:start + width]
+
+    @_jit_inline
+    def _advance(S_prev, x, xc, dt, dtc, A, B, Bc, p, row, hi, gi, S):
+        """S <- the state after the step in `row` (= bi l + t) of head hi, from S_prev before it (S may be
+        S_prev); both the (ROWS pq, n) row view of the planes, whose rows past p stay zero."""
+        dt_t = dt[row, dtc + hi]
+        a = np.exp(dt_t * A[hi])
+        B_t = _piece(B, Bc, S.shape[1], row, gi)                        # (n,)
+        x_t = _piece(x, xc, p, row, hi)                                 # (p,)
+        for i in range(x_t.shape[0]):
+            _state_row_step(S_prev[i], a, dt_t * x_t[i], B_t, S[i])
 
     @njit(parallel=True, fastmath=FASTMATH, cache=True)
-    def forward_kernel(x, dt, A, B, C, D, S0, q, y, final_state, checkpoints):
+    def forward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, S0, g, q, y, final_state, checkpoints):
         """The scan, per (batch, head) work item, one step at a time (a_t = exp(dt_t A_i), group gi = i // r):
             S_t = a_t S_{t-1} + dt_t x_t B_t^T  (p, n);   y_t = S_t C_t + D_i x_t  (p,);   S_0 = S0.
         Fills y (b, l, h, p), final_state (b, h, p, n) = S_l and checkpoints (b, h, c, p, n): the state entering
-        each chunk of q steps (checkpoints[:, :, 0] = S0). x (b, l, h, p), dt (b, l, h), A, D (h,),
-        B, C (b, l, g, n), S0 (b, h, p, n); all C-contiguous, one dtype."""
-        b, l, h, p = x.shape
-        g, n = B.shape[2], B.shape[3]
+        each chunk of q steps (checkpoints[:, :, 0] = S0). x, dt, B, C as rows read in place (`_rows_of`):
+        x (b, l, h, p) = x[:, xc:xc + h p], dt (b, l, h) = dt[:, dtc:dtc + h], B, C (b, l, g, n) = B[:, Bc:Bc + g n],
+        C[:, Cc:Cc + g n], reshaped; A, D (h,), S0 (b, h, p, n); all C-contiguous, one dtype."""
+        b, l, h, p = y.shape
+        n = S0.shape[3]
         r = h // g
         pq = -(-p // ROWS)
         for w in prange(b * h):
@@ -164,9 +176,11 @@ if numba is not None:
             for t in range(l):
                 if t % q == 0:
                     checkpoints[bi, hi, t // q] = S_rows
-                dt_t = dt[bi, t, hi]
+                row = bi * l + t
+                dt_t = dt[row, dtc + hi]
                 a = np.exp(dt_t * A[hi])
-                B_t, C_t, x_t, y_t = B[bi, t, gi], C[bi, t, gi], x[bi, t, hi], y[bi, t, hi]   # (n,) (n,) (p,) (p,)
+                B_t, C_t = _piece(B, Bc, n, row, gi), _piece(C, Cc, n, row, gi)  # (n,), (n,)
+                x_t, y_t = _piece(x, xc, p, row, hi), y[bi, t, hi]              # (p,), (p,)
                 for k in range(pq):
                     x0, x1, x2, x3 = _rows(x_t, k, pq)
                     y0, y1, y2, y3 = _output_rows_step(S, k, a, (dt_t * x0, dt_t * x1, dt_t * x2, dt_t * x3), B_t, C_t)
@@ -174,7 +188,7 @@ if numba is not None:
             final_state[bi, hi] = S_rows
 
     @njit(parallel=True, fastmath=FASTMATH, cache=True)
-    def backward_kernel(x, dt, A, B, C, D, checkpoints, dy, d_final, q, sub, slices,
+    def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_final, q, sub, slices,
                         dx, ddt, dA_parts, dB_parts, dC_parts, dD_parts, d_initial):
         """The reverse sweep of the adjoint G_t = dL/dS_t (p, n), from G_l = d_final down to t = 1:
             G_t = a_{t+1} G_{t+1} + dy_t C_t^T;   dx_t = dt_t G_t B_t + D_i dy_t;   dB_t += dt_t G_t^T x_t;
@@ -183,11 +197,12 @@ if numba is not None:
         with S_{t-1} recomputed from the checkpoints of `forward_kernel`: per chunk of q steps (from the last),
         first the states entering its blocks of `sub` steps, then per block (from the last) its sub states.
         Work item: (batch, group, slice of the group's r heads: every slices-th head). Inputs as
-        `forward_kernel`, dy (b, l, h, p), d_final (b, h, p, n). Fills dx (b, l, h, p), ddt (b, l, h),
+        `forward_kernel`, dy (b, l, h, p) = dy[:, dyc:dyc + h p] in place too, d_final (b, h, p, n). Fills
+        dx (b, l, h, p), ddt (b, l, h),
         d_initial (b, h, p, n), and partial sums the caller adds up: dA_parts, dD_parts (b, h) over batches;
         dB_parts, dC_parts (slices, b, l, g, n), zeroed on entry, over slices."""
-        b, l, h, p = x.shape
-        g, n = B.shape[2], B.shape[3]
+        b, l, h, p = dx.shape
+        g, n = dB_parts.shape[3], dB_parts.shape[4]
         r = h // g
         c = checkpoints.shape[2]
         pq = -(-p // ROWS)
@@ -210,20 +225,24 @@ if numba is not None:
                     blocks = -(-(t1 - t0) // sub)
                     start_rows[0, :p] = checkpoints[bi, hi, k]
                     for m in range(1, blocks):
-                        _advance(start_rows[m - 1], x, dt, A, B, bi, hi, gi, t0 + (m - 1) * sub, start_rows[m])
+                        _advance(start_rows[m - 1], x, xc, dt, dtc, A, B, Bc, p, bi * l + t0 + (m - 1) * sub, hi, gi,
+                                 start_rows[m])
                         for t in range(t0 + (m - 1) * sub + 1, t0 + m * sub):
-                            _advance(start_rows[m], x, dt, A, B, bi, hi, gi, t, start_rows[m])
+                            _advance(start_rows[m], x, xc, dt, dtc, A, B, Bc, p, bi * l + t, hi, gi, start_rows[m])
                     for m in range(blocks - 1, -1, -1):
                         s0, s1 = t0 + m * sub, min(t1, t0 + (m + 1) * sub)
                         states[0] = block_starts[m]
                         for t in range(s0 + 1, s1):
-                            _advance(state_rows[t - s0 - 1], x, dt, A, B, bi, hi, gi, t - 1, state_rows[t - s0])
+                            _advance(state_rows[t - s0 - 1], x, xc, dt, dtc, A, B, Bc, p, bi * l + t - 1, hi, gi,
+                                     state_rows[t - s0])
                         for t in range(s1 - 1, s0 - 1, -1):
                             S_prev = states[t - s0]                     # (ROWS, pq, n) S_{t-1}
-                            dt_t = dt[bi, t, hi]
+                            row = bi * l + t
+                            dt_t = dt[row, dtc + hi]
                             a = np.exp(dt_t * A[hi])
-                            B_t, C_t = B[bi, t, gi], C[bi, t, gi]       # (n,), (n,)
-                            x_t, dy_t, dx_t = x[bi, t, hi], dy[bi, t, hi], dx[bi, t, hi]   # (p,)
+                            B_t, C_t = _piece(B, Bc, n, row, gi), _piece(C, Cc, n, row, gi)   # (n,), (n,)
+                            x_t, dy_t = _piece(x, xc, p, row, hi), _piece(dy, dyc, p, row, hi)  # (p,), (p,)
+                            dx_t = dx[bi, t, hi]                        # (p,)
                             dB_acc[:] = 0.0
                             dC_acc[:] = 0.0
                             x_dot_gb, gs, x_dot_dy = zero, zero, zero
@@ -257,6 +276,17 @@ def _contiguous(*arrays):
     return tuple(np.require(a, requirements="CW") for a in arrays)
 
 
+def _rows_of(a: np.ndarray) -> tuple:
+    """a (b, l, ...) -> (rows, col) with a.reshape(b l, w) == rows[:, col:col + w], w the size of a step: in place
+    when a is a column slice of a C-contiguous array, as the model's x, B and C are (pieces of the conv's output),
+    else a contiguous copy. The kernels read a step's piece as one contiguous row slice (`_piece`)."""
+    b, l, w = a.shape[0], a.shape[1], int(np.prod(a.shape[2:]))
+    rows, col = as_rows(a.reshape(b, l, w), a.dtype)
+    if not rows.flags.writeable:                                        # see _contiguous
+        rows, col = _contiguous(rows[:, col:col + w])[0], 0
+    return rows, col
+
+
 def forward(x, dt, A, B, C, D, initial_state, chunk_size):
     """The registry's kernel forward: arrays in (one float dtype, validated by `ssd`), (y, final_state, saved) out.
     saved = (x, dt, A, B, C, D or an empty array, checkpoints, [chunk length q, whether an initial state was given])."""
@@ -270,8 +300,10 @@ def forward(x, dt, A, B, C, D, initial_state, chunk_size):
     y = np.empty((b, l, h, p), dtype)
     final_state = np.empty((b, h, p, n), dtype)
     checkpoints = np.empty((b, h, c, p, n), dtype)                      # (b, h, c, p, n): c states, not l
+    A, D_or_zeros, S0 = _contiguous(A, D_or_zeros, S0)
     with _threads(_thread_count(b * l * h * p * n)):
-        forward_kernel(*_contiguous(x, dt, A, B, C, D_or_zeros, S0), q, y, final_state, checkpoints)
+        forward_kernel(*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, S0, B.shape[2], q, y,
+                       final_state, checkpoints)
     return y, final_state, (x, dt, A, B, C, D if D is not None else np.zeros(0, dtype), checkpoints,
                             np.array([q, initial_state is not None]))
 
@@ -290,11 +322,11 @@ def backward(saved, dy, d_final_state):
     dB_parts, dC_parts = np.zeros((slices, b, l, g, n), dtype), np.zeros((slices, b, l, g, n), dtype)
     d_initial = np.empty((b, h, p, n), dtype)
     D_or_zeros = D if D.size else np.zeros(h, dtype)
+    A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints, d_final_state.astype(dtype, copy=False))
     with _threads(threads):
-        backward_kernel(*_contiguous(x, dt, A, B, C, D_or_zeros, checkpoints, dy.astype(dtype, copy=False),
-                                     d_final_state.astype(dtype, copy=False)),
-                        q, _block_steps(q, p * n * dtype.itemsize), slices, dx, ddt, dA_parts, dB_parts, dC_parts,
-                        dD_parts, d_initial)
+        backward_kernel(*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, checkpoints,
+                        *_rows_of(dy.astype(dtype, copy=False)), d_final, q, _block_steps(q, p * n * dtype.itemsize),
+                        slices, dx, ddt, dA_parts, dB_parts, dC_parts, dD_parts, d_initial)
     dB, dC = (dB_parts[0], dC_parts[0]) if slices == 1 else (dB_parts.sum(0), dC_parts.sum(0))
     return (dx, ddt, dA_parts.sum(0), dB, dC, dD_parts.sum(0) if D.size else None,
             d_initial if had_initial else None)
