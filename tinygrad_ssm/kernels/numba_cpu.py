@@ -37,7 +37,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..ops.row_blocks import as_rows
+from tinygrad_ssm.ops.row_blocks import as_rows  # absolute: benchmarks/bench_ssd_ab.py loads this file alone
 
 try:
     import numba
