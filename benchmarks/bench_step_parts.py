@@ -1,9 +1,9 @@
 """The training step's plain NumPy parts that have numba kernels, timed inside real training steps: AdamW's update
 (optim/adam_kernel.py), the embedding's backward and cross entropy forward and backward (ops/row_kernels.py),
-each against its reference (the NumPy code, `fast = False` on the op's or optimizer's class), and the residual
-adds for comparison. Steps alternate between the two in one process (the kernels first on odd rounds), so a
-shared machine's drifting load falls on both alike; each part's figure is the median over rounds of its
-milliseconds per step.
+and the residual adds (ops/row_kernels.add), each against its reference (the NumPy code, `fast = False` on the
+op's or optimizer's class), and with AdamW's and the adds' kernels kept on one thread. Steps rotate through the
+three in one process (each first in turn), so a shared machine's drifting load falls on all alike; each part's
+figure is the median over rounds of its milliseconds per step.
 
     python benchmarks/bench_step_parts.py [--rounds 15] [--batch 8] [--seqlen 512] [--json PATH]
 
@@ -25,15 +25,15 @@ import numpy as np  # noqa: E402
 from common import default_json, write_result  # noqa: E402
 
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap  # noqa: E402
-from tinygrad_ssm.ops import elementwise, nn, reduce  # noqa: E402
-from tinygrad_ssm.optim import Adam, AdamW  # noqa: E402
+from tinygrad_ssm.ops import elementwise, nn, reduce, row_kernels  # noqa: E402
+from tinygrad_ssm.optim import Adam, AdamW, adam_kernel  # noqa: E402
 
-SWITCHES = (reduce.CrossEntropy, nn.Embedding, Adam)   # the classes whose `fast` picks kernels or reference
+SWITCHES = (reduce.CrossEntropy, nn.Embedding, Adam, elementwise.Add)   # the classes whose `fast` picks kernels or reference
 TIMED = {"AdamW update (all parameters)": (Adam, "_update"),
          "Embedding backward": (nn.Embedding, "backward"),
          "CrossEntropy forward": (reduce.CrossEntropy, "forward"),
          "CrossEntropy backward": (reduce.CrossEntropy, "backward"),
-         "Add forward (residual, unchanged)": (elementwise.Add, "forward")}
+         "Add forward (residual)": (elementwise.Add, "forward")}
 
 
 def timed(seconds: dict, part: str, method):
@@ -61,11 +61,15 @@ def main(argv=None) -> dict:
     model = Mamba2LMHeadModel(config, VarMap(seed=0))
     opt = AdamW(model.varmap.all_vars(), lr=1e-3)
     data = np.random.default_rng(0).integers(0, 256, (args.batch, args.seqlen + 1))
-    per_step = {"reference": collections.defaultdict(list), "kernels": collections.defaultdict(list)}
+    variants = ("reference", "kernels", "kernels, one thread")
+    per_step = {k: collections.defaultdict(list) for k in variants}
+    threads_from = adam_kernel.THREADS_FROM, row_kernels.ADD_THREADS_FROM
 
-    def step(kernels: bool):
+    def step(variant: str):
         for cls in SWITCHES:
-            cls.fast = kernels
+            cls.fast = variant != "reference"
+        one = variant == "kernels, one thread"                           # AdamW's and Add's kernels on one thread
+        adam_kernel.THREADS_FROM, row_kernels.ADD_THREADS_FROM = (1 << 62, 1 << 62) if one else threads_from
         seconds.clear()
         start = time.perf_counter()
         opt.zero_grad()
@@ -73,25 +77,24 @@ def main(argv=None) -> dict:
         opt.step()
         return time.perf_counter() - start
 
-    step(True), step(False)                                              # warm-up: compilation, first touches
+    for variant in variants:                                             # warm-up: compilation, first touches
+        step(variant)
     for r in range(args.rounds):
-        for kernels in ((True, False) if r % 2 else (False, True)):
-            total = step(kernels)
-            record = per_step["kernels" if kernels else "reference"]
+        for variant in variants[r % 3:] + variants[:r % 3]:               # each variant first in turn
+            total = step(variant)
             for part in TIMED:
-                record[part].append(seconds[part])
-            record["training step"].append(total)
-    for cls in SWITCHES:
-        cls.fast = True
+                per_step[variant][part].append(seconds[part])
+            per_step[variant]["training step"].append(total)
+    step("kernels")                                                      # leave the defaults
     rows = []
     for part in (*TIMED, "training step"):
-        ref, new = (1e3 * statistics.median(per_step[k][part]) for k in ("reference", "kernels"))
-        rows.append([part, round(ref, 3), round(new, 3), round(ref / new, 2) if new else float("nan")])
+        ref, new, one = (1e3 * statistics.median(per_step[k][part]) for k in variants)
+        rows.append([part, round(ref, 3), round(new, 3), round(one, 3), round(ref / new, 2) if new else float("nan")])
     return write_result(args.json, "bench_step_parts",
                         f"Step parts, reference NumPy vs numba kernels, in training steps (b={args.batch} "
                         f"l={args.seqlen}, {args.rounds} rounds interleaved), ms per step (median)",
-                        ["part", "reference ms", "kernels ms", "speed-up"], rows,
-                        notes=["the residual adds have no kernel: the same code on both sides (a check on noise)"],
+                        ["part", "reference ms", "kernels ms", "one thread ms", "speed-up"], rows,
+                        notes=["one thread: AdamW's and the adds' kernels kept on the caller's thread"],
                         raw={k: dict(v) for k, v in per_step.items()})
 
 

@@ -24,12 +24,11 @@ from numba import njit, types
 from numba.extending import overload
 
 from ..models.fast_exp import exp, exp32
+from . import row_blocks
 from .row_blocks import on_threads, rows_per_block
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
-_SUMS = dict(_JIT, fastmath={"reassoc"})          # the exp sum may go into SIMD lanes; no nnan/ninf, no FMA
-LANES = 16                                         # the row max keeps 16 running maxima (LLVM does not vectorise
-                                                   # a max reduction itself here)
+_SUMS = dict(_JIT, fastmath={"reassoc", "contract"})  # sums into SIMD lanes, FMAs in exp; no nnan/ninf
 FLOATS = (np.float32, np.float64)
 
 
@@ -57,57 +56,77 @@ def _exp_overload(v):
 
 
 @njit(**_JIT)
-def _row_max(row, lanes):
-    """max(row) (row non-empty) through LANES running maxima in `lanes` (scratch), so it vectorises. A NaN may be
-    skipped: the caller's sum of exps is NaN for such a row anyway."""
+def _larger(a, b):
+    return a if a >= b else b
+
+
+@njit(**_JIT)
+def _row_max(row):
+    """max(row) (row non-empty) through 8 running maxima, so that LLVM puts them in one SIMD register (it does
+    not vectorise a plain max reduction here). A NaN may be skipped: the caller's sum of exps is NaN anyway."""
     n = row.size
-    whole = n - n % LANES
-    mx = row[0]
+    whole = n - n % 8
+    m = row[0]
     if whole:
-        lanes[:] = row[:LANES]
-        for j in range(LANES, whole, LANES):
-            block = row[j:j + LANES]
-            for k in range(LANES):
-                lanes[k] = lanes[k] if lanes[k] >= block[k] else block[k]
-        for k in range(LANES):
-            mx = mx if mx >= lanes[k] else lanes[k]
+        a0, a1, a2, a3, a4, a5, a6, a7 = row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7]
+        for j in range(8, whole, 8):
+            b = row[j:j + 8]
+            a0, a1, a2, a3 = _larger(a0, b[0]), _larger(a1, b[1]), _larger(a2, b[2]), _larger(a3, b[3])
+            a4, a5, a6, a7 = _larger(a4, b[4]), _larger(a5, b[5]), _larger(a6, b[6]), _larger(a7, b[7])
+        m = _larger(_larger(_larger(a0, a4), _larger(a1, a5)), _larger(_larger(a2, a6), _larger(a3, a7)))
     for j in range(whole, n):
-        mx = mx if mx >= row[j] else row[j]
-    return mx
+        m = _larger(m, row[j])
+    return m
 
 
 @njit(**_SUMS)
-def _cross_entropy_block(x, targets, keep, mx, log_s, losses, lanes, with_grad, scale, grad):
+def _sum_exp(row, m, zero):
+    """sum(exp(row - m))."""
+    s = zero
+    for j in range(row.size):
+        s += _exp(row[j] - m)
+    return s
+
+
+@njit(**_SUMS)
+def _exps_and_sum(row, m, out, zero):
+    """out = exp(row - m); returns sum(out)."""
+    s = zero
+    for j in range(row.size):
+        e = _exp(row[j] - m)
+        out[j] = e
+        s += e
+    return s
+
+
+@njit(**_JIT)
+def _softmax_minus_onehot(g, s, t, scale, one):
+    """g = exp(row - m) becomes (g / s - onehot(t)) * scale."""
+    inverse = one / s
+    p_target = g[t] * inverse
+    for j in range(g.size):
+        g[j] = g[j] * inverse * scale
+    g[t] = (p_target - one) * scale
+
+
+@njit(**_JIT)
+def _cross_entropy_block(x, targets, keep, mx, log_s, losses, with_grad, scale, grad):
     """Rows of x (n, C): mx = max, log_s = log(sum(exp(x - mx))), losses = log_s - (x[target] - mx) (0 where not
     kept) and, with_grad, the rows of grad = (softmax(x) - onehot(target)) * scale (0 where not kept), softmax =
     exp(x - mx) / sum. scale is in x's dtype (a float64 literal would widen a float32 loop)."""
     zero = scale - scale                                               # scale is finite: 0 and 1 in its dtype
     one = zero + 1
     for r in range(x.shape[0]):
-        row = x[r]
-        m = _row_max(row, lanes)
-        s = zero
-        if with_grad:
-            g = grad[r]
-            for j in range(row.size):
-                e = _exp(row[j] - m)
-                g[j] = e
-                s += e
-        else:
-            for j in range(row.size):
-                s += _exp(row[j] - m)
+        row, t = x[r], targets[r]
+        m = _row_max(row)
+        s = _exps_and_sum(row, m, grad[r], zero) if with_grad else _sum_exp(row, m, zero)
         mx[r], log_s[r] = m, np.log(s)
-        t = targets[r]
         losses[r] = log_s[r] - (row[t] - m) if keep[r] else zero
         if with_grad:
-            if not keep[r]:
-                g[:] = zero
-                continue
-            inverse = one / s
-            p_target = g[t] * inverse
-            for j in range(row.size):
-                g[j] = g[j] * inverse * scale
-            g[t] = (p_target - one) * scale
+            if keep[r]:
+                _softmax_minus_onehot(grad[r], s, t, scale, one)
+            else:
+                grad[r, :] = zero
 
 
 def _row_blocks(x: np.ndarray) -> tuple[int, int]:
@@ -128,11 +147,41 @@ def cross_entropy_rows(x: np.ndarray, targets: np.ndarray, keep: np.ndarray, gra
     rows, n_blocks = _row_blocks(x)
 
     def work(blocks, share):
-        lanes = np.empty(LANES, x.dtype)
         for blk in blocks:
             part = slice(blk * rows, min(n, (blk + 1) * rows))
-            _cross_entropy_block(x[part], targets[part], keep[part], mx[part], log_s[part], losses[part], lanes,
+            _cross_entropy_block(x[part], targets[part], keep[part], mx[part], log_s[part], losses[part],
                                  with_grad, scale, grad[part] if with_grad else grad)
     with np.errstate(divide="ignore", invalid="ignore"):  # a row that is not finite: the caller falls back
         on_threads(work, n_blocks)
     return losses, mx, log_s, (grad if with_grad else None)
+
+
+# --- a large sum of two arrays over the threads ----------------------------------------------------------
+
+ADD_THREADS_FROM = 1 << 18            # entries: below, NumPy's a + b on the caller's thread
+
+
+@njit(**_JIT)
+def _add(a, b, out):
+    for i in range(out.size):
+        out[i] = a[i] + b[i]
+
+
+def adds(a, b) -> bool:
+    """Whether `add` takes a + b: ndarrays of one shape and one float dtype, C-contiguous, large."""
+    return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and a.dtype == b.dtype
+            and a.dtype in FLOATS and a.size >= ADD_THREADS_FROM and a.flags.c_contiguous and b.flags.c_contiguous)
+
+
+def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b (see `adds`) in blocks over the threads: each entry one IEEE addition, NumPy's bits."""
+    out = np.empty(a.shape, a.dtype)
+    flat_a, flat_b, flat_out = a.reshape(-1), b.reshape(-1), out.reshape(-1)
+    n, block = out.size, max(1, row_blocks.BLOCK_BYTES // a.itemsize)
+
+    def work(blocks, share):
+        for blk in blocks:
+            part = slice(blk * block, min(n, (blk + 1) * block))
+            _add(flat_a[part], flat_b[part], flat_out[part])
+    on_threads(work, -(-n // block))
+    return out
