@@ -1,6 +1,6 @@
 """Adam's numba update (optim/adam_kernel.py) against the NumPy code it replaces (`Adam.fast = False`): the same
 bits in float32 and float64, for Adam and AdamW, on hypothesis-drawn shapes, hyperparameters and step counts,
-on one thread and cut into blocks over several; arrays the kernel does not take go to the reference."""
+arrays the kernel does not take go to the reference."""
 import contextlib
 
 import numpy as np
@@ -13,23 +13,20 @@ from tinygrad_ssm.optim import adam_kernel
 
 
 @contextlib.contextmanager
-def settings(fast=True, threads_from=None, block=None):
-    before = optim.Adam.fast, adam_kernel.THREADS_FROM, adam_kernel.BLOCK
-    optim.Adam.fast = fast
-    adam_kernel.THREADS_FROM = before[1] if threads_from is None else threads_from
-    adam_kernel.BLOCK = before[2] if block is None else block
+def settings(fast=True):
+    before, optim.Adam.fast = optim.Adam.fast, fast
     try:
         yield
     finally:
-        optim.Adam.fast, adam_kernel.THREADS_FROM, adam_kernel.BLOCK = before
+        optim.Adam.fast = before
 
 
-def trajectory(cls, start, grads, hparams, **how):
+def trajectory(cls, start, grads, hparams, fast):
     """Parameter, exp_avg and exp_avg_sq after each step, the gradients given."""
     p = tg.Tensor(start.copy(order="K"), requires_grad=True)              # keeps a transposed layout
     opt = cls([("p", p)], **hparams)
     out = []
-    with settings(**how):
+    with settings(fast):
         for g in grads:
             p.grad = tg.Tensor(g)
             opt.step()
@@ -42,16 +39,14 @@ def trajectory(cls, start, grads, hparams, **how):
        shape=st.sampled_from([(1,), (7,), (5, 13), (3, 1, 4), (40, 33)]),
        lr=st.sampled_from([1e-3, 0.05, 1.0]), betas=st.sampled_from([(0.9, 0.999), (0.8, 0.95), (0.0, 0.0)]),
        eps=st.sampled_from([1e-8, 1e-3]), weight_decay=st.sampled_from([0.0, 0.01, 0.3]),
-       steps=st.integers(1, 4), threads=st.booleans(), seed=st.integers(0, 2 ** 16))
-def test_adam_kernel_is_the_reference_bit_for_bit(cls, dtype, shape, lr, betas, eps, weight_decay, steps,
-                                                   threads, seed):
+       steps=st.integers(1, 4), seed=st.integers(0, 2 ** 16))
+def test_adam_kernel_is_the_reference_bit_for_bit(cls, dtype, shape, lr, betas, eps, weight_decay, steps, seed):
     rng = np.random.default_rng(seed)
     start = rng.standard_normal(shape).astype(dtype)
     grads = [(rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 3)).astype(dtype) for _ in range(steps)]
     grads[0].flat[0] = 0.0                                               # v = 0 there: the eps branch of the denominator
     hparams = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-    how = dict(threads_from=1, block=7) if threads else {}               # blocks of 7 entries over the threads
-    got = trajectory(cls, start, grads, hparams, fast=True, **how)
+    got = trajectory(cls, start, grads, hparams, fast=True)
     expected = trajectory(cls, start, grads, hparams, fast=False)
     for step, (g, e) in enumerate(zip(got, expected)):
         for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), g, e):

@@ -1,8 +1,12 @@
 """Adam's update of one parameter in one numba pass over p, m, v and the gradient, instead of NumPy's ~10 passes
 with temporaries (adam.py's `Adam._update_reference`, the reference). The same operations in the same order in
 the parameter's dtype, no fused multiply-add: the same bits as the reference in float32 and float64
-(tests/test_optim.py holds them equal bit for bit). One thread: the benchmark model's largest matrix (1160 x 256)
-takes ~0.2 ms, not worth a second thread's wake-up (benchmarks/bench_step_parts.py).
+(tests/test_adam_kernel.py holds them equal bit for bit).
+
+One thread: inside a training step the update streams p, m, v and the gradient from memory (~50 MB for the
+benchmark model's 1.79M parameters, ~4 ms), and blocks of the large matrices handed to both threads
+(ops/row_blocks.on_threads) measured slower, 4.7 ms against 4.2 (benchmarks/bench_step_parts.py, an earlier
+revision of this file).
 """
 from __future__ import annotations
 
@@ -11,11 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ..ops.row_blocks import on_threads
-
 FLOATS = (np.float32, np.float64)
-THREADS_FROM = 1 << 16      # entries: a smaller parameter stays on the caller's thread
-BLOCK = 1 << 15             # entries per block handed to a thread
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -44,16 +44,5 @@ def adam_update(p, m, v, grad, t: int, lr, beta1, beta2, eps, weight_decay, deco
     f = p.dtype.type
     decay = f(1 - lr * weight_decay) if decoupled and weight_decay else f(1)
     coupled = f(weight_decay) if not decoupled else f(0)
-    scalars = (decay, coupled, f(1 - beta1), f(beta2), f(1 - beta2), f(lr / (1 - beta1 ** t)),
-               f(math.sqrt(1 - beta2 ** t)), f(eps))
-    arrays = (p.reshape(-1), m.reshape(-1), v.reshape(-1), np.ascontiguousarray(grad).reshape(-1))
-    n = p.size
-    if n < THREADS_FROM:
-        _adam(*arrays, *scalars)
-        return
-
-    def work(blocks, share):
-        for blk in blocks:
-            part = slice(blk * BLOCK, min(n, (blk + 1) * BLOCK))
-            _adam(*(a[part] for a in arrays), *scalars)
-    on_threads(work, -(-n // BLOCK))
+    _adam(p.reshape(-1), m.reshape(-1), v.reshape(-1), np.ascontiguousarray(grad).reshape(-1), decay, coupled,
+          f(1 - beta1), f(beta2), f(1 - beta2), f(lr / (1 - beta1 ** t)), f(math.sqrt(1 - beta2 ** t)), f(eps))
