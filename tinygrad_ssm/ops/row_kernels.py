@@ -1,12 +1,14 @@
-"""numba kernels for two plain ops of a training step that NumPy does in several passes with temporaries: the
-embedding's gradient (ops/nn.py's Embedding backward) and cross entropy (ops/reduce.py's CrossEntropy).
-Each op keeps its NumPy code as the reference, run when the op's class has `fast = False` or the input is not a
-case the kernels take; tests/test_row_kernels.py holds the two equal (benchmarks/bench_step_parts.py times them).
+"""numba kernels for three plain ops of a training step that NumPy does in several passes with temporaries or on
+one thread: the embedding's gradient (ops/nn.py's Embedding backward), cross entropy (ops/reduce.py's
+CrossEntropy) and a large Add (ops/elementwise.py: the residual stream's). Each op keeps its NumPy code as the
+reference, run when the op's class has `fast = False` or the input is not a case the kernels take;
+tests/test_row_kernels.py holds the two equal (benchmarks/bench_step_parts.py times them inside training steps).
 
     scatter_add_rows(out, ids, rows)        out[ids[i]] += rows[i] for i = 0, 1, ...: np.add.at's order, its bits
     cross_entropy_rows(x, targets, keep,    per row m = max(x), log_s = log(sum(exp(x - m))),
                        grad_scale)          loss = log_s - (x[target] - m) (0 where not kept), and the gradient
                                             (exp(x - m) / sum - onehot(target)) * grad_scale (0 where not kept)
+    add(a, b)                               a + b in blocks over the threads, NumPy's bits (same shape and dtype)
 
 Cross entropy runs over blocks of rows (ops/row_blocks.py) on numba's threads; each row is read from memory once
 (its max, its exps and the gradient's row are computed while it is in L1). Backward's gradient is computed in
