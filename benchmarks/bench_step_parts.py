@@ -28,8 +28,9 @@ from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap  # noqa: E402
 from tinygrad_ssm.ops import elementwise, nn, reduce, row_kernels  # noqa: E402
 from tinygrad_ssm.optim import Adam, AdamW  # noqa: E402
 
-QUIET = 1.3                                            # see the end of main
-SWITCHES = (reduce.CrossEntropy, nn.Embedding, Adam, elementwise.Add)   # the classes whose `fast` picks kernels or reference
+QUIET = 1.3                                                              # see the end of main
+# the classes whose `fast` picks the kernels or the reference
+SWITCHES = (reduce.CrossEntropy, nn.Embedding, Adam, elementwise.Add)
 TIMED = {"AdamW update (all parameters)": (Adam, "_update"),
          "Embedding backward": (nn.Embedding, "backward"),
          "CrossEntropy forward": (reduce.CrossEntropy, "forward"),

@@ -44,7 +44,7 @@ def test_adam_kernel_is_the_reference_bit_for_bit(cls, dtype, shape, lr, betas, 
     rng = np.random.default_rng(seed)
     start = rng.standard_normal(shape).astype(dtype)
     grads = [(rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 3)).astype(dtype) for _ in range(steps)]
-    grads[0].flat[0] = 0.0                                               # v = 0 there: the eps branch of the denominator
+    grads[0].flat[0] = 0.0                                               # v = 0 there: the denominator is eps
     hparams = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
     got = trajectory(cls, start, grads, hparams, fast=True)
     expected = trajectory(cls, start, grads, hparams, fast=False)
