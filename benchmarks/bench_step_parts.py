@@ -1,9 +1,9 @@
 """The training step's plain NumPy parts that have numba kernels, timed inside real training steps: AdamW's update
 (optim/adam_kernel.py), the embedding's backward and cross entropy forward and backward (ops/row_kernels.py),
-and the residual adds (ops/row_kernels.add), each against its reference (the NumPy code, `fast = False` on the
-op's or optimizer's class), and with the adds' kernel off (the adds on the caller's thread). Steps rotate through the
-three in one process (each first in turn), so a shared machine's drifting load falls on all alike; each part's
-figure is the median over rounds of its milliseconds per step.
+each against its reference (the NumPy code, `fast = False` on the op's or optimizer's class); the residual adds,
+which have no kernel (memory-bound: a + b over both threads measured no faster), as a check on noise. Steps
+alternate between the two in one process (each first in turn), so a shared machine's drifting load falls on both
+alike; each part's figure is the median over the quiet rounds of its milliseconds per step.
 
     python benchmarks/bench_step_parts.py [--rounds 15] [--batch 8] [--seqlen 512] [--json PATH]
 
@@ -25,17 +25,17 @@ import numpy as np  # noqa: E402
 from common import default_json, write_result  # noqa: E402
 
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap  # noqa: E402
-from tinygrad_ssm.ops import elementwise, nn, reduce, row_kernels  # noqa: E402
+from tinygrad_ssm.ops import elementwise, nn, reduce  # noqa: E402
 from tinygrad_ssm.optim import Adam, AdamW  # noqa: E402
 
 QUIET = 1.3                                                              # see the end of main
 # the classes whose `fast` picks the kernels or the reference
-SWITCHES = (reduce.CrossEntropy, nn.Embedding, Adam, elementwise.Add)
+SWITCHES = (reduce.CrossEntropy, nn.Embedding, Adam)
 TIMED = {"AdamW update (all parameters)": (Adam, "_update"),
          "Embedding backward": (nn.Embedding, "backward"),
          "CrossEntropy forward": (reduce.CrossEntropy, "forward"),
          "CrossEntropy backward": (reduce.CrossEntropy, "backward"),
-         "Add forward (residual)": (elementwise.Add, "forward")}
+         "Add forward (residual, no kernel)": (elementwise.Add, "forward")}
 
 
 def timed(seconds: dict, part: str, method):
@@ -63,15 +63,12 @@ def main(argv=None) -> dict:
     model = Mamba2LMHeadModel(config, VarMap(seed=0))
     opt = AdamW(model.varmap.all_vars(), lr=1e-3)
     data = np.random.default_rng(0).integers(0, 256, (args.batch, args.seqlen + 1))
-    variants = ("reference", "kernels", "kernels, one thread")
+    variants = ("reference", "kernels")
     per_step = {k: collections.defaultdict(list) for k in variants}
-    threads_from = row_kernels.ADD_THREADS_FROM
 
     def step(variant: str):
         for cls in SWITCHES:
             cls.fast = variant != "reference"
-        one = variant == "kernels, one thread"                           # the adds' kernel on one thread
-        row_kernels.ADD_THREADS_FROM = 1 << 62 if one else threads_from
         seconds.clear()
         start = time.perf_counter()
         opt.zero_grad()
@@ -82,7 +79,7 @@ def main(argv=None) -> dict:
     for variant in variants:                                             # warm-up: compilation, first touches
         step(variant)
     for r in range(args.rounds):
-        for variant in variants[r % 3:] + variants[:r % 3]:               # each variant first in turn
+        for variant in variants[r % 2:] + variants[:r % 2]:               # each variant first in turn
             total = step(variant)
             for part in TIMED:
                 per_step[variant][part].append(seconds[part])
@@ -95,14 +92,13 @@ def main(argv=None) -> dict:
     rounds = quiet or list(range(args.rounds))
     rows = []
     for part in (*TIMED, "training step"):
-        ref, new, one = (1e3 * statistics.median(per_step[k][part][r] for r in rounds) for k in variants)
-        rows.append([part, round(ref, 3), round(new, 3), round(one, 3), round(ref / new, 2) if new else float("nan")])
+        ref, new = (1e3 * statistics.median(per_step[k][part][r] for r in rounds) for k in variants)
+        rows.append([part, round(ref, 3), round(new, 3), round(ref / new, 2) if new else float("nan")])
     return write_result(args.json, "bench_step_parts",
                         f"Step parts, reference NumPy vs numba kernels, in training steps (b={args.batch} "
                         f"l={args.seqlen}), ms per step, median of {len(rounds)} quiet rounds of {args.rounds}",
-                        ["part", "reference ms", "kernels ms", "one thread ms", "speed-up"], rows,
-                        notes=["one thread: the adds' kernel off (NumPy's a + b), the rest as in the kernels column",
-                               f"quiet rounds: every step within {QUIET}x the fastest step"
+                        ["part", "reference ms", "kernels ms", "speed-up"], rows,
+                        notes=[f"quiet rounds: every step within {QUIET}x the fastest step"
                                + ("" if quiet else " (none was: all rounds)")],
                         quiet_rounds=quiet, raw={k: dict(v) for k, v in per_step.items()})
 

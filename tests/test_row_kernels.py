@@ -12,7 +12,7 @@ from hypothesis.extra import numpy as hnp
 
 import tinygrad_ssm as tg
 from tinygrad_ssm import functional as F
-from tinygrad_ssm.ops import elementwise as E, nn as N, reduce as R, row_blocks, row_kernels
+from tinygrad_ssm.ops import nn as N, reduce as R, row_blocks, row_kernels
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 
@@ -189,43 +189,3 @@ def test_embedding_kernel_adds_in_index_order():
 def test_embedding_kernel_gradcheck():
     ids = np.array([[0, 3, 3], [1, 0, 2]])
     gradcheck(lambda w: F.embedding(ids, w), np.random.default_rng(5).standard_normal((4, 18)))
-
-
-# --- a large add over the threads ------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def add_threads_from(n):
-    before, row_kernels.ADD_THREADS_FROM = row_kernels.ADD_THREADS_FROM, n
-    try:
-        yield
-    finally:
-        row_kernels.ADD_THREADS_FROM = before
-
-
-@given(dtype=st.sampled_from([np.float32, np.float64]), n=st.integers(1, 3000), block=st.sampled_from([8, 1000]),
-       seed=st.integers(0, 2 ** 16))
-def test_threaded_add_is_numpys_add_bit_for_bit(dtype, n, block, seed):
-    rng = np.random.default_rng(seed)
-    a, b = ((rng.standard_normal((n, 3)) * 10.0 ** rng.integers(-30, 30, (n, 3))).astype(dtype) for _ in range(2))
-    a[0, 0], b[0, 0] = -0.0, 0.0                                         # signed zeros: +0
-    with block_bytes(block), add_threads_from(1):
-        x, y = tg.Tensor(a, requires_grad=True), tg.Tensor(b, requires_grad=True)
-        out = x + y
-        with fast(E.Add, False):
-            expected = tg.Tensor(a) + tg.Tensor(b)
-    np.testing.assert_array_equal(out.data, expected.data)
-    assert out.dtype == dtype and np.signbit(out.data[0, 0]) == np.signbit(expected.data[0, 0])
-    g = rng.standard_normal((n, 3)).astype(dtype)
-    (out * tg.Tensor(g)).sum().backward()
-    np.testing.assert_array_equal(x.grad.data, g)
-    np.testing.assert_array_equal(y.grad.data, g)
-
-
-def test_threaded_add_takes_only_same_shape_contiguous_floats():
-    big = np.ones(row_kernels.ADD_THREADS_FROM, np.float32)
-    assert row_kernels.adds(big, big.copy())
-    assert not row_kernels.adds(big, big.astype(np.float64))            # NumPy promotes: its code does that
-    assert not row_kernels.adds(big, big[:1])                            # broadcasting
-    assert not row_kernels.adds(big[::2], big[1::2])                     # strided
-    assert not row_kernels.adds(big[:10], big[:10])                      # small: NumPy on the caller's thread
-    assert not row_kernels.adds(big.astype(np.int64), big.astype(np.int64))

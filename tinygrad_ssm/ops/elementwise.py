@@ -7,20 +7,12 @@ output), and returns one gradient per input in the *output's* shape: the engine 
 import numpy as np
 
 from ..tensor import Function
-from . import row_kernels
 
 
 # --- binary arithmetic ---------------------------------------------------------------------------------------
 
 class Add(Function):
-    """A large sum of two same-shape float arrays (the residual stream's) runs over the threads with `fast`
-    (ops/row_kernels.add, NumPy's bits); fast = False or any other case: a + b, the reference."""
-
-    fast = True
-
     def forward(self, a, b):
-        if self.fast and row_kernels.adds(a, b):
-            return row_kernels.add(a, b)
         return a + b
 
     def backward(self, grad):

@@ -1,14 +1,13 @@
-"""numba kernels for three plain ops of a training step that NumPy does in several passes with temporaries or on
-one thread: the embedding's gradient (ops/nn.py's Embedding backward), cross entropy (ops/reduce.py's
-CrossEntropy) and a large Add (ops/elementwise.py: the residual stream's). Each op keeps its NumPy code as the
-reference, run when the op's class has `fast = False` or the input is not a case the kernels take;
-tests/test_row_kernels.py holds the two equal (benchmarks/bench_step_parts.py times them inside training steps).
+"""numba kernels for two plain ops of a training step that NumPy does in several passes with temporaries: the
+embedding's gradient (ops/nn.py's Embedding backward) and cross entropy (ops/reduce.py's CrossEntropy). Each op
+keeps its NumPy code as the reference, run when the op's class has `fast = False` or the input is not a case the
+kernels take; tests/test_row_kernels.py holds the two equal (benchmarks/bench_step_parts.py times them inside
+training steps).
 
     scatter_add_rows(out, ids, rows)        out[ids[i]] += rows[i] for i = 0, 1, ...: np.add.at's order, its bits
     cross_entropy_rows(x, targets, keep,    per row m = max(x), log_s = log(sum(exp(x - m))),
                        grad_scale)          loss = log_s - (x[target] - m) (0 where not kept), and the gradient
                                             (exp(x - m) / sum - onehot(target)) * grad_scale (0 where not kept)
-    add(a, b)                               a + b in blocks over the threads, NumPy's bits (same shape and dtype)
 
 Cross entropy runs over blocks of rows (ops/row_blocks.py) on numba's threads; each row is read from memory once
 (its max, its exps and the gradient's row are computed while it is in L1). Backward's gradient is computed in
@@ -26,7 +25,6 @@ from numba import njit, types
 from numba.extending import overload
 
 from ..models.fast_exp import exp, exp32
-from . import row_blocks
 from .row_blocks import on_threads, rows_per_block
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -156,34 +154,3 @@ def cross_entropy_rows(x: np.ndarray, targets: np.ndarray, keep: np.ndarray, gra
     with np.errstate(divide="ignore", invalid="ignore"):  # a row that is not finite: the caller falls back
         on_threads(work, n_blocks)
     return losses, mx, log_s, (grad if with_grad else None)
-
-
-# --- a large sum of two arrays over the threads ----------------------------------------------------------
-
-ADD_THREADS_FROM = 1 << 18            # entries: below, NumPy's a + b on the caller's thread
-
-
-@njit(**_JIT)
-def _add(a, b, out):
-    for i in range(out.size):
-        out[i] = a[i] + b[i]
-
-
-def adds(a, b) -> bool:
-    """Whether `add` takes a + b: ndarrays of one shape and one float dtype, C-contiguous, large."""
-    return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and a.dtype == b.dtype
-            and a.dtype in FLOATS and a.size >= ADD_THREADS_FROM and a.flags.c_contiguous and b.flags.c_contiguous)
-
-
-def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a + b (see `adds`) in blocks over the threads: each entry one IEEE addition, NumPy's bits."""
-    out = np.empty(a.shape, a.dtype)
-    flat_a, flat_b, flat_out = a.reshape(-1), b.reshape(-1), out.reshape(-1)
-    n, block = out.size, max(1, row_blocks.BLOCK_BYTES // a.itemsize)
-
-    def work(blocks, share):
-        for blk in blocks:
-            part = slice(blk * block, min(n, (blk + 1) * block))
-            _add(flat_a[part], flat_b[part], flat_out[part])
-    on_threads(work, -(-n // block))
-    return out
