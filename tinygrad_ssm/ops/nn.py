@@ -9,7 +9,8 @@ from . import row_kernels
 class Embedding(Function):
     """weight (V, d)[ids (...)] -> (..., d). Backward scatter-adds: a token used twice gets both rows.
     With `fast` (the default) a numba loop (ops/row_kernels.scatter_add_rows) adds the rows in np.add.at's order,
-    the same bits ~40x sooner; fast = False (and ids or dtypes it does not take) runs np.add.at, the reference."""
+    the same bits ~20x sooner in a training step; fast = False (and ids or dtypes it does not take) runs np.add.at,
+    the reference."""
 
     fast = True
 

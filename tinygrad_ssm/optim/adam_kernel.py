@@ -5,8 +5,8 @@ the parameter's dtype, no fused multiply-add: the same bits as the reference in 
 
 One thread: inside a training step the update streams p, m, v and the gradient from memory (~50 MB for the
 benchmark model's 1.79M parameters, ~4 ms), and blocks of the large matrices handed to both threads
-(ops/row_blocks.on_threads) measured slower, 4.7 ms against 4.2 (benchmarks/bench_step_parts.py, an earlier
-revision of this file).
+(ops/row_blocks.on_threads) measured slower, 4.7 ms against 4.2 (benchmarks/bench_step_parts.py at commit
+3423dbb, which had both): the memory, not the arithmetic, is the limit.
 """
 from __future__ import annotations
 
