@@ -24,12 +24,15 @@ SCRIPTS = (
     ("bench_train_step.py", "A training step against transformers", ["--threads", "2"]),
     ("bench_generate.py", "Generation against transformers", ["--threads", "2"]),
     ("bench_fused.py", "The fused mixer ops against their engine-op twins", ["--threads", "2"]),
+    ("bench_step_parts.py", "The step's optimizer, embedding, loss and residual adds: kernels against NumPy",
+     ["--threads", "2"]),
     ("bench_scaling.py", "Scaling with sequence length", []),
     ("bench_engine_overhead.py", "Engine overhead per op", []),
     ("bench_distributed.py", "Data-parallel training over MPI", []),
     ("parity_transformers.py", "Training parity with transformers (float64)", []),
 )
 QUICK = {"parity_transformers.py": ["--steps", "10"], "bench_fused.py": ["--repeats", "2"],
+         "bench_step_parts.py": ["--rounds", "3"],
          "bench_distributed.py": ["--steps", "3", "--skip", "1"]}
 DOC = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "images"

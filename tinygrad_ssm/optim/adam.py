@@ -4,6 +4,9 @@ PyTorch's defaults and formulas (torch.optim.Adam / AdamW, single-tensor path):
     Adam:   g <- g + wd * p                    AdamW:  p <- p * (1 - lr * wd)
     m <- m + (1 - b1) (g - m);   v <- b2 v + (1 - b2) g^2
     p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+
+With `fast` (the default) a float32 / float64 parameter is updated by one numba pass (adam_kernel.py), the same
+bits as the NumPy code of `_update_reference` (the reference; fast = False runs it).
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import math
 
 import numpy as np
 
+from . import adam_kernel
 from .optimizer import Optimizer
 
 
@@ -18,6 +22,7 @@ class Adam(Optimizer):
     hparam_names = ("lr", "beta1", "beta2", "eps", "weight_decay")
     slot_names = ("exp_avg", "exp_avg_sq")
     decoupled_weight_decay = False
+    fast = True
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
         super().__init__(params, lr)
@@ -35,7 +40,13 @@ class Adam(Optimizer):
 
     def _update(self, param, grad, state):
         p, m, v = param.data, state["exp_avg"], state["exp_avg_sq"]
-        t = int(state["step"])
+        if self.fast and adam_kernel.takes(p, m, v, grad):
+            adam_kernel.adam_update(p, m, v, grad, int(state["step"]), self.lr, self.beta1, self.beta2, self.eps,
+                                    self.weight_decay, self.decoupled_weight_decay)
+        else:
+            self._update_reference(p, grad, m, v, int(state["step"]))
+
+    def _update_reference(self, p, grad, m, v, t: int):
         if self.weight_decay:
             if self.decoupled_weight_decay:
                 p *= 1 - self.lr * self.weight_decay

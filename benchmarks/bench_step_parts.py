@@ -1,0 +1,107 @@
+"""The training step's plain NumPy parts that have numba kernels, timed inside real training steps: AdamW's update
+(optim/adam_kernel.py), the embedding's backward and cross entropy forward and backward (ops/row_kernels.py),
+each against its reference (the NumPy code, `fast = False` on the op's or optimizer's class); the residual adds,
+which have no kernel (memory-bound: a + b over both threads measured no faster), as a check on noise. Steps
+alternate between the two in one process (each first in turn), so a shared machine's drifting load falls on both
+alike; each part's figure is the median over the quiet rounds of its milliseconds per step.
+
+    python benchmarks/bench_step_parts.py [--rounds 15] [--batch 8] [--seqlen 512] [--json PATH]
+
+The model is profile_step.py's (d_model 256, 4 layers, d_state 64, headdim 64, vocab 256, float32, fused ops).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import time
+
+from threads import threads_from_argv
+
+threads_from_argv()
+
+import numpy as np  # noqa: E402
+
+from common import default_json, write_result  # noqa: E402
+
+from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap  # noqa: E402
+from tinygrad_ssm.ops import elementwise, nn, reduce  # noqa: E402
+from tinygrad_ssm.optim import Adam, AdamW  # noqa: E402
+
+QUIET = 1.3                                                              # see the end of main
+# the classes whose `fast` picks the kernels or the reference
+SWITCHES = (reduce.CrossEntropy, nn.Embedding, Adam)
+TIMED = {"AdamW update (all parameters)": (Adam, "_update"),
+         "Embedding backward": (nn.Embedding, "backward"),
+         "CrossEntropy forward": (reduce.CrossEntropy, "forward"),
+         "CrossEntropy backward": (reduce.CrossEntropy, "backward"),
+         "Add forward (residual, no kernel)": (elementwise.Add, "forward")}
+
+
+def timed(seconds: dict, part: str, method):
+    def run(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            seconds[part] += time.perf_counter() - start
+    return run
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seqlen", type=int, default=512)
+    p.add_argument("--threads", type=int, default=None, help="threads for every pool (read before NumPy loads)")
+    p.add_argument("--json", default=default_json("bench_step_parts"))
+    args = p.parse_args(argv)
+    seconds = collections.defaultdict(float)
+    for part, (cls, name) in TIMED.items():
+        setattr(cls, name, timed(seconds, part, getattr(cls, name)))
+    config = Mamba2Config(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, expand=2, chunk_size=64)
+    model = Mamba2LMHeadModel(config, VarMap(seed=0))
+    opt = AdamW(model.varmap.all_vars(), lr=1e-3)
+    data = np.random.default_rng(0).integers(0, 256, (args.batch, args.seqlen + 1))
+    variants = ("reference", "kernels")
+    per_step = {k: collections.defaultdict(list) for k in variants}
+
+    def step(variant: str):
+        for cls in SWITCHES:
+            cls.fast = variant != "reference"
+        seconds.clear()
+        start = time.perf_counter()
+        opt.zero_grad()
+        model.loss(data[:, :-1], data[:, 1:]).backward()
+        opt.step()
+        return time.perf_counter() - start
+
+    for variant in variants:                                             # warm-up: compilation, first touches
+        step(variant)
+    for r in range(args.rounds):
+        for variant in variants[r % 2:] + variants[:r % 2]:               # each variant first in turn
+            total = step(variant)
+            for part in TIMED:
+                per_step[variant][part].append(seconds[part])
+            per_step[variant]["training step"].append(total)
+    step("kernels")                                                      # leave the defaults
+    # A shared machine's load comes in phases (steps 2-3x slower for a while): the figures are medians over the
+    # quiet rounds, those whose slowest step is within QUIET of the fastest step seen.
+    fastest = min(min(per_step[k]["training step"]) for k in variants)
+    quiet = [r for r in range(args.rounds) if max(per_step[k]["training step"][r] for k in variants) <= QUIET * fastest]
+    rounds = quiet or list(range(args.rounds))
+    rows = []
+    for part in (*TIMED, "training step"):
+        ref, new = (1e3 * statistics.median(per_step[k][part][r] for r in rounds) for k in variants)
+        rows.append([part, round(ref, 3), round(new, 3), round(ref / new, 2) if new else float("nan")])
+    return write_result(args.json, "bench_step_parts",
+                        f"Step parts, reference NumPy vs numba kernels, in training steps (b={args.batch} "
+                        f"l={args.seqlen}), ms per step, median of {len(rounds)} quiet rounds of {args.rounds}",
+                        ["part", "reference ms", "kernels ms", "speed-up"], rows,
+                        notes=[f"quiet rounds: every step within {QUIET}x the fastest step"
+                               + ("" if quiet else " (none was: all rounds)")],
+                        quiet_rounds=quiet, raw={k: dict(v) for k, v in per_step.items()})
+
+
+if __name__ == "__main__":
+    main()
