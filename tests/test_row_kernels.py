@@ -9,10 +9,11 @@ import pytest
 from gradcheck import gradcheck
 from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
+from test_fused import block_bytes
 
 import tinygrad_ssm as tg
 from tinygrad_ssm import functional as F
-from tinygrad_ssm.ops import nn as N, reduce as R, row_blocks, row_kernels
+from tinygrad_ssm.ops import nn as N, reduce as R, row_kernels
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 
@@ -24,15 +25,6 @@ def fast(op_class, on: bool):
         yield
     finally:
         op_class.fast = before
-
-
-@contextlib.contextmanager
-def block_bytes(n):
-    before, row_blocks.BLOCK_BYTES = row_blocks.BLOCK_BYTES, n
-    try:
-        yield
-    finally:
-        row_blocks.BLOCK_BYTES = before
 
 
 def cross_entropy_and_grad(logits, targets, reduction, weight, kernels: bool, ignore_index=-100):
