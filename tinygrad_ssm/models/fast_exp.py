@@ -5,7 +5,7 @@ Within a few ulp of math.exp (tests/test_decode_kernels.py); NaN stays NaN, +-in
 -708 (where e^x < 3.3e-308) it gives 0.
 
 exp32 is the same in float32 (a float32 model's gates): twice the lanes per vector, r^7 is enough (the next
-term is below float32's half ulp), below -86 it gives 0. silu picks the one of its argument's precision.
+term is below float32's half ulp), below -86 it gives 0. silu and sigmoid pick the one of their argument's precision.
 """
 from __future__ import annotations
 
@@ -105,3 +105,24 @@ def silu(v):
 @overload(silu, inline="always")
 def _silu_overload(v):
     return (lambda v: _silu32(v)) if v == types.float32 else (lambda v: _silu64(v))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sigmoid64(v):
+    return 1.0 / (1.0 + exp(-v))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sigmoid32(v):
+    return _F(1.0) / (_F(1.0) + exp32(-v))
+
+
+def sigmoid(v):
+    """1 / (1 + e^-v) in v's precision, like silu (e^-v = inf gives 0)."""
+    v = float(v)
+    return 1.0 / (1.0 + math.exp(-v)) if v > -700 else 0.0
+
+
+@overload(sigmoid, inline="always")
+def _sigmoid_overload(v):
+    return (lambda v: _sigmoid32(v)) if v == types.float32 else (lambda v: _sigmoid64(v))

@@ -31,6 +31,7 @@ from numba import njit
 
 from .. import functional as F
 from ..tensor import Function, Tensor
+from .conv_kernels import conv_silu_backward, conv_silu_forward
 from .row_blocks import as_rows, on_threads, rows_per_block
 
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums may vectorise; no nnan/ninf
@@ -119,60 +120,6 @@ def _destination(op: Function, i: int, shape: tuple, dtype) -> tuple:
 
 # --- causal depthwise conv1d + SiLU -------------------------------------------------------------------------
 
-@njit(**_JIT)
-def _conv_pre(x, col, l, wT, bias, seq, t0, t1, pre):
-    """pre[t - t0, ch] = bias[ch] + sum_j wT[j, ch] x[seq, t + j - (k - 1), ch] for t in [t0, t1) (x = 0 before
-    t = 0). x is given as rows (b l, D) from column col on (see row_blocks.as_rows). Row slices such as
-    x[r, col:col + c] are contiguous to numba; indexing x[r, col + ch] would gather (a sign check per index)."""
-    c, k = pre.shape[1], wT.shape[0]
-    for t in range(t0, t1):
-        p = pre[t - t0]
-        p[:] = bias
-        for j in range(max(0, k - 1 - t), k):
-            xr, w = x[seq * l + t + j - (k - 1), col:col + c], wT[j]
-            for ch in range(c):
-                p[ch] += w[ch] * xr[ch]
-
-
-@njit(**_JIT)
-def _silu_of_pre(pre, e, one, inf):
-    """pre becomes silu(pre) = pre s, given e = exp(pre): s = sigmoid(pre) = e / (1 + e), 1 where e = inf."""
-    for i in range(pre.shape[0]):
-        p, er = pre[i], e[i]
-        for ch in range(pre.shape[1]):
-            p[ch] = p[ch] * (one if er[ch] == inf else er[ch] / (one + er[ch]))
-
-
-@njit(**_JIT)
-def _conv_silu_backward(x, col, l, wT, grad, gcol, seq, t0, t1, d, e, one, inf, dx, dxcol, dw, db):
-    """Steps [t0, t1) of sequence seq. On entry d holds pre for steps t0..h - 1 (h = min(t1 + k - 1, l): dx at t
-    needs d up to t + k - 1) and e = exp(pre); d becomes grad silu'(pre) = grad s (1 + pre (1 - s)), s = e / (1 +
-    e) (1 where e = inf). Then dx[t] = sum_j wT[j] d[t + k - 1 - j], and dw[j] += sum_t d[t] x[t + j - (k - 1)],
-    db += sum_t d[t]."""
-    c, k = d.shape[1], wT.shape[0]
-    for t in range(t0, min(t1 + k - 1, l)):
-        dt, et, g = d[t - t0], e[t - t0], grad[seq * l + t, gcol:gcol + c]
-        for ch in range(c):
-            s = one if et[ch] == inf else et[ch] / (one + et[ch])
-            a = dt[ch]
-            dt[ch] = g[ch] * s * (one + a * (one - s))
-    for t in range(t0, t1):
-        i, r = t - t0, seq * l + t
-        out, dt, last = dx[r, dxcol:dxcol + c], d[i], wT[k - 1]
-        for ch in range(c):
-            out[ch] = last[ch] * dt[ch]
-        for j in range(max(0, t + k - l), k - 1):
-            w, later = wT[j], d[i + k - 1 - j]
-            for ch in range(c):
-                out[ch] += w[ch] * later[ch]
-        for ch in range(c):
-            db[ch] += dt[ch]
-        for j in range(max(0, k - 1 - t), k):
-            xr, acc = x[r + j - (k - 1), col:col + c], dw[j]
-            for ch in range(c):
-                acc[ch] += dt[ch] * xr[ch]
-
-
 class Conv1dSilu(Function):
     """y = silu(pre), pre[b, t, c] = bias[c] + sum_j weight[c, j] x[b, t + j - (k - 1), c].
     x (b, l, c) (a strided view is read in place), weight (c, k), bias (c,) or None. Saves x only: pre is
@@ -182,58 +129,50 @@ class Conv1dSilu(Function):
 
     def forward(self, x, weight, bias=None):
         dtype = np.result_type(x, weight)
-        wT = np.ascontiguousarray(weight.T, dtype=dtype)                 # (k, c)
-        b_ = np.zeros(x.shape[2], dtype) if bias is None else bias.astype(dtype, copy=False)
-        self.save_for_backward(x, wT, b_)                                # x as given: a view stays a view
-        nb, l, c = x.shape
+        c, k = weight.shape
+        w = np.zeros((-(-k // 4) * 4, c), dtype)                         # (kp, c): weight.T after kp - k zero rows
+        w[w.shape[0] - k:] = weight.T
+        b_ = np.zeros(c, dtype) if bias is None else bias.astype(dtype, copy=False)
+        self.save_for_backward(x, w, b_)                                 # x as given: a view stays a view
+        self.k = k
+        nb, l, _ = x.shape
         out = np.empty(x.shape, dtype)                                   # (b, l, c)
         if x.size == 0:
             return out
         rows, col = as_rows(x, dtype)                                    # (b l, D), x at column col
         steps = rows_per_block(c, out.itemsize)
         per_seq = -(-l // steps)
-        pre_all = out.reshape(nb * l, c)
-        one, inf = dtype.type(1), dtype.type(np.inf)
+        out_rows, zero = out.reshape(nb * l, c), np.zeros(c, dtype)
 
         def work(blocks, share):
-            exp = np.empty((steps, c), dtype)
-            with np.errstate(over="ignore"):                             # exp(pre) = inf: sigmoid 1, handled
-                for blk in blocks:
-                    seq, t0 = blk // per_seq, blk % per_seq * steps
-                    t1 = min(t0 + steps, l)
-                    pre, e = pre_all[seq * l + t0:seq * l + t1], exp[:t1 - t0]
-                    _conv_pre(rows, col, l, wT, b_, seq, t0, t1, pre)
-                    _silu_of_pre(pre, np.exp(pre, out=e), one, inf)
+            for blk in blocks:
+                seq, t0 = blk // per_seq, blk % per_seq * steps
+                conv_silu_forward(rows, col, l, w, k, b_, zero, seq, t0, min(t0 + steps, l), out_rows)
         on_threads(work, nb * per_seq)
         return out
 
     def backward(self, grad):                                          # grad (b, l, c)
-        x, wT, b_ = self.saved
-        dtype, (nb, l, c), k = wT.dtype, x.shape, wT.shape[0]
+        x, w, b_ = self.saved
+        dtype, (nb, l, c), (kp, k) = w.dtype, x.shape, (w.shape[0], self.k)
         rows, col = as_rows(x, dtype)
         g_rows, gcol = as_rows(grad, dtype)
         dx, dxcol, grad_x = _destination(self, 0, x.shape, dtype)
-        steps = rows_per_block(c, wT.itemsize)
+        steps = rows_per_block(c, w.itemsize)
         per_seq = -(-l // steps) if l else 0
         # per block, summed below in a fixed order: the same bits whichever thread ran which block
-        dw = np.zeros((nb * per_seq, k, c), dtype)
+        dw = np.zeros((nb * per_seq, kp, c), dtype)
         db = np.zeros((nb * per_seq, c), dtype)
-        one, inf = dtype.type(1), dtype.type(np.inf)
+        zero, one = np.zeros(c, dtype), dtype.type(1)
 
         def work(blocks, share):
-            d, e = np.empty((steps + k - 1, c), dtype), np.empty((steps + k - 1, c), dtype)
-            with np.errstate(over="ignore"):
-                for blk in blocks:
-                    seq, t0 = blk // per_seq, blk % per_seq * steps
-                    t1 = min(t0 + steps, l)
-                    h = min(t1 + k - 1, l)
-                    _conv_pre(rows, col, l, wT, b_, seq, t0, h, d)
-                    np.exp(d[:h - t0], out=e[:h - t0])
-                    _conv_silu_backward(rows, col, l, wT, g_rows, gcol, seq, t0, t1, d, e, one, inf, dx, dxcol,
-                                        dw[blk], db[blk])
+            d = np.empty((steps + kp - 1, c), dtype)
+            for blk in blocks:
+                seq, t0 = blk // per_seq, blk % per_seq * steps
+                conv_silu_backward(rows, col, l, w, k, b_, zero, one, g_rows, gcol, seq, t0, min(t0 + steps, l), d,
+                                   dx, dxcol, dw[blk], db[blk])
         on_threads(work, nb * per_seq)
         grad_bias = db.sum(axis=0) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None
-        return grad_x, dw.sum(axis=0).T, grad_bias
+        return grad_x, dw.sum(axis=0)[kp - k:].T, grad_bias
 
 
 def _conv_weight(weight: Tensor) -> Tensor:
