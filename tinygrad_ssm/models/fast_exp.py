@@ -57,8 +57,8 @@ def exp(x):
 @intrinsic
 def _float32_from_bits(typingctx, bits):
     def codegen(context, builder, signature, args):
-        return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
-    return types.float32(types.int64), codegen
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
 
 
 _F = np.float32
@@ -78,7 +78,8 @@ def exp32(x):
     p = p * r + _F(_INV_FACTORIALS[2])
     p = p * r + _F(1.0)
     p = p * r + _F(1.0)
-    e = p * _float32_from_bits((int(n) + 126) << 23) * _F(2.0)          # 2^(n-1) * 2: n = 128 fits
+    # 2^(n-1) * 2 (n = 128 fits), n in int32 lanes: an int64 n took zmm conversions, exp32 ran 25% slower
+    e = p * _float32_from_bits((np.int32(n) + np.int32(126)) << np.int32(23)) * _F(2.0)
     e = _F(math.inf) if x > _F(88.5) else e
     e = _F(0.0) if x < _F(-86.0) else e
     return e if x == x else x

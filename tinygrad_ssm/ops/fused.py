@@ -32,6 +32,7 @@ from numba import njit
 from .. import functional as F
 from ..tensor import Function, Tensor
 from .conv_kernels import conv_silu_backward, conv_silu_forward
+from .norm_kernels import gated_rms_backward, gated_rms_forward
 from .row_blocks import as_rows, on_threads, rows_per_block
 
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums may vectorise; no nnan/ninf
@@ -226,78 +227,6 @@ def reference_dt_softplus(dt, bias, low=0.0, high=math.inf):
 
 # --- gated (grouped) RMS norm ---------------------------------------------------------------------------------
 
-# consts = [0, 1 / group, 1, eps, inf] in the data's dtype: scalars of that dtype keep a float32 norm in float32
-# lanes (float64 literals in the loops made them 2-3x slower); the gate's branch sits outside the loops.
-# y and z come as rows from a column on (see row_blocks.as_rows); e = exp(z) for the block's rows (NumPy's), or unused:
-# sigmoid(z) = e / (1 + e), and 1 where e = inf (consts[4]).
-
-
-@njit(**_JIT)
-def _gated_rms_forward(y, ycol, z, zcol, e, weight, consts, gated, r0, r1, out, rstd):
-    """Rows [r0, r1), per group: u = y * silu(z) = y z sigmoid(z) (or y); r = 1 / sqrt(mean(u^2) + eps);
-    out = u r weight."""
-    zero, inv_group, one, eps, inf = consts[0], consts[1], consts[2], consts[3], consts[4]
-    d, G = out.shape[1], rstd.shape[1]
-    group = d // G
-    for r in range(r0, r1):
-        o, yr = out[r], y[r, ycol:ycol + d]
-        if gated:
-            zr, er = z[r, zcol:zcol + d], e[r - r0]
-            for ch in range(d):
-                o[ch] = yr[ch] * zr[ch] * (one if er[ch] == inf else er[ch] / (one + er[ch]))
-        else:
-            o[:] = yr
-        for g in range(G):                                              # slices: 0-based loops vectorise
-            og, wg = o[g * group:(g + 1) * group], weight[g * group:(g + 1) * group]
-            acc = zero
-            for ch in range(group):
-                acc += og[ch] * og[ch]
-            rs = one / math.sqrt(acc * inv_group + eps)
-            rstd[r, g] = rs
-            for ch in range(group):
-                og[ch] = og[ch] * rs * wg[ch]
-
-
-@njit(**_JIT)
-def _gated_rms_backward(y, ycol, z, zcol, e, weight, rstd, grad, gcol, consts, gated, r0, r1,
-                        dy, dycol, dz, dzcol, dw, u):
-    """Rows [r0, r1): with xhat = u r, du = r (g w - xhat mean(g w xhat)); dy = du silu(z) (= du without a
-    gate); dz = du y silu'(z); dw += g xhat. u is a scratch row; e becomes s = sigmoid(z)."""
-    zero, inv_group, one, inf = consts[0], consts[1], consts[2], consts[4]
-    d, G = weight.shape[0], rstd.shape[1]
-    group = d // G
-    for r in range(r0, r1):
-        yr, zr, sr, gr = y[r, ycol:ycol + d], z[r, zcol:zcol + d], e[r - r0], grad[r, gcol:gcol + d]
-        if gated:
-            for ch in range(d):
-                s = one if sr[ch] == inf else sr[ch] / (one + sr[ch])
-                sr[ch] = s
-                u[ch] = yr[ch] * zr[ch] * s
-        else:
-            u[:] = yr
-        for g in range(G):                                              # slices: 0-based loops vectorise
-            lo, hi = g * group, (g + 1) * group
-            gg, ug, wg, dwg = gr[lo:hi], u[lo:hi], weight[lo:hi], dw[lo:hi]
-            rs = rstd[r, g]
-            dot = zero
-            for ch in range(group):
-                gu = gg[ch] * ug[ch] * rs
-                dot += gu * wg[ch]
-                dwg[ch] += gu
-            m = dot * inv_group * rs
-            for ch in range(group):
-                ug[ch] = rs * (gg[ch] * wg[ch] - ug[ch] * m)                   # u becomes du
-        dyr = dy[r, dycol:dycol + d]
-        if gated:
-            dzr = dz[r, dzcol:dzcol + d]
-            for ch in range(d):
-                s, a = sr[ch], zr[ch]
-                dyr[ch] = u[ch] * a * s
-                dzr[ch] = u[ch] * yr[ch] * s * (one + a * (one - s))
-        else:
-            dyr[:] = u
-
-
 class GatedRMSNorm(Function):
     """out = u r weight, u = y * silu(z) (u = y without z), r = 1 / sqrt(mean over each group of u^2 + eps).
     y, z (..., d), weight (d,). Saves y, z (as given: a view stays a view, read in place) and r (one number
@@ -314,21 +243,16 @@ class GatedRMSNorm(Function):
         n = y_rows.shape[0]
         out = np.empty(y.shape, dtype)
         rstd = np.empty((n, d // group), dtype)                          # (N, G)
-        consts = np.array([0.0, 1.0 / group, 1.0, eps, np.inf], dtype)
+        consts = np.array([0.0, 1.0 / group, 1.0, eps], dtype)          # see ops/norm_kernels.py
         self.save_for_backward(y, z, weight, rstd)
         self.consts, self.dtype = consts, dtype
         rows_per = rows_per_block(d, out.itemsize)
         out_rows = out.reshape(n, d)
 
         def work(blocks, share):
-            e = np.empty((rows_per, d), dtype) if z is not None else out_rows
-            with np.errstate(over="ignore"):
-                for blk in blocks:
-                    r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
-                    if z is not None:
-                        np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
-                    _gated_rms_forward(y_rows, ycol, z_rows, zcol, e, w, consts, z is not None, r0, r1, out_rows,
-                                       rstd)
+            for blk in blocks:
+                r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
+                gated_rms_forward(y_rows, ycol, z_rows, zcol, w, consts, z is not None, r0, r1, out_rows, rstd)
         on_threads(work, -(-n // rows_per))
         return out
 
@@ -347,14 +271,11 @@ class GatedRMSNorm(Function):
         dw = np.zeros((blocks, d), dtype)          # per block, summed in a fixed order: the same bits every run
 
         def work(blocks, share):
-            e, u = np.empty((rows_per, d), dtype), np.empty(d, dtype)
-            with np.errstate(over="ignore"):
-                for blk in blocks:
-                    r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
-                    if z is not None:
-                        np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
-                    _gated_rms_backward(y_rows, ycol, z_rows, zcol, e, w, rstd, g_rows, gcol, self.consts,
-                                        z is not None, r0, r1, dy, dycol, dz, dzcol, dw[blk], u)
+            u, s = np.empty(d, dtype), np.empty(d, dtype)                # scratch rows
+            for blk in blocks:
+                r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
+                gated_rms_backward(y_rows, ycol, z_rows, zcol, w, rstd, g_rows, gcol, self.consts, z is not None,
+                                   r0, r1, dy, dycol, dz, dzcol, dw[blk], u, s)
         on_threads(work, blocks)
         return grad_y, grad_z, dw.sum(axis=0)
 
