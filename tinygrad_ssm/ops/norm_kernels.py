@@ -1,7 +1,8 @@
 """The numba kernels of GatedRMSNorm (ops/fused.py), rows [r0, r1), groups of `group` channels: the gate's
 sigmoid inside the loop (models/fast_exp: exp32 for float32 data, the float64 exp for float64; LLVM vectorises
-both, where NumPy's exp was a pass of its own over a scratch block), the sum of squares in the gate's loop and
-the backward's du in the loop that writes dy and dz: two passes over a row each way.
+both, where NumPy's exp was a pass of its own over a scratch block). Two passes over a group each way: forward
+the gate with the sum of squares, then the scaling; backward the gate with the dot product and the weight's
+gradient, then du with dy and dz.
 
 y, z and grad come as rows from a column on (see row_blocks.as_rows): row slices indexed from 0 vectorise.
 consts = [0, 1 / group, 1, eps] in the data's dtype: scalars of that dtype keep a float32 norm in float32 lanes
@@ -21,10 +22,14 @@ _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums ma
 
 
 @njit(**_JIT)
-def _gate(y, z, u):
-    """u = y z sigmoid(z) = y silu(z)."""
+def _gate_and_square(y, z, u, zero):
+    """u = y z sigmoid(z) = y silu(z); returns sum u^2."""
+    acc = zero
     for ch in range(u.shape[0]):
-        u[ch] = y[ch] * z[ch] * sigmoid(z[ch])
+        v = y[ch] * z[ch] * sigmoid(z[ch])
+        u[ch] = v
+        acc += v * v
+    return acc
 
 
 @njit(**_JIT)
@@ -34,16 +39,17 @@ def gated_rms_forward(y, ycol, z, zcol, weight, consts, gated, r0, r1, out, rstd
     d, G = out.shape[1], rstd.shape[1]
     group = d // G
     for r in range(r0, r1):
-        o, yr = out[r], y[r, ycol:ycol + d]
-        if gated:
-            _gate(yr, z[r, zcol:zcol + d], o)
-        else:
-            o[:] = yr
+        o, yr, zr = out[r], y[r, ycol:ycol + d], z[r, zcol:zcol + d]
         for g in range(G):                                              # slices: 0-based loops vectorise
-            og, wg = o[g * group:(g + 1) * group], weight[g * group:(g + 1) * group]
-            acc = zero
-            for ch in range(group):
-                acc += og[ch] * og[ch]
+            lo, hi = g * group, (g + 1) * group
+            og, yg, wg = o[lo:hi], yr[lo:hi], weight[lo:hi]
+            if gated:
+                acc = _gate_and_square(yg, zr[lo:hi], og, zero)
+            else:
+                acc = zero
+                for ch in range(group):
+                    og[ch] = yg[ch]
+                    acc += yg[ch] * yg[ch]
             rs = one / math.sqrt(acc * inv_group + eps)
             rstd[r, g] = rs
             for ch in range(group):
@@ -51,12 +57,17 @@ def gated_rms_forward(y, ycol, z, zcol, weight, consts, gated, r0, r1, out, rstd
 
 
 @njit(**_JIT)
-def _gate_and_sigmoid(y, z, u, s):
-    """s = sigmoid(z), u = y z s."""
+def _gate_and_dot(y, z, g, w, rs, u, s, dw, zero):
+    """s = sigmoid(z), u = y z s, dw += g u rs; returns sum g u rs w."""
+    dot = zero
     for ch in range(u.shape[0]):
         sig = sigmoid(z[ch])
-        s[ch] = sig
-        u[ch] = y[ch] * z[ch] * sig
+        v = y[ch] * z[ch] * sig
+        s[ch], u[ch] = sig, v
+        gu = g[ch] * v * rs
+        dot += gu * w[ch]
+        dw[ch] += gu
+    return dot
 
 
 @njit(**_JIT)
@@ -68,31 +79,26 @@ def gated_rms_backward(y, ycol, z, zcol, weight, rstd, grad, gcol, consts, gated
     d, G = weight.shape[0], rstd.shape[1]
     group = d // G
     for r in range(r0, r1):
-        yr, gr = y[r, ycol:ycol + d], grad[r, gcol:gcol + d]
-        if gated:
-            _gate_and_sigmoid(yr, z[r, zcol:zcol + d], u, s)
-        else:
-            u[:] = yr
-        dyr = dy[r, dycol:dycol + d]
+        yr, zr, gr = y[r, ycol:ycol + d], z[r, zcol:zcol + d], grad[r, gcol:gcol + d]
+        dyr, dzr = dy[r, dycol:dycol + d], dz[r, dzcol:dzcol + d]
         for g in range(G):                                              # slices: 0-based loops vectorise
             lo, hi = g * group, (g + 1) * group
-            gg, ug, wg, dwg = gr[lo:hi], u[lo:hi], weight[lo:hi], dw[lo:hi]
+            gg, yg, wg, dwg, dyg = gr[lo:hi], yr[lo:hi], weight[lo:hi], dw[lo:hi], dyr[lo:hi]
             rs = rstd[r, g]
-            dot = zero
-            for ch in range(group):
-                gu = gg[ch] * ug[ch] * rs
-                dot += gu * wg[ch]
-                dwg[ch] += gu
-            m = dot * inv_group * rs
             if gated:
-                zg, yg, sg, dyg = z[r, zcol + lo:zcol + hi], yr[lo:hi], s[lo:hi], dyr[lo:hi]
-                dzg = dz[r, dzcol + lo:dzcol + hi]
+                zg, ug, sg, dzg = zr[lo:hi], u[lo:hi], s[lo:hi], dzr[lo:hi]
+                m = _gate_and_dot(yg, zg, gg, wg, rs, ug, sg, dwg, zero) * inv_group * rs
                 for ch in range(group):
                     du = rs * (gg[ch] * wg[ch] - ug[ch] * m)
                     a, sc = zg[ch], sg[ch]
                     dyg[ch] = du * a * sc
                     dzg[ch] = du * yg[ch] * sc * (one + a * (one - sc))
             else:
-                dyg = dyr[lo:hi]
+                dot = zero
                 for ch in range(group):
-                    dyg[ch] = rs * (gg[ch] * wg[ch] - ug[ch] * m)
+                    gu = gg[ch] * yg[ch] * rs
+                    dot += gu * wg[ch]
+                    dwg[ch] += gu
+                m = dot * inv_group * rs
+                for ch in range(group):
+                    dyg[ch] = rs * (gg[ch] * wg[ch] - yg[ch] * m)
