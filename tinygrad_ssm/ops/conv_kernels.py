@@ -112,12 +112,11 @@ def _generic_dx_dw(x, col, l, w, k, zero, t, i, r, d, out, dw, db):
 
 
 @njit(**_JIT)
-def conv_silu_backward(x, col, l, w, k, bias, zero, one, grad, gcol, seq, t0, t1, d, dx, dxcol, dw, db):
-    """Steps [t0, t1) of sequence seq, d (t1 - t0 + kp - 1, c) scratch. First, for t in [t0, h) (h = min(t1 +
-    kp - 1, l): dx at t needs d up to t + kp - 1), d[t] = grad s (1 + pre (1 - s)), s = sigmoid(pre) = 1 / (1 +
-    exp(-pre)), pre recomputed as in forward. Then dx[t] = sum_j w[j] d[t + kp - 1 - j] (d = 0 from step l on),
-    dw[j] += sum_t d[t] x[t + j - (kp - 1)], db += sum_t d[t]; dw (kp, c) padded like w. one: 1 in the data's
-    dtype (a float64 literal would widen float32 lanes)."""
+def conv_silu_grad(x, col, l, w, k, bias, zero, one, grad, gcol, seq, t0, t1, d):
+    """The backward's first half, steps [t0, h) of sequence seq, h = min(t1 + kp - 1, l) (dx at t needs d up to
+    t + kp - 1): d[t - t0] = grad s (1 + pre (1 - s)), s = sigmoid(pre) = 1 / (1 + exp(-pre)), pre recomputed as
+    in forward; d (t1 - t0 + kp - 1, c) scratch. one: 1 in the data's dtype (a float64 literal would widen
+    float32 lanes). The two halves are called apart: compiled as one function they ran ~1.6x slower."""
     c, kp = d.shape[1], w.shape[0]
     w0, w1, w2, w3 = w[0], w[1], w[2], w[3]
     for t in range(t0, min(t1 + kp - 1, l)):
@@ -131,6 +130,14 @@ def conv_silu_backward(x, col, l, w, k, bias, zero, one, grad, gcol, seq, t0, t1
                 dt[ch] = g[ch] * s * (one + v * (one - s))
         else:
             _generic_d(x, col, r, t, w, k, bias, zero, one, g, dt)
+
+
+@njit(**_JIT)
+def conv_dx_dw(x, col, l, w, k, zero, seq, t0, t1, d, dx, dxcol, dw, db):
+    """The backward's second half, steps [t0, t1), d from conv_silu_grad: dx[t] = sum_j w[j] d[t + kp - 1 - j]
+    (d = 0 from step l on), dw[j] += sum_t d[t] x[t + j - (kp - 1)], db += sum_t d[t]; dw (kp, c) padded like w."""
+    c = d.shape[1]
+    w0, w1, w2, w3 = w[0], w[1], w[2], w[3]
     a0, a1, a2, a3 = dw[0], dw[1], dw[2], dw[3]
     for t in range(t0, t1):
         i, r = t - t0, seq * l + t

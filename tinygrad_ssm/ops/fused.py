@@ -31,7 +31,7 @@ from numba import njit
 
 from .. import functional as F
 from ..tensor import Function, Tensor
-from .conv_kernels import conv_silu_backward, conv_silu_forward
+from .conv_kernels import conv_dx_dw, conv_silu_forward, conv_silu_grad
 from .norm_kernels import gated_rms_backward, gated_rms_forward
 from .row_blocks import as_rows, on_threads, rows_per_block
 
@@ -183,8 +183,9 @@ class Conv1dSilu(Function):
             d = np.empty((steps + kp - 1, c), dtype)
             for blk in blocks:
                 seq, t0 = blk // per_seq, blk % per_seq * steps
-                conv_silu_backward(rows, col, l, w, k, b_, zero, one, g_rows, gcol, seq, t0, min(t0 + steps, l), d,
-                                   dx, dxcol, dw[blk], db[blk])
+                t1 = min(t0 + steps, l)
+                conv_silu_grad(rows, col, l, w, k, b_, zero, one, g_rows, gcol, seq, t0, t1, d)
+                conv_dx_dw(rows, col, l, w, k, zero, seq, t0, t1, d, dx, dxcol, dw[blk], db[blk])
         on_threads(work, nb * per_seq)
         grad_bias = db.sum(axis=0) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None
         return grad_x, dw.sum(axis=0)[kp - k:].T, grad_bias
