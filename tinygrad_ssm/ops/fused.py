@@ -10,9 +10,11 @@ holds equal in float64 to 1e-10, and gradchecks.
 
 How they run (each choice measured, benchmarks/bench_fused.py): the rows are cut into blocks of ~128 KiB
 that stay in L2, handed to whichever thread asks first (numba.get_num_threads() of them, the caller's among
-them; the caller never waits for a helper that has not started). Per block, a numba kernel does the arithmetic
-and NumPy does the exp: numba's scalar exp (no SVML in the llvmlite wheels) is ~10x slower than NumPy's SIMD
-one. sigmoid(v) = e / (1 + e) from e = exp(v) (1 where e = inf), so no negation pass. A strided input (the
+them; the caller never waits for a helper that has not started). Per block, a numba kernel (ops/conv_kernels.py,
+ops/norm_kernels.py) does all the arithmetic, exp included: models/fast_exp's exp32 for float32 data (within 2
+float32 ulp), its float64 exp for float64 (within 2 ulp), both vectorised by LLVM inside the kernels' loops,
+where numba's math.exp is a scalar libm call (no SVML in the llvmlite wheels) and NumPy's exp a pass of its own
+over a scratch block. sigmoid(v) = 1 / (1 + exp(-v)), silu(v) = v / (1 + exp(-v)). A strided input (the
 in_proj split's views) is read in place as rows of its base array from a column on, never copied; a conv or
 gated-norm input that is a SplitLast output gets its gradient written straight into the split's one gradient
 array (`SplitLast.gradient_slot`), so the split's backward copies nothing for it. Weight gradients are summed
@@ -27,16 +29,12 @@ import os
 
 import numba
 import numpy as np
-from numba import njit
 
 from .. import functional as F
 from ..tensor import Function, Tensor
 from .conv_kernels import conv_dx_dw, conv_silu_forward, conv_silu_grad
 from .norm_kernels import gated_rms_backward, gated_rms_forward
 from .row_blocks import as_rows, on_threads, rows_per_block
-
-_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums may vectorise; no nnan/ninf
-            error_model="numpy")  # x / 0 = inf, no ZeroDivisionError check: a branch per division stops SIMD
 
 # numba's default OpenMP pool spins after each parallel loop and starves the BLAS threads of the matmul that
 # follows (a training step ran 2-5x slower on 2 cores); the workqueue pool sleeps. Set before the first
