@@ -5,10 +5,11 @@ over a scratch block and the conv's sum k + 1 passes).
 
 The weight comes transposed and zero-padded at the front to a multiple of 4 rows, w (kp, c) with w[kp - k:] =
 weight.T, and pre[t] = bias + sum_j w[j] x[t + j - (kp - 1)]. The official width, 4, has a loop of its own for
-every step whose rows are all there (from step 3 on): 4 rows sliced straight, no choice. The other steps (the
-first k - 1 of a sequence, the last of a backward block) and other widths take `_generic_*`: 4 rows at a time,
-a row that is not there (before the sequence, past its end, a padding row of w) read as `zero`, so it adds exact
-zeros. Measured (benchmarks/bench_fused.py): a row picked by a condition cost the loop a third.
+every step whose rows are all there (forward from step 3 on, backward's dx also up to step l - 4): 4 rows
+sliced straight, no choice. The other steps (a sequence's first 3, backward's last 3) and other widths take
+`_generic_*`: 4 rows at a time, a row that is not there (before the sequence, past its end, a padding row of w)
+read as `zero`, so it adds exact zeros. Measured on the forward at the benchmark's shape: with every row picked
+by such a condition the loop took a third longer.
 Rows come as slices from column col on (see row_blocks.as_rows): indexed from 0 they vectorise, indexed
 x[r, col + ch] they would not.
 """
