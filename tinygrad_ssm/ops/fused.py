@@ -10,9 +10,11 @@ holds equal in float64 to 1e-10, and gradchecks.
 
 How they run (each choice measured, benchmarks/bench_fused.py): the rows are cut into blocks of ~128 KiB
 that stay in L2, handed to whichever thread asks first (numba.get_num_threads() of them, the caller's among
-them; the caller never waits for a helper that has not started). Per block, a numba kernel does the arithmetic
-and NumPy does the exp: numba's scalar exp (no SVML in the llvmlite wheels) is ~10x slower than NumPy's SIMD
-one. sigmoid(v) = e / (1 + e) from e = exp(v) (1 where e = inf), so no negation pass. A strided input (the
+them; the caller never waits for a helper that has not started). Per block, a numba kernel (ops/conv_kernels.py,
+ops/norm_kernels.py) does all the arithmetic, exp included: models/fast_exp's exp32 for float32 data (within 2
+float32 ulp), its float64 exp for float64 (within 2 ulp), both vectorised by LLVM inside the kernels' loops,
+where numba's math.exp is a scalar libm call (no SVML in the llvmlite wheels) and NumPy's exp a pass of its own
+over a scratch block. sigmoid(v) = 1 / (1 + exp(-v)), silu(v) = v / (1 + exp(-v)). A strided input (the
 in_proj split's views) is read in place as rows of its base array from a column on, never copied; a conv or
 gated-norm input that is a SplitLast output gets its gradient written straight into the split's one gradient
 array (`SplitLast.gradient_slot`), so the split's backward copies nothing for it. Weight gradients are summed
@@ -27,14 +29,12 @@ import os
 
 import numba
 import numpy as np
-from numba import njit
 
 from .. import functional as F
 from ..tensor import Function, Tensor
+from .conv_kernels import conv_dx_dw, conv_silu_forward, conv_silu_grad
+from .norm_kernels import gated_rms_backward, gated_rms_forward
 from .row_blocks import as_rows, on_threads, rows_per_block
-
-_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums may vectorise; no nnan/ninf
-            error_model="numpy")  # x / 0 = inf, no ZeroDivisionError check: a branch per division stops SIMD
 
 # numba's default OpenMP pool spins after each parallel loop and starves the BLAS threads of the matmul that
 # follows (a training step ran 2-5x slower on 2 cores); the workqueue pool sleeps. Set before the first
@@ -119,60 +119,6 @@ def _destination(op: Function, i: int, shape: tuple, dtype) -> tuple:
 
 # --- causal depthwise conv1d + SiLU -------------------------------------------------------------------------
 
-@njit(**_JIT)
-def _conv_pre(x, col, l, wT, bias, seq, t0, t1, pre):
-    """pre[t - t0, ch] = bias[ch] + sum_j wT[j, ch] x[seq, t + j - (k - 1), ch] for t in [t0, t1) (x = 0 before
-    t = 0). x is given as rows (b l, D) from column col on (see row_blocks.as_rows). Row slices such as
-    x[r, col:col + c] are contiguous to numba; indexing x[r, col + ch] would gather (a sign check per index)."""
-    c, k = pre.shape[1], wT.shape[0]
-    for t in range(t0, t1):
-        p = pre[t - t0]
-        p[:] = bias
-        for j in range(max(0, k - 1 - t), k):
-            xr, w = x[seq * l + t + j - (k - 1), col:col + c], wT[j]
-            for ch in range(c):
-                p[ch] += w[ch] * xr[ch]
-
-
-@njit(**_JIT)
-def _silu_of_pre(pre, e, one, inf):
-    """pre becomes silu(pre) = pre s, given e = exp(pre): s = sigmoid(pre) = e / (1 + e), 1 where e = inf."""
-    for i in range(pre.shape[0]):
-        p, er = pre[i], e[i]
-        for ch in range(pre.shape[1]):
-            p[ch] = p[ch] * (one if er[ch] == inf else er[ch] / (one + er[ch]))
-
-
-@njit(**_JIT)
-def _conv_silu_backward(x, col, l, wT, grad, gcol, seq, t0, t1, d, e, one, inf, dx, dxcol, dw, db):
-    """Steps [t0, t1) of sequence seq. On entry d holds pre for steps t0..h - 1 (h = min(t1 + k - 1, l): dx at t
-    needs d up to t + k - 1) and e = exp(pre); d becomes grad silu'(pre) = grad s (1 + pre (1 - s)), s = e / (1 +
-    e) (1 where e = inf). Then dx[t] = sum_j wT[j] d[t + k - 1 - j], and dw[j] += sum_t d[t] x[t + j - (k - 1)],
-    db += sum_t d[t]."""
-    c, k = d.shape[1], wT.shape[0]
-    for t in range(t0, min(t1 + k - 1, l)):
-        dt, et, g = d[t - t0], e[t - t0], grad[seq * l + t, gcol:gcol + c]
-        for ch in range(c):
-            s = one if et[ch] == inf else et[ch] / (one + et[ch])
-            a = dt[ch]
-            dt[ch] = g[ch] * s * (one + a * (one - s))
-    for t in range(t0, t1):
-        i, r = t - t0, seq * l + t
-        out, dt, last = dx[r, dxcol:dxcol + c], d[i], wT[k - 1]
-        for ch in range(c):
-            out[ch] = last[ch] * dt[ch]
-        for j in range(max(0, t + k - l), k - 1):
-            w, later = wT[j], d[i + k - 1 - j]
-            for ch in range(c):
-                out[ch] += w[ch] * later[ch]
-        for ch in range(c):
-            db[ch] += dt[ch]
-        for j in range(max(0, k - 1 - t), k):
-            xr, acc = x[r + j - (k - 1), col:col + c], dw[j]
-            for ch in range(c):
-                acc[ch] += dt[ch] * xr[ch]
-
-
 class Conv1dSilu(Function):
     """y = silu(pre), pre[b, t, c] = bias[c] + sum_j weight[c, j] x[b, t + j - (k - 1), c].
     x (b, l, c) (a strided view is read in place), weight (c, k), bias (c,) or None. Saves x only: pre is
@@ -182,58 +128,51 @@ class Conv1dSilu(Function):
 
     def forward(self, x, weight, bias=None):
         dtype = np.result_type(x, weight)
-        wT = np.ascontiguousarray(weight.T, dtype=dtype)                 # (k, c)
-        b_ = np.zeros(x.shape[2], dtype) if bias is None else bias.astype(dtype, copy=False)
-        self.save_for_backward(x, wT, b_)                                # x as given: a view stays a view
-        nb, l, c = x.shape
+        c, k = weight.shape
+        w = np.zeros((-(-k // 4) * 4, c), dtype)                         # (kp, c): weight.T after kp - k zero rows
+        w[w.shape[0] - k:] = weight.T
+        b_ = np.zeros(c, dtype) if bias is None else bias.astype(dtype, copy=False)
+        self.save_for_backward(x, w, b_)                                 # x as given: a view stays a view
+        self.k = k
+        nb, l, _ = x.shape
         out = np.empty(x.shape, dtype)                                   # (b, l, c)
         if x.size == 0:
             return out
         rows, col = as_rows(x, dtype)                                    # (b l, D), x at column col
         steps = rows_per_block(c, out.itemsize)
         per_seq = -(-l // steps)
-        pre_all = out.reshape(nb * l, c)
-        one, inf = dtype.type(1), dtype.type(np.inf)
+        out_rows, zero = out.reshape(nb * l, c), np.zeros(c, dtype)
 
         def work(blocks, share):
-            exp = np.empty((steps, c), dtype)
-            with np.errstate(over="ignore"):                             # exp(pre) = inf: sigmoid 1, handled
-                for blk in blocks:
-                    seq, t0 = blk // per_seq, blk % per_seq * steps
-                    t1 = min(t0 + steps, l)
-                    pre, e = pre_all[seq * l + t0:seq * l + t1], exp[:t1 - t0]
-                    _conv_pre(rows, col, l, wT, b_, seq, t0, t1, pre)
-                    _silu_of_pre(pre, np.exp(pre, out=e), one, inf)
+            for blk in blocks:
+                seq, t0 = blk // per_seq, blk % per_seq * steps
+                conv_silu_forward(rows, col, l, w, k, b_, zero, seq, t0, min(t0 + steps, l), out_rows)
         on_threads(work, nb * per_seq)
         return out
 
     def backward(self, grad):                                          # grad (b, l, c)
-        x, wT, b_ = self.saved
-        dtype, (nb, l, c), k = wT.dtype, x.shape, wT.shape[0]
+        x, w, b_ = self.saved
+        dtype, (nb, l, c), (kp, k) = w.dtype, x.shape, (w.shape[0], self.k)
         rows, col = as_rows(x, dtype)
         g_rows, gcol = as_rows(grad, dtype)
         dx, dxcol, grad_x = _destination(self, 0, x.shape, dtype)
-        steps = rows_per_block(c, wT.itemsize)
+        steps = rows_per_block(c, w.itemsize)
         per_seq = -(-l // steps) if l else 0
         # per block, summed below in a fixed order: the same bits whichever thread ran which block
-        dw = np.zeros((nb * per_seq, k, c), dtype)
+        dw = np.zeros((nb * per_seq, kp, c), dtype)
         db = np.zeros((nb * per_seq, c), dtype)
-        one, inf = dtype.type(1), dtype.type(np.inf)
+        zero, one = np.zeros(c, dtype), dtype.type(1)
 
         def work(blocks, share):
-            d, e = np.empty((steps + k - 1, c), dtype), np.empty((steps + k - 1, c), dtype)
-            with np.errstate(over="ignore"):
-                for blk in blocks:
-                    seq, t0 = blk // per_seq, blk % per_seq * steps
-                    t1 = min(t0 + steps, l)
-                    h = min(t1 + k - 1, l)
-                    _conv_pre(rows, col, l, wT, b_, seq, t0, h, d)
-                    np.exp(d[:h - t0], out=e[:h - t0])
-                    _conv_silu_backward(rows, col, l, wT, g_rows, gcol, seq, t0, t1, d, e, one, inf, dx, dxcol,
-                                        dw[blk], db[blk])
+            d = np.empty((steps + kp - 1, c), dtype)
+            for blk in blocks:
+                seq, t0 = blk // per_seq, blk % per_seq * steps
+                t1 = min(t0 + steps, l)
+                conv_silu_grad(rows, col, l, w, k, b_, zero, one, g_rows, gcol, seq, t0, t1, d)
+                conv_dx_dw(rows, col, l, w, k, zero, seq, t0, t1, d, dx, dxcol, dw[blk], db[blk])
         on_threads(work, nb * per_seq)
         grad_bias = db.sum(axis=0) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None
-        return grad_x, dw.sum(axis=0).T, grad_bias
+        return grad_x, dw.sum(axis=0)[kp - k:].T, grad_bias
 
 
 def _conv_weight(weight: Tensor) -> Tensor:
@@ -287,78 +226,6 @@ def reference_dt_softplus(dt, bias, low=0.0, high=math.inf):
 
 # --- gated (grouped) RMS norm ---------------------------------------------------------------------------------
 
-# consts = [0, 1 / group, 1, eps, inf] in the data's dtype: scalars of that dtype keep a float32 norm in float32
-# lanes (float64 literals in the loops made them 2-3x slower); the gate's branch sits outside the loops.
-# y and z come as rows from a column on (see row_blocks.as_rows); e = exp(z) for the block's rows (NumPy's), or unused:
-# sigmoid(z) = e / (1 + e), and 1 where e = inf (consts[4]).
-
-
-@njit(**_JIT)
-def _gated_rms_forward(y, ycol, z, zcol, e, weight, consts, gated, r0, r1, out, rstd):
-    """Rows [r0, r1), per group: u = y * silu(z) = y z sigmoid(z) (or y); r = 1 / sqrt(mean(u^2) + eps);
-    out = u r weight."""
-    zero, inv_group, one, eps, inf = consts[0], consts[1], consts[2], consts[3], consts[4]
-    d, G = out.shape[1], rstd.shape[1]
-    group = d // G
-    for r in range(r0, r1):
-        o, yr = out[r], y[r, ycol:ycol + d]
-        if gated:
-            zr, er = z[r, zcol:zcol + d], e[r - r0]
-            for ch in range(d):
-                o[ch] = yr[ch] * zr[ch] * (one if er[ch] == inf else er[ch] / (one + er[ch]))
-        else:
-            o[:] = yr
-        for g in range(G):                                              # slices: 0-based loops vectorise
-            og, wg = o[g * group:(g + 1) * group], weight[g * group:(g + 1) * group]
-            acc = zero
-            for ch in range(group):
-                acc += og[ch] * og[ch]
-            rs = one / math.sqrt(acc * inv_group + eps)
-            rstd[r, g] = rs
-            for ch in range(group):
-                og[ch] = og[ch] * rs * wg[ch]
-
-
-@njit(**_JIT)
-def _gated_rms_backward(y, ycol, z, zcol, e, weight, rstd, grad, gcol, consts, gated, r0, r1,
-                        dy, dycol, dz, dzcol, dw, u):
-    """Rows [r0, r1): with xhat = u r, du = r (g w - xhat mean(g w xhat)); dy = du silu(z) (= du without a
-    gate); dz = du y silu'(z); dw += g xhat. u is a scratch row; e becomes s = sigmoid(z)."""
-    zero, inv_group, one, inf = consts[0], consts[1], consts[2], consts[4]
-    d, G = weight.shape[0], rstd.shape[1]
-    group = d // G
-    for r in range(r0, r1):
-        yr, zr, sr, gr = y[r, ycol:ycol + d], z[r, zcol:zcol + d], e[r - r0], grad[r, gcol:gcol + d]
-        if gated:
-            for ch in range(d):
-                s = one if sr[ch] == inf else sr[ch] / (one + sr[ch])
-                sr[ch] = s
-                u[ch] = yr[ch] * zr[ch] * s
-        else:
-            u[:] = yr
-        for g in range(G):                                              # slices: 0-based loops vectorise
-            lo, hi = g * group, (g + 1) * group
-            gg, ug, wg, dwg = gr[lo:hi], u[lo:hi], weight[lo:hi], dw[lo:hi]
-            rs = rstd[r, g]
-            dot = zero
-            for ch in range(group):
-                gu = gg[ch] * ug[ch] * rs
-                dot += gu * wg[ch]
-                dwg[ch] += gu
-            m = dot * inv_group * rs
-            for ch in range(group):
-                ug[ch] = rs * (gg[ch] * wg[ch] - ug[ch] * m)                   # u becomes du
-        dyr = dy[r, dycol:dycol + d]
-        if gated:
-            dzr = dz[r, dzcol:dzcol + d]
-            for ch in range(d):
-                s, a = sr[ch], zr[ch]
-                dyr[ch] = u[ch] * a * s
-                dzr[ch] = u[ch] * yr[ch] * s * (one + a * (one - s))
-        else:
-            dyr[:] = u
-
-
 class GatedRMSNorm(Function):
     """out = u r weight, u = y * silu(z) (u = y without z), r = 1 / sqrt(mean over each group of u^2 + eps).
     y, z (..., d), weight (d,). Saves y, z (as given: a view stays a view, read in place) and r (one number
@@ -375,21 +242,16 @@ class GatedRMSNorm(Function):
         n = y_rows.shape[0]
         out = np.empty(y.shape, dtype)
         rstd = np.empty((n, d // group), dtype)                          # (N, G)
-        consts = np.array([0.0, 1.0 / group, 1.0, eps, np.inf], dtype)
+        consts = np.array([0.0, 1.0 / group, 1.0, eps], dtype)          # see ops/norm_kernels.py
         self.save_for_backward(y, z, weight, rstd)
         self.consts, self.dtype = consts, dtype
         rows_per = rows_per_block(d, out.itemsize)
         out_rows = out.reshape(n, d)
 
         def work(blocks, share):
-            e = np.empty((rows_per, d), dtype) if z is not None else out_rows
-            with np.errstate(over="ignore"):
-                for blk in blocks:
-                    r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
-                    if z is not None:
-                        np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
-                    _gated_rms_forward(y_rows, ycol, z_rows, zcol, e, w, consts, z is not None, r0, r1, out_rows,
-                                       rstd)
+            for blk in blocks:
+                r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
+                gated_rms_forward(y_rows, ycol, z_rows, zcol, w, consts, z is not None, r0, r1, out_rows, rstd)
         on_threads(work, -(-n // rows_per))
         return out
 
@@ -408,14 +270,11 @@ class GatedRMSNorm(Function):
         dw = np.zeros((blocks, d), dtype)          # per block, summed in a fixed order: the same bits every run
 
         def work(blocks, share):
-            e, u = np.empty((rows_per, d), dtype), np.empty(d, dtype)
-            with np.errstate(over="ignore"):
-                for blk in blocks:
-                    r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
-                    if z is not None:
-                        np.exp(z_rows[r0:r1, zcol:zcol + d], out=e[:r1 - r0])
-                    _gated_rms_backward(y_rows, ycol, z_rows, zcol, e, w, rstd, g_rows, gcol, self.consts,
-                                        z is not None, r0, r1, dy, dycol, dz, dzcol, dw[blk], u)
+            u, s = np.empty(d, dtype), np.empty(d, dtype)                # scratch rows
+            for blk in blocks:
+                r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
+                gated_rms_backward(y_rows, ycol, z_rows, zcol, w, rstd, g_rows, gcol, self.consts, z is not None,
+                                   r0, r1, dy, dycol, dz, dzcol, dw[blk], u, s)
         on_threads(work, blocks)
         return grad_y, grad_z, dw.sum(axis=0)
 
