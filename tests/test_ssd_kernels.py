@@ -204,6 +204,82 @@ def test_numba_reads_the_pieces_of_one_array_in_place(p, n, g, seed):
         np.testing.assert_array_equal(got, want)
 
 
+@needs_numba
+@pytest.mark.parametrize("slices", [1, 2])
+@pytest.mark.parametrize("layout", ["pieces", "fortran"])
+def test_numba_backward_into_given_arrays(monkeypatch, slices, layout):
+    """backward(..., into=(dx, dB, dC)) returns those arrays holding the same bits as a plain backward: pieces of
+    one array are written by the kernel itself (slices = 1) or after summing the slices; arrays the kernel cannot
+    write as rows (Fortran order) get the result copied in."""
+    from tinygrad_ssm.kernels import numba_cpu
+    monkeypatch.setattr(numba_cpu, "_head_slices", lambda b, g, r, threads: min(r, slices))
+    rng = np.random.default_rng(17)
+    inputs = make_inputs(rng, b=2, l=9, h=4, p=3, g=2, n=2)
+    args = [inputs[k] for k in ("x", "dt", "A", "B", "C", "D", "initial_state")]
+    y, state, saved = numba_cpu.forward(*args, 4)
+    dy, d_final = rng.standard_normal(y.shape), rng.standard_normal(state.shape)
+    plain = numba_cpu.backward(saved, dy, d_final)
+    shapes = [inputs["x"].shape, inputs["B"].shape, inputs["C"].shape]
+    if layout == "pieces":
+        widths = [int(np.prod(sh[2:])) for sh in shapes]
+        grad = np.full((2, 9, sum(widths) + 1), np.nan)                 # one gradient array, as a split's
+        edges = np.cumsum([0] + widths)
+        into = tuple(grad[..., a:b].reshape(sh) for a, b, sh in zip(edges, edges[1:], shapes))
+    else:
+        into = tuple(np.asfortranarray(np.full(sh, np.nan)) for sh in shapes)
+    got = numba_cpu.backward(saved, dy, d_final, into=into)
+    assert all(g is i for g, i in zip((got[0], got[3], got[4]), into))
+    for g, want in zip(got, plain):
+        np.testing.assert_array_equal(g, want)
+
+
+@needs_numba
+@pytest.mark.parametrize("ngroups", [1, 2])
+def test_numba_backward_writes_into_the_split_gradient(monkeypatch, ngroups):
+    """In the model x, B and C are reshaped pieces of one split_last: the numba backward writes dx, dB, dC
+    straight into that split's gradient array (the split then copies nothing for them), and every parameter's
+    gradient has the same bits as with new arrays copied across (backward_into off)."""
+    import dataclasses
+
+    from test_mamba2 import tiny_model
+    from tinygrad_ssm.kernels import numba_cpu
+    from tinygrad_ssm.ops import fused
+
+    ids = np.random.default_rng(3).integers(0, 50, (2, 13))
+    seen = []
+    plain_backward, plain_same_view = numba_cpu.backward, fused._same_view
+
+    def spy_backward(saved, dy, d_final, into=(None, None, None)):
+        out = plain_backward(saved, dy, d_final, into=into)
+        wrote_into = all(i is not None for i in into) and all(o is i for o, i in zip(out[:1] + out[3:5], into))
+        seen.append(("into", wrote_into))
+        return out
+
+    def spy_same_view(g, slot):
+        same = plain_same_view(g, slot)
+        seen.append(("in place", same))
+        return same
+
+    def gradients(into: bool):
+        seen.clear()
+        monkeypatch.setitem(BACKENDS, "numba", dataclasses.replace(BACKENDS["numba"], backward_into=into,
+                                                                   backward=spy_backward))
+        model = tiny_model(seed=5, dtype="float32", ngroups=ngroups)
+        model.loss(ids, ids).backward()
+        return ({name: t.grad.data for name, t in model.varmap.named_vars()},
+                [ok for kind, ok in seen if kind == "into"], sum(ok for kind, ok in seen if kind == "in place"))
+
+    monkeypatch.setattr(fused, "_same_view", spy_same_view)
+    copied, into_calls, in_place_off = gradients(False)
+    assert into_calls and not any(into_calls)
+    written, into_calls, in_place_on = gradients(True)
+    assert into_calls and all(into_calls)                               # every layer's scan wrote in place
+    assert in_place_on == in_place_off + 3 * len(into_calls)            # x, B, C: the split copied nothing
+    assert copied.keys() == written.keys()
+    for name in copied:
+        np.testing.assert_array_equal(written[name], copied[name], err_msg=name)
+
+
 CACHE_PROBE = textwrap.dedent("""
     import json, time
     import numpy as np

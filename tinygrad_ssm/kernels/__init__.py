@@ -18,6 +18,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..ops.fused import SplitLast
+from ..ops.movement import Reshape
 from ..tensor import Function, Tensor
 from . import blas_chunked, numba_cpu
 from .reference import ssd_chunked
@@ -36,6 +38,8 @@ class Backend:
         tuple of arrays that backward needs (inputs saved as themselves, so in-place changes are caught).
     backward: (saved, dy, d_final_state) -> the gradients of (x, dt, A, B, C, D, initial_state), arrays,
         None for D / initial_state when the call had none.
+    backward_into: whether backward also takes `into=(x's, B's, C's)`: arrays (views allowed) or None, to write
+        dx, dB, dC into and return instead of new arrays (see `SSD.backward`).
     """
     name: str
     priority: int
@@ -44,6 +48,7 @@ class Backend:
     forward: Callable | None = None
     backward: Callable | None = None
     description: str = ""
+    backward_into: bool = False
 
     def __post_init__(self):
         if (self.ops is None) == (self.forward is None or self.backward is None):
@@ -67,7 +72,7 @@ def _always() -> bool:
 register_backend(Backend("reference", priority=0, available=_always, ops=ssd_chunked,
                          description="chunked SSD of engine ops (ssd_minimal's algorithm): the spec"))
 register_backend(Backend("numba", priority=10, available=numba_cpu.available, forward=numba_cpu.forward,
-                         backward=numba_cpu.backward,
+                         backward=numba_cpu.backward, backward_into=True,
                          description="numba CPU kernels: the recurrence with chunk checkpoints, parallel over heads"))
 register_backend(Backend("blas", priority=5, available=blas_chunked.available, forward=blas_chunked.forward,
                          backward=blas_chunked.backward,
@@ -113,7 +118,27 @@ class SSD(Function):
         return y, final_state                                           # (b, l, h, p), (b, h, p, n)
 
     def backward(self, grad_y, grad_final_state):
-        return tuple(self.kernel.backward(self.saved, grad_y, grad_final_state))
+        if not self.kernel.backward_into:
+            return tuple(self.kernel.backward(self.saved, grad_y, grad_final_state))
+        # in the model x, B and C are reshaped pieces of one split_last: their gradients go straight into the
+        # split's gradient array, which then copies nothing (2 ms a layer at b 8 x 512)
+        into = tuple(_split_gradient_slot(self.inputs[i], self.saved[i].dtype) if self.needs_input_grad[i] else None
+                     for i in (0, 3, 4))
+        return tuple(self.kernel.backward(self.saved, grad_y, grad_final_state, into=into))
+
+
+def _split_gradient_slot(t: Tensor, dtype):
+    """Where t's gradient may be written in place when t is a view-reshape of a piece of a split_last: that
+    piece's slot of the split's gradient array (SplitLast.gradient_slot), shaped like t; else None."""
+    reshape = t._ctx
+    if not isinstance(reshape, Reshape) or not reshape.is_view or not isinstance(reshape.inputs[0]._ctx, SplitLast):
+        return None
+    piece = reshape.inputs[0]
+    slot = piece._ctx.gradient_slot(piece, dtype)
+    if slot is None:
+        return None
+    view = slot[2].reshape(t.shape)
+    return view if np.may_share_memory(view, slot[2]) else None
 
 
 def _tensor(name: str, value) -> Tensor:

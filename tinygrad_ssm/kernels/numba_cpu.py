@@ -188,8 +188,8 @@ if numba is not None:
             final_state[bi, hi] = S_rows
 
     @njit(parallel=True, fastmath=FASTMATH, cache=True)
-    def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_final, q, sub, slices,
-                        dx, ddt, dA_parts, dB_parts, dC_parts, dD_parts, d_initial):
+    def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_final, g, q, sub, slices,
+                        dx, dxc, ddt, dA_parts, dB_parts, dBc, dC_parts, dCc, dD_parts, d_initial):
         """The reverse sweep of the adjoint G_t = dL/dS_t (p, n), from G_l = d_final down to t = 1:
             G_t = a_{t+1} G_{t+1} + dy_t C_t^T;   dx_t = dt_t G_t B_t + D_i dy_t;   dB_t += dt_t G_t^T x_t;
             dC_t += a_t S_{t-1}^T dy_t + dt_t (x_t . dy_t) B_t;   ddt_t = x_t . G_t B_t + A_i a_t <G_t, S_{t-1}>;
@@ -198,11 +198,12 @@ if numba is not None:
         first the states entering its blocks of `sub` steps, then per block (from the last) its sub states.
         Work item: (batch, group, slice of the group's r heads: every slices-th head). Inputs as
         `forward_kernel`, dy (b, l, h, p) = dy[:, dyc:dyc + h p] in place too, d_final (b, h, p, n). Fills
-        dx (b, l, h, p), ddt (b, l, h),
-        d_initial (b, h, p, n), and partial sums the caller adds up: dA_parts, dD_parts (b, h) over batches;
-        dB_parts, dC_parts (slices, b, l, g, n), zeroed on entry, over slices."""
-        b, l, h, p = dx.shape
-        g, n = dB_parts.shape[3], dB_parts.shape[4]
+        dx (b, l, h, p) = dx[:, dxc:dxc + h p] (rows too, like the inputs), ddt (b, l, h), d_initial (b, h, p, n),
+        and partial sums the caller adds up: dA_parts, dD_parts (b, h) over batches; dB_parts[si], dC_parts[si]
+        (slices, b l, width) with (b, l, g, n) = dB_parts[si][:, dBc:dBc + g n] reshaped, zeroed on entry,
+        over slices."""
+        b, l, h = ddt.shape
+        p, n = d_final.shape[2], d_final.shape[3]
         r = h // g
         c = checkpoints.shape[2]
         pq = -(-p // ROWS)
@@ -242,7 +243,7 @@ if numba is not None:
                             a = np.exp(dt_t * A[hi])
                             B_t, C_t = _piece(B, Bc, n, row, gi), _piece(C, Cc, n, row, gi)   # (n,), (n,)
                             x_t, dy_t = _piece(x, xc, p, row, hi), _piece(dy, dyc, p, row, hi)  # (p,), (p,)
-                            dx_t = dx[bi, t, hi]                        # (p,)
+                            dx_t = _piece(dx, dxc, p, row, hi)          # (p,)
                             dB_acc[:] = 0.0
                             dC_acc[:] = 0.0
                             x_dot_gb, gs, x_dot_dy = zero, zero, zero
@@ -259,9 +260,11 @@ if numba is not None:
                             ddt[bi, t, hi] = x_dot_gb + A[hi] * a * gs
                             dA_sum += dt_t * a * gs
                             dD_sum += x_dot_dy
+                            dB_t = _piece(dB_parts[si], dBc, n, row, gi)  # (n,)
+                            dC_t = _piece(dC_parts[si], dCc, n, row, gi)  # (n,)
                             for j in range(n):
-                                dB_parts[si, bi, t, gi, j] += dt_t * dB_acc[j]
-                                dC_parts[si, bi, t, gi, j] += a * dC_acc[j] + dt_t * x_dot_dy * B_t[j]
+                                dB_t[j] += dt_t * dB_acc[j]
+                                dC_t[j] += a * dC_acc[j] + dt_t * x_dot_dy * B_t[j]
                 dA_parts[bi, hi] = dA_sum
                 dD_parts[bi, hi] = dD_sum
                 d_initial[bi, hi] = G_rows
@@ -308,8 +311,10 @@ def forward(x, dt, A, B, C, D, initial_state, chunk_size):
                             np.array([q, initial_state is not None]))
 
 
-def backward(saved, dy, d_final_state):
-    """The registry's kernel backward: (saved, dy, d final_state) -> (dx, ddt, dA, dB, dC, dD|None, d_initial|None)."""
+def backward(saved, dy, d_final_state, into=(None, None, None)):
+    """The registry's kernel backward: (saved, dy, d final_state) -> (dx, ddt, dA, dB, dC, dD|None, d_initial|None).
+    into: arrays shaped like x, B, C (or None) to write dx, dB, dC into and return, instead of new arrays; the model
+    passes the pieces of the split's one gradient array (see `SSD.backward`), so the split copies nothing."""
     x, dt, A, B, C, D, checkpoints, (q, had_initial) = saved
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
@@ -317,20 +322,54 @@ def backward(saved, dy, d_final_state):
     dtype = x.dtype
     threads = _thread_count(b * l * h * p * n)
     slices = _head_slices(b, g, h // g, threads)
-    dx, ddt = np.empty_like(x), np.empty_like(dt)
+    dx = into[0]
+    dx_rows = None if dx is None else _rows_in_place(dx)
+    if dx_rows is None:                                                 # a new array (copied into into[0] after)
+        dx = np.empty_like(x)
+        dx_rows = _rows_of(dx)
+    ddt = np.empty_like(dt)
     dA_parts, dD_parts = np.empty((b, h), dtype), np.empty((b, h), dtype)
-    dB_parts, dC_parts = np.zeros((slices, b, l, g, n), dtype), np.zeros((slices, b, l, g, n), dtype)
+    sums = []                                                           # per dB, dC: (rows (slices, b l, w), col)
+    for target in into[1:]:
+        rows = _rows_in_place(target) if target is not None and slices == 1 else None
+        if rows is not None:
+            target[...] = 0                                             # the kernel adds into it
+            sums.append((rows[0][None], rows[1]))
+        else:
+            sums.append((np.zeros((slices, b * l, g * n), dtype), 0))
     d_initial = np.empty((b, h, p, n), dtype)
     D_or_zeros = D if D.size else np.zeros(h, dtype)
     A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints, d_final_state.astype(dtype, copy=False))
     with _threads(threads):
         backward_kernel(*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, checkpoints,
-                        *_rows_of(dy.astype(dtype, copy=False)), d_final, q, _block_steps(q, p * n * dtype.itemsize),
-                        slices, dx, ddt, dA_parts, dB_parts, dC_parts, dD_parts, d_initial)
-    dB, dC = (dB_parts[0], dC_parts[0]) if slices == 1 else (dB_parts.sum(0), dC_parts.sum(0))
+                        *_rows_of(dy.astype(dtype, copy=False)), d_final, g, q,
+                        _block_steps(q, p * n * dtype.itemsize), slices, *dx_rows, ddt, dA_parts, *sums[0], *sums[1],
+                        dD_parts, d_initial)
+    if into[0] is not None and dx is not into[0]:
+        into[0][...] = dx
+        dx = into[0]
+    dB, dC = (_summed(parts, col, B.shape, target) for (parts, col), target in zip(sums, into[1:]))
     return (dx, ddt, dA_parts.sum(0), dB, dC, dD_parts.sum(0) if D.size else None,
             d_initial if had_initial else None)
 
+
+def _rows_in_place(a: np.ndarray) -> tuple | None:
+    """`_rows_of(a)` when its rows are a's own memory (so the kernel's writes land in a), else None."""
+    rows, col = _rows_of(a)
+    return (rows, col) if np.may_share_memory(rows, a) and a.flags.writeable else None
+
+
+def _summed(parts: np.ndarray, col: int, shape: tuple, target) -> np.ndarray:
+    """The kernel's dB or dC: parts (slices, b l, w), its (b, l, g, n) at column col, summed over slices; in
+    `target` when given (where the kernel already wrote it if it could)."""
+    if target is not None and np.may_share_memory(parts, target):
+        return target
+    width = int(np.prod(shape[2:]))
+    total = (parts[0] if parts.shape[0] == 1 else parts.sum(0))[:, col:col + width].reshape(shape)
+    if target is None:
+        return total
+    target[...] = total
+    return target
 
 
 def _block_steps(q: int, state_bytes: int) -> int:

@@ -98,9 +98,17 @@ class SplitLast(Function):
         out, lent = self.grad, self.lent
         self.grad, self.lent = None, {}                                  # lent once: nothing writes it later
         for j, ((a, b), g) in enumerate(zip(self.bounds, grads)):
-            if g is not lent.get(j):                                     # not written in place (or a sum of two)
+            if not _same_view(g, lent.get(j)):                           # not written in place (or a sum of two)
                 out[..., a:b] = g
         return out
+
+
+def _same_view(g: np.ndarray, slot) -> bool:
+    """Whether g is the lent slot itself or the same memory seen the same way (a reshape of the slot that came
+    back through a Reshape's backward, as the scan's dx, dB, dC do)."""
+    return slot is not None and (g is slot or (
+        g.shape == slot.shape and g.strides == slot.strides and g.dtype == slot.dtype
+        and g.__array_interface__["data"][0] == slot.__array_interface__["data"][0]))
 
 
 def split_last(x: Tensor, sizes) -> tuple:
