@@ -370,16 +370,10 @@ def _f32_gap(fast, exact, scale):
 
 
 def test_float32_sigmoid_is_within_two_float32_ulp_and_float64_keeps_its_own():
-    from numba import njit
-
+    from test_decode_kernels import elementwise
     from tinygrad_ssm.models.fast_exp import exp as exp64, sigmoid
 
-    @njit
-    def sigmoid_all(a):
-        out = np.empty_like(a)
-        for i in range(a.shape[0]):
-            out[i] = sigmoid(a[i])
-        return out
+    sigmoid_all = elementwise(sigmoid)
     rng = np.random.default_rng(12)
     x = np.concatenate([rng.uniform(-88, 88, 20000), rng.normal(0, 3, 20000), [0.0, -0.0, 1e-30]]).astype(np.float32)
     x64 = x.astype(np.float64)
