@@ -331,6 +331,70 @@ def test_gated_rms_norm_rejects_bad_shapes():
         fused.gated_rms_norm(tg.Tensor(np.zeros((2, 6))), None, tg.Tensor(np.ones(6)), 4)
 
 
+# --- residual add + rms norm -----------------------------------------------------------------------------------
+
+def both_outputs(add_norm):
+    """x, m, w -> 0.7 total + out: one tensor through which gradients reach both outputs of an add + norm."""
+    def fn(x, m, w):
+        total, out = add_norm(x, m, w)
+        return total * 0.7 + out
+    return fn
+
+
+@given(lead=st.lists(st.integers(1, 3), min_size=1, max_size=2), d=st.integers(1, 9), return_total=st.booleans(),
+       blocks=BLOCKS, how=LAYOUTS, seed=st.integers(0, 2**16))
+def test_add_rms_norm_equals_reference(lead, d, return_total, blocks, how, seed):
+    r = np.random.default_rng(seed)
+    x, m, w = r.standard_normal((*lead, d)), r.standard_normal((*lead, d)) * 3, r.standard_normal(d)
+    if len(lead) == 2:
+        m = layout(m, how)
+    with block_bytes(blocks):
+        if return_total:
+            assert_same(both_outputs(lambda xx, mm, ww: fused.add_rms_norm(xx, mm, ww, 1e-5)),
+                        both_outputs(lambda xx, mm, ww: fused.reference_add_rms_norm(xx, mm, ww, 1e-5)), [x, m, w])
+        else:
+            assert_same(lambda xx, mm, ww: fused.add_rms_norm(xx, mm, ww, 1e-5, return_total=False),
+                        lambda xx, mm, ww: fused.reference_add_rms_norm(xx, mm, ww, 1e-5, False), [x, m, w])
+
+
+def test_add_rms_norm_gradcheck():
+    r = np.random.default_rng(4)
+    args = r.standard_normal((2, 3, 5)), r.standard_normal((2, 3, 5)), r.standard_normal(5)
+    assert gradcheck(both_outputs(lambda x, m, w: fused.add_rms_norm(x, m, w, 1e-5)), *args)
+    assert gradcheck(lambda x, m, w: fused.add_rms_norm(x, m, w, 1e-5, return_total=False), *args)
+
+
+def test_add_rms_norm_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="add_rms_norm: .*m \\(2, 5\\)"):
+        fused.add_rms_norm(tg.Tensor(np.zeros((2, 6))), tg.Tensor(np.zeros((2, 5))), tg.Tensor(np.ones(6)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_model_fused_residual_stream_is_the_blocks_one_by_one(dtype):
+    """The fused model's forward (each residual add done with the next norm: AddRMSNorm) gives the same bits,
+    logits and every parameter's gradient, as its blocks called one by one (x + mixer(norm(x)), then norm_f)."""
+    config = tg.Mamba2Config(d_model=16, n_layer=3, vocab_size=40, d_state=4, headdim=4, chunk_size=4)
+    model = tg.Mamba2LMHeadModel(config, tg.VarMap(seed=9), dtype=dtype)
+    ids = np.random.default_rng(9).integers(0, 40, (2, 11))
+
+    def one_by_one(ids):
+        x = model.embedding(ids)
+        for layer in model.layers:
+            x = layer(x)
+        return model._head(x)
+    results = []
+    for forward in (model, one_by_one):
+        for t in model.varmap.all_vars():
+            t.grad = None
+        logits = forward(ids)
+        F.cross_entropy(logits[:, :-1], ids[:, 1:]).backward()
+        results.append((logits.data, {name: t.grad.data.copy() for name, t in model.varmap.named_vars()}))
+    (fused_logits, fused_grads), (plain_logits, plain_grads) = results
+    np.testing.assert_array_equal(fused_logits, plain_logits)
+    for name in plain_grads:
+        np.testing.assert_array_equal(fused_grads[name], plain_grads[name], err_msg=name)
+
+
 # --- dtypes ---------------------------------------------------------------------------------------------------
 
 def test_float32_in_float32_out_and_gradients():

@@ -247,7 +247,10 @@ class Mamba2LMHeadModel:
         return ids
 
     def _head(self, x: Tensor) -> Tensor:
-        x = self.norm_f(x)
+        return self._attend(self.norm_f(x))
+
+    def _attend(self, x: Tensor) -> Tensor:
+        """The output head on norm_f's output: logits over the (padded) vocabulary."""
         return self.embedding.attend(x) if self.lm_head is None else self.lm_head(x)
 
     def __call__(self, input_ids, cache: Mamba2Cache | None = None) -> Tensor:
@@ -257,11 +260,27 @@ class Mamba2LMHeadModel:
         if cache is not None and cache.batch_size != ids.shape[0]:
             raise ValueError(f"Mamba2LMHeadModel: cache is for batch {cache.batch_size}, input_ids {ids.shape}")
         x = self.embedding(ids)                                          # (b, l, d_model)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, None if cache is None else cache.layers[i], self.backend)
+        states = [None] * len(self.layers) if cache is None else cache.layers
+        if self.fused:
+            x = self._fused_residual_stream(x, states)                   # (b, l, d_model) after norm_f
+        else:
+            for layer, state in zip(self.layers, states):
+                x = layer(x, state, self.backend)
+            x = self.norm_f(x)
         if cache is not None:
             cache.seqlen_offset += ids.shape[1]
-        return self._head(x)                                             # (b, l, V)
+        return self._attend(x)                                           # (b, l, V)
+
+    def _fused_residual_stream(self, x: Tensor, states: list) -> Tensor:
+        """The blocks as `Mamba2Block` computes them, x + mixer(norm(x)), but each residual add done together with
+        the norm that reads its sum (one AddRMSNorm op: mamba_ssm's fused_add_norm): block i's sum and block i+1's
+        norm, the last block's sum and norm_f. Returns norm_f's output. The same bits as the blocks one by one."""
+        first = self.layers[0]
+        mix = first.mixer(first.norm(x), states[0], self.backend)       # (b, l, d_model)
+        for layer, state in zip(self.layers[1:], states[1:]):
+            x, normed = fused_ops.add_rms_norm(x, mix, layer.norm.weight, layer.norm.eps)
+            mix = layer.mixer(normed, state, self.backend)
+        return fused_ops.add_rms_norm(x, mix, self.norm_f.weight, self.norm_f.eps, return_total=False)
 
     forward = __call__
 

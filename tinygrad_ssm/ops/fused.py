@@ -33,7 +33,7 @@ import numpy as np
 from .. import functional as F
 from ..tensor import Function, Tensor
 from .conv_kernels import conv_dx_dw, conv_silu_forward, conv_silu_grad
-from .norm_kernels import gated_rms_backward, gated_rms_forward
+from .norm_kernels import add_rms_backward, add_rms_forward, gated_rms_backward, gated_rms_forward
 from .row_blocks import as_rows, on_threads, rows_per_block
 
 # numba's default OpenMP pool spins after each parallel loop and starves the BLAS threads of the matmul that
@@ -298,6 +298,76 @@ def gated_rms_norm(y: Tensor, z: Tensor | None, weight: Tensor, group_size: int,
     return GatedRMSNorm.apply(y, z, weight, group=int(group_size), eps=float(eps))
 
 
+class AddRMSNorm(Function):
+    """The residual add and the next norm in one pass (mamba_ssm's fused_add_norm): total = x + m and
+    out = total r weight, r = 1 / sqrt(mean(total^2, last axis) + eps); x, m (..., d), weight (d,).
+    Outputs (total, out), or out alone with return_total=False (the last norm: nothing reads the sum).
+    Saves total and r. With xhat = total r and g_total, g the outputs' gradients:
+    dx = dm = g_total + r (g w - xhat mean(g w xhat)),  dweight = sum over rows of g xhat.
+    The same bits as the add followed by the RMSNorm op (`gated_rms_norm` without a gate) and the engine summing
+    the residual stream's two gradients; one pass fewer each way."""
+
+    def forward(self, x, m, weight, eps=1e-5, return_total=True):
+        d = x.shape[-1]
+        dtype = np.result_type(x, m, weight)
+        x_rows, xcol = as_rows(x, dtype)
+        m_rows, mcol = as_rows(m, dtype)
+        n = x_rows.shape[0]
+        total, out = np.empty(x.shape, dtype), np.empty(x.shape, dtype)
+        rstd = np.empty(n, dtype)                                        # (N,)
+        consts = np.array([0.0, 1.0 / d, 1.0, eps], dtype)              # see ops/norm_kernels.py
+        w = weight.astype(dtype, copy=False)
+        self.save_for_backward(total, weight, rstd)
+        self.consts, self.dtype, self.return_total = consts, dtype, return_total
+        rows_per = rows_per_block(d, out.itemsize)
+        total_rows, out_rows = total.reshape(n, d), out.reshape(n, d)
+
+        def work(blocks, share):
+            for blk in blocks:
+                r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
+                add_rms_forward(x_rows, xcol, m_rows, mcol, w, consts, r0, r1, total_rows, out_rows, rstd)
+        on_threads(work, -(-n // rows_per))
+        return (total, out) if return_total else out
+
+    def backward(self, *grads):
+        total, weight, rstd = self.saved
+        grad_total, grad = grads if self.return_total else (None, grads[0])
+        dtype, d = self.dtype, total.shape[-1]
+        n = rstd.shape[0]
+        total_rows = total.reshape(n, d)
+        g_rows, gcol = as_rows(grad, dtype)
+        t_rows, tcol = (g_rows, gcol) if grad_total is None else as_rows(grad_total, dtype)
+        w = weight.astype(dtype, copy=False)
+        dx = np.empty(total.shape, dtype)
+        rows_per = rows_per_block(d, dx.itemsize)
+        blocks = -(-n // rows_per)
+        dw = np.zeros((blocks, d), dtype)          # per block, summed in a fixed order: the same bits every run
+        dx_rows = dx.reshape(n, d)
+
+        def work(blocks, share):
+            for blk in blocks:
+                r0, r1 = blk * rows_per, min(blk * rows_per + rows_per, n)
+                add_rms_backward(total_rows, w, rstd, g_rows, gcol, t_rows, tcol, grad_total is not None,
+                                 self.consts, r0, r1, dx_rows, dw[blk])
+        on_threads(work, blocks)
+        return dx, dx, dw.sum(axis=0)
+
+
+def add_rms_norm(x: Tensor, m: Tensor, weight: Tensor, eps: float = 1e-5, return_total: bool = True):
+    """(x + m, rms_norm(x + m) * weight) in one op, or the norm alone with return_total=False."""
+    d = x.shape[-1]
+    if m.shape != x.shape or weight.shape != (d,):
+        raise ValueError(f"add_rms_norm: need x (..., d), m x's shape, weight (d,); got x {x.shape}, m {m.shape}, "
+                         f"weight {weight.shape}")
+    return AddRMSNorm.apply(x, m, weight, eps=float(eps), return_total=bool(return_total))
+
+
+def reference_add_rms_norm(x, m, weight, eps=1e-5, return_total=True):
+    total = x + m
+    out = F.rms_norm(total, weight, eps)
+    return (total, out) if return_total else out
+
+
 def reference_gated_rms_norm(y, z, weight, group_size, eps=1e-5):
     if z is not None:
         y = y * F.silu(z)
@@ -306,5 +376,5 @@ def reference_gated_rms_norm(y, z, weight, group_size, eps=1e-5):
     return F.reshape(F.rms_norm(grouped, None, eps), y.shape) * weight
 
 
-__all__ = ["split_last", "conv1d_silu", "dt_softplus", "gated_rms_norm", "reference_conv1d_silu",
-           "reference_dt_softplus", "reference_gated_rms_norm"]
+__all__ = ["split_last", "conv1d_silu", "dt_softplus", "gated_rms_norm", "add_rms_norm", "reference_conv1d_silu",
+           "reference_dt_softplus", "reference_gated_rms_norm", "reference_add_rms_norm"]

@@ -102,3 +102,46 @@ def gated_rms_backward(y, ycol, z, zcol, weight, rstd, grad, gcol, consts, gated
                 m = dot * inv_group * rs
                 for ch in range(group):
                     dyg[ch] = rs * (gg[ch] * wg[ch] - yg[ch] * m)
+
+
+@njit(**_JIT)
+def add_rms_forward(x, xcol, m, mcol, weight, consts, r0, r1, total, out, rstd):
+    """Rows [r0, r1): total = x + m; r = 1 / sqrt(mean(total^2) + eps); out = total r weight. The same operations
+    in the same order as the residual add followed by `gated_rms_forward` without a gate: the same bits."""
+    zero, inv_d, one, eps = consts[0], consts[1], consts[2], consts[3]
+    d = out.shape[1]
+    for r in range(r0, r1):
+        xr, mr, tr, o = x[r, xcol:xcol + d], m[r, mcol:mcol + d], total[r], out[r]
+        acc = zero
+        for ch in range(d):
+            v = xr[ch] + mr[ch]
+            tr[ch] = v
+            acc += v * v
+        rs = one / math.sqrt(acc * inv_d + eps)
+        rstd[r] = rs
+        for ch in range(d):
+            o[ch] = tr[ch] * rs * weight[ch]
+
+
+@njit(**_JIT)
+def add_rms_backward(total, weight, rstd, grad, gcol, grad_total, tcol, has_total, consts, r0, r1, dx, dw):
+    """Rows [r0, r1): with xhat = total r, dx = grad_total + r (g w - xhat mean(g w xhat)) (without grad_total
+    when has_total is False), dw += g xhat: the norm's backward with the residual stream's gradient added in the
+    same pass (the engine would sum the two in a pass of its own; a + b is b + a, so the same bits)."""
+    zero, inv_d = consts[0], consts[1]
+    d = weight.shape[0]
+    for r in range(r0, r1):
+        tr, gr, dxr = total[r], grad[r, gcol:gcol + d], dx[r]
+        rs = rstd[r]
+        dot = zero
+        for ch in range(d):
+            gu = gr[ch] * tr[ch] * rs
+            dot += gu * weight[ch]
+            dw[ch] += gu
+        m = dot * inv_d * rs
+        for ch in range(d):
+            dxr[ch] = rs * (gr[ch] * weight[ch] - tr[ch] * m)
+        if has_total:                   # a loop of its own: in one expression LLVM would fuse the add (an FMA)
+            gt = grad_total[r, tcol:tcol + d]
+            for ch in range(d):
+                dxr[ch] += gt[ch]
