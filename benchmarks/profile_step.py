@@ -25,7 +25,7 @@ from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
 from tinygrad_ssm.optim import AdamW
 from tinygrad_ssm.tensor import Function
 
-FUSED_OPS = ("Conv1dSilu", "GatedRMSNorm", "SplitLast", "DtSoftplus")
+FUSED_OPS = ("Conv1dSilu", "GatedRMSNorm", "SplitLast", "DtSoftplus", "AddRMSNorm")
 
 
 def instrument(times: dict, counts: collections.Counter, in_scan: list):

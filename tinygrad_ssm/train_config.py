@@ -27,9 +27,9 @@ class TrainConfig:
       2 layers: 1.906 at step 360 of 700, against 1.826 for 3 layers: dropped
     600 steps of the 3-layer model and 12 evaluations: 1.692 in 4 min 16 s once numba's kernels were compiled,
     3 min 40 s since page faults went (heap_reuse.py), 4 min 2 s on a fresh clone with the install and the
-    compilation; 4 min 8 s (the README's figures) on a slower day, when the kernels of the step's other parts
-    made a step 0.87x the previous one's (benchmarks/bench_step_ab.py, interleaved): left at 600, so the
-    README's command stays at about four minutes. Before the
+    compilation; 3 min 59 s (the README's figures) on a slower day, when the kernels of the step's other parts
+    made a step 0.88x the previous one's (benchmarks/bench_step_ab.py, interleaved): left at 600, so the
+    README's command stays within four minutes. Before the
     scan and fused kernels the engine-op path trained 150 steps of the 4-layer model to 2.02 in that time; with
     the kernels of the release before, 300 steps to 1.80.
     """
