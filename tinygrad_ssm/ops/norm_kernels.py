@@ -71,6 +71,20 @@ def _gate_and_dot(y, z, g, w, rs, u, s, dw, zero):
 
 
 @njit(**_JIT)
+def _norm_backward(g, x, w, rs, inv_d, zero, dw, dx):
+    """The plain RMSNorm's backward over one row or group, xhat = x rs: dw += g xhat;
+    dx = rs (g w - xhat mean(g w xhat)) (written, not added)."""
+    dot = zero
+    for ch in range(x.shape[0]):
+        gu = g[ch] * x[ch] * rs
+        dot += gu * w[ch]
+        dw[ch] += gu
+    m = dot * inv_d * rs
+    for ch in range(x.shape[0]):
+        dx[ch] = rs * (g[ch] * w[ch] - x[ch] * m)
+
+
+@njit(**_JIT)
 def gated_rms_backward(y, ycol, z, zcol, weight, rstd, grad, gcol, consts, gated, r0, r1,
                        dy, dycol, dz, dzcol, dw, u, s):
     """Rows [r0, r1): with xhat = u r, du = r (g w - xhat mean(g w xhat)); dy = du silu(z) (= du without a
@@ -94,14 +108,7 @@ def gated_rms_backward(y, ycol, z, zcol, weight, rstd, grad, gcol, consts, gated
                     dyg[ch] = du * a * sc
                     dzg[ch] = du * yg[ch] * sc * (one + a * (one - sc))
             else:
-                dot = zero
-                for ch in range(group):
-                    gu = gg[ch] * yg[ch] * rs
-                    dot += gu * wg[ch]
-                    dwg[ch] += gu
-                m = dot * inv_group * rs
-                for ch in range(group):
-                    dyg[ch] = rs * (gg[ch] * wg[ch] - yg[ch] * m)
+                _norm_backward(gg, yg, wg, rs, inv_group, zero, dwg, dyg)
 
 
 @njit(**_JIT)
@@ -131,16 +138,8 @@ def add_rms_backward(total, weight, rstd, grad, gcol, grad_total, tcol, has_tota
     zero, inv_d = consts[0], consts[1]
     d = weight.shape[0]
     for r in range(r0, r1):
-        tr, gr, dxr = total[r], grad[r, gcol:gcol + d], dx[r]
-        rs = rstd[r]
-        dot = zero
-        for ch in range(d):
-            gu = gr[ch] * tr[ch] * rs
-            dot += gu * weight[ch]
-            dw[ch] += gu
-        m = dot * inv_d * rs
-        for ch in range(d):
-            dxr[ch] = rs * (gr[ch] * weight[ch] - tr[ch] * m)
+        dxr = dx[r]
+        _norm_backward(grad[r, gcol:gcol + d], total[r], weight, rstd[r], inv_d, zero, dw, dxr)
         if has_total:                   # a loop of its own: in one expression LLVM would fuse the add (an FMA)
             gt = grad_total[r, tcol:tcol + d]
             for ch in range(d):
