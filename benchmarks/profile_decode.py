@@ -22,7 +22,7 @@ import hf_twin  # noqa: E402
 from common import dump_json  # noqa: E402
 from tinygrad_ssm.models import decode  # noqa: E402
 from numba import njit  # noqa: E402
-from tinygrad_ssm.models.decode_sync import cycles as _cycles  # noqa: E402
+from tinygrad_ssm.ops.claims import cycles as _cycles  # noqa: E402
 
 cycles = njit(lambda: _cycles())
 

@@ -1,7 +1,7 @@
 """The pieces of the numba decoder (models/decode.py, decode_kernels.py) on their edge cases: projections and
 heads split in chunks of any size (odd, 1, not dividing the count; big chunks first) for batches around the
 4-row blocks, the same bits with and without the helper thread, weights or caches replaced between steps, the
-usual state size as a literal, the greedy loop's argmax, the claim counters (decode_sync.py) and the
+usual state size as a literal, the greedy loop's argmax, the claim counters (ops/claims.py) and the
 vectorisable exp (fast_exp.py). The decoder's equality with the engine step in general: tests/test_decode.py."""
 import math
 import threading
@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, strategies as st
 from numba import njit
 
-from tinygrad_ssm.models import decode, decode_kernels, decode_sync
+from tinygrad_ssm.models import decode, decode_kernels
+from tinygrad_ssm.ops import claims
 from tinygrad_ssm.models.fast_exp import exp as fast_exp, exp32, silu
 from tinygrad_ssm.models.sampling import NonFiniteLogits, sample_next
 
@@ -94,25 +95,25 @@ def test_a_cache_refilled_by_a_prefill_is_read_again():
 @njit
 def claim_all(sync, phase, step, n, out):
     while True:
-        c = decode_sync.claim(sync, phase, step, n)
+        c = claims.claim(sync, phase, step, n)
         if c < 0:
             break
         out[c] += 1
-        decode_sync.finish(sync, phase)
-    decode_sync.wait_done(sync, phase, step, n)
+        claims.finish(sync, phase)
+    claims.wait_done(sync, phase, step, n)
 
 
 def test_claims_hand_out_each_chunk_once_per_step_and_never_a_later_steps():
-    sync = decode_sync.sync_array(2)
+    sync = claims.sync_array(2)
     counts = np.zeros((3, 37), np.int64)
     for step in range(3):                                               # two threads at once, every step
         threads = [threading.Thread(target=claim_all, args=(sync, 1, step, 37, counts[step])) for _ in range(2)]
         [t.start() for t in threads]
         [t.join() for t in threads]
     assert (counts == 1).all()
-    assert decode_sync.claim(sync, 1, 1, 37) == -1                       # an old step: nothing left to claim
-    assert decode_sync.claim(sync, 0, 0, 3) == 0                         # phases count apart
-    assert decode_sync.claim(sync, 1, 3, 37) == 0                        # the next step's first chunk
+    assert claims.claim(sync, 1, 1, 37) == -1                       # an old step: nothing left to claim
+    assert claims.claim(sync, 0, 0, 3) == 0                         # phases count apart
+    assert claims.claim(sync, 1, 3, 37) == 0                        # the next step's first chunk
 
 
 def elementwise(fn):
@@ -233,7 +234,7 @@ def test_a_prompt_step_is_the_same_bits_with_and_without_the_helper(monkeypatch,
 
 @njit
 def now_cycles():
-    return decode_sync.cycles()
+    return claims.cycles()
 
 
 def test_the_phase_profile_adds_up_to_no_more_than_the_calls_took(monkeypatch):

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -159,6 +161,49 @@ def test_numba_heads_of_a_group_split_across_work_items(monkeypatch):
     inputs = make_inputs(np.random.default_rng(18), b=1, l=19, h=6, p=2, g=2, n=3)
     for name, (diff, _) in differences(inputs, 8, "numba").items():
         assert diff < 1e-10, (name, diff)
+
+
+@needs_numba
+@pytest.mark.parametrize("slices", [1, 2])
+def test_numba_work_items_go_to_whichever_thread_claims_them(monkeypatch, slices):
+    """Every thread claims the kernels' work items from one counter (numba_cpu._on_threads): the outputs and
+    gradients are the same bits on one thread, on all of numba's threads, and when the pool's threads are held up
+    elsewhere (the caller then claims every item itself and does not wait for them)."""
+    import numba
+
+    from tinygrad_ssm.ops import row_blocks
+    monkeypatch.setattr(numba_cpu, "_head_slices", lambda b, g, r, threads: min(r, slices))
+    rng = np.random.default_rng(21)
+    inputs = make_inputs(rng, b=3, l=23, h=4, p=5, g=2, n=3)
+    args = [inputs[k] for k in ("x", "dt", "A", "B", "C", "D", "initial_state")]
+    dy, d_final = rng.standard_normal(inputs["x"].shape), rng.standard_normal(inputs["initial_state"].shape)
+
+    def run():
+        y, state, saved = numba_cpu.forward(*args, 8)
+        return [y, state, *numba_cpu.backward(saved, dy, d_final)]
+    monkeypatch.setattr(numba_cpu, "PARALLEL_MIN_WORK", 1 << 60)
+    one_thread = run()
+    monkeypatch.setattr(numba_cpu, "PARALLEL_MIN_WORK", 0)
+    before = numba.get_num_threads()
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    try:
+        results = [run() for _ in range(3)]
+        if row_blocks._pool is not None:
+            release = threading.Event()
+            held = [row_blocks._pool.submit(release.wait, 30) for _ in range(row_blocks._pool._max_workers)]
+            try:
+                start = time.perf_counter()
+                results.append(run())
+                assert time.perf_counter() - start < 5
+            finally:
+                release.set()
+                for f in held:
+                    f.result()
+    finally:
+        numba.set_num_threads(before)
+    for result in results:
+        for got, want in zip(result, one_thread):
+            np.testing.assert_array_equal(got, want)
 
 
 @needs_numba

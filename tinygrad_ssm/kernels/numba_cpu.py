@@ -22,9 +22,10 @@ c = ceil(l / chunk_size), never a state per step. The backward recomputes each c
 levels: first the states entering each block of `_block_steps` steps, then, block by block from the last, the
 block's states, so the buffer that the reverse sweep reads stays in the L2 cache (BLOCK_BYTES).
 
-Parallel over work items with prange: (batch, head) in the forward; (batch, group, slice of the group's heads)
-in the backward, since the heads of a group add into the same dB and dC (slices > 1 only when b g is smaller
-than the number of threads; each slice then has its own dB, dC summed afterwards).
+Parallel over work items that every thread claims from one atomic counter (`_on_threads`): (batch, head) in the
+forward; (batch, group, slice of the group's heads) in the backward, since the heads of a group add into the same
+dB and dC (slices > 1 only when b g is smaller than the number of threads; each slice then has its own dB, dC
+summed afterwards).
 
 Inside a work item the state is held as ROWS = 4 planes (see below) and each pass over it takes four rows at
 once. The math of those four rows is written once, in the plain functions `output_rows_step` (a forward step
@@ -33,15 +34,15 @@ recompute); numba compiles them inline into both kernels.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 
-from tinygrad_ssm.ops.row_blocks import as_rows  # absolute: benchmarks/bench_ssd_ab.py loads this file alone
+# absolute imports: benchmarks/bench_ssd_ab.py loads this file alone
+from tinygrad_ssm.ops.claims import claim, sync_array
+from tinygrad_ssm.ops.row_blocks import as_rows, on_threads
 
 try:
     import numba
-    from numba import njit, prange
+    from numba import njit
 except ImportError:  # the backend reports itself unavailable
     numba = None
 
@@ -155,19 +156,23 @@ if numba is not None:
         for i in range(x_t.shape[0]):
             _state_row_step(S_prev[i], a, dt_t * x_t[i], B_t, S[i])
 
-    @njit(parallel=True, fastmath=FASTMATH, cache=True)
-    def forward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, S0, g, q, y, final_state, checkpoints):
+    @njit(nogil=True, fastmath=FASTMATH, cache=True)
+    def forward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, S0, g, q, y, final_state, checkpoints, claims):
         """The scan, per (batch, head) work item, one step at a time (a_t = exp(dt_t A_i), group gi = i // r):
             S_t = a_t S_{t-1} + dt_t x_t B_t^T  (p, n);   y_t = S_t C_t + D_i x_t  (p,);   S_0 = S0.
         Fills y (b, l, h, p), final_state (b, h, p, n) = S_l and checkpoints (b, h, c, p, n): the state entering
         each chunk of q steps (checkpoints[:, :, 0] = S0). x, dt, B, C as rows read in place (`_rows_of`):
         x (b, l, h, p) = x[:, xc:xc + h p], dt (b, l, h) = dt[:, dtc:dtc + h], B, C (b, l, g, n) = B[:, Bc:Bc + g n],
-        C[:, Cc:Cc + g n], reshaped; A, D (h,), S0 (b, h, p, n); all C-contiguous, one dtype."""
+        C[:, Cc:Cc + g n], reshaped; A, D (h,), S0 (b, h, p, n); all C-contiguous, one dtype. Each thread that
+        runs the kernel claims work items w = bi h + hi from the counter `claims` until none is left (`_on_threads`)."""
         b, l, h, p = y.shape
         n = S0.shape[3]
         r = h // g
         pq = -(-p // ROWS)
-        for w in prange(b * h):
+        while True:
+            w = claim(claims, 0, 0, b * h)                              # the next (batch, head), or -1: all taken
+            if w < 0:
+                break
             bi, hi = w // h, w % h
             gi = hi // r
             S = np.zeros((ROWS, pq, n), x.dtype)                        # the state as planes, rows past p zero
@@ -187,16 +192,17 @@ if numba is not None:
                     _store_rows(y_t, k, pq, (y0 + D[hi] * x0, y1 + D[hi] * x1, y2 + D[hi] * x2, y3 + D[hi] * x3))
             final_state[bi, hi] = S_rows
 
-    @njit(parallel=True, fastmath=FASTMATH, cache=True)
+    @njit(nogil=True, fastmath=FASTMATH, cache=True)
     def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_final, g, q, sub, slices,
-                        dx, dxc, ddt, dA_parts, dB_parts, dBc, dC_parts, dCc, dD_parts, d_initial):
+                        dx, dxc, ddt, dA_parts, dB_parts, dBc, dC_parts, dCc, dD_parts, d_initial, claims):
         """The reverse sweep of the adjoint G_t = dL/dS_t (p, n), from G_l = d_final down to t = 1:
             G_t = a_{t+1} G_{t+1} + dy_t C_t^T;   dx_t = dt_t G_t B_t + D_i dy_t;   dB_t += dt_t G_t^T x_t;
             dC_t += a_t S_{t-1}^T dy_t + dt_t (x_t . dy_t) B_t;   ddt_t = x_t . G_t B_t + A_i a_t <G_t, S_{t-1}>;
             dA_i += dt_t a_t <G_t, S_{t-1}>;   dD_i += x_t . dy_t;   d_initial = a_1 G_1,
         with S_{t-1} recomputed from the checkpoints of `forward_kernel`: per chunk of q steps (from the last),
         first the states entering its blocks of `sub` steps, then per block (from the last) its sub states.
-        Work item: (batch, group, slice of the group's r heads: every slices-th head). Inputs as
+        Work item: (batch, group, slice of the group's r heads: every slices-th head), claimed from `claims` like
+        `forward_kernel`'s. Inputs as
         `forward_kernel`, dy (b, l, h, p) = dy[:, dyc:dyc + h p] in place too, d_final (b, h, p, n). Fills
         dx (b, l, h, p) = dx[:, dxc:dxc + h p] (rows too, like the inputs), ddt (b, l, h), d_initial (b, h, p, n),
         and partial sums the caller adds up: dA_parts, dD_parts (b, h) over batches; dB_parts[si], dC_parts[si]
@@ -208,7 +214,10 @@ if numba is not None:
         c = checkpoints.shape[2]
         pq = -(-p // ROWS)
         zero = x.dtype.type(0)
-        for w in prange(b * g * slices):
+        while True:
+            w = claim(claims, 0, 0, b * g * slices)
+            if w < 0:
+                break
             bi, gi, si = w // (g * slices), (w // slices) % g, w % slices
             # the adjoint and the recomputed states, as planes (ROWS, pq, n) with the rows past p zero
             G = np.zeros((ROWS, pq, n), x.dtype)
@@ -304,9 +313,8 @@ def forward(x, dt, A, B, C, D, initial_state, chunk_size):
     final_state = np.empty((b, h, p, n), dtype)
     checkpoints = np.empty((b, h, c, p, n), dtype)                      # (b, h, c, p, n): c states, not l
     A, D_or_zeros, S0 = _contiguous(A, D_or_zeros, S0)
-    with _threads(_thread_count(b * l * h * p * n)):
-        forward_kernel(*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, S0, B.shape[2], q, y,
-                       final_state, checkpoints)
+    _on_threads(forward_kernel, (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, S0, B.shape[2],
+                                 q, y, final_state, checkpoints), _thread_count(b * l * h * p * n))
     return y, final_state, (x, dt, A, B, C, D if D is not None else np.zeros(0, dtype), checkpoints,
                             np.array([q, initial_state is not None]))
 
@@ -340,11 +348,10 @@ def backward(saved, dy, d_final_state, into=(None, None, None)):
     d_initial = np.empty((b, h, p, n), dtype)
     D_or_zeros = D if D.size else np.zeros(h, dtype)
     A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints, d_final_state.astype(dtype, copy=False))
-    with _threads(threads):
-        backward_kernel(*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, checkpoints,
-                        *_rows_of(dy.astype(dtype, copy=False)), d_final, g, q,
-                        _block_steps(q, p * n * dtype.itemsize), slices, *dx_rows, ddt, dA_parts, *sums[0], *sums[1],
-                        dD_parts, d_initial)
+    _on_threads(backward_kernel, (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, checkpoints,
+                                  *_rows_of(dy.astype(dtype, copy=False)), d_final, g, q,
+                                  _block_steps(q, p * n * dtype.itemsize), slices, *dx_rows, ddt, dA_parts, *sums[0],
+                                  *sums[1], dD_parts, d_initial), threads)
     if into[0] is not None and dx is not into[0]:
         into[0][...] = dx
         dx = into[0]
@@ -387,12 +394,16 @@ def _thread_count(work: int) -> int:
     return 1 if work < PARALLEL_MIN_WORK else numba.get_num_threads()
 
 
-@contextmanager
-def _threads(count: int):
-    """Run the kernels inside on `count` of numba's threads, then restore the caller's setting."""
-    before = numba.get_num_threads()
-    numba.set_num_threads(count)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(before)
+def _on_threads(kernel, args, threads: int):
+    """kernel(*args, claims) on `threads` threads, the caller's and ops/row_blocks' pool's, all claiming work items
+    from one counter (ops/claims.py) until none is left. The items go to whoever is running, so a thread that starts
+    late delays nothing. numba's prange handed each thread a fixed half instead: inside a training step, where each
+    scan follows other work, the forward used 1.44 of 2 cores and the backward 1.83, against 1.96 and 1.97 when the
+    same call was repeated at once (docs/kernels.md, "Parallelism and threads"). Each item writes only its own
+    outputs, so the results do not depend on which thread ran it."""
+    claims = sync_array(1)
+
+    def work(blocks, share):
+        for _ in blocks:                                                # one call per thread; the later ones find
+            kernel(*args, claims)                                       # nothing left to claim
+    on_threads(work, threads, threads)

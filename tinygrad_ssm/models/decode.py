@@ -13,7 +13,7 @@ Per layer and sequence (the equations of Mamba2Mixer.step, written out):
     y = rmsnorm_per_group(y * silu(z)) * norm.weight;  x <- x + out_proj(y)
 No BLAS: the math is numba loops (decode_kernels.py). A step runs in phases (pre-norm, in_proj with the conv
 and dt, the heads, the group norm, out_proj; then the LM head), each cut into chunks that the caller's thread
-and one helper thread claim from atomic counters (decode_sync.py).
+and one helper thread claim from atomic counters (ops/claims.py).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from numba import njit
 
 from .decode_kernels import (_JIT, _argmax_rows, _group_norm, _head_update, _in_proj_rows, _matvec_rows,
                              _residual_norm)
-from .decode_sync import atomic_load, atomic_store, claim, cycles, finish, relax, sync_array, wait_done
+from ..ops.claims import atomic_load, atomic_store, claim, cycles, finish, relax, sync_array, wait_done
 
 _EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it with a prefill forward"
 
@@ -63,7 +63,7 @@ PROFILE = None  # an int64 array (len(PROFILE_PHASES),): sessions made while it 
 
 @njit(**_JIT)
 def _step(step, last_wait, args):
-    """Step number `step` of one token per row: every phase's chunks claimed from `sync` (decode_sync.py), so
+    """Step number `step` of one token per row: every phase's chunks claimed from `sync` (ops/claims.py), so
     any number of threads may run this at once and each chunk is computed once. last_wait: return only when
     the logits are done (the caller's thread); a helper leaves as soon as nothing is left to claim.
     The work rows may hold several tokens per sequence (a prompt: rows = tokens x b, token-major, row t b + bi

@@ -1,13 +1,16 @@
-"""Two threads (or more) sharing one decoding step without a thread pool's wake-up per launch: atomic counters
-in a plain int64 array, and a helper thread that polls for the next step (decode.py).
+"""Threads sharing work through atomic counters in a plain int64 array, claimed from inside numba kernels (nogil),
+so whoever is running takes the next piece of work and nothing waits for a thread that has not started yet.
 
-Work is split into phases (a layer's in_proj rows, its heads, ...), each into chunks. A thread *claims* the
-next chunk of a phase with compare-and-swap on the phase's claim counter, computes it, then counts it done; it
-moves to the next phase once every chunk of this one is done. Counters only grow: step s owns the values
+Work is split into phases, each into chunks. A thread *claims* the next chunk of a phase with compare-and-swap
+on the phase's claim counter, computes it, then (where a phase must end before the next begins) counts it done;
+it moves to the next phase once every chunk of this one is done. Counters only grow: step s owns the values
 [s n, (s + 1) n) of a phase with n chunks, so a thread still in an old step can never claim a newer step's
-chunk. Whoever is running does all the work: one thread alone finishes a step (nothing waits on a helper that
-never came), and each chunk is computed by exactly one thread in a fixed order, so results do not depend on
-who computed what.
+chunk. Whoever is running does all the work: one thread alone finishes a step, and each chunk is computed by
+exactly one thread, so results do not depend on who computed what.
+
+Two users: decoding (models/decode.py: a layer's in_proj rows, its heads, ... per token, a helper thread polling
+for the next step instead of a pool's wake-up per launch), and the scan's kernels (kernels/numba_cpu.py: one
+phase of (batch, head) work items, claimed by the threads of ops/row_blocks.on_threads).
 """
 from __future__ import annotations
 
