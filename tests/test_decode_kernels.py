@@ -1,10 +1,9 @@
 """The pieces of the numba decoder (models/decode.py, decode_kernels.py) on their edge cases: projections and
 heads split in chunks of any size (odd, 1, not dividing the count; big chunks first) for batches around the
 4-row blocks, the same bits with and without the helper thread, weights or caches replaced between steps, the
-usual state size as a literal, the greedy loop's argmax, the claim counters (ops/claims.py) and the
-vectorisable exp (fast_exp.py). The decoder's equality with the engine step in general: tests/test_decode.py."""
+usual state size as a literal, the greedy loop's argmax and the vectorisable exp (fast_exp.py). The decoder's
+equality with the engine step in general: tests/test_decode.py."""
 import math
-import threading
 
 import numpy as np
 import pytest
@@ -90,30 +89,6 @@ def test_a_cache_refilled_by_a_prefill_is_read_again():
             np.testing.assert_allclose(fast.step(np.array([token]), cache_f).data,
                                        slow.step(np.array([token]), cache_s).data, rtol=1e-10, atol=1e-10)
     assert decode.release(cache_f) is None and decode.release(fast.allocate_cache(1)) is None
-
-
-@njit
-def claim_all(sync, phase, step, n, out):
-    while True:
-        c = claims.claim(sync, phase, step, n)
-        if c < 0:
-            break
-        out[c] += 1
-        claims.finish(sync, phase)
-    claims.wait_done(sync, phase, step, n)
-
-
-def test_claims_hand_out_each_chunk_once_per_step_and_never_a_later_steps():
-    sync = claims.sync_array(2)
-    counts = np.zeros((3, 37), np.int64)
-    for step in range(3):                                               # two threads at once, every step
-        threads = [threading.Thread(target=claim_all, args=(sync, 1, step, 37, counts[step])) for _ in range(2)]
-        [t.start() for t in threads]
-        [t.join() for t in threads]
-    assert (counts == 1).all()
-    assert claims.claim(sync, 1, 1, 37) == -1                       # an old step: nothing left to claim
-    assert claims.claim(sync, 0, 0, 3) == 0                         # phases count apart
-    assert claims.claim(sync, 1, 3, 37) == 0                        # the next step's first chunk
 
 
 def elementwise(fn):

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 # absolute imports: benchmarks/bench_ssd_ab.py loads this file alone
-from tinygrad_ssm.ops.claims import claim, sync_array
+from tinygrad_ssm.ops.claims import claim_from_end, sync_array
 from tinygrad_ssm.ops.row_blocks import as_rows, on_threads
 
 try:
@@ -157,20 +157,21 @@ if numba is not None:
             _state_row_step(S_prev[i], a, dt_t * x_t[i], B_t, S[i])
 
     @njit(nogil=True, fastmath=FASTMATH, cache=True)
-    def forward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, S0, g, q, y, final_state, checkpoints, claims):
+    def forward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, S0, g, q, y, final_state, checkpoints, claims, share):
         """The scan, per (batch, head) work item, one step at a time (a_t = exp(dt_t A_i), group gi = i // r):
             S_t = a_t S_{t-1} + dt_t x_t B_t^T  (p, n);   y_t = S_t C_t + D_i x_t  (p,);   S_0 = S0.
         Fills y (b, l, h, p), final_state (b, h, p, n) = S_l and checkpoints (b, h, c, p, n): the state entering
         each chunk of q steps (checkpoints[:, :, 0] = S0). x, dt, B, C as rows read in place (`_rows_of`):
         x (b, l, h, p) = x[:, xc:xc + h p], dt (b, l, h) = dt[:, dtc:dtc + h], B, C (b, l, g, n) = B[:, Bc:Bc + g n],
         C[:, Cc:Cc + g n], reshaped; A, D (h,), S0 (b, h, p, n); all C-contiguous, one dtype. Each thread that
-        runs the kernel claims work items w = bi h + hi from the counter `claims` until none is left (`_on_threads`)."""
+        runs the kernel claims work items w = bi h + hi from the counter `claims` until none is left, from the front
+        (share 0, the caller) or from the back (`_on_threads`)."""
         b, l, h, p = y.shape
         n = S0.shape[3]
         r = h // g
         pq = -(-p // ROWS)
         while True:
-            w = claim(claims, 0, 0, b * h)                              # the next (batch, head), or -1: all taken
+            w = claim_from_end(claims, b * h, share > 0)                # the next (batch, head), or -1: all taken
             if w < 0:
                 break
             bi, hi = w // h, w % h
@@ -194,7 +195,7 @@ if numba is not None:
 
     @njit(nogil=True, fastmath=FASTMATH, cache=True)
     def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_final, g, q, sub, slices,
-                        dx, dxc, ddt, dA_parts, dB_parts, dBc, dC_parts, dCc, dD_parts, d_initial, claims):
+                        dx, dxc, ddt, dA_parts, dB_parts, dBc, dC_parts, dCc, dD_parts, d_initial, claims, share):
         """The reverse sweep of the adjoint G_t = dL/dS_t (p, n), from G_l = d_final down to t = 1:
             G_t = a_{t+1} G_{t+1} + dy_t C_t^T;   dx_t = dt_t G_t B_t + D_i dy_t;   dB_t += dt_t G_t^T x_t;
             dC_t += a_t S_{t-1}^T dy_t + dt_t (x_t . dy_t) B_t;   ddt_t = x_t . G_t B_t + A_i a_t <G_t, S_{t-1}>;
@@ -215,7 +216,7 @@ if numba is not None:
         pq = -(-p // ROWS)
         zero = x.dtype.type(0)
         while True:
-            w = claim(claims, 0, 0, b * g * slices)
+            w = claim_from_end(claims, b * g * slices, share > 0)
             if w < 0:
                 break
             bi, gi, si = w // (g * slices), (w // slices) % g, w % slices
@@ -395,15 +396,18 @@ def _thread_count(work: int) -> int:
 
 
 def _on_threads(kernel, args, threads: int):
-    """kernel(*args, claims) on `threads` threads, the caller's and ops/row_blocks' pool's, all claiming work items
-    from one counter (ops/claims.py) until none is left. The items go to whoever is running, so a thread that starts
-    late delays nothing. numba's prange handed each thread a fixed half instead: inside a training step, where each
-    scan follows other work, the forward used 1.44 of 2 cores and the backward 1.83, against 1.96 and 1.97 when the
-    same call was repeated at once (docs/kernels.md, "Parallelism and threads"). Each item writes only its own
-    outputs, so the results do not depend on which thread ran it."""
+    """kernel(*args, claims, share) on `threads` threads, the caller's (share 0) and ops/row_blocks' pool's, all
+    claiming work items from one counter until none is left: the caller from the front, the others from the back
+    (ops/claims.claim_from_end). The items go to whoever is running, so a thread that starts late delays nothing.
+    numba's prange handed each thread a fixed half instead: inside a training step, where each scan follows other
+    work, the forward used 1.44 of 2 cores and the backward 1.83, against 1.96 and 1.97 when the same call was
+    repeated at once. Claiming from opposite ends keeps the two threads on different batches, as the halves did:
+    with one counter they took neighbouring heads of one batch and the forward cost 1.2x the CPU time
+    (docs/kernels.md, "Parallelism and threads"). Each item writes only its own outputs, so the results do not
+    depend on which thread ran it."""
     claims = sync_array(1)
 
     def work(blocks, share):
         for _ in blocks:                                                # one call per thread; the later ones find
-            kernel(*args, claims)                                       # nothing left to claim
+            kernel(*args, claims, share)                                # nothing left to claim
     on_threads(work, threads, threads)

@@ -9,8 +9,9 @@ chunk. Whoever is running does all the work: one thread alone finishes a step, a
 exactly one thread, so results do not depend on who computed what.
 
 Two users: decoding (models/decode.py: a layer's in_proj rows, its heads, ... per token, a helper thread polling
-for the next step instead of a pool's wake-up per launch), and the scan's kernels (kernels/numba_cpu.py: one
-phase of (batch, head) work items, claimed by the threads of ops/row_blocks.on_threads).
+for the next step instead of a pool's wake-up per launch), and the scan's kernels (kernels/numba_cpu.py: (batch,
+head) work items claimed from both ends of one counter, `claim_from_end`, by the threads of
+ops/row_blocks.on_threads).
 """
 from __future__ import annotations
 
@@ -116,6 +117,22 @@ def claim(sync, phase, step, n):
             return -1
         if compare_and_swap(sync, phase * 2 * _LINE, c, c + 1):
             return c - step * n
+
+
+@njit(cache=True, nogil=True)
+def claim_from_end(counter, n, from_back):
+    """The next unclaimed item of [0, n) counted from the front (0, 1, ...) or, from_back, from the back (n - 1,
+    n - 2, ...); -1 when every item is claimed. counter[0] holds both counts, the front's in its low 32 bits and
+    the back's in its high ones (n < 2^32), so one compare-and-swap claims from either end. Two threads claiming
+    from opposite ends work on items far apart until they meet: the scan's (batch, head) items then touch
+    different batches, as prange's fixed halves did, and neither thread waits for the other."""
+    while True:
+        v = atomic_load(counter, 0)
+        front, back = v & 0xFFFFFFFF, v >> 32
+        if front + back >= n:
+            return -1
+        if compare_and_swap(counter, 0, v, v + ((1 << 32) if from_back else 1)):
+            return n - 1 - back if from_back else front
 
 
 @njit(cache=True, nogil=True)

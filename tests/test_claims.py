@@ -1,0 +1,74 @@
+"""ops/claims.py: threads claiming work items from atomic counters (decoding's phases, the scan's items)."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from numba import njit
+
+from tinygrad_ssm.ops import claims
+
+
+@njit
+def claim_all(sync, phase, step, n, out):
+    while True:
+        c = claims.claim(sync, phase, step, n)
+        if c < 0:
+            break
+        out[c] += 1
+        claims.finish(sync, phase)
+    claims.wait_done(sync, phase, step, n)
+
+
+def test_claims_hand_out_each_chunk_once_per_step_and_never_a_later_steps():
+    sync = claims.sync_array(2)
+    counts = np.zeros((3, 37), np.int64)
+    for step in range(3):                                               # two threads at once, every step
+        threads = [threading.Thread(target=claim_all, args=(sync, 1, step, 37, counts[step])) for _ in range(2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    assert (counts == 1).all()
+    assert claims.claim(sync, 1, 1, 37) == -1                       # an old step: nothing left to claim
+    assert claims.claim(sync, 0, 0, 3) == 0                         # phases count apart
+    assert claims.claim(sync, 1, 3, 37) == 0                        # the next step's first chunk
+
+
+@njit(nogil=True)
+def claim_from_end_all(counter, n, from_back, order, start, threads):
+    """Waits until every thread is here (start[0] counts them), then claims until nothing is left, as fast as it
+    can (the threads contend for the counter); order[k] = the k-th item this thread got, -1 after its last."""
+    claims.atomic_increment(start, 0)
+    while claims.atomic_load(start, 0) < threads:
+        claims.pause()
+    k = 0
+    while True:
+        c = claims.claim_from_end(counter, n, from_back)
+        if c < 0:
+            break
+        order[k] = c
+        k += 1
+
+
+def test_claim_from_end_takes_the_front_and_the_back_in_turn():
+    counter, n = claims.sync_array(1), 7
+    got = [claims.claim_from_end(counter, n, from_back) for from_back in (False, True, True, False, True, False,
+                                                                              False, True, False)]
+    assert got == [0, 6, 5, 1, 4, 2, 3, -1, -1]
+
+
+def test_claim_from_end_hands_out_each_item_once_to_threads_at_both_ends():
+    n = 200_001
+    for threads in (1, 2, 3):
+        counter, start = claims.sync_array(1), claims.sync_array(1)
+        orders = np.full((threads, n), -1, np.int64)
+        workers = [threading.Thread(target=claim_from_end_all, args=(counter, n, i > 0, orders[i], start, threads))
+                   for i in range(threads)]
+        [w.start() for w in workers]
+        [w.join() for w in workers]
+        got = [order[order >= 0] for order in orders]
+        assert np.array_equal(np.sort(np.concatenate(got)), np.arange(n))           # each item exactly once
+        assert np.array_equal(got[0], np.arange(len(got[0])))                       # the front: 0, 1, 2, ...
+        if threads > 1:
+            back = np.sort(np.concatenate(got[1:]))[::-1]
+            assert np.array_equal(back, np.arange(n - 1, n - 1 - len(back), -1))    # the back: n - 1, n - 2, ...
+            assert all(len(g) for g in got), [len(g) for g in got]                  # every thread took some
