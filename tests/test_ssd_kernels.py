@@ -167,8 +167,9 @@ def test_numba_heads_of_a_group_split_across_work_items(monkeypatch):
 @pytest.mark.parametrize("slices", [1, 2])
 def test_numba_work_items_go_to_whichever_thread_claims_them(monkeypatch, slices):
     """Every thread claims the kernels' work items from one counter (numba_cpu._on_threads): the outputs and
-    gradients are the same bits on one thread, on all of numba's threads, and when the pool's threads are held up
-    elsewhere (the caller then claims every item itself and does not wait for them)."""
+    gradients are the same bits on one thread, on all of numba's threads, when the pool's threads are held up
+    elsewhere (the caller then claims every item itself and does not wait for them), and in two Python threads
+    running scans at once."""
     import numba
 
     from tinygrad_ssm.ops import row_blocks
@@ -199,6 +200,15 @@ def test_numba_work_items_go_to_whichever_thread_claims_them(monkeypatch, slices
                 release.set()
                 for f in held:
                     f.result()
+        # two Python threads running scans at once (numba's workqueue layer is not thread-safe): the same bits
+        concurrent = [None, None]
+
+        def in_thread(i):
+            concurrent[i] = run()
+        threads = [threading.Thread(target=in_thread, args=(i,)) for i in range(2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        results += concurrent
     finally:
         numba.set_num_threads(before)
     for result in results:
