@@ -1,5 +1,6 @@
 """Where one training step's time goes, by share: the scan, the BLAS matmuls, the fused numba ops (each, forward
-and backward), the other engine ops, the optimizer, and what is left (the graph walk and Python between ops).
+and backward), the other engine ops, the optimizer, and what is left (the graph walk and Python between ops);
+and for each, the cores it kept busy (the process's CPU time over its wall time: 2 on 2 cores is all of them).
 
     python benchmarks/profile_step.py                          # b=8 l=512 chunk 64, fused, the auto scan backend
     python benchmarks/profile_step.py --reference --chunk-size 256 --backend reference
@@ -28,15 +29,23 @@ from tinygrad_ssm.tensor import Function
 FUSED_OPS = ("Conv1dSilu", "GatedRMSNorm", "SplitLast", "DtSoftplus", "AddRMSNorm")
 
 
-def instrument(times: dict, counts: collections.Counter, in_scan: list):
-    """Wrap Function.apply and every backward so that each adds its seconds to times[(where, phase, op)]."""
+def cpu_seconds() -> float:
+    """CPU time of the whole process (every thread) so far: over a stretch of wall time, the cores it used."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def instrument(times: dict, counts: collections.Counter, in_scan: list, cpu: dict):
+    """Wrap Function.apply and every backward so that each adds its seconds to times[(where, phase, op)] and the
+    process's CPU seconds meanwhile to cpu[(where, phase, op)]."""
     plain_apply = Function.apply.__func__
 
     def apply(cls, *args, **kwargs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         out = plain_apply(cls, *args, **kwargs)
         where = "scan" if in_scan[0] else "model"
         times[(where, "forward", cls.__name__)] += time.perf_counter() - t0
+        cpu[(where, "forward", cls.__name__)] += cpu_seconds() - c0
         counts[where] += 1
         for o in out if isinstance(out, tuple) else (out,):
             if o._ctx is not None:
@@ -51,10 +60,11 @@ def instrument(times: dict, counts: collections.Counter, in_scan: list):
 
     def timed_backward(plain):
         def backward(self, *grads):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu_seconds()
             result = plain(self, *grads)
             where = getattr(self, "_profile_where", "model")
             times[(where, "backward", type(self).__name__)] += time.perf_counter() - t0
+            cpu[(where, "backward", type(self).__name__)] += cpu_seconds() - c0
             return result
         return backward
     for cls in list(subclasses(Function)):
@@ -86,29 +96,31 @@ def main(argv=None) -> dict:
     p.add_argument("--reference", action="store_true", help="profile the engine-op path (fused=False)")
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
-    times, counts, in_scan = collections.defaultdict(float), collections.Counter(), [False]
-    instrument(times, counts, in_scan)
+    times, counts, in_scan, cpu = collections.defaultdict(float), collections.Counter(), [False], collections.defaultdict(float)
+    instrument(times, counts, in_scan, cpu)
     config = Mamba2Config(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, expand=2,
                           chunk_size=args.chunk_size)
     model = Mamba2LMHeadModel(config, VarMap(seed=0), backend=args.backend, fused=not args.reference)
     opt = AdamW(model.varmap.all_vars(), lr=1e-3)
     data = np.random.default_rng(0).integers(0, 256, (args.batch, args.seqlen + 1))
-    phases = collections.defaultdict(float)
+    phases, phases_cpu = collections.defaultdict(float), collections.defaultdict(float)
 
     def step():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         opt.zero_grad()
         loss = model.loss(data[:, :-1], data[:, 1:])
         t1 = time.perf_counter()
         loss.backward()
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), cpu_seconds()
         opt.step()
-        t3 = time.perf_counter()
+        t3, c3 = time.perf_counter(), cpu_seconds()
         phases["forward"] += t1 - t0
         phases["backward"] += t2 - t1
         phases["optimizer"] += t3 - t2
+        phases_cpu["model"] += c2 - c0
+        phases_cpu["optimizer"] += c3 - c2
     step()
-    times.clear(), counts.clear(), phases.clear()
+    times.clear(), counts.clear(), phases.clear(), cpu.clear(), phases_cpu.clear()
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(args.repeats):
         step()
@@ -116,35 +128,41 @@ def main(argv=None) -> dict:
     n = args.repeats
     faults, system_s = (usage1.ru_minflt - usage0.ru_minflt) / n, (usage1.ru_stime - usage0.ru_stime) / n
     step_s = sum(phases.values()) / n
-    shares = collections.defaultdict(float)
-    detail = collections.defaultdict(float)
-    for (where, phase, op), seconds in times.items():
-        seconds /= n
+    shares, detail = collections.defaultdict(float), collections.defaultdict(float)
+    shares_cpu, detail_cpu = collections.defaultdict(float), collections.defaultdict(float)
+    for key, seconds in times.items():
+        where, phase, op = key
+        seconds, cpu_s = seconds / n, cpu[key] / n
         if where == "scan" or op == "SSD":  # a kernel backend is the one SSD op
-            shares["scan"] += seconds
-            detail[f"scan {phase}"] += seconds
+            share, part = "scan", f"scan {phase}"
         elif op == "Matmul":
-            shares["BLAS matmuls (projections, head)"] += seconds
-        elif op in FUSED_OPS:
-            shares["fused numba ops"] += seconds
-            detail[f"{op} {phase}"] += seconds
+            share, part = "BLAS matmuls (projections, head)", None
         else:
-            shares["other engine ops"] += seconds
-            detail[f"{op} {phase}"] += seconds
-    shares["optimizer (AdamW)"] = phases["optimizer"] / n
-    shares["graph walk, Python between ops"] = step_s - sum(shares.values())
+            share, part = "fused numba ops" if op in FUSED_OPS else "other engine ops", f"{op} {phase}"
+        shares[share] += seconds
+        shares_cpu[share] += cpu_s
+        if part:
+            detail[part] += seconds
+            detail_cpu[part] += cpu_s
+    shares["optimizer (AdamW)"], shares_cpu["optimizer (AdamW)"] = phases["optimizer"] / n, phases_cpu["optimizer"] / n
+    walk = "graph walk, Python between ops"
+    shares_cpu[walk] = (phases_cpu["model"] + phases_cpu["optimizer"]) / n - sum(shares_cpu.values())
+    shares[walk] = step_s - sum(shares.values())
+    step_cpu = sum(shares_cpu.values())
     print(f"training step b={args.batch} l={args.seqlen} chunk={args.chunk_size} backend={args.backend} "
           f"{'reference' if args.reference else 'fused'}: {step_s:.3f} s (forward {phases['forward'] / n:.3f}, "
           f"backward {phases['backward'] / n:.3f}, optimizer {phases['optimizer'] / n:.3f}); ops per step: "
           f"{counts['model'] // n} model, {counts['scan'] // n} scan; per step {faults:,.0f} page faults, "
-          f"{system_s:.3f} s system time (tinygrad_ssm/heap_reuse.py)")
+          f"{system_s:.3f} s system time (tinygrad_ssm/heap_reuse.py); {step_cpu:.3f} s of CPU time, "
+          f"{step_cpu / step_s:.2f} cores on average")
+    print(f"  {'':40s} {'wall':>9s} {'share':>7s} {'cores':>6s}  (cores = the process's CPU time / wall time)")
     for name, seconds in sorted(shares.items(), key=lambda kv: -kv[1]):
-        print(f"  {name:40s} {seconds:7.3f} s {100 * seconds / step_s:5.1f} %")
+        print(f"  {name:40s} {seconds:7.3f} s {100 * seconds / step_s:5.1f} % {shares_cpu[name] / seconds:6.2f}")
     print("  of which:")
     for name, seconds in sorted(detail.items(), key=lambda kv: -kv[1])[:10]:
-        print(f"    {name:38s} {seconds:7.3f} s {100 * seconds / step_s:5.1f} %")
-    return {"step_s": step_s, "shares": dict(shares), "detail": dict(detail), "page_faults": faults,
-            "system_s": system_s}
+        print(f"    {name:38s} {seconds:7.3f} s {100 * seconds / step_s:5.1f} % {detail_cpu[name] / seconds:6.2f}")
+    return {"step_s": step_s, "step_cpu_s": step_cpu, "shares": dict(shares), "shares_cpu": dict(shares_cpu),
+            "detail": dict(detail), "detail_cpu": dict(detail_cpu), "page_faults": faults, "system_s": system_s}
 
 
 if __name__ == "__main__":
