@@ -202,10 +202,10 @@ if numba is not None:
             dA_i += dt_t a_t <G_t, S_{t-1}>;   dD_i += x_t . dy_t;   d_initial = a_1 G_1,
         with S_{t-1} recomputed from the checkpoints of `forward_kernel`: per chunk of q steps (from the last),
         first the states entering its blocks of `sub` steps, then per block (from the last) its sub states.
-        Work item: (batch, group, slice of the group's r heads: every slices-th head), claimed from `claims` like
-        `forward_kernel`'s. Inputs as
-        `forward_kernel`, dy (b, l, h, p) = dy[:, dyc:dyc + h p] in place too, d_final (b, h, p, n). Fills
-        dx (b, l, h, p) = dx[:, dxc:dxc + h p] (rows too, like the inputs), ddt (b, l, h), d_initial (b, h, p, n),
+        Work item: (batch, group, slice of the group's r heads: every slices-th head), claimed from `claims` as in
+        `forward_kernel`. Inputs as `forward_kernel`, dy (b, l, h, p) = dy[:, dyc:dyc + h p] in place too,
+        d_final (b, h, p, n).
+        Fills dx (b, l, h, p) = dx[:, dxc:dxc + h p] (rows too, like the inputs), ddt (b, l, h), d_initial (b, h, p, n),
         and partial sums the caller adds up: dA_parts, dD_parts (b, h) over batches; dB_parts[si], dC_parts[si]
         (slices, b l, width) with (b, l, g, n) = dB_parts[si][:, dBc:dBc + g n] reshaped, zeroed on entry,
         over slices."""
