@@ -3,12 +3,16 @@ training step's shape (b=8, l=512, h=8, p=64, g=1, n=64, float32, chunk 64).
 
     python benchmarks/bench_ssd_ab.py --old-rev 7d9c51f            # before the four-row passes
     python benchmarks/bench_ssd_ab.py --old-rev 7d9c51f --quick    # a smoke run
+    python benchmarks/bench_ssd_ab.py --old-rev c49dc08 --step     # whole training steps with either scan
 
 The other revision's `tinygrad_ssm/kernels/numba_cpu.py` is read with `git show` into a temporary directory and
 imported beside this tree's. Each repeat runs old then new (new then old on odd repeats) on the same arrays:
 forward, then backward of dy. Reported per thread count (1, then numba's default): the median seconds of each,
 and the median over repeats of new / old, in process CPU time (what the kernels cost; less disturbed by other
-jobs on a shared machine) and in wall time. Writes JSON to --json.
+jobs on a shared machine) and in wall time. With --step [bench|default] it times whole training steps instead (bench_step_ab.py's
+shapes), the model's scan switched between the two revisions' kernels in one process every --steps + 1 steps
+(the first step after a switch untimed), the order alternating by round: what the kernels change in a step,
+with the process, its heap and the rest of the code the same on both sides. Writes JSON to --json.
 """
 from __future__ import annotations
 
@@ -77,6 +81,50 @@ def compare(pair, v, chunk, repeats):
     return times
 
 
+def compare_steps(old, shape_name: str, rounds: int, steps: int) -> dict:
+    """Training-step seconds (wall, process CPU) with the scan backend's kernels taken from `old` or from this
+    tree, switched in one process; see the module's docstring."""
+    import dataclasses
+
+    import tinygrad_ssm.kernels as K
+    from bench_step_ab import SHAPES
+    from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
+    from tinygrad_ssm.optim import AdamW
+    n_layer, batch, seq_len, lr = SHAPES[shape_name]
+    plain = K.BACKENDS["numba"]
+    sides = {"old": dataclasses.replace(plain, forward=old.forward, backward=old.backward), "new": plain}
+    model = Mamba2LMHeadModel(Mamba2Config(d_model=256, n_layer=n_layer, vocab_size=256, d_state=64, headdim=64,
+                                           chunk_size=64), VarMap(seed=0))
+    opt = AdamW(model.varmap.all_vars(), lr=lr)
+    data = np.random.default_rng(0).integers(0, 256, (batch, seq_len + 1))
+
+    def step():
+        opt.zero_grad()
+        model.loss(data[:, :-1], data[:, 1:]).backward()
+        opt.step()
+    times = {name: [] for name in sides}
+    try:
+        for name in sides:                                              # compile, warm up
+            K.BACKENDS["numba"] = sides[name]
+            for _ in range(3):
+                step()
+        for r in range(rounds):
+            for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                K.BACKENDS["numba"] = sides[name]
+                step()
+                for _ in range(steps):
+                    c0, w0 = time.process_time(), time.perf_counter()
+                    step()
+                    times[name].append((time.perf_counter() - w0, time.process_time() - c0))
+    finally:
+        K.BACKENDS["numba"] = plain
+    result = {name: {"median_s": float(np.median([t[0] for t in v])), "cpu_s": float(np.median([t[1] for t in v]))}
+              for name, v in times.items()}
+    result.update(shape=shape_name, rounds=rounds, steps_per_round=steps,
+                  new_over_old=result["new"]["median_s"] / result["old"]["median_s"])
+    return result
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--old-rev", default="7d9c51f", help="git revision of the kernels to compare [%(default)s]")
@@ -84,7 +132,26 @@ def main(argv=None):
     parser.add_argument("--chunk", type=int, default=64, help="chunk_size (checkpoint interval) [%(default)s]")
     parser.add_argument("--quick", action="store_true", help="smoke run: b=1, l=128, 2 repeats")
     parser.add_argument("--json", default="benchmarks/results/bench_ssd_ab.json", help="where to write [%(default)s]")
+    parser.add_argument("--step", nargs="?", const="bench", choices=["bench", "default"],
+                        help="time whole training steps at bench_step_ab.py's shape instead of the kernels")
+    parser.add_argument("--rounds", type=int, default=8, help="with --step: rounds of old and new [%(default)s]")
+    parser.add_argument("--steps", type=int, default=4, help="with --step: timed steps per side and round [%(default)s]")
     args = parser.parse_args(argv)
+    if args.step:
+        with tempfile.TemporaryDirectory() as folder:
+            old = load_revision(args.old_rev, Path(folder))
+            r = compare_steps(old, args.step, 2 if args.quick else args.rounds, 1 if args.quick else args.steps)
+        print(f"training steps ({args.step} shape) with the scan kernels of {args.old_rev} (old) and of this tree "
+              f"(new), switched in one process: {r['rounds']} rounds of {r['steps_per_round']} steps a side")
+        print("| side | median step s | median CPU s |\n|---|---|---|")
+        for name in ("old", "new"):
+            print(f"| {name} | {r[name]['median_s']:.3f} | {r[name]['cpu_s']:.3f} |")
+        print(f"new / old: {r['new_over_old']:.3f}")
+        path = Path(args.json.replace(".json", f"_step_{args.step}.json"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dict(r, old_rev=args.old_rev), indent=1))
+        print(f"wrote {path}")
+        return
     shape = dict(TRAINING, b=1, l=128) if args.quick else TRAINING
     repeats = 2 if args.quick else args.repeats
     v = make_inputs(**shape)

@@ -400,8 +400,8 @@ def _on_threads(kernel, args, threads: int):
     claiming work items from one counter until none is left: the caller from the front, the others from the back
     (ops/claims.claim_from_end), so the two threads work on different batches until they meet. The items go to
     whoever is running, so a thread that starts late delays nothing (with numba's prange each thread had a fixed
-    half: inside a training step the scan used 1.44 of 2 cores forward and 1.83 backward, now 1.99 and 1.98; the
-    step as a whole was not faster, see docs/kernels.md, "Parallelism and threads"). Plain nogil kernels also
+    half: inside a training step the scan used 1.44 of 2 cores forward and 1.83 backward, now 1.99 and 1.98; a
+    whole step 0.96-0.99x, see docs/kernels.md, "Parallelism and threads"). Plain nogil kernels also
     compile in 14 s instead of prange's 33, and may run in two Python threads at once. Each item writes only its
     own outputs, so the results do not depend on which thread ran it."""
     claims = sync_array(1)
