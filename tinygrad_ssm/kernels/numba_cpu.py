@@ -163,22 +163,25 @@ if numba is not None:
         Fills y (b, l, h, p), final_state (b, h, p, n) = S_l and checkpoints (b, h, c, p, n): the state entering
         each chunk of q steps (checkpoints[:, :, 0] = S0). x, dt, B, C as rows read in place (`_rows_of`):
         x (b, l, h, p) = x[:, xc:xc + h p], dt (b, l, h) = dt[:, dtc:dtc + h], B, C (b, l, g, n) = B[:, Bc:Bc + g n],
-        C[:, Cc:Cc + g n], reshaped; A, D (h,), S0 (b, h, p, n); all C-contiguous, one dtype. Each thread that
+        C[:, Cc:Cc + g n], reshaped; A, D (h,), S0 (b, h, p, n) or (0, h, p, n) for zeros; all C-contiguous, one dtype. Each thread that
         runs the kernel claims work items w = bi h + hi from the counter `claims` until none is left, from the front
         (share 0, the caller) or from the back (`_on_threads`)."""
         b, l, h, p = y.shape
         n = S0.shape[3]
         r = h // g
         pq = -(-p // ROWS)
+        S = np.zeros((ROWS, pq, n), x.dtype)                            # the state as planes, rows past p zero
+        S_rows = S.reshape((ROWS * pq, n))[:p]                          # (p, n) view: row i = S[i // pq, i % pq]
         while True:
             w = claim_from_end(claims, b * h, share > 0)                # the next (batch, head), or -1: all taken
             if w < 0:
                 break
             bi, hi = w // h, w % h
             gi = hi // r
-            S = np.zeros((ROWS, pq, n), x.dtype)                        # the state as planes, rows past p zero
-            S_rows = S.reshape((ROWS * pq, n))[:p]                      # (p, n) view: row i = S[i // pq, i % pq]
-            S_rows[:] = S0[bi, hi]
+            if S0.shape[0]:
+                S_rows[:] = S0[bi, hi]
+            else:                                                       # no initial state: zeros
+                S_rows[:] = 0.0
             for t in range(l):
                 if t % q == 0:
                     checkpoints[bi, hi, t // q] = S_rows
@@ -207,27 +210,31 @@ if numba is not None:
         d_final (b, h, p, n).
         Fills dx (b, l, h, p) = dx[:, dxc:dxc + h p] (rows too, like the inputs), ddt (b, l, h), d_initial (b, h, p, n),
         and partial sums the caller adds up: dA_parts, dD_parts (b, h) over batches; dB_parts[si], dC_parts[si]
-        (slices, b l, width) with (b, l, g, n) = dB_parts[si][:, dBc:dBc + g n] reshaped, zeroed on entry,
-        over slices."""
+        (slices, b l, width) with (b, l, g, n) = dB_parts[si][:, dBc:dBc + g n] reshaped, summed over
+        slices (each item zeroes its own rows of them first: the caller passes them uninitialised)."""
         b, l, h = ddt.shape
         p, n = d_final.shape[2], d_final.shape[3]
         r = h // g
         c = checkpoints.shape[2]
         pq = -(-p // ROWS)
         zero = x.dtype.type(0)
+        # the adjoint and the recomputed states, as planes (ROWS, pq, n) whose rows past p are zero and stay zero
+        # (nothing writes them), so one set per thread serves all its work items
+        G = np.zeros((ROWS, pq, n), x.dtype)
+        block_starts = np.zeros((-(-q // sub), ROWS, pq, n), x.dtype)  # states entering each block of a chunk
+        states = np.zeros((sub, ROWS, pq, n), x.dtype)                  # S_{t-1} for the steps of one block
+        G_rows = G.reshape((ROWS * pq, n))[:p]                          # (p, n) view
+        start_rows = block_starts.reshape((-1, ROWS * pq, n))           # (blocks, ROWS pq, n) row views
+        state_rows = states.reshape((sub, ROWS * pq, n))
+        dB_acc, dC_acc = np.empty(n, x.dtype), np.empty(n, x.dtype)
         while True:
             w = claim_from_end(claims, b * g * slices, share > 0)
             if w < 0:
                 break
             bi, gi, si = w // (g * slices), (w // slices) % g, w % slices
-            # the adjoint and the recomputed states, as planes (ROWS, pq, n) with the rows past p zero
-            G = np.zeros((ROWS, pq, n), x.dtype)
-            block_starts = np.zeros((-(-q // sub), ROWS, pq, n), x.dtype)  # states entering each block of a chunk
-            states = np.zeros((sub, ROWS, pq, n), x.dtype)              # S_{t-1} for the steps of one block
-            G_rows = G.reshape((ROWS * pq, n))[:p]                      # (p, n) view
-            start_rows = block_starts.reshape((-1, ROWS * pq, n))       # (blocks, ROWS pq, n) row views
-            state_rows = states.reshape((sub, ROWS * pq, n))
-            dB_acc, dC_acc = np.empty(n, x.dtype), np.empty(n, x.dtype)
+            for t in range(l):                                          # this item's rows of dB and dC: it adds
+                _piece(dB_parts[si], dBc, n, bi * l + t, gi)[:] = 0.0   # into them below, and no other item
+                _piece(dC_parts[si], dCc, n, bi * l + t, gi)[:] = 0.0   # touches them
             for hi in range(gi * r + si, (gi + 1) * r, slices):
                 G_rows[:] = d_final[bi, hi]
                 dA_sum, dD_sum = zero, zero
@@ -309,7 +316,7 @@ def forward(x, dt, A, B, C, D, initial_state, chunk_size):
     c = -(-l // q)
     dtype = x.dtype
     D_or_zeros = np.zeros(h, dtype) if D is None else D
-    S0 = np.zeros((b, h, p, n), dtype) if initial_state is None else initial_state
+    S0 = np.zeros((0, h, p, n), dtype) if initial_state is None else initial_state   # (0, ...): start from zeros
     y = np.empty((b, l, h, p), dtype)
     final_state = np.empty((b, h, p, n), dtype)
     checkpoints = np.empty((b, h, c, p, n), dtype)                      # (b, h, c, p, n): c states, not l
@@ -342,10 +349,9 @@ def backward(saved, dy, d_final_state, into=(None, None, None)):
     for target in into[1:]:
         rows = _rows_in_place(target) if target is not None and slices == 1 else None
         if rows is not None:
-            target[...] = 0                                             # the kernel adds into it
             sums.append((rows[0][None], rows[1]))
         else:
-            sums.append((np.zeros((slices, b * l, g * n), dtype), 0))
+            sums.append((np.empty((slices, b * l, g * n), dtype), 0))   # every row zeroed by its item
     d_initial = np.empty((b, h, p, n), dtype)
     D_or_zeros = D if D.size else np.zeros(h, dtype)
     A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints, d_final_state.astype(dtype, copy=False))
