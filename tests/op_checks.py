@@ -444,6 +444,19 @@ def matmul_grad(data):
     return F.matmul, [data.draw(arrays(shape_a), label="a"), data.draw(arrays(shape_b), label="b")]
 
 
+def matmul_transposed_grad(data):
+    """2-d products of transposed views (Linear's x @ W.T), whose gradients Matmul lays out like the operand:
+    a_t.T @ b, a @ b_t.T or a_t.T @ b_t.T, the stored arrays drawn transposed."""
+    m, k, n = (data.draw(st.integers(1, 4), label=name) for name in "mkn")
+    which = data.draw(st.sampled_from(["a", "b", "both"]), label="transposed")
+    a = data.draw(arrays((k, m) if which != "b" else (m, k)), label="a")
+    b = data.draw(arrays((n, k) if which != "a" else (k, n)), label="b")
+
+    def fn(x, y):
+        return F.matmul(x.T if which != "b" else x, y.T if which != "a" else y)
+    return fn, [a, b]
+
+
 def matmul_forward(reference):
     def check(data):
         shape_a, shape_b = data.draw(matmul_shapes(), label="shapes")

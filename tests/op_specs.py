@@ -203,7 +203,7 @@ spec("cross_entropy", grad=C.cross_entropy_grad, forward=C.cross_entropy_forward
 
 # --- linear algebra -------------------------------------------------------------------------------------
 
-spec("matmul", grad=C.matmul_grad, forward=C.matmul_forward(matmul_ref),
+spec("matmul", grad={"": C.matmul_grad, "transposed": C.matmul_transposed_grad}, forward=C.matmul_forward(matmul_ref),
      torch=[([randn(*a), randn(*b)], F.matmul, lambda x, y: torch.matmul(x, y))
             for a, b in (((3, 4), (4, 2)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (2, 4, 3)), ((2, 3, 4), (4,)),
                          ((4,), (4,)))],

@@ -259,3 +259,17 @@ def test_layers_train_through_the_registry():
     loss.backward()
     for name, t in vm.named_vars():
         assert t.grad is not None and np.abs(t.grad.data).sum() > 0, name
+
+
+def test_linear_weight_gradient_is_c_contiguous_like_the_weight():
+    """x @ W.T hands W a gradient laid out like W (Matmul's transposed-operand case): the optimizer's kernel takes
+    it without a copy, and it equals the textbook dW = dY^T X."""
+    r = np.random.default_rng(0)
+    _, vb = builder()
+    lin = nn.Linear(vb.pp("proj"), 4, 3)
+    x = r.standard_normal((2, 5, 4))
+    w_out = r.standard_normal((2, 5, 3))
+    (lin(tg.Tensor(x)) * tg.Tensor(w_out)).sum().backward()
+    grad = lin.weight.grad.data
+    assert grad.flags.c_contiguous
+    np.testing.assert_allclose(grad, w_out.reshape(-1, 3).T @ x.reshape(-1, 4), rtol=1e-12)

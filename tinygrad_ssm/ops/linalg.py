@@ -7,7 +7,10 @@ from ..tensor import Function
 
 class Matmul(Function):
     """a (..., m, k) @ b (..., k, n) -> (..., m, n); 1-d operands are reshaped to 2-d by `functional`.
-    Backward: dA = dC @ B^T, dB = A^T @ dC, in the broadcast batch shape (the engine sums it back)."""
+    Backward: dA = dC @ B^T, dB = A^T @ dC, in the broadcast batch shape (the engine sums it back).
+    A 2-d operand that is a transposed view (W.T in Linear) gets its gradient laid out the same way, as
+    (dC^T A)^T, so that the transpose's backward hands the weight a C-contiguous gradient: the same product,
+    and no copy of it later (AdamW's kernel takes C-contiguous arrays: it copied every weight's gradient)."""
 
     def forward(self, a, b):
         self.save_for_backward(a, b)
@@ -15,9 +18,17 @@ class Matmul(Function):
 
     def backward(self, grad):
         a, b = self.saved
-        grad_a = grad @ np.swapaxes(b, -1, -2) if self.needs_input_grad[0] else None
-        grad_b = np.swapaxes(a, -1, -2) @ grad if self.needs_input_grad[1] else None
+        grad_a = grad_b = None
+        if self.needs_input_grad[0]:
+            grad_a = (b @ grad.T).T if _transposed(a, grad) else grad @ np.swapaxes(b, -1, -2)
+        if self.needs_input_grad[1]:
+            grad_b = (grad.T @ a).T if _transposed(b, grad) else np.swapaxes(a, -1, -2) @ grad
         return grad_a, grad_b
+
+
+def _transposed(operand: np.ndarray, grad: np.ndarray) -> bool:
+    """A 2-d product whose operand is laid out column-major (a transposed view), so its gradient should be too."""
+    return operand.ndim == grad.ndim == 2 and operand.flags.f_contiguous and not operand.flags.c_contiguous
 
 
 class Einsum(Function):
