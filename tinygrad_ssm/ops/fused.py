@@ -167,14 +167,16 @@ class Conv1dSilu(Function):
         dx, dxcol, grad_x = _destination(self, 0, x.shape, dtype)
         steps = rows_per_block(c, w.itemsize)
         per_seq = -(-l // steps) if l else 0
-        # per block, summed below in a fixed order: the same bits whichever thread ran which block
-        dw = np.zeros((nb * per_seq, kp, c), dtype)
-        db = np.zeros((nb * per_seq, c), dtype)
+        # per block, summed below in a fixed order: the same bits whichever thread ran which block; zeroed by the
+        # thread that runs the block (a 3.4 MiB memset a step on the caller's thread otherwise)
+        dw = np.empty((nb * per_seq, kp, c), dtype)
+        db = np.empty((nb * per_seq, c), dtype)
         zero, one = np.zeros(c, dtype), dtype.type(1)
 
         def work(blocks, share):
             d = np.empty((steps + kp - 1, c), dtype)
             for blk in blocks:
+                dw[blk], db[blk] = 0, 0
                 seq, t0 = blk // per_seq, blk % per_seq * steps
                 t1 = min(t0 + steps, l)
                 conv_silu_grad(rows, col, l, w, k, b_, zero, one, g_rows, gcol, seq, t0, t1, d)
