@@ -288,21 +288,25 @@ def test_numba_backward_into_given_arrays(monkeypatch, slices, layout):
         np.testing.assert_array_equal(g, want)
 
 
-@needs_numba
+INTO_KERNELS = [pytest.param(name, marks=pytest.mark.skipif(not record.available(), reason=f"{name} is not available"))
+                for name, record in BACKENDS.items() if record.backward_into]
+
+
+@pytest.mark.parametrize("backend", INTO_KERNELS)
 @pytest.mark.parametrize("ngroups", [1, 2])
-def test_numba_backward_writes_into_the_split_gradient(monkeypatch, ngroups):
-    """In the model x, B and C are reshaped pieces of one split_last: the numba backward writes dx, dB, dC
-    straight into that split's gradient array (the split then copies nothing for them), and every parameter's
-    gradient has the same bits as with new arrays copied across (backward_into off)."""
+def test_backward_writes_into_the_split_gradient(monkeypatch, backend, ngroups):
+    """In the model x, B and C are reshaped pieces of one split_last: a kernel backend with backward_into writes
+    dx, dB, dC straight into that split's gradient array (the split then copies nothing for them), and every
+    parameter's gradient has the same bits as with new arrays copied across (backward_into off)."""
     import dataclasses
 
-    from test_mamba2 import tiny_model
-    from tinygrad_ssm.kernels import numba_cpu
+    from test_mamba2 import tiny_config
+    from tinygrad_ssm import Mamba2LMHeadModel, VarMap
     from tinygrad_ssm.ops import fused
 
     ids = np.random.default_rng(3).integers(0, 50, (2, 13))
     seen = []
-    plain_backward, plain_same_view = numba_cpu.backward, fused._same_view
+    plain_backward, plain_same_view = BACKENDS[backend].backward, fused._same_view
 
     def spy_backward(saved, dy, d_final, into=(None, None, None)):
         out = plain_backward(saved, dy, d_final, into=into)
@@ -317,9 +321,9 @@ def test_numba_backward_writes_into_the_split_gradient(monkeypatch, ngroups):
 
     def gradients(into: bool):
         seen.clear()
-        monkeypatch.setitem(BACKENDS, "numba", dataclasses.replace(BACKENDS["numba"], backward_into=into,
+        monkeypatch.setitem(BACKENDS, backend, dataclasses.replace(BACKENDS[backend], backward_into=into,
                                                                    backward=spy_backward))
-        model = tiny_model(seed=5, dtype="float32", ngroups=ngroups)
+        model = Mamba2LMHeadModel(tiny_config(ngroups=ngroups), VarMap(seed=5), dtype="float32", backend=backend)
         model.loss(ids, ids).backward()
         return ({name: t.grad.data for name, t in model.varmap.named_vars()},
                 [ok for kind, ok in seen if kind == "into"], sum(ok for kind, ok in seen if kind == "in place"))
@@ -359,3 +363,20 @@ def test_numba_fresh_process_loads_the_compiled_kernels_from_the_cache():
                                       text=True).stdout.splitlines()[-1]) for _ in range(2)]
     first, second = runs
     assert second["misses"] == [0, 0] and all(hit >= 1 for hit in second["hits"]), runs
+
+
+@pytest.mark.skipif(not BACKENDS["numba_chunked"].available(), reason="numba_chunked needs SciPy")
+def test_numba_chunked_runs_scipys_blas_on_one_thread_and_restores_it():
+    """The chunked backward's products are small and run on the kernel's own threads: SciPy's OpenBLAS is set to
+    one thread while the kernel runs and back to what it was afterwards (NumPy's OpenBLAS is not touched)."""
+    from tinygrad_ssm.kernels import numba_chunked
+
+    seen = []
+    numba_chunked._on_single_threaded_blas(lambda: None)               # finds SciPy's OpenBLAS
+    setter = numba_chunked._set_scipy_blas_threads
+    if setter(1) is None:
+        pytest.skip("SciPy's OpenBLAS thread setting was not found here")
+    setter(2)
+    numba_chunked._on_single_threaded_blas(lambda: seen.append(setter(1)))
+    assert seen == [1]                                                  # one thread inside
+    assert setter(2) == 2                                               # the setting before, restored

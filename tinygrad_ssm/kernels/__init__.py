@@ -5,9 +5,10 @@ Every implementation of the scan is one `Backend` record in `BACKENDS`, of one o
   backward comes for free. "reference" (reference.py, the chunked algorithm a reader studies and the spec
   every kernel is tested against) and "scan" (scan.py, the sequential recurrence, slow, for checking).
 - kernel backends (`forward` and `backward` on plain arrays): the one differentiable op `SSD` below wraps
-  them, so a new backend is two functions and a record: "numba" (numba_cpu.py, the default on a CPU),
-  "blas" (blas_chunked.py, the chunked form on NumPy's matmuls: auto's choice where numba is missing),
-  numba on CUDA.
+  them, so a new backend is two functions and a record: "numba_chunked" (numba_chunked.py, the default on a CPU:
+  numba_cpu's forward and a chunked backward whose small products are BLAS calls made inside the kernel, which
+  needs SciPy), "numba" (numba_cpu.py, the recurrence forward and backward: auto's choice where SciPy is
+  missing), "blas" (blas_chunked.py, the chunked form on NumPy's matmuls: where numba is missing), numba on CUDA.
 `ssd(..., backend="auto")` takes the available backend of highest priority; the model, the CLI and the tests
 all read this registry.
 """
@@ -21,7 +22,7 @@ import numpy as np
 from ..ops.fused import SplitLast
 from ..ops.movement import Reshape
 from ..tensor import Function, Tensor
-from . import blas_chunked, numba_cpu
+from . import blas_chunked, numba_chunked, numba_cpu
 from .reference import ssd_chunked
 from .scan import ssd_scan
 
@@ -74,6 +75,9 @@ register_backend(Backend("reference", priority=0, available=_always, ops=ssd_chu
 register_backend(Backend("numba", priority=10, available=numba_cpu.available, forward=numba_cpu.forward,
                          backward=numba_cpu.backward, backward_into=True,
                          description="numba CPU kernels: the recurrence with chunk checkpoints, parallel over heads"))
+register_backend(Backend("numba_chunked", priority=12, available=numba_chunked.available,
+                         forward=numba_chunked.forward, backward=numba_chunked.backward, backward_into=True,
+                         description="numba CPU kernels of the chunked form, their products BLAS calls (needs SciPy)"))
 register_backend(Backend("blas", priority=5, available=blas_chunked.available, forward=blas_chunked.forward,
                          backward=blas_chunked.backward,
                          description="the chunked SSD on NumPy arrays, backward by hand: its matmuls in NumPy's BLAS"))

@@ -146,15 +146,17 @@ def _segsum_blocked(a_h: np.ndarray) -> np.ndarray:
     return seg if nb * w == q else np.ascontiguousarray(seg[..., :q, :q])
 
 
-def _openblas_threads_setter():
-    """NumPy's OpenBLAS `openblas_set_num_threads_local(n) -> previous`, or None where it cannot be found (another
-    BLAS, an older OpenBLAS). Despite its name it sets OpenBLAS's thread count for the whole process (measured: a
-    value set in one thread is what another thread's call returns), so only the calling thread uses it."""
+def openblas_threads_setter(accept=lambda path: True):
+    """The `openblas_set_num_threads_local(n) -> previous` of the first OpenBLAS loaded in this process whose path
+    `accept` takes (NumPy's, as this module calls it at import; numba_chunked.py asks for SciPy's), or None where
+    it cannot be found (another BLAS, an older OpenBLAS, no /proc). Despite its name it sets that OpenBLAS's
+    thread count for the whole process (measured: a value set in one thread is what another thread's call
+    returns), so only the calling thread uses it."""
     try:
         import ctypes
         with open("/proc/self/maps") as maps:
             paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line})
-        for path in paths:
+        for path in filter(accept, paths):
             setter = getattr(ctypes.CDLL(path), "openblas_set_num_threads_local", None)
             if setter is not None:
                 setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
@@ -164,7 +166,7 @@ def _openblas_threads_setter():
     return None
 
 
-_set_blas_threads = _openblas_threads_setter()
+_set_blas_threads = openblas_threads_setter()
 
 
 def _run_slabs(work, chunks: int, per_chunk: int, threads: int):
