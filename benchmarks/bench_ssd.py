@@ -97,8 +97,9 @@ def torch_step(chunk):
 
 def steps(chunk_numba):
     out = {"reference": engine_step("reference", 64)}
-    if "numba" in available_backends():
-        out["numba"] = engine_step("numba", chunk_numba)
+    for name in ("numba", "numba_chunked"):                             # the recurrence; its chunked backward
+        if name in available_backends():
+            out[name] = engine_step(name, chunk_numba)
     if torch is not None:
         out["torch_chunk64"], out["torch_chunk256"] = torch_step(64), torch_step(256)
     return out
