@@ -31,7 +31,11 @@ class TrainConfig:
     made a step 0.88x the previous one's (benchmarks/bench_step_ab.py, interleaved): left at 600, so the
     README's command stays within four minutes. On a slow hour of the shared machine (10,632 tokens/s against
     11,824) the same 600 steps took 4 min 27 s on a fresh clone: the machine's speed, not the code's (a step
-    0.96-0.99x the previous release's, interleaved); the release after, 3 min 57 s and 12,004 tokens/s. Before the
+    0.96-0.99x the previous release's, interleaved); the release after, 3 min 57 s and 12,004 tokens/s.
+    With the chunked scan backward (kernels/numba_chunked.py, a step 0.90x) 660 steps take the wall time 600 took:
+    1.679 against 1.692 (and 720 steps 1.670), so the default is 660. On a fast hour of the machine the 660 steps
+    took 2 min 42 s with the kernels compiled; expect about four minutes on a fresh clone at a normal hour, more
+    at a slow one. Before the
     scan and fused kernels the engine-op path trained 150 steps of the 4-layer model to 2.02 in that time; with
     the kernels of the release before, 300 steps to 1.80.
     """
@@ -48,7 +52,7 @@ class TrainConfig:
     chunk_size: int = 64  # SSD chunk: 64 is ~3x faster than the official 256 at seq_len 512 on CPU
     dtype: str = "float32"  # of the weights; float64 for exact comparisons
     # optimisation
-    steps: int = 600
+    steps: int = 660
     batch_size: int = 32
     seq_len: int = 128
     lr: float = 4e-3
