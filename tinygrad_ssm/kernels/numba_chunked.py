@@ -38,7 +38,7 @@ import numpy as np
 
 from tinygrad_ssm.kernels import numba_cpu
 from tinygrad_ssm.kernels.blas_chunked import openblas_threads_setter
-from tinygrad_ssm.kernels.numba_cpu import _contiguous, _on_threads, _rows_in_place, _rows_of, _summed
+from tinygrad_ssm.kernels.numba_cpu import BackwardArrays, _contiguous, _on_threads, _rows_of
 from tinygrad_ssm.ops.claims import claim_from_end
 
 try:
@@ -252,27 +252,11 @@ def backward(saved, dy, d_final_state, into=(None, None, None)):
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     dtype = x.dtype
-    dx = into[0]
-    dx_rows = None if dx is None else _rows_in_place(dx)
-    if dx_rows is None:
-        dx = np.empty_like(x)
-        dx_rows = _rows_of(dx)
-    ddt = np.empty_like(dt)
-    dA_parts, dD_parts = np.empty((b, h), dtype), np.empty((b, h), dtype)
-    sums = []                                                           # per dB, dC: (rows (1, b l, w), col)
-    for target in into[1:]:
-        rows = _rows_in_place(target) if target is not None else None
-        sums.append((rows[0][None], rows[1]) if rows is not None else (np.empty((1, b * l, g * n), dtype), 0))
-    d_initial = np.empty((b, h, p, n), dtype)
+    out = BackwardArrays(x, dt, B, into, slices=1)
     D_or_zeros = D if D.size else np.zeros(h, dtype)
     A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints, d_final_state.astype(dtype, copy=False))
     args = (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, checkpoints,
-            *_rows_of(dy.astype(dtype, copy=False)), d_final, g, int(q), *dx_rows, ddt, dA_parts,
-            sums[0][0][0], sums[0][1], sums[1][0][0], sums[1][1], dD_parts, d_initial)
+            *_rows_of(dy.astype(dtype, copy=False)), d_final, g, int(q), *out.dx_rows, out.ddt, out.dA_parts,
+            out.sums[0][0][0], out.sums[0][1], out.sums[1][0][0], out.sums[1][1], out.dD_parts, out.d_initial)
     _on_single_threaded_blas(lambda: _on_threads(backward_kernel, args, numba_cpu._thread_count(b * l * h * p * n)))
-    if into[0] is not None and dx is not into[0]:
-        into[0][...] = dx
-        dx = into[0]
-    dB, dC = (_summed(parts, col, B.shape, target) for (parts, col), target in zip(sums, into[1:]))
-    return (dx, ddt, dA_parts.sum(0), dB, dC, dD_parts.sum(0) if D.size else None,
-            d_initial if had_initial else None)
+    return out.gradients(B.shape, D.size > 0, bool(had_initial))

@@ -338,33 +338,53 @@ def backward(saved, dy, d_final_state, into=(None, None, None)):
     dtype = x.dtype
     threads = _thread_count(b * l * h * p * n)
     slices = _head_slices(b, g, h // g, threads)
-    dx = into[0]
-    dx_rows = None if dx is None else _rows_in_place(dx)
-    if dx_rows is None:                                                 # a new array (copied into into[0] after)
-        dx = np.empty_like(x)
-        dx_rows = _rows_of(dx)
-    ddt = np.empty_like(dt)
-    dA_parts, dD_parts = np.empty((b, h), dtype), np.empty((b, h), dtype)
-    sums = []                                                           # per dB, dC: (rows (slices, b l, w), col)
-    for target in into[1:]:
-        rows = _rows_in_place(target) if target is not None and slices == 1 else None
-        if rows is not None:
-            sums.append((rows[0][None], rows[1]))
-        else:
-            sums.append((np.empty((slices, b * l, g * n), dtype), 0))   # every row zeroed by its item
-    d_initial = np.empty((b, h, p, n), dtype)
+    out = BackwardArrays(x, dt, B, into, slices)
     D_or_zeros = D if D.size else np.zeros(h, dtype)
     A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints, d_final_state.astype(dtype, copy=False))
     _on_threads(backward_kernel, (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, checkpoints,
                                   *_rows_of(dy.astype(dtype, copy=False)), d_final, g, q,
-                                  _block_steps(q, p * n * dtype.itemsize), slices, *dx_rows, ddt, dA_parts, *sums[0],
-                                  *sums[1], dD_parts, d_initial), threads)
-    if into[0] is not None and dx is not into[0]:
-        into[0][...] = dx
-        dx = into[0]
-    dB, dC = (_summed(parts, col, B.shape, target) for (parts, col), target in zip(sums, into[1:]))
-    return (dx, ddt, dA_parts.sum(0), dB, dC, dD_parts.sum(0) if D.size else None,
-            d_initial if had_initial else None)
+                                  _block_steps(q, p * n * dtype.itemsize), slices, *out.dx_rows, out.ddt, out.dA_parts,
+                                  *out.sums[0], *out.sums[1], out.dD_parts, out.d_initial), threads)
+    return out.gradients(B.shape, D.size > 0, bool(had_initial))
+
+
+class BackwardArrays:
+    """The arrays a backward kernel fills, shared by this module's and numba_chunked.py's backward: dx (into[0]'s
+    own memory when it can be: `dx_rows`), ddt, per-batch partial sums dA_parts and dD_parts (b, h), d_initial,
+    and per dB and dC `sums` (rows (slices, b l, w), col): into[1] and into[2]'s memory when they can be (one
+    slice), else new arrays. The kernels zero the dB and dC rows they add into."""
+
+    def __init__(self, x, dt, B, into, slices: int):
+        b, l, h, p = x.shape
+        g, n = B.shape[2], B.shape[3]
+        dtype = x.dtype
+        self.into = into
+        self.dx = into[0]
+        self.dx_rows = None if self.dx is None else _rows_in_place(self.dx)
+        if self.dx_rows is None:                                        # a new array (copied into into[0] after)
+            self.dx = np.empty_like(x)
+            self.dx_rows = _rows_of(self.dx)
+        self.ddt = np.empty_like(dt)
+        self.dA_parts, self.dD_parts = np.empty((b, h), dtype), np.empty((b, h), dtype)
+        self.sums = []
+        for target in into[1:]:
+            rows = _rows_in_place(target) if target is not None and slices == 1 else None
+            if rows is not None:
+                self.sums.append((rows[0][None], rows[1]))
+            else:
+                self.sums.append((np.empty((slices, b * l, g * n), dtype), 0))   # every row zeroed by its item
+        self.d_initial = np.empty((b, h, p, n), dtype)
+
+    def gradients(self, B_shape, has_D: bool, had_initial: bool) -> tuple:
+        """(dx, ddt, dA, dB, dC, dD | None, d_initial | None) once the kernel has run: dx copied into into[0] if it
+        could not be written there, dB and dC summed over slices into into[1:] when given."""
+        dx = self.dx
+        if self.into[0] is not None and dx is not self.into[0]:
+            self.into[0][...] = dx
+            dx = self.into[0]
+        dB, dC = (_summed(parts, col, B_shape, target) for (parts, col), target in zip(self.sums, self.into[1:]))
+        return (dx, self.ddt, self.dA_parts.sum(0), dB, dC, self.dD_parts.sum(0) if has_D else None,
+                self.d_initial if had_initial else None)
 
 
 def _rows_in_place(a: np.ndarray) -> tuple | None:
