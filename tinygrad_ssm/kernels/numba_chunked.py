@@ -99,11 +99,11 @@ if njit is not None:
         Xq, dyq = np.empty((q, p), dtype), np.empty((q, p), dtype)      # x, dy of the chunk (m, p)
         Xd, Ed, Ex = np.empty((q, p), dtype), np.empty((q, p), dtype), np.empty((q, p), dtype)
         dXq, MTdy, Ent = np.empty((q, p), dtype), np.empty((q, p), dtype), np.empty((q, n), dtype)
-        L, M_flat = np.empty((q, q), dtype), np.empty(q * q, dtype)
+        L, M_flat, CB_flat = np.empty((q, q), dtype), np.empty(q * q, dtype), np.empty(q * q, dtype)
         Gm_flat, Wsum_flat = np.empty(q * q, dtype), np.empty(q * q, dtype)
         dS_local = np.empty((p, n), dtype)
         a, s_incl, tail = np.empty(q, dtype), np.empty(q, dtype), np.empty(q, dtype)
-        da, from_state = np.empty(q, dtype), np.empty(q, dtype)
+        da, from_state, decay_out = np.empty(q, dtype), np.empty(q, dtype), np.empty(q, dtype)
         dstates = np.empty((r, p, n), dtype)                            # the group's heads' dS_out
         while True:
             w = claim_from_end(claims, b * g, share > 0)
@@ -123,10 +123,12 @@ if njit is not None:
                 row0 = bi * l + t0
                 _copy_piece(B, Bc, n, row0, m, gi, Bq)
                 _copy_piece(C, Cc, n, row0, m, gi, Cq)
-                CB = np.dot(Cq[:m], Bq[:m].T)                           # (m, m)
-                M, Gm, Wsum = (M_flat[:m * m].reshape((m, m)), Gm_flat[:m * m].reshape((m, m)),
-                               Wsum_flat[:m * m].reshape((m, m)))       # contiguous (m, m) for np.dot
+                CB, M, Gm, Wsum = (CB_flat[:m * m].reshape((m, m)), M_flat[:m * m].reshape((m, m)),
+                                   Gm_flat[:m * m].reshape((m, m)), Wsum_flat[:m * m].reshape((m, m)))  # contiguous
+                np.dot(Cq[:m], Bq[:m].T, CB)                            # (m, m)  C_t . B_s, for every head
                 Wsum[:] = 0.0
+                dB_rows = dB[row0:row0 + m, dBc + gi * n:dBc + (gi + 1) * n]   # (m, n) this chunk's rows
+                dC_rows = dC[row0:row0 + m, dCc + gi * n:dCc + (gi + 1) * n]
                 for j in range(r):
                     hi = gi * r + j
                     dS = dstates[j]                                     # (p, n)  dS_out of this chunk
@@ -134,8 +136,10 @@ if njit is not None:
                     _decays(dt, dtc, A, hi, row0, m, a, s_incl, tail)
                     _copy_piece(x, xc, p, row0, m, hi, Xq)
                     _copy_piece(dy, dyc, p, row0, m, hi, dyq)
+                    e_total = np.exp(s_incl[m - 1])                     # exp(s_q)
                     for t in range(m):
                         d, e_in, e_out = dt[row0 + t, dtc + hi], np.exp(s_incl[t]), np.exp(tail[t])
+                        decay_out[t] = e_out
                         for i in range(p):
                             Xd[t, i] = Xq[t, i] * d
                             Ed[t, i] = dyq[t, i] * e_in
@@ -155,7 +159,7 @@ if njit is not None:
                     np.dot(Ex[:m], dS, Gq[:m])                          # (m, n)  exp(tail) X dS_out: dB's term
                     x_dot_dy_sum = dtype.type(0)
                     for t in range(m):
-                        e_out, d = np.exp(tail[t]), dt[row0 + t, dtc + hi]
+                        e_out, d = decay_out[t], dt[row0 + t, dtc + hi]
                         fs, xdx, xdy = dtype.type(0), dtype.type(0), dtype.type(0)
                         out = dx[row0 + t, dxc + hi * p:dxc + (hi + 1) * p]
                         for i in range(p):
@@ -169,8 +173,6 @@ if njit is not None:
                         ddt[bi, t0 + t, hi] = xdx                       # + A da below
                         x_dot_dy_sum += xdy
                     dD_parts[bi, hi] += x_dot_dy_sum
-                    dB_rows, dC_rows = dB[row0:row0 + m, dBc + gi * n:dBc + (gi + 1) * n], \
-                        dC[row0:row0 + m, dCc + gi * n:dCc + (gi + 1) * n]
                     for t in range(m):                                  # the per-head terms of dB and dC; v_t
                         v = dtype.type(0)
                         for jj in range(n):
@@ -196,7 +198,7 @@ if njit is not None:
                     for i in range(p):
                         for jj in range(n):
                             wsum += dS[i, jj] * S_in[i, jj]
-                    wsum *= np.exp(s_incl[m - 1])
+                    wsum *= e_total
                     dA_sum = dtype.type(0)
                     for t in range(m):
                         da_t = da[t] + wsum
@@ -204,16 +206,15 @@ if njit is not None:
                         dA_sum += dt[row0 + t, dtc + hi] * da_t
                     dA_parts[bi, hi] += dA_sum
                     np.dot(Ed[:m].T, Cq[:m], dS_local)                  # (p, n)
-                    e = np.exp(s_incl[m - 1])
                     for i in range(p):
                         for jj in range(n):
-                            dS[i, jj] = e * dS[i, jj] + dS_local[i, jj]
+                            dS[i, jj] = e_total * dS[i, jj] + dS_local[i, jj]
                 np.dot(Wsum, Bq[:m], Gq[:m])                            # the group's W B and W^T C
                 np.dot(Wsum.T, Cq[:m], Ent[:m])
                 for t in range(m):
                     for jj in range(n):
-                        dC[row0 + t, dCc + gi * n + jj] += Gq[t, jj]
-                        dB[row0 + t, dBc + gi * n + jj] += Ent[t, jj]
+                        dC_rows[t, jj] += Gq[t, jj]
+                        dB_rows[t, jj] += Ent[t, jj]
             for j in range(r):
                 d_initial[bi, gi * r + j] = dstates[j]
 
