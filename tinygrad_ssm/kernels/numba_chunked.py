@@ -6,7 +6,8 @@ Per chunk of q steps, head i of group gi, with a_t = dt_t A_i, X_t = dt_t x_t (p
 (inclusive, inside the chunk), seg[t, s] = a_{s+1} + ... + a_t (t >= s) and tail_s = seg[q, s], every one a sum
 of the a it spans, built as running sums (never a difference of two sums: no cancellation, no -inf), the forward
 was
-    M = exp(seg) o tril(C B^T)   (q, q);   Y = M X + exp(s) o (C S_in^T) + D x;   S_out = exp(s_q) S_in + (exp(tail) o X)^T B
+    M = exp(seg) o tril(C B^T)   (q, q);   Y = M X + exp(s) o (C S_in^T) + D x
+    S_out = exp(s_q) S_in + (exp(tail) o X)^T B
 
 and its backward, given dy and dS_out (d final_state for the last chunk), as blas_chunked.py's docstring derives:
 
@@ -255,7 +256,8 @@ def backward(saved, dy, d_final_state, into=(None, None, None)):
     dtype = x.dtype
     out = BackwardArrays(x, dt, B, into, slices=1)
     D_or_zeros = D if D.size else np.zeros(h, dtype)
-    A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints, d_final_state.astype(dtype, copy=False))
+    A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints,
+                                                      d_final_state.astype(dtype, copy=False))
     args = (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, checkpoints,
             *_rows_of(dy.astype(dtype, copy=False)), d_final, g, int(q), *out.dx_rows, out.ddt, out.dA_parts,
             out.sums[0][0][0], out.sums[0][1], out.sums[1][0][0], out.sums[1][1], out.dD_parts, out.d_initial)

@@ -163,9 +163,9 @@ if numba is not None:
         Fills y (b, l, h, p), final_state (b, h, p, n) = S_l and checkpoints (b, h, c, p, n): the state entering
         each chunk of q steps (checkpoints[:, :, 0] = S0). x, dt, B, C as rows read in place (`_rows_of`):
         x (b, l, h, p) = x[:, xc:xc + h p], dt (b, l, h) = dt[:, dtc:dtc + h], B, C (b, l, g, n) = B[:, Bc:Bc + g n],
-        C[:, Cc:Cc + g n], reshaped; A, D (h,), S0 (b, h, p, n) or (0, h, p, n) for zeros; all C-contiguous, one dtype. Each thread that
-        runs the kernel claims work items w = bi h + hi from the counter `claims` until none is left, from the front
-        (share 0, the caller) or from the back (`_on_threads`)."""
+        C[:, Cc:Cc + g n], reshaped; A, D (h,), S0 (b, h, p, n) or (0, h, p, n) for zeros; all C-contiguous, one
+        dtype. Each thread that runs the kernel claims work items w = bi h + hi from the counter `claims` until none
+        is left, from the front (share 0, the caller) or from the back (`_on_threads`)."""
         b, l, h, p = y.shape
         n = S0.shape[3]
         r = h // g
