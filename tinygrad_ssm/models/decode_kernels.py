@@ -4,19 +4,43 @@ norm, and the greedy choice. decode.py cuts a step into chunks of these and shar
 
 Loops run over views indexed from 0 where they must vectorise: with an index that might be negative numba
 adds a wraparound select and LLVM no longer vectorises the loop. The official sizes (a conv of width 4, a state
-of 64) are passed as literals to an inlined body, so their loops unroll.
+of 64) are passed as literals to an inlined body, so their loops unroll. The products use 512-bit vectors where
+the CPU has them (_prefer_512_bit_vectors).
 """
 from __future__ import annotations
 
 import math
 
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 from .fast_exp import silu
 
 # sums may vectorise (no nnan/ninf); no ZeroDivisionError check (no division here can be by 0): with it, no
 # loop holding a division vectorised (the SiLU gates ran 6x slower)
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
+
+PREFER_512_BIT = '"prefer-vector-width"="512"'
+
+
+@intrinsic
+def _prefer_512_bit_vectors(typingctx):
+    """Lets LLVM vectorise the calling function with 512-bit registers: the function attribute
+    "prefer-vector-width"="512". Numba compiles for the host CPU, whose tuning on AVX-512 Xeons prefers 256-bit
+    vectors, and it has no per-function option (NUMBA_CPU_FEATURES would change every numba function in the
+    process). Worth it in the products' blocks only (_matvec_blocks): batch-8 decoding 6-8% faster a token, its products 10-15%
+    (benchmarks/profile_decode.py); the heads and the conv were no faster. A CPU without AVX-512 keeps its
+    widest vectors, and nothing else reads the attribute. llvmlite takes only its list of attribute names,
+    so the string attribute goes into its set as written (printed as is); where that fails, nothing changes
+    but the speed (tests/test_decode_kernels.py checks that the attribute is there)."""
+    def codegen(context, builder, signature, args):
+        try:
+            set.add(builder.function.attributes, PREFER_512_BIT)
+        except TypeError:                                               # llvmlite's attributes no longer a set
+            pass
+        return context.get_dummy_value()
+    return types.void(), codegen
+
 
 @njit(**_JIT)
 def _update_head(S, x, B, C, decay, dt, Dh, y):
@@ -52,14 +76,27 @@ def _dot(W, i, u, bi, zero):
 @njit(**_JIT)
 def _matvec_rows(W, lo, hi, u, bias, zero, out):
     """out[:, lo:hi] = u (b, in) @ W[lo:hi] (rows, in)^T + bias[lo:hi]: each weight row is read once (from L3
-    when the model does not fit L2) and used for every batch row while it sits in L1. Four weight rows times
-    four batch rows share their loads (16 sums at once; measured against two rows by four, one thread, a 1160 x 256
-    float32 in_proj at batch 8: 53 vs 66 us from L2, 68 vs 77 us streamed from L3); the rest one sum at a time."""
-    nb, k = u.shape
-    i = lo
-    while i + 4 <= hi:
-        bi = 0
-        while bi + 4 <= nb:
+    when the model does not fit L2) and used for every batch row while it sits in L1. Blocks of four weight rows
+    times four batch rows (_matvec_blocks) for all it can; the rest one sum at a time."""
+    nb = u.shape[0]
+    rows_end, batch_end = lo + (hi - lo) // 4 * 4, nb // 4 * 4         # the blocks' weight and batch rows
+    if batch_end > 0:
+        _matvec_blocks(W, lo, rows_end, u, batch_end, bias, zero, out)
+    for r in range(lo, hi):
+        for bi in range(batch_end if r < rows_end else 0, nb):
+            out[bi, r] = _dot(W, r, u, bi, zero) + bias[r]
+
+
+@njit(**_JIT)
+def _matvec_blocks(W, lo, hi, u, nb, bias, zero, out):
+    """_matvec_rows for weight rows [lo, hi) and batch rows [0, nb), both multiples of 4. Four weight rows times
+    four batch rows share their loads (16 sums at once; measured against two rows by four, one thread, a
+    1160 x 256 float32 in_proj at batch 8: 53 vs 66 us from L2, 68 vs 77 us streamed from L3). Vectors of 512
+    bits where the CPU has them (_prefer_512_bit_vectors); the one-row sums keep 256 (batch 1 ran 6% slower)."""
+    _prefer_512_bit_vectors()
+    k = u.shape[1]
+    for i in range(lo, hi, 4):
+        for bi in range(0, nb, 4):
             a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = d0 = d1 = d2 = d3 = e0 = e1 = e2 = e3 = zero
             for j in range(k):
                 w0, w1, w2, w3 = W[i, j], W[i + 1, j], W[i + 2, j], W[i + 3, j]
@@ -72,14 +109,6 @@ def _matvec_rows(W, lo, hi, u, bias, zero, out):
             _store4(out, bi, i + 1, bias[i + 1], c0, c1, c2, c3)
             _store4(out, bi, i + 2, bias[i + 2], d0, d1, d2, d3)
             _store4(out, bi, i + 3, bias[i + 3], e0, e1, e2, e3)
-            bi += 4
-        for bi in range(bi, nb):
-            for r in range(i, i + 4):
-                out[bi, r] = _dot(W, r, u, bi, zero) + bias[r]
-        i += 4
-    for r in range(i, hi):                                              # a block's last rows (hi - lo) % 4
-        for bi in range(nb):
-            out[bi, r] = _dot(W, r, u, bi, zero) + bias[r]
 
 
 @njit(inline="always", **_JIT)
