@@ -229,15 +229,17 @@ def test_the_phase_profile_adds_up_to_no_more_than_the_calls_took(monkeypatch):
 def test_the_product_blocks_ask_llvm_for_512_bit_vectors():
     """_matvec_blocks (the batch products' inner blocks) carries the function attribute that lets LLVM use
     512-bit vectors (batch-8 decoding ran 7% faster with it on an AVX-512 Xeon), and on a CPU with AVX-512 its
-    machine code does use zmm registers; the one-row sums (batch 1) keep the default width."""
+    machine code does use zmm registers; the one-row sums (batch 1) keep the default width. Compiled afresh
+    here: a function loaded from numba's cache has no IR to inspect."""
     import llvmlite.binding as llvm
+    fresh = dict(decode_kernels._JIT, cache=False)
+    blocks, dot = njit(**fresh)(decode_kernels._matvec_blocks.py_func), njit(**fresh)(decode_kernels._dot.py_func)
     f = np.float32
     W, u, bias, out = np.ones((8, 32), f), np.ones((4, 32), f), np.zeros(8, f), np.zeros((4, 8), f)
-    decode_kernels._matvec_blocks(W, 0, 8, u, 4, bias, f(0), out)
+    blocks(W, 0, 8, u, 4, bias, f(0), out)
     np.testing.assert_array_equal(out, 32)
-    signature = decode_kernels._matvec_blocks.signatures[-1]
-    assert decode_kernels.PREFER_512_BIT in decode_kernels._matvec_blocks.inspect_llvm(signature)
-    decode_kernels._dot(W, 0, u, 0, f(0))
-    assert decode_kernels.PREFER_512_BIT not in decode_kernels._dot.inspect_llvm(decode_kernels._dot.signatures[-1])
+    assert decode_kernels.PREFER_512_BIT in blocks.inspect_llvm(blocks.signatures[0])
+    dot(W, 0, u, 0, f(0))
+    assert decode_kernels.PREFER_512_BIT not in dot.inspect_llvm(dot.signatures[0])
     if "+avx512f" in llvm.get_host_cpu_features().flatten().split(","):
-        assert "zmm" in decode_kernels._matvec_blocks.inspect_asm(signature)
+        assert "zmm" in blocks.inspect_asm(blocks.signatures[0])
