@@ -12,6 +12,7 @@ from numba import njit
 
 from tinygrad_ssm.models import decode, decode_kernels
 from tinygrad_ssm.ops import claims
+from tinygrad_ssm.ops.vector_width import PREFER_512_BIT
 from tinygrad_ssm.models.fast_exp import exp as fast_exp, exp32, silu
 from tinygrad_ssm.models.sampling import NonFiniteLogits, sample_next
 
@@ -238,8 +239,8 @@ def test_the_product_blocks_ask_llvm_for_512_bit_vectors():
     W, u, bias, out = np.ones((8, 32), f), np.ones((4, 32), f), np.zeros(8, f), np.zeros((4, 8), f)
     blocks(W, 0, 8, u, 4, bias, f(0), out)
     np.testing.assert_array_equal(out, 32)
-    assert decode_kernels.PREFER_512_BIT in blocks.inspect_llvm(blocks.signatures[0])
+    assert PREFER_512_BIT in blocks.inspect_llvm(blocks.signatures[0])
     dot(W, 0, u, 0, f(0))
-    assert decode_kernels.PREFER_512_BIT not in dot.inspect_llvm(dot.signatures[0])
+    assert PREFER_512_BIT not in dot.inspect_llvm(dot.signatures[0])
     if "+avx512f" in llvm.get_host_cpu_features().flatten().split(","):
         assert "zmm" in blocks.inspect_asm(blocks.signatures[0])

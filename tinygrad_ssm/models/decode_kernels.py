@@ -5,41 +5,20 @@ norm, and the greedy choice. decode.py cuts a step into chunks of these and shar
 Loops run over views indexed from 0 where they must vectorise: with an index that might be negative numba
 adds a wraparound select and LLVM no longer vectorises the loop. The official sizes (a conv of width 4, a state
 of 64) are passed as literals to an inlined body, so their loops unroll. The products use 512-bit vectors where
-the CPU has them (_prefer_512_bit_vectors).
+the CPU has them (ops/vector_width.py).
 """
 from __future__ import annotations
 
 import math
 
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from .fast_exp import silu
+from ..ops.vector_width import prefer_512_bit_vectors
 
 # sums may vectorise (no nnan/ninf); no ZeroDivisionError check (no division here can be by 0): with it, no
 # loop holding a division vectorised (the SiLU gates ran 6x slower)
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
-
-PREFER_512_BIT = '"prefer-vector-width"="512"'
-
-
-@intrinsic
-def _prefer_512_bit_vectors(typingctx):
-    """Lets LLVM vectorise the calling function with 512-bit registers: the function attribute
-    "prefer-vector-width"="512". Numba compiles for the host CPU, whose tuning on AVX-512 Xeons prefers 256-bit
-    vectors, and it has no per-function option (NUMBA_CPU_FEATURES would change every numba function in the
-    process). Worth it in the products' blocks only (_matvec_blocks): batch-8 decoding 6-8% faster a token, its products 10-15%
-    (benchmarks/profile_decode.py); the heads and the conv were no faster. A CPU without AVX-512 keeps its
-    widest vectors, and nothing else reads the attribute. llvmlite takes only its list of attribute names,
-    so the string attribute goes into its set as written (printed as is); where that fails, nothing changes
-    but the speed (tests/test_decode_kernels.py checks that the attribute is there)."""
-    def codegen(context, builder, signature, args):
-        try:
-            set.add(builder.function.attributes, PREFER_512_BIT)
-        except TypeError:                                               # llvmlite's attributes no longer a set
-            pass
-        return context.get_dummy_value()
-    return types.void(), codegen
 
 
 @njit(**_JIT)
@@ -92,8 +71,8 @@ def _matvec_blocks(W, lo, hi, u, nb, bias, zero, out):
     """_matvec_rows for weight rows [lo, hi) and batch rows [0, nb), both multiples of 4. Four weight rows times
     four batch rows share their loads (16 sums at once; measured against two rows by four, one thread, a
     1160 x 256 float32 in_proj at batch 8: 53 vs 66 us from L2, 68 vs 77 us streamed from L3). Vectors of 512
-    bits where the CPU has them (_prefer_512_bit_vectors); the one-row sums keep 256 (batch 1 ran 6% slower)."""
-    _prefer_512_bit_vectors()
+    bits where the CPU has them (ops/vector_width.py); the one-row sums keep 256 (batch 1 ran 6% slower)."""
+    prefer_512_bit_vectors()
     k = u.shape[1]
     for i in range(lo, hi, 4):
         for bi in range(0, nb, 4):
