@@ -154,7 +154,8 @@ def test_the_usual_state_size_a_literal_equals_the_engine_step(d_state):
     assert_steps_agree(fast, slow, batch=3, prompt_len=2, steps=2, seed=11, tol=1e-10)
 
 
-@given(n_rows=st.integers(1, 3000), small=st.integers(1, 64), share=st.sampled_from([0.0, 0.2, 0.45, decode.BIG_SHARE, 0.5]))
+@given(n_rows=st.integers(1, 3000), small=st.integers(1, 64),
+       share=st.sampled_from([0.0, 0.2, 0.45, decode.BIG_SHARE, 0.5]))
 def test_chunks_tile_the_rows_once(n_rows, small, share):
     """Two big chunks (a multiple of the small size, or none; half each for the norms), then small ones: [0, n_rows)
     exactly, in order."""
