@@ -34,19 +34,25 @@ def test_claims_hand_out_each_chunk_once_per_step_and_never_a_later_steps():
 
 
 @njit(nogil=True)
-def claim_from_end_all(counter, n, from_back, order, start, threads):
-    """Waits until every thread is here (start[0] counts them), then claims until nothing is left, as fast as it
-    can (the threads contend for the counter); order[k] = the k-th item this thread got, -1 after its last."""
-    claims.atomic_increment(start, 0)
-    while claims.atomic_load(start, 0) < threads:
-        claims.pause()
+def claim_from_end_in_rounds(counter, n, from_back, order, arrivals, threads, per_round):
+    """Claims in rounds: up to per_round items (fewer once nothing is left), then waits until every thread has
+    finished the round (arrivals[0] counts the arrivals), so the threads' claims interleave whatever the OS does;
+    the first wait is the start. rounds * threads * per_round >= n: the last round finds nothing left.
+    order[k] = the k-th item this thread got, -1 after its last."""
+    rounds = (n + threads * per_round - 1) // (threads * per_round)
     k = 0
-    while True:
-        c = claims.claim_from_end(counter, n, from_back)
-        if c < 0:
+    for r in range(rounds + 1):
+        claims.atomic_increment(arrivals, 0)
+        while claims.atomic_load(arrivals, 0) < threads * (r + 1):
+            claims.pause()
+        if r == rounds:
             break
-        order[k] = c
-        k += 1
+        for _ in range(per_round):
+            c = claims.claim_from_end(counter, n, from_back)
+            if c < 0:
+                break
+            order[k] = c
+            k += 1
 
 
 def test_claim_from_end_takes_the_front_and_the_back_in_turn():
@@ -59,9 +65,10 @@ def test_claim_from_end_takes_the_front_and_the_back_in_turn():
 def test_claim_from_end_hands_out_each_item_once_to_threads_at_both_ends():
     n = 200_001
     for threads in (1, 2, 3):
-        counter, start = claims.sync_array(1), claims.sync_array(1)
+        counter, arrivals = claims.sync_array(1), claims.sync_array(1)
         orders = np.full((threads, n), -1, np.int64)
-        workers = [threading.Thread(target=claim_from_end_all, args=(counter, n, i > 0, orders[i], start, threads))
+        workers = [threading.Thread(target=claim_from_end_in_rounds,
+                                    args=(counter, n, i > 0, orders[i], arrivals, threads, 5_000))
                    for i in range(threads)]
         [w.start() for w in workers]
         [w.join() for w in workers]
@@ -71,4 +78,5 @@ def test_claim_from_end_hands_out_each_item_once_to_threads_at_both_ends():
         if threads > 1:
             back = np.sort(np.concatenate(got[1:]))[::-1]
             assert np.array_equal(back, np.arange(n - 1, n - 1 - len(back), -1))    # the back: n - 1, n - 2, ...
-            assert all(len(g) for g in got), [len(g) for g in got]                  # every thread took some
+        assert all(len(g) for g in got), [len(g) for g in got]                      # every thread took some
+        assert claims.claim_from_end(counter, n, False) == -1                       # and nothing is left
