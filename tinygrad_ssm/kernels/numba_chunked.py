@@ -39,7 +39,7 @@ import numpy as np
 
 from tinygrad_ssm.kernels import numba_cpu
 from tinygrad_ssm.kernels.blas_chunked import openblas_threads_setter
-from tinygrad_ssm.kernels.numba_cpu import BackwardArrays, _contiguous, _on_threads, _rows_of
+from tinygrad_ssm.kernels.numba_cpu import BackwardArrays, _on_threads, backward_inputs
 from tinygrad_ssm.ops.claims import claim_from_end
 
 try:
@@ -253,13 +253,8 @@ def backward(saved, dy, d_final_state, into=(None, None, None)):
     x, dt, A, B, C, D, checkpoints, (q, had_initial) = saved
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
-    dtype = x.dtype
     out = BackwardArrays(x, dt, B, into, slices=1)
-    D_or_zeros = D if D.size else np.zeros(h, dtype)
-    A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints,
-                                                      d_final_state.astype(dtype, copy=False))
-    args = (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, checkpoints,
-            *_rows_of(dy.astype(dtype, copy=False)), d_final, g, int(q), *out.dx_rows, out.ddt, out.dA_parts,
+    args = (*backward_inputs(saved, dy, d_final_state), g, int(q), *out.dx_rows, out.ddt, out.dA_parts,
             out.sums[0][0][0], out.sums[0][1], out.sums[1][0][0], out.sums[1][1], out.dD_parts, out.d_initial)
     _on_single_threaded_blas(lambda: _on_threads(backward_kernel, args, numba_cpu._thread_count(b * l * h * p * n)))
     return out.gradients(B.shape, D.size > 0, bool(had_initial))

@@ -339,13 +339,23 @@ def backward(saved, dy, d_final_state, into=(None, None, None)):
     threads = _thread_count(b * l * h * p * n)
     slices = _head_slices(b, g, h // g, threads)
     out = BackwardArrays(x, dt, B, into, slices)
-    D_or_zeros = D if D.size else np.zeros(h, dtype)
-    A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints, d_final_state.astype(dtype, copy=False))
-    _on_threads(backward_kernel, (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, checkpoints,
-                                  *_rows_of(dy.astype(dtype, copy=False)), d_final, g, q,
+    _on_threads(backward_kernel, (*backward_inputs(saved, dy, d_final_state), g, q,
                                   _block_steps(q, p * n * dtype.itemsize), slices, *out.dx_rows, out.ddt, out.dA_parts,
                                   *out.sums[0], *out.sums[1], out.dD_parts, out.d_initial), threads)
     return out.gradients(B.shape, D.size > 0, bool(had_initial))
+
+
+def backward_inputs(saved, dy, d_final_state) -> tuple:
+    """A backward kernel's first arguments, shared by this module's and numba_chunked.py's: x, dt, A, B, C, D
+    (zeros where the layer has none), the checkpoints, dy and d final_state, C-contiguous in x's dtype; x, dt,
+    B, C and dy as (rows, col) (`_rows_of`)."""
+    x, dt, A, B, C, D, checkpoints, _ = saved
+    dtype = x.dtype
+    D_or_zeros = D if D.size else np.zeros(x.shape[2], dtype)
+    A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints,
+                                                      d_final_state.astype(dtype, copy=False))
+    return (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, checkpoints,
+            *_rows_of(dy.astype(dtype, copy=False)), d_final)
 
 
 class BackwardArrays:
