@@ -67,7 +67,7 @@ def bare_allreduce(args) -> None:
     import numpy as np
 
     from tinygrad_ssm import distributed as dist
-    from tinygrad_ssm.train import TrainConfig, build_model
+    from tinygrad_ssm.train.loop import TrainConfig, build_model
 
     world = dist.init()
     model = build_model(TrainConfig(d_model=args.d_model, n_layer=args.n_layer))

@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import time
 
-import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/blas_threads.py)
+import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
 import numpy as np
 
 from common import default_json, write_result
 
 import tinygrad_ssm as tg  # noqa: E402  (common puts the repository on the path)
-from tinygrad_ssm import functional as F  # noqa: E402
+from tinygrad_ssm.autograd import functional as F  # noqa: E402
 
 SHAPE = (16, 16)
 OPS = {  # name -> (ours, torch's), each taking (a, b)

@@ -1,4 +1,4 @@
-"""The fused mixer ops (tinygrad_ssm/ops/fused.py), forward and backward, at the training step's shape, against
+"""The fused mixer ops (tinygrad_ssm/fast/fused.py), forward and backward, at the training step's shape, against
 their engine-op twins (the `reference_*` compositions) and, with --baseline REV, against the fused ops of
 another git revision, interleaved in one process (a shared machine's load drifts; the ratios much less).
 
@@ -31,9 +31,10 @@ import numpy as np  # noqa: E402  (after threads_from_argv: the pools' sizes are
 
 from common import ROOT, default_json, write_result  # noqa: E402
 
-import tinygrad_ssm.ops.fused as fused  # noqa: E402
-from tinygrad_ssm import functional as F  # noqa: E402
-from tinygrad_ssm.tensor import Function, Tensor  # noqa: E402
+import tinygrad_ssm.fast.fused as fused  # noqa: E402
+from tinygrad_ssm.autograd import functional as F  # noqa: E402
+from tinygrad_ssm.autograd.function import Function  # noqa: E402
+from tinygrad_ssm.autograd.tensor import Tensor  # noqa: E402
 
 B, L, D_MODEL, D_INNER, CONV_DIM, HEADS, K = 8, 512, 256, 512, 640, 8, 4
 SIZES = [D_INNER, CONV_DIM, HEADS]                                      # in_proj's output: z | xBC | dt
@@ -62,12 +63,12 @@ class Seeds(Function):
 
 
 def load_fused(rev: str, where: Path):
-    """ops/fused.py as of git revision `rev`, loaded as a module of the package (its relative imports work)."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:tinygrad_ssm/ops/fused.py"],
+    """fast/fused.py as of git revision `rev`, loaded as a module of the package (its relative imports work)."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:tinygrad_ssm/fast/fused.py"],
                             capture_output=True, text=True, check=True).stdout
     path = where / "fused_baseline.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location("tinygrad_ssm.ops.fused_baseline", path)
+    spec = importlib.util.spec_from_file_location("tinygrad_ssm.fast.fused_baseline", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -23,12 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/blas_threads.py)
+import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tinygrad_ssm as tg                                                           # noqa: E402
-from tinygrad_ssm.kernels import available_backends, ssd                           # noqa: E402
+from tinygrad_ssm.scan import available_backends, ssd                           # noqa: E402
 
 try:
     import torch
@@ -137,7 +137,7 @@ def _status_kib(field):
 
 def kernel_step(chunk):
     """The numba kernels alone on arrays, no engine: forward, then backward of given dy, d_final."""
-    from tinygrad_ssm.kernels import numba_cpu
+    from tinygrad_ssm.scan import numba_cpu
 
     def step(inputs, w_y, w_state):
         y, state, saved = numba_cpu.forward(*[inputs[k] for k in ("x", "dt", "A", "B", "C", "D")], None, chunk)
@@ -172,7 +172,7 @@ def profile_numba(shape, repeats):
     64 states inside each chunk). Their difference is one recompute pass; the rest of the backward is the
     adjoint sweep."""
     import numba
-    from tinygrad_ssm.kernels import numba_cpu
+    from tinygrad_ssm.scan import numba_cpu
     inputs = make_inputs(**shape)
     args = [inputs[k] for k in ("x", "dt", "A", "B", "C", "D")]
     threads = numba.get_num_threads()

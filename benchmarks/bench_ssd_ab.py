@@ -5,7 +5,7 @@ training step's shape (b=8, l=512, h=8, p=64, g=1, n=64, float32, chunk 64).
     python benchmarks/bench_ssd_ab.py --old-rev 7d9c51f --quick    # a smoke run
     python benchmarks/bench_ssd_ab.py --old-rev c49dc08 --step     # whole training steps with either scan
 
-The other revision's `tinygrad_ssm/kernels/numba_cpu.py` is read with `git show` into a temporary directory and
+The other revision's `tinygrad_ssm/scan/numba_cpu.py` is read with `git show` into a temporary directory and
 imported beside this tree's. Each repeat runs old then new (new then old on odd repeats) on the same arrays:
 forward, then backward of dy. Reported per thread count (1, then numba's default): the median seconds of each,
 and the median over repeats of new / old, in process CPU time (what the kernels cost; less disturbed by other
@@ -25,20 +25,20 @@ import tempfile
 import time
 from pathlib import Path
 
-import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/blas_threads.py)
+import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import numba                                                                        # noqa: E402
-from tinygrad_ssm.kernels import numba_cpu as new                                   # noqa: E402
+from tinygrad_ssm.scan import numba_cpu as new                                   # noqa: E402
 
 TRAINING = dict(b=8, l=512, h=8, p=64, g=1, n=64)
 
 
 def load_revision(rev: str, folder: Path):
     """The module numba_cpu.py as it is at git revision `rev`, imported from `folder` as numba_cpu_<rev>."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:tinygrad_ssm/kernels/numba_cpu.py"],
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:tinygrad_ssm/scan/numba_cpu.py"],
                             check=True, capture_output=True, text=True).stdout
     name = f"numba_cpu_{rev.replace('/', '_').replace('-', '_')}"
     path = folder / f"{name}.py"
@@ -86,7 +86,7 @@ def compare_steps(old, shape_name: str, rounds: int, steps: int) -> dict:
     tree, switched in one process; see the module's docstring."""
     import dataclasses
 
-    import tinygrad_ssm.kernels as K
+    import tinygrad_ssm.scan as K
     from bench_step_ab import SHAPES
     from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
     from tinygrad_ssm.optim import AdamW

@@ -22,11 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/blas_threads.py)
+import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tinygrad_ssm.kernels import BACKENDS, blas_chunked                             # noqa: E402
+from tinygrad_ssm.scan import BACKENDS, blas_chunked                             # noqa: E402
 from bench_ssd_ab import compare, make_inputs                                      # noqa: E402
 
 SHAPES = {"training step": (dict(b=8, l=512, h=8, p=64, g=1, n=64), 64),

@@ -26,11 +26,11 @@ from common import RESULTS, ROOT, write_result
 
 SHAPES = {  # name: (n_layer, batch, seq_len, lr)
     "bench": (4, 8, 512, 1e-3),      # bench_train_step.py's model and batch
-    "default": (3, 32, 128, 4e-3),   # the default training run's (tinygrad_ssm/train_config.py)
+    "default": (3, 32, 128, 4e-3),   # the default training run's (tinygrad_ssm/train/config.py)
 }
 
 STEP = """
-import tinygrad_ssm  # first: tinygrad_ssm/blas_threads.py
+import tinygrad_ssm  # first: tinygrad_ssm/fast/blas_threads.py
 import json, sys, time
 import numpy as np
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap

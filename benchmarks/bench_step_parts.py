@@ -1,5 +1,5 @@
 """The training step's plain NumPy parts that have numba kernels, timed inside real training steps: AdamW's update
-(optim/adam_kernel.py), the embedding's backward and cross entropy forward and backward (ops/row_kernels.py),
+(fast/adam_kernel.py), the embedding's backward and cross entropy forward and backward (fast/row_kernels.py),
 each against its reference (the NumPy code, `fast = False` on the op's or optimizer's class); the residual adds,
 which have no kernel (memory-bound: a + b over both threads measured no faster), as a check on noise. Steps
 alternate between the two in one process (each first in turn), so a shared machine's drifting load falls on both
@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 from common import default_json, write_result  # noqa: E402
 
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap  # noqa: E402
-from tinygrad_ssm.ops import elementwise, nn, reduce  # noqa: E402
+from tinygrad_ssm.autograd.ops import elementwise, nn, reduce  # noqa: E402
 from tinygrad_ssm.optim import Adam, AdamW  # noqa: E402
 
 QUIET = 1.3                                                              # see the end of main

@@ -14,7 +14,7 @@ import numpy as np
 import tinygrad_ssm as tg
 from test_ssd import numpy_scan, make_inputs, LENGTHS, Q
 from test_mamba2 import tiny_model
-from tinygrad_ssm.kernels import ssd
+from tinygrad_ssm.scan import ssd
 worst = {}
 def note(k, v): worst[k] = max(worst.get(k, 0), v)
 for l in LENGTHS:

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 import tinygrad_ssm as tg
-from tinygrad_ssm.kernels import BACKENDS, SSD, available_backends, numba_cuda, ssd
+from tinygrad_ssm.scan import BACKENDS, SSD, available_backends, cuda as numba_cuda, ssd
 
 TIMED_SHAPE = dict(b=8, l=8192, h=24, p=64, g=1, n=128)
 CHECK_SHAPE = dict(b=2, l=600, h=4, p=32, g=2, n=64)

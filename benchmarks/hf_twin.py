@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
-from tinygrad_ssm.models.pretrained import _stored_name
+from tinygrad_ssm.models.mamba2.pretrained import _stored_name
 
 CONFIG = dict(vocab_size=256, d_model=256, n_layer=4, d_state=64, headdim=64, ngroups=1, expand=2, d_conv=4)
 QUICK_CONFIG = dict(vocab_size=256, d_model=64, n_layer=2, d_state=16, headdim=16, ngroups=1, expand=2, d_conv=4)

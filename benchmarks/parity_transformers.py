@@ -36,7 +36,7 @@ from common import default_json, write_result  # noqa: E402  (and the repository
 import tinygrad_ssm as tg  # noqa: E402
 from tinygrad_ssm.models import Mamba2Config, Mamba2LMHeadModel  # noqa: E402
 from tinygrad_ssm.optim import AdamW  # noqa: E402
-from tinygrad_ssm.models.pretrained import _stored_name  # noqa: E402
+from tinygrad_ssm.models.mamba2.pretrained import _stored_name  # noqa: E402
 from tinygrad_ssm.registry import VarMap  # noqa: E402
 
 # A small model that still has every feature: 2 layers, 2 groups of 2 heads, chunks shorter than the sequence.

@@ -1,4 +1,4 @@
-"""Where a generated token's time goes in the numba decoder (tinygrad_ssm/models/decode.py): the caller's
+"""Where a generated token's time goes in the numba decoder (tinygrad_ssm/models/mamba2/decode.py): the caller's
 thread's cycles in each phase of a step (a phase ends when all its chunks are done, by either thread), and the
 rest of the wall time per step (Python: sampling, checks, the call itself). bench_generate.py's model and run.
 
@@ -20,9 +20,9 @@ import numpy as np  # noqa: E402
 
 import hf_twin  # noqa: E402
 from common import dump_json  # noqa: E402
-from tinygrad_ssm.models import decode  # noqa: E402
+from tinygrad_ssm.models.mamba2 import decode  # noqa: E402
 from numba import njit  # noqa: E402
-from tinygrad_ssm.ops.claims import cycles as _cycles  # noqa: E402
+from tinygrad_ssm.fast.claims import cycles as _cycles  # noqa: E402
 
 cycles = njit(lambda: _cycles())
 

@@ -18,13 +18,13 @@ import resource
 import sys
 import time
 
-import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/blas_threads.py)
+import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
 import numpy as np
 
-import tinygrad_ssm.kernels as K
+import tinygrad_ssm.scan as K
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
 from tinygrad_ssm.optim import AdamW
-from tinygrad_ssm.tensor import Function
+from tinygrad_ssm.autograd.function import Function
 
 FUSED_OPS = ("Conv1dSilu", "GatedRMSNorm", "SplitLast", "DtSoftplus", "AddRMSNorm")
 
@@ -157,7 +157,7 @@ def main(argv=None) -> dict:
           f"{'reference' if args.reference else 'fused'}: {step_s:.3f} s (forward {phases['forward'] / n:.3f}, "
           f"backward {phases['backward'] / n:.3f}, optimizer {phases['optimizer'] / n:.3f}); ops per step: "
           f"{counts['model'] // n} model, {counts['scan'] // n} scan; per step {faults:,.0f} page faults, "
-          f"{system_s:.3f} s system time (tinygrad_ssm/heap_reuse.py); {step_cpu:.3f} s of CPU time, "
+          f"{system_s:.3f} s system time (tinygrad_ssm/fast/heap_reuse.py); {step_cpu:.3f} s of CPU time, "
           f"{step_cpu / step_s:.2f} cores on average")
     print(f"  {'':40s} {'wall':>9s} {'share':>7s} {'cores':>6s}  (cores = the process's CPU time / wall time)")
     for name, seconds in sorted(shares.items(), key=lambda kv: -kv[1]):

@@ -18,7 +18,7 @@ def threads_from_argv(default: int | None = None) -> int | None:
             raise SystemExit(f"--threads must be >= 1, got {n}")
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
             os.environ[var] = str(n)
-    import tinygrad_ssm  # noqa: F401  (after the counts, before the script's NumPy: tinygrad_ssm/blas_threads.py)
+    import tinygrad_ssm  # noqa: F401  (after the counts, before the script's NumPy: tinygrad_ssm/fast/blas_threads.py)
     return n
 
 

@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinygrad_ssm import cli
+from tinygrad_ssm.train import cli
 from tinygrad_ssm import distributed as dist
-from tinygrad_ssm.safetensors_io import load_file
-from tinygrad_ssm.train import TrainConfig, train
+from tinygrad_ssm.io.safetensors import load_file
+from tinygrad_ssm.train.loop import TrainConfig
+from tinygrad_ssm.train import loop as train
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +67,7 @@ def corpus(tmp_path_factory):
 
 
 def weights(run_dir: Path) -> dict:
-    from tinygrad_ssm import checkpoint as ckpt
+    from tinygrad_ssm.train import checkpoint as ckpt
 
     return load_file(ckpt.resolve_checkpoint(run_dir) / "model.safetensors")
 
@@ -131,7 +132,7 @@ def test_two_ranks_equal_one_process_fresh_resumed_and_with_another_world_size(c
 @needs_mpi
 def test_each_rank_trains_on_its_own_share_of_the_global_batch(corpus, tmp_path, monkeypatch):
     """Rank r gets rows [r b/2, (r+1) b/2) of the batch one process draws with the same seed."""
-    from tinygrad_ssm.models.mamba2 import Mamba2LMHeadModel
+    from tinygrad_ssm.models.mamba2.model import Mamba2LMHeadModel
 
     proc = mpirun(2, [SCRIPTS / "faulty_run.py", "rows", corpus, tmp_path / "run"], timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,7 +1,7 @@
 """Every path a docstring, comment or page cites (a name with a slash ending in .py or .md, in tinygrad_ssm/,
 tests/, benchmarks/, docs/ and README.md) names a file of this repository, so a reader who follows a
 reference finds it. A path counts as found when it exists from the repository root, from the citing file's
-folder, or as the tail of a repository file (`ops/reduce.py` is tinygrad_ssm/ops/reduce.py). Addresses
+folder, or as the tail of a repository file (`autograd/ops/reduce.py` is tinygrad_ssm/autograd/ops/reduce.py). Addresses
 (http://...) are other sites and are not checked."""
 from __future__ import annotations
 
@@ -44,11 +44,11 @@ def missing_references(text: str, folder: pathlib.Path, files: list[str]) -> lis
 
 
 def test_the_scanner_finds_paths_and_misses():
-    files = ["tinygrad_ssm/ops/reduce.py", "docs/mamba2.md"]
+    files = ["tinygrad_ssm/autograd/ops/reduce.py", "docs/mamba2.md"]
     absent = "/".join(["reference", "mamba2.md"])  # joined, so that this file itself cites no missing path
-    text = (f"see `ops/reduce.py`, docs/mamba2.md and {absent} (and https://github.com/x/y/blob/z.py); "
+    text = (f"see `autograd/ops/reduce.py`, docs/mamba2.md and {absent} (and https://github.com/x/y/blob/z.py); "
             "not a path: a/b, 1.5/2.0, e.g. not a file")
-    assert PATH.findall(URL.sub(" ", text)) == ["ops/reduce.py", "docs/mamba2.md", absent]
+    assert PATH.findall(URL.sub(" ", text)) == ["autograd/ops/reduce.py", "docs/mamba2.md", absent]
     assert missing_references(text, ROOT, files) == [absent]
 
 

@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 import tinygrad_ssm as tg
-from tinygrad_ssm import VarBuilder, VarMap, gradient_report, init, nn
-from tinygrad_ssm import functional as F
+from tinygrad_ssm import VarBuilder, VarMap, gradient_report, nn
+from tinygrad_ssm.nn import init
+from tinygrad_ssm.autograd import functional as F
 
 IDS = np.array([[1, 2, 3, 4, 5, 6]])
 TARGETS = np.array([[2, 3, 4, 5, 6, 7]])

@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tinygrad_ssm import VarBuilder, VarMap, init
-from tinygrad_ssm.safetensors_io import CheckpointError, SafetensorsFile, bf16_to_float32
+from tinygrad_ssm import VarBuilder, VarMap
+
+from tinygrad_ssm.nn import init
+from tinygrad_ssm.io.safetensors import CheckpointError, SafetensorsFile, bf16_to_float32
 
 
 def small_model(varmap, dtype="float32"):
@@ -293,7 +295,7 @@ def test_load_of_a_missing_file_names_it(tmp_path):
 
 @pytest.mark.parametrize("fail_at", ["fsync", "replace"])
 def test_a_failed_save_leaves_the_previous_file_and_no_temporary(tmp_path, monkeypatch, fail_at):
-    import tinygrad_ssm.safetensors_io as io
+    import tinygrad_ssm.io.safetensors as io
 
     vm = VarMap(seed=1)
     small_model(vm)

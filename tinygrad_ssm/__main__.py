@@ -1,6 +1,6 @@
-"""python -m tinygrad_ssm: see cli.py."""
+"""python -m tinygrad_ssm: see train/cli.py."""
 import sys
 
-from .cli import main
+from .train.cli import main
 
 sys.exit(main())

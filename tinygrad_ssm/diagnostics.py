@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .tensor import Tensor
+from .autograd.tensor import Tensor
 
 OK, NO_GRAD, ZERO_GRAD, NON_FINITE, FROZEN = "ok", "no gradient", "zero gradient", "non-finite gradient", "frozen"
 

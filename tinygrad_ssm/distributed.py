@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .optim.optimizer import named_parameters
+
 # environment variables that MPI launchers set in every process they start: MPICH/Intel MPI (hydra), Open MPI
 _WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 INSTALL_HINT = 'pip install "tinygrad_ssm[distributed]" (mpi4py and the mpich wheel, which brings mpiexec)'
@@ -198,7 +200,6 @@ class GradientAllreducer:
     `last_launched_early`: how many of the buckets the backward had already sent when `finish()` began."""
 
     def __init__(self, params, world: World, bucket_bytes: int = 1 << 20, overlap: bool = True):
-        from .optim.optimizer import named_parameters
 
         named = named_parameters(params, "GradientAllreducer")
         self.world, self.overlap, self.buckets, self._where = world, overlap, [], {}
@@ -294,7 +295,6 @@ def broadcast_weights_and_optimizers(varmap, optimizers: dict, world: World) -> 
 
 def weight_checksums(params) -> np.ndarray:
     """CRC-32 of each parameter's bytes, in registration order (int64): cheap, and any bit flip shows."""
-    from .optim.optimizer import named_parameters
 
     return np.array([zlib.crc32(np.ascontiguousarray(p.data).tobytes())
                      for _, p in named_parameters(params, "weight_checksums")], dtype=np.int64)
@@ -304,7 +304,6 @@ def check_same_weights(params, world: World, step: int) -> None:
     """Compare every rank's weights (checksums) with rank 0's; raise RanksDiverged on every rank if any differ."""
     if world.size == 1:
         return
-    from .optim.optimizer import named_parameters
 
     mine = weight_checksums(params)
     every = np.empty((world.size, mine.size), dtype=np.int64)

@@ -15,8 +15,8 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .safetensors_io import CheckpointError, SafetensorsFile, save_file
-from .tensor import Tensor, is_float, no_grad
+from .io.safetensors import CheckpointError, SafetensorsFile, save_file
+from .autograd.tensor import Tensor, is_float, no_grad
 
 InitFn = Callable[[tuple, np.random.Generator, np.dtype], np.ndarray]
 

@@ -7,9 +7,10 @@ MODE rows: each rank saves the input rows of its first training batch to OUT/row
 import sys
 
 from tinygrad_ssm import distributed as dist
-from tinygrad_ssm.cli import EXIT_DIVERGED
-from tinygrad_ssm.models.mamba2 import Mamba2LMHeadModel
-from tinygrad_ssm.train import TrainConfig, train
+from tinygrad_ssm.train.cli import EXIT_DIVERGED
+from tinygrad_ssm.models.mamba2.model import Mamba2LMHeadModel
+from tinygrad_ssm.train.loop import TrainConfig
+from tinygrad_ssm.train import loop as train
 
 mode, data, out = sys.argv[1:4]
 world = dist.init()

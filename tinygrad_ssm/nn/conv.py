@@ -3,17 +3,17 @@ from __future__ import annotations
 
 import math
 
-from .. import functional as F
-from .. import init
-from ..ops import fused as fused_ops
+from ..autograd import functional as F
+from . import init
+from ..fast import fused as fused_ops
 from ..registry import VarBuilder
-from ..tensor import Tensor
+from ..autograd.tensor import Tensor
 
 
 class CausalDepthwiseConv1d:
     """y[b, t, c] = bias[c] + sum_j weight[c, 0, j] * x[b, t + j - (k - 1), c]: step t sees steps t-k+1..t.
     "weight" (c, 1, k) and "bias" (c,), PyTorch's Conv1d(groups=c) layout and default init
-    (U(+-1/sqrt(k)) for both, since fan_in = k). fused=True makes `silu_of` one numba op (ops/fused.py)."""
+    (U(+-1/sqrt(k)) for both, since fan_in = k). fused=True makes `silu_of` one numba op (fast/fused.py)."""
 
     def __init__(self, vb: VarBuilder, channels: int, kernel_size: int, bias: bool = True,
                  weight_init=None, bias_init=None, fused: bool = False):

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import math
 
-from .. import functional as F
-from .. import init
+from ..autograd import functional as F
+from . import init
 from ..registry import VarBuilder
-from ..tensor import Tensor
+from ..autograd.tensor import Tensor
 
 
 class Linear:

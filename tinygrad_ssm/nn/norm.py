@@ -1,16 +1,16 @@
 """RMS norms: plain (per token) and gated per group of channels (Mamba-2's output norm)."""
 from __future__ import annotations
 
-from .. import functional as F
-from .. import init
-from ..ops import fused as fused_ops
+from ..autograd import functional as F
+from . import init
+from ..fast import fused as fused_ops
 from ..registry import VarBuilder
-from ..tensor import Tensor
+from ..autograd.tensor import Tensor
 
 
 class RMSNorm:
     """x / sqrt(mean(x^2, last axis) + eps) * weight; "weight" (dim,) init 1, no bias.
-    fused=True runs one numba op (ops/fused.py) instead of the engine's RMSNorm op; the same numbers."""
+    fused=True runs one numba op (fast/fused.py) instead of the engine's RMSNorm op; the same numbers."""
 
     def __init__(self, vb: VarBuilder, dim: int, eps: float = 1e-5, fused: bool = False):
         self.name, self.dim, self.eps, self.fused = vb.prefix, dim, eps, fused
@@ -31,7 +31,7 @@ class GatedRMSNorm:
     """norm(y, z) = rmsnorm_per_group(y * silu(z)) * weight (gate first, as Mamba-2's norm_before_gate=False).
     The dim channels are split into groups of `group_size`; each group is normalised on its own.
     "weight" (dim,) init 1, no bias. Without z it is a grouped RMSNorm. fused=True runs the whole chain as
-    one numba op (ops/fused.py); fused=False composes engine ops (the reference)."""
+    one numba op (fast/fused.py); fused=False composes engine ops (the reference)."""
 
     def __init__(self, vb: VarBuilder, dim: int, group_size: int, eps: float = 1e-5, fused: bool = False):
         if group_size <= 0 or dim % group_size:

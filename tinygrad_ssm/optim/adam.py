@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from . import adam_kernel
+from ..fast import adam_kernel
 from .optimizer import Optimizer
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tensor import Tensor, no_grad
+from ..autograd.tensor import Tensor, no_grad
 
 
 def named_parameters(params, who: str) -> list[tuple[str, Tensor]]:

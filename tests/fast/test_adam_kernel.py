@@ -1,0 +1,76 @@
+"""Adam's numba update (fast/adam_kernel.py) against the NumPy code it replaces (`Adam.fast = False`): the same
+bits in float32 and float64, for Adam and AdamW, on hypothesis-drawn shapes, hyperparameters and step counts,
+arrays the kernel does not take go to the reference."""
+import contextlib
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import tinygrad_ssm as tg
+from tinygrad_ssm import optim
+from tinygrad_ssm.fast import adam_kernel
+
+
+@contextlib.contextmanager
+def settings(fast=True):
+    before, optim.Adam.fast = optim.Adam.fast, fast
+    try:
+        yield
+    finally:
+        optim.Adam.fast = before
+
+
+def trajectory(cls, start, grads, hparams, fast):
+    """Parameter, exp_avg and exp_avg_sq after each step, the gradients given."""
+    p = tg.Tensor(start.copy(order="K"), requires_grad=True)              # keeps a transposed layout
+    opt = cls([("p", p)], **hparams)
+    out = []
+    with settings(fast):
+        for g in grads:
+            p.grad = tg.Tensor(g)
+            opt.step()
+            state = opt.state["p"]
+            out.append((p.data.copy(), state["exp_avg"].copy(), state["exp_avg_sq"].copy()))
+    return out
+
+
+@given(cls=st.sampled_from([optim.Adam, optim.AdamW]), dtype=st.sampled_from([np.float32, np.float64]),
+       shape=st.sampled_from([(1,), (7,), (5, 13), (3, 1, 4), (40, 33)]),
+       lr=st.sampled_from([1e-3, 0.05, 1.0]), betas=st.sampled_from([(0.9, 0.999), (0.8, 0.95), (0.0, 0.0)]),
+       eps=st.sampled_from([1e-8, 1e-3]), weight_decay=st.sampled_from([0.0, 0.01, 0.3]),
+       steps=st.integers(1, 4), seed=st.integers(0, 2 ** 16))
+def test_adam_kernel_is_the_reference_bit_for_bit(cls, dtype, shape, lr, betas, eps, weight_decay, steps, seed):
+    rng = np.random.default_rng(seed)
+    start = rng.standard_normal(shape).astype(dtype)
+    grads = [(rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 3)).astype(dtype) for _ in range(steps)]
+    grads[0].flat[0] = 0.0                                               # v = 0 there: the denominator is eps
+    hparams = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    got = trajectory(cls, start, grads, hparams, fast=True)
+    expected = trajectory(cls, start, grads, hparams, fast=False)
+    for step, (g, e) in enumerate(zip(got, expected)):
+        for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), g, e):
+            assert a.dtype == dtype
+            np.testing.assert_array_equal(a, b, err_msg=f"{name} at step {step + 1}")
+
+
+def test_adam_kernel_takes_contiguous_arrays_of_one_dtype_only():
+    p, g = np.zeros((4, 3), np.float32), np.ones((4, 3), np.float32)
+    assert adam_kernel.takes(p, p.copy(), p.copy(), g)
+    assert adam_kernel.takes(p, p.copy(), p.copy(), np.ones((3, 4), np.float32).T)   # a strided grad is copied
+    assert not adam_kernel.takes(p, p.copy(), p.copy(), g.astype(np.float64))
+    assert not adam_kernel.takes(p.T, p.T.copy(), p.T.copy(), g.T)                    # p written in place: no
+    assert not adam_kernel.takes(p.astype(np.float16), *(a.astype(np.float16) for a in (p, p)), g.astype(np.float16))
+
+
+@pytest.mark.parametrize("grad_dtype", [np.float64, np.float32])
+def test_adam_with_arrays_the_kernel_does_not_take_runs_the_reference(grad_dtype):
+    """A float32 parameter with a float64 gradient, and a parameter that is a transposed view."""
+    rng = np.random.default_rng(0)
+    start = rng.standard_normal((6, 5)).astype(np.float32).T                         # F-ordered (5, 6)
+    grads = [rng.standard_normal((5, 6)).astype(grad_dtype) for _ in range(3)]
+    got = trajectory(optim.AdamW, start, grads, dict(lr=0.1), fast=True)
+    expected = trajectory(optim.AdamW, start, grads, dict(lr=0.1), fast=False)
+    for g, e in zip(got, expected):
+        for a, b in zip(g, e):
+            np.testing.assert_array_equal(a, b)

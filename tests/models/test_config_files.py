@@ -1,0 +1,172 @@
+"""config.json values that used to load silently wrong or fail late: a misspelt key (refused), an unknown key
+(warned, by name), wrong-typed or non-finite values (named by the key the file spells), sizes that disagree
+with the weights (refused before anything is allocated); from_pretrained also takes a training run folder."""
+import json
+import os
+import threading
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+
+from tinygrad_ssm import Mamba2LMHeadModel
+from tinygrad_ssm.train import checkpoint as ckpt
+from tinygrad_ssm.models.mamba2.pretrained import IgnoredConfigKeysWarning, PretrainedError
+
+from tests.models.test_pretrained import IDS, small_model, write_transformers_dir
+
+
+def edit_config(directory, **changes):
+    path = directory / "config.json"
+    config = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is ...:
+            config.pop(key)
+        else:
+            config[key] = value
+    path.write_text(json.dumps(config))
+
+
+def saved(tmp_path, layout="mamba_ssm", **kw):
+    model = small_model(**kw)
+    if layout == "mamba_ssm":
+        model.save_pretrained(tmp_path)
+    else:
+        write_transformers_dir(tmp_path, model)
+    return model
+
+
+@pytest.mark.parametrize("layout,right,wrong", [("mamba_ssm", "tie_embeddings", "tie_embedding"),
+                                                ("mamba_ssm", "norm_epsilon", "norm_epsilom"),
+                                                ("transformers", "tie_word_embeddings", "tie_word_embedding"),
+                                                ("transformers", "layer_norm_epsilon", "layer_norm_eps1lon")])
+def test_a_misspelt_key_is_refused_naming_the_key_it_resembles(tmp_path, layout, right, wrong):
+    saved(tmp_path, layout, tie_embeddings=False, rms_norm_eps=1e-3)
+    config = json.loads((tmp_path / "config.json").read_text())
+    edit_config(tmp_path, **{wrong: config.get(right, 1e-3), right: ...})
+    with pytest.raises(PretrainedError, match=f"'{wrong}' looks like a misspelling of '{right}'"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("layout", ["mamba_ssm", "transformers"])
+def test_unknown_keys_are_ignored_with_a_warning_naming_each(tmp_path, layout):
+    model = saved(tmp_path, layout)
+    edit_config(tmp_path, my_notes="trained on a Tuesday", zzz_experiment_id=7)
+    with pytest.warns(IgnoredConfigKeysWarning, match=r"\['my_notes', 'zzz_experiment_id'\]"):
+        loaded = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
+
+@pytest.mark.parametrize("layout", ["mamba_ssm", "transformers"])
+def test_a_clean_config_loads_without_warnings(tmp_path, layout):
+    saved(tmp_path, layout)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("layout,key,value,message", [
+    ("mamba_ssm", "norm_epsilon", float("inf"), "'norm_epsilon' must be a finite number, got inf"),
+    ("mamba_ssm", "norm_epsilon", float("nan"), "'norm_epsilon' must be a finite number, got nan"),
+    ("mamba_ssm", "norm_epsilon", "1e-5", "'norm_epsilon' must be a finite number, got '1e-5'"),
+    ("mamba_ssm", "d_model", 16.0, "'d_model' must be a positive int, got 16.0"),
+    ("mamba_ssm", "tie_embeddings", "false", "'tie_embeddings' must be a bool"),
+    ("mamba_ssm", "ssm_cfg", [1], "'ssm_cfg' must be a JSON object"),
+    ("transformers", "layer_norm_epsilon", float("inf"), "'layer_norm_epsilon' must be a finite number"),
+    ("transformers", "time_step_min", True, "'time_step_min' must be a finite number, got True"),
+    ("transformers", "time_step_limit", [0.0, "inf"], "'time_step_limit' must be a pair of numbers"),
+    ("transformers", "tie_word_embeddings", 0, "'tie_word_embeddings' must be a bool"),
+    ("transformers", "hidden_size", "16", "'hidden_size' must be a positive int"),
+])
+def test_wrong_typed_or_non_finite_values_are_named_by_the_files_key(tmp_path, layout, key, value, message):
+    saved(tmp_path, layout)
+    edit_config(tmp_path, **{key: value})  # json.dumps writes inf / nan as the tokens Infinity / NaN
+    with pytest.raises(PretrainedError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_ssm_cfg_values_are_named_with_their_prefix(tmp_path):
+    saved(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    edit_config(tmp_path, ssm_cfg={**config["ssm_cfg"], "dt_min": float("inf")})
+    with pytest.raises(PretrainedError, match="'ssm_cfg.dt_min' must be a finite number"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("d_model", 10 ** 9, r"'backbone.embedding.weight' has shape \(56, 16\) but the config gives \(56, 1000000000\)"),
+    ("n_layer", 10 ** 9, r"gives 'n_layer' = 1000000000 but the weights in .* hold 2 layers"),
+    ("vocab_size", 10 ** 12, r"'backbone.embedding.weight' has shape \(56, 16\) but the config gives"),
+])
+def test_absurd_sizes_fail_against_the_header_before_any_allocation(tmp_path, key, value, message):
+    saved(tmp_path)
+    edit_config(tmp_path, **{key: value})  # the old loader built the model first: ~10**9 x 50 floats and more
+    tracemalloc.start()
+    try:
+        with pytest.raises(PretrainedError, match=message):
+            Mamba2LMHeadModel.from_pretrained(tmp_path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2 ** 20, f"{peak / 2 ** 20:.0f} MiB allocated before refusing the config"
+
+
+@pytest.mark.parametrize("kw", [{}, dict(bias=True, conv_bias=False), dict(tie_embeddings=False, ngroups=2),
+                                dict(d_conv=3, expand=1, n_layer=3, vocab_size=61)])
+def test_param_shapes_are_the_built_models_shapes(kw):
+    model = small_model(**kw)
+    built = {name: tuple(t.shape) for name, t in model.varmap.named_vars()}
+    assert list(model.config.param_shapes().items()) == list(built.items())
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes need POSIX")
+def test_a_fifo_config_fails_at_once(tmp_path):
+    saved(tmp_path)
+    (tmp_path / "config.json").unlink()
+    os.mkfifo(tmp_path / "config.json")
+    errors = []
+    worker = threading.Thread(target=lambda: errors.append(_error_of(Mamba2LMHeadModel.from_pretrained, tmp_path)),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    if worker.is_alive():
+        with open(tmp_path / "config.json", "w"):
+            pass
+        pytest.fail("from_pretrained blocked on a FIFO config.json")
+    assert isinstance(errors[0], PretrainedError) and "named pipe" in str(errors[0])
+
+
+def _error_of(fn, *args):
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 (the test inspects it)
+        return e
+    return None
+
+
+def test_a_shard_index_cannot_point_outside_its_folder(tmp_path):
+    saved(tmp_path / "outside")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text((tmp_path / "outside" / "config.json").read_text())
+    index = {"weight_map": {"backbone.embedding.weight": "../outside/model.safetensors"}}
+    (tmp_path / "model" / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(PretrainedError, match=r"names files outside its folder"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path / "model")
+    (tmp_path / "model" / "model.safetensors.index.json").write_text('{"weight_map": [1]}')
+    with pytest.raises(PretrainedError, match="'weight_map' must map names to file names"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path / "model")
+
+
+def test_from_pretrained_accepts_a_training_run_folder(tmp_path):
+    model = small_model(dtype="float32")
+    run = tmp_path / "run"
+    for step in (1, 2):
+        with_weights = small_model(seed=step, dtype="float32")
+        ckpt.save_checkpoint(run, step, with_weights, {}, {"tokens": 0}, keep=2)
+    loaded = Mamba2LMHeadModel.from_pretrained(run)  # the newest checkpoint, as the CLI's --checkpoint
+    assert np.array_equal(loaded(IDS).data, small_model(seed=2, dtype="float32")(IDS).data)
+    assert not np.array_equal(loaded(IDS).data, model(IDS).data)
+    (run / "checkpoints" / "LATEST").write_text("step-000009\n")
+    with pytest.raises(FileNotFoundError, match="step-000009"):
+        Mamba2LMHeadModel.from_pretrained(run)

@@ -1,0 +1,137 @@
+"""The numba decoding step (models/mamba2/decode.py, the model's `step` when fused=True) against the engine's step
+(fused=False) on the same weights: logits and cache states equal to 1e-10 in float64, for any group count,
+batch > 1, biases and dt limits; float32 stays float32; generation gives the same tokens."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
+from tinygrad_ssm.models.mamba2 import decode
+from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits
+
+
+def twin_models(dtype="float64", seed=0, **overrides):
+    """The fused model and the reference model on one VarMap (the same tensors)."""
+    kw = dict(d_model=16, n_layer=2, vocab_size=40, d_state=4, headdim=4, expand=2, chunk_size=4, ngroups=2)
+    kw.update(overrides)
+    config = Mamba2Config(**kw)
+    varmap = VarMap(seed=seed)
+    fast = Mamba2LMHeadModel(config, varmap, dtype=dtype, fused=True)
+    slow = Mamba2LMHeadModel(config, varmap, dtype=dtype, fused=False)
+    rng = np.random.default_rng(seed)
+    for t in varmap.all_vars():  # off the init's constants (D = 1, norms = 1, zero biases) so every term counts
+        t.data[...] += rng.uniform(-0.3, 0.3, t.shape).astype(t.dtype)
+    return fast, slow
+
+
+def assert_steps_agree(fast, slow, batch, prompt_len, steps, seed, tol):
+    rng = np.random.default_rng(seed)
+    V = fast.config.vocab_size
+    cache_f, cache_s = fast.allocate_cache(batch), slow.allocate_cache(batch)
+    if prompt_len:
+        ids = rng.integers(0, V, (batch, prompt_len))
+        fast(ids, cache_f)
+        slow(ids, cache_s)
+    for _ in range(steps):
+        token = rng.integers(0, V, batch)
+        logits_f, logits_s = fast.step(token, cache_f).data, slow.step(token, cache_s).data
+        assert logits_f.dtype == logits_s.dtype == fast.dtype
+        assert logits_f.shape == (batch, fast.config.padded_vocab_size)
+        np.testing.assert_allclose(logits_f, logits_s, rtol=tol, atol=tol)
+        for lf, ls in zip(cache_f.layers, cache_s.layers):
+            np.testing.assert_allclose(lf.conv.data, ls.conv.data, rtol=tol, atol=tol)
+            np.testing.assert_allclose(lf.ssm.data, ls.ssm.data, rtol=tol, atol=tol)
+    assert cache_f.seqlen_offset == cache_s.seqlen_offset == prompt_len + steps
+
+
+@given(g=st.sampled_from([1, 2, 4]), r=st.integers(1, 2), batch=st.integers(1, 3), prompt_len=st.integers(0, 6),
+       bias=st.booleans(), conv_bias=st.booleans(), d_conv=st.integers(2, 4),
+       dt_limit=st.sampled_from([(0.0, math.inf), (0.05, 0.3)]), tied=st.booleans(), seed=st.integers(0, 2**16))
+def test_decode_step_equals_engine_step_float64(g, r, batch, prompt_len, bias, conv_bias, d_conv, dt_limit, tied,
+                                                seed):
+    headdim = 4
+    fast, slow = twin_models(seed=seed, ngroups=g, d_model=g * r * headdim // 2, headdim=headdim, d_conv=d_conv,
+                             bias=bias, conv_bias=conv_bias, dt_limit=dt_limit, tie_embeddings=tied)
+    assert_steps_agree(fast, slow, batch, prompt_len, steps=3, seed=seed, tol=1e-10)
+
+
+def test_decode_step_float32_stays_float32():
+    fast, slow = twin_models(dtype="float32", seed=3)
+    assert_steps_agree(fast, slow, batch=4, prompt_len=5, steps=4, seed=3, tol=2e-5)
+    assert all(layer.ssm.dtype == np.float32 for layer in fast.allocate_cache(1).layers)
+
+
+def test_generate_uses_the_decoder_and_gives_the_reference_tokens(monkeypatch):
+    fast, slow = twin_models(seed=5, vocab_size=30)
+    prompt = np.random.default_rng(5).integers(0, 30, (3, 4))
+    calls = {"prompt": [], "step": [], "greedy": []}
+    for name, real in (("prompt", decode.decode_prompt), ("step", decode.decode_step),
+                       ("greedy", decode.decode_greedy)):
+        monkeypatch.setattr(f"tinygrad_ssm.models.mamba2.model.decode_{name}",
+                            lambda *a, name=name, real=real: calls[name].append(a[1].shape) or real(*a))
+    np.testing.assert_array_equal(fast.generate(prompt, 6, temperature=0), slow.generate(prompt, 6, temperature=0))
+    assert calls == {"prompt": [(3, 4)], "step": [], "greedy": [(3,)]}  # the short prompt, then 5 steps in numba
+    kw = dict(temperature=1.0, top_k=5, seed=2)
+    np.testing.assert_array_equal(fast.generate(prompt, 6, **kw), slow.generate(prompt, 6, **kw))
+    assert calls == {"prompt": [(3, 4)] * 2, "step": [(3,)] * 5, "greedy": [(3,)]}  # sampling: a step a token
+
+
+@given(block=st.integers(1, 4), batch=st.integers(1, 9), new=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_greedy_generation_in_blocks_gives_the_reference_tokens(block, batch, new, seed):
+    """decode_greedy's blocks (each fed the last token of the one before) give the engine step's greedy tokens."""
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr("tinygrad_ssm.models.mamba2.model.GREEDY_BLOCK", block)
+        fast, slow = twin_models(seed=seed, vocab_size=30, ngroups=1)
+        prompt = np.random.default_rng(seed).integers(0, 30, (batch, 3))
+        np.testing.assert_array_equal(fast.generate(prompt, new, temperature=0),
+                                      slow.generate(prompt, new, temperature=0))
+    finally:
+        mp.undo()
+
+
+@pytest.mark.parametrize("block", [2, 32])
+def test_greedy_generation_stops_at_the_step_whose_logits_are_not_finite(monkeypatch, block):
+    """The embedding row of a greedy token (the 4th or later, new to the sequence) made NaN (untied head: the
+    logits stay finite until that token is fed back): generation yields the tokens up to it, then names the
+    step after; the inner loop's argmax agrees with the reference's."""
+    monkeypatch.setattr("tinygrad_ssm.models.mamba2.model.GREEDY_BLOCK", block)
+    fast, slow = twin_models(seed=9, vocab_size=30, tie_embeddings=False)
+    prompt = np.array([[1, 2, 3]])
+    want = slow.generate(prompt, 12, temperature=0)[0, 3:]
+    k = next(k for k in range(3, 12) if want[k] not in want[:k] and want[k] not in prompt)
+    fast.embedding.weight.data[want[k]] = np.nan
+    got = []
+    with pytest.raises(NonFiniteLogits, match=rf"step {k + 2} \(token {k + 2} of 12, after {k + 1} generated"):
+        for token in fast.generate_stream(prompt, 12, temperature=0):
+            got.append(int(token[0]))
+    assert got == list(want[:k + 1])
+
+
+def test_decode_rejects_a_cache_of_another_shape():
+    fast, _ = twin_models(seed=1)
+    cache = fast.allocate_cache(2)
+    cache.layers[1].conv = type(cache.layers[1].conv)(np.zeros((2, 3, 4)))
+    with pytest.raises(ValueError, match=r"decode: cache conv state has shape \(2, 3, 4\), expected"):
+        fast.step(np.array([1, 2]), cache)
+
+
+def test_decode_replaces_a_non_contiguous_state_once():
+    fast, slow = twin_models(seed=2)
+    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
+    wide = np.zeros((2, 8, 4, 2 * 4))
+    cache_f.layers[0].ssm = type(cache_f.layers[0].ssm)(wide[..., ::2])   # a strided view: copied, not written through
+    token = np.array([3, 4])
+    np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10, atol=1e-10)
+    assert cache_f.layers[0].ssm.data.flags.c_contiguous and not wide.any()
+
+
+def test_generation_prefills_a_long_prompt_and_steps_a_short_one_to_the_same_tokens(monkeypatch):
+    fast, slow = twin_models(seed=8, vocab_size=30)
+    prompt = np.random.default_rng(8).integers(0, 30, (2, 5))
+    want = slow.generate(prompt, 4, temperature=0)
+    for limit in (9, 10):                                           # the chunked-scan prefill, then the decoder
+        monkeypatch.setattr("tinygrad_ssm.models.mamba2.model.PROMPT_STEP_TOKENS", limit)
+        np.testing.assert_array_equal(fast.generate(prompt, 4, temperature=0), want)

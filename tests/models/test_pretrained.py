@@ -1,0 +1,221 @@
+"""from_pretrained / save_pretrained: our own round trip, a transformers-layout directory written here
+(names and config fields of docs/mamba2.md), half-precision upcasting, and errors that name the key."""
+import dataclasses
+import json
+import math
+import struct
+
+import numpy as np
+import pytest
+
+from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
+from tinygrad_ssm.models.mamba2.pretrained import _HF_FIELDS, PretrainedError
+from tinygrad_ssm.io.safetensors import save_file
+
+
+def small_model(seed=0, dtype="float64", **kw):
+    base = dict(d_model=16, n_layer=2, vocab_size=50, d_state=4, headdim=8, chunk_size=8, pad_vocab_size_multiple=8)
+    return Mamba2LMHeadModel(Mamba2Config(**{**base, **kw}), VarMap(seed=seed), dtype=dtype)
+
+
+IDS = np.random.default_rng(0).integers(0, 50, (2, 13))
+
+
+def write_transformers_dir(directory, model, infinity_style="token", dtype=None):
+    """The model as Hugging Face transformers stores a Mamba-2 checkpoint."""
+    c = model.config
+    config = {
+        "model_type": "mamba2", "architectures": ["Mamba2ForCausalLM"],
+        "hidden_size": c.d_model, "num_hidden_layers": c.n_layer, "vocab_size": c.padded_vocab_size,
+        "state_size": c.d_state, "head_dim": c.headdim, "num_heads": c.nheads, "n_groups": c.ngroups,
+        "expand": c.expand, "conv_kernel": c.d_conv, "chunk_size": c.chunk_size, "use_bias": c.bias,
+        "use_conv_bias": c.conv_bias, "layer_norm_epsilon": c.rms_norm_eps, "rms_norm": True,
+        "hidden_act": "silu", "residual_in_fp32": True, "time_step_min": c.dt_min, "time_step_max": c.dt_max,
+        "time_step_floor": c.dt_init_floor, "tie_word_embeddings": c.tie_embeddings, "pad_token_id": 0,
+        "time_step_limit": [c.dt_limit[0], c.dt_limit[1] if math.isfinite(c.dt_limit[1]) or infinity_style == "token"
+                            else {"__float__": "Infinity"}],
+    }
+    text = json.dumps(config, indent=2)                                 # writes the bare token Infinity
+    if math.isinf(c.dt_limit[1]):
+        assert ("Infinity" in text) and (infinity_style == "token") == ('"__float__"' not in text)
+    (directory / "config.json").write_text(text)
+    weights = {}
+    for name, t in model.varmap.named_vars():
+        key = "backbone.embeddings.weight" if name == "backbone.embedding.weight" else name
+        weights[key] = t.data.astype(dtype or t.dtype)
+    save_file(directory / "model.safetensors", weights)
+    return config
+
+
+def test_save_and_load_round_trip(tmp_path):
+    model = small_model(ngroups=2, dtype="float32")
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["d_model"] == 16 and config["ssm_cfg"]["layer"] == "Mamba2" and config["ssm_cfg"]["ngroups"] == 2
+    assert "Infinity" in (tmp_path / "config.json").read_text()          # dt_limit (0, inf), as mamba_ssm writes it
+    loaded = Mamba2LMHeadModel.from_pretrained(tmp_path)
+    assert loaded.config == model.config and loaded.varmap.names() == model.varmap.names()
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+    loaded64 = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
+    assert loaded64.varmap["backbone.norm_f.weight"].dtype == np.float64
+    reference = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64", fused=False)   # the engine-op path
+    assert loaded64.fused and not reference.fused
+    assert np.abs(reference(IDS).data - loaded64(IDS).data).max() < 1e-10
+
+
+def test_round_trip_untied_head_and_custom_eps(tmp_path):
+    model = small_model(tie_embeddings=False, rms_norm_eps=1e-6, bias=True, dt_limit=(0.001, 1.0))
+    model.save_pretrained(tmp_path)
+    loaded = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
+    assert loaded.config == model.config and "lm_head.weight" in loaded.varmap
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
+
+@pytest.mark.parametrize("infinity_style", ["token", "__float__"])
+def test_transformers_layout_gives_the_same_logits(tmp_path, infinity_style):
+    model = small_model(seed=1, ngroups=2, tie_embeddings=False)
+    write_transformers_dir(tmp_path, model, infinity_style)
+    loaded = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
+    assert loaded.config.dt_limit == (0.0, math.inf) and loaded.config.ngroups == 2
+    assert loaded.config.padded_vocab_size == model.config.padded_vocab_size
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
+
+# Every setting away from its default (transformers' and ours), so a parser that drops a field shows up.
+NON_DEFAULT = dict(d_state=4, d_conv=3, expand=3, headdim=8, ngroups=2, chunk_size=8, rms_norm_eps=1e-6,
+                   dt_min=0.002, dt_max=0.2, dt_init_floor=2e-4, dt_limit=(0.01, 0.05), bias=True, conv_bias=False)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_transformers_layout_reads_every_config_field(tmp_path, tied):
+    model = small_model(seed=6, tie_embeddings=tied, **NON_DEFAULT)
+    written = write_transformers_dir(tmp_path, model)
+    for key, (field, hf_default) in _HF_FIELDS.items():                 # the test itself must not be vacuous
+        if key not in ("tie_word_embeddings", "hidden_size", "num_hidden_layers", "vocab_size"):
+            assert (tuple(written[key]) if isinstance(written[key], list) else written[key]) != hf_default, key
+            assert getattr(model.config, field) != getattr(Mamba2Config(), field), field
+    assert ("lm_head.weight" in model.varmap) == (not tied)            # tied: no lm_head key in the file
+    loaded = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
+    # transformers stores the padded vocabulary and no padding multiple; everything else is the same
+    expected = dataclasses.replace(model.config, vocab_size=model.config.padded_vocab_size, pad_vocab_size_multiple=1)
+    assert loaded.config.to_dict() == expected.to_dict()                # field by field, with a readable diff
+    assert loaded.config == expected
+    assert ("lm_head.weight" in loaded.varmap) == (not tied)
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_mamba_ssm_layout_round_trips_every_config_field(tmp_path, tied):
+    settings = {**NON_DEFAULT, "A_init_range": (2.0, 8.0), "pad_vocab_size_multiple": 16}
+    model = small_model(seed=7, tie_embeddings=tied, **settings)
+    for field, value in settings.items():                              # the test itself must not be vacuous
+        assert value != getattr(Mamba2Config(), field), field
+    model.save_pretrained(tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())
+    ssm_keys = {k: v for k, v in settings.items() if k not in ("rms_norm_eps", "pad_vocab_size_multiple")}
+    assert written["ssm_cfg"] == {"layer": "Mamba2", **{k: list(v) if isinstance(v, tuple) else v
+                                                        for k, v in ssm_keys.items()}}  # mamba_ssm's Mamba2 names
+    assert written["norm_epsilon"] == 1e-6 and written["pad_vocab_size_multiple"] == 16
+    assert written["tie_embeddings"] is tied and written["vocab_size"] == 50
+    loaded = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
+    assert loaded.config.to_dict() == model.config.to_dict()
+    assert loaded.config == model.config
+    assert loaded.varmap.names() == model.varmap.names()
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
+
+def test_float16_weights_are_upcast(tmp_path):
+    model = small_model(seed=2, tie_embeddings=True, dtype="float32")
+    for name, t in model.varmap.named_vars():                          # what float16 storage can hold
+        model.varmap.set_one(name, t.data.astype(np.float16))
+    write_transformers_dir(tmp_path, model, dtype=np.float16)
+    loaded = Mamba2LMHeadModel.from_pretrained(tmp_path)
+    assert loaded.varmap["backbone.embedding.weight"].dtype == np.float32
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
+
+def write_bf16(path, arrays):
+    """A safetensors file with BF16 tensors, written byte by byte (NumPy has no bfloat16)."""
+    header, blobs, offset = {}, [], 0
+    for name, array in arrays.items():
+        bits = (np.ascontiguousarray(array, dtype=np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(array.shape), "data_offsets": [offset, offset + len(bits)]}
+        blobs.append(bits)
+        offset += len(bits)
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def test_bfloat16_weights_are_upcast(tmp_path):
+    model = small_model(seed=3, dtype="float32")
+    for name, t in model.varmap.named_vars():                          # truncate to bfloat16's 8 mantissa bits
+        model.varmap.set_one(name, (t.data.view(np.uint32) & 0xFFFF0000).view(np.float32))
+    model.save_pretrained(tmp_path)
+    write_bf16(tmp_path / "model.safetensors", {n: t.data for n, t in model.varmap.named_vars()})
+    loaded = Mamba2LMHeadModel.from_pretrained(tmp_path)
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
+
+def test_tied_copy_of_the_head_is_accepted_and_shards_are_read(tmp_path):
+    model = small_model(seed=4, dtype="float32")
+    model.save_pretrained(tmp_path)
+    weights = {n: t.data for n, t in model.varmap.named_vars()}
+    weights["lm_head.weight"] = weights["backbone.embedding.weight"]    # as torch's state_dict has it
+    names = sorted(weights)
+    (tmp_path / "model.safetensors").unlink()
+    save_file(tmp_path / "model-00001-of-00002.safetensors", {n: weights[n] for n in names[:5]})
+    save_file(tmp_path / "model-00002-of-00002.safetensors", {n: weights[n] for n in names[5:]})
+    index = {"weight_map": {n: f"model-0000{1 + (i >= 5)}-of-00002.safetensors" for i, n in enumerate(names)}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert np.array_equal(Mamba2LMHeadModel.from_pretrained(tmp_path)(IDS).data, model(IDS).data)
+
+
+def _edit_weights(tmp_path, edit):
+    model = small_model(seed=5, dtype="float32")
+    model.save_pretrained(tmp_path)
+    weights = {n: t.data for n, t in model.varmap.named_vars()}
+    edit(weights)
+    save_file(tmp_path / "model.safetensors", weights)
+
+
+def test_missing_key_is_named(tmp_path):
+    _edit_weights(tmp_path, lambda w: w.pop("backbone.layers.1.mixer.A_log"))
+    with pytest.raises(PretrainedError, match=r"missing 1 weight\(s\): backbone.layers.1.mixer.A_log"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_shape_that_disagrees_with_the_config_is_named(tmp_path):
+    _edit_weights(tmp_path, lambda w: w.update({"backbone.layers.0.mixer.D": np.ones(5, np.float32)}))
+    message = r"'backbone.layers.0.mixer.D' has shape \(5,\) but the config gives \(4,\)"
+    with pytest.raises(PretrainedError, match=message):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_unexpected_key_is_named(tmp_path):
+    _edit_weights(tmp_path, lambda w: w.update({"backbone.layers.2.norm.weight": np.ones(16, np.float32)}))
+    with pytest.raises(PretrainedError, match="backbone.layers.2.norm.weight"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("config,message", [
+    ({"hidden": 3}, "unknown config layout"),
+    ({"d_model": 16, "n_layer": 1, "vocab_size": 50, "ssm_cfg": {}}, "'ssm_cfg.layer' is 'Mamba1'"),
+    ({"d_model": 16, "n_layer": 1, "ssm_cfg": {"layer": "Mamba2"}}, "has no 'vocab_size'"),
+    ({"d_model": 16, "n_layer": 1, "vocab_size": 50, "ssm_cfg": {"layer": "Mamba2", "d_sate": 4}}, "d_sate"),
+    ({"d_model": 16, "n_layer": 1, "vocab_size": 50, "ssm_cfg": {"layer": "Mamba2", "headdim": 7}}, "headdim"),
+    ({"hidden_size": 16, "num_hidden_layers": 1, "vocab_size": 56, "head_dim": 8, "num_heads": 5, "n_groups": 1},
+     "'num_heads' = 5"),
+])
+def test_bad_config_is_named(tmp_path, config, message):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PretrainedError, match=message):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_missing_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+    small_model().save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="no pickle"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)

@@ -1,0 +1,176 @@
+"""The CUDA kernels of backend "cuda" (tinygrad_ssm/scan/cuda.py): forward and every gradient equal
+every other available backend (the engine-op reference and scan, and each kernel backend in the registry) in
+float64 to 1e-10.
+
+Without a GPU they run on numba-cuda's simulator, which must be switched on (NUMBA_ENABLE_CUDASIM=1) before
+numba is first imported: `.ci/run` runs this file in its own pytest process that way. Collected by a process
+with neither the simulator nor a GPU (a bare `pytest`), this file is one test that runs itself in such a
+subprocess. The simulator runs ~2 us per thread-step and ~25 ms per block, so the shapes are tiny.
+"""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+if importlib.util.find_spec("numba_cuda") is None:
+    pytest.skip("numba-cuda is not installed (pip install -e '.[test]' installs it)", allow_module_level=True)
+
+import tinygrad_ssm as tg  # noqa: E402
+from tinygrad_ssm.scan import BACKENDS, SSD, available_backends, cuda as numba_cuda, ssd  # noqa: E402
+
+RUNS_HERE = numba_cuda.simulated() or numba_cuda.available()
+
+
+if not RUNS_HERE:
+    def test_cuda_kernels_under_the_simulator_in_a_subprocess():
+        """No GPU and numba imported without the simulator: run this file again with NUMBA_ENABLE_CUDASIM=1."""
+        root = Path(__file__).resolve().parents[2]
+        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": os.pathsep.join(
+            [str(root), os.environ.get("PYTHONPATH", "")])}
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                             env=env, cwd=root, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+
+else:
+    from tests.support.gradcheck import gradcheck
+    from tests.scan.test_ssd import make_inputs
+
+    Q = 4                                        # chunk length: l = 2 Q + 3 spans three chunks, the last short
+    CUDA = BACKENDS["cuda"]
+    # every other backend that runs here, the engine-op reference first (no names but our own hard-coded)
+    OTHERS = [name for name in available_backends() if name != "cuda"]
+
+    CASES = {  # name: (make_inputs arguments, D given, small tiles: several p and n tiles and STAGE-step tiles)
+        "l1-g1-zero-state-no-D": (dict(b=1, l=1, h=2, p=2, g=1, n=3, initial_state=False), False, False),
+        "l=Q-g2-state-D": (dict(b=1, l=Q, h=4, p=2, g=2, n=3), True, False),
+        "3chunks-g2-state-D": (dict(b=2, l=2 * Q + 3, h=4, p=3, g=2, n=5), True, False),
+        "3chunks-g1-zero-state-D": (dict(b=1, l=2 * Q + 3, h=4, p=3, g=1, n=4, initial_state=False), True, False),
+        "3chunks-g2-state-no-D": (dict(b=1, l=2 * Q + 3, h=4, p=2, g=2, n=3), False, False),
+        "small-tiles": (dict(b=1, l=2 * Q + 3, h=2, p=3, g=1, n=5), True, True),
+    }
+
+    @pytest.fixture
+    def small_tiles(monkeypatch):
+        """Blocks of 2 threads and shared tiles of 3 steps: p = 3 rows and n = 5 columns split over several
+        blocks (with idle threads in the last), and a chunk of 4 steps staged in two tiles."""
+        monkeypatch.setattr(numba_cuda, "MAX_TILE", 2)
+        monkeypatch.setattr(numba_cuda, "STAGE", 3)
+
+    def inputs_for(case: str) -> dict:
+        arguments, with_D, _ = CASES[case]
+        inputs = make_inputs(np.random.default_rng(len(case)), **arguments)
+        if not with_D:
+            inputs["D"] = None
+        return inputs
+
+    def forward_and_gradients(inputs: dict, backend: str, chunk_size: int = Q, dtype=np.float64):
+        """(y, final_state, {input: gradient}) of a fixed random weighting of both outputs. "cuda" runs through
+        the SSD op with its record: under the simulator it is not available(), so ssd(backend=) refuses it."""
+        names = [k for k, v in inputs.items() if v is not None]
+        tensors = {k: tg.Tensor(inputs[k].astype(dtype), requires_grad=True) for k in names}
+        if backend == "cuda":
+            y, state = SSD.apply(*(tensors.get(k) for k in inputs), kernel=CUDA, chunk_size=chunk_size)
+        else:
+            y, state = ssd(**tensors, chunk_size=chunk_size, backend=backend)
+        weights = np.random.default_rng(99)
+        w_y, w_state = weights.standard_normal(y.shape), weights.standard_normal(state.shape)
+        ((y * w_y.astype(dtype)).sum() + (state * w_state.astype(dtype)).sum()).backward()
+        return y.data, state.data, {k: tensors[k].grad.data for k in names}
+
+    _cuda_results = {}
+
+    def cuda_result(case: str, request):
+        """The cuda backend's results for a case, computed once and compared with every other backend."""
+        if case not in _cuda_results:
+            if CASES[case][2]:
+                request.getfixturevalue("small_tiles")
+            _cuda_results[case] = forward_and_gradients(inputs_for(case), "cuda")
+        return _cuda_results[case]
+
+    def assert_equal(expected, got, tol, label):
+        (y_e, s_e, g_e), (y_g, s_g, g_g) = expected, got
+        assert y_g.dtype == y_e.dtype and y_g.shape == y_e.shape and s_g.shape == s_e.shape
+        assert np.abs(y_g - y_e).max() <= tol * max(1.0, np.abs(y_e).max()), f"{label}: y"
+        assert np.abs(s_g - s_e).max() <= tol * max(1.0, np.abs(s_e).max()), f"{label}: final state"
+        assert g_g.keys() == g_e.keys()
+        for k in g_e:
+            assert g_g[k].shape == g_e[k].shape, f"{label}: d{k} shape"
+            assert np.abs(g_g[k] - g_e[k]).max() <= tol * max(1.0, np.abs(g_e[k]).max()), f"{label}: d{k}"
+
+    @pytest.mark.parametrize("other", OTHERS)
+    @pytest.mark.parametrize("case", list(CASES))
+    def test_forward_and_every_gradient_equal_the_other_backends(case, other, request):
+        """float64 to 1e-10: l within one chunk, at a chunk's length, and over three chunks with a short last one;
+        g = 1 (all heads one group) and g = 2; with and without initial_state and D; several blocks per head."""
+        got = cuda_result(case, request)
+        expected = forward_and_gradients(inputs_for(case), other)
+        assert_equal(expected, got, 1e-10, f"cuda vs {other} ({case})")
+
+    @settings(max_examples=5)     # each example launches ~60 simulated blocks (~25 ms each)
+    @given(b=st.integers(1, 2), l=st.integers(1, 8), g=st.integers(1, 2), r=st.integers(1, 2), p=st.integers(1, 3),
+           n=st.integers(1, 3), q=st.integers(2, 5), with_state=st.booleans(), seed=st.integers(0, 2**16))
+    def test_any_sizes_equal_every_other_backend(b, l, g, r, p, n, q, with_state, seed):
+        inputs = make_inputs(np.random.default_rng(seed), b=b, l=l, h=g * r, p=p, g=g, n=n, initial_state=with_state)
+        got = forward_and_gradients(inputs, "cuda", chunk_size=q)
+        for other in OTHERS:
+            assert_equal(forward_and_gradients(inputs, other, chunk_size=q), got, 1e-10, f"cuda vs {other}")
+
+    def test_gradcheck_against_finite_differences():
+        """Every input's gradient along a random direction (gradcheck's fast mode: two forwards per input), two
+        chunks, both outputs."""
+        inputs = make_inputs(np.random.default_rng(5), b=1, l=5, h=2, p=2, g=1, n=2)
+
+        def both_outputs(*tensors):
+            y, state = SSD.apply(*tensors, kernel=CUDA, chunk_size=3)
+            return tg.cat([tg.functional.flatten(y), tg.functional.flatten(state)])
+
+        assert gradcheck(both_outputs, *inputs.values(), fast=True)
+
+    def test_float32_matches_the_reference():
+        inputs = inputs_for("3chunks-g2-state-D")
+        got = forward_and_gradients(inputs, "cuda", dtype=np.float32)
+        expected = forward_and_gradients(inputs, "reference", dtype=np.float32)
+        assert got[0].dtype == np.float32 and all(g.dtype == np.float32 for g in got[2].values())
+        assert_equal(expected, got, 2e-5, "float32 cuda vs reference")
+
+    def test_strong_decay_stays_finite_in_float32():
+        """exp of very negative log decays underflows to 0: neither the forward nor any gradient may become NaN
+        or inf (the gradient of the decay is a cumulative sum, never a quotient of decays)."""
+        inputs = make_inputs(np.random.default_rng(6), b=1, l=2 * Q + 3, h=2, p=2, g=1, n=3, dtype=np.float32)
+        inputs["A"] = np.full(2, -1e4, np.float32)
+        inputs["dt"] = inputs["dt"] * 100
+        y, state, grads = forward_and_gradients(inputs, "cuda", dtype=np.float32)
+        assert np.isfinite(y).all() and np.isfinite(state).all()
+        for name, grad in grads.items():
+            assert np.isfinite(grad).all(), name
+        expected = forward_and_gradients(inputs, "reference", dtype=np.float32)
+        assert np.abs(y - expected[0]).max() <= 1e-5 * np.abs(expected[0]).max()
+
+    def test_a_chunk_longer_than_the_sequence_and_one_step_chunks():
+        """chunk_size > l is one chunk; chunk_size 1 makes every step a chunk (the pass between chunks does all)."""
+        inputs = make_inputs(np.random.default_rng(3), b=1, l=5, h=2, p=2, g=1, n=2)
+        expected = forward_and_gradients(inputs, "reference", chunk_size=Q)
+        for chunk_size in (64, 1):
+            assert_equal(expected, forward_and_gradients(inputs, "cuda", chunk_size=chunk_size), 1e-10,
+                         f"chunk_size {chunk_size}")
+
+    def test_availability_and_auto():
+        """Under the simulator the backend is not available, so "auto" never takes it; on a GPU it is, and
+        "auto" prefers it to every other backend."""
+        if numba_cuda.simulated():
+            assert not numba_cuda.available() and "cuda" not in available_backends()
+            with pytest.raises(RuntimeError, match="'cuda' is not available here"):
+                ssd(**inputs_for("l=Q-g2-state-D"), backend="cuda")
+        else:
+            assert available_backends()[0] == "cuda"
+        assert CUDA.priority > max(b.priority for b in BACKENDS.values() if b.name != "cuda")
+
+    def test_state_too_large_for_a_thread_is_refused_by_name():
+        inputs = make_inputs(np.random.default_rng(4), b=1, l=2, h=1, p=numba_cuda.MAX_STATE + 1, g=1, n=1)
+        with pytest.raises(ValueError, match=r"head dim p = 257 .* at most 256"):
+            CUDA.forward(*inputs.values(), Q)

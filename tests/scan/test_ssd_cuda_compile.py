@@ -1,0 +1,52 @@
+"""The CUDA kernels type and lower for the real CUDA target, with no GPU and no CUDA toolkit.
+
+The simulator (tests/test_ssd_cuda.py) runs the kernels as Python, so it never type-checks them: a kernel that
+mixes types, or calls what the CUDA target lacks, would pass there and fail on a GPU. Here numba-cuda's compiler
+types every kernel and lowers it to LLVM IR for compute capability 9.0 (the step before NVVM, which needs the
+toolkit), in float32 and float64, and the float32 kernels must hold no double-precision arithmetic. This needs
+numba without the simulator, so it runs in the main pytest process.
+"""
+import importlib.util
+
+import pytest
+
+if importlib.util.find_spec("numba_cuda") is None:
+    pytest.skip("numba-cuda is not installed (pip install -e '.[test]' installs it)", allow_module_level=True)
+
+from tinygrad_ssm.scan import cuda as numba_cuda  # noqa: E402
+
+if numba_cuda.simulated():
+    pytest.skip("compiling for the real CUDA target needs numba imported without NUMBA_ENABLE_CUDASIM",
+                allow_module_level=True)
+
+from numba import types  # noqa: E402
+from numba.cuda.compiler import compile_cuda  # noqa: E402
+
+# each kernel's arguments as forward_device / backward_device pass them: ("a", ndim) an array, "i" an int
+SIGNATURES = {
+    "chunk_states": [4, 3, 1, 4, "i", "i", 5, 3],                      # x dt A B r q local_states log_decay
+    "pass_chunks": [4, 5, 3, "i", 5],                                  # start local log_decay reverse boundary
+    "chunk_outputs": [4, 3, 1, 4, 4, 1, 5, "i", "i", 4],               # x dt A B C D boundary r q y
+    "chunk_grad_states": [4, 3, 1, 4, "i", "i", 5],                    # dy dt A C r q local_grads
+    "chunk_grad_rows": [4, 3, 1, 4, 4, 1, 4, 5, "i", "i", 4, 4],       # x dt A B C D dy grad_boundary r q dx dD
+    "chunk_grad_columns": [4, 3, 1, 4, 4, 4, 5, 5, "i", "i", 4, 4],    # x dt A B C dy boundary grad_b r q V W
+    "decay_grads_in_chunk": [3, 4, 4, 4, 4, 4, 5, "i", "i", 3, 3, 3],  # dt B C V W d_final boundary r q da sums BW
+    "decay_grads_finish": [3, 1, 3, 3, 3, "i", 3, 3],                  # dt A da sums BW q ddt dA_partial
+    "group_sums": [3, 4, 4, "i", 4, 4],                                # dt V W r dB dC
+}
+
+
+def test_every_kernel_has_a_signature_here():
+    assert set(numba_cuda.kernels("float64", 2, 2)) == set(SIGNATURES)
+
+
+@pytest.mark.parametrize("float_type", ["float32", "float64"])
+def test_kernels_type_and_lower_for_the_cuda_target(float_type):
+    kernels = numba_cuda.kernels(float_type, 5, 3)
+    ft = getattr(types, float_type)
+    for name, arguments in SIGNATURES.items():
+        signature = tuple(types.int64 if a == "i" else types.Array(ft, a, "C") for a in arguments)
+        llvm_ir = compile_cuda(kernels[name].py_func, types.void, signature, cc=(9, 0)).library.get_llvm_str()
+        assert name in llvm_ir
+        if float_type == "float32":
+            assert " double " not in llvm_ir and "fadd double" not in llvm_ir, f"{name}: float64 in a float32 kernel"

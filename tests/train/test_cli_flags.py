@@ -1,0 +1,267 @@
+"""The command line names the flag at fault (one message per flag), refuses values that cannot work before
+any work, guards the terminal against control bytes, stops on non-finite logits naming the step, and tells a
+newcomer where the run is and what to do next."""
+import argparse
+import io
+import os
+import shlex
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
+
+from tinygrad_ssm.train import cli
+from tinygrad_ssm.train.data import DataError, load_corpus, sample_prompt_from
+from tinygrad_ssm.train.generate import escape_controls
+from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits, sample_next
+from tinygrad_ssm.train.log import progress_bar
+from tinygrad_ssm.train.loop import TrainConfig, TrainResult, summary
+from tinygrad_ssm.train import loop as train
+
+TINY = ["--d-model", "32", "--n-layer", "1", "--d-state", "16", "--headdim", "16", "--batch-size", "2",
+        "--seq-len", "32", "--eval-batches", "1", "--sample-bytes", "8", "--no-progress"]
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "notes.txt"
+    path.write_bytes(b"".join(b"Entry %d; the quick brown fox jumps over the lazy dog\n" % i for i in range(300)))
+    return path
+
+
+def run_train(corpus, out, *flags):
+    return cli.main(["train", "--data", str(corpus), "--out", str(out), *TINY, *flags])
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--lr", "nan"], "--lr must be a finite number, got nan"),
+    (["--lr", "inf"], "--lr must be a finite number, got inf"),
+    (["--lr", "0"], "--lr must be in (0, inf), got 0.0"),
+    (["--grad-clip", "0"], "--grad-clip must be in (0, inf), got 0.0"),
+    (["--weight-decay", "-1"], "--weight-decay must be in [0, inf), got -1.0"),
+    (["--val-fraction", "1.5"], "--val-fraction must be in (0, 1), got 1.5"),
+    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--data-seed", "-3"], "--data-seed must be >= 0, got -3"),
+    (["--sample-bytes", "-1"], "--sample-bytes must be >= 0, got -1"),
+    (["--min-lr", "1"], "--min-lr must be in [0, --lr = 0.004], got 1.0"),
+    (["--backend", "nope"], "--backend must be 'auto' or one of"),
+    (["--steps", "3", "--warmup-steps", "5"], "--warmup-steps 5 is longer than the whole run (--steps 3)"),
+    (["--stop-at", "0"], "--stop-at must be a step >= 1, got 0"),
+    (["--stop-at", "-2"], "--stop-at must be a step >= 1, got -2"),
+    (["--steps", "3", "--stop-at", "5"], "--stop-at 5 is past the end of the run (--steps 3)"),
+    (["--batch-size", "100000000"], "--batch-size 100000000 x --seq-len 32"),
+    (["--d-model", "1000000000", "--headdim", "1000"], "--d-model 1000000000 with --n-layer 1 and --d-state 16 makes "
+                                                       "a model whose weights"),
+])
+def test_bad_train_flags_are_named_before_any_work(corpus, tmp_path, capsys, flags, message):
+    out = tmp_path / "run"
+    assert run_train(corpus, out, *flags) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert message in err
+    assert not out.exists()
+    if flags[0] == "--grad-clip":  # one message per flag: nothing about the flags that were fine
+        assert "--weight-decay" not in err and "--warmup-steps" not in err and "--sample-bytes" not in err
+
+
+def test_every_bad_flag_gets_its_own_line(corpus, tmp_path, capsys):
+    assert run_train(corpus, tmp_path / "run", "--lr", "nan", "--grad-clip", "0", "--seed", "-1",
+                     "--stop-at", "0") == cli.EXIT_USAGE
+    lines = capsys.readouterr().err.splitlines()
+    assert sorted(line.strip().split()[0] for line in lines[1:]) == ["--grad-clip", "--lr", "--seed", "--stop-at"]
+
+
+def test_the_memory_estimate_names_the_size_and_the_machine(corpus, tmp_path, capsys):
+    assert run_train(corpus, tmp_path / "run", "--batch-size", "100000000") == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "GiB for one training step, more than this machine's" in err and "lower --batch-size or --seq-len" in err
+
+
+def test_a_default_warmup_longer_than_a_short_run_is_shortened_not_refused(corpus, tmp_path, capsys):
+    assert run_train(corpus, tmp_path / "run", "--steps", "2") == cli.EXIT_OK  # default warmup is 10
+
+
+def test_stop_at_must_come_after_the_resumed_step(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_train(corpus, out, "--steps", "3", "--stop-at", "2") == cli.EXIT_OK
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", str(out), "--stop-at", "2", "--no-progress"]) == cli.EXIT_USAGE
+    assert "--stop-at 2 is not after the checkpoint being resumed (step 2)" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", str(out), "--stop-at", "4", "--no-progress"]) == cli.EXIT_USAGE
+    assert "--stop-at 4 is past the end of the run (--steps 3)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--stop-at must be a step >= 1, got 0"):  # the API says the same
+        train(TrainConfig(data=str(corpus), out=str(tmp_path / "api")), stop_at=0, progress=False)
+
+
+def test_a_finished_run_prints_its_folder_and_the_next_commands_which_work(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_train(corpus, out, "--steps", "1") == cli.EXIT_OK
+    stdout = capsys.readouterr().out
+    assert f"run folder: {out}" in stdout and f"curves: {out / 'loss.png'}" in stdout
+    commands = [line.split("#")[0].split() for line in stdout.splitlines() if "python -m tinygrad_ssm" in line]
+    generate = next(c for c in commands if c[3] == "generate")
+    resume = next(c for c in commands if c[3] == "train")
+    assert cli.main(generate[3:] + ["--max-new-tokens", "4"]) == cli.EXIT_OK
+    capsys.readouterr()
+    assert resume[4:6] == ["--resume", shlex.quote(str(out))]
+    assert cli.main(resume[3:] + ["--no-progress"]) == cli.EXIT_OK  # trains on to step 2
+    assert "final validation" in capsys.readouterr().out
+
+
+def test_the_sample_prompt_comes_from_the_data(corpus, tmp_path, capsys):
+    result = train(TrainConfig(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=2, seq_len=32,
+                               eval_batches=1, sample_bytes=4, steps=1, data=str(corpus), out=str(tmp_path / "r")),
+                   progress=False, say=lambda m: None)
+    val = load_corpus(str(corpus)).val
+    prompt = sample_prompt_from(val)
+    assert prompt and prompt == bytes(val[:len(prompt)]).decode() and not prompt.startswith("def ")
+    assert result.sample.startswith(prompt) and len(result.sample.encode()) >= len(prompt) + 1
+    assert sample_prompt_from(np.frombuffer(b"\n\n  \nhello world\nmore", np.uint8)) == "hello world"
+    assert sample_prompt_from(np.frombuffer("€€€".encode(), np.uint8), max_bytes=4) == "€"  # whole characters
+
+
+def test_control_bytes_are_escaped_and_newlines_and_tabs_kept():
+    assert escape_controls("a\x1b[2J\x07b\n\tc\r\x7f\x9b€\ufffd") == "a\\x1b[2J\\x07b\n\tc\\x0d\\x7f\\x9b€\ufffd"
+    result = TrainResult("done", 1, Path("r"), Path("r/c"), 2.0, 1.0, 64, 1.0, 1.0, 64.0, 4.0, None,
+                         sample="def x\x1b[31m\x08\n")
+    text = summary(result)
+    assert "def x\\x1b[31m\\x08\n" in text and "\x1b" not in text and "\x08" not in text
+
+
+class _FixedModel:
+    def __init__(self, data):
+        self.data = data
+
+    def generate_stream(self, input_ids, max_new_tokens, **sampling):
+        for b in self.data[:max_new_tokens]:
+            yield np.array([b])
+
+
+def test_generate_escapes_control_bytes_on_the_terminal(monkeypatch, capsys):
+    monkeypatch.setattr("tinygrad_ssm.train.generate.load_model", lambda path, backend: _FixedModel(b"\x1b]0;pwn\x07ok\n\t."))
+    assert cli.main(["generate", "--checkpoint", "x", "--prompt", "p\x1b", "--max-new-tokens", "20"]) == 0
+    assert capsys.readouterr().out == "p\\x1b\\x1b]0;pwn\\x07ok\n\t.\n"
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--temperature", "nan"], "--temperature must be a finite number >= 0 (0 = greedy), got nan"),
+    (["--temperature", "-1"], "--temperature must be a finite number >= 0"),
+    (["--top-k", "0"], "--top-k must be >= 1 (leave it out for no limit), got 0"),
+    (["--top-p", "0"], "--top-p must be in (0, 1]"),
+    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--max-new-tokens", "-1"], "--max-new-tokens must be >= 0, got -1"),
+    (["--backend", "nope"], "--backend must be 'auto' or one of"),
+    (["--prompt", "caf" + os.fsdecode(b"\xe9")],
+     "--prompt holds the byte 0xe9 (character 3), which is not valid UTF-8"),
+])
+def test_bad_generate_flags_are_named(tmp_path, capsys, flags, message):
+    assert cli.main(["generate", "--checkpoint", str(tmp_path / "missing"), *flags]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert message in err and "top_k" not in err and "temperature must be a number" not in err
+
+
+def test_bad_sample_prompt_is_named(corpus, tmp_path, capsys):
+    bad = os.fsdecode(b"\xff")
+    assert run_train(corpus, tmp_path / "run", "--sample-prompt", bad) == cli.EXIT_USAGE
+    assert "--sample-prompt holds the byte 0xff" in capsys.readouterr().err
+
+
+def nan_model_folder(tmp_path):
+    model = Mamba2LMHeadModel(Mamba2Config(d_model=16, n_layer=1, vocab_size=256, d_state=4, headdim=8,
+                                           chunk_size=8), VarMap(seed=0))
+    model.varmap["backbone.norm_f.weight"].data[:] = np.nan
+    model.save_pretrained(tmp_path / "nan")
+    return tmp_path / "nan"
+
+
+def test_nan_weights_stop_generation_naming_the_step(tmp_path, capsys):
+    folder = nan_model_folder(tmp_path)
+    assert cli.main(["generate", "--checkpoint", str(folder), "--max-new-tokens", "5"]) == cli.EXIT_DIVERGED
+    err = capsys.readouterr().err
+    assert "generate: step 1 (token 1 of 5, after the prompt)" in err and "NaN" in err
+    for temperature in (0.0, 1.0):  # greedy used to return token 0 forever
+        with pytest.raises(NonFiniteLogits, match="step 1"):
+            Mamba2LMHeadModel.from_pretrained(folder).generate(np.array([[65]]), 3, temperature=temperature)
+
+
+def test_logits_turning_non_finite_later_name_that_step(tmp_path):
+    model = Mamba2LMHeadModel(Mamba2Config(d_model=16, n_layer=1, vocab_size=256, d_state=4, headdim=8,
+                                           chunk_size=8), VarMap(seed=0))
+    real_step, calls = model.step, []
+
+    def step(ids, cache):
+        calls.append(1)
+        out = real_step(ids, cache)
+        if len(calls) == 2:
+            out.data[0, 7] = np.inf
+        return out
+
+    model.step = step
+    with pytest.raises(NonFiniteLogits, match=r"step 3 \(token 3 of 6, after 2 generated tokens\).*\+inf"):
+        model.generate(np.array([[65]]), 6, seed=0)
+
+
+@pytest.mark.parametrize("row", [[np.nan, 1.0], [np.inf, 1.0], [-np.inf, -np.inf]])
+def test_sample_next_refuses_what_it_cannot_sample_from(row):
+    logits = np.array([[0.0, 1.0], row])
+    with pytest.raises(NonFiniteLogits, match="batch row 1"):
+        sample_next(logits, np.random.default_rng(0), temperature=1.0)
+    with pytest.raises(NonFiniteLogits, match="batch row 1"):
+        sample_next(logits, np.random.default_rng(0), temperature=0.0)
+    ok = np.array([[0.0, -np.inf]])  # -inf for a token that is merely impossible is fine
+    assert sample_next(ok, np.random.default_rng(0)).tolist() == [0]
+
+
+def test_the_eta_leaves_out_the_first_step():
+    clock = [0.0]
+    bar = progress_bar(total=100, file=io.StringIO(), unit="step")
+    bar._time = lambda: clock[0]
+    clock[0] = 60.0  # the first step: numba compiling, 60 s
+    bar.update(1)
+    assert "?" in bar.format_meter(**bar.format_dict).split("<")[1]  # unknown, not 99 x 60 s
+    for _ in range(4):  # then 1 s a step
+        clock[0] += 1.0
+        bar.update(1)
+    d = bar.format_dict
+    assert d["rate"] == pytest.approx(1.0)
+    assert "01:35" in bar.format_meter(**d)  # 95 steps left at 1 s each
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes need POSIX")
+def test_a_fifo_as_data_fails_at_once(tmp_path):
+    fifo = tmp_path / "data.txt"
+    os.mkfifo(fifo)
+    errors = []
+
+    def load():
+        try:
+            load_corpus(str(fifo))
+        except DataError as e:
+            errors.append(str(e))
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    if worker.is_alive():
+        with open(fifo, "wb"):
+            pass
+        pytest.fail("load_corpus blocked on a FIFO")
+    assert errors and "data.txt" in errors[0] and "regular file" in errors[0]
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "folder" / "pipe.txt")
+    (tmp_path / "folder" / "text.txt").write_bytes(b"hello world\n" * 50)
+    assert load_corpus(str(tmp_path / "folder")).train_files  # a pipe inside a folder is skipped
+
+
+def test_readme_and_help_give_the_same_duration():
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    texts = {"README": README.read_text(), "--help": parser.format_help(),
+             "train --help": sub.choices["train"].format_help(), "module docstring": cli.__doc__}
+    for where, text in texts.items():
+        text = " ".join(text.split())
+        assert "about four minutes" in text, where
+        assert not any(s in text for s in ("~5 minutes", "five minutes", "~4 minutes")), where

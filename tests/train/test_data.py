@@ -1,0 +1,224 @@
+"""The byte corpus: default files, split by file, bad paths, entropy, and a resumable batch sampler."""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinygrad_ssm.train import data as D
+from tinygrad_ssm.train.data import (BatchSampler, DataError, bits_per_byte, eval_batches, load_corpus,
+                               unigram_entropy_bits)
+
+
+@pytest.fixture(scope="module")
+def stdlib_corpus():
+    return load_corpus(seed=0)
+
+
+def _write(folder: Path, files: dict) -> Path:
+    for name, content in files.items():
+        p = folder / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(content)
+    return folder
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the default corpus
+
+
+def test_default_corpus_is_the_stdlib_without_packages_or_test_suites(stdlib_corpus):
+    c = stdlib_corpus
+    names = c.train_files + c.val_files
+    assert len(names) > 100 and all(n.endswith(".py") for n in names)
+    assert any(n == "os.py" for n in names) and any(n.startswith("json/") for n in names)
+    for n in names:
+        parts = set(n.split("/")[:-1])
+        assert not parts & D.EXCLUDED_DIRS, n
+    assert len(c.train) > 1_000_000 and len(c.val) > 10_000
+    assert c.train.dtype == np.uint8 and c.val.dtype == np.uint8
+
+
+def test_default_split_is_by_file_disjoint_and_complete(stdlib_corpus):
+    c = stdlib_corpus
+    assert not set(c.train_files) & set(c.val_files)
+    root = D.default_corpus_root()
+    total = sum((root / n).stat().st_size for n in c.train_files + c.val_files)
+    assert len(c.train) + len(c.val) == total
+    # the validation stream is exactly its files' bytes, in order
+    val_bytes = b"".join((root / n).read_bytes() for n in c.val_files)
+    assert np.array_equal(c.val, np.frombuffer(val_bytes, dtype=np.uint8))  # not bytes ==: its diff is slow
+    assert abs(len(c.val_files) - D.DEFAULT_VAL_FRACTION * len(names_of(c))) <= 1
+
+
+def names_of(c):
+    return c.train_files + c.val_files
+
+
+def test_stdlib_sources_are_sorted_then_the_seed_decides_the_order(stdlib_corpus):
+    files = D.stdlib_sources()
+    rel = [p.relative_to(D.default_corpus_root()).as_posix() for p in files]
+    assert rel == sorted(rel)
+    again = load_corpus(seed=0)
+    assert again.val_files == stdlib_corpus.val_files and again.train_files == stdlib_corpus.train_files
+    other = load_corpus(seed=1)
+    assert other.val_files != stdlib_corpus.val_files
+    assert sorted(names_of(other)) == sorted(names_of(stdlib_corpus))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# --data PATH
+
+
+def test_folder_corpus_splits_by_file_and_skips_hidden_and_binary(tmp_path):
+    files = {f"src/f{i:02d}.txt": f"file {i}\n".encode() * (i + 1) for i in range(20)}
+    files[".git/config"] = b"hidden folder"
+    files[".hidden.txt"] = b"hidden file"
+    files["image.bin"] = b"\x89PNG\x00\x00binary"
+    files["empty.txt"] = b""
+    c = load_corpus(_write(tmp_path, files), seed=3, val_fraction=0.1)
+    assert len(c.val_files) == 2 and len(c.train_files) == 18
+    assert not set(c.train_files) & set(c.val_files)
+    assert set(names_of(c)) == {n for n in files if n.startswith("src/")}
+    assert c.skipped_files == ("image.bin",)
+    assert c.train.tobytes() == b"".join(files[n] for n in c.train_files)
+    assert c.val.tobytes() == b"".join(files[n] for n in c.val_files)
+
+
+def test_single_file_is_split_by_bytes(tmp_path):
+    text = bytes(range(256)) * 40
+    p = tmp_path / "one.txt"
+    p.write_bytes(text)
+    c = load_corpus(p, val_fraction=0.25)
+    assert np.array_equal(np.concatenate([c.train, c.val]), np.frombuffer(text, dtype=np.uint8))
+    assert len(c.val) == len(text) // 4
+
+
+@pytest.mark.parametrize("case", ["missing", "empty_file", "empty_folder", "only_empty_files", "only_binary"])
+def test_bad_paths_give_clear_errors(tmp_path, case):
+    if case == "missing":
+        path = tmp_path / "nope"
+    elif case == "empty_file":
+        path = tmp_path / "empty.txt"
+        path.write_bytes(b"")
+    elif case == "empty_folder":
+        path = tmp_path / "folder"
+        path.mkdir()
+    elif case == "only_empty_files":
+        path = _write(tmp_path / "f", {"a.txt": b"", "b/c.txt": b""})
+    else:
+        path = _write(tmp_path / "f", {"a.bin": b"\x00\x01"})
+    with pytest.raises(DataError) as e:
+        load_corpus(path)
+    message = str(e.value)
+    assert str(path) in message
+    expected = {"missing": "does not exist", "empty_file": "is empty", "empty_folder": "contains no files",
+                "only_empty_files": "only empty files", "only_binary": "only binary files"}[case]
+    assert expected in message
+
+
+@pytest.mark.parametrize("as_folder", [True, False], ids=["in_a_folder", "single_file"])
+def test_unreadable_file_is_named_in_the_error(tmp_path, monkeypatch, as_folder):
+    # chmod 000 proves nothing when the tests run as root (CI does): root reads mode-000 files. So the
+    # denial comes from a patched open() in tinygrad_ssm.train.data, for both ways a file is read
+    folder = _write(tmp_path, {"ok.txt": b"fine\n", "secret.txt": b"locked\n"})
+    real_open = open
+
+    def guarded_open(path, *args, **kwargs):
+        if Path(path).name == "secret.txt":
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(D, "open", guarded_open, raising=False)
+    with pytest.raises(DataError, match=r"cannot read corpus file .*secret\.txt.*Permission denied"):
+        load_corpus(folder if as_folder else folder / "secret.txt")
+
+
+def test_split_too_short_for_the_sequence_length():
+    with pytest.raises(DataError, match=r"validation split .* has 10 bytes; a sequence of --seq-len 64"):
+        D.check_length(np.zeros(10, np.uint8), 64, "validation", "corpus.txt")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# entropy
+
+
+def test_unigram_entropy_known_values():
+    assert unigram_entropy_bits(bytes(range(256)) * 3) == pytest.approx(8.0)
+    assert unigram_entropy_bits(b"aaaa") == 0.0
+    assert unigram_entropy_bits(b"abab") == pytest.approx(1.0)
+    p = np.array([0.5, 0.25, 0.25])
+    assert unigram_entropy_bits(b"aabc" * 10) == pytest.approx(float(-(p * np.log2(p)).sum()))
+    with pytest.raises(DataError):
+        unigram_entropy_bits(b"")
+
+
+def test_stdlib_entropy_is_in_the_range_of_source_code(stdlib_corpus):
+    h = unigram_entropy_bits(stdlib_corpus.train)
+    assert 4.0 < h < 5.5  # ASCII source code: far below 8 bits (uniform bytes), far above 0
+
+
+def test_bits_per_byte():
+    assert bits_per_byte(math.log(256)) == pytest.approx(8.0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# batches
+
+
+def test_sampler_windows_are_next_byte_pairs_and_deterministic():
+    data = np.arange(1000, dtype=np.int64).astype(np.uint8)
+    a, b = BatchSampler(data, 4, 16, seed=5), BatchSampler(data, 4, 16, seed=5)
+    for _ in range(20):
+        (xa, ya), (xb, yb) = a.next_batch(), b.next_batch()
+        assert xa.shape == ya.shape == (4, 16) and xa.dtype == np.int64
+        np.testing.assert_array_equal(xa, xb)
+        np.testing.assert_array_equal(ya, yb)
+        np.testing.assert_array_equal(xa[:, 1:], ya[:, :-1])
+        np.testing.assert_array_equal((xa + 1) % 256, ya)  # data[i + 1] = data[i] + 1 (mod 256)
+    c = BatchSampler(data, 4, 16, seed=6)
+    assert not np.array_equal(c.next_batch()[0], BatchSampler(data, 4, 16, seed=5).next_batch()[0])
+
+
+def test_sampler_reaches_the_last_byte_and_never_overruns():
+    data = np.arange(9, dtype=np.uint8)  # seq_len 8 -> exactly one window
+    s = BatchSampler(data, 3, 8, seed=0)
+    x, y = s.next_batch()
+    np.testing.assert_array_equal(x, np.tile(np.arange(8), (3, 1)))
+    np.testing.assert_array_equal(y, np.tile(np.arange(1, 9), (3, 1)))
+    with pytest.raises(DataError):
+        BatchSampler(data, 1, 9)
+
+
+def test_sampler_state_round_trips_through_json():
+    data = np.random.default_rng(0).integers(0, 256, 5000).astype(np.uint8)
+    s = BatchSampler(data, 2, 32, seed=1)
+    for _ in range(7):
+        s.next_batch()
+    saved = json.loads(json.dumps(s.state_dict()))
+    expected = [s.next_batch() for _ in range(5)]
+    resumed = BatchSampler(data, 2, 32, seed=999)
+    resumed.load_state_dict(saved)
+    assert resumed.batches_drawn == 7
+    for (x, y), (rx, ry) in zip(expected, (resumed.next_batch() for _ in range(5))):
+        np.testing.assert_array_equal(x, rx)
+        np.testing.assert_array_equal(y, ry)
+    with pytest.raises(ValueError, match="batch_size, seq_len"):
+        BatchSampler(data, 3, 32).load_state_dict(saved)
+
+
+def test_eval_batches_are_fixed_non_overlapping_windows():
+    data = np.arange(1000, dtype=np.int64).astype(np.uint8)
+    first = list(eval_batches(data, 4, 50, max_batches=3))
+    again = list(eval_batches(data, 4, 50, max_batches=3))
+    assert len(first) == 3 and all(x.shape == (4, 50) for x, _ in first)
+    for (x, y), (x2, _) in zip(first, again):
+        np.testing.assert_array_equal(x, x2)
+        np.testing.assert_array_equal((x + 1) % 256, y)
+    starts = D.eval_window_starts(1000, 4, 50, max_batches=3)
+    np.testing.assert_array_equal(np.concatenate([x[:, 0] for x, _ in first]), data[starts])
+    assert len(starts) == 12 and starts[0] == 0 and starts[-1] == 1000 - 51
+    assert np.all(np.diff(starts) >= 50)  # no byte is counted twice
+    short = list(eval_batches(data[:120], 4, 50, max_batches=3))  # room for 2 windows only
+    assert len(short) == 1 and short[0][0].shape == (2, 50)

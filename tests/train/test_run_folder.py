@@ -1,0 +1,175 @@
+"""Run folders: one training at a time (a lock), never into a foreign folder, a LATEST pointer that cannot
+lead out of its run, and damaged resume state (missing or wrong-typed fields, a deleted weights file, a torn
+log line) that fails clearly, or, for the torn log line, does not block the resume."""
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tinygrad_ssm.train import checkpoint as ckpt
+from tinygrad_ssm.train import cli
+from tinygrad_ssm.train.run_folder import LOCK_FILE, RunFolderError, claim_run_folder
+from tinygrad_ssm.train.log import RunLog, RunLogError
+from tinygrad_ssm.train.loop import TrainConfig
+from tinygrad_ssm.train import loop as train
+
+TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=2, seq_len=32, eval_batches=1,
+            sample_bytes=4, warmup_steps=1, checkpoint_every=1)
+
+
+def quiet(msg):
+    pass
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "corpus.txt"
+    path.write_bytes(b"".join(b"line %d: the quick brown fox jumps over the lazy dog\n" % i for i in range(300)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def stopped_run(corpus, tmp_path_factory):
+    """A run of 3 steps stopped after step 2 (checkpoints at 1 and 2)."""
+    out = tmp_path_factory.mktemp("runs") / "run"
+    result = train(TrainConfig(**TINY, steps=3, data=str(corpus), out=str(out)), stop_at=2, progress=False,
+                   say=quiet)
+    assert result.status == "stopped" and result.step == 2
+    return out
+
+
+@pytest.fixture
+def run(stopped_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(stopped_run, copy)
+    return copy
+
+
+def resume(run, **kw):
+    return train(resume=str(run), progress=False, say=quiet, **kw)
+
+
+HOLD_LOCK = textwrap.dedent("""
+    import fcntl, os, sys, time
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.pwrite(fd, b"%d\\n" % os.getpid(), 0)
+    print("locked", flush=True)
+    sys.stdin.read()
+""")
+TRY_LOCK = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')")
+
+
+def test_a_second_training_on_the_same_folder_refuses(run, capsys):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run / LOCK_FILE)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        log_before = (run / "log.jsonl").read_bytes()
+        assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "in use by another training" in err and f"process {holder.pid}" in err and str(run) in err
+        assert (run / "log.jsonl").read_bytes() == log_before  # nothing written
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    # the holder exited, so its lock is gone; ours is released when train returns
+    assert resume(run).status == "done"
+    probe = subprocess.run([sys.executable, "-c", TRY_LOCK, str(run / LOCK_FILE)], capture_output=True, text=True)
+    assert probe.stdout.strip() == "free", probe.stderr
+
+
+def test_a_new_run_refuses_a_foreign_non_empty_folder(corpus, tmp_path, capsys):
+    folder = tmp_path / "my_project"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    (folder / "log.jsonl").write_text('{"not": "ours"}\n')
+    args = ["train", "--data", str(corpus), "--out", str(folder), "--steps", "1", "--no-progress"]
+    assert cli.main(args + [f for k, v in TINY.items() for f in (f"--{k.replace('_', '-')}", str(v))]) == \
+        cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "non-empty folder that is not a run folder" in err and "notes.txt" in err
+    assert (folder / "log.jsonl").read_text() == '{"not": "ours"}\n' and sorted(p.name for p in folder.iterdir()) \
+        == ["log.jsonl", "notes.txt"]
+    with pytest.raises(RunFolderError, match="is a file"):
+        claim_run_folder(folder / "notes.txt")
+
+
+def test_a_new_run_may_reuse_a_folder_of_ours_without_a_checkpoint(corpus, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "log.jsonl").write_text('{"step": 1, "train_loss": 9.0}\n')  # a run stopped before any checkpoint
+    result = train(TrainConfig(**TINY, steps=1, data=str(corpus), out=str(out)), progress=False, say=quiet)
+    assert result.status == "done"
+    assert [r["train_loss"] != 9.0 for r in RunLog(out).records() if "train_loss" in r] == [True]
+
+
+def test_an_existing_run_is_not_started_over(run):
+    with pytest.raises(RunFolderError, match="already holds a run; continue it with --resume"):
+        claim_run_folder(run)
+
+
+@pytest.mark.parametrize("pointer", ["../../elsewhere/checkpoints/step-000002", "/tmp/x", "step-000002/../..",
+                                     "step-2", ""])
+def test_latest_must_name_a_checkpoint_beside_it(run, tmp_path, pointer):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(run, elsewhere)  # a complete run the pointer could lead a resume into
+    (run / "checkpoints" / "LATEST").write_text(pointer + "\n")
+    with pytest.raises(ckpt.CheckpointNotFound, match="not the name of a checkpoint folder beside it"):
+        resume(run)
+    assert sorted(p.name for p in (elsewhere / "checkpoints").iterdir()) == ["LATEST", "step-000001", "step-000002"]
+
+
+BAD_RUN = r"its 'train_config' is not a valid run \("
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda s: s.pop("sampler"), "'sampler' is missing"),
+    (lambda s: s.update(step="2"), "'step' must be an integer >= 0, got '2'"),
+    (lambda s: s.update(tokens=-1), "'tokens' must be an integer >= 0"),
+    (lambda s: s.update(train_s=float("nan")), "'train_s' must be a finite number"),
+    (lambda s: s.update(val_bpb="low"), "'val_bpb' must be null or a finite number"),
+    (lambda s: s["sampler"].pop("bit_generator"), "'sampler' must be an object with"),
+    (lambda s: s.update(train_config=[1]), "'train_config' must be an object"),
+    (lambda s: s["train_config"].update(lr="fast"), BAD_RUN + r"--lr must be a finite"),
+    (lambda s: s["train_config"].update(steps=True), BAD_RUN + r"--steps must be an int"),
+    (lambda s: s["train_config"].update(stepz=3), BAD_RUN + r"TrainConfig: unknown fields"),
+])
+def test_damaged_trainer_state_is_named_field_by_field(run, damage, message):
+    path = run / "checkpoints" / "step-000002" / "trainer_state.json"
+    state = json.loads(path.read_text())
+    damage(state)
+    path.write_text(json.dumps(state))
+    with pytest.raises(ckpt.CheckpointNotFound, match=f"trainer_state.json' is damaged: {message}"):
+        resume(run)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.safetensors", "config.json"])
+def test_a_deleted_checkpoint_file_is_named_with_the_other_checkpoints(run, capsys, name):
+    (run / "checkpoints" / "step-000002" / name).unlink()
+    assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"step-000002/{name}' does not exist" in err and "is incomplete" in err
+    assert "['step-000001', 'step-000002']" in err  # where to resume from instead
+
+
+def test_a_torn_last_log_line_does_not_block_a_resume(run):
+    with open(run / "log.jsonl", "a") as f:
+        f.write('{"step": 3, "train_lo')  # the process died while appending step 3
+    assert [r["step"] for r in RunLog(run).records() if "train_loss" in r] == [1, 2]
+    assert resume(run).status == "done"
+    records = RunLog(run).records()
+    assert [r["step"] for r in records if "train_loss" in r] == [1, 2, 3]
+    assert (run / "log.jsonl").read_text().endswith("}\n")
+
+
+def test_a_broken_line_inside_the_log_is_named(run):
+    lines = (run / "log.jsonl").read_text().splitlines(keepends=True)
+    lines[1] = "garbage\n"
+    (run / "log.jsonl").write_text("".join(lines))
+    with pytest.raises(RunLogError, match=r"log.jsonl' line 2 is not a log record \('garbage'\)"):
+        resume(run)

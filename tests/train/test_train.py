@@ -1,0 +1,232 @@
+"""The training loop: it learns, resumes bit for bit, stops cleanly on Ctrl-C and on a NaN loss."""
+import hashlib
+import json
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tinygrad_ssm.optim as optim_pkg
+from tinygrad_ssm.train import checkpoint as ckpt
+from tinygrad_ssm.train.data import DEFAULT_VAL_FRACTION, DataError, default_corpus_root, stdlib_sources
+from tinygrad_ssm.train.data import unigram_entropy_bits
+from tinygrad_ssm.io.safetensors import load_file
+from tinygrad_ssm.autograd.tensor import no_grad
+from tinygrad_ssm.optim import AdamW
+from tinygrad_ssm.train.loop import TrainConfig, TrainingDiverged
+from tinygrad_ssm.train import loop as train
+
+TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=4, seq_len=32, eval_batches=1,
+            sample_bytes=8, lr=1e-2, min_lr=1e-3, warmup_steps=2)
+
+
+@pytest.fixture(scope="module")
+def slice_file(tmp_path_factory):
+    """A fixed slice of the corpus: the first 24 standard library modules, sorted by path (~0.5 MB)."""
+    root = default_corpus_root()
+    files = stdlib_sources(root)[:24]
+    text = b"".join(p.read_bytes() for p in files)
+    path = tmp_path_factory.mktemp("corpus") / "slice.py"
+    path.write_bytes(text)
+    return path
+
+
+def tiny(slice_file, out, **kw):
+    return TrainConfig(**{**TINY, "data": str(slice_file), "out": str(out), **kw})
+
+
+def quiet(msg):
+    pass
+
+
+def file_digests(folder: Path) -> dict:
+    """name -> sha256 of every file (digests: a failing comparison prints short, not megabytes)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def assert_same_tensors(file_a: Path, file_b: Path):
+    """Byte-identical safetensors files; on a mismatch, name the tensors that differ."""
+    if file_a.read_bytes() == file_b.read_bytes():
+        return
+    a, b = load_file(file_a), load_file(file_b)
+    differ = sorted(k for k in a.keys() | b.keys() if k not in a or k not in b or
+                    a[k].tobytes() != b[k].tobytes())
+    raise AssertionError(f"{file_a} and {file_b} differ in {len(differ)} tensors: {differ[:8]}")
+
+
+def test_learns_well_below_the_unigram_entropy(slice_file, tmp_path):
+    data = np.frombuffer(slice_file.read_bytes(), dtype=np.uint8)
+    val = data[len(data) - int(len(data) * DEFAULT_VAL_FRACTION):]
+    entropy = unigram_entropy_bits(val)
+    cfg = tiny(slice_file, tmp_path, d_model=64, headdim=32, batch_size=16, seq_len=64, steps=60, lr=2e-2,
+               warmup_steps=6, eval_every=60, eval_batches=4, checkpoint_every=1000)
+    result = train(cfg, progress=False, say=quiet)
+    assert result.status == "done" and result.step == 60
+    assert result.unigram_bits == pytest.approx(entropy)
+    # well below what a context-free model can reach: the model uses context
+    assert result.val_bpb < entropy - 1.0, (result.val_bpb, entropy)
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    train_bpb = [r["train_bpb"] for r in records if "train_bpb" in r]
+    assert len(train_bpb) == 60
+    assert np.mean(train_bpb[-10:]) < entropy - 1.0 < np.mean(train_bpb[:3])
+
+
+def test_resume_is_bit_identical(slice_file, tmp_path):
+    common = dict(steps=6, eval_every=3, checkpoint_every=2, keep_checkpoints=10)
+    whole = train(tiny(slice_file, tmp_path / "whole", **common), progress=False, say=quiet)
+
+    def ctrl_c_at_step_3(info):
+        if info.step == 3:
+            signal.raise_signal(signal.SIGINT)  # the real Ctrl-C path: the handler lets the step finish
+
+    before = signal.getsignal(signal.SIGINT)
+    first = train(tiny(slice_file, tmp_path / "split", **common), progress=False, say=quiet,
+                  callback=ctrl_c_at_step_3)
+    assert first.status == "interrupted" and first.step == 3
+    assert first.checkpoint.name == "step-000003"
+    assert signal.getsignal(signal.SIGINT) is before  # the Ctrl-C handler is only installed while training
+    second = train(resume=str(tmp_path / "split"), progress=False, say=quiet)
+    assert second.status == "done" and second.step == 6 and second.tokens == whole.tokens
+
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        assert_same_tensors(whole.checkpoint / name, second.checkpoint / name)
+    state = ckpt.load_trainer_state(second.checkpoint)
+    assert state["sampler"] == ckpt.load_trainer_state(whole.checkpoint)["sampler"]
+    assert second.val_bpb == whole.val_bpb
+
+    # resuming from an older checkpoint (step 2) redoes step 3: same weights again, and a clean log
+    third = train(resume=str(tmp_path / "split" / "checkpoints" / "step-000002"), progress=False, say=quiet)
+    assert_same_tensors(third.checkpoint / "model.safetensors", whole.checkpoint / "model.safetensors")
+    steps = [r["step"] for r in map(json.loads, (tmp_path / "split" / "log.jsonl").read_text().splitlines())
+             if "train_loss" in r]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_keyboard_interrupt_writes_a_checkpoint(slice_file, tmp_path):
+    def interrupt(info):
+        if info.step == 2:
+            raise KeyboardInterrupt
+
+    result = train(tiny(slice_file, tmp_path, steps=10, checkpoint_every=100), progress=False, say=quiet,
+                   callback=interrupt)
+    assert result.status == "interrupted" and result.step == 2
+    assert ckpt.resolve_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step-000002"
+    assert ckpt.load_trainer_state(result.checkpoint)["step"] == 2
+
+
+def test_nan_loss_stops_and_leaves_the_last_checkpoint_untouched(slice_file, tmp_path):
+    snapshot = {}
+
+    def corrupt_after_step_4(info):
+        if info.step == 4:  # the step-4 checkpoint is written before the callback runs
+            snapshot.update(file_digests(ckpt.resolve_checkpoint(tmp_path)))
+            name, weight = info.model.varmap.named_vars()[0]
+            with no_grad():
+                weight.data[...] = np.nan  # as if an update had blown the weights up
+
+    with pytest.raises(TrainingDiverged, match=r"loss is nan at step 5 .*step-000004 was left untouched"):
+        train(tiny(slice_file, tmp_path, steps=10, checkpoint_every=2), progress=False, say=quiet,
+              callback=corrupt_after_step_4)
+    latest = ckpt.resolve_checkpoint(tmp_path)
+    assert latest.name == "step-000004" and file_digests(latest) == snapshot
+    leftovers = [p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def assert_weights_are_the_checkpoint(model, checkpoint: Path):
+    """The weights in memory are exactly those saved in `checkpoint`: no update was applied since."""
+    saved = load_file(checkpoint / "model.safetensors")
+    named = dict(model.varmap.named_vars())
+    assert set(saved) == set(named)
+    moved = sorted(n for n, t in named.items() if saved[n].tobytes() != np.ascontiguousarray(t.data).tobytes())
+    assert moved == [], f"updated after the last checkpoint: {moved[:8]}"
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_non_finite_gradient_stops_before_the_update(slice_file, tmp_path, monkeypatch, bad):
+    """The loss stays finite, one gradient entry does not: the run must stop before AdamW turns the
+    weights into NaN, and leave the last checkpoint as it was."""
+    seen = {}
+
+    def keep_step_4(info):
+        if info.step == 4:  # the step-4 checkpoint is written before the callback runs
+            seen.update(model=info.model, digests=file_digests(ckpt.resolve_checkpoint(tmp_path)))
+
+    real_clip = optim_pkg.clip_grad_norm_
+
+    def clip_with_one_bad_gradient(params, max_norm, **kw):
+        if "model" in seen:  # step 5: backward is done, the loss was finite
+            grad = next(p.grad for p in params if p.grad is not None)
+            grad.data.flat[0] = bad
+        return real_clip(params, max_norm, **kw)
+
+    # train() imports clip_grad_norm_ from tinygrad_ssm.optim when it starts, so patch it there
+    monkeypatch.setattr(optim_pkg, "clip_grad_norm_", clip_with_one_bad_gradient)
+    with pytest.raises(TrainingDiverged, match=rf"gradient norm is {bad} at step 5 .*step-000004 was left "
+                                               rf"untouched"):
+        train(tiny(slice_file, tmp_path, steps=10, checkpoint_every=2), progress=False, say=quiet,
+              callback=keep_step_4)
+    latest = ckpt.resolve_checkpoint(tmp_path)
+    assert latest.name == "step-000004" and file_digests(latest) == seen["digests"]
+    assert_weights_are_the_checkpoint(seen["model"], latest)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["LATEST", "step-000002",
+                                                                             "step-000004"]
+
+
+def test_ctrl_c_during_the_weight_update_saves_nothing(slice_file, tmp_path, monkeypatch):
+    """Ctrl-C twice while AdamW is half-way through an update (one parameter group updated, the other not):
+    the second Ctrl-C stops at once, and the half-updated weights must not become a checkpoint."""
+    seen, messages = {}, []
+
+    def keep_step_4(info):
+        if info.step == 4:
+            seen.update(model=info.model, digests=file_digests(ckpt.resolve_checkpoint(tmp_path)))
+
+    real_step = AdamW.step
+
+    def step_then_ctrl_c_twice(self):
+        real_step(self)
+        if "model" in seen and "interrupted" not in seen:  # step 5, after the first parameter group
+            seen["interrupted"] = True
+            signal.raise_signal(signal.SIGINT)  # first: "stop after this step"
+            signal.raise_signal(signal.SIGINT)  # second: KeyboardInterrupt, here, mid-update
+
+    monkeypatch.setattr(AdamW, "step", step_then_ctrl_c_twice)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny(slice_file, tmp_path, steps=10, checkpoint_every=2), progress=False, say=messages.append,
+              callback=keep_step_4)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert any("stopped during a weight update at step 5; nothing saved" in m and "step-000004" in m
+               for m in messages), messages
+    latest = ckpt.resolve_checkpoint(tmp_path)
+    assert latest.name == "step-000004" and file_digests(latest) == seen["digests"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["LATEST", "step-000002",
+                                                                             "step-000004"]
+    # the weights really were half-updated: saving them is what must not happen
+    saved = load_file(latest / "model.safetensors")
+    moved = {n for n, t in seen["model"].varmap.named_vars() if saved[n].tobytes() != t.data.tobytes()}
+    assert moved and moved != {n for n, _ in seen["model"].varmap.named_vars()}
+    steps = [r["step"] for r in map(json.loads, (tmp_path / "log.jsonl").read_text().splitlines())
+             if "train_loss" in r]
+    assert steps == [1, 2, 3, 4]
+
+
+def test_bad_data_fails_before_any_work(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(DataError, match="does not exist"):
+        train(TrainConfig(data=str(tmp_path / "missing"), out=str(out)), progress=False, say=quiet)
+    short = tmp_path / "short.txt"
+    short.write_bytes(b"x" * 100)
+    with pytest.raises(DataError, match="--seq-len 512"):
+        train(TrainConfig(data=str(short), out=str(out), seq_len=512), progress=False, say=quiet)
+    assert not out.exists()
+
+
+def test_resume_refuses_changed_settings_and_an_existing_run(slice_file, tmp_path):
+    train(tiny(slice_file, tmp_path, steps=1), progress=False, say=quiet)
+    with pytest.raises(ValueError, match=r"--d-model \(saved 32, given 64\)"):
+        train(resume=str(tmp_path), overrides={"d_model": 64}, progress=False, say=quiet)
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        train(tiny(slice_file, tmp_path, steps=1), progress=False, say=quiet)

@@ -1,0 +1,189 @@
+"""Argument checks for the public ops of `tinygrad_ssm/autograd/functional.py`: every bad argument is an error here,
+before anything runs, that names the op and the argument (and the shapes, axes or letters involved).
+Nothing reaches NumPy that NumPy would reject with its own message.
+
+Also here: the einsum subscripts parser, which is argument parsing too."""
+from __future__ import annotations
+
+import builtins
+import numbers
+
+import numpy as np
+
+from .tensor import DEFAULT_FLOAT, Tensor, _check_numeric, is_float
+
+
+def shape_text(*tensors) -> str:
+    return " and ".join(str(tuple(t.shape)) for t in tensors)
+
+
+def broadcast_shape(op: str, what: str, *shapes) -> tuple:
+    """The shape `shapes` broadcast to, or a ValueError "op: what do not broadcast" (what names the shapes)."""
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(f"{op}: {what} do not broadcast") from None
+
+
+def _describe(x) -> str:
+    if isinstance(x, np.ndarray):
+        return f"an array of dtype {x.dtype}"
+    text = repr(x)
+    return f"{type(x).__name__} {text if len(text) < 60 else text[:57] + '...'}"
+
+
+def as_tensor(op: str, argument: str, x, like: Tensor | None = None) -> Tensor:
+    """A tensor argument: a Tensor as is; a Python or NumPy number takes the dtype of the tensor it meets
+    (`like`: a scalar never upcasts float32); an array or a (nested) list becomes a tensor of its own dtype.
+    Anything else (a str, None, objects, complex numbers, a ragged list) is a TypeError naming op and argument."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, np.bool_)):
+        return Tensor(np.asarray(x))
+    if isinstance(x, (int, float, np.integer, np.floating)):
+        if like is not None and is_float(like.dtype):
+            return Tensor(np.asarray(x, dtype=like.dtype))
+        is_integral = isinstance(x, (numbers.Integral, np.integer))
+        return Tensor(np.asarray(x, dtype=np.int64 if is_integral else DEFAULT_FLOAT))
+    if not isinstance(x, (np.ndarray, list, tuple, np.generic, complex)):
+        raise TypeError(f"{op}: {argument} must be a Tensor, an array or a number, got {_describe(x)}")
+    try:
+        array = np.asarray(x)
+    except ValueError:
+        raise TypeError(f"{op}: {argument} is a ragged nested list (rows of different lengths), "
+                        f"not an array of numbers") from None
+    _check_numeric(op, argument, x, array)
+    return Tensor(x)
+
+
+def float_tensor(op: str, argument: str, x) -> Tensor:
+    """A tensor argument of an op that only makes sense in floating point: integers become float32."""
+    x = as_tensor(op, argument, x)
+    return x if is_float(x.dtype) else Tensor(x.data.astype(DEFAULT_FLOAT))
+
+
+def constant_array(op: str, argument: str, x, kinds: str = "iu", what: str = "integers") -> np.ndarray:
+    """An argument that is not differentiated (ids, targets, a mask): its array, holding `what`
+    (dtype kinds `kinds`: "iu" integers, "b" bools)."""
+    if isinstance(x, Tensor):
+        array = x.data
+    elif isinstance(x, (np.ndarray, list, tuple, int, bool, np.generic)):
+        try:
+            array = np.asarray(x)
+        except ValueError:
+            raise TypeError(f"{op}: {argument} is a ragged nested list (rows of different lengths), "
+                            f"not an array of {what}") from None
+    else:
+        raise TypeError(f"{op}: {argument} must be a tensor or an array of {what}, got {_describe(x)}")
+    if array.dtype.kind not in kinds:
+        raise TypeError(f"{op}: {argument} must hold {what}, got dtype {array.dtype}")
+    return array
+
+
+def tensor_list(op: str, tensors) -> list[Tensor]:
+    """The `tensors` argument of cat and stack: a list or tuple (not a tensor, which would be cut into rows)."""
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{op}: tensors must be a list or tuple of tensors, got {_describe(tensors)}")
+    return [as_tensor(op, f"tensors[{i}]", t) for i, t in enumerate(tensors)]
+
+
+def number(op: str, argument: str, value, allow_none: bool = False):
+    """A Python or NumPy real number (a bound, a beta, an eps, a fill value)."""
+    if value is None and allow_none:
+        return None
+    if not is_real_number(value):
+        raise TypeError(f"{op}: {argument} must be a real number{' or None' if allow_none else ''}, "
+                        f"got {_describe(value)}")
+    return value
+
+
+def is_real_number(value) -> bool:
+    """A Python or NumPy int or float (not a bool): an operand that takes the dtype of the tensor it meets."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def integer(op: str, argument: str, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{op}: {argument} must be an int, got {_describe(value)}")
+    return int(value)
+
+
+def int_sequence(op: str, argument: str, values, shape: tuple = ()) -> tuple:
+    """A shape, a permutation or pad widths: an int or a sequence of ints."""
+    if isinstance(values, (int, np.integer)) and not isinstance(values, (bool, np.bool_)):
+        return (int(values),)
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iu":
+        values = values.tolist()
+    if isinstance(values, Tensor) or not isinstance(values, (list, tuple)) or not builtins.all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values):
+        raise TypeError(f"{op}: {argument} must be a tuple of ints, got {_describe(values)} "
+                        f"(tensor of shape {tuple(shape)})")
+    return tuple(int(v) for v in values)
+
+
+def axis(op: str, axis, ndim: int, shape: tuple = ()) -> int:
+    """One axis, negative allowed, normalised to 0..ndim-1. `shape` is the tensor's, for the error message
+    (ndim may be one more, for unsqueeze and stack). A 0-d tensor takes axis 0 or -1, as torch."""
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+        raise TypeError(f"{op}: axis must be an int, got {axis!r} (tensor of shape {tuple(shape)})")
+    if not -builtins.max(ndim, 1) <= axis < builtins.max(ndim, 1):
+        raise IndexError(f"{op}: axis {axis} is out of range for a tensor of shape {tuple(shape)} "
+                         f"(valid: {-builtins.max(ndim, 1)} to {builtins.max(ndim, 1) - 1})")
+    return int(axis) % builtins.max(ndim, 1)
+
+
+def axes(op: str, axis_argument, ndim: int, shape: tuple = ()):
+    """None -> None (all axes); an int or a sequence -> a sorted tuple of non-negative axes."""
+    if axis_argument is None:
+        return None
+    listed = tuple(axis_argument) if isinstance(axis_argument, (tuple, list)) else (axis_argument,)
+    normalised = tuple(sorted(axis(op, a, ndim, shape) for a in listed))
+    if len(set(normalised)) != len(normalised):
+        raise ValueError(f"{op}: axis {axis_argument} repeats an axis (tensor of shape {tuple(shape)})")
+    return normalised if ndim else ()  # reducing a 0-d tensor over its axis 0 / -1 leaves it as is (torch)
+
+
+def nonempty_reduction(op: str, x: Tensor, reduced) -> None:
+    """max and the like have no value over no elements (torch: 'Expected reduction dim to have non-zero
+    size'); a reduction over non-empty axes of an empty tensor is fine (an empty result)."""
+    sizes = x.shape if reduced is None else [x.shape[a] for a in reduced]
+    if x.ndim and 0 in sizes:
+        where = "the tensor" if reduced is None else f"axis {[a for a in reduced if x.shape[a] == 0][0]}"
+        raise ValueError(f"{op}: {where} of shape {x.shape} is empty, and {op} of no elements is undefined; "
+                         f"reduce over a non-empty axis (axis=...) or check the input's size")
+
+
+def parse_einsum(subscripts: str, shapes):
+    """'...ij,jk->...ik' and the operands' shapes -> (['Aij', 'jk'], 'Aik'): ellipses spelled out with
+    spare letters, the implicit output (letters used once, alphabetical) made explicit."""
+    if not isinstance(subscripts, str):
+        raise TypeError(f"einsum: subscripts must be a str such as 'ij,jk->ik', got {_describe(subscripts)}")
+    text = subscripts.replace(" ", "")
+    inputs, arrow, output = text.partition("->")
+    input_specs = inputs.split(",")
+    if len(input_specs) != len(shapes):
+        raise ValueError(f"einsum: {subscripts!r} names {len(input_specs)} operands, got {len(shapes)}")
+    used = set(c for c in text if c.isalpha())
+    spare = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in used)
+    ellipsis_ndim = builtins.max([len(s) - (len(spec) - 3) for spec, s in zip(input_specs, shapes) if "..." in spec],
+                                 default=0)
+    ellipsis_letters = "".join(next(spare) for _ in range(ellipsis_ndim))
+    expanded = []
+    for spec, shape in zip(input_specs, shapes):
+        if "..." in spec:
+            n = len(shape) - (len(spec) - 3)
+            spec = spec.replace("...", ellipsis_letters[len(ellipsis_letters) - n:] if n else "")
+        if len(spec) != len(shape) or not spec.isalpha():
+            raise ValueError(f"einsum: subscripts {spec!r} don't fit an operand of shape {tuple(shape)}")
+        if len(set(spec)) != len(spec):
+            raise ValueError(f"einsum: repeated letter in {spec!r} (diagonals) is not supported")
+        expanded.append(spec)
+    if arrow:
+        output = output.replace("...", ellipsis_letters)
+    else:
+        counts = {c: "".join(expanded).count(c) for c in set("".join(expanded))}
+        once = sorted(c for c, n in counts.items() if n == 1 and c not in ellipsis_letters)
+        output = ellipsis_letters + "".join(once)
+    if not set(output) <= set("".join(expanded)) or len(set(output)) != len(output):
+        raise ValueError(f"einsum: output {output!r} of {subscripts!r} must use each input letter at most once")
+    return expanded, output

@@ -1,0 +1,120 @@
+"""The backward walk: from a root tensor back to the leaves, each op's backward called once.
+
+`Tensor.backward()` calls `run_backward`. The graph it walks is what `Function.apply` (autograd/tensor.py) recorded:
+each output tensor's `_ctx` is the op that made it, and the op keeps its inputs in `ctx.inputs`.
+Broadcasting is undone here, in `unbroadcast`, for every op, so no op's backward has to.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .grad_mode import no_grad
+from .function import Function
+from .tensor import Tensor
+
+
+def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
+    """Sum `grad` back to `shape`: the one place where broadcasting is undone, for every op.
+    Leading axes that broadcasting added are summed away; axes where the input had size 1 are summed
+    with keepdims."""
+    if grad.shape == shape:
+        return grad
+    extra = grad.ndim - len(shape)
+    if extra > 0:
+        grad = grad.sum(axis=tuple(range(extra)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if stretched:
+        grad = grad.sum(axis=stretched, keepdims=True)
+    return grad.reshape(shape)
+
+
+def _topological_order(root: Tensor) -> tuple[list[Function], dict[int, int]]:
+    """Every recorded op that `root` depends on, each after all the ops that made its inputs; and for each leaf
+    that requires grad, how many uses of it those ops make (its gradient is final once they have all run).
+    Iterative, so a graph thousands of ops deep (a sequential scan) does not hit the recursion limit."""
+    order, visited, leaf_uses = [], set(), {}
+    stack = [(root._ctx, False)]
+    while stack:
+        ctx, inputs_done = stack.pop()
+        if inputs_done:
+            order.append(ctx)
+            continue
+        if id(ctx) in visited:
+            continue
+        visited.add(id(ctx))
+        stack.append((ctx, True))
+        for parent, needs in zip(ctx.inputs, ctx.needs_input_grad):  # the graph as recorded at forward time
+            if needs:
+                if parent._ctx is None:
+                    leaf_uses[id(parent)] = leaf_uses.get(id(parent), 0) + 1
+                elif id(parent._ctx) not in visited:
+                    stack.append((parent._ctx, False))
+    return order, leaf_uses
+
+
+def _accumulate(tensor: Tensor, grad: np.ndarray):
+    """A leaf's (or a retain_grad tensor's) .grad += grad, in the tensor's own dtype."""
+    g = grad.astype(tensor.dtype, copy=True)
+    tensor._grad = Tensor(g if tensor._grad is None else tensor._grad.data + g)
+
+
+def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
+    """Call every op's backward once, from the root back to the leaves.
+
+    Gradients are summed per tensor in `grads` until the op that made the tensor runs: the reverse topological
+    order guarantees that every use of a tensor has passed its gradient back by then. An op with several
+    outputs gets one gradient per output (zeros for an output that did not reach the root). A leaf's
+    gradient is final once every op that used it has run: it is written to `.grad` at that moment."""
+    grads: dict[int, np.ndarray] = {id(root): seed}
+    if root._ctx is None:  # backward() on a leaf: its gradient is the seed
+        _accumulate(root, seed)
+        for hook in root._grad_hooks:
+            hook(root)
+        return
+    order, uses_left = _topological_order(root)  # uses_left: leaf id -> ops that still owe it a gradient
+    with no_grad():  # backward formulas compute on arrays; nothing in the walk is recorded
+        _walk(order, grads, uses_left, retain_graph)
+
+
+def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
+    for ctx in reversed(order):
+        outputs = [ref() for ref in ctx.outputs]
+        out_grads = [None if o is None else grads.pop(id(o), None) for o in outputs]
+        for o, g in zip(outputs, out_grads):
+            if g is not None and o._retains_grad:
+                _accumulate(o, g)
+        if out_grads[0] is not None or any(g is not None for g in out_grads):
+            if ctx._freed:
+                raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
+                                   "tensors after they have already been freed). Saved intermediate values of the "
+                                   "graph are freed when you call .backward(). Specify retain_graph=True if you need "
+                                   "to backward through the graph a second time.")
+            ctx._check_versions()
+            if len(out_grads) > 1:  # materialise the gradients of outputs that did not reach the root
+                out_grads = [np.zeros(shape, dtype) if g is None else g
+                             for g, (shape, dtype) in zip(out_grads, ctx.output_specs)]
+            input_grads = ctx.backward(*out_grads)
+            if not isinstance(input_grads, tuple):
+                input_grads = (input_grads,)
+            if not retain_graph and ctx.saved:  # as torch: only an op that saved arrays can't run twice
+                ctx.saved = ()
+                ctx._freed = True
+        else:  # no gradient reached this op's outputs (e.g. an integer index): its inputs get none from it
+            input_grads = ()
+        for parent, needs, g in zip(ctx.inputs, ctx.needs_input_grad, input_grads + (None,) * len(ctx.inputs)):
+            if not needs:
+                continue
+            if g is not None:
+                g = unbroadcast(np.asarray(g), parent.shape)
+                if g.dtype != parent.dtype:
+                    g = g.astype(parent.dtype)
+                previous = grads.get(id(parent))
+                grads[id(parent)] = g if previous is None else previous + g
+            if parent._ctx is None:
+                uses_left[id(parent)] -= 1
+                if uses_left[id(parent)] == 0:  # every use has been walked: the leaf's gradient is final
+                    final = grads.pop(id(parent), None)
+                    if final is not None:
+                        _accumulate(parent, final)
+                        for hook in parent._grad_hooks:  # e.g. start this gradient's allreduce now
+                            hook(parent)

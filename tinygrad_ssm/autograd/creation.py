@@ -1,0 +1,51 @@
+"""Making tensors: from data, filled, random, ranges. Float tensors are float32 unless a dtype is given."""
+import numpy as np
+
+from .tensor import DEFAULT_FLOAT, Tensor
+
+
+def new_tensor(data, dtype=None, requires_grad=False) -> Tensor:
+    """A new tensor holding a copy of `data`: torch.tensor(data) under a name that does not shadow the module
+    `tinygrad_ssm.autograd.tensor` (tinygrad_ssm/autograd/tensor.py). Python floats become float32, as in torch."""
+    array = np.array(data.data if isinstance(data, Tensor) else data, copy=True)
+    if dtype is None and array.dtype == np.float64 and not isinstance(data, (np.ndarray, Tensor)):
+        array = array.astype(DEFAULT_FLOAT)
+    return Tensor(array, dtype=dtype, requires_grad=requires_grad)
+
+
+def _shape(shape):
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+
+
+def zeros(*shape, dtype=DEFAULT_FLOAT, requires_grad=False) -> Tensor:
+    return Tensor(np.zeros(_shape(shape), dtype=dtype), requires_grad=requires_grad)
+
+
+def ones(*shape, dtype=DEFAULT_FLOAT, requires_grad=False) -> Tensor:
+    return Tensor(np.ones(_shape(shape), dtype=dtype), requires_grad=requires_grad)
+
+
+def full(shape, value, dtype=DEFAULT_FLOAT, requires_grad=False) -> Tensor:
+    return Tensor(np.full(tuple(shape), value, dtype=dtype), requires_grad=requires_grad)
+
+
+def zeros_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
+    return Tensor(np.zeros(t.shape, dtype=dtype or t.dtype), requires_grad=requires_grad)
+
+
+def ones_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
+    return Tensor(np.ones(t.shape, dtype=dtype or t.dtype), requires_grad=requires_grad)
+
+
+def arange(start, stop=None, step=1, dtype=None) -> Tensor:
+    return Tensor(np.arange(start, stop, step, dtype=dtype))
+
+
+def randn(*shape, dtype=DEFAULT_FLOAT, requires_grad=False, rng=None) -> Tensor:
+    rng = rng if rng is not None else np.random.default_rng()
+    return Tensor(rng.standard_normal(_shape(shape)).astype(dtype), requires_grad=requires_grad)
+
+
+def rand(*shape, dtype=DEFAULT_FLOAT, requires_grad=False, rng=None) -> Tensor:
+    rng = rng if rng is not None else np.random.default_rng()
+    return Tensor(rng.random(_shape(shape)).astype(dtype), requires_grad=requires_grad)

@@ -1,0 +1,93 @@
+"""`Function`: one differentiable op, its forward beside its backward, and what `apply` records on the result
+(the graph that backward.py walks)."""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from .grad_mode import is_grad_enabled
+from .tensor import Tensor
+
+
+
+class Function:
+    """One differentiable op. Subclasses write `forward(ctx, *arrays, **kw) -> array` and
+    `backward(ctx, grad) -> one gradient per tensor input (or None)`, next to each other.
+
+    An op with several outputs returns a tuple of arrays from forward, and its backward takes one gradient
+    per output, `backward(ctx, *grads)`, as PyTorch's do: an output that did not reach the loss gets zeros
+    of its shape (torch's materialized grads), so backward never tests for None.
+
+    Inside forward, `ctx.save_for_backward(...)` keeps arrays for backward; if one of them is an input's
+    or the output's own array, its tensor's version is checked at backward time, so an in-place change
+    in between raises instead of giving a wrong gradient (PyTorch's version counter).
+    `ctx.needs_input_grad[i]` says whether input i wants a gradient, so backward can skip work.
+    Functions whose output is a view of their first input set `is_view = True` (they share its version)."""
+
+    is_view = False
+
+    def __init__(self):
+        self.saved: tuple = ()
+        self.inputs: tuple = ()
+        self.needs_input_grad: tuple = ()
+        self._checked_versions: list = []  # (version box, version at forward time, shape, dtype)
+        self._freed = False
+        self.outputs: tuple = ()       # weak references to the output tensors
+        self.output_specs: tuple = ()  # (shape, dtype) of each output, for the zeros of an unused one
+
+    def save_for_backward(self, *arrays):
+        self.saved = arrays
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @classmethod
+    def apply(cls, *inputs, **kwargs):
+        """Run forward on the inputs' arrays; record the op on the result when an input requires grad.
+        A forward that returns a tuple of arrays gives a tuple of tensors (one op, several outputs)."""
+        ctx = cls()
+        arrays = [t.data if isinstance(t, Tensor) else t for t in inputs]
+        out_data = ctx.forward(*arrays, **kwargs)
+        record = is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in inputs)
+        several = isinstance(out_data, tuple)
+        outs = tuple(Tensor(a, requires_grad=record) for a in out_data) if several else \
+            (Tensor(out_data, requires_grad=record),)
+        if ctx.is_view and isinstance(inputs[0], Tensor):
+            outs[0]._version = inputs[0]._version  # a view shares its base's version counter, as in torch
+        if record:
+            ctx.inputs = inputs
+            ctx.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
+            ctx._remember_versions(outs)
+            # weak references: strong ones would make a cycle (out -> _ctx -> out) that only the cyclic GC
+            # frees, so whole graphs would pile up. An output nobody holds any more got no gradient.
+            ctx.outputs = tuple(weakref.ref(o) for o in outs)
+            if several:
+                ctx.output_specs = tuple((o.shape, o.dtype) for o in outs)
+            for o in outs:
+                o._ctx = ctx
+        else:
+            ctx.saved = ()
+        return outs if several else outs[0]
+
+    def _remember_versions(self, outs: tuple):
+        saved_ids = {id(a) for a in self.saved if isinstance(a, np.ndarray)}
+        for t in (*self.inputs, *outs):
+            if isinstance(t, Tensor) and id(t.data) in saved_ids:
+                # the version box, not the tensor (see `outputs` in apply)
+                self._checked_versions.append((t._version, t._version[0], t.shape, t.dtype))
+
+    def _check_versions(self):
+        for version, expected, shape, dtype in self._checked_versions:
+            if version[0] != expected:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by an "
+                    f"inplace operation: [Tensor of shape {shape}, dtype {dtype}] used by {self.name} "
+                    f"is at version {version[0]}; expected version {expected} instead.")
+
+    def forward(self, *args, **kwargs):  # pragma: no cover - every op overrides it
+        raise NotImplementedError
+
+    def backward(self, grad):  # pragma: no cover
+        raise NotImplementedError

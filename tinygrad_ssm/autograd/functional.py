@@ -1,0 +1,491 @@
+"""The public ops, named as PyTorch names them. Each checks its arguments (a bad shape, axis or index is
+an error that names the op and the shapes), turns Python numbers and arrays into tensors, and calls the
+op's `Function` in `tinygrad_ssm/autograd/ops/`, where the forward and the backward live side by side."""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from . import args as A
+from .ops import elementwise as E
+from .ops import linalg as L
+from .ops import movement as M
+from .ops import nn as N
+from .ops import reduce as R
+from .tensor import Tensor, is_float
+
+# Every differentiable op, by name, in the order defined below: `@op` adds a function here. Each one has an
+# entry in tests/op_specs.py, the table every op test reads (its completeness test fails otherwise).
+OPS: list[str] = []
+
+
+def op(fn):
+    """Register a public differentiable op (see OPS)."""
+    OPS.append(fn.__name__)
+    return fn
+
+
+# --- dtype rules -----------------------------------------------------------------------------------------
+
+def _binary(op_name: str, fn, a, b):
+    like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
+    a, b = A.as_tensor(op_name, "a", a, like), A.as_tensor(op_name, "b", b, like)
+    A.broadcast_shape(op_name, f"shapes {A.shape_text(a, b)}", a.shape, b.shape)
+    # an integer tensor meeting a float one takes its dtype (torch's rule; NumPy would give float64)
+    if is_float(a.dtype) and not is_float(b.dtype):
+        b = Tensor(b.data.astype(a.dtype))
+    elif is_float(b.dtype) and not is_float(a.dtype):
+        a = Tensor(a.data.astype(b.dtype))
+    return fn.apply(a, b)
+
+
+# --- elementwise ----------------------------------------------------------------------------------------
+
+@op
+def add(a, b): return _binary("add", E.Add, a, b)
+@op
+def sub(a, b): return _binary("sub", E.Sub, a, b)
+@op
+def mul(a, b): return _binary("mul", E.Mul, a, b)
+
+
+@op
+def div(a, b):
+    """True division: integer operands become float32 (as torch), a Python number stays a number."""
+    a = a if A.is_real_number(a) else A.float_tensor("div", "a", a)
+    b = b if A.is_real_number(b) else A.float_tensor("div", "b", b)
+    return _binary("div", E.Div, a, b)
+
+
+@op
+def pow(a, b): return _binary("pow", E.Pow, a, b)
+@op
+def maximum(a, b): return _binary("maximum", E.Maximum, a, b)
+@op
+def minimum(a, b): return _binary("minimum", E.Minimum, a, b)
+@op
+def neg(x): return E.Neg.apply(A.as_tensor("neg", "x", x))
+@op
+def exp(x): return E.Exp.apply(A.float_tensor("exp", "x", x))
+@op
+def log(x): return E.Log.apply(A.float_tensor("log", "x", x))
+@op
+def sqrt(x): return E.Sqrt.apply(A.float_tensor("sqrt", "x", x))
+@op
+def rsqrt(x): return E.Rsqrt.apply(A.float_tensor("rsqrt", "x", x))
+@op
+def abs(x): return E.Abs.apply(A.as_tensor("abs", "x", x))
+@op
+def tanh(x): return E.Tanh.apply(A.float_tensor("tanh", "x", x))
+@op
+def sigmoid(x): return E.Sigmoid.apply(A.float_tensor("sigmoid", "x", x))
+@op
+def silu(x): return E.Silu.apply(A.float_tensor("silu", "x", x))
+
+
+@op
+def softplus(x, beta: float = 1.0, threshold: float = 20.0):
+    """log(1 + exp(beta x)) / beta, exactly x where beta x > threshold (as torch.nn.functional.softplus)."""
+    beta, threshold = A.number("softplus", "beta", beta), A.number("softplus", "threshold", threshold)
+    return E.Softplus.apply(A.float_tensor("softplus", "x", x), beta=beta, threshold=threshold)
+
+
+@op
+def relu(x): return E.Relu.apply(A.as_tensor("relu", "x", x))
+
+
+@op
+def clip(x, min=None, max=None):
+    min, max = A.number("clip", "min", min, allow_none=True), A.number("clip", "max", max, allow_none=True)
+    if min is None and max is None:
+        raise ValueError("clip: at least one of min and max must be given")
+    return E.Clip.apply(A.as_tensor("clip", "x", x), low=min, high=max)
+
+
+clamp = clip
+
+
+@op
+def where(condition, x, y):
+    """Pick x where condition is true, else y; all three broadcast together."""
+    condition = A.constant_array("where", "condition", condition, kinds="b", what="bools")
+    like = x if isinstance(x, Tensor) else y if isinstance(y, Tensor) else None
+    x, y = A.as_tensor("where", "x", x, like), A.as_tensor("where", "y", y, like)
+    A.broadcast_shape("where", f"condition {condition.shape}, x {x.shape} and y {y.shape}", condition.shape, x.shape,
+                      y.shape)
+    if x.dtype != y.dtype:
+        dtype = np.result_type(x.dtype, y.dtype)
+        x, y = cast(x, dtype), cast(y, dtype)
+    return E.Where.apply(condition, x, y)
+
+
+@op
+def cast(x, dtype):
+    x = A.as_tensor("cast", "x", x)
+    try:
+        dtype = np.dtype(dtype) if dtype is not None else None
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf":
+        raise TypeError(f"cast: dtype must be a bool, integer or float NumPy dtype (np.float32, 'int64', ...), "
+                        f"got {dtype!r}" if dtype is not None else "cast: dtype must be a bool, integer or float "
+                        "NumPy dtype (np.float32, 'int64', ...), got None or an unknown name")
+    if dtype == x.dtype:
+        return x
+    if x.requires_grad and not is_float(dtype):
+        raise TypeError(f"cast: a tensor that requires grad can't become {dtype}; detach() it first")
+    return E.Cast.apply(x, dtype=dtype)
+
+
+# --- reductions -----------------------------------------------------------------------------------------
+
+@op
+def sum(x, axis=None, keepdims=False):
+    x = A.as_tensor("sum", "x", x)
+    return R.Sum.apply(x, axis=A.axes("sum", axis, x.ndim, x.shape), keepdims=keepdims)
+
+
+@op
+def mean(x, axis=None, keepdims=False):
+    """The mean over no elements is nan, as torch."""
+    x = A.float_tensor("mean", "x", x)
+    return R.Mean.apply(x, axis=A.axes("mean", axis, x.ndim, x.shape), keepdims=keepdims)
+
+
+@op
+def max(x, axis=None, keepdims=False):
+    x = A.as_tensor("max", "x", x)
+    axis = A.axes("max", axis, x.ndim, x.shape)
+    A.nonempty_reduction("max", x, axis)
+    return R.Max.apply(x, axis=axis, keepdims=keepdims)
+
+
+@op
+def logsumexp(x, axis=None, keepdims=False):
+    """-inf over no elements (log of an empty sum), as torch."""
+    x = A.float_tensor("logsumexp", "x", x)
+    return R.LogSumExp.apply(x, axis=A.axes("logsumexp", axis, x.ndim, x.shape), keepdims=keepdims)
+
+
+@op
+def softmax(x, axis=-1):
+    x = A.float_tensor("softmax", "x", x)
+    return R.Softmax.apply(x, axis=A.axis("softmax", axis, x.ndim, x.shape))
+
+
+@op
+def log_softmax(x, axis=-1):
+    x = A.float_tensor("log_softmax", "x", x)
+    return R.LogSoftmax.apply(x, axis=A.axis("log_softmax", axis, x.ndim, x.shape))
+
+
+@op
+def cross_entropy(logits, targets, ignore_index: int = -100, reduction: str = "mean"):
+    """Negative log-likelihood of integer targets under softmax(logits).
+    logits (..., C) float, targets (...) int; rows with target == ignore_index are left out."""
+    logits = A.as_tensor("cross_entropy", "logits", logits)
+    targets = A.constant_array("cross_entropy", "targets", targets)
+    ignore_index = A.integer("cross_entropy", "ignore_index", ignore_index)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if not is_float(logits.dtype):
+        raise TypeError(f"cross_entropy: logits must be floating point, got dtype {logits.dtype}")
+    if logits.ndim == 0:
+        raise ValueError("cross_entropy: logits must have a class axis, (..., C) or (C,), got a 0-d tensor")
+    if logits.shape[:-1] != targets.shape:
+        raise ValueError(f"cross_entropy: logits {logits.shape} need targets of shape {logits.shape[:-1]}, "
+                         f"got {targets.shape}")
+    classes = logits.shape[-1]
+    bad = (targets != ignore_index) & ((targets < 0) | (targets >= classes))
+    if bad.any():
+        raise IndexError(f"cross_entropy: target {targets[bad][0]} is out of range for {classes} classes "
+                         f"(logits {logits.shape}, targets {targets.shape})")
+    flat = reshape(logits, (targets.size, classes))
+    losses = R.CrossEntropy.apply(flat, targets.reshape(-1), ignore_index=ignore_index, reduction=reduction)
+    return reshape(losses, targets.shape) if reduction == "none" else losses
+
+
+@op
+def cumsum(x, axis):
+    x = A.as_tensor("cumsum", "x", x)
+    axis = A.axis("cumsum", axis, x.ndim, x.shape)
+    if x.ndim == 0:  # a 0-d tensor is its own running sum (np.cumsum would make it 1-d)
+        return reshape(x, ())
+    return R.Cumsum.apply(x, axis=axis)
+
+
+# --- linear algebra -------------------------------------------------------------------------------------
+
+@op
+def matmul(a, b):
+    """a @ b with NumPy's rules: 1-d operands are a row / a column, leading (batch) axes broadcast."""
+    a, b = A.as_tensor("matmul", "a", a), A.as_tensor("matmul", "b", b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dimension, got shapes {A.shape_text(a, b)}")
+    a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
+    b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ValueError(f"matmul: inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}")
+    batch = A.broadcast_shape("matmul", f"batch dimensions of {tuple(a.shape)} @ {tuple(b.shape)}", a2.shape[:-2],
+                              b2.shape[:-2])
+    if a2.dtype != b2.dtype:
+        dtype = np.result_type(a2.dtype, b2.dtype)
+        a2, b2 = cast(a2, dtype), cast(b2, dtype)
+    out = L.Matmul.apply(a2, b2)
+    if a.ndim == 1 or b.ndim == 1:
+        shape = batch + ((a2.shape[-2],) if a.ndim > 1 else ()) + ((b2.shape[-1],) if b.ndim > 1 else ())
+        out = reshape(out, shape)
+    return out
+
+
+@op
+def einsum(subscripts: str, *operands):
+    """np.einsum over tensors, differentiable in every operand. Ellipses and implicit outputs are
+    allowed; a letter repeated inside one operand (a diagonal) is not."""
+    operands = [A.as_tensor("einsum", f"operands[{i}]", o) for i, o in enumerate(operands)]
+    input_specs, output_spec = A.parse_einsum(subscripts, [o.shape for o in operands])
+    sizes = {}
+    for spec, o in zip(input_specs, operands):
+        for letter, n in zip(spec, o.shape):
+            if sizes.get(letter, 1) not in (1, n) and n != 1:
+                raise ValueError(f"einsum: '{letter}' has sizes {sizes[letter]} and {n} in {subscripts!r} "
+                                 f"for shapes {A.shape_text(*operands)}")
+            sizes[letter] = builtins.max(sizes.get(letter, 1), n)
+    return L.Einsum.apply(*operands, input_specs=tuple(input_specs), output_spec=output_spec)
+
+
+# --- shape ----------------------------------------------------------------------------------------------
+
+@op
+def reshape(x, shape):
+    x = A.as_tensor("reshape", "x", x)
+    shape = A.int_sequence("reshape", "shape", shape, x.shape)
+    known = int(np.prod([s for s in shape if s != -1]))
+    if (shape.count(-1) > 1 or builtins.min(shape, default=0) < -1 or (-1 not in shape and known != x.size)
+            or (-1 in shape and (known == 0 or x.size % known))):
+        raise ValueError(f"reshape: can't reshape a tensor of shape {x.shape} ({x.size} elements) into {shape}")
+    return M.Reshape.apply(x, shape=shape)
+
+
+@op
+def flatten(x, start=0, end=-1):
+    x = A.as_tensor("flatten", "x", x)
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    start, end = A.axis("flatten", start, x.ndim, x.shape), A.axis("flatten", end, x.ndim, x.shape)
+    return reshape(x, x.shape[:start] + (-1,) + x.shape[end + 1:])
+
+
+@op
+def permute(x, axes):
+    x = A.as_tensor("permute", "x", x)
+    axes = tuple(A.axis("permute", a, x.ndim, x.shape) for a in A.int_sequence("permute", "axes", axes, x.shape))
+    if sorted(axes) != list(range(x.ndim)):
+        raise ValueError(f"permute: {axes} is not a permutation of the axes of a tensor of shape {x.shape}")
+    return M.Permute.apply(x, axes=axes)
+
+
+@op
+def transpose(x, axis0=-2, axis1=-1):
+    x = A.as_tensor("transpose", "x", x)
+    axes = list(range(x.ndim))
+    i, j = A.axis("transpose", axis0, x.ndim, x.shape), A.axis("transpose", axis1, x.ndim, x.shape)
+    axes[i], axes[j] = axes[j], axes[i]
+    return M.Permute.apply(x, axes=tuple(axes))
+
+
+@op
+def expand(x, shape):
+    """broadcast_to; -1 keeps a size."""
+    x = A.as_tensor("expand", "x", x)
+    shape = A.int_sequence("expand", "shape", shape, x.shape)
+    lead = len(shape) - x.ndim
+    if lead < 0:
+        raise ValueError(f"expand: can't expand shape {x.shape} to fewer dimensions {shape}")
+    shape = tuple(x.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape))
+    try:
+        broadcast = np.broadcast_shapes(x.shape, shape)
+    except ValueError:
+        broadcast = None
+    if broadcast != shape:
+        raise ValueError(f"expand: shape {x.shape} can't be broadcast to {shape}")
+    return M.Expand.apply(x, shape=shape)
+
+
+broadcast_to = expand
+
+
+@op
+def unsqueeze(x, axis):
+    x = A.as_tensor("unsqueeze", "x", x)
+    axis = A.axis("unsqueeze", axis, x.ndim + 1, x.shape)
+    return reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
+
+
+@op
+def squeeze(x, axis=None):
+    x = A.as_tensor("squeeze", "x", x)
+    axes = (A.axes("squeeze", axis, x.ndim, x.shape) if axis is not None
+            else tuple(i for i, n in enumerate(x.shape) if n == 1))
+    return reshape(x, tuple(n for i, n in enumerate(x.shape) if not (i in axes and n == 1)))
+
+
+@op
+def getitem(x, index):
+    """x[index]: ints, slices, None, Ellipsis, integer arrays/tensors and bool masks, as NumPy.
+    A bad index is an IndexError, as in NumPy and torch."""
+    x = A.as_tensor("getitem", "x", x)
+    items = index if isinstance(index, tuple) else (index,)
+    items = tuple(np.asarray(i.data if isinstance(i, Tensor) else i) if isinstance(i, (Tensor, list)) else i
+                  for i in items)
+    for i in items:
+        if isinstance(i, np.ndarray) and not (np.issubdtype(i.dtype, np.integer) or i.dtype == np.bool_):
+            raise IndexError(f"getitem: index arrays must be integers or bools, got dtype {i.dtype}")
+    index = items if isinstance(index, tuple) else items[0]
+    try:
+        x.data[index]  # let NumPy validate the index before anything is recorded
+    except IndexError as e:
+        raise IndexError(f"getitem: {e} (tensor of shape {x.shape})") from None
+    return M.Getitem.apply(x, index=index)
+
+
+@op
+def cat(tensors, axis=0):
+    tensors = A.tensor_list("cat", tensors)
+    if not tensors:
+        raise ValueError("cat: needs at least one tensor")
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:  # torch's rule: a 0-d tensor has no axis to join along
+            raise ValueError(f"cat: tensors[{i}] is 0-d and can't be concatenated; use stack, or unsqueeze it first")
+    axis = A.axis("cat", axis, tensors[0].ndim, tensors[0].shape)
+    first = tensors[0].shape
+    for t in tensors[1:]:
+        if t.ndim != len(first) or t.shape[:axis] + t.shape[axis + 1:] != first[:axis] + first[axis + 1:]:
+            raise ValueError(f"cat: shapes {A.shape_text(*tensors)} differ outside axis {axis}")
+    return M.Cat.apply(*_same_dtype(tensors), axis=axis)
+
+
+concatenate = cat
+
+
+@op
+def stack(tensors, axis=0):
+    tensors = A.tensor_list("stack", tensors)
+    if not tensors or builtins.any(t.shape != tensors[0].shape for t in tensors):
+        raise ValueError(f"stack: needs tensors of one shape, got {A.shape_text(*tensors) or 'none'}")
+    return M.Stack.apply(*_same_dtype(tensors), axis=A.axis("stack", axis, tensors[0].ndim + 1, tensors[0].shape))
+
+
+def _same_dtype(tensors):
+    dtype = np.result_type(*[t.dtype for t in tensors])
+    return [cast(t, dtype) for t in tensors]
+
+
+@op
+def split(x, split_size_or_sections, axis=0):
+    """torch.split: an int gives pieces of that size (the last may be smaller); a list gives those sizes."""
+    x = A.as_tensor("split", "x", x)
+    if x.ndim == 0:
+        raise ValueError("split: needs a tensor with at least 1 dimension, got a 0-d tensor")
+    axis = A.axis("split", axis, x.ndim, x.shape)
+    n = x.shape[axis]
+    sizes = A.int_sequence("split", "split_size_or_sections", split_size_or_sections, x.shape)
+    if isinstance(split_size_or_sections, (int, np.integer)):
+        if split_size_or_sections <= 0:
+            raise ValueError(f"split: size must be positive, got {split_size_or_sections}")
+        # an empty axis still gives one (empty) piece, as torch
+        sizes = [builtins.min(split_size_or_sections, n - s) for s in range(0, n, split_size_or_sections)] or [0]
+    elif builtins.sum(sizes) != n or builtins.min(sizes, default=0) < 0:
+        raise ValueError(f"split: sizes {list(sizes)} don't add up to {n}, the size of axis {axis} of {x.shape}")
+    pieces, start = [], 0
+    for size in sizes:
+        index = (slice(None),) * axis + (slice(start, start + size),)
+        pieces.append(getitem(x, index))
+        start += size
+    return tuple(pieces)
+
+
+@op
+def pad(x, pad, value=0.0):
+    """torch.nn.functional.pad, constant mode: pad = (last_before, last_after, second_last_before, ...)."""
+    x = A.as_tensor("pad", "x", x)
+    pad = A.int_sequence("pad", "pad", pad, x.shape)
+    value = A.number("pad", "value", value)
+    if len(pad) % 2 or len(pad) // 2 > x.ndim or builtins.min(pad, default=0) < 0:
+        raise ValueError(f"pad: {pad} must be non-negative pairs for at most {x.ndim} axes of shape {x.shape}")
+    widths = [(0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        widths[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    return M.Pad.apply(x, widths=tuple(widths), value=value)
+
+
+@op
+def flip(x, axis):
+    x = A.as_tensor("flip", "x", x)
+    return M.Flip.apply(x, axis=A.axes("flip", axis, x.ndim, x.shape))
+
+
+@op
+def tril(x, k=0):
+    x = A.as_tensor("tril", "x", x)
+    if x.ndim < 2:
+        raise ValueError(f"tril: needs at least 2 dimensions, got shape {x.shape}")
+    return M.Triangle.apply(x, k=A.integer("tril", "k", k), lower=True)
+
+
+@op
+def triu(x, k=0):
+    x = A.as_tensor("triu", "x", x)
+    if x.ndim < 2:
+        raise ValueError(f"triu: needs at least 2 dimensions, got shape {x.shape}")
+    return M.Triangle.apply(x, k=A.integer("triu", "k", k), lower=False)
+
+
+# --- layers' building blocks ----------------------------------------------------------------------------
+
+@op
+def embedding(ids, weight):
+    """torch.nn.functional.embedding: rows of weight (V, d) picked by integer ids (...) -> (..., d)."""
+    ids = A.constant_array("embedding", "ids", ids)
+    weight = A.as_tensor("embedding", "weight", weight)
+    if weight.ndim != 2:
+        raise ValueError(f"embedding: weight must be (vocab, dim), got shape {weight.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= weight.shape[0]):
+        raise IndexError(f"embedding: ids must be in [0, {weight.shape[0]}) for weight of shape {weight.shape}, "
+                         f"got min {ids.min()} max {ids.max()} (ids of shape {ids.shape})")
+    return N.Embedding.apply(weight, ids)
+
+
+@op
+def causal_conv1d(x, weight, bias=None):
+    """Depthwise causal conv over time, channels last. x (b, l, c); weight (c, 1, k) as in PyTorch's
+    Conv1d(groups=c) or (c, k); bias (c,) or None. Output (b, l, c): step t sees steps t-k+1..t."""
+    x, weight = A.as_tensor("causal_conv1d", "x", x), A.as_tensor("causal_conv1d", "weight", weight)
+    given_weight_shape = weight.shape  # for the error message, before the (c, 1, k) -> (c, k) reshape
+    if weight.ndim == 3 and weight.shape[1] == 1:
+        weight = reshape(weight, (weight.shape[0], weight.shape[2]))
+    if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[2]:
+        raise ValueError(f"causal_conv1d: need x (b, l, c) and weight (c, 1, k) or (c, k) with the same c, "
+                         f"got x {x.shape} and weight {given_weight_shape}")
+    if bias is not None:
+        bias = A.as_tensor("causal_conv1d", "bias", bias)
+        if bias.shape != (x.shape[2],):
+            raise ValueError(f"causal_conv1d: bias must have shape ({x.shape[2]},), got {bias.shape}")
+        return N.CausalConv1d.apply(x, weight, bias)
+    return N.CausalConv1d.apply(x, weight)
+
+
+@op
+def rms_norm(x, weight=None, eps: float = 1e-5):
+    """x / sqrt(mean(x^2, last axis) + eps) * weight; weight (d,) or None."""
+    x = A.float_tensor("rms_norm", "x", x)
+    eps = A.number("rms_norm", "eps", eps)
+    if x.ndim == 0:
+        raise ValueError("rms_norm: x needs a last axis to normalise over, got a 0-d tensor")
+    if weight is not None:
+        weight = A.as_tensor("rms_norm", "weight", weight)
+        if weight.shape != x.shape[-1:]:
+            raise ValueError(f"rms_norm: weight must have shape {x.shape[-1:]}, got {weight.shape}")
+        return N.RMSNorm.apply(x, weight, eps=eps)
+    return N.RMSNorm.apply(x, eps=eps)

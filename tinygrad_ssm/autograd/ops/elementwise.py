@@ -1,0 +1,265 @@
+"""Elementwise ops: each forward beside its backward.
+
+Backward receives `grad`, the gradient of the loss with respect to this op's output (same shape as the
+output), and returns one gradient per input in the *output's* shape: the engine sums broadcast axes away
+(`backward.unbroadcast`), so no op has to.
+"""
+import numpy as np
+
+from ..function import Function
+
+
+# --- binary arithmetic ---------------------------------------------------------------------------------------
+
+class Add(Function):
+    def forward(self, a, b):
+        return a + b
+
+    def backward(self, grad):
+        return grad, grad
+
+
+class Sub(Function):
+    def forward(self, a, b):
+        return a - b
+
+    def backward(self, grad):
+        return grad, -grad
+
+
+class Mul(Function):
+    def forward(self, a, b):
+        self.save_for_backward(a, b)
+        return a * b
+
+    def backward(self, grad):
+        a, b = self.saved
+        return (grad * b if self.needs_input_grad[0] else None,
+                grad * a if self.needs_input_grad[1] else None)
+
+
+class Div(Function):
+    def forward(self, a, b):
+        self.save_for_backward(a, b)
+        return a / b
+
+    def backward(self, grad):
+        a, b = self.saved
+        grad_a = grad / b
+        return grad_a, (-grad_a * a / b if self.needs_input_grad[1] else None)
+
+
+class Pow(Function):
+    """a ** b. d/da = b * a^(b-1); d/db = a^b * log(a) (only defined for a > 0; 0 where a^b is 0)."""
+
+    def forward(self, a, b):
+        out = a ** b
+        self.save_for_backward(a, b, out)
+        return out
+
+    def backward(self, grad):
+        a, b, out = self.saved
+        grad_a = grad * b * a ** (b - 1) if self.needs_input_grad[0] else None
+        grad_b = None
+        if self.needs_input_grad[1]:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                grad_b = grad * np.where(out == 0, 0.0, out * np.log(np.where(a > 0, a, 1)))
+        return grad_a, grad_b
+
+
+class Maximum(Function):
+    """The larger input gets the gradient; a tie splits it in half (as torch)."""
+
+    def forward(self, a, b):
+        self.save_for_backward(a, b)
+        return np.maximum(a, b)
+
+    def backward(self, grad):
+        a, b = self.saved
+        share_a = (a > b) + 0.5 * (a == b)
+        return grad * share_a, grad * (1 - share_a)
+
+
+class Minimum(Function):
+    def forward(self, a, b):
+        self.save_for_backward(a, b)
+        return np.minimum(a, b)
+
+    def backward(self, grad):
+        a, b = self.saved
+        share_a = (a < b) + 0.5 * (a == b)
+        return grad * share_a, grad * (1 - share_a)
+
+
+class Where(Function):
+    """where(condition, a, b): the gradient goes to whichever input was picked; condition gets none."""
+
+    def forward(self, condition, a, b):
+        # a copy: the caller's mask (a bool tensor or array) may be changed in place before backward
+        self.save_for_backward(np.array(condition, dtype=bool))
+        return np.where(condition, a, b)
+
+    def backward(self, grad):
+        (condition,) = self.saved
+        zero = np.zeros((), grad.dtype)
+        return None, np.where(condition, grad, zero), np.where(condition, zero, grad)
+
+
+# --- unary math ------------------------------------------------------------------------------------------
+
+class Neg(Function):
+    def forward(self, a):
+        return -a
+
+    def backward(self, grad):
+        return -grad
+
+
+class Exp(Function):
+    def forward(self, a):
+        out = np.exp(a)
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, grad):
+        (out,) = self.saved
+        return grad * out
+
+
+class Log(Function):
+    def forward(self, a):
+        self.save_for_backward(a)
+        return np.log(a)
+
+    def backward(self, grad):
+        (a,) = self.saved
+        return grad / a
+
+
+class Sqrt(Function):
+    def forward(self, a):
+        out = np.sqrt(a)
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, grad):
+        (out,) = self.saved
+        return grad / (2 * out)
+
+
+class Rsqrt(Function):
+    """1 / sqrt(a); d/da = -0.5 * a^(-3/2) = -0.5 * out^3."""
+
+    def forward(self, a):
+        out = 1 / np.sqrt(a)
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, grad):
+        (out,) = self.saved
+        return grad * -0.5 * out ** 3
+
+
+class Abs(Function):
+    def forward(self, a):
+        self.save_for_backward(a)
+        return np.abs(a)
+
+    def backward(self, grad):
+        (a,) = self.saved
+        return grad * np.sign(a)  # 0 at 0, as torch
+
+
+class Tanh(Function):
+    def forward(self, a):
+        out = np.tanh(a)
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, grad):
+        (out,) = self.saved
+        return grad * (1 - out * out)
+
+
+def _stable_sigmoid(a):
+    """1 / (1 + exp(-a)) without overflow: exp of a non-positive number only."""
+    e = np.exp(-np.abs(a))                      # in (0, 1]
+    return np.where(a >= 0, 1, e) / (1 + e)     # 1/(1+e^-a) for a >= 0, e^a/(1+e^a) below
+
+
+class Sigmoid(Function):
+    def forward(self, a):
+        out = _stable_sigmoid(a)
+        self.save_for_backward(out)
+        return out
+
+    def backward(self, grad):
+        (out,) = self.saved
+        return grad * out * (1 - out)
+
+
+class Silu(Function):
+    """a * sigmoid(a); d/da = s * (1 + a * (1 - s))."""
+
+    def forward(self, a):
+        s = _stable_sigmoid(a)
+        self.save_for_backward(a, s)
+        return a * s
+
+    def backward(self, grad):
+        a, s = self.saved
+        return grad * s * (1 + a * (1 - s))
+
+
+class Softplus(Function):
+    """log(1 + exp(beta * a)) / beta, and the identity where beta * a > threshold (as torch).
+    The stable form max(x, 0) + log1p(exp(-|x|)) never overflows."""
+
+    def forward(self, a, beta=1.0, threshold=20.0):
+        x = beta * a
+        linear = x > threshold
+        self.save_for_backward(x, linear)
+        soft = (np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))) / beta
+        return np.where(linear, a, soft).astype(a.dtype, copy=False)
+
+    def backward(self, grad):
+        x, linear = self.saved
+        return grad * np.where(linear, 1, _stable_sigmoid(x))
+
+
+class Relu(Function):
+    def forward(self, a):
+        self.save_for_backward(a)
+        return np.maximum(a, 0)
+
+    def backward(self, grad):
+        (a,) = self.saved
+        return grad * (a > 0)
+
+
+class Clip(Function):
+    """Clamp to [low, high]; the gradient passes where low <= a <= high (inclusive, as torch.clamp)."""
+
+    def forward(self, a, low=None, high=None):
+        self.save_for_backward(a)
+        self.low, self.high = low, high
+        return np.clip(a, low, high)
+
+    def backward(self, grad):
+        (a,) = self.saved
+        keep = np.ones(a.shape, bool)
+        if self.low is not None:
+            keep &= a >= self.low
+        if self.high is not None:
+            keep &= a <= self.high
+        return grad * keep
+
+
+class Cast(Function):
+    """Change dtype; the gradient is cast back to the input's dtype by the engine."""
+
+    def forward(self, a, dtype=None):
+        return a.astype(dtype)
+
+    def backward(self, grad):
+        return grad

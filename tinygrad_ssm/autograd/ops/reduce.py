@@ -1,0 +1,190 @@
+"""Reductions and the softmax family: each forward beside its backward.
+
+`axis` arrives normalised (a tuple of non-negative ints, or None for all axes) from `functional`.
+A reduction's backward first puts the reduced axes back as size 1 (`_keep`), then broadcasts.
+"""
+import numpy as np
+
+from ..function import Function
+from ..grad_mode import is_grad_enabled
+from ...fast import row_kernels
+
+
+def _keep(grad, input_ndim, axis, keepdims):
+    """Reinsert the reduced axes as size 1 so `grad` broadcasts against the input."""
+    if keepdims:
+        return grad
+    axes = range(input_ndim) if axis is None else axis
+    return np.expand_dims(grad, tuple(axes))
+
+
+class Sum(Function):
+    def forward(self, a, axis=None, keepdims=False):
+        self.shape, self.axis, self.keepdims = a.shape, axis, keepdims
+        return np.sum(a, axis=axis, keepdims=keepdims)
+
+    def backward(self, grad):
+        return np.broadcast_to(_keep(grad, len(self.shape), self.axis, self.keepdims), self.shape)
+
+
+class Mean(Function):
+    def forward(self, a, axis=None, keepdims=False):
+        self.shape, self.axis, self.keepdims = a.shape, axis, keepdims
+        self.count = a.size if axis is None else int(np.prod([a.shape[i] for i in axis]))
+        if self.count == 0:  # the mean of no elements is nan (as torch), without NumPy's warning
+            return np.full(np.sum(a, axis=axis, keepdims=keepdims).shape, np.nan, dtype=a.dtype)
+        return np.mean(a, axis=axis, keepdims=keepdims)
+
+    def backward(self, grad):
+        if self.count == 0:  # no element had any influence
+            return np.zeros(self.shape, dtype=grad.dtype)
+        grad = _keep(grad, len(self.shape), self.axis, self.keepdims) / self.count
+        return np.broadcast_to(grad, self.shape)
+
+
+class Max(Function):
+    """The gradient goes to the maximal entries, split evenly among ties (torch.amax's rule)."""
+
+    def forward(self, a, axis=None, keepdims=False):
+        out = np.max(a, axis=axis, keepdims=True)
+        is_max = a == out
+        self.save_for_backward(is_max)
+        self.axis, self.keepdims, self.ndim = axis, keepdims, a.ndim
+        return out if keepdims else np.squeeze(out, axis=tuple(range(a.ndim)) if axis is None else axis)
+
+    def backward(self, grad):
+        (is_max,) = self.saved
+        ties = is_max.sum(axis=self.axis, keepdims=True)
+        return _keep(grad, self.ndim, self.axis, self.keepdims) * is_max / ties
+
+
+class LogSumExp(Function):
+    """log(sum(exp(a))) computed as m + log(sum(exp(a - m))); d/da = softmax(a)."""
+
+    def forward(self, a, axis=None, keepdims=False):
+        m = np.max(a, axis=axis, keepdims=True, initial=-np.inf)  # -inf over no elements
+        m = np.where(np.isfinite(m), m, 0)  # an all -inf (or empty) slice gives -inf, not NaN
+        with np.errstate(divide="ignore"):  # log(0) = -inf is the answer for an all -inf slice, not a warning
+            out = m + np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True))
+        self.save_for_backward(a, out)
+        self.axis, self.keepdims, self.ndim = axis, keepdims, a.ndim
+        return out if keepdims else np.squeeze(out, axis=tuple(range(a.ndim)) if axis is None else axis)
+
+    def backward(self, grad):
+        a, out = self.saved
+        return _keep(grad, self.ndim, self.axis, self.keepdims) * np.exp(a - out)
+
+
+def _log_softmax(a, axis):
+    shifted = a - np.max(a, axis=axis, keepdims=True, initial=-np.inf)  # initial: an empty axis is fine
+    with np.errstate(divide="ignore"):  # log(0) only for an empty lane (otherwise the max term adds exp(0) = 1)
+        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+class Softmax(Function):
+    """s = exp(a) / sum(exp(a)); the Jacobian-vector product is s * (g - sum(g * s))."""
+
+    def forward(self, a, axis=-1):
+        out = np.exp(_log_softmax(a, axis))
+        self.save_for_backward(out)
+        self.axis = axis
+        return out
+
+    def backward(self, grad):
+        (s,) = self.saved
+        return s * (grad - np.sum(grad * s, axis=self.axis, keepdims=True))
+
+
+class LogSoftmax(Function):
+    """a - logsumexp(a); backward: g - softmax(a) * sum(g)."""
+
+    def forward(self, a, axis=-1):
+        out = _log_softmax(a, axis)
+        self.save_for_backward(out)
+        self.axis = axis
+        return out
+
+    def backward(self, grad):
+        (out,) = self.saved
+        return grad - np.exp(out) * np.sum(grad, axis=self.axis, keepdims=True)
+
+
+class CrossEntropy(Function):
+    """Mean (or sum, or per-item) negative log-likelihood of integer targets under softmax(logits).
+    logits (N, C), targets (N,) ints; rows whose target is ignore_index count for nothing, and the mean
+    is over the rows that count (as torch). Fused: backward is (softmax - onehot) / count.
+    With `fast` (the default), float32/float64 logits whose rows are all finite go through fast/row_kernels.py:
+    one pass over each row gives its loss and, when grad mode is on, its gradient for an output gradient of 1,
+    which backward hands back as it is (or times the output gradient). fast = False and the other cases run
+    the NumPy code, the reference (`_reference_forward`)."""
+
+    fast = True
+
+    def forward(self, logits, targets, ignore_index=-100, reduction="mean"):
+        keep = targets != ignore_index                                  # (N,)
+        safe_targets = np.where(keep, targets, 0)
+        count = max(int(keep.sum()), 1) if reduction == "mean" else 1
+        self.reduction, self.count = reduction, count
+        losses = self._kernel_forward(logits, safe_targets, keep) if self._takes(logits, safe_targets) else None
+        if losses is None:
+            losses = self._reference_forward(logits, safe_targets, keep)
+        if reduction == "none":
+            return losses
+        total = losses.sum()
+        if reduction == "mean" and not keep.any():
+            return np.asarray(np.nan, logits.dtype)  # torch gives nan for a mean over nothing
+        return np.asarray(total / count, dtype=logits.dtype)
+
+    def _takes(self, logits, targets) -> bool:
+        """Whether the kernels take this case: they index rows by target unchecked, so targets must be in range."""
+        return (self.fast and logits.dtype in row_kernels.FLOATS and logits.ndim == 2 and min(logits.shape) > 0
+                and targets.min() >= 0 and targets.max() < logits.shape[1])
+
+    def _kernel_forward(self, logits, targets, keep):
+        """(N,) losses from the kernels, or None when a row is not finite (the reference handles those)."""
+        x = np.ascontiguousarray(logits)
+        scale = 1 / self.count if is_grad_enabled() else None           # the mean's 1 / count folded in
+        losses, mx, log_s, d_logits = row_kernels.cross_entropy_rows(x, targets, keep, scale)
+        if not (np.isfinite(mx).all() and np.isfinite(log_s).all()):
+            return None
+        self.save_for_backward(x, targets, keep, mx, log_s)
+        self.by_kernels, self.kernel_grad = True, d_logits              # (N, C) for an output gradient of 1
+        return losses
+
+    def _reference_forward(self, logits, targets, keep):
+        log_probs = _log_softmax(logits, axis=-1)                      # (N, C)
+        rows = np.arange(len(targets))
+        # where, not * keep: an ignored row may read a -inf log-probability, and -inf * 0 is nan
+        losses = np.where(keep, -log_probs[rows, targets], 0)          # (N,)
+        self.save_for_backward(log_probs, targets, keep)
+        self.by_kernels = False
+        return losses
+
+    def backward(self, grad):
+        scale = grad[:, None] if self.reduction == "none" else grad / self.count
+        if self.by_kernels:
+            x, targets, keep, mx, log_s = self.saved
+            d_logits, self.kernel_grad = self.kernel_grad, None         # handed out once (a second backward of a
+            if d_logits is None:                                        # retained graph computes it again)
+                d_logits = np.exp((x - mx[:, None]) - log_s[:, None])
+                d_logits[np.arange(len(targets)), targets] -= 1
+                d_logits *= keep[:, None]
+                return d_logits * scale, None
+            factor = grad[:, None] if self.reduction == "none" else grad
+            return (d_logits if factor.size == 1 and factor == 1 else d_logits * factor), None
+        log_probs, targets, keep = self.saved
+        d_logits = np.exp(log_probs)                                    # softmax (N, C)
+        d_logits[np.arange(len(targets)), targets] -= 1
+        d_logits *= keep[:, None]
+        return d_logits * scale, None
+
+
+class Cumsum(Function):
+    """Running sum along one axis; its backward is the running sum of grad from the other end."""
+
+    def forward(self, a, axis=0):
+        self.axis = axis
+        return np.cumsum(a, axis=axis)
+
+    def backward(self, grad):
+        return np.flip(np.cumsum(np.flip(grad, self.axis), axis=self.axis), self.axis)

@@ -1,0 +1,97 @@
+"""Python's and NumPy's protocols on Tensor, as PyTorch has them: elementwise comparisons giving bool
+tensors, NumPy ufuncs sent to the engine's ops (Tensor.__array_ufunc__), and NumPy's reduction keywords.
+The Tensor methods that use these are in tinygrad_ssm/autograd/tensor.py."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import functional as F
+from .tensor import Tensor
+
+
+def numpy_reduction_input(op: str, x: Tensor, dtype, out) -> Tensor:
+    if out is not None:
+        raise TypeError(f"{op}: out= is not supported with tensors; use the returned tensor")
+    return x if dtype is None else F.cast(x, dtype)
+
+
+def compare(op: str, ufunc, a: Tensor, other):
+    """a (op) other elementwise -> a bool Tensor. A Python number is compared as it is (against a float32
+    tensor it is rounded to float32, as torch); something that is not a number nor an array gives
+    NotImplemented, so `t == "x"` is False and `t < "x"` a TypeError, as for any Python object."""
+    if isinstance(other, Tensor):
+        b = other.data
+    elif isinstance(other, (bool, int, float, np.generic)):
+        b = other
+    elif isinstance(other, (np.ndarray, list, tuple)):
+        b = np.asarray(other)
+        if b.dtype.kind not in "biuf":
+            return NotImplemented
+    else:
+        return NotImplemented
+    try:
+        return Tensor(ufunc(a.data, b))
+    except ValueError:
+        raise ValueError(f"{op}: shapes {a.shape} and {np.shape(b)} do not broadcast") from None
+
+
+# NumPy ufuncs that are engine ops (ufunc name -> the op's name in tinygrad_ssm.autograd.functional), and comparisons
+UFUNC_OPS = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "power": "pow",
+             "matmul": "matmul", "maximum": "maximum", "minimum": "minimum", "negative": "neg", "exp": "exp",
+             "log": "log", "sqrt": "sqrt", "absolute": "abs", "tanh": "tanh"}
+COMPARISONS = {"equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le", "greater": "gt",
+               "greater_equal": "ge"}
+
+
+def is_engine_ufunc(ufunc) -> bool:
+    return ufunc.__name__ in UFUNC_OPS or ufunc.__name__ in COMPARISONS
+
+
+def apply_ufunc(ufunc, inputs):
+    """ufunc(*inputs) as the engine's op (differentiable), for a ufunc where is_engine_ufunc holds."""
+    if ufunc.__name__ in COMPARISONS:
+        return compare_any(COMPARISONS[ufunc.__name__], ufunc, *inputs)
+    return getattr(F, UFUNC_OPS[ufunc.__name__])(*inputs)
+
+
+MIRRORED = {np.less: np.greater, np.less_equal: np.greater_equal, np.greater: np.less,
+            np.greater_equal: np.less_equal, np.equal: np.equal, np.not_equal: np.not_equal}
+
+
+def compare_any(op, ufunc, a, b):
+    """A comparison where the tensor may be on the right (ndarray == tensor)."""
+    if isinstance(a, Tensor):
+        return compare(op, ufunc, a, b)
+    return compare(op, MIRRORED[ufunc], b, a)
+
+
+def as_array(t: Tensor, dtype=None, copy=None) -> np.ndarray:
+    """np.asarray(t) / np.array(t): the tensor's own array (no copy unless asked), refused when t requires
+    grad (as numpy()), so an array never silently leaves the graph."""
+    if t.requires_grad:
+        raise RuntimeError("Can't convert a Tensor that requires grad to a NumPy array "
+                           "(np.asarray / np.array). Use tensor.detach().numpy() instead.")
+    if copy is False and dtype is not None and np.dtype(dtype) != t.dtype:
+        raise ValueError(f"np.asarray(tensor, copy=False): the tensor is {t.dtype}, not {np.dtype(dtype)}")
+    array = t.data if dtype is None else t.data.astype(dtype, copy=False)
+    return array.copy() if copy and array is t.data else array
+
+
+def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict):
+    """Tensor.__array_ufunc__: ufuncs the engine has become its ops (so np.exp(t) is differentiable); any
+    other works on tensors that don't require grad and gives a Tensor, as torch; on one that requires grad
+    it is a TypeError naming the ufunc."""
+    if method == "__call__" and not kwargs and is_engine_ufunc(ufunc):
+        return apply_ufunc(ufunc, inputs)
+    if any(isinstance(t, Tensor) and t.requires_grad for t in (*inputs, *kwargs.get("out", ()))):
+        raise TypeError(f"np.{ufunc.__name__}{'' if method == '__call__' else '.' + method}: not "
+                        f"differentiable in tinygrad_ssm (on a tensor that requires grad). Use the ops of "
+                        f"tinygrad_ssm.autograd.functional, or apply it to tensor.detach()")
+    if "out" in kwargs:
+        raise TypeError(f"np.{ufunc.__name__}: out= is not supported with tensors; use the result, "
+                        f"or t.copy_(result) under no_grad()")
+    arrays = [t.data if isinstance(t, Tensor) else t for t in inputs]
+    result = getattr(ufunc, method)(*arrays, **kwargs)
+    if isinstance(result, tuple):
+        return tuple(Tensor(r) for r in result)
+    return None if result is None else Tensor(result)

@@ -1,0 +1,395 @@
+"""The Tensor and the graph it records.
+
+A Tensor wraps a NumPy array. When an op runs on a tensor that requires grad, the op's `Function` object
+(forward and backward side by side, see `tinygrad_ssm/autograd/ops/`) is stored on the result as `_ctx`, together
+with the input tensors: that is the graph. `backward()` walks it (autograd/backward.py): sorted topologically once,
+each op's backward called in reverse, the gradients that reach a tensor from several uses summed, and
+broadcasting undone in one place, `unbroadcast`, for every op.
+"""
+from __future__ import annotations
+
+import warnings
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .dtypes import DEFAULT_FLOAT, _as_dtype, _check_numeric, is_float  # noqa: F401 (re-exported)
+from .grad_mode import enable_grad, is_grad_enabled, no_grad  # noqa: F401 (re-exported)
+
+if TYPE_CHECKING:  # only for the annotation of _ctx: function.py imports this module
+    from .function import Function
+
+# ----------------------------------------------------------------------------------------------------------
+# dtypes
+
+def _to_array(data, dtype=None) -> np.ndarray:
+    """Python data -> ndarray. Python floats become float32 (torch's default), ints int64, bools bool;
+    an ndarray keeps its dtype and its memory (like torch.from_numpy) unless a dtype is asked for."""
+    if isinstance(data, Tensor):
+        data = data.data
+    if dtype is not None:
+        array = np.asarray(data, dtype=_as_dtype(dtype))
+    elif isinstance(data, np.ndarray):
+        array = data
+    else:
+        array = np.asarray(data)
+        if array.dtype == np.float64 and not isinstance(data, np.generic):
+            array = array.astype(DEFAULT_FLOAT)
+    _check_numeric("Tensor", "data", data, array)
+    return array
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the Tensor
+
+class Tensor:
+    __array_priority__ = 1000  # ndarray (op) Tensor defers to Tensor's reflected operators
+
+    def __init__(self, data, dtype=None, requires_grad: bool = False):
+        self.data: np.ndarray = _to_array(data, dtype)
+        self._ctx: Function | None = None  # the op that produced this tensor, when recorded
+        self._grad: Tensor | None = None
+        self._retains_grad = False
+        self._version = [0]  # a box, so detach() and views share it with their base
+        if isinstance(data, Tensor) and self.data is data.data:
+            self._version = data._version  # Tensor(t) wraps t's storage: an in-place change must count for both
+        self.requires_grad = False
+        if requires_grad:
+            self.requires_grad_(True)
+
+    # --- basic properties ---------------------------------------------------------------------------------
+    shape = property(lambda self: self.data.shape)
+    dtype = property(lambda self: self.data.dtype)
+    ndim = property(lambda self: self.data.ndim)
+    size = property(lambda self: self.data.size)
+    is_leaf = property(lambda self: self._ctx is None)
+    grad_fn = property(lambda self: self._ctx)
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return len(self.data)
+
+    # --- Python and NumPy protocols, as torch ------------------------------------------------------------
+    def __iter__(self):
+        """Over the first axis, each item a tensor (recorded, like any indexing)."""
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __contains__(self, element):
+        """`element in t`: whether any entry of t equals element (a number or a tensor that broadcasts)."""
+        if not isinstance(element, (Tensor, bool, int, float, np.generic)):
+            raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
+                               f"{type(element).__name__}")
+        return bool((self == element).data.any())
+
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(t): the tensor's own array, refused when t requires grad (protocols.as_array)."""
+        return P.as_array(self, dtype, copy)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """NumPy ufuncs on tensors (also `ndarray + tensor`): the engine's ops where they are ones
+        (protocols.array_ufunc)."""
+        return P.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def numel(self) -> int:
+        return int(self.data.size)
+
+    def numpy(self) -> np.ndarray:
+        if self.requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return self.data
+
+    def item(self):
+        if self.data.size != 1:
+            raise ValueError(f"item: only one-element tensors can be converted to Python scalars, got shape {self.shape}")
+        return self.data.item()
+
+    def tolist(self):
+        return self.data.tolist()
+
+    def __repr__(self):
+        extra = ""
+        if self._ctx is not None:
+            extra = f", grad_fn={self._ctx.name}"
+        elif self.requires_grad:
+            extra = ", requires_grad=True"
+        body = np.array2string(self.data, precision=4, separator=", ", threshold=20)
+        return f"Tensor({body}, dtype={self.dtype}{extra})"
+
+    def __bool__(self):
+        if self.data.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with shape {self.shape} is ambiguous")
+        return bool(self.data)
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    # --- autograd flags -----------------------------------------------------------------------------------
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if requires_grad and not is_float(self.dtype):
+            raise TypeError(f"requires_grad: only floating point tensors can require gradients, got dtype {self.dtype}")
+        if not requires_grad and self._ctx is not None:
+            raise RuntimeError("requires_grad_(False): you can only change requires_grad flags of leaf tensors; "
+                               "use detach() to get a tensor that does not require grad")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def retain_grad(self) -> "Tensor":
+        if not self.requires_grad:
+            raise RuntimeError("retain_grad: can't retain_grad on Tensor that has requires_grad=False")
+        if self._ctx is not None:
+            self._retains_grad = True
+        return self
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    _grad_hooks: tuple = ()  # class default: most tensors never get one
+
+    def register_post_accumulate_grad_hook(self, hook) -> "_HookHandle":
+        """Call `hook(self)` during backward once this leaf's .grad is final for that backward (torch's hook
+        of that name); a distributed step starts reducing the gradient there. Returns a handle with remove()."""
+        if self._ctx is not None:
+            raise RuntimeError("register_post_accumulate_grad_hook: only leaf tensors get this hook")
+        self._grad_hooks = (*self._grad_hooks, hook)
+        return _HookHandle(self, hook)
+
+    @property
+    def grad(self) -> "Tensor | None":
+        if self._ctx is not None and not self._retains_grad and self.requires_grad:
+            warnings.warn("The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
+                          "attribute won't be populated during backward(); use .retain_grad() on it if you want "
+                          "its gradient.", UserWarning, stacklevel=2)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            value = value if isinstance(value, Tensor) else Tensor(value)
+            if value.shape != self.shape:
+                raise ValueError(f"grad: assigned grad has shape {value.shape} but the tensor has shape {self.shape}")
+            value = value.detach()
+        self._grad = value
+
+    def detach(self) -> "Tensor":
+        """A tensor on the same storage (and version counter) that is cut from the graph: gradients
+        never flow back through it."""
+        out = Tensor(self.data)
+        out._version = self._version
+        return out
+
+    def detach_(self) -> "Tensor":
+        self._ctx = None
+        self.requires_grad = False
+        return self
+
+    # --- backward -----------------------------------------------------------------------------------------
+    def backward(self, gradient=None, retain_graph: bool = False):
+        if not self.requires_grad:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+        if gradient is None:
+            if self.data.size != 1:
+                raise RuntimeError(f"grad can be implicitly created only for scalar outputs (backward on shape "
+                                   f"{self.shape}); pass gradient=")
+            seed = np.ones(self.shape, dtype=self.dtype)
+        else:
+            seed = _to_array(gradient, self.dtype)
+            if seed.shape != self.shape:
+                raise RuntimeError(f"backward: gradient has shape {seed.shape} but the output has shape {self.shape}")
+        from .backward import run_backward  # the walk imports this module: imported when first needed
+        run_backward(self, seed, retain_graph)
+
+    # --- in-place updates: allowed on tensors outside the graph, each bumps the version ---------------------
+    def _check_inplace(self, op: str):
+        if self.requires_grad and is_grad_enabled():
+            what = "a leaf Variable that requires grad" if self.is_leaf else "a tensor that requires grad"
+            raise RuntimeError(f"{op}: {what} is being used in an in-place operation; wrap it in "
+                               f"tinygrad_ssm.no_grad() or use the out-of-place op")
+
+    def _bump(self):
+        self._version[0] += 1
+
+    def _inplace(self, op: str, update):
+        self._check_inplace(op)
+        if not self.data.flags.writeable:  # expand / broadcast_to: many elements share one memory location
+            raise RuntimeError(f"{op}: this tensor is a read-only view (from expand or broadcast_to: several of "
+                               f"its elements are one memory location); write to a copy instead (t * 1)")
+        update()
+        self._bump()
+        return self
+
+    def _operand(self, other, op: str):
+        """The right-hand side of an in-place op. A Python number or list takes this tensor's dtype (as in
+        the out-of-place ops): as a new tensor it would be float32, so float64_tensor.mul_(0.1) multiplied
+        by 0.10000000149 and t[0] = 0.1 stored 0.10000000149."""
+        if isinstance(other, Tensor):
+            return other.data
+        if isinstance(other, np.ndarray):
+            array = other
+        elif isinstance(other, (bool, int, float, list, tuple, np.generic)):
+            array = np.asarray(other)
+            if array.dtype.kind in "biuf" and is_float(self.dtype) and not isinstance(other, np.generic):
+                array = array.astype(self.dtype)
+        else:
+            array = np.asarray(other, dtype=object)
+        _check_numeric(op, "the value", other, array)
+        return array
+
+    def add_(self, other, alpha=1.0):
+        o = self._operand(other, "add_")
+        return self._inplace("add_", lambda: np.add(self.data, alpha * o if alpha != 1.0 else o, out=self.data,
+                                                     casting="same_kind"))
+
+    def sub_(self, other):
+        o = self._operand(other, "sub_")
+        return self._inplace("sub_", lambda: np.subtract(self.data, o, out=self.data, casting="same_kind"))
+
+    def mul_(self, other):
+        o = self._operand(other, "mul_")
+        return self._inplace("mul_", lambda: np.multiply(self.data, o, out=self.data, casting="same_kind"))
+
+    def div_(self, other):
+        o = self._operand(other, "div_")
+        return self._inplace("div_", lambda: np.divide(self.data, o, out=self.data, casting="same_kind"))
+
+    def zero_(self):
+        return self._inplace("zero_", lambda: self.data.fill(0))
+
+    def fill_(self, value):
+        value = self._operand(value, "fill_")
+        return self._inplace("fill_", lambda: self.data.fill(value))
+
+    def copy_(self, src):
+        src = self._operand(src, "copy_")
+        if src.shape != self.shape:
+            raise ValueError(f"copy_: source shape {src.shape} differs from destination shape {self.shape}")
+        return self._inplace("copy_", lambda: np.copyto(self.data, src, casting="same_kind"))
+
+    def __setitem__(self, index, value):
+        index = _index_arrays(index)
+        value = self._operand(value, "__setitem__")
+
+        def update():
+            self.data[index] = value
+        self._inplace("__setitem__", update)
+
+    def __iadd__(self, other):
+        return self.add_(other)
+
+    def __isub__(self, other):
+        return self.sub_(other)
+
+    def __imul__(self, other):
+        return self.mul_(other)
+
+    def __itruediv__(self, other):
+        return self.div_(other)
+
+    # --- ops, as methods (each defined once, in tinygrad_ssm.autograd.functional) -------------------------------
+    def __add__(self, o): return F.add(self, o)
+    def __radd__(self, o): return F.add(o, self)
+    def __sub__(self, o): return F.sub(self, o)
+    def __rsub__(self, o): return F.sub(o, self)
+    def __mul__(self, o): return F.mul(self, o)
+    def __rmul__(self, o): return F.mul(o, self)
+    def __truediv__(self, o): return F.div(self, o)
+    def __rtruediv__(self, o): return F.div(o, self)
+    def __pow__(self, o): return F.pow(self, o)
+    def __rpow__(self, o): return F.pow(o, self)
+    def __neg__(self): return F.neg(self)
+    def __matmul__(self, o): return F.matmul(self, o)
+    def __rmatmul__(self, o): return F.matmul(o, self)
+    def __getitem__(self, index): return F.getitem(self, index)
+    # comparisons are elementwise and give bool tensors outside the graph (as torch); the hash stays the
+    # tensor's identity, so tensors still work as dict keys and set members
+    def __eq__(self, o): return P.compare("eq", np.equal, self, o)
+    def __ne__(self, o): return P.compare("ne", np.not_equal, self, o)
+    def __lt__(self, o): return P.compare("lt", np.less, self, o)
+    def __le__(self, o): return P.compare("le", np.less_equal, self, o)
+    def __gt__(self, o): return P.compare("gt", np.greater, self, o)
+    def __ge__(self, o): return P.compare("ge", np.greater_equal, self, o)
+    def __hash__(self): return id(self)
+
+    def add(self, o): return F.add(self, o)
+    def sub(self, o): return F.sub(self, o)
+    def mul(self, o): return F.mul(self, o)
+    def div(self, o): return F.div(self, o)
+    def neg(self): return F.neg(self)
+    def pow(self, o): return F.pow(self, o)
+    def exp(self): return F.exp(self)
+    def log(self): return F.log(self)
+    def sqrt(self): return F.sqrt(self)
+    def rsqrt(self): return F.rsqrt(self)
+    def abs(self): return F.abs(self)
+    def tanh(self): return F.tanh(self)
+    def sigmoid(self): return F.sigmoid(self)
+    def silu(self): return F.silu(self)
+    def softplus(self, beta=1.0, threshold=20.0): return F.softplus(self, beta, threshold)
+    def relu(self): return F.relu(self)
+    def maximum(self, o): return F.maximum(self, o)
+    def minimum(self, o): return F.minimum(self, o)
+    def clip(self, min=None, max=None): return F.clip(self, min, max)
+    clamp = clip
+
+    # dtype= and out= are NumPy's: np.sum(t), np.mean(t) and np.max(t) call these methods with them
+    def sum(self, axis=None, keepdims=False, dtype=None, out=None):
+        return F.sum(P.numpy_reduction_input("sum", self, dtype, out), axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False, dtype=None, out=None):
+        return F.mean(P.numpy_reduction_input("mean", self, dtype, out), axis, keepdims)
+
+    def max(self, axis=None, keepdims=False, out=None):
+        return F.max(P.numpy_reduction_input("max", self, None, out), axis, keepdims)
+
+    def logsumexp(self, axis=None, keepdims=False): return F.logsumexp(self, axis, keepdims)
+    def softmax(self, axis=-1): return F.softmax(self, axis)
+    def log_softmax(self, axis=-1): return F.log_softmax(self, axis)
+    def cumsum(self, axis): return F.cumsum(self, axis)
+
+    def matmul(self, o): return F.matmul(self, o)
+    def reshape(self, *shape): return F.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+    view = reshape
+    def flatten(self, start=0, end=-1): return F.flatten(self, start, end)
+    def permute(self, *axes): return F.permute(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
+    def transpose(self, axis0=-2, axis1=-1): return F.transpose(self, axis0, axis1)
+    T = property(lambda self: F.permute(self, tuple(reversed(range(self.ndim)))))
+    def expand(self, *shape): return F.expand(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+    def broadcast_to(self, shape): return F.expand(self, shape)
+    def unsqueeze(self, axis): return F.unsqueeze(self, axis)
+    def squeeze(self, axis=None): return F.squeeze(self, axis)
+    def flip(self, axis): return F.flip(self, axis)
+    def split(self, split_size_or_sections, axis=0): return F.split(self, split_size_or_sections, axis)
+    def tril(self, k=0): return F.tril(self, k)
+    def triu(self, k=0): return F.triu(self, k)
+    def pad(self, pad, value=0.0): return F.pad(self, pad, value)
+
+    def astype(self, dtype): return F.cast(self, dtype)
+    to = astype
+    def float(self): return F.cast(self, np.float32)
+    def double(self): return F.cast(self, np.float64)
+
+
+class _HookHandle:
+    def __init__(self, tensor: Tensor, hook):
+        self._tensor, self._hook = tensor, hook
+
+    def remove(self):
+        self._tensor._grad_hooks = tuple(h for h in self._tensor._grad_hooks if h is not self._hook)
+
+
+def _index_arrays(index):
+    """Tensors used as indices become their arrays."""
+    if isinstance(index, tuple):
+        return tuple(i.data if isinstance(i, Tensor) else i for i in index)
+    return index.data if isinstance(index, Tensor) else index
+
+
+from . import functional as F  # noqa: E402  (the ops import Tensor from this module)
+from . import protocols as P  # noqa: E402  (comparisons and NumPy's ufuncs on tensors, made of the ops)

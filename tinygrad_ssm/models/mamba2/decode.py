@@ -1,0 +1,458 @@
+"""Decoding without the engine: one numba call advances every layer of a Mamba-2 model by one token, in place on
+the cache, and gives the logits; greedy generation (decode_greedy) stays inside numba for many tokens, and a
+short prompt (decode_prompt) is one step whose rows are its tokens. The engine's `step` (mamba2.py,
+fused=False) is the reference it is tested against (tests/test_decode.py, test_decode_kernels.py: logits and
+states to 1e-10 in float64).
+
+Per layer and sequence (the equations of Mamba2Mixer.step, written out):
+    u = rmsnorm(x) * norm.weight                                           (d_model,)
+    z | xBC | dt = in_proj(u)                                              (d_inner,), (conv_dim,), (h,)
+    conv state <- [conv state[:, 1:], xBC];  xBC = silu(sum_j conv state[:, j] w[:, j] + conv bias)
+    x | B | C = xBC;  dt = clip(softplus(dt + dt_bias), dt_limit);  A = -exp(A_log)
+    S <- exp(dt A) S + dt x B^T  (head i reads group i // (h / g));  y = S C + D x
+    y = rmsnorm_per_group(y * silu(z)) * norm.weight;  x <- x + out_proj(y)
+No BLAS: the math is numba loops (fast/decode_kernels.py). A step runs in phases (pre-norm, in_proj with the conv
+and dt, the heads, the group norm, out_proj; then the LM head), each cut into chunks that the caller's thread
+and one helper thread claim from atomic counters (fast/claims.py).
+"""
+from __future__ import annotations
+
+import _thread
+import math
+import operator
+import os
+
+import numba
+import numpy as np
+from numba import njit
+
+from ...fast.decode_kernels import (_JIT, _argmax_rows, _group_norm, _head_update, _in_proj_rows, _matvec_rows,
+                             _residual_norm)
+from ...autograd.tensor import Tensor
+from ...fast.claims import atomic_load, atomic_store, claim, cycles, finish, relax, sync_array, wait_done
+
+_EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it with a prefill forward"
+
+
+@njit(**_JIT)
+def _n_chunks(n_rows, big, small):
+    """Chunks of a projection's n_rows: two of `big` rows (0 when the projection is small), then `small` ones."""
+    return 2 * (big > 0) + (n_rows - 2 * big + small - 1) // small
+
+
+@njit(**_JIT)
+def _chunk(c, n_rows, big, small):
+    """Chunk c's rows [lo, hi) (see _n_chunks)."""
+    if big > 0 and c < 2:
+        return c * big, (c + 1) * big
+    lo = 2 * big + (c - 2 * (big > 0)) * small
+    return lo, min(lo + small, n_rows)
+
+
+@njit(**_JIT)
+def _mark(prof, kind, since):
+    """prof[kind] += the cycles since `since`; returns now."""
+    now = cycles()
+    prof[kind] += now - since
+    return now
+
+
+PROFILE_PHASES = ("residual + norm", "in_proj + conv + dt", "state update + gate", "group norm", "out_proj",
+                  "lm head")
+PROFILE = None  # an int64 array (len(PROFILE_PHASES),): sessions made while it is set add their cycles to it
+
+
+@njit(**_JIT)
+def _step(step, last_wait, args):
+    """Step number `step` of one token per row: every phase's chunks claimed from `sync` (fast/claims.py), so
+    any number of threads may run this at once and each chunk is computed once. last_wait: return only when
+    the logits are done (the caller's thread); a helper leaves as soon as nothing is left to claim.
+    The work rows may hold several tokens per sequence (a prompt: rows = tokens x b, token-major, row t b + bi
+    of sequence bi): the projections and norms take every row at once (each weight read once for all of
+    them), the conv and the heads take a sequence's tokens in order, and the logits are the last token's."""
+    sync, ids, emb, head, norm_f, mats, vecs, conv_states, ssms, bufs, dtv, hsq, eps, ngroups, low, high, clamp, \
+        zero, rows, big_share, prof = args
+    profiling = last_wait and prof.shape[0] > 0                        # the caller's cycles by phase (PROFILE)
+    t = cycles() if profiling else 0
+    in_w, out_w, conv_w = mats
+    norm_w, in_b, conv_b, dt_bias, A_log, D, gnorm_w, out_b, head_b = vecs
+    x, u, proj, xbc, y, delta, logits = bufs                            # (b, .) work rows of the model's dtype
+    (big_in, rows_in), (big_out, rows_out), (big_head, rows_head), heads_per_chunk = rows
+    nb, n_layer = x.shape[0], len(in_w)
+    nbs, h = ssms[0].shape[0], dtv.shape[1]                             # sequences, heads
+    tokens = nb // nbs                                                  # per sequence: 1, or a prompt's
+    big_heads = int(nbs * h * big_share) // heads_per_chunk * heads_per_chunk  # as _chunking does
+    # the norms' rows in two halves: a row is less work than a claim when the threads contend (~1 us); measured
+    # against 45% chunks and then single rows, both norm phases took 2-3 us less a token at batch 8
+    big_rows, big_groups = nb // 2, nb * ngroups // 2
+    coef = np.empty(4, ssms[0].dtype)
+    phase = 0
+    for layer in range(n_layer + 1):
+        n_chunks = _n_chunks(nb, big_rows, 1)
+        while True:                                                     # residual (+ delta) and pre-norm: rows
+            c = claim(sync, phase, step, n_chunks)
+            if c < 0:
+                break
+            lo, hi = _chunk(c, nb, big_rows, 1)
+            for bi in range(lo, hi):
+                _residual_norm(layer == 0, x, delta, emb, ids, norm_w[layer] if layer < n_layer else norm_f, eps, u,
+                               bi)
+            finish(sync, phase)
+        wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 0, t)
+        phase += 1
+        if layer == n_layer:
+            break
+        n_chunks = _n_chunks(proj.shape[1], big_in, rows_in)
+        while True:                                                     # in_proj, conv, dt: blocks of rows
+            c = claim(sync, phase, step, n_chunks)
+            if c < 0:
+                break
+            lo, hi = _chunk(c, proj.shape[1], big_in, rows_in)
+            _in_proj_rows(in_w[layer], lo, hi, u, in_b[layer], zero, conv_w[layer], conv_b[layer],
+                          conv_states[layer], dt_bias[layer], low, high, clamp, proj, xbc, dtv)
+            finish(sync, phase)
+        wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 1, t)
+        phase += 1
+        n_chunks = _n_chunks(nbs * h, big_heads, heads_per_chunk)
+        while True:                                                     # SSM update, readout, gate: (seq, head)s
+            c = claim(sync, phase, step, n_chunks)
+            if c < 0:
+                break
+            lo, hi = _chunk(c, nbs * h, big_heads, heads_per_chunk)
+            i = lo
+            while i < hi:                                               # sequence i // h, head i % h (and next)
+                pair = i + 1 < hi and (i + 1) % h != 0                  # two heads of one row: streamed together
+                for token in range(tokens):                             # the sequence's tokens in order
+                    _head_update(token * nbs + i // h, i % h, pair, ngroups, proj, xbc, dtv, A_log[layer], D[layer],
+                                 ssms[layer], coef, y, hsq)
+                i += 2 if pair else 1
+            finish(sync, phase)
+        wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 2, t)
+        phase += 1
+        n_chunks = _n_chunks(nb * ngroups, big_groups, 1)
+        while True:                                                     # gated norm: (row, group)s
+            c = claim(sync, phase, step, n_chunks)
+            if c < 0:
+                break
+            lo, hi = _chunk(c, nb * ngroups, big_groups, 1)
+            for i in range(lo, hi):                                     # row i // ngroups, group i % ngroups
+                _group_norm(i // ngroups, i % ngroups, ngroups, hsq, gnorm_w[layer], eps, y)
+            finish(sync, phase)
+        wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 3, t)
+        phase += 1
+        n_chunks = _n_chunks(delta.shape[1], big_out, rows_out)
+        while True:                                                     # out_proj: blocks of rows
+            c = claim(sync, phase, step, n_chunks)
+            if c < 0:
+                break
+            lo, hi = _chunk(c, delta.shape[1], big_out, rows_out)
+            _matvec_rows(out_w[layer], lo, hi, y, out_b[layer], zero, delta)
+            finish(sync, phase)
+        wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            t = _mark(prof, 4, t)
+        phase += 1
+    u_last = u[nb - logits.shape[0]:]                                   # (b, d_model) the last token's rows
+    n_chunks = _n_chunks(logits.shape[1], big_head, rows_head)
+    while True:                                                         # the head: blocks of vocabulary rows
+        c = claim(sync, phase, step, n_chunks)
+        if c < 0:
+            break
+        lo, hi = _chunk(c, logits.shape[1], big_head, rows_head)
+        _matvec_rows(head, lo, hi, u_last, head_b, zero, logits)
+        finish(sync, phase)
+    if last_wait:
+        wait_done(sync, phase, step, n_chunks)
+        if profiling:
+            _mark(prof, 5, t)
+
+
+@njit(**_JIT)
+def _lead(control, step, args):
+    """The caller's thread: publish step `step` to the helpers (control[0] = steps published), then work."""
+    atomic_store(control, 0, step + 1)
+    _step(step, True, args)
+
+
+@njit(**_JIT)
+def _greedy(control, first_step, args, vocab, tokens):
+    """Greedy decoding without leaving numba: from the ids in args, steps first_step, first_step + 1, ... each
+    feeding its argmax (tokens[i] (b,)) to the next. Returns the tokens written: all of tokens' rows, or fewer
+    when a step's logits hold a non-finite value (that step ran; its logits are left for the error)."""
+    ids, logits = args[1], args[9][6]
+    for i in range(tokens.shape[0]):
+        _lead(control, first_step + i, args)
+        if not _argmax_rows(logits, vocab, ids):
+            return i
+        tokens[i] = ids
+    return tokens.shape[0]
+
+
+_IDLE_SPINS = 30_000  # rounds of relax() (~2000 pauses, then sched_yield) before a helper goes home: ~10 ms
+
+
+@njit(**_JIT)
+def _helper(control, args):
+    """A helper thread: join every published step until told to stop (control[1]) or idle for a while; on the
+    way out control[2] = 0 (not running)."""
+    seen = max(atomic_load(control, 0) - 1, 0)
+    spins = 0
+    while atomic_load(control, 1) == 0:
+        published = atomic_load(control, 0)
+        if published > seen:
+            _step(published - 1, False, args)
+            seen, spins = published, 0
+        elif spins > _IDLE_SPINS:
+            break
+        else:
+            relax(spins)
+            spins += 1
+    atomic_store(control, 2, 0)
+
+def _contiguous_state(state, name: str, expected: tuple, dtype):
+    """The cache's array for in-place work: C-contiguous, writable, of the model's dtype (replaced once if not)."""
+    tensor = getattr(state, name)
+    if tensor.shape != expected:
+        raise ValueError(f"decode: cache {name} state has shape {tensor.shape}, expected {expected}; "
+                         f"{_EMPTY_CACHE_HINT}")
+    a = tensor.data
+    if not (a.flags.c_contiguous and a.flags.writeable and a.dtype == dtype):
+        a = np.array(a, dtype=dtype, order="C")
+        setattr(state, name, Tensor(a))
+    return a
+
+
+# --- the Python side: weights prepared once, a session per cache -------------------------------------------
+
+# Work per claimed chunk. A claim and its count cost ~1 us when the two threads contend for the counters' lines
+# (measured: in_proj's phase took 1.6x as long in chunks of 16 KB as of 64 KB), and the last chunk of a phase
+# leaves the other thread waiting. So a projection is claimed as two big chunks of BIG_SHARE of its rows each
+# (one per thread when both run), then the rest in chunks of CHUNK_BYTES of weights, shared as they come.
+CHUNK_BYTES = 16 << 10         # weights per small chunk of a projection's rows
+BIG_SHARE = 0.48               # of the rows in each big chunk (b8 on 2 cores: 0.40 ~10% slower, 0.45 ~2% slower)
+STATE_CHUNK_BYTES = 32 << 10   # SSM states per small chunk of the (row, head)s (big ones first, as above): two
+                               # heads of 64 x 64 float32, updated together (decode_kernels._update_heads2)
+
+
+def _rows_per_chunk(in_features: int, itemsize: int, chunk_bytes: int | None = None) -> int:
+    return max(1, (CHUNK_BYTES if chunk_bytes is None else chunk_bytes) // (in_features * itemsize))
+
+
+def _chunking(n_rows: int, in_features: int, itemsize: int) -> tuple:
+    """(rows in each big chunk, rows in a small one): the big ones a multiple of the small (0: none)."""
+    small = _rows_per_chunk(in_features, itemsize)
+    return int(n_rows * BIG_SHARE) // small * small, small
+
+
+class _Weights:
+    """The arrays a step reads, in the kernel's layout. A parameter already C-contiguous in the model's dtype
+    is used as is (the same array: in-place updates, like an optimizer step, are seen at once); `fresh` tells
+    whether every parameter still holds the array taken here (else rebuild: cheap, a few views)."""
+
+    def __init__(self, model):
+        c, dtype = model.config, model.dtype
+        self.sources, self.copied = [], False
+        layers = [layer.mixer for layer in model.layers]
+        take = self._take
+        mats = (tuple(take(m.in_proj.weight, dtype) for m in layers),
+                tuple(take(m.out_proj.weight, dtype) for m in layers),
+                tuple(take(m.conv1d.weight, dtype).reshape(c.conv_dim, c.d_conv) for m in layers))
+        zeros = lambda size: np.zeros(size, dtype)  # noqa: E731  (a missing bias)
+        self.vecs = (tuple(take(layer.norm.weight, dtype) for layer in model.layers),
+                     tuple(zeros(c.d_in_proj) if m.in_proj.bias is None else take(m.in_proj.bias, dtype)
+                           for m in layers),
+                     tuple(zeros(c.conv_dim) if m.conv1d.bias is None else take(m.conv1d.bias, dtype) for m in layers),
+                     tuple(take(m.dt_bias, dtype) for m in layers), tuple(take(m.A_log, dtype) for m in layers),
+                     tuple(take(m.D, dtype) for m in layers), tuple(take(m.norm.weight, dtype) for m in layers),
+                     tuple(zeros(c.d_model) if m.out_proj.bias is None else take(m.out_proj.bias, dtype)
+                           for m in layers),
+                     zeros(c.padded_vocab_size))                       # the head has no bias
+        self.mats = mats
+        self.emb = take(model.embedding.weight, dtype)
+        self.head = self.emb if model.lm_head is None else take(model.lm_head.weight, dtype)
+        self.norm_f = take(model.norm_f.weight, dtype)
+        size = self.emb.itemsize
+        self.rows = (_chunking(c.d_in_proj, c.d_model, size), _chunking(c.d_model, c.d_inner, size),
+                     _chunking(c.padded_vocab_size, c.d_model, size),
+                     _rows_per_chunk(c.headdim * c.d_state, self.emb.itemsize, STATE_CHUNK_BYTES))  # heads
+        self._tensors = [t for t, _ in self.sources]
+        self._arrays = [a for _, a in self.sources]
+
+    def _take(self, tensor, dtype):
+        a = np.ascontiguousarray(tensor.data, dtype=dtype)
+        self.copied |= a is not tensor.data
+        self.sources.append((tensor, tensor.data))
+        return a
+
+    def fresh(self) -> bool:
+        return not self.copied and all(map(operator.is_, map(_DATA, self._tensors), self._arrays))
+
+
+_DATA = operator.attrgetter("data")
+
+
+def _weights(model) -> _Weights:
+    w = model.__dict__.get("_decode_weights")
+    if w is None or not w.fresh():
+        w = model._decode_weights = _Weights(model)
+    return w
+
+
+def helper_threads() -> int:
+    """Threads that join the caller's: numba's thread count (NUMBA_NUM_THREADS, numba.set_num_threads), at
+    most the cores this process may use, less the caller's own."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(0, min(numba.get_num_threads(), cores) - 1)
+
+
+class _Session:
+    """One cache's decoding: the work rows, the counters and the helper threads, for as long as the cache
+    keeps its state arrays and the model its weights (decode_step checks both each step)."""
+
+    def __init__(self, model, cache, batch: int, weights: _Weights, tokens: int = 1):
+        """tokens > 1: a prompt's session, whose one step takes `tokens` tokens of each sequence (see _step)."""
+        self.control = np.zeros(3, np.int64)                           # steps published, stop, helper running
+        c, dtype = model.config, model.dtype
+        self.weights, self.batch = weights, batch
+        convs, ssms = [], []
+        for state in cache.layers:
+            convs.append(_contiguous_state(state, "conv", (batch, c.conv_dim, c.d_conv), dtype))
+            ssms.append(_contiguous_state(state, "ssm", (batch, c.nheads, c.headdim, c.d_state), dtype))
+        self.arrays = [a for pair in zip(convs, ssms) for a in pair]
+        self.ids = np.zeros(tokens * batch, np.int64)                  # token-major: row t b + bi
+        rows = lambda n: np.zeros((tokens * batch, n), dtype)  # noqa: E731
+        self.logits = np.zeros((batch, c.padded_vocab_size), dtype)    # the last token's
+        bufs = (rows(c.d_model), rows(c.d_model), rows(c.d_in_proj), rows(c.conv_dim), rows(c.d_inner),
+                rows(c.d_model), self.logits)                          # x, u, proj, xbc, y, delta, logits
+        low, high = (float(v) for v in c.dt_limit)
+        n_phases = 5 * c.n_layer + 2
+        w = weights
+        self.args = (sync_array(n_phases), self.ids, w.emb, w.head, w.norm_f, w.mats, w.vecs, tuple(convs),
+                     tuple(ssms), bufs, np.zeros((tokens * batch, c.nheads)), np.zeros((tokens * batch, c.nheads)),
+                     float(c.rms_norm_eps), c.ngroups, low, high, (low, high) != (0.0, math.inf), dtype.type(0),
+                     w.rows, BIG_SHARE, np.zeros(0, np.int64) if PROFILE is None else PROFILE)
+        self.step_count = 0
+        self.lead = _lead
+
+    def matches(self, cache, batch: int, weights: _Weights) -> bool:
+        return (self.weights is weights and self.batch == batch and
+                all(map(operator.is_, map(_DATA, self._cache_tensors(cache)), self.arrays)))
+
+    @staticmethod
+    def _cache_tensors(cache):
+        for state in cache.layers:
+            yield state.conv
+            yield state.ssm
+
+    def _start_helper(self):
+        if self.control[2] == 0 and helper_threads():
+            self.control[2] = 1
+            # not threading.Thread: its start() waits until the new thread has run (ms on a busy machine), and
+            # the step needs no helper to finish; like a daemon thread, it does not hold the interpreter's exit
+            _thread.start_new_thread(_helper, (self.control, self.args))
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        self.ids[:] = ids
+        self._start_helper()
+        self.lead(self.control, self.step_count, self.args)
+        if self.lead is _lead:
+            self.lead = _compiled(_lead, (self.control, self.step_count, self.args))
+        self.step_count += 1
+        return self.logits.copy()
+
+    def greedy(self, ids: np.ndarray, n: int, vocab: int):
+        """Up to n greedy steps from ids (b,): (tokens (m, b) int64, m <= n, steps run: m or m + 1)."""
+        self.ids[:] = ids
+        self._start_helper()
+        tokens = np.empty((n, self.batch), np.int64)
+        m = _greedy(self.control, self.step_count, self.args, vocab, tokens)
+        steps = min(m + 1, n)
+        self.step_count += steps
+        return tokens[:m], steps
+
+
+    def close(self):
+        self.control[1] = 1                                             # helpers leave at their next look
+        self.control[2] = 0
+
+    __del__ = close
+
+
+def _compiled(dispatcher, args):
+    """The function numba compiled for these argument types, to call without its type dispatch (half of the
+    ~12 us a call with ~60 arrays costs); the dispatcher itself where numba does not expose it."""
+    try:
+        return dispatcher.overloads[tuple(numba.typeof(a) for a in args)].entry_point
+    except (KeyError, AttributeError, TypeError):
+        return dispatcher
+
+
+def decode_step(model, ids: np.ndarray, cache) -> np.ndarray:
+    """ids (b,) ints -> logits (b, padded vocab) in the model's dtype; every layer's cache advances in place.
+    Checks are the caller's (Mamba2LMHeadModel.step)."""
+    session = _session(model, cache, ids.shape[0])
+    logits = session.step(ids)
+    for t in session._cache_tensors(cache):
+        t._bump()                                                       # written in place
+    return logits
+
+
+def _session(model, cache, b: int) -> _Session:
+    weights = _weights(model)
+    session = cache.__dict__.get("_decode_session")
+    if session is None or not session.matches(cache, b, weights):
+        if session is not None:
+            session.close()
+        session = cache._decode_session = _Session(model, cache, b, weights)
+    return session
+
+
+def decode_greedy(model, ids: np.ndarray, cache, n: int, vocab: int):
+    """Greedy generation inside one numba call: feed ids (b,), then each step's argmax over the first `vocab`
+    logits, for up to n steps; every layer's cache advances in place. Returns (tokens (m, b) int64, logits):
+    m = n and logits None, or m < n when step m + 1's logits (b, padded vocab), returned, hold NaN, +inf or
+    no finite value in a row (sample_next names it). cache.seqlen_offset advances by the steps run."""
+    session = _session(model, cache, ids.shape[0])
+    tokens, steps = session.greedy(ids, n, vocab)
+    for t in session._cache_tensors(cache):
+        t._bump()                                                       # written in place
+    cache.seqlen_offset += steps
+    return tokens, (None if len(tokens) == n else session.logits.copy())
+
+
+def decode_prompt(model, ids: np.ndarray, cache) -> np.ndarray:
+    """ids (b, l) (a short prompt) in one numba step of l tokens per sequence: every weight is read once for
+    all b l rows (the per-token step read them l times), the conv and the heads run each sequence's tokens in
+    order. Returns the logits (b, padded vocab) after the last token; every layer's cache advances in place,
+    cache.seqlen_offset by l."""
+    b, l = ids.shape
+    session = _Session(model, cache, b, _weights(model), tokens=l)    # its rows fit this prompt only
+    session.ids[:] = ids.T.ravel()                                      # token-major (l b,)
+    try:
+        session._start_helper()
+        _lead(session.control, 0, session.args)
+    finally:
+        session.close()
+    for t in session._cache_tensors(cache):
+        t._bump()                                                       # written in place
+    cache.seqlen_offset += l
+    return session.logits.copy()
+
+
+def release(cache) -> None:
+    """Send this cache's helper threads home now (they would spin a few ms more, taking a core from what runs
+    next); the next decode_step on it starts them again."""
+    session = cache.__dict__.pop("_decode_session", None)
+    if session is not None:
+        session.close()

@@ -1,0 +1,398 @@
+"""The Mamba-2 language model on the engine: mixer, residual block, LM head, decoding caches and generation.
+
+Names, shapes, equations and initialisation follow docs/mamba2.md (mamba_ssm's Mamba2 and
+mixer_seq_simple), so real checkpoints load (see pretrained.py) and give the official logits.
+
+    embedding -> n_layer x [x = x + mixer(RMSNorm(x))] -> norm_f -> lm_head (tied to the embedding)
+    mixer: in_proj -> z | xBC | dt;  xBC -> causal conv -> silu -> x | B | C;  y = SSD(x, dt, A, B, C) + D x;
+           y = gated_rmsnorm(y, z);  out_proj(y)
+
+Decoding: every layer keeps a conv state (b, conv_dim, d_conv) of raw pre-conv inputs and an SSM state
+(b, h, p, n). A forward pass given a cache starts from it and leaves it at the end of the input (prefill,
+chunked); `step` then advances one token with O(1) work and memory.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...autograd import functional as F
+from ... import nn
+from ...nn import init
+from ...scan import available_backends, ssd
+from ...scan.sequential import ssd_step
+from ...fast import fused as fused_ops
+from ...registry import VarBuilder, VarMap
+from ...autograd.tensor import Tensor, no_grad
+from .config import Mamba2Config
+from .decode import decode_greedy, decode_prompt, decode_step, release as release_decoder
+from .sampling import NonFiniteLogits, check_sampling_args, sample_next
+from .pretrained import load_pretrained
+
+SUPPORTED_DTYPES = ("float32", "float64")
+# generation takes a prompt of at most this many tokens over the batch (b l) in one decoder step (decode_prompt),
+# a longer one through the chunked scan: at the benchmark's model the one step took 1.8 / 3.0 / 5.1 ms for b = 1,
+# l = 32 / 64 / 128 against the chunked forward's 6.1 / 7.5 / 9.8 ms, and 9.7 / 19.4 / 39.6 ms for b = 8 against
+# 17.1 / 25.5 / 35.7 ms
+PROMPT_STEP_TOKENS = 512
+GREEDY_BLOCK = 32  # greedy tokens per numba call (decode_greedy): a streamed reader sees them in bursts of ~10 ms
+
+
+# --- the official initialisation of the mixer's own parameters ----------------------------------------------
+
+class DtBiasInit(init.Init):
+    """dt ~ exp(U(log dt_min, log dt_max)) floored at dt_init_floor; dt_bias = softplus^-1(dt), so that
+    softplus(dt_bias) starts as that dt."""
+
+    def __init__(self, dt_min: float, dt_max: float, floor: float):
+        self.dt_min, self.dt_max, self.floor = dt_min, dt_max, floor
+
+    def sample(self, shape, rng):
+        dt = np.exp(rng.random(shape) * (math.log(self.dt_max) - math.log(self.dt_min)) + math.log(self.dt_min))
+        dt = np.maximum(dt, self.floor)
+        return dt + np.log(-np.expm1(-dt))                                # inverse softplus
+
+
+class ALogInit(init.Init):
+    """A_log = log(U(low, high)) per head (A = -exp(A_log) is then in [-high, -low])."""
+
+    def __init__(self, low: float, high: float):
+        self.low, self.high = low, high
+
+    def sample(self, shape, rng):
+        return np.log(rng.uniform(self.low, self.high, shape))
+
+
+class ScaledInit(init.Init):
+    """Another init divided by a constant: out_proj's kaiming-uniform / sqrt(n_layer)
+    (mamba_ssm's rescale_prenorm_residual, so the residual stream's variance does not grow with depth)."""
+
+    def __init__(self, base: init.Init, divisor: float):
+        self.base, self.divisor = base, divisor
+
+    def sample(self, shape, rng):
+        return self.base.sample(shape, rng) / self.divisor
+
+
+# --- decoding caches ---------------------------------------------------------------------------------------
+
+@dataclass
+class LayerState:
+    conv: Tensor   # (b, conv_dim, d_conv) the last d_conv raw (pre-conv) xBC inputs, oldest first
+    ssm: Tensor    # (b, h, p, n)
+
+
+@dataclass
+class Mamba2Cache:
+    layers: list   # one LayerState per layer
+    seqlen_offset: int = 0   # tokens seen so far
+
+    @property
+    def batch_size(self) -> int:
+        return self.layers[0].ssm.shape[0]
+
+
+# --- the mixer ---------------------------------------------------------------------------------------------
+
+class Mamba2Mixer:
+    """One Mamba-2 mixer, (b, l, d_model) -> (b, l, d_model). Parameters (under vb's prefix): in_proj.weight,
+    conv1d.weight, conv1d.bias, dt_bias, A_log, D, norm.weight, out_proj.weight (created in this order).
+    fused=True runs the hot chains as fused numba ops (fast/fused.py): the in_proj split, conv + SiLU,
+    dt bias + softplus (+ clamp), the gated norm; fused=False composes engine ops (the reference path)."""
+
+    def __init__(self, vb: VarBuilder, config: Mamba2Config, fused: bool = False):
+        c = self.config = config
+        self.fused = fused
+        self.d_inner, self.nheads, self.conv_dim = c.d_inner, c.nheads, c.conv_dim
+        zero = init.Const(0.0)
+        self.in_proj = nn.Linear(vb.pp("in_proj"), c.d_model, c.d_in_proj, bias=c.bias, bias_init=zero)
+        self.conv1d = nn.CausalDepthwiseConv1d(vb.pp("conv1d"), c.conv_dim, c.d_conv, bias=c.conv_bias, fused=fused)
+        self.dt_bias = vb.get((c.nheads,), "dt_bias", init=DtBiasInit(c.dt_min, c.dt_max, c.dt_init_floor))  # (h,)
+        self.A_log = vb.get((c.nheads,), "A_log", init=ALogInit(*c.A_init_range))                           # (h,)
+        self.D = vb.get((c.nheads,), "D", init=init.Const(1.0))                                             # (h,)
+        self.norm = nn.GatedRMSNorm(vb.pp("norm"), c.d_inner, group_size=c.d_inner // c.ngroups, eps=c.rms_norm_eps,
+                                    fused=fused)
+        out_init = ScaledInit(init.KaimingUniform(a=math.sqrt(5)), math.sqrt(c.n_layer))
+        self.out_proj = nn.Linear(vb.pp("out_proj"), c.d_inner, c.d_model, bias=c.bias, weight_init=out_init,
+                                  bias_init=zero)
+
+    def _split_in_proj(self, zxbcdt: Tensor):
+        """(..., d_in_proj) -> z (..., d_inner), xBC (..., conv_dim), dt (..., h): the official order."""
+        if self.fused:
+            return fused_ops.split_last(zxbcdt, [self.d_inner, self.conv_dim, self.nheads])
+        return F.split(zxbcdt, [self.d_inner, self.conv_dim, self.nheads], axis=-1)
+
+    def _dt_and_A(self, dt: Tensor):
+        """dt (..., h) raw -> softplus(dt + dt_bias), clamped to dt_limit if one is set; A = -exp(A_log)."""
+        low, high = self.config.dt_limit
+        if self.fused:
+            return fused_ops.dt_softplus(dt, self.dt_bias, low, high), -F.exp(self.A_log)
+        dt = F.softplus(dt + self.dt_bias)
+        if (low, high) != (0.0, math.inf):
+            dt = F.clip(dt, low, high)
+        return dt, -F.exp(self.A_log)                                   # (..., h), (h,)
+
+    def _split_xBC(self, xBC: Tensor):
+        c = self.config
+        sizes = [c.d_inner, c.ngroups * c.d_state, c.ngroups * c.d_state]
+        x, B, C = fused_ops.split_last(xBC, sizes) if self.fused else F.split(xBC, sizes, axis=-1)
+        lead = xBC.shape[:-1]
+        return (F.reshape(x, (*lead, c.nheads, c.headdim)),              # (..., h, p)
+                F.reshape(B, (*lead, c.ngroups, c.d_state)),             # (..., g, n)
+                F.reshape(C, (*lead, c.ngroups, c.d_state)))             # (..., g, n)
+
+    def __call__(self, u: Tensor, state: LayerState | None = None, backend: str = "auto") -> Tensor:
+        """u (b, l, d_model) -> (b, l, d_model). With `state`, the sequence continues from it (conv inputs
+        and SSM state) and `state` is updated to the end of u, outside the graph."""
+        b, l, _ = u.shape
+        k = self.config.d_conv
+        z, xBC, dt = self._split_in_proj(self.in_proj(u))                # (b, l, d_inner), (b, l, conv_dim), (b, l, h)
+        if state is not None:  # the conv sees the k - 1 inputs before this segment, not zeros
+            before = F.transpose(Tensor(state.conv.data[:, :, 1:]), 1, 2)  # (b, k - 1, conv_dim)
+            conv_in = F.cat([before, xBC], axis=1)                       # (b, k - 1 + l, conv_dim)
+            conv = self.conv1d.silu_of(conv_in)[:, k - 1:]               # (b, l, conv_dim)
+        else:
+            conv = self.conv1d.silu_of(xBC)                              # (b, l, conv_dim)
+        x, B, C = self._split_xBC(conv)                                  # (b, l, h, p), (b, l, g, n) x2
+        dt, A = self._dt_and_A(dt)                                       # (b, l, h), (h,)
+        initial = None if state is None else Tensor(state.ssm.data)
+        y, final_state = ssd(x, dt, A, B, C, D=self.D, initial_state=initial,
+                             chunk_size=self.config.chunk_size, backend=backend)  # (b, l, h, p), (b, h, p, n)
+        if state is not None:
+            raw = conv_in.data                                           # (b, k - 1 + l, conv_dim)
+            state.conv = Tensor(np.ascontiguousarray(np.swapaxes(raw[:, -k:], 1, 2)))  # (b, conv_dim, k)
+            state.ssm = Tensor(final_state.data.copy())                  # (b, h, p, n)
+        y = self.norm(F.reshape(y, (b, l, self.d_inner)), z)             # (b, l, d_inner)
+        return self.out_proj(y)                                          # (b, l, d_model)
+
+    def step(self, u_t: Tensor, state: LayerState) -> Tensor:
+        """One token: u_t (b, d_model) -> (b, d_model); `state` advances by one step. Call under no_grad."""
+        b = u_t.shape[0]
+        z, xBC, dt = self._split_in_proj(self.in_proj(u_t))             # (b, d_inner), (b, conv_dim), (b, h)
+        conv, state.conv = self.conv1d.step(state.conv, xBC)            # (b, conv_dim), (b, conv_dim, k)
+        x, B, C = self._split_xBC(F.silu(conv))                          # (b, h, p), (b, g, n) x2
+        dt, A = self._dt_and_A(dt)                                       # (b, h), (h,)
+        y, state.ssm = ssd_step(state.ssm, x, dt, A, B, C, self.D)       # (b, h, p), (b, h, p, n)
+        y = self.norm(F.reshape(y, (b, self.d_inner)), z)                # (b, d_inner)
+        return self.out_proj(y)                                          # (b, d_model)
+
+    def allocate_state(self, batch: int, dtype) -> LayerState:
+        c = self.config
+        return LayerState(conv=Tensor(np.zeros((batch, c.conv_dim, c.d_conv), dtype=dtype)),
+                          ssm=Tensor(np.zeros((batch, c.nheads, c.headdim, c.d_state), dtype=dtype)))
+
+
+class Mamba2Block:
+    """x + mixer(RMSNorm(x)): the pre-norm residual block ("norm.weight", "mixer.*")."""
+
+    def __init__(self, vb: VarBuilder, config: Mamba2Config, fused: bool = False):
+        self.norm = nn.RMSNorm(vb.pp("norm"), config.d_model, eps=config.rms_norm_eps, fused=fused)
+        self.mixer = Mamba2Mixer(vb.pp("mixer"), config, fused=fused)
+
+    def __call__(self, x: Tensor, state: LayerState | None = None, backend: str = "auto") -> Tensor:
+        return x + self.mixer(self.norm(x), state, backend)             # (b, l, d_model)
+
+    def step(self, x_t: Tensor, state: LayerState) -> Tensor:
+        return x_t + self.mixer.step(self.norm(x_t), state)             # (b, d_model)
+
+
+# --- the language model ------------------------------------------------------------------------------------
+
+class Mamba2LMHeadModel:
+    """Token ids (b, l) -> logits (b, l, padded vocab). Parameters live in `self.varmap` under the official
+    mamba_ssm names (backbone.embedding.weight, backbone.layers.{i}...., backbone.norm_f.weight, and
+    lm_head.weight only when the head is not tied to the embedding).
+
+    fused=True (the default) runs the mixer's hot chains as fused numba ops and decodes (`step`, generation)
+    without the engine: two numba calls and two BLAS products per layer (decode.py); fused=False is the
+    reference path of plain engine ops. Both give the same numbers (tests/test_fused.py, test_decode.py)."""
+
+    def __init__(self, config: Mamba2Config, varmap: VarMap | None = None, dtype="float32", backend: str = "auto",
+                 fused: bool = True):
+        if not isinstance(config, Mamba2Config):
+            raise TypeError(f"Mamba2LMHeadModel: config must be a Mamba2Config, got {type(config).__name__}")
+        try:
+            dtype_name = np.dtype(dtype).name
+        except TypeError:  # e.g. "bfloat16": NumPy has no such dtype
+            dtype_name = str(dtype)
+        if dtype_name not in SUPPORTED_DTYPES:
+            raise ValueError(f"Mamba2LMHeadModel: dtype must be one of {SUPPORTED_DTYPES} (the residual stream, dt "
+                             f"and A stay float32 at least; half-precision weights are upcast), got {dtype!r}")
+        if backend != "auto" and backend not in available_backends():
+            raise ValueError(f"Mamba2LMHeadModel: unknown backend {backend!r}; choose 'auto' or one of "
+                             f"{available_backends()}")
+        if not isinstance(fused, bool):
+            raise TypeError(f"Mamba2LMHeadModel: fused must be True or False, got {fused!r}")
+        self.config, self.backend, self.fused = config, backend, fused
+        self.dtype = np.dtype(dtype)
+        self.varmap = varmap if varmap is not None else VarMap(seed=0)
+        vb = VarBuilder.from_varmap(self.varmap, dtype=self.dtype)
+        backbone = vb.pp("backbone")
+        V = config.padded_vocab_size
+        self.embedding = nn.Embedding(backbone.pp("embedding"), V, config.d_model)
+        self.layers = [Mamba2Block(backbone.pp("layers").pp(i), config, fused) for i in range(config.n_layer)]
+        self.norm_f = nn.RMSNorm(backbone.pp("norm_f"), config.d_model, eps=config.rms_norm_eps, fused=fused)
+        self.lm_head = None if config.tie_embeddings else nn.Linear(vb.pp("lm_head"), config.d_model, V, bias=False)
+
+    # --- full sequences ------------------------------------------------------------------------------------
+    def _check_ids(self, input_ids, ndim: int, what: str) -> np.ndarray:
+        ids = np.asarray(input_ids.data if isinstance(input_ids, Tensor) else input_ids)
+        shape_text = "(b, l)" if ndim == 2 else "(b,)"
+        if ids.ndim != ndim or not np.issubdtype(ids.dtype, np.integer) or (ndim == 2 and ids.shape[1] < 1):
+            raise ValueError(f"{what}: input_ids must be integers of shape {shape_text} with l >= 1, "
+                             f"got dtype {ids.dtype} shape {ids.shape}")
+        V = self.config.padded_vocab_size
+        if ids.size and (ids.min() < 0 or ids.max() >= V):
+            raise ValueError(f"{what}: input_ids must be in [0, {V}), got min {ids.min()} max {ids.max()}")
+        return ids
+
+    def _head(self, x: Tensor) -> Tensor:
+        return self._attend(self.norm_f(x))
+
+    def _attend(self, x: Tensor) -> Tensor:
+        """The output head on norm_f's output: logits over the (padded) vocabulary."""
+        return self.embedding.attend(x) if self.lm_head is None else self.lm_head(x)
+
+    def __call__(self, input_ids, cache: Mamba2Cache | None = None) -> Tensor:
+        """input_ids (b, l) ints -> logits (b, l, padded vocab). With `cache` (see allocate_cache), the input
+        continues from the cached states and leaves them at its end (prefill)."""
+        ids = self._check_ids(input_ids, 2, "Mamba2LMHeadModel")
+        if cache is not None and cache.batch_size != ids.shape[0]:
+            raise ValueError(f"Mamba2LMHeadModel: cache is for batch {cache.batch_size}, input_ids {ids.shape}")
+        x = self.embedding(ids)                                          # (b, l, d_model)
+        states = [None] * len(self.layers) if cache is None else cache.layers
+        if self.fused:
+            x = self._fused_residual_stream(x, states)                   # (b, l, d_model) after norm_f
+        else:
+            for layer, state in zip(self.layers, states):
+                x = layer(x, state, self.backend)
+            x = self.norm_f(x)
+        if cache is not None:
+            cache.seqlen_offset += ids.shape[1]
+        return self._attend(x)                                           # (b, l, V)
+
+    def _fused_residual_stream(self, x: Tensor, states: list) -> Tensor:
+        """The blocks as `Mamba2Block` computes them, x + mixer(norm(x)), but each residual add done together with
+        the norm that reads its sum (one AddRMSNorm op: mamba_ssm's fused_add_norm): block i's sum and block i+1's
+        norm, the last block's sum and norm_f. Returns norm_f's output. The same bits as the blocks one by one."""
+        first = self.layers[0]
+        mix = first.mixer(first.norm(x), states[0], self.backend)       # (b, l, d_model)
+        for layer, state in zip(self.layers[1:], states[1:]):
+            x, normed = fused_ops.add_rms_norm(x, mix, layer.norm.weight, layer.norm.eps)
+            mix = layer.mixer(normed, state, self.backend)
+        return fused_ops.add_rms_norm(x, mix, self.norm_f.weight, self.norm_f.eps, return_total=False)
+
+    forward = __call__
+
+    def loss(self, input_ids, targets) -> Tensor:
+        """Mean cross entropy of targets (b, l) under the logits of input_ids (b, l)."""
+        logits = self(input_ids)                                         # (b, l, V)
+        targets = np.asarray(targets.data if isinstance(targets, Tensor) else targets)
+        if targets.shape != logits.shape[:2]:
+            raise ValueError(f"Mamba2LMHeadModel.loss: targets must have input_ids' shape {logits.shape[:2]}, "
+                             f"got {targets.shape}")
+        return F.cross_entropy(logits, targets)
+
+    # --- decoding ----------------------------------------------------------------------------------------
+    def allocate_cache(self, batch: int) -> Mamba2Cache:
+        if not isinstance(batch, (int, np.integer)) or batch < 1:
+            raise ValueError(f"allocate_cache: batch must be a positive int, got {batch!r}")
+        return Mamba2Cache([layer.mixer.allocate_state(int(batch), self.dtype) for layer in self.layers])
+
+    @no_grad()
+    def step(self, input_ids, cache: Mamba2Cache) -> Tensor:
+        """One token per sequence: input_ids (b,) -> logits (b, padded vocab); the cache advances by one."""
+        ids = self._check_ids(input_ids, 1, "Mamba2LMHeadModel.step")
+        if cache.batch_size != ids.shape[0]:
+            raise ValueError(f"step: cache is for batch {cache.batch_size}, input_ids has shape {ids.shape}")
+        if self.fused:  # one numba call per layer, in place on the cache (decode.py)
+            logits = decode_step(self, ids, cache)
+            cache.seqlen_offset += 1
+            return Tensor(logits)                                        # (b, V)
+        x = self.embedding(ids)                                          # (b, d_model)
+        for layer, state in zip(self.layers, cache.layers):
+            x = layer.step(x, state)
+        cache.seqlen_offset += 1
+        return self._head(x)                                             # (b, V)
+
+    def generate_stream(self, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                        top_p: float | None = None, seed: int | None = None):
+        """Yield the next token ids (b,) one step at a time: prefill the prompt with the chunked scan, then
+        `step`. Sampling only considers the real vocabulary (not the padding rows)."""
+        ids = np.asarray(input_ids)
+        ids = self._check_ids(ids[None] if ids.ndim == 1 else ids, 2, "generate")
+        if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+            raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        check_sampling_args(temperature, top_k, top_p)
+        # checked now, not at the first next(); the generator below does the work
+        return self._stream(ids, int(max_new_tokens), temperature, top_k, top_p, np.random.default_rng(seed))
+
+    def _stream(self, ids: np.ndarray, max_new_tokens: int, temperature, top_k, top_p, rng):
+        vocab = min(self.config.vocab_size, self.config.padded_vocab_size)
+        if max_new_tokens == 0:
+            return
+        # no_grad only around the work: a generator must not leave grad mode off while it is suspended
+        with no_grad():
+            cache = self.allocate_cache(ids.shape[0])
+            if self.fused and ids.size <= PROMPT_STEP_TOKENS:
+                logits = decode_prompt(self, ids, cache)                 # (b, V) in one step, see PROMPT_STEP_...
+            else:
+                x = self.embedding(ids)
+                for layer, state in zip(self.layers, cache.layers):
+                    x = layer(x, state, self.backend)
+                logits = self._head(x[:, -1]).data                       # (b, V) the last position only
+                cache.seqlen_offset += ids.shape[1]
+        # greedy stays inside numba for blocks of tokens (decode_greedy), unless `step` was replaced on the model
+        in_numba = self.fused and temperature == 0 and "step" not in self.__dict__
+        token = self._sample(logits[:, :vocab], rng, temperature, top_k, top_p, 0, max_new_tokens)
+        yield token
+        i = 1
+        while i < max_new_tokens:
+            if in_numba:
+                tokens, bad = decode_greedy(self, token, cache, min(GREEDY_BLOCK, max_new_tokens - i), vocab)
+                for token in tokens:                                     # (b,) each
+                    yield token
+                i += len(tokens)
+                if bad is not None:                                      # raises, naming step i + 1
+                    self._sample(bad[:, :vocab], rng, temperature, top_k, top_p, i, max_new_tokens)
+            else:
+                logits = self.step(token, cache).data
+                token = self._sample(logits[:, :vocab], rng, temperature, top_k, top_p, i, max_new_tokens)
+                yield token
+                i += 1
+        if self.fused:
+            release_decoder(cache)                                       # its helper thread stops now
+
+    @staticmethod
+    def _sample(logits, rng, temperature, top_k, top_p, i: int, max_new_tokens: int) -> np.ndarray:
+        """Token i + 1 (b,) from logits (b, vocab); non-finite logits stop generation, naming that step."""
+        try:
+            return sample_next(logits, rng, temperature, top_k, top_p)
+        except NonFiniteLogits as e:
+            where = "after the prompt" if i == 0 else f"after {i} generated tokens"
+            raise NonFiniteLogits(f"generate: step {i + 1} (token {i + 1} of {max_new_tokens}, {where}): {e}; "
+                                  f"check the checkpoint for NaN/inf weights") from None
+
+    def generate(self, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None) -> np.ndarray:
+        """The prompt (b, l) followed by max_new_tokens sampled ids: (b, l + max_new_tokens) int64."""
+        ids = np.asarray(input_ids)
+        ids = ids[None] if ids.ndim == 1 else ids
+        new = list(self.generate_stream(ids, max_new_tokens, temperature, top_k, top_p, seed))
+        return np.concatenate([ids.astype(np.int64)] + [t[:, None] for t in new], axis=1)
+
+    # --- checkpoints (pretrained.py) ---------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True) -> "Mamba2LMHeadModel":
+        return load_pretrained(cls, directory, dtype=dtype, backend=backend, fused=fused)
+
+    def save_pretrained(self, directory):
+        from .pretrained import save_pretrained
+        save_pretrained(self, directory)
+
+    def __repr__(self):
+        c = self.config
+        return (f"Mamba2LMHeadModel(d_model={c.d_model}, n_layer={c.n_layer}, vocab={c.vocab_size} "
+                f"(padded {c.padded_vocab_size}), {self.varmap.num_parameters():,} parameters, {self.dtype})")

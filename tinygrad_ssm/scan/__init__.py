@@ -1,0 +1,209 @@
+"""`ssd(...)`: the Mamba-2 scan as one differentiable call, with interchangeable backends.
+
+Every implementation of the scan is one `Backend` record in `BACKENDS`, of one of two kinds:
+- engine-op backends (`ops`): the scan composed of engine ops on Tensors, so autograd records it and the
+  backward comes for free. "reference" (reference.py, the chunked algorithm a reader studies and the spec
+  every kernel is tested against) and "scan" (scan.py, the sequential recurrence, slow, for checking).
+- kernel backends (`forward` and `backward` on plain arrays): the one differentiable op `SSD` below wraps
+  them, so a new backend is two functions and a record: "numba_chunked" (numba_chunked.py, the default on a CPU:
+  numba_cpu's forward and a chunked backward whose small products are BLAS calls made inside the kernel, which
+  needs SciPy), "numba" (numba_cpu.py, the recurrence forward and backward: auto's choice where SciPy is
+  missing), "blas" (blas_chunked.py, the chunked form on NumPy's matmuls: where numba is missing), numba on CUDA.
+`ssd(..., backend="auto")` takes the available backend of highest priority; the model, the CLI and the tests
+all read this registry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..fast.fused import SplitLast
+from ..autograd.ops.movement import Reshape
+from ..autograd.function import Function
+from ..autograd.tensor import Tensor
+from . import blas_chunked, numba_chunked, numba_cpu
+from .reference import ssd_chunked
+from .sequential import ssd_scan
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One implementation of the scan.
+
+    name: what `ssd(backend=...)`, the model and the CLI call it.
+    priority: "auto" takes the available backend with the highest priority.
+    available: () -> bool, whether it can run here (e.g. numba importable, a GPU present); cheap.
+    ops: for an engine-op backend, (x, dt, A, B, C, D, initial_state, chunk_size) Tensors -> (y, final_state).
+    forward: for a kernel backend, the same arguments as arrays -> (y, final_state, saved), where `saved` is a
+        tuple of arrays that backward needs (inputs saved as themselves, so in-place changes are caught).
+    backward: (saved, dy, d_final_state) -> the gradients of (x, dt, A, B, C, D, initial_state), arrays,
+        None for D / initial_state when the call had none.
+    backward_into: whether backward also takes `into=(x's, B's, C's)`: arrays (views allowed) or None, to write
+        dx, dB, dC into and return instead of new arrays (see `SSD.backward`).
+    """
+    name: str
+    priority: int
+    available: Callable[[], bool]
+    ops: Callable | None = None
+    forward: Callable | None = None
+    backward: Callable | None = None
+    description: str = ""
+    backward_into: bool = False
+
+    def __post_init__(self):
+        if (self.ops is None) == (self.forward is None or self.backward is None):
+            raise ValueError(f"Backend {self.name!r}: give either ops, or forward and backward")
+
+
+BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(backend: Backend) -> Backend:
+    if backend.name in BACKENDS or backend.name == "auto":
+        raise ValueError(f"register_backend: a backend named {backend.name!r} exists already")
+    BACKENDS[backend.name] = backend
+    return backend
+
+
+def _always() -> bool:
+    return True
+
+
+register_backend(Backend("reference", priority=0, available=_always, ops=ssd_chunked,
+                         description="chunked SSD of engine ops (ssd_minimal's algorithm): the spec"))
+register_backend(Backend("numba", priority=10, available=numba_cpu.available, forward=numba_cpu.forward,
+                         backward=numba_cpu.backward, backward_into=True,
+                         description="numba CPU kernels: the recurrence with chunk checkpoints, parallel over heads"))
+register_backend(Backend("numba_chunked", priority=12, available=numba_chunked.available,
+                         forward=numba_chunked.forward, backward=numba_chunked.backward, backward_into=True,
+                         description="numba CPU kernels of the chunked form, their products BLAS calls (needs SciPy)"))
+register_backend(Backend("blas", priority=5, available=blas_chunked.available, forward=blas_chunked.forward,
+                         backward=blas_chunked.backward,
+                         description="the chunked SSD on NumPy arrays, backward by hand: its matmuls in NumPy's BLAS"))
+register_backend(Backend("scan", priority=-1, available=_always, ops=ssd_scan,
+                         description="the sequential recurrence of engine ops, one step at a time: for checking"))
+from . import cuda as _numba_cuda  # noqa: E402  (imports numba.cuda only when used)
+register_backend(Backend("cuda", priority=20, available=_numba_cuda.available, forward=_numba_cuda.forward,
+                         backward=_numba_cuda.backward, description="numba-cuda kernels on an NVIDIA GPU"))
+
+
+def available_backends() -> list[str]:
+    """Names of the backends that can run here, fastest (highest priority) first."""
+    ready = [b for b in BACKENDS.values() if b.available()]
+    return [b.name for b in sorted(ready, key=lambda b: -b.priority)]
+
+
+def resolve_backend(backend: str) -> Backend:
+    """"auto" -> the available backend of highest priority; a name -> its record (an error if unknown or
+    unavailable here)."""
+    if not isinstance(backend, str):
+        raise TypeError(f"ssd: backend must be a str ('auto' or one of {sorted(BACKENDS)}), got {backend!r}")
+    if backend == "auto":
+        return BACKENDS[available_backends()[0]]
+    if backend not in BACKENDS:
+        raise ValueError(f"ssd: unknown backend {backend!r}; choose 'auto' or one of {sorted(BACKENDS)}")
+    record = BACKENDS[backend]
+    if not record.available():
+        raise RuntimeError(f"ssd: backend {backend!r} is not available here ({record.description}); "
+                           f"available: {available_backends()}")
+    return record
+
+
+class SSD(Function):
+    """The scan as one op over a kernel backend's array functions: forward gives (y, final_state), and
+    backward receives both outputs' gradients (zeros for an unused one) and returns one gradient per input
+    x, dt, A, B, C, D, initial_state (None for an input that is None)."""
+
+    def forward(self, x, dt, A, B, C, D, initial_state, kernel: Backend = None, chunk_size: int = 256):
+        self.kernel = kernel
+        y, final_state, saved = kernel.forward(x, dt, A, B, C, D, initial_state, chunk_size)
+        self.save_for_backward(*saved)
+        return y, final_state                                           # (b, l, h, p), (b, h, p, n)
+
+    def backward(self, grad_y, grad_final_state):
+        if not self.kernel.backward_into:
+            return tuple(self.kernel.backward(self.saved, grad_y, grad_final_state))
+        # in the model x, B and C are reshaped pieces of one split_last: their gradients go straight into the
+        # split's gradient array, which then copies nothing (2 ms a layer at b 8 x 512)
+        into = tuple(_split_gradient_slot(self.inputs[i], self.saved[i].dtype) if self.needs_input_grad[i] else None
+                     for i in (0, 3, 4))
+        return tuple(self.kernel.backward(self.saved, grad_y, grad_final_state, into=into))
+
+
+def _split_gradient_slot(t: Tensor, dtype):
+    """Where t's gradient may be written in place when t is a view-reshape of a piece of a split_last: that
+    piece's slot of the split's gradient array (SplitLast.gradient_slot), shaped like t; else None."""
+    reshape = t._ctx
+    if not isinstance(reshape, Reshape) or not reshape.is_view or not isinstance(reshape.inputs[0]._ctx, SplitLast):
+        return None
+    piece = reshape.inputs[0]
+    slot = piece._ctx.gradient_slot(piece, dtype)
+    if slot is None:
+        return None
+    view = slot[2].reshape(t.shape)
+    return view if np.may_share_memory(view, slot[2]) else None
+
+
+def _tensor(name: str, value) -> Tensor:
+    t = value if isinstance(value, Tensor) else Tensor(np.asarray(value))
+    if t.dtype.kind != "f":
+        raise TypeError(f"ssd: {name} must be a floating point tensor, got dtype {t.dtype}")
+    return t
+
+
+def _check_shape(name: str, t: Tensor, expected: tuple, meaning: str):
+    if tuple(t.shape) != tuple(expected):
+        raise ValueError(f"ssd: {name} must have shape {meaning} = {tuple(expected)}, got {tuple(t.shape)}")
+
+
+def ssd(x, dt, A, B, C, D=None, initial_state=None, chunk_size: int = 256, backend: str = "auto"):
+    """The selective state space scan of Mamba-2, for every batch b and head i (group g(i) = i // (h / g)):
+
+        S_t = exp(dt_t A_i) S_{t-1} + dt_t x_t B_t^T,    S_0 = initial_state (zeros if None)
+        y_t = S_t C_t + D_i x_t
+
+    x (b, l, h, p); dt (b, l, h), already softplus'd; A (h,); B, C (b, l, g, n), h divisible by g;
+    D (h,) or None; initial_state (b, h, p, n) or None. Returns (y (b, l, h, p), final_state (b, h, p, n)).
+    chunk_size bounds the chunks of the chunked backends (they split l into equal chunks no longer than it).
+    Gradients reach every tensor input. Everything is computed in the widest input dtype, float32 at least
+    (dt, A and their cumulative sums must not be lower)."""
+    run = resolve_backend(backend)
+    if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool) or chunk_size < 1:
+        raise ValueError(f"ssd: chunk_size must be a positive int, got {chunk_size!r}")
+    x, dt, A, B, C = (_tensor(name, v) for name, v in zip("x dt A B C".split(), (x, dt, A, B, C)))
+    D = None if D is None else _tensor("D", D)
+    initial_state = None if initial_state is None else _tensor("initial_state", initial_state)
+
+    if x.ndim != 4:
+        raise ValueError(f"ssd: x must have shape (b, l, h, p), got {tuple(x.shape)}")
+    b, l, h, p = x.shape
+    if l < 1:
+        raise ValueError(f"ssd: x has sequence length 0 (shape {tuple(x.shape)}); need at least one step")
+    _check_shape("dt", dt, (b, l, h), "(b, l, h) from x")
+    _check_shape("A", A, (h,), "(h,) from x")
+    if B.ndim != 4 or B.shape[:2] != (b, l):
+        raise ValueError(f"ssd: B must have shape (b, l, g, n) with (b, l) = {(b, l)} from x, got {tuple(B.shape)}")
+    g, n = B.shape[2], B.shape[3]
+    if g < 1 or h % g:
+        raise ValueError(f"ssd: the number of heads h = {h} (x {tuple(x.shape)}) must be divisible by the number "
+                         f"of groups g = {g} (B {tuple(B.shape)})")
+    _check_shape("C", C, (b, l, g, n), "(b, l, g, n) like B")
+    if D is not None:
+        _check_shape("D", D, (h,), "(h,) from x")
+    if initial_state is not None:
+        _check_shape("initial_state", initial_state, (b, h, p, n), "(b, h, p, n) from x and B")
+
+    inputs = [t for t in (x, dt, A, B, C, D, initial_state) if t is not None]
+    dtype = np.result_type(np.float32, *[t.dtype for t in inputs])
+    x, dt, A, B, C = (t.astype(dtype) for t in (x, dt, A, B, C))
+    D = None if D is None else D.astype(dtype)
+    initial_state = None if initial_state is None else initial_state.astype(dtype)
+    if run.ops is not None:
+        return run.ops(x, dt, A, B, C, D, initial_state, int(chunk_size))
+    return SSD.apply(x, dt, A, B, C, D, initial_state, kernel=run, chunk_size=int(chunk_size))
+
+
+__all__ = ["ssd", "ssd_chunked", "ssd_scan", "Backend", "BACKENDS", "SSD", "available_backends", "register_backend",
+           "resolve_backend"]

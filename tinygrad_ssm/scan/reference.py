@@ -1,0 +1,101 @@
+"""The chunked SSD (state space duality) scan of Mamba-2, composed of engine ops: ssd_minimal's algorithm.
+
+This is the spec: what a reader studies, and what every kernel backend is tested against (in float64, to 1e-10).
+It is written for reading, not speed (the numba kernels are the fast path): one named einsum per step, the
+four steps of ssd_minimal numbered, the shape beside every line.
+
+The sequence is cut into c chunks of q steps. Inside a chunk the scan is a masked (q, q) "attention" matrix
+(quadratic, but a few large matmuls); between chunks only a (p, n) state per head is passed on (linear).
+
+Notation: b batch, l length, h heads, p head dim, g groups, r = h / g heads per group, n state size,
+q chunk length, c number of chunks; in the einsums l is a step of a chunk and s the step it reads from, z a
+chunk boundary. Heads are laid out (g, r): head i reads group i // r, exactly as reshaping h -> (g, r) does, so
+B and C broadcast over r instead of being copied per head.
+
+Exact by construction: no -inf is ever formed (exp of a masked sum, then a 0/1 mask), and no decay is a
+difference of cumulative sums (which cancels once the running sum is large): every decay is exp of a sum of the
+steps it spans.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..autograd import functional as F
+from ..autograd.tensor import Tensor
+
+
+def segsum(a: Tensor) -> Tensor:
+    """a (..., T) -> (..., T, T): segsum[i, j] = a[j+1] + ... + a[i] for i >= j, exactly 0 above the diagonal.
+    a[i] is placed in row i below the diagonal, then summed down the rows: masking then summing, never
+    cumsum[i] - cumsum[j], which cancels catastrophically once the running sum is large."""
+    T = a.shape[-1]
+    rows = F.expand(F.unsqueeze(a, -1), a.shape + (T,))                 # (..., T, T): [i, j] = a[i]
+    below = F.where(np.tri(T, T, -1, dtype=bool), rows, 0.0)            # (..., T, T): a[i] where j < i
+    return F.cumsum(below, axis=-2)                                     # (..., T, T)
+
+
+def exp_segsum(a: Tensor) -> Tensor:
+    """a (..., T) -> (..., T, T): L[i, j] = exp(a[j+1] + ... + a[i]) for i >= j, and 0 above the diagonal.
+    Above the diagonal segsum is exactly 0, so exp gives 1 and the 0/1 mask zeroes it: no -inf is ever
+    formed, so no inf * 0 = NaN can appear in the backward."""
+    T = a.shape[-1]
+    return F.exp(segsum(a)) * np.tri(T, T, 0, dtype=a.dtype)            # (..., T, T)
+
+
+def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None = None,
+                initial_state: Tensor | None = None, chunk_size: int = 256):
+    """y_t = sum_{s<=t} C_t . (prod_{s<k<=t} exp(dt_k A)) dt_s B_s x_s  (+ D x_t), with the state carried in.
+
+    x (b, l, h, p); dt (b, l, h) already softplus'd; A (h,); B, C (b, l, g, n); D (h,) or None;
+    initial_state (b, h, p, n) or None. Returns y (b, l, h, p) and the final state (b, h, p, n).
+    Arguments arrive validated (see `tinygrad_ssm.scan.ssd`)."""
+    b, l, h, p = x.shape
+    g, n = B.shape[2], B.shape[3]
+    r = h // g
+    c = -(-l // chunk_size)                                             # chunks of at most chunk_size steps,
+    q = -(-l // c)                                                      # of equal length q: a short input is
+    tail = c * q - l                                                    # one chunk, and the padding is < c steps
+
+    X = x * F.unsqueeze(dt, -1)                                         # (b, l, h, p)   discretised input
+    a = dt * A                                                          # (b, l, h)      log of each step's decay
+    if tail:  # pad with X = 0 and a = 0 only: the padded steps then neither add to nor decay the state
+        X = F.pad(X, (0, 0, 0, 0, 0, tail))                             # (b, c q, h, p)
+        a = F.pad(a, (0, 0, 0, tail))                                   # (b, c q, h)
+        B = F.pad(B, (0, 0, 0, 0, 0, tail))                             # (b, c q, g, n)
+        C = F.pad(C, (0, 0, 0, 0, 0, tail))                             # (b, c q, g, n)
+    X = F.reshape(X, (b, c, q, g, r, p))                                # (b, c, q, g, r, p)
+    B = F.reshape(B, (b, c, q, g, n))                                   # (b, c, q, g, n)
+    C = F.reshape(C, (b, c, q, g, n))                                   # (b, c, q, g, n)
+    a = F.permute(F.reshape(a, (b, c, q, g, r)), (0, 3, 4, 1, 2))       # (b, g, r, c, q)
+    a_cumsum = F.cumsum(a, axis=-1)                                     # (b, g, r, c, q)
+
+    # 1. inside each chunk (the diagonal blocks): y_l = sum_{s<=l} (C_l . B_s) exp(a_{s+1} + ... + a_l) X_s
+    L = exp_segsum(a)                                                   # (b, g, r, c, q, q)
+    Y_diag = F.einsum("bclgn,bcsgn,bgrcls,bcsgrp->bclgrp", C, B, L, X)  # (b, c, q, g, r, p)
+
+    # 2. the state each chunk leaves behind from its own inputs: sum_s exp(a_{s+1} + ... + a_q) X_s B_s^T
+    #    (the decay from step s to the chunk's end is L's last row: no difference of cumsums)
+    decay_states = L[..., -1, :]                                        # (b, g, r, c, q)
+    states = F.einsum("bclgn,bgrcl,bclgrp->bcgrpn", B, decay_states, X)  # (b, c, g, r, p, n)
+
+    # 3. between chunks: the state entering chunk z is the initial state and every earlier chunk's state,
+    #    each decayed by the chunk totals in between (a (c+1, c+1) segsum over the totals)
+    if initial_state is None:
+        initial = Tensor(np.zeros((b, 1, g, r, p, n), dtype=x.dtype))   # (b, 1, g, r, p, n)
+    else:
+        initial = F.reshape(initial_state, (b, 1, g, r, p, n))          # (b, 1, g, r, p, n)
+    states = F.cat([initial, states], axis=1)                           # (b, c + 1, g, r, p, n)
+    decay_chunk = exp_segsum(F.pad(a_cumsum[..., -1], (1, 0)))          # (b, g, r, c + 1, c + 1)
+    new_states = F.einsum("bgrzc,bcgrpn->bzgrpn", decay_chunk, states)  # (b, c + 1, g, r, p, n)
+    states, final_state = new_states[:, :-1], new_states[:, -1]         # (b, c, g, r, p, n), (b, g, r, p, n)
+
+    # 4. what the entering state gives each step of its chunk: exp(a_1 + ... + a_l) S C_l
+    state_decay_out = F.exp(a_cumsum)                                   # (b, g, r, c, q)
+    Y_off = F.einsum("bclgn,bcgrpn,bgrcl->bclgrp", C, states, state_decay_out)  # (b, c, q, g, r, p)
+
+    y = F.reshape(Y_diag + Y_off, (b, c * q, h, p))                     # (b, c q, h, p)
+    if tail:
+        y = y[:, :l]                                                    # (b, l, h, p)
+    if D is not None:
+        y = y + x * F.reshape(D, (h, 1))                                # (b, l, h, p)
+    return y, F.reshape(final_state, (b, h, p, n))                      # (b, l, h, p), (b, h, p, n)

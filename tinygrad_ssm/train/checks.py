@@ -1,0 +1,137 @@
+"""Checking a training configuration before any work, one message per setting, each naming its flag.
+
+`train_config_problems(cfg)` returns every problem at once (so one run of the command shows them all); each
+message names the command-line flag (`--lr`, not `lr`), the value given, and what would work. Settings that
+JSON or a caller can get wrong are checked too: a type (an int where an int is needed, never a bool), a
+non-finite float (argparse's float() accepts "nan" and "inf"), a negative seed (NumPy refuses one), and a
+batch whose activations cannot fit in this machine's memory.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+
+from ..scan import available_backends
+
+# TrainConfig field -> smallest allowed value, for the integer settings
+_MIN_INT = {"steps": 1, "batch_size": 1, "seq_len": 1, "d_model": 1, "n_layer": 1, "d_state": 1, "headdim": 1,
+            "chunk_size": 1, "eval_every": 1, "eval_batches": 1, "checkpoint_every": 1, "keep_checkpoints": 1,
+            "warmup_steps": 0, "sample_bytes": 0, "seed": 0, "data_seed": 0}
+# bytes of NumPy memory per (token x unit) of a training step's forward + backward, measured with tracemalloc
+# on four model sizes (13.3 to 13.9 bytes; units: see step_memory_bytes)
+_BYTES_PER_UNIT = 14
+VOCAB = 256
+
+
+def flag(field: str) -> str:
+    """TrainConfig field -> its command-line flag (beta1 and beta2 have none: they are named as fields)."""
+    return field if field.startswith("beta") else "--" + field.replace("_", "-")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def step_memory_bytes(cfg) -> int:
+    """Estimated peak bytes of one training step (activations kept for backward, and their gradients).
+    Per token and layer the mixer keeps its in_proj output, the conv input/output, several d_inner-wide
+    tensors and the (heads x chunk) decay matrix of the SSD scan; the head keeps logits and their softmax."""
+    d_inner = 2 * cfg.d_model
+    nheads = max(1, d_inner // max(1, cfg.headdim))
+    conv_dim = d_inner + 2 * cfg.d_state
+    d_in_proj = 2 * d_inner + 2 * cfg.d_state + nheads
+    per_layer = d_in_proj + 2 * conv_dim + 4 * d_inner + nheads * cfg.chunk_size
+    return _BYTES_PER_UNIT * cfg.batch_size * cfg.seq_len * (cfg.n_layer * per_layer + 3 * VOCAB)
+
+
+def parameter_memory_bytes(cfg) -> int:
+    """Bytes of the weights, their gradients and AdamW's two moments (float32): 16 per parameter."""
+    d_inner = 2 * cfg.d_model
+    nheads = max(1, d_inner // max(1, cfg.headdim))
+    conv_dim = d_inner + 2 * cfg.d_state
+    d_in_proj = 2 * d_inner + 2 * cfg.d_state + nheads
+    per_layer = d_in_proj * cfg.d_model + conv_dim * 5 + 3 * nheads + d_inner + d_inner * cfg.d_model + cfg.d_model
+    return 16 * (VOCAB * cfg.d_model + cfg.n_layer * per_layer + cfg.d_model)
+
+
+def physical_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not every platform tells
+        return None
+
+
+def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0, machine: bool = True) -> list[str]:
+    """Every problem of `cfg` (a TrainConfig), as messages naming flags. `explicit`: the fields given on the
+    command line (a default warmup longer than a short run is shortened; a given one is an error).
+    machine=False leaves out what depends on this machine (the backends it has, its memory): for judging
+    a saved config."""
+
+    bad = []
+    for field, low in _MIN_INT.items():
+        value = getattr(cfg, field)
+        if not _is_int(value):
+            bad.append(f"{flag(field)} must be an integer, got {value!r}")
+        elif value < low:
+            bad.append(f"{flag(field)} must be >= {low}, got {value}")
+    floats = {"lr": (0, None, False), "weight_decay": (0, None, True), "grad_clip": (0, None, False),
+              "val_fraction": (0, 1, False), "beta1": (0, 1, True), "beta2": (0, 1, True)}
+    for field, (low, high, low_ok) in floats.items():
+        value = getattr(cfg, field)
+        if not _is_real(value) or not math.isfinite(value):
+            bad.append(f"{flag(field)} must be a finite number, got {value!r}")
+        elif value < low or (value == low and not low_ok) or (high is not None and value >= high):
+            interval = f"{'[' if low_ok else '('}{low}, {'inf)' if high is None else f'{high})'}"
+            bad.append(f"{flag(field)} must be in {interval}, got {value}")
+    if cfg.min_lr is not None:
+        if not _is_real(cfg.min_lr) or not math.isfinite(cfg.min_lr):
+            bad.append(f"--min-lr must be a finite number, got {cfg.min_lr!r}")
+        elif _is_real(cfg.lr) and not 0 <= cfg.min_lr <= cfg.lr:
+            bad.append(f"--min-lr must be in [0, --lr = {cfg.lr}], got {cfg.min_lr}")
+    if not isinstance(cfg.backend, str) or (machine and cfg.backend != "auto" and
+                                            cfg.backend not in available_backends()):
+        bad.append(f"--backend must be 'auto' or one of {', '.join(available_backends())}, got {cfg.backend!r}")
+    for field in ("out", "sample_prompt"):
+        if not isinstance(getattr(cfg, field), str):
+            bad.append(f"{flag(field)} must be a string, got {getattr(cfg, field)!r}")
+    if cfg.data is not None and not isinstance(cfg.data, str):
+        bad.append(f"--data must be a path, got {cfg.data!r}")
+    if stop_at is not None and (not _is_int(stop_at) or stop_at < 1):
+        bad.append(f"--stop-at must be a step >= 1, got {stop_at!r}")
+    if bad:  # the checks below combine settings that are each fine
+        return bad
+    if (2 * cfg.d_model) % cfg.headdim:
+        bad.append(f"--headdim {cfg.headdim} must divide 2 * --d-model = {2 * cfg.d_model}")
+    if "warmup_steps" in explicit and cfg.warmup_steps > cfg.steps:
+        bad.append(f"--warmup-steps {cfg.warmup_steps} is longer than the whole run (--steps {cfg.steps}): the "
+                   f"learning rate would never reach --lr; give at most {cfg.steps}")
+    if stop_at is not None:
+        if stop_at > cfg.steps:
+            bad.append(f"--stop-at {stop_at} is past the end of the run (--steps {cfg.steps}); give a step in "
+                       f"[1, {cfg.steps}] or raise --steps")
+        elif stop_at <= resumed_step:
+            bad.append(f"--stop-at {stop_at} is not after the checkpoint being resumed (step {resumed_step}); "
+                       f"give a step in [{resumed_step + 1}, {cfg.steps}]")
+    weights, have = parameter_memory_bytes(cfg), physical_memory_bytes() if machine else None
+    need = weights + step_memory_bytes(cfg)
+    if have is not None and weights > have:
+        bad.append(f"--d-model {cfg.d_model} with --n-layer {cfg.n_layer} and --d-state {cfg.d_state} makes a model "
+                   f"whose weights, gradients and optimizer state need about {weights / 2 ** 30:,.0f} GiB, more "
+                   f"than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --d-model or --n-layer")
+    elif have is not None and need > have:
+        bad.append(f"--batch-size {cfg.batch_size} x --seq-len {cfg.seq_len} (with --d-model {cfg.d_model}, "
+                   f"--n-layer {cfg.n_layer}) needs about {need / 2 ** 30:,.0f} GiB for one training step, more "
+                   f"than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --batch-size or --seq-len")
+    return bad
+
+
+def check_train_config(cfg, explicit=(), stop_at=None, resumed_step: int = 0) -> None:
+    """Raise ValueError listing every problem (one line each), or return."""
+    bad = train_config_problems(cfg, explicit, stop_at, resumed_step)
+    if bad:
+        raise ValueError("; ".join(bad) if len(bad) == 1 else "\n  " + "\n  ".join(bad))

@@ -1,0 +1,233 @@
+"""`python -m tinygrad_ssm` / `tinygrad-ssm`: train a byte-level Mamba-2 model, and generate text from it.
+
+    python -m tinygrad_ssm train                      # about four minutes on 2 cores, on the standard library
+    python -m tinygrad_ssm train --resume runs/NAME   # continue a run (bit-identical to never stopping)
+    python -m tinygrad_ssm generate --checkpoint runs/NAME --prompt "def " --max-new-tokens 300
+    mpiexec -n 2 python -m tinygrad_ssm train         # data-parallel over MPI ranks (docs/distributed.md)
+
+Exit status: 0 done, 1 training diverged or the model gave NaN/inf logits, 2 bad arguments or data, 130 stopped
+by Ctrl-C (checkpoint saved).
+
+Every error names the flag (`--lr`), file or key at fault and what would work; a run prints its run folder and
+the commands that continue from it.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import shlex
+import sys
+
+from .. import distributed
+from ..io.checkpoints import CheckpointNotFound
+from ..models.mamba2.sampling import NonFiniteLogits
+from ..scan import available_backends
+from .config import TrainConfig
+from .data import DataError
+from .generate import escape_controls, load_model, stream_text
+from .loop import TrainingDiverged, train
+
+EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+_D = TrainConfig()  # the defaults, shown in --help
+
+# (flag, TrainConfig field, type, help); every default is None so that we know what was given explicitly
+_TRAIN_FLAGS = [
+    ("--data", "data", str, "a text file or a folder of text files (read as bytes; hidden and binary files "
+                            "skipped) [default: the running Python's standard library .py sources, without "
+                            "site-packages and test suites]"),
+    ("--data-seed", "data_seed", int, f"seed of the file order and train/validation split [{_D.data_seed}]"),
+    ("--val-fraction", "val_fraction", float, f"fraction of the files kept for validation [{_D.val_fraction}]"),
+    ("--steps", "steps", int, f"total optimizer steps; also the length of the cosine schedule [{_D.steps}]"),
+    ("--batch-size", "batch_size", int, f"sequences per step [{_D.batch_size}]"),
+    ("--seq-len", "seq_len", int, f"bytes per sequence [{_D.seq_len}]"),
+    ("--d-model", "d_model", int, f"model width [{_D.d_model}]"),
+    ("--n-layer", "n_layer", int, f"number of Mamba-2 blocks [{_D.n_layer}]"),
+    ("--d-state", "d_state", int, f"SSM state size per head [{_D.d_state}]"),
+    ("--headdim", "headdim", int, f"channels per SSM head (2*d_model must be a multiple) [{_D.headdim}]"),
+    ("--chunk-size", "chunk_size", int, f"SSD chunk length (speed; results equal up to rounding) "
+                                        f"[{_D.chunk_size}]"),
+    ("--lr", "lr", float, f"peak learning rate of AdamW [{_D.lr}]"),
+    ("--min-lr", "min_lr", float, "learning rate at the end of the cosine decay [--lr / 10]"),
+    ("--warmup-steps", "warmup_steps", int, f"steps of linear warmup from 0 to --lr [{_D.warmup_steps}]"),
+    ("--weight-decay", "weight_decay", float, f"AdamW decoupled weight decay on matrices [{_D.weight_decay}]"),
+    ("--grad-clip", "grad_clip", float, f"clip the global gradient norm to this [{_D.grad_clip}]"),
+    ("--dtype", "dtype", str, f"weights' dtype: float32 or float64 (exact comparisons) [{_D.dtype}]"),
+    ("--seed", "seed", int, f"seed of the weight init and the batch sampler [{_D.seed}]"),
+    ("--backend", "backend", str, f"SSD scan backend: auto (the fastest available) or one of "
+                                  f"{', '.join(available_backends())} [{_D.backend}]"),
+    ("--out", "out", str, "run folder for checkpoints, log.jsonl and loss.png [runs/mamba2-DATE-TIME]"),
+    ("--eval-every", "eval_every", int, f"validate every this many steps [{_D.eval_every}]"),
+    ("--eval-batches", "eval_batches", int, f"validation batches per evaluation [{_D.eval_batches}]"),
+    ("--checkpoint-every", "checkpoint_every", int, f"write a checkpoint every this many steps (and at the end) "
+                                                    f"[{_D.checkpoint_every}]"),
+    ("--keep-checkpoints", "keep_checkpoints", int, f"how many recent checkpoints to keep [{_D.keep_checkpoints}]"),
+    ("--sample-bytes", "sample_bytes", int, f"bytes generated for the sample at the end [{_D.sample_bytes}]"),
+    ("--sample-prompt", "sample_prompt", str, "text the sample at the end continues [the first line of the "
+                                              "validation text, so it suits any --data]"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tinygrad-ssm", description="A byte-level Mamba-2 language model on "
+                                     "a NumPy autograd engine.", epilog=f"exit status: {EXIT_OK} ok, "
+                                     f"{EXIT_DIVERGED} diverged, {EXIT_USAGE} bad input, {EXIT_INTERRUPTED} Ctrl-C")
+    sub = parser.add_subparsers(dest="command", metavar="{train,generate}")
+    sub.required = True
+
+    tr = sub.add_parser("train", help="train a byte-level Mamba-2 model (defaults: about four minutes on 2 cores)",
+                        description="Train a byte-level Mamba-2 language model with AdamW, warmup + cosine "
+                                    "decay and gradient clipping. Defaults are in brackets; with them a run "
+                                    "takes about four minutes on 2 cores.")
+    for flag, field, typ, text in _TRAIN_FLAGS:
+        metavar = {"data": "PATH", "out": "DIR", "backend": "NAME", "sample_prompt": "TEXT"}.get(
+            field, "N" if typ is int else "X")
+        tr.add_argument(flag, dest=field, type=typ, default=None, help=text, metavar=metavar)
+    tr.add_argument("--resume", metavar="DIR", default=None,
+                    help="continue the run in DIR (a run folder or one of its checkpoints) with its saved "
+                         "settings; N steps + resumed steps give the same weights as one uninterrupted run")
+    tr.add_argument("--stop-at", type=int, metavar="STEP", default=None,
+                    help="stop after this step (1 to --steps) with a checkpoint (the schedule still spans "
+                         "--steps), to split a run into sessions")
+    tr.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
+    tr.add_argument("--distributed", action="store_true",
+                    help="train data-parallel over MPI (needs mpi4py: pip install \".[distributed]\"); on by "
+                         "itself when started by mpiexec with more than one process")
+    tr.add_argument("--no-overlap", action="store_true",
+                    help="under MPI, allreduce the gradients after the backward instead of during it")
+
+    ge = sub.add_parser("generate", help="generate text from a checkpoint, streamed as it is produced",
+                        description="Generate text from a training run, a checkpoint folder, or a "
+                                    "save_pretrained folder. Invalid UTF-8 is shown as U+FFFD.")
+    ge.add_argument("--checkpoint", required=True, metavar="DIR",
+                    help="run folder (its newest checkpoint), checkpoint folder, or from_pretrained folder")
+    ge.add_argument("--prompt", default="", help="text to continue [none: the model starts a fresh line, which "
+                                                 "suits any training data]")
+    ge.add_argument("--max-new-tokens", type=int, default=300, help="bytes to generate [%(default)s]")
+    ge.add_argument("--temperature", type=float, default=0.8,
+                    help="divide the logits by this; 0 means greedy [%(default)s]")
+    ge.add_argument("--top-k", type=int, default=None, help="sample only among the k likeliest bytes [off]")
+    ge.add_argument("--top-p", type=float, default=None,
+                    help="sample only within the smallest set of bytes with probability >= p [off]")
+    ge.add_argument("--seed", type=int, default=0, help="sampling seed [%(default)s]")
+    ge.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
+    return parser
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _not_utf8(flag: str, text: str) -> str | None:
+    """A message when `text` (from argv) holds bytes that are not UTF-8 (Python keeps them as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        char = ord(text[e.start])
+        byte = f"the byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}"
+        return (f"{flag} holds {byte} (character {e.start}), which is not valid UTF-8; give {flag} as UTF-8 "
+                f"text")
+    return None
+
+
+def _next_steps(result) -> str:
+    run = shlex.quote(str(result.out))
+    lines = ["", f"run folder: {result.out}", "next:",
+             f"  python -m tinygrad_ssm generate --checkpoint {run} --max-new-tokens 300   # text from the model",
+             f"  python -m tinygrad_ssm train --resume {run} --steps {2 * result.step}   # train on, to step "
+             f"{2 * result.step}"]
+    return "\n".join(lines)  # (the plot's path, or why there is none, is in the summary just above)
+
+
+def _train(args) -> int:
+
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+                 if getattr(args, f.name, None) is not None}
+    if args.sample_prompt is not None and _not_utf8("--sample-prompt", args.sample_prompt):
+        return _error(_not_utf8("--sample-prompt", args.sample_prompt))
+
+    try:  # mpiexec -n N (N > 1) means MPI even without --distributed: N lone copies would clash in one folder
+        world = distributed.init() if args.distributed or distributed.launcher_world_size() > 1 else distributed.SINGLE
+    except distributed.DistributedError as e:
+        return _error(str(e))
+    try:
+        result = train(TrainConfig(), resume=args.resume, overrides=overrides, stop_at=args.stop_at,
+                       progress=not args.no_progress, world=world, overlap=not args.no_overlap)
+    except (DataError, CheckpointNotFound, FileExistsError, ValueError) as e:
+        if not world.is_root:  # every rank stops; rank 0 says why, naming any other rank that failed
+            return EXIT_USAGE
+        return _error(str(e))
+    except distributed.RanksDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except (TrainingDiverged, NonFiniteLogits) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except KeyboardInterrupt:
+        print("stopped by Ctrl-C", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if result.status == "done":
+        print(_next_steps(result))
+    return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_OK
+
+
+def _generate_flag_problems(args) -> list[str]:
+
+    bad = []
+    if args.max_new_tokens < 0:
+        bad.append(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        bad.append(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        bad.append(f"--top-k must be >= 1 (leave it out for no limit), got {args.top_k}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        bad.append(f"--top-p must be in (0, 1] (leave it out for no limit), got {args.top_p}")
+    if args.seed < 0:
+        bad.append(f"--seed must be >= 0, got {args.seed}")
+    if args.backend != "auto" and args.backend not in available_backends():
+        bad.append(f"--backend must be 'auto' or one of {', '.join(available_backends())}, got {args.backend!r}")
+    if _not_utf8("--prompt", args.prompt):
+        bad.append(_not_utf8("--prompt", args.prompt))
+    return bad
+
+
+def _generate(args) -> int:
+
+    bad = _generate_flag_problems(args)  # before loading anything: a typo in a flag should not cost a load
+    if bad:
+        return _error("; ".join(bad) if len(bad) == 1 else "\n  " + "\n  ".join(bad))
+    try:
+        model = load_model(args.checkpoint, backend=args.backend)
+    except (CheckpointNotFound, ValueError, OSError) as e:
+        return _error(str(e))
+    out = sys.stdout
+    if hasattr(out, "reconfigure"):
+        out.reconfigure(errors="replace")  # U+FFFD on a non-UTF-8 terminal must not crash either
+    out.write(escape_controls(args.prompt))
+    out.flush()
+    try:
+        for piece in stream_text(model, args.prompt, args.max_new_tokens, temperature=args.temperature,
+                                 top_k=args.top_k, top_p=args.top_p, seed=args.seed):
+            out.write(escape_controls(piece))  # a control byte must not drive the terminal
+            out.flush()
+    except KeyboardInterrupt:
+        out.write("\n")
+        return EXIT_INTERRUPTED
+    except NonFiniteLogits as e:
+        out.write("\n")
+        out.flush()
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
+    out.write("\n")
+    return EXIT_OK
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return _train(args) if args.command == "train" else _generate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,466 @@
+"""Train a byte-level Mamba-2 language model: AdamW, warmup + cosine decay, gradient clipping.
+
+One step: draw a batch, loss = mean cross entropy of the next byte, backward, clip the global gradient
+norm, AdamW update with the scheduled learning rate. Validation bits per byte are measured on fixed
+windows of the validation files every `eval_every` steps. Checkpoints (see train/checkpoint.py) hold everything
+that decides the next step: weights, optimizer moments, step, sampler state (its RNG), config; so a
+resumed run continues bit for bit.
+
+Stopping: Ctrl-C finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
+Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done). A NaN or infinite
+loss or gradient norm raises TrainingDiverged before the update is applied, and writes nothing, so the
+last good checkpoint stays as it was.
+
+Under MPI (`mpiexec -n N python -m tinygrad_ssm train`, see distributed.py and docs/distributed.md) every rank
+draws the same global batch and keeps its own 1/N of the rows; the gradients are averaged over the ranks
+before clipping, so every rank applies the same AdamW step. Rank 0 alone prints, logs, plots and saves.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import signal
+import sys
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .. import optim
+from ..autograd.grad_mode import no_grad
+from ..models.mamba2 import Mamba2Config, Mamba2LMHeadModel
+from ..optim import AdamW
+from ..registry import VarMap
+from . import checkpoint as ckpt
+from ..distributed import (SINGLE, GradientAllreducer, RanksDiverged, World, broadcast_weights_and_optimizers,
+                           check_same_weights)
+from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batches, load_corpus,
+                   sample_prompt_from, unigram_entropy_bits)
+from .generate import escape_controls, sample_text
+from .run_folder import RunFolderLock, claim_run_folder
+from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
+from .checks import check_train_config
+from .config import VOCAB_SIZE, TrainConfig, _resume_config  # noqa: F401 (re-exported)
+
+
+@dataclass
+class StepInfo:
+    """Passed to the `callback` of `train` after each step (and its evaluation / checkpoint, if any)."""
+
+    step: int
+    loss: float
+    lr: float
+    model: object
+
+
+@dataclass
+class TrainResult:
+    status: str  # "done", "stopped" (reached stop_at) or "interrupted" (Ctrl-C)
+    step: int
+    out: Path
+    checkpoint: Path | None
+    val_bpb: float | None
+    train_loss: float | None
+    tokens: int
+    wall_s: float  # this invocation, start to end
+    train_s: float  # time spent in training steps, over all resumed segments
+    tokens_per_s: float
+    unigram_bits: float  # of the validation split: what a context-free model would reach
+    plot: Path | None = None
+    sample: str | None = None
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the gradient norm became NaN or infinite; nothing was written after the last good step."""
+
+
+class _StopOnSigint:
+    """First Ctrl-C: set `.requested` (the loop stops after the current step). Second: KeyboardInterrupt."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.requested, self._say, self._previous = False, say, None
+
+    def _handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self._say("Ctrl-C: stopping after this step and writing a checkpoint (Ctrl-C again to stop now)")
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
+
+
+def default_out_dir() -> str:
+    return str(Path("runs") / time.strftime("mamba2-%Y%m%d-%H%M%S"))
+
+
+def build_model(cfg: TrainConfig):
+
+    config = Mamba2Config(d_model=cfg.d_model, n_layer=cfg.n_layer, vocab_size=VOCAB_SIZE, d_state=cfg.d_state,
+                          headdim=cfg.headdim, chunk_size=cfg.chunk_size)
+    return Mamba2LMHeadModel(config, varmap=VarMap(seed=cfg.seed), dtype=cfg.dtype, backend=cfg.backend)
+
+
+def build_optimizers(model, cfg: TrainConfig) -> dict:
+    """AdamW with weight decay on matrices (ndim >= 2) only; vectors (norm weights, biases, A_log, D, dt_bias)
+    are not decayed (as mamba_ssm and nanoGPT do): pulling them to 0 has no regularising meaning."""
+
+    named = model.varmap.named_vars()
+    groups = {"decay": [(n, p) for n, p in named if p.ndim >= 2],
+              "no_decay": [(n, p) for n, p in named if p.ndim < 2]}
+    return {name: AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                        weight_decay=cfg.weight_decay if name == "decay" else 0.0)
+            for name, params in groups.items() if params}
+
+
+def _optimizer_state(optimizers: dict) -> dict:
+    flat = {}
+    for group, opt in optimizers.items():
+        for key, value in opt.state_dict().items():
+            flat[f"{group}/{key}"] = np.asarray(value)
+    return flat
+
+
+def _load_optimizer_state(optimizers: dict, flat: dict) -> None:
+    for group, opt in optimizers.items():
+        prefix = f"{group}/"
+        opt.load_state_dict({k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)})
+
+
+def _fingerprint(corpus: Corpus) -> dict:
+    # a resumed run must see the same bytes (another Python version has another standard library)
+    return {"train_bytes": int(len(corpus.train)), "val_bytes": int(len(corpus.val)),
+            "train_crc32": zlib.crc32(corpus.train.tobytes()), "val_crc32": zlib.crc32(corpus.val.tobytes())}
+
+
+def evaluate(model, data: np.ndarray, cfg: TrainConfig, world: World = SINGLE) -> float:
+    """Mean next-byte cross entropy on the fixed validation windows, in bits per byte. Under MPI each rank
+    takes every world.size-th batch and the sums are added up over the ranks."""
+
+    total, count = 0.0, 0
+    with no_grad():
+        for i, (x, y) in enumerate(eval_batches(data, cfg.batch_size, cfg.seq_len, cfg.eval_batches)):
+            if i % world.size == world.rank:
+                total += float(model.loss(x, y).data) * y.size
+                count += y.size
+    total, count = (float(v) for v in world.sum([total, count]))
+    return bits_per_byte(total / count)
+
+
+@dataclass
+class _Run:
+    """Everything one run carries from step to step; `save()` writes it as a checkpoint."""
+
+    cfg: TrainConfig
+    out: Path
+    corpus: Corpus
+    fingerprint: dict
+    val_unigram: float
+    model: object
+    optimizers: dict
+    schedule: Callable[[int], float]
+    sampler: BatchSampler
+    log: RunLog
+    clip: Callable  # clip_grad_norm_, looked up when the run starts (tests patch it)
+    world: World = SINGLE
+    lock: RunFolderLock | None = None  # rank 0 holds the run folder's lock until the run ends
+    reducer: object = None  # a distributed.GradientAllreducer when there are several ranks
+    step: int = 0
+    tokens: int = 0
+    train_s: float = 0.0
+    last_ckpt: Path | None = None
+    saved_step: int | None = None
+    val_bpb: float | None = None
+    loss_val: float | None = None
+    rate: float | None = None  # smoothed tokens/s, for the progress bar
+    in_update: bool = False  # True while AdamW writes the weights: a checkpoint now would be half-updated
+    stop_requested: bool = False  # under MPI: some rank got Ctrl-C; all stop after the same step
+
+    def save(self) -> Path | None:
+        if not self.world.is_root:  # rank 0 alone writes; every rank holds the same weights
+            self.saved_step = self.step
+            return None
+        trainer_state = {"tokens": self.tokens, "train_s": self.train_s, "val_bpb": self.val_bpb,
+                         "train_config": self.cfg.to_dict(), "model_config": self.model.config.to_dict(),
+                         "sampler": self.sampler.state_dict(), "data_fingerprint": self.fingerprint,
+                         "world_size": self.world.size}
+        self.last_ckpt = ckpt.save_checkpoint(self.out, self.step, self.model, _optimizer_state(self.optimizers),
+                                              trainer_state, keep=self.cfg.keep_checkpoints)
+        self.saved_step = self.step
+        return self.last_ckpt
+
+
+def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, dict | None, Path | None]:
+    """The run's config: the saved one (checked against `overrides`) with `resume`, else cfg + overrides;
+    every flag checked (train/checks.py), `stop_at` against the steps done and to do."""
+    if resume is None:
+        cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
+        if cfg.data is not None:  # absolute, so that --resume works from any folder
+            cfg.data = str(Path(cfg.data).expanduser().absolute())
+        check_train_config(cfg, tuple(overrides or {}), stop_at, 0)
+        return cfg, None, None
+    resume_dir = ckpt.resolve_checkpoint(resume)
+    state = ckpt.load_trainer_state(resume_dir)
+    cfg = _resume_config(state["train_config"], overrides or {})
+    if cfg.steps != state["train_config"]["steps"]:
+        say(f"note: --steps changed from {state['train_config']['steps']} to {cfg.steps}: the learning-rate "
+            f"schedule now spans {cfg.steps} steps, so this run is not the one it would have been")
+    if "out" not in (overrides or {}):
+        cfg.out = str(ckpt.run_dir_of(resume_dir))
+    check_train_config(cfg, tuple(overrides or {}), stop_at, state["step"])
+    return cfg, state, resume_dir
+
+
+def _resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):
+    """_resolve_config on rank 0 alone (the checkpoint need only be readable there); the config and the
+    saved trainer state are sent to the other ranks."""
+    resolved = world.agree(lambda: _resolve_config(cfg, resume, overrides, stop_at, say) if world.is_root else None)
+    if world.size == 1:
+        return resolved
+    cfg_dict, state = world.broadcast_json([resolved[0].to_dict(), resolved[1]] if world.is_root else None)
+    return TrainConfig.from_dict(cfg_dict), state, resolved[2] if world.is_root else None
+
+
+def _load_data(cfg: TrainConfig, state: dict | None, world: World = SINGLE) -> tuple[Corpus, dict]:
+    if cfg.batch_size % world.size:
+        raise ValueError(f"--batch-size {cfg.batch_size} (the global batch) must be divisible by the number of "
+                         f"MPI ranks, {world.size}: each rank trains on batch_size / ranks sequences")
+    corpus = load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction)
+    check_length(corpus.train, cfg.seq_len, "training", corpus.source)
+    check_length(corpus.val, cfg.seq_len, "validation", corpus.source)
+    fingerprint = _fingerprint(corpus)
+    if state is not None and state["data_fingerprint"] != fingerprint:
+        raise ValueError(f"--resume: the corpus {corpus.source!r} is not the one this run was trained on "
+                         f"(saved {state['data_fingerprint']}, now {fingerprint})")
+    if world.size > 1 and world.broadcast_json(fingerprint) != fingerprint:
+        raise ValueError(f"rank {world.rank} reads another corpus from {corpus.source!r} than rank 0 "
+                         f"({fingerprint}); every machine needs the same --data")
+    return corpus, fingerprint
+
+
+def _make_run_folder(cfg: TrainConfig, resume_dir: Path | None, world: World) -> tuple[Path, RunFolderLock | None]:
+    """The run folder, checked and locked by rank 0 (train/run_folder.py): no second run writes into it meanwhile."""
+    out = Path(cfg.out or default_out_dir())
+    if world.size > 1:  # one folder for all ranks, named by rank 0's clock
+        out = Path(world.broadcast_json(str(out)))
+    lock = None
+    if world.is_root:
+        lock = claim_run_folder(out, ckpt.run_dir_of(resume_dir) if resume_dir is not None else None)
+    return out, lock
+
+
+def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
+    """Config, data, run folder, model, optimizers, schedule and sampler (restored when resuming). Every
+    error about paths or sizes happens here, before any work, and under MPI on every rank at once."""
+
+    cfg, state, resume_dir = _resolve_on_root(cfg, resume, overrides, stop_at, say, world)
+    corpus, fingerprint = world.agree(_load_data, cfg, state, world)
+    out, lock = world.agree(_make_run_folder, cfg, resume_dir, world)
+    cfg.out = str(out)
+    model = build_model(cfg)
+    run = _Run(cfg, out, corpus, fingerprint, unigram_entropy_bits(corpus.val), model, build_optimizers(model, cfg),
+               optim.WarmupCosine(cfg.lr, min(cfg.warmup_steps, cfg.steps), cfg.steps,  # --steps 3: warm up 3
+                                  min_lr=cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr),
+               BatchSampler(corpus.train, cfg.batch_size, cfg.seq_len, seed=cfg.seed), RunLog(out),
+               optim.clip_grad_norm_, world, lock)
+    say(corpus.describe())
+    say(f"unigram entropy: train {unigram_entropy_bits(corpus.train):.3f}, validation {run.val_unigram:.3f} "
+        f"bits per byte")
+    if state is not None:
+        world.agree(_restore, run, state, resume_dir)
+        say(f"resumed from {resume_dir} at step {run.step}")
+        if state.get("world_size", 1) != world.size:
+            say(f"note: saved with {state.get('world_size', 1)} MPI rank(s), resumed with {world.size}: the same "
+                f"global batches, the gradients summed in another order (equal up to rounding, not bit for bit)")
+    if world.size > 1:  # every rank starts from rank 0's weights and moments, fresh or resumed
+
+        broadcast_weights_and_optimizers(run.model.varmap, run.optimizers, world)
+    say(f"model: {run.model.varmap.num_parameters():,} parameters (d_model {cfg.d_model}, {cfg.n_layer} layers, "
+        f"d_state {cfg.d_state}, headdim {cfg.headdim}); {cfg.steps} steps of {cfg.batch_size} x "
+        f"{cfg.seq_len} bytes{f' over {world.size} MPI ranks' if world.size > 1 else ''}; out {out}")
+    return run
+
+
+def _restore(run: _Run, state: dict, resume_dir: Path | None) -> None:
+    """The checkpoint's step, counters and sampler on every rank; weights and moments from disk on rank 0
+    (the others receive them in share_training_state)."""
+    if run.world.is_root:
+        run.model.varmap.load(resume_dir / "model.safetensors")
+        _load_optimizer_state(run.optimizers, ckpt.load_optimizer_state(resume_dir))
+        run.log.truncate_after(state["step"])
+    run.sampler.load_state_dict(state["sampler"])
+    run.step, run.tokens, run.train_s = state["step"], state["tokens"], state["train_s"]
+    run.val_bpb, run.last_ckpt, run.saved_step = state.get("val_bpb"), resume_dir, run.step
+
+
+def _step(run: _Run, stop_requested: bool = False) -> dict:
+    """One optimizer step: batch, loss, backward, clip, AdamW. Returns the step's log record. Under MPI the
+    rank's rows of the global batch; the loss (and any rank's Ctrl-C) and the gradients averaged over ranks."""
+    t0 = time.perf_counter()
+    lr = run.schedule(run.step)
+    x, y = run.sampler.next_batch()  # (b, l) each: the global batch, the same on every rank
+    rows = slice(run.world.rank * len(x) // run.world.size, (run.world.rank + 1) * len(x) // run.world.size)
+    x, y = x[rows], y[rows]  # (b / ranks, l): this rank's share
+    for opt in run.optimizers.values():
+        opt.zero_grad()
+    loss = run.model.loss(x, y)
+    run.loss_val = float(loss.data)
+    if run.world.size > 1:
+        loss_sum, stops = run.world.sum([run.loss_val, stop_requested])
+        run.loss_val, run.stop_requested = loss_sum / run.world.size, stops > 0
+    if not math.isfinite(run.loss_val):
+        raise TrainingDiverged(_diverged(f"loss is {run.loss_val}", run.step + 1, lr, run.last_ckpt))
+    loss.backward()
+    if run.reducer is not None:
+        run.reducer.finish()
+    grad_norm = float(run.clip(run.model.varmap.all_vars(), run.cfg.grad_clip))
+    if not math.isfinite(grad_norm):
+        raise TrainingDiverged(_diverged(f"gradient norm is {grad_norm}", run.step + 1, lr, run.last_ckpt))
+    run.in_update = True
+    for opt in run.optimizers.values():
+        opt.lr = lr
+        opt.step()
+    run.in_update = False
+    run.step += 1
+    n_tokens = x.size * run.world.size
+    run.tokens += n_tokens
+    dt = time.perf_counter() - t0
+    run.train_s += dt
+    run.rate = n_tokens / dt if run.rate is None else 0.9 * run.rate + 0.1 * n_tokens / dt
+    record = {"step": run.step, "train_loss": run.loss_val, "train_bpb": bits_per_byte(run.loss_val), "lr": lr,
+              "grad_norm": grad_norm, "tokens": run.tokens, "tokens_per_s": n_tokens / dt}
+    if run.reducer is not None:
+        record["allreduce_s"] = run.reducer.last_finish_s
+        record["buckets_sent_in_backward"] = f"{run.reducer.last_launched_early}/{len(run.reducer.buckets)}"
+    return record
+
+
+def _after_step(run: _Run, record: dict, bar, say) -> None:
+    """Log the step; validate every `eval_every` steps and at the end (under MPI, first check that every
+    rank holds the same weights); checkpoint every `checkpoint_every`."""
+    if run.world.is_root:
+        run.log.append(record)
+    bar.update(1)
+    bar.set_postfix(loss=f"{run.loss_val:.3f}", tok_s=f"{run.rate:,.0f}", lr=f"{record['lr']:.2e}", refresh=False)
+    cfg = run.cfg
+    if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
+        check_same_weights(run.model.varmap, run.world, run.step)
+        run.val_bpb = evaluate(run.model, run.corpus.val, cfg, run.world)
+        if run.world.is_root:
+            run.log.append({"step": run.step, "val_bpb": run.val_bpb, "tokens": run.tokens})
+        say(f"step {run.step}: validation {run.val_bpb:.3f} bits per byte (train loss {run.loss_val:.3f})")
+    if run.step % cfg.checkpoint_every == 0 and run.step < cfg.steps:
+        run.save()
+
+
+def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
+    """The end: a last checkpoint, the curves, the summary and (when done) a sample; files on rank 0 only."""
+    if run.step > 0 and (run.saved_step != run.step or status == "done"):
+        run.save()
+    plot = plot_curves(run.log.records(), run.out / PLOT_FILE, run.val_unigram) if run.world.is_root else None
+    result = TrainResult(status, run.step, run.out, run.last_ckpt, run.val_bpb, run.loss_val, run.tokens,
+                         time.perf_counter() - t_begin, run.train_s,
+                         run.tokens / run.train_s if run.train_s else 0.0, run.val_unigram, plot)
+    if status != "done":
+        say(f"stopped at step {run.step}/{run.cfg.steps}; checkpoint {run.last_ckpt}\n"
+            f"continue with: python -m tinygrad_ssm train --resume {run.out}")
+    elif run.world.is_root:
+
+        prompt = run.cfg.sample_prompt or sample_prompt_from(run.corpus.val)
+        result.sample = prompt + sample_text(run.model, prompt, run.cfg.sample_bytes, temperature=0.8,
+                                             seed=run.cfg.seed)
+        say(summary(result))
+    if run.lock is not None:
+        run.lock.release()
+    return result
+
+
+def _loop(run: _Run, stop_at, callback, bar, sigint, say) -> str:
+    """Steps until the end, `stop_at` or Ctrl-C; returns the status."""
+    while run.step < run.cfg.steps:
+        if run.world.size == 1 and sigint.requested:
+            return "interrupted"
+        if run.stop_requested:  # agreed by every rank in the last step
+            return "interrupted"
+        if stop_at is not None and run.step >= stop_at:
+            return "stopped"
+        record = _step(run, sigint.requested)
+        _after_step(run, record, bar, say)
+        if callback is not None:
+            callback(StepInfo(run.step, run.loss_val, record["lr"], run.model))
+    return "done"
+
+
+def train(cfg: TrainConfig | None = None, *, resume: str | None = None, overrides: dict | None = None,
+          stop_at: int | None = None, progress: bool = True, callback: Callable[[StepInfo], None] | None = None,
+          say: Callable[[str], None] | None = None, world: World = SINGLE, overlap: bool = True) -> TrainResult:
+    """Run (or continue, with `resume`= a run or checkpoint folder) a training run.
+
+    overrides: settings given on the command line; with `resume` they are checked against the saved run.
+    stop_at: stop (with a checkpoint) once this many steps are done; the schedule still spans `cfg.steps`.
+    callback: called with a StepInfo after every step (tests use it to interrupt or to corrupt weights).
+    world: `distributed.init()` to train data-parallel over MPI ranks (launched with mpiexec); `overlap`
+    starts each gradient bucket's allreduce during the backward (False: all of them after it).
+    """
+    from tqdm import tqdm
+
+    t_begin = time.perf_counter()
+    say = (say or (lambda m: tqdm.write(m, file=sys.stdout))) if world.is_root else (lambda m: None)
+    try:
+        run = _setup(cfg, resume, overrides, stop_at, say, world)
+        if world.size > 1:
+
+            run.reducer = GradientAllreducer(run.model.varmap, world, overlap=overlap)
+        with progress_bar(total=run.cfg.steps, initial=run.step, disable=not (progress and world.is_root),
+                          unit="step", dynamic_ncols=True, file=sys.stderr) as bar, _StopOnSigint(say) as sigint:
+            try:
+                status = _loop(run, stop_at, callback, bar, sigint, say)
+            except KeyboardInterrupt:
+                if run.in_update:  # weights are half-updated: saving them would poison the run
+                    say(f"stopped during a weight update at step {run.step + 1}; nothing saved "
+                        f"(last checkpoint: {run.last_ckpt})")
+                    raise
+                if world.size > 1:  # the ranks may be anywhere (one inside an allreduce): abort the job
+                    say(f"second Ctrl-C under MPI: stopping every rank now; nothing saved "
+                        f"(last checkpoint: {run.last_ckpt})")
+                    raise
+                status = "interrupted"
+        return _finish(run, status, t_begin, say)
+    except BaseException as e:
+        every_rank = isinstance(e, (TrainingDiverged, RanksDiverged)) or getattr(e, "raised_on_every_rank", False)
+        if world.size > 1 and not every_rank:  # one rank's error ends the whole job: none is left waiting
+            world.abort(e, 130 if isinstance(e, KeyboardInterrupt) else 1)
+        raise
+
+
+def _diverged(what: str, step: int, lr: float, last_ckpt: Path | None) -> str:
+    where = (f"the last good checkpoint {last_ckpt} was left untouched" if last_ckpt is not None
+             else "no checkpoint had been written yet")
+    return (f"training diverged: {what} at step {step} (lr {lr:.3g}); stopped without updating the weights; "
+            f"{where}. Try a lower --lr or more --warmup-steps.")
+
+
+def summary(r: TrainResult) -> str:
+    lines = [
+        "",
+        f"final validation: {r.val_bpb:.3f} bits per byte (unigram entropy of the validation text: "
+        f"{r.unigram_bits:.3f})",
+        f"tokens: {r.tokens:,} in {r.train_s:.1f} s of training ({r.tokens_per_s:,.0f} tokens/s); "
+        f"wall time {r.wall_s:.1f} s",
+        f"checkpoint: {r.checkpoint}",
+    ]
+    lines.append(f"curves: {r.plot}" if r.plot is not None else f"no loss plot: {plot_unavailable_reason()}")
+    if r.sample is not None:  # control bytes escaped: a sample must not drive the terminal
+        lines += ["sample:", "-" * 60, escape_controls(r.sample), "-" * 60]
+    return "\n".join(lines)
