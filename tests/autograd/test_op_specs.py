@@ -1,4 +1,4 @@
-"""The op table of tests/op_specs.py is complete and is the one the op tests read, and the "adding an op"
+"""The op table of tests/support/op_specs.py is complete and is the one the op tests read, and the "adding an op"
 steps of docs/autograd.md are true: the test below follows them (with the section's own code) to add
 log1p, and checks that every file and name the section cites exists."""
 from __future__ import annotations
@@ -20,14 +20,14 @@ from tinygrad_ssm.autograd import args as A
 from tinygrad_ssm.autograd import functional as F
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-TABLE_READERS = ("test_ops_grad.py", "test_ops_forward.py", "test_torch_parity.py", "test_tensor_semantics.py",
-                 "test_ops_errors.py", "test_views.py")
+TABLE_READERS = tuple(f"autograd/{name}" for name in ("test_ops_grad.py", "test_ops_forward.py", "test_torch_parity.py",
+                                                       "test_tensor_semantics.py", "test_ops_errors.py", "test_views.py"))
 
 
 def test_every_op_has_a_complete_spec():
     missing, unknown = sorted(set(F.OPS) - set(SPECS)), sorted(set(SPECS) - set(F.OPS))
-    assert not missing, f"ops in functional.OPS without an entry in tests/op_specs.py: {missing}"
-    assert not unknown, f"entries in tests/op_specs.py for names that are not in functional.OPS: {unknown}"
+    assert not missing, f"ops in functional.OPS without an entry in tests/support/op_specs.py: {missing}"
+    assert not unknown, f"entries in tests/support/op_specs.py for names that are not in functional.OPS: {unknown}"
     for name, spec in SPECS.items():
         assert spec.grad and spec.forward and spec.torch, f"{name}: an empty part in its entry"
         assert all(callable(f) for f in (*spec.grad.values(), *spec.forward.values(), spec.float32, spec.example))
@@ -47,7 +47,7 @@ def test_every_op_test_file_reads_the_one_table(filename):
     tree = ast.parse((ROOT / "tests" / filename).read_text())
     imports = {(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                for alias in node.names}
-    assert ("op_specs", "SPECS") in imports, f"{filename} does not read tests/op_specs.py's SPECS"
+    assert ("tests.support.op_specs", "SPECS") in imports, f"{filename} does not read tests/support/op_specs.py's SPECS"
     assert "op_coverage" not in {module for module, _ in imports}, f"{filename} keeps a table of its own"
 
 
@@ -63,14 +63,14 @@ def _section() -> str:
 def test_the_adding_an_op_section_cites_files_and_names_that_exist():
     section = _section()
     paths = set(re.findall(r"`((?:tinygrad_ssm|tests|docs)/[\w/]*\w\.(?:py|md)|tinygrad_ssm/autograd/ops/)`", section))
-    assert {"tinygrad_ssm/autograd/functional.py", "tinygrad_ssm/autograd/args.py", "tests/op_specs.py"} <= paths
+    assert {"tinygrad_ssm/autograd/functional.py", "tinygrad_ssm/autograd/args.py", "tests/support/op_specs.py"} <= paths
     for path in paths:
         assert (ROOT / path).exists(), f"docs/autograd.md cites {path}, which does not exist"
-    for test, path in re.findall(r"`(test_\w+)` in `(tests/\w+\.py)`", section):
+    for test, path in re.findall(r"`(test_\w+)` in `(tests/[\w/]+\.py)`", section):
         assert f"def {test}(" in (ROOT / path).read_text(), f"{path} has no {test}"
-    readers = re.findall(r"- `tests/(test_\w+\.py)`", section)  # the list of files that read the table
+    readers = re.findall(r"- `tests/(\w+/test_\w+\.py)`", section)  # the list of files that read the table
     assert sorted(readers) == sorted(TABLE_READERS)
-    assert "`SPECS` in `tests/op_specs.py`" in section and "`@op`" in section and "`OPS`" in section
+    assert "`SPECS` in `tests/support/op_specs.py`" in section and "`@op`" in section and "`OPS`" in section
     assert F.op.__name__ == "op" and isinstance(F.OPS, list) and isinstance(op_specs.SPECS, dict)
 
 

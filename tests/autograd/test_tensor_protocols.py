@@ -171,21 +171,16 @@ def test_complex_dtype_argument_is_refused():
         Tensor([1.0, 2.0], dtype=np.complex64)
 
 
-# --- the name tinygrad_ssm.autograd.tensor -----------------------------------------------------------------------
+# --- tg.tensor, torch.tensor's equivalent ----------------------------------------------------------------
 
-def test_tinygrad_ssm_tensor_is_the_module_and_new_tensor_creates():
-    import importlib
-
+def test_tg_tensor_is_new_tensor_and_copies_like_torch_tensor():
     import tinygrad_ssm as tg
-    module = importlib.import_module("tinygrad_ssm.autograd.tensor")
-    assert tg.tensor is module and module.Tensor is tg.Tensor and module.Function is tg.Function
+    from tinygrad_ssm.autograd import tensor as tensor_module
+    assert tg.tensor is tg.new_tensor and tensor_module.Tensor is tg.Tensor
     array = np.array([1.0, 2.0])
-    t = tg.new_tensor(array, requires_grad=True)  # torch.tensor: a copy
+    t = tg.tensor(array, requires_grad=True)  # torch.tensor: a copy
     assert t.dtype == np.float64 and t.requires_grad and not np.shares_memory(t.data, array)
-    assert tg.new_tensor([1.0, 2.0]).dtype == np.float32 and tg.new_tensor([1, 2]).dtype == np.int64
-    with pytest.warns(DeprecationWarning, match="tinygrad_ssm.autograd.tensor is the module.*new_tensor"):
-        old = tg.tensor([1.0, 2.0])  # the old spelling still works
-    assert isinstance(old, Tensor) and old.dtype == np.float32 and old.tolist() == [1.0, 2.0]
+    assert tg.tensor([1.0, 2.0]).dtype == np.float32 and tg.tensor([1, 2]).dtype == np.int64
 
 
 # --- in-place writes ------------------------------------------------------------------------------------

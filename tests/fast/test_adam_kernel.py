@@ -1,8 +1,6 @@
-"""Adam's numba update (fast/adam_kernel.py) against the NumPy code it replaces (`Adam.fast = False`): the same
+"""Adam's numba update (fast/adam_kernel.py) against the NumPy code it replaces (`fused=False`): the same
 bits in float32 and float64, for Adam and AdamW, on hypothesis-drawn shapes, hyperparameters and step counts,
 arrays the kernel does not take go to the reference."""
-import contextlib
-
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -12,26 +10,16 @@ from tinygrad_ssm import optim
 from tinygrad_ssm.fast import adam_kernel
 
 
-@contextlib.contextmanager
-def settings(fast=True):
-    before, optim.Adam.fast = optim.Adam.fast, fast
-    try:
-        yield
-    finally:
-        optim.Adam.fast = before
-
-
-def trajectory(cls, start, grads, hparams, fast):
+def trajectory(cls, start, grads, hparams, fused):
     """Parameter, exp_avg and exp_avg_sq after each step, the gradients given."""
     p = tg.Tensor(start.copy(order="K"), requires_grad=True)              # keeps a transposed layout
-    opt = cls([("p", p)], **hparams)
+    opt = cls([("p", p)], **hparams, fused=fused)
     out = []
-    with settings(fast):
-        for g in grads:
-            p.grad = tg.Tensor(g)
-            opt.step()
-            state = opt.state["p"]
-            out.append((p.data.copy(), state["exp_avg"].copy(), state["exp_avg_sq"].copy()))
+    for g in grads:
+        p.grad = tg.Tensor(g)
+        opt.step()
+        state = opt.state["p"]
+        out.append((p.data.copy(), state["exp_avg"].copy(), state["exp_avg_sq"].copy()))
     return out
 
 
@@ -46,8 +34,8 @@ def test_adam_kernel_is_the_reference_bit_for_bit(cls, dtype, shape, lr, betas, 
     grads = [(rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 3)).astype(dtype) for _ in range(steps)]
     grads[0].flat[0] = 0.0                                               # v = 0 there: the denominator is eps
     hparams = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-    got = trajectory(cls, start, grads, hparams, fast=True)
-    expected = trajectory(cls, start, grads, hparams, fast=False)
+    got = trajectory(cls, start, grads, hparams, fused=True)
+    expected = trajectory(cls, start, grads, hparams, fused=False)
     for step, (g, e) in enumerate(zip(got, expected)):
         for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), g, e):
             assert a.dtype == dtype
@@ -69,8 +57,13 @@ def test_adam_with_arrays_the_kernel_does_not_take_runs_the_reference(grad_dtype
     rng = np.random.default_rng(0)
     start = rng.standard_normal((6, 5)).astype(np.float32).T                         # F-ordered (5, 6)
     grads = [rng.standard_normal((5, 6)).astype(grad_dtype) for _ in range(3)]
-    got = trajectory(optim.AdamW, start, grads, dict(lr=0.1), fast=True)
-    expected = trajectory(optim.AdamW, start, grads, dict(lr=0.1), fast=False)
+    got = trajectory(optim.AdamW, start, grads, dict(lr=0.1), fused=True)
+    expected = trajectory(optim.AdamW, start, grads, dict(lr=0.1), fused=False)
     for g, e in zip(got, expected):
         for a, b in zip(g, e):
             np.testing.assert_array_equal(a, b)
+
+
+def test_fused_must_be_a_bool():
+    with pytest.raises(TypeError, match="AdamW: fused must be True or False"):
+        optim.AdamW([("p", tg.Tensor(np.zeros(3), requires_grad=True))], fused="yes")

@@ -2,7 +2,6 @@
 equal to 1e-10 in float64 on hypothesis-drawn shapes; gradchecks; float32 stays float32. The ops cut rows into
 blocks shared by the threads: tests draw the block size down to one row, so blocks split sequences and
 every thread gets some; inputs come contiguous, as views at a column offset, and in layouts that are copied."""
-import contextlib
 import math
 import threading
 import time
@@ -10,6 +9,7 @@ import time
 import numpy as np
 import pytest
 from tests.support.gradcheck import gradcheck
+from tests.support.row_blocks import BLOCKS, block_bytes
 from hypothesis import given, strategies as st
 
 import tinygrad_ssm as tg
@@ -26,19 +26,6 @@ def values_and_grads(fn, arrays, weight_seed=0):
     w = np.random.default_rng(weight_seed).standard_normal(out.shape)
     (out * tg.Tensor(w)).sum().backward()
     return out.data, [None if t is None else t.grad.data for t in tensors]
-
-
-@contextlib.contextmanager
-def block_bytes(n):
-    """Blocks of about n bytes of one array's rows (1 = one row per block) while the ops run."""
-    before, row_blocks.BLOCK_BYTES = row_blocks.BLOCK_BYTES, n
-    try:
-        yield
-    finally:
-        row_blocks.BLOCK_BYTES = before
-
-
-BLOCKS = st.sampled_from([1, 40, 64 * 1024])   # one row or step per block, a few, all in one
 
 
 def layout(x: np.ndarray, how: str) -> np.ndarray:

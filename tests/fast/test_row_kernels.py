@@ -1,40 +1,32 @@
-"""The numba kernels of fast/row_kernels.py against the NumPy code they replace (the ops' `fast = False` path):
+"""fast/row_ops.py's ops (on fast/row_kernels.py's kernels) against their engine twins, the NumPy reference:
 cross entropy's losses and gradients equal to 1e-10 in float64 on hypothesis-drawn shapes (rows cut into blocks
 down to one row, so every thread gets some), rows that are not finite handled by the reference, a retained
 graph's second backward, gradchecks; the embedding's gradient the same bits as np.add.at."""
-import contextlib
-
 import numpy as np
 import pytest
 from tests.support.gradcheck import gradcheck
 from hypothesis import given, strategies as st
 from hypothesis.extra import numpy as hnp
-from tests.fast.test_fused import block_bytes
+from tests.support.row_blocks import block_bytes
 
 import tinygrad_ssm as tg
 from tinygrad_ssm.autograd import functional as F
 from tinygrad_ssm.autograd.ops import nn as N, reduce as R
-from tinygrad_ssm.fast import row_kernels
+from tinygrad_ssm.fast import row_kernels, row_ops
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 
 
-@contextlib.contextmanager
-def fast(op_class, on: bool):
-    before, op_class.fast = op_class.fast, on
-    try:
-        yield
-    finally:
-        op_class.fast = before
-
-
 def cross_entropy_and_grad(logits, targets, reduction, weight, kernels: bool, ignore_index=-100):
-    """(loss, d loss.w / d logits, whether the kernels ran) with CrossEntropy.fast = kernels."""
-    with fast(R.CrossEntropy, kernels):
-        x = tg.Tensor(logits.copy(), requires_grad=True)
-        loss = F.cross_entropy(x, targets, ignore_index=ignore_index, reduction=reduction)
-        ran = [ctx for ctx in _ops(loss) if isinstance(ctx, R.CrossEntropy)][0].by_kernels
-        (loss * tg.Tensor(np.asarray(weight, logits.dtype))).sum().backward()
+    """(loss, d loss.w / d logits, whether the kernels ran): row_ops.cross_entropy with kernels, else the engine's
+    F.cross_entropy (the reference)."""
+    cross_entropy = row_ops.cross_entropy if kernels else F.cross_entropy
+    x = tg.Tensor(logits.copy(), requires_grad=True)
+    loss = cross_entropy(x, targets, ignore_index=ignore_index, reduction=reduction)
+    op = [ctx for ctx in _ops(loss) if isinstance(ctx, R.CrossEntropy)][0]
+    assert isinstance(op, row_ops.FusedCrossEntropy) == kernels
+    ran = kernels and op.by_kernels
+    (loss * tg.Tensor(np.asarray(weight, logits.dtype))).sum().backward()
     return loss.data, x.grad.data, ran
 
 
@@ -110,7 +102,7 @@ def test_cross_entropy_retained_graph_gives_the_same_gradient_twice():
     rng = np.random.default_rng(1)
     logits, targets = rng.standard_normal((9, 17)), rng.integers(0, 17, 9)
     x = tg.Tensor(logits, requires_grad=True)
-    loss = F.cross_entropy(x, targets)
+    loss = row_ops.cross_entropy(x, targets)
     loss.backward(retain_graph=True)
     first = x.grad.data.copy()
     x.grad = None
@@ -124,9 +116,8 @@ def test_cross_entropy_without_grad_mode_computes_the_loss_only():
     rng = np.random.default_rng(2)
     logits, targets = rng.standard_normal((5, 33)), rng.integers(0, 33, 5)
     with tg.no_grad():
-        loss = F.cross_entropy(tg.Tensor(logits), targets, reduction="none")
-    with fast(R.CrossEntropy, False):
-        expected = F.cross_entropy(tg.Tensor(logits), targets, reduction="none")
+        loss = row_ops.cross_entropy(tg.Tensor(logits), targets, reduction="none")
+    expected = F.cross_entropy(tg.Tensor(logits), targets, reduction="none")
     np.testing.assert_allclose(loss.data, expected.data, **TOL)
 
 
@@ -135,14 +126,14 @@ def test_cross_entropy_kernels_gradcheck(reduction):
     rng = np.random.default_rng(4)
     logits, targets = rng.standard_normal((4, 19)) * 2, np.array([0, -100, 18, 5])
     assert cross_entropy_and_grad(logits, targets, reduction, np.ones(4) if reduction == "none" else 1.0, True)[2]
-    gradcheck(lambda t: F.cross_entropy(t, targets, reduction=reduction), logits)
+    gradcheck(lambda t: row_ops.cross_entropy(t, targets, reduction=reduction), logits)
 
 
 def test_cross_entropy_bad_targets_still_raise():
     with pytest.raises(IndexError, match="out of range for 4 classes"):
-        F.cross_entropy(tg.Tensor(np.zeros((2, 4)), requires_grad=True), np.array([1, 4]))
+        row_ops.cross_entropy(tg.Tensor(np.zeros((2, 4)), requires_grad=True), np.array([1, 4]))
     with pytest.raises(IndexError):                                      # straight to the op: the reference's error
-        R.CrossEntropy.apply(tg.Tensor(np.zeros((2, 4)), requires_grad=True), np.array([1, 9]))
+        row_ops.FusedCrossEntropy.apply(tg.Tensor(np.zeros((2, 4)), requires_grad=True), np.array([1, 9]))
 
 
 # --- the embedding's gradient ----------------------------------------------------------------------------
@@ -157,11 +148,10 @@ def test_embedding_gradient_is_np_add_at_bit_for_bit(vocab, dim, dtype, ids_dtyp
     weight = rng.standard_normal((vocab, dim)).astype(dtype)
     out_grad = (rng.standard_normal(ids.shape + (dim,)) * 10).astype(dtype)
     grads = []
-    for kernels in (True, False):
-        with fast(N.Embedding, kernels):
-            w = tg.Tensor(weight.copy(), requires_grad=True)
-            (N.Embedding.apply(w, ids) * tg.Tensor(out_grad)).sum().backward()  # takes ids from the end as NumPy
-            grads.append(w.grad.data)
+    for op in (row_ops.FusedEmbedding, N.Embedding):
+        w = tg.Tensor(weight.copy(), requires_grad=True)
+        (op.apply(w, ids) * tg.Tensor(out_grad)).sum().backward()       # takes ids from the end as NumPy
+        grads.append(w.grad.data)
     expected = np.zeros_like(weight)
     np.add.at(expected, ids.ravel(), out_grad.reshape(-1, dim))
     np.testing.assert_array_equal(grads[0], expected)
@@ -181,4 +171,4 @@ def test_embedding_kernel_adds_in_index_order():
 
 def test_embedding_kernel_gradcheck():
     ids = np.array([[0, 3, 3], [1, 0, 2]])
-    gradcheck(lambda w: F.embedding(ids, w), np.random.default_rng(5).standard_normal((4, 18)))
+    gradcheck(lambda w: row_ops.embedding(ids, w), np.random.default_rng(5).standard_normal((4, 18)))

@@ -38,7 +38,7 @@ if not RUNS_HERE:
 
 else:
     from tests.support.gradcheck import gradcheck
-    from tests.scan.test_ssd import make_inputs
+    from tests.support.scan_inputs import make_inputs
 
     Q = 4                                        # chunk length: l = 2 Q + 3 spans three chunks, the last short
     CUDA = BACKENDS["cuda"]

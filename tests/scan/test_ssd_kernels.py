@@ -16,7 +16,7 @@ from hypothesis import given, strategies as st
 
 import tinygrad_ssm as tg
 from tests.support.gradcheck import gradcheck
-from tests.scan.test_ssd import make_inputs, numpy_scan
+from tests.support.scan_inputs import make_inputs, numpy_scan
 from tinygrad_ssm.scan import BACKENDS, ssd
 
 KERNELS = [pytest.param(name, marks=pytest.mark.skipif(not record.available(), reason=f"{name} is not available here"))
@@ -138,11 +138,9 @@ def test_saved_for_backward_holds_chunk_states_not_step_states(backend):
 
 # --- the numba CPU kernels' own machinery ------------------------------------------------------------------
 
-numba_cpu = pytest.importorskip("tinygrad_ssm.scan.numba_cpu")
-needs_numba = pytest.mark.skipif(not numba_cpu.available(), reason="numba is not installed")
+from tinygrad_ssm.scan import numba_cpu  # noqa: E402
 
 
-@needs_numba
 @pytest.mark.parametrize("block_states", [1, 3, 7])
 def test_numba_two_level_recompute(monkeypatch, block_states):
     """Blocks shorter than a chunk (the backward first recomputes each block's entering state, then the block):
@@ -154,7 +152,6 @@ def test_numba_two_level_recompute(monkeypatch, block_states):
         assert diff < 1e-10, (name, diff)
 
 
-@needs_numba
 def test_numba_heads_of_a_group_split_across_work_items(monkeypatch):
     """When b g work items are fewer than threads, a group's heads are cut into slices with their own dB, dC."""
     monkeypatch.setattr(numba_cpu, "_head_slices", lambda b, g, r, threads: r)
@@ -163,7 +160,6 @@ def test_numba_heads_of_a_group_split_across_work_items(monkeypatch):
         assert diff < 1e-10, (name, diff)
 
 
-@needs_numba
 @pytest.mark.parametrize("slices", [1, 2])
 def test_numba_work_items_go_to_whichever_thread_claims_them(monkeypatch, slices):
     """Every thread claims the kernels' work items from one counter (numba_cpu._on_threads): the outputs and
@@ -216,7 +212,6 @@ def test_numba_work_items_go_to_whichever_thread_claims_them(monkeypatch, slices
             np.testing.assert_array_equal(got, want)
 
 
-@needs_numba
 @given(p=st.integers(1, 13), n=st.integers(1, 9), r=st.integers(1, 3), seed=st.integers(0, 2**16))
 def test_numba_row_blocks_any_head_dim(p, n, r, seed):
     """The kernels take the state's rows four at a time, rows k, pq + k, 2 pq + k, 3 pq + k (pq = ceil(p / 4));
@@ -229,7 +224,6 @@ def test_numba_row_blocks_any_head_dim(p, n, r, seed):
         assert diff < 1e-10, (name, diff)
 
 
-@needs_numba
 @given(p=st.integers(2, 5), n=st.integers(2, 5), g=st.integers(1, 2), seed=st.integers(0, 2**16))
 def test_numba_reads_the_pieces_of_one_array_in_place(p, n, g, seed):
     """x, B, C as the model hands them over (column pieces of the conv's output, dt and dy pieces too) are read
@@ -259,7 +253,6 @@ def test_numba_reads_the_pieces_of_one_array_in_place(p, n, g, seed):
         np.testing.assert_array_equal(got, want)
 
 
-@needs_numba
 @pytest.mark.parametrize("slices", [1, 2])
 @pytest.mark.parametrize("layout", ["pieces", "fortran"])
 def test_numba_backward_into_given_arrays(monkeypatch, slices, layout):
@@ -355,7 +348,6 @@ CACHE_PROBE = textwrap.dedent("""
 """)
 
 
-@needs_numba
 def test_numba_fresh_process_loads_the_compiled_kernels_from_the_cache():
     """Run the kernels in a subprocess twice: the second finds both compiled in numba's on-disk cache."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
@@ -365,7 +357,6 @@ def test_numba_fresh_process_loads_the_compiled_kernels_from_the_cache():
     assert second["misses"] == [0, 0] and all(hit >= 1 for hit in second["hits"]), runs
 
 
-@pytest.mark.skipif(not BACKENDS["numba_chunked"].available(), reason="numba_chunked needs SciPy")
 def test_numba_chunked_runs_scipys_blas_on_one_thread_and_restores_it():
     """The chunked backward's products are small and run on the kernel's own threads: SciPy's OpenBLAS is set to
     one thread while the kernel runs and back to what it was afterwards (NumPy's OpenBLAS is not touched)."""

@@ -10,20 +10,22 @@ from .grad_mode import is_grad_enabled
 from .tensor import Tensor
 
 
-
 class Function:
-    """One differentiable op. Subclasses write `forward(ctx, *arrays, **kw) -> array` and
-    `backward(ctx, grad) -> one gradient per tensor input (or None)`, next to each other.
+    """One differentiable op. Subclasses write `forward(self, *arrays, **kw) -> array` and
+    `backward(self, grad) -> one gradient per tensor input (or None)`, next to each other; `self` is the
+    op's record in the graph (PyTorch's `ctx`), created by `apply` for each call.
 
     An op with several outputs returns a tuple of arrays from forward, and its backward takes one gradient
-    per output, `backward(ctx, *grads)`, as PyTorch's do: an output that did not reach the loss gets zeros
+    per output, `backward(self, *grads)`, as PyTorch's do: an output that did not reach the loss gets zeros
     of its shape (torch's materialized grads), so backward never tests for None.
 
-    Inside forward, `ctx.save_for_backward(...)` keeps arrays for backward; if one of them is an input's
+    Inside forward, `self.save_for_backward(...)` keeps arrays for backward; if one of them is an input's
     or the output's own array, its tensor's version is checked at backward time, so an in-place change
     in between raises instead of giving a wrong gradient (PyTorch's version counter).
-    `ctx.needs_input_grad[i]` says whether input i wants a gradient, so backward can skip work.
-    Functions whose output is a view of their first input set `is_view = True` (they share its version)."""
+    `self.needs_input_grad[i]` says whether input i wants a gradient, so backward can skip work.
+    Functions whose output is a view of their first input set `is_view = True` (they share its version).
+
+    One optional hook, for ops that save a copy: `gradient_slot` (below)."""
 
     is_view = False
 
@@ -86,8 +88,22 @@ class Function:
                     f"inplace operation: [Tensor of shape {shape}, dtype {dtype}] used by {self.name} "
                     f"is at version {version[0]}; expected version {expected} instead.")
 
+    def gradient_slot(self, output: Tensor, dtype) -> np.ndarray | None:
+        """An array shaped like `output` (one of this op's outputs) into which the op that consumes `output` may
+        write output's gradient, in `dtype`, and then return that same array from its backward: this op's
+        backward then finds the gradient already in place and copies nothing. None (the default): nothing to
+        lend. fast/fused.py's SplitLast lends a slice of its one gradient array; Reshape passes its input's slot
+        on, reshaped. Ask through `gradient_slot(tensor, dtype)`, below."""
+        return None
+
     def forward(self, *args, **kwargs):  # pragma: no cover - every op overrides it
         raise NotImplementedError
 
     def backward(self, grad):  # pragma: no cover
         raise NotImplementedError
+
+
+def gradient_slot(t: Tensor, dtype) -> np.ndarray | None:
+    """Where the backward of an op that consumes t may write t's gradient in place (see
+    Function.gradient_slot): an array shaped like t, or None when t's op lends nothing."""
+    return None if t._ctx is None else t._ctx.gradient_slot(t, np.dtype(dtype))

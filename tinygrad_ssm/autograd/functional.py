@@ -184,6 +184,12 @@ def log_softmax(x, axis=-1):
 def cross_entropy(logits, targets, ignore_index: int = -100, reduction: str = "mean"):
     """Negative log-likelihood of integer targets under softmax(logits).
     logits (..., C) float, targets (...) int; rows with target == ignore_index are left out."""
+    return apply_cross_entropy(R.CrossEntropy, logits, targets, ignore_index, reduction)
+
+
+def apply_cross_entropy(function: type, logits, targets, ignore_index: int = -100, reduction: str = "mean"):
+    """cross_entropy's checks and reshapes around `function`: R.CrossEntropy or a twin of it with the same
+    arguments and results (a fast path's op, e.g. fast/row_ops.FusedCrossEntropy)."""
     logits = A.as_tensor("cross_entropy", "logits", logits)
     targets = A.constant_array("cross_entropy", "targets", targets)
     ignore_index = A.integer("cross_entropy", "ignore_index", ignore_index)
@@ -202,7 +208,7 @@ def cross_entropy(logits, targets, ignore_index: int = -100, reduction: str = "m
         raise IndexError(f"cross_entropy: target {targets[bad][0]} is out of range for {classes} classes "
                          f"(logits {logits.shape}, targets {targets.shape})")
     flat = reshape(logits, (targets.size, classes))
-    losses = R.CrossEntropy.apply(flat, targets.reshape(-1), ignore_index=ignore_index, reduction=reduction)
+    losses = function.apply(flat, targets.reshape(-1), ignore_index=ignore_index, reduction=reduction)
     return reshape(losses, targets.shape) if reduction == "none" else losses
 
 
@@ -447,6 +453,11 @@ def triu(x, k=0):
 @op
 def embedding(ids, weight):
     """torch.nn.functional.embedding: rows of weight (V, d) picked by integer ids (...) -> (..., d)."""
+    return apply_embedding(N.Embedding, ids, weight)
+
+
+def apply_embedding(function: type, ids, weight):
+    """embedding's checks around `function`: N.Embedding or a twin of it (e.g. fast/row_ops.FusedEmbedding)."""
     ids = A.constant_array("embedding", "ids", ids)
     weight = A.as_tensor("embedding", "weight", weight)
     if weight.ndim != 2:
@@ -454,7 +465,7 @@ def embedding(ids, weight):
     if ids.size and (ids.min() < 0 or ids.max() >= weight.shape[0]):
         raise IndexError(f"embedding: ids must be in [0, {weight.shape[0]}) for weight of shape {weight.shape}, "
                          f"got min {ids.min()} max {ids.max()} (ids of shape {ids.shape})")
-    return N.Embedding.apply(weight, ids)
+    return function.apply(weight, ids)
 
 
 @op

@@ -17,7 +17,7 @@ where numba's math.exp is a scalar libm call (no SVML in the llvmlite wheels) an
 over a scratch block. sigmoid(v) = 1 / (1 + exp(-v)), silu(v) = v / (1 + exp(-v)). A strided input (the
 in_proj split's views) is read in place as rows of its base array from a column on, never copied; a conv or
 gated-norm input that is a SplitLast output gets its gradient written straight into the split's one gradient
-array (`SplitLast.gradient_slot`), so the split's backward copies nothing for it. Weight gradients are summed
+array (`SplitLast.gradient_slot`, the engine's gradient_slot hook), so the split's backward copies nothing for it. Weight gradients are summed
 per block in a fixed order: the same bits whichever thread ran which block (resume is bit-identical). The
 kernels keep the input dtype (a float32 model stays float32) and recompute cheap intermediates in backward
 instead of saving them, so a fused op holds less memory than its composition.
@@ -31,7 +31,7 @@ import numba
 import numpy as np
 
 from ..autograd import functional as F
-from ..autograd.function import Function
+from ..autograd.function import Function, gradient_slot
 from ..autograd.tensor import Tensor
 from .conv_kernels import conv_dx_dw, conv_silu_forward, conv_silu_grad
 from .norm_kernels import add_rms_backward, add_rms_forward, gated_rms_backward, gated_rms_forward
@@ -47,13 +47,14 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
 
 def _gradient_destination(op: Function, i: int, dtype) -> tuple:
     """Where op's backward writes the gradient of its input i: (rows, col, gradient) with gradient (x's shape)
-    == rows[:, col:col + c] reshaped: a slot of the gradient array of the SplitLast that made that input when
-    it lends one (see SplitLast.gradient_slot), else a new array."""
+    == rows[:, col:col + c] reshaped: the slot the op that made that input lends (the engine's gradient_slot
+    hook: a SplitLast's piece of its one gradient array), else a new array."""
     x = op.inputs[i]
-    split = x._ctx
-    slot = split.gradient_slot(x, dtype) if isinstance(split, SplitLast) else None
+    slot = gradient_slot(x, dtype)
     if slot is not None:
-        return slot
+        rows, col = as_rows(slot, dtype)
+        if np.may_share_memory(rows, slot):                              # rows of the slot's own memory
+            return rows, col, slot
     grad = np.empty(x.shape, dtype)
     return _matrix(grad), 0, grad
 
@@ -79,10 +80,10 @@ class SplitLast(Function):
         self.lent: dict = {}                                             # piece -> its slot of self.grad
         return tuple(x[..., a:b] for a, b in self.bounds)
 
-    def gradient_slot(self, piece: Tensor, dtype) -> tuple | None:
-        """(rows (N, D), col, slot): slot = this op's gradient array[..., a:b], where the gradient of output
-        `piece` goes, and the same memory as rows[:, col:col + b - a]; backward then copies nothing for that
-        piece if it gets `slot` itself back as its gradient. None if
+    def gradient_slot(self, piece: Tensor, dtype) -> np.ndarray | None:
+        """The engine's hook (Function.gradient_slot): this op's gradient array[..., a:b], where the gradient of
+        output `piece` goes; backward then copies nothing for that piece if it gets that slot itself back as
+        its gradient. None if
         `piece` is not (or no longer) an output, the dtype is not the input's, or the slot was lent already
         (a second user of the piece keeps its own array; the engine then sums the two and backward copies)."""
         index = next((j for j, ref in enumerate(self.outputs) if ref() is piece), None)
@@ -92,7 +93,7 @@ class SplitLast(Function):
             self.grad = np.empty(self.grad_shape, dtype)
         a, b = self.bounds[index]
         self.lent[index] = self.grad[..., a:b]
-        return _matrix(self.grad), a, self.lent[index]
+        return self.lent[index]
 
     def backward(self, *grads):
         if self.grad is None:

@@ -1,8 +1,7 @@
 """numba kernels for two plain ops of a training step that NumPy does in several passes with temporaries: the
-embedding's gradient (autograd/ops/nn.py's Embedding backward) and cross entropy (autograd/ops/reduce.py's CrossEntropy). Each op
-keeps its NumPy code as the reference, run when the op's class has `fast = False` or the input is not a case the
-kernels take; tests/test_row_kernels.py holds the two equal (benchmarks/bench_step_parts.py times them inside
-training steps).
+embedding's gradient and cross entropy. The ops that run them are fast/row_ops.py's, twins of the engine's
+Embedding (autograd/ops/nn.py) and CrossEntropy (autograd/ops/reduce.py), which stay the reference;
+tests/fast/test_row_kernels.py holds each pair equal.
 
     scatter_add_rows(out, ids, rows)        out[ids[i]] += rows[i] for i = 0, 1, ...: np.add.at's order, its bits
     cross_entropy_rows(x, targets, keep,    per row m = max(x), log_s = log(sum(exp(x - m))),

@@ -7,6 +7,7 @@ from ..autograd import functional as F
 from . import init
 from ..registry import VarBuilder
 from ..autograd.tensor import Tensor
+from ..fast import row_ops
 
 
 class Linear:
@@ -38,14 +39,16 @@ class Linear:
 
 
 class Embedding:
-    """Rows of "weight" (V, d) picked by integer ids (...) -> (..., d). Init Normal(0, 0.02) (Mamba's)."""
+    """Rows of "weight" (V, d) picked by integer ids (...) -> (..., d). Init Normal(0, 0.02) (Mamba's).
+    fused=True runs the numba twin of the engine's op (fast/row_ops.py: the gradient's scatter-add in one loop)."""
 
-    def __init__(self, vb: VarBuilder, num_embeddings: int, dim: int, weight_init=None):
-        self.name, self.num_embeddings, self.dim = vb.prefix, num_embeddings, dim
+    def __init__(self, vb: VarBuilder, num_embeddings: int, dim: int, weight_init=None, fused: bool = False):
+        self.name, self.num_embeddings, self.dim, self.fused = vb.prefix, num_embeddings, dim, fused
         self.weight = vb.get((num_embeddings, dim), "weight", init=weight_init or init.Randn(0.0, 0.02))  # (V, d)
 
     def __call__(self, ids) -> Tensor:
-        return F.embedding(ids, self.weight)                             # (..., d)
+        embedding = row_ops.embedding if self.fused else F.embedding
+        return embedding(ids, self.weight)                               # (..., d)
 
     def attend(self, x: Tensor) -> Tensor:
         """x (..., d) @ weight^T -> (..., V): the tied output head (logits over the vocabulary)."""

@@ -5,8 +5,9 @@ PyTorch's defaults and formulas (torch.optim.Adam / AdamW, single-tensor path):
     m <- m + (1 - b1) (g - m);   v <- b2 v + (1 - b2) g^2
     p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 
-With `fast` (the default) a float32 / float64 parameter is updated by one numba pass (adam_kernel.py), the same
-bits as the NumPy code of `_update_reference` (the reference; fast = False runs it).
+With fused=True (the default; torch's flag of the same name) a float32 / float64 parameter is updated by one
+numba pass (fast/adam_kernel.py), the same bits as the NumPy code of `_update_reference`, the reference that
+fused=False runs.
 """
 from __future__ import annotations
 
@@ -22,11 +23,14 @@ class Adam(Optimizer):
     hparam_names = ("lr", "beta1", "beta2", "eps", "weight_decay")
     slot_names = ("exp_avg", "exp_avg_sq")
     decoupled_weight_decay = False
-    fast = True
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 *, fused: bool = True):
         super().__init__(params, lr)
         who = type(self).__name__
+        if not isinstance(fused, bool):
+            raise TypeError(f"{who}: fused must be True or False, got {fused!r}")
+        self.fused = fused
         if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
             raise ValueError(f"{who}: betas must be in [0, 1), got {betas}")
         if eps < 0 or weight_decay < 0:
@@ -40,7 +44,7 @@ class Adam(Optimizer):
 
     def _update(self, param, grad, state):
         p, m, v = param.data, state["exp_avg"], state["exp_avg_sq"]
-        if self.fast and adam_kernel.takes(p, m, v, grad):
+        if self.fused and adam_kernel.takes(p, m, v, grad):
             adam_kernel.adam_update(p, m, v, grad, int(state["step"]), self.lr, self.beta1, self.beta2, self.eps,
                                     self.weight_decay, self.decoupled_weight_decay)
         else:
@@ -65,5 +69,6 @@ class AdamW(Adam):
 
     decoupled_weight_decay = True
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2):
-        super().__init__(params, lr, betas, eps, weight_decay)
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
+                 *, fused: bool = True):
+        super().__init__(params, lr, betas, eps, weight_decay, fused=fused)

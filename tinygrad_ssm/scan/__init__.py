@@ -3,12 +3,11 @@
 Every implementation of the scan is one `Backend` record in `BACKENDS`, of one of two kinds:
 - engine-op backends (`ops`): the scan composed of engine ops on Tensors, so autograd records it and the
   backward comes for free. "reference" (reference.py, the chunked algorithm a reader studies and the spec
-  every kernel is tested against) and "scan" (scan.py, the sequential recurrence, slow, for checking).
+  every kernel is tested against) and "scan" (sequential.py, the sequential recurrence, slow, for checking).
 - kernel backends (`forward` and `backward` on plain arrays): the one differentiable op `SSD` below wraps
-  them, so a new backend is two functions and a record: "numba_chunked" (numba_chunked.py, the default on a CPU:
-  numba_cpu's forward and a chunked backward whose small products are BLAS calls made inside the kernel, which
-  needs SciPy), "numba" (numba_cpu.py, the recurrence forward and backward: auto's choice where SciPy is
-  missing), "blas" (blas_chunked.py, the chunked form on NumPy's matmuls: where numba is missing), numba on CUDA.
+  them, so a new backend is two functions and a record: "numba_chunked" (numba_chunked.py, the CPU kernel:
+  numba_cpu.py's recurrence forward and a chunked backward whose small products are BLAS calls made inside the
+  kernel, via SciPy) and "cuda" (cuda.py, numba-cuda kernels on an NVIDIA GPU).
 `ssd(..., backend="auto")` takes the available backend of highest priority; the model, the CLI and the tests
 all read this registry.
 """
@@ -19,11 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..fast.fused import SplitLast
-from ..autograd.ops.movement import Reshape
-from ..autograd.function import Function
+from ..autograd.function import Function, gradient_slot
 from ..autograd.tensor import Tensor
-from . import blas_chunked, numba_chunked, numba_cpu
+from . import numba_chunked, numba_cpu
 from .reference import ssd_chunked
 from .sequential import ssd_scan
 
@@ -73,15 +70,12 @@ def _always() -> bool:
 
 register_backend(Backend("reference", priority=0, available=_always, ops=ssd_chunked,
                          description="chunked SSD of engine ops (ssd_minimal's algorithm): the spec"))
-register_backend(Backend("numba", priority=10, available=numba_cpu.available, forward=numba_cpu.forward,
+register_backend(Backend("numba", priority=10, available=_always, forward=numba_cpu.forward,
                          backward=numba_cpu.backward, backward_into=True,
                          description="numba CPU kernels: the recurrence with chunk checkpoints, parallel over heads"))
-register_backend(Backend("numba_chunked", priority=12, available=numba_chunked.available,
+register_backend(Backend("numba_chunked", priority=12, available=_always,
                          forward=numba_chunked.forward, backward=numba_chunked.backward, backward_into=True,
                          description="numba CPU kernels of the chunked form, their products BLAS calls (needs SciPy)"))
-register_backend(Backend("blas", priority=5, available=blas_chunked.available, forward=blas_chunked.forward,
-                         backward=blas_chunked.backward,
-                         description="the chunked SSD on NumPy arrays, backward by hand: its matmuls in NumPy's BLAS"))
 register_backend(Backend("scan", priority=-1, available=_always, ops=ssd_scan,
                          description="the sequential recurrence of engine ops, one step at a time: for checking"))
 from . import cuda as _numba_cuda  # noqa: E402  (imports numba.cuda only when used)
@@ -126,24 +120,10 @@ class SSD(Function):
         if not self.kernel.backward_into:
             return tuple(self.kernel.backward(self.saved, grad_y, grad_final_state))
         # in the model x, B and C are reshaped pieces of one split_last: their gradients go straight into the
-        # split's gradient array, which then copies nothing (2 ms a layer at b 8 x 512)
-        into = tuple(_split_gradient_slot(self.inputs[i], self.saved[i].dtype) if self.needs_input_grad[i] else None
+        # split's gradient array (the engine's gradient_slot hook), which then copies nothing for them
+        into = tuple(gradient_slot(self.inputs[i], self.saved[i].dtype) if self.needs_input_grad[i] else None
                      for i in (0, 3, 4))
         return tuple(self.kernel.backward(self.saved, grad_y, grad_final_state, into=into))
-
-
-def _split_gradient_slot(t: Tensor, dtype):
-    """Where t's gradient may be written in place when t is a view-reshape of a piece of a split_last: that
-    piece's slot of the split's gradient array (SplitLast.gradient_slot), shaped like t; else None."""
-    reshape = t._ctx
-    if not isinstance(reshape, Reshape) or not reshape.is_view or not isinstance(reshape.inputs[0]._ctx, SplitLast):
-        return None
-    piece = reshape.inputs[0]
-    slot = piece._ctx.gradient_slot(piece, dtype)
-    if slot is None:
-        return None
-    view = slot[2].reshape(t.shape)
-    return view if np.may_share_memory(view, slot[2]) else None
 
 
 def _tensor(name: str, value) -> Tensor:

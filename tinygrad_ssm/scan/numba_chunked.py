@@ -33,191 +33,179 @@ buffers (np.dot takes contiguous operands; 8 KiB each).
 """
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 
 from . import numba_cpu
-from .blas_chunked import openblas_threads_setter
 from .numba_cpu import BackwardArrays, _on_threads, backward_inputs
+from ..fast.blas_threads import openblas_threads_setter
 from ..fast.claims import claim_from_end
 
-try:
-    from numba import njit
-except ImportError:  # the backend reports itself unavailable
-    njit = None
+from numba import njit
 
-_HAS_SCIPY = importlib.util.find_spec("scipy") is not None   # numba's np.dot calls BLAS through SciPy; numba
-                                                              # imports it when it compiles or loads the kernel
 _set_scipy_blas_threads = None                                # found once SciPy's OpenBLAS is loaded
 
 MAX_CHUNK = 32
 FASTMATH = {"reassoc", "contract", "nsz"}
 
 
-def available() -> bool:
-    return njit is not None and _HAS_SCIPY and numba_cpu.available()
+_jit = njit(nogil=True, fastmath=FASTMATH, cache=True)
+_inline = njit(inline="always", fastmath=FASTMATH, cache=True)
 
+@_inline
+def _decays(dt, dtc, A, hi, row0, m, a, s_incl, tail):
+    """Chunk rows row0 .. row0 + m of head hi: a_t = dt_t A, s_t = a_0 + ... + a_t, tail_t = a_{t+1} + ... +
+    a_{m-1}, as running sums."""
+    acc = a.dtype.type(0)
+    for i in range(m):
+        a[i] = dt[row0 + i, dtc + hi] * A[hi]
+        acc += a[i]
+        s_incl[i] = acc
+    acc = a.dtype.type(0)
+    for i in range(m - 1, -1, -1):
+        tail[i] = acc
+        acc += a[i]
 
-if njit is not None:
-    _jit = njit(nogil=True, fastmath=FASTMATH, cache=True)
-    _inline = njit(inline="always", fastmath=FASTMATH, cache=True)
+@_inline
+def _copy_piece(rows, col, width, row0, m, i, out):
+    """out[:m] = the (m, width) piece i of rows row0 .. row0 + m (x, dy: a head's p; B, C: a group's n)."""
+    for t in range(m):
+        src = rows[row0 + t, col + i * width:col + (i + 1) * width]
+        for j in range(width):
+            out[t, j] = src[j]
 
-    @_inline
-    def _decays(dt, dtc, A, hi, row0, m, a, s_incl, tail):
-        """Chunk rows row0 .. row0 + m of head hi: a_t = dt_t A, s_t = a_0 + ... + a_t, tail_t = a_{t+1} + ... +
-        a_{m-1}, as running sums."""
-        acc = a.dtype.type(0)
-        for i in range(m):
-            a[i] = dt[row0 + i, dtc + hi] * A[hi]
-            acc += a[i]
-            s_incl[i] = acc
-        acc = a.dtype.type(0)
-        for i in range(m - 1, -1, -1):
-            tail[i] = acc
-            acc += a[i]
-
-    @_inline
-    def _copy_piece(rows, col, width, row0, m, i, out):
-        """out[:m] = the (m, width) piece i of rows row0 .. row0 + m (x, dy: a head's p; B, C: a group's n)."""
-        for t in range(m):
-            src = rows[row0 + t, col + i * width:col + (i + 1) * width]
-            for j in range(width):
-                out[t, j] = src[j]
-
-    @_jit
-    def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_final, g, q,
-                        dx, dxc, ddt, dA_parts, dB, dBc, dC, dCc, dD_parts, d_initial, claims, share):
-        """The chunked backward, per (batch, group) work item, chunks from the last: dx (rows, like the inputs),
-        ddt (b, l, h), d_initial (b, h, p, n), dB, dC (rows from column dBc, dCc; each item zeroes its own rows
-        first) and per-batch partial sums dA_parts, dD_parts (b, h)."""
-        b, l, h = ddt.shape
-        p, n = d_final.shape[2], d_final.shape[3]
-        r = h // g
-        c = checkpoints.shape[2]
-        dtype = ddt.dtype
-        Bq, Cq, Gq = np.empty((q, n), dtype), np.empty((q, n), dtype), np.empty((q, n), dtype)
-        Xq, dyq = np.empty((q, p), dtype), np.empty((q, p), dtype)      # x, dy of the chunk (m, p)
-        Xd, Ed, Ex = np.empty((q, p), dtype), np.empty((q, p), dtype), np.empty((q, p), dtype)
-        dXq, MTdy, Ent = np.empty((q, p), dtype), np.empty((q, p), dtype), np.empty((q, n), dtype)
-        L, M_flat, CB_flat = np.empty((q, q), dtype), np.empty(q * q, dtype), np.empty(q * q, dtype)
-        Gm_flat, Wsum_flat = np.empty(q * q, dtype), np.empty(q * q, dtype)
-        dS_local = np.empty((p, n), dtype)
-        a, s_incl, tail = np.empty(q, dtype), np.empty(q, dtype), np.empty(q, dtype)
-        da, from_state, decay_out = np.empty(q, dtype), np.empty(q, dtype), np.empty(q, dtype)
-        dstates = np.empty((r, p, n), dtype)                            # the group's heads' dS_out
-        while True:
-            w = claim_from_end(claims, b * g, share > 0)
-            if w < 0:
-                break
-            bi, gi = w // g, w % g
-            for t in range(l):                                          # this item's rows of dB, dC
-                dB[bi * l + t, dBc + gi * n:dBc + (gi + 1) * n] = 0.0
-                dC[bi * l + t, dCc + gi * n:dCc + (gi + 1) * n] = 0.0
+@_jit
+def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_final, g, q,
+                    dx, dxc, ddt, dA_parts, dB, dBc, dC, dCc, dD_parts, d_initial, claims, share):
+    """The chunked backward, per (batch, group) work item, chunks from the last: dx (rows, like the inputs),
+    ddt (b, l, h), d_initial (b, h, p, n), dB, dC (rows from column dBc, dCc; each item zeroes its own rows
+    first) and per-batch partial sums dA_parts, dD_parts (b, h)."""
+    b, l, h = ddt.shape
+    p, n = d_final.shape[2], d_final.shape[3]
+    r = h // g
+    c = checkpoints.shape[2]
+    dtype = ddt.dtype
+    Bq, Cq, Gq = np.empty((q, n), dtype), np.empty((q, n), dtype), np.empty((q, n), dtype)
+    Xq, dyq = np.empty((q, p), dtype), np.empty((q, p), dtype)      # x, dy of the chunk (m, p)
+    Xd, Ed, Ex = np.empty((q, p), dtype), np.empty((q, p), dtype), np.empty((q, p), dtype)
+    dXq, MTdy, Ent = np.empty((q, p), dtype), np.empty((q, p), dtype), np.empty((q, n), dtype)
+    L, M_flat, CB_flat = np.empty((q, q), dtype), np.empty(q * q, dtype), np.empty(q * q, dtype)
+    Gm_flat, Wsum_flat = np.empty(q * q, dtype), np.empty(q * q, dtype)
+    dS_local = np.empty((p, n), dtype)
+    a, s_incl, tail = np.empty(q, dtype), np.empty(q, dtype), np.empty(q, dtype)
+    da, from_state, decay_out = np.empty(q, dtype), np.empty(q, dtype), np.empty(q, dtype)
+    dstates = np.empty((r, p, n), dtype)                            # the group's heads' dS_out
+    while True:
+        w = claim_from_end(claims, b * g, share > 0)
+        if w < 0:
+            break
+        bi, gi = w // g, w % g
+        for t in range(l):                                          # this item's rows of dB, dC
+            dB[bi * l + t, dBc + gi * n:dBc + (gi + 1) * n] = 0.0
+            dC[bi * l + t, dCc + gi * n:dCc + (gi + 1) * n] = 0.0
+        for j in range(r):
+            dstates[j] = d_final[bi, gi * r + j]
+            dA_parts[bi, gi * r + j] = 0.0
+            dD_parts[bi, gi * r + j] = 0.0
+        for k in range(c - 1, -1, -1):
+            t0 = k * q
+            m = min(q, l - t0)
+            row0 = bi * l + t0
+            _copy_piece(B, Bc, n, row0, m, gi, Bq)
+            _copy_piece(C, Cc, n, row0, m, gi, Cq)
+            CB, M, Gm, Wsum = (CB_flat[:m * m].reshape((m, m)), M_flat[:m * m].reshape((m, m)),
+                               Gm_flat[:m * m].reshape((m, m)), Wsum_flat[:m * m].reshape((m, m)))  # contiguous
+            np.dot(Cq[:m], Bq[:m].T, CB)                            # (m, m)  C_t . B_s, for every head
+            Wsum[:] = 0.0
+            dB_rows = dB[row0:row0 + m, dBc + gi * n:dBc + (gi + 1) * n]   # (m, n) this chunk's rows
+            dC_rows = dC[row0:row0 + m, dCc + gi * n:dCc + (gi + 1) * n]
             for j in range(r):
-                dstates[j] = d_final[bi, gi * r + j]
-                dA_parts[bi, gi * r + j] = 0.0
-                dD_parts[bi, gi * r + j] = 0.0
-            for k in range(c - 1, -1, -1):
-                t0 = k * q
-                m = min(q, l - t0)
-                row0 = bi * l + t0
-                _copy_piece(B, Bc, n, row0, m, gi, Bq)
-                _copy_piece(C, Cc, n, row0, m, gi, Cq)
-                CB, M, Gm, Wsum = (CB_flat[:m * m].reshape((m, m)), M_flat[:m * m].reshape((m, m)),
-                                   Gm_flat[:m * m].reshape((m, m)), Wsum_flat[:m * m].reshape((m, m)))  # contiguous
-                np.dot(Cq[:m], Bq[:m].T, CB)                            # (m, m)  C_t . B_s, for every head
-                Wsum[:] = 0.0
-                dB_rows = dB[row0:row0 + m, dBc + gi * n:dBc + (gi + 1) * n]   # (m, n) this chunk's rows
-                dC_rows = dC[row0:row0 + m, dCc + gi * n:dCc + (gi + 1) * n]
-                for j in range(r):
-                    hi = gi * r + j
-                    dS = dstates[j]                                     # (p, n)  dS_out of this chunk
-                    S_in = checkpoints[bi, hi, k]                       # (p, n)
-                    _decays(dt, dtc, A, hi, row0, m, a, s_incl, tail)
-                    _copy_piece(x, xc, p, row0, m, hi, Xq)
-                    _copy_piece(dy, dyc, p, row0, m, hi, dyq)
-                    e_total = np.exp(s_incl[m - 1])                     # exp(s_q)
-                    for t in range(m):
-                        d, e_in, e_out = dt[row0 + t, dtc + hi], np.exp(s_incl[t]), np.exp(tail[t])
-                        decay_out[t] = e_out
-                        for i in range(p):
-                            Xd[t, i] = Xq[t, i] * d
-                            Ed[t, i] = dyq[t, i] * e_in
-                            Ex[t, i] = Xd[t, i] * e_out
-                    for t in range(m):
-                        seg = dtype.type(0)
-                        for s in range(t, -1, -1):
-                            L[t, s] = np.exp(seg)
-                            M[t, s] = L[t, s] * CB[t, s]
-                            seg += a[s]
-                        for s in range(t + 1, m):
-                            M[t, s] = 0.0
-                    np.dot(dyq[:m], Xd[:m].T, Gm)                       # G[t, s] = dy_t . X_s
-                    np.dot(M.T, dyq[:m], MTdy[:m])                      # (m, p)  M^T dy
-                    np.dot(Bq[:m], dS.T, dXq[:m])                       # (m, p)  B dS_out^T
-                    np.dot(Ed[:m], S_in, Ent[:m])                       # (m, n)  exp(s) dy S_in: dC's, v's term
-                    np.dot(Ex[:m], dS, Gq[:m])                          # (m, n)  exp(tail) X dS_out: dB's term
-                    x_dot_dy_sum = dtype.type(0)
-                    for t in range(m):
-                        e_out, d = decay_out[t], dt[row0 + t, dtc + hi]
-                        fs, xdx, xdy = dtype.type(0), dtype.type(0), dtype.type(0)
-                        out = dx[row0 + t, dxc + hi * p:dxc + (hi + 1) * p]
-                        for i in range(p):
-                            own = e_out * dXq[t, i]                     # the chunk's own state's term of dX
-                            fs += own * Xd[t, i]
-                            dX = own + MTdy[t, i]
-                            xdx += Xq[t, i] * dX
-                            xdy += Xq[t, i] * dyq[t, i]
-                            out[i] = dX * d + D[hi] * dyq[t, i]
-                        from_state[t] = fs
-                        ddt[bi, t0 + t, hi] = xdx                       # + A da below
-                        x_dot_dy_sum += xdy
-                    dD_parts[bi, hi] += x_dot_dy_sum
-                    for t in range(m):                                  # the per-head terms of dB and dC; v_t
-                        v = dtype.type(0)
-                        for jj in range(n):
-                            dB_rows[t, jj] += Gq[t, jj]
-                            dC_rows[t, jj] += Ent[t, jj]
-                            v += Ent[t, jj] * Cq[t, jj]
-                        da[t] = v                                       # v_t, summed over t >= k below
-                    # the segment sums: da_k = sum_{t>=k} (sum_{s<k} dseg[t, s] + v_t) + w
-                    acc = dtype.type(0)
-                    for t in range(m - 1, -1, -1):
-                        acc += da[t]
-                        da[t] = acc
-                    for t in range(m):
-                        Wsum_t, G_t, L_t, M_t = Wsum[t], Gm[t], L[t], M[t]
-                        run = dtype.type(0)
-                        for s in range(t):                              # run = sum_{s' < s + 1} dseg[t, s']
-                            dseg = G_t[s] * M_t[s] + (from_state[s] if t == m - 1 else dtype.type(0))
-                            run += dseg
-                            da[s + 1] += run
-                        for s in range(t + 1):
-                            Wsum_t[s] += L_t[s] * G_t[s]
-                    wsum = dtype.type(0)
-                    for i in range(p):
-                        for jj in range(n):
-                            wsum += dS[i, jj] * S_in[i, jj]
-                    wsum *= e_total
-                    dA_sum = dtype.type(0)
-                    for t in range(m):
-                        da_t = da[t] + wsum
-                        ddt[bi, t0 + t, hi] += A[hi] * da_t
-                        dA_sum += dt[row0 + t, dtc + hi] * da_t
-                    dA_parts[bi, hi] += dA_sum
-                    np.dot(Ed[:m].T, Cq[:m], dS_local)                  # (p, n)
-                    for i in range(p):
-                        for jj in range(n):
-                            dS[i, jj] = e_total * dS[i, jj] + dS_local[i, jj]
-                np.dot(Wsum, Bq[:m], Gq[:m])                            # the group's W B and W^T C
-                np.dot(Wsum.T, Cq[:m], Ent[:m])
+                hi = gi * r + j
+                dS = dstates[j]                                     # (p, n)  dS_out of this chunk
+                S_in = checkpoints[bi, hi, k]                       # (p, n)
+                _decays(dt, dtc, A, hi, row0, m, a, s_incl, tail)
+                _copy_piece(x, xc, p, row0, m, hi, Xq)
+                _copy_piece(dy, dyc, p, row0, m, hi, dyq)
+                e_total = np.exp(s_incl[m - 1])                     # exp(s_q)
                 for t in range(m):
+                    d, e_in, e_out = dt[row0 + t, dtc + hi], np.exp(s_incl[t]), np.exp(tail[t])
+                    decay_out[t] = e_out
+                    for i in range(p):
+                        Xd[t, i] = Xq[t, i] * d
+                        Ed[t, i] = dyq[t, i] * e_in
+                        Ex[t, i] = Xd[t, i] * e_out
+                for t in range(m):
+                    seg = dtype.type(0)
+                    for s in range(t, -1, -1):
+                        L[t, s] = np.exp(seg)
+                        M[t, s] = L[t, s] * CB[t, s]
+                        seg += a[s]
+                    for s in range(t + 1, m):
+                        M[t, s] = 0.0
+                np.dot(dyq[:m], Xd[:m].T, Gm)                       # G[t, s] = dy_t . X_s
+                np.dot(M.T, dyq[:m], MTdy[:m])                      # (m, p)  M^T dy
+                np.dot(Bq[:m], dS.T, dXq[:m])                       # (m, p)  B dS_out^T
+                np.dot(Ed[:m], S_in, Ent[:m])                       # (m, n)  exp(s) dy S_in: dC's, v's term
+                np.dot(Ex[:m], dS, Gq[:m])                          # (m, n)  exp(tail) X dS_out: dB's term
+                x_dot_dy_sum = dtype.type(0)
+                for t in range(m):
+                    e_out, d = decay_out[t], dt[row0 + t, dtc + hi]
+                    fs, xdx, xdy = dtype.type(0), dtype.type(0), dtype.type(0)
+                    out = dx[row0 + t, dxc + hi * p:dxc + (hi + 1) * p]
+                    for i in range(p):
+                        own = e_out * dXq[t, i]                     # the chunk's own state's term of dX
+                        fs += own * Xd[t, i]
+                        dX = own + MTdy[t, i]
+                        xdx += Xq[t, i] * dX
+                        xdy += Xq[t, i] * dyq[t, i]
+                        out[i] = dX * d + D[hi] * dyq[t, i]
+                    from_state[t] = fs
+                    ddt[bi, t0 + t, hi] = xdx                       # + A da below
+                    x_dot_dy_sum += xdy
+                dD_parts[bi, hi] += x_dot_dy_sum
+                for t in range(m):                                  # the per-head terms of dB and dC; v_t
+                    v = dtype.type(0)
                     for jj in range(n):
-                        dC_rows[t, jj] += Gq[t, jj]
-                        dB_rows[t, jj] += Ent[t, jj]
-            for j in range(r):
-                d_initial[bi, gi * r + j] = dstates[j]
+                        dB_rows[t, jj] += Gq[t, jj]
+                        dC_rows[t, jj] += Ent[t, jj]
+                        v += Ent[t, jj] * Cq[t, jj]
+                    da[t] = v                                       # v_t, summed over t >= k below
+                # the segment sums: da_k = sum_{t>=k} (sum_{s<k} dseg[t, s] + v_t) + w
+                acc = dtype.type(0)
+                for t in range(m - 1, -1, -1):
+                    acc += da[t]
+                    da[t] = acc
+                for t in range(m):
+                    Wsum_t, G_t, L_t, M_t = Wsum[t], Gm[t], L[t], M[t]
+                    run = dtype.type(0)
+                    for s in range(t):                              # run = sum_{s' < s + 1} dseg[t, s']
+                        dseg = G_t[s] * M_t[s] + (from_state[s] if t == m - 1 else dtype.type(0))
+                        run += dseg
+                        da[s + 1] += run
+                    for s in range(t + 1):
+                        Wsum_t[s] += L_t[s] * G_t[s]
+                wsum = dtype.type(0)
+                for i in range(p):
+                    for jj in range(n):
+                        wsum += dS[i, jj] * S_in[i, jj]
+                wsum *= e_total
+                dA_sum = dtype.type(0)
+                for t in range(m):
+                    da_t = da[t] + wsum
+                    ddt[bi, t0 + t, hi] += A[hi] * da_t
+                    dA_sum += dt[row0 + t, dtc + hi] * da_t
+                dA_parts[bi, hi] += dA_sum
+                np.dot(Ed[:m].T, Cq[:m], dS_local)                  # (p, n)
+                for i in range(p):
+                    for jj in range(n):
+                        dS[i, jj] = e_total * dS[i, jj] + dS_local[i, jj]
+            np.dot(Wsum, Bq[:m], Gq[:m])                            # the group's W B and W^T C
+            np.dot(Wsum.T, Cq[:m], Ent[:m])
+            for t in range(m):
+                for jj in range(n):
+                    dC_rows[t, jj] += Gq[t, jj]
+                    dB_rows[t, jj] += Ent[t, jj]
+        for j in range(r):
+            d_initial[bi, gi * r + j] = dstates[j]
 
 
 def _on_single_threaded_blas(run):

@@ -36,15 +36,11 @@ from __future__ import annotations
 
 import numpy as np
 
-# absolute imports: benchmarks/bench_ssd_ab.py loads this file alone
 from ..fast.claims import claim_from_end, sync_array
 from ..fast.row_blocks import as_rows, on_threads
 
-try:
-    import numba
-    from numba import njit
-except ImportError:  # the backend reports itself unavailable
-    numba = None
+import numba
+from numba import njit
 
 BLOCK_BYTES = 1 << 20   # the backward recomputes states in blocks of at most this many bytes: it is read in
                         # the reverse sweep right after being written, so it should stay in the L2 cache
@@ -117,178 +113,173 @@ def adjoint_rows_step(G, S_prev, k, a, dy, x, B_t, C_t, dB_acc, dC_acc):
     return gb0, gb1, gb2, gb3, gs
 
 
-if numba is not None:
-    _jit_inline = njit(inline="always", fastmath=FASTMATH, cache=True)
-    _state_row_step = _jit_inline(state_row_step)
-    _output_rows_step = _jit_inline(output_rows_step)
-    _adjoint_rows_step = _jit_inline(adjoint_rows_step)
+_jit_inline = njit(inline="always", fastmath=FASTMATH, cache=True)
+_state_row_step = _jit_inline(state_row_step)
+_output_rows_step = _jit_inline(output_rows_step)
+_adjoint_rows_step = _jit_inline(adjoint_rows_step)
 
-    @_jit_inline
-    def _rows(v, k, pq):
-        """The 4-tuple v[k], v[pq + k], v[2 pq + k], v[3 pq + k] of a (p,) vector: the rows of block k, 0 past p."""
-        p, zero = v.shape[0], v.dtype.type(0)
-        return (v[k], v[pq + k] if pq + k < p else zero, v[2 * pq + k] if 2 * pq + k < p else zero,
-                v[3 * pq + k] if 3 * pq + k < p else zero)
+@_jit_inline
+def _rows(v, k, pq):
+    """The 4-tuple v[k], v[pq + k], v[2 pq + k], v[3 pq + k] of a (p,) vector: the rows of block k, 0 past p."""
+    p, zero = v.shape[0], v.dtype.type(0)
+    return (v[k], v[pq + k] if pq + k < p else zero, v[2 * pq + k] if 2 * pq + k < p else zero,
+            v[3 * pq + k] if 3 * pq + k < p else zero)
 
-    @_jit_inline
-    def _store_rows(out, k, pq, values):
-        """out[r pq + k] = values[r] for the rows r pq + k < p of block k; out (p,)."""
-        p = out.shape[0]
-        for r in range(ROWS):
-            if r * pq + k < p:
-                out[r * pq + k] = values[r]
+@_jit_inline
+def _store_rows(out, k, pq, values):
+    """out[r pq + k] = values[r] for the rows r pq + k < p of block k; out (p,)."""
+    p = out.shape[0]
+    for r in range(ROWS):
+        if r * pq + k < p:
+            out[r * pq + k] = values[r]
 
-    @_jit_inline
-    def _piece(rows, col, width, row, i):
-        """Piece i (a head's p values, a group's n) of step `row` (= bi l + t) of an input read in place:
-        rows[row, col + i width : col + (i + 1) width], contiguous (see `_rows_of`)."""
-        start = col + i * width
-        return rows[row, start:start + width]
+@_jit_inline
+def _piece(rows, col, width, row, i):
+    """Piece i (a head's p values, a group's n) of step `row` (= bi l + t) of an input read in place:
+    rows[row, col + i width : col + (i + 1) width], contiguous (see `_rows_of`)."""
+    start = col + i * width
+    return rows[row, start:start + width]
 
-    @_jit_inline
-    def _advance(S_prev, x, xc, dt, dtc, A, B, Bc, p, row, hi, gi, S):
-        """S <- the state after the step in `row` (= bi l + t) of head hi, from S_prev before it (S may be
-        S_prev); both the (ROWS pq, n) row view of the planes, whose rows past p stay zero."""
-        dt_t = dt[row, dtc + hi]
-        a = np.exp(dt_t * A[hi])
-        B_t = _piece(B, Bc, S.shape[1], row, gi)                        # (n,)
-        x_t = _piece(x, xc, p, row, hi)                                 # (p,)
-        for i in range(x_t.shape[0]):
-            _state_row_step(S_prev[i], a, dt_t * x_t[i], B_t, S[i])
+@_jit_inline
+def _advance(S_prev, x, xc, dt, dtc, A, B, Bc, p, row, hi, gi, S):
+    """S <- the state after the step in `row` (= bi l + t) of head hi, from S_prev before it (S may be
+    S_prev); both the (ROWS pq, n) row view of the planes, whose rows past p stay zero."""
+    dt_t = dt[row, dtc + hi]
+    a = np.exp(dt_t * A[hi])
+    B_t = _piece(B, Bc, S.shape[1], row, gi)                        # (n,)
+    x_t = _piece(x, xc, p, row, hi)                                 # (p,)
+    for i in range(x_t.shape[0]):
+        _state_row_step(S_prev[i], a, dt_t * x_t[i], B_t, S[i])
 
-    @njit(nogil=True, fastmath=FASTMATH, cache=True)
-    def forward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, S0, g, q, y, final_state, checkpoints, claims, share):
-        """The scan, per (batch, head) work item, one step at a time (a_t = exp(dt_t A_i), group gi = i // r):
-            S_t = a_t S_{t-1} + dt_t x_t B_t^T  (p, n);   y_t = S_t C_t + D_i x_t  (p,);   S_0 = S0.
-        Fills y (b, l, h, p), final_state (b, h, p, n) = S_l and checkpoints (b, h, c, p, n): the state entering
-        each chunk of q steps (checkpoints[:, :, 0] = S0). x, dt, B, C as rows read in place (`_rows_of`):
-        x (b, l, h, p) = x[:, xc:xc + h p], dt (b, l, h) = dt[:, dtc:dtc + h], B, C (b, l, g, n) = B[:, Bc:Bc + g n],
-        C[:, Cc:Cc + g n], reshaped; A, D (h,), S0 (b, h, p, n) or (0, h, p, n) for zeros; all C-contiguous, one
-        dtype. Each thread that runs the kernel claims work items w = bi h + hi from the counter `claims` until none
-        is left, from the front (share 0, the caller) or from the back (`_on_threads`)."""
-        b, l, h, p = y.shape
-        n = S0.shape[3]
-        r = h // g
-        pq = -(-p // ROWS)
-        S = np.zeros((ROWS, pq, n), x.dtype)                            # the state as planes, rows past p zero
-        S_rows = S.reshape((ROWS * pq, n))[:p]                          # (p, n) view: row i = S[i // pq, i % pq]
-        while True:
-            w = claim_from_end(claims, b * h, share > 0)                # the next (batch, head), or -1: all taken
-            if w < 0:
-                break
-            bi, hi = w // h, w % h
-            gi = hi // r
-            if S0.shape[0]:
-                S_rows[:] = S0[bi, hi]
-            else:                                                       # no initial state: zeros
-                S_rows[:] = 0.0
-            for t in range(l):
-                if t % q == 0:
-                    checkpoints[bi, hi, t // q] = S_rows
-                row = bi * l + t
-                dt_t = dt[row, dtc + hi]
-                a = np.exp(dt_t * A[hi])
-                B_t, C_t = _piece(B, Bc, n, row, gi), _piece(C, Cc, n, row, gi)  # (n,), (n,)
-                x_t, y_t = _piece(x, xc, p, row, hi), y[bi, t, hi]              # (p,), (p,)
-                for k in range(pq):
-                    x0, x1, x2, x3 = _rows(x_t, k, pq)
-                    y0, y1, y2, y3 = _output_rows_step(S, k, a, (dt_t * x0, dt_t * x1, dt_t * x2, dt_t * x3), B_t, C_t)
-                    _store_rows(y_t, k, pq, (y0 + D[hi] * x0, y1 + D[hi] * x1, y2 + D[hi] * x2, y3 + D[hi] * x3))
-            final_state[bi, hi] = S_rows
+@njit(nogil=True, fastmath=FASTMATH, cache=True)
+def forward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, S0, g, q, y, final_state, checkpoints, claims, share):
+    """The scan, per (batch, head) work item, one step at a time (a_t = exp(dt_t A_i), group gi = i // r):
+        S_t = a_t S_{t-1} + dt_t x_t B_t^T  (p, n);   y_t = S_t C_t + D_i x_t  (p,);   S_0 = S0.
+    Fills y (b, l, h, p), final_state (b, h, p, n) = S_l and checkpoints (b, h, c, p, n): the state entering
+    each chunk of q steps (checkpoints[:, :, 0] = S0). x, dt, B, C as rows read in place (`_rows_of`):
+    x (b, l, h, p) = x[:, xc:xc + h p], dt (b, l, h) = dt[:, dtc:dtc + h], B, C (b, l, g, n) = B[:, Bc:Bc + g n],
+    C[:, Cc:Cc + g n], reshaped; A, D (h,), S0 (b, h, p, n) or (0, h, p, n) for zeros; all C-contiguous, one
+    dtype. Each thread that runs the kernel claims work items w = bi h + hi from the counter `claims` until none
+    is left, from the front (share 0, the caller) or from the back (`_on_threads`)."""
+    b, l, h, p = y.shape
+    n = S0.shape[3]
+    r = h // g
+    pq = -(-p // ROWS)
+    S = np.zeros((ROWS, pq, n), x.dtype)                            # the state as planes, rows past p zero
+    S_rows = S.reshape((ROWS * pq, n))[:p]                          # (p, n) view: row i = S[i // pq, i % pq]
+    while True:
+        w = claim_from_end(claims, b * h, share > 0)                # the next (batch, head), or -1: all taken
+        if w < 0:
+            break
+        bi, hi = w // h, w % h
+        gi = hi // r
+        if S0.shape[0]:
+            S_rows[:] = S0[bi, hi]
+        else:                                                       # no initial state: zeros
+            S_rows[:] = 0.0
+        for t in range(l):
+            if t % q == 0:
+                checkpoints[bi, hi, t // q] = S_rows
+            row = bi * l + t
+            dt_t = dt[row, dtc + hi]
+            a = np.exp(dt_t * A[hi])
+            B_t, C_t = _piece(B, Bc, n, row, gi), _piece(C, Cc, n, row, gi)  # (n,), (n,)
+            x_t, y_t = _piece(x, xc, p, row, hi), y[bi, t, hi]              # (p,), (p,)
+            for k in range(pq):
+                x0, x1, x2, x3 = _rows(x_t, k, pq)
+                y0, y1, y2, y3 = _output_rows_step(S, k, a, (dt_t * x0, dt_t * x1, dt_t * x2, dt_t * x3), B_t, C_t)
+                _store_rows(y_t, k, pq, (y0 + D[hi] * x0, y1 + D[hi] * x1, y2 + D[hi] * x2, y3 + D[hi] * x3))
+        final_state[bi, hi] = S_rows
 
-    @njit(nogil=True, fastmath=FASTMATH, cache=True)
-    def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_final, g, q, sub, slices,
-                        dx, dxc, ddt, dA_parts, dB_parts, dBc, dC_parts, dCc, dD_parts, d_initial, claims, share):
-        """The reverse sweep of the adjoint G_t = dL/dS_t (p, n), from G_l = d_final down to t = 1:
-            G_t = a_{t+1} G_{t+1} + dy_t C_t^T;   dx_t = dt_t G_t B_t + D_i dy_t;   dB_t += dt_t G_t^T x_t;
-            dC_t += a_t S_{t-1}^T dy_t + dt_t (x_t . dy_t) B_t;   ddt_t = x_t . G_t B_t + A_i a_t <G_t, S_{t-1}>;
-            dA_i += dt_t a_t <G_t, S_{t-1}>;   dD_i += x_t . dy_t;   d_initial = a_1 G_1,
-        with S_{t-1} recomputed from the checkpoints of `forward_kernel`: per chunk of q steps (from the last),
-        first the states entering its blocks of `sub` steps, then per block (from the last) its sub states.
-        Work item: (batch, group, slice of the group's r heads: every slices-th head), claimed from `claims` as in
-        `forward_kernel`. Inputs as `forward_kernel`, dy (b, l, h, p) = dy[:, dyc:dyc + h p] in place too,
-        d_final (b, h, p, n).
-        Fills dx (b, l, h, p) = dx[:, dxc:dxc + h p] (rows too, like the inputs), ddt (b, l, h), d_initial (b, h, p, n),
-        and partial sums the caller adds up: dA_parts, dD_parts (b, h) over batches; dB_parts[si], dC_parts[si]
-        (slices, b l, width) with (b, l, g, n) = dB_parts[si][:, dBc:dBc + g n] reshaped, summed over
-        slices (each item zeroes its own rows of them first: the caller passes them uninitialised)."""
-        b, l, h = ddt.shape
-        p, n = d_final.shape[2], d_final.shape[3]
-        r = h // g
-        c = checkpoints.shape[2]
-        pq = -(-p // ROWS)
-        zero = x.dtype.type(0)
-        # the adjoint and the recomputed states, as planes (ROWS, pq, n) whose rows past p are zero and stay zero
-        # (nothing writes them), so one set per thread serves all its work items
-        G = np.zeros((ROWS, pq, n), x.dtype)
-        block_starts = np.zeros((-(-q // sub), ROWS, pq, n), x.dtype)  # states entering each block of a chunk
-        states = np.zeros((sub, ROWS, pq, n), x.dtype)                  # S_{t-1} for the steps of one block
-        G_rows = G.reshape((ROWS * pq, n))[:p]                          # (p, n) view
-        start_rows = block_starts.reshape((-1, ROWS * pq, n))           # (blocks, ROWS pq, n) row views
-        state_rows = states.reshape((sub, ROWS * pq, n))
-        dB_acc, dC_acc = np.empty(n, x.dtype), np.empty(n, x.dtype)
-        while True:
-            w = claim_from_end(claims, b * g * slices, share > 0)
-            if w < 0:
-                break
-            bi, gi, si = w // (g * slices), (w // slices) % g, w % slices
-            for t in range(l):                                          # this item's rows of dB and dC: it adds
-                _piece(dB_parts[si], dBc, n, bi * l + t, gi)[:] = 0.0   # into them below, and no other item
-                _piece(dC_parts[si], dCc, n, bi * l + t, gi)[:] = 0.0   # touches them
-            for hi in range(gi * r + si, (gi + 1) * r, slices):
-                G_rows[:] = d_final[bi, hi]
-                dA_sum, dD_sum = zero, zero
-                for k in range(c - 1, -1, -1):
-                    t0, t1 = k * q, min(l, (k + 1) * q)
-                    blocks = -(-(t1 - t0) // sub)
-                    start_rows[0, :p] = checkpoints[bi, hi, k]
-                    for m in range(1, blocks):
-                        _advance(start_rows[m - 1], x, xc, dt, dtc, A, B, Bc, p, bi * l + t0 + (m - 1) * sub, hi, gi,
-                                 start_rows[m])
-                        for t in range(t0 + (m - 1) * sub + 1, t0 + m * sub):
-                            _advance(start_rows[m], x, xc, dt, dtc, A, B, Bc, p, bi * l + t, hi, gi, start_rows[m])
-                    for m in range(blocks - 1, -1, -1):
-                        s0, s1 = t0 + m * sub, min(t1, t0 + (m + 1) * sub)
-                        states[0] = block_starts[m]
-                        for t in range(s0 + 1, s1):
-                            _advance(state_rows[t - s0 - 1], x, xc, dt, dtc, A, B, Bc, p, bi * l + t - 1, hi, gi,
-                                     state_rows[t - s0])
-                        for t in range(s1 - 1, s0 - 1, -1):
-                            S_prev = states[t - s0]                     # (ROWS, pq, n) S_{t-1}
-                            row = bi * l + t
-                            dt_t = dt[row, dtc + hi]
-                            a = np.exp(dt_t * A[hi])
-                            B_t, C_t = _piece(B, Bc, n, row, gi), _piece(C, Cc, n, row, gi)   # (n,), (n,)
-                            x_t, dy_t = _piece(x, xc, p, row, hi), _piece(dy, dyc, p, row, hi)  # (p,), (p,)
-                            dx_t = _piece(dx, dxc, p, row, hi)          # (p,)
-                            dB_acc[:] = 0.0
-                            dC_acc[:] = 0.0
-                            x_dot_gb, gs, x_dot_dy = zero, zero, zero
-                            for kk in range(pq):
-                                x0, x1, x2, x3 = _rows(x_t, kk, pq)
-                                dy0, dy1, dy2, dy3 = _rows(dy_t, kk, pq)
-                                gb0, gb1, gb2, gb3, gs_k = _adjoint_rows_step(
-                                    G, S_prev, kk, a, (dy0, dy1, dy2, dy3), (x0, x1, x2, x3), B_t, C_t, dB_acc, dC_acc)
-                                _store_rows(dx_t, kk, pq, (dt_t * gb0 + D[hi] * dy0, dt_t * gb1 + D[hi] * dy1,
-                                                           dt_t * gb2 + D[hi] * dy2, dt_t * gb3 + D[hi] * dy3))
-                                x_dot_gb += x0 * gb0 + x1 * gb1 + x2 * gb2 + x3 * gb3
-                                x_dot_dy += x0 * dy0 + x1 * dy1 + x2 * dy2 + x3 * dy3
-                                gs += gs_k
-                            ddt[bi, t, hi] = x_dot_gb + A[hi] * a * gs
-                            dA_sum += dt_t * a * gs
-                            dD_sum += x_dot_dy
-                            dB_t = _piece(dB_parts[si], dBc, n, row, gi)  # (n,)
-                            dC_t = _piece(dC_parts[si], dCc, n, row, gi)  # (n,)
-                            for j in range(n):
-                                dB_t[j] += dt_t * dB_acc[j]
-                                dC_t[j] += a * dC_acc[j] + dt_t * x_dot_dy * B_t[j]
-                dA_parts[bi, hi] = dA_sum
-                dD_parts[bi, hi] = dD_sum
-                d_initial[bi, hi] = G_rows
-
-
-def available() -> bool:
-    return numba is not None
+@njit(nogil=True, fastmath=FASTMATH, cache=True)
+def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_final, g, q, sub, slices,
+                    dx, dxc, ddt, dA_parts, dB_parts, dBc, dC_parts, dCc, dD_parts, d_initial, claims, share):
+    """The reverse sweep of the adjoint G_t = dL/dS_t (p, n), from G_l = d_final down to t = 1:
+        G_t = a_{t+1} G_{t+1} + dy_t C_t^T;   dx_t = dt_t G_t B_t + D_i dy_t;   dB_t += dt_t G_t^T x_t;
+        dC_t += a_t S_{t-1}^T dy_t + dt_t (x_t . dy_t) B_t;   ddt_t = x_t . G_t B_t + A_i a_t <G_t, S_{t-1}>;
+        dA_i += dt_t a_t <G_t, S_{t-1}>;   dD_i += x_t . dy_t;   d_initial = a_1 G_1,
+    with S_{t-1} recomputed from the checkpoints of `forward_kernel`: per chunk of q steps (from the last),
+    first the states entering its blocks of `sub` steps, then per block (from the last) its sub states.
+    Work item: (batch, group, slice of the group's r heads: every slices-th head), claimed from `claims` as in
+    `forward_kernel`. Inputs as `forward_kernel`, dy (b, l, h, p) = dy[:, dyc:dyc + h p] in place too,
+    d_final (b, h, p, n).
+    Fills dx (b, l, h, p) = dx[:, dxc:dxc + h p] (rows too, like the inputs), ddt (b, l, h), d_initial (b, h, p, n),
+    and partial sums the caller adds up: dA_parts, dD_parts (b, h) over batches; dB_parts[si], dC_parts[si]
+    (slices, b l, width) with (b, l, g, n) = dB_parts[si][:, dBc:dBc + g n] reshaped, summed over
+    slices (each item zeroes its own rows of them first: the caller passes them uninitialised)."""
+    b, l, h = ddt.shape
+    p, n = d_final.shape[2], d_final.shape[3]
+    r = h // g
+    c = checkpoints.shape[2]
+    pq = -(-p // ROWS)
+    zero = x.dtype.type(0)
+    # the adjoint and the recomputed states, as planes (ROWS, pq, n) whose rows past p are zero and stay zero
+    # (nothing writes them), so one set per thread serves all its work items
+    G = np.zeros((ROWS, pq, n), x.dtype)
+    block_starts = np.zeros((-(-q // sub), ROWS, pq, n), x.dtype)  # states entering each block of a chunk
+    states = np.zeros((sub, ROWS, pq, n), x.dtype)                  # S_{t-1} for the steps of one block
+    G_rows = G.reshape((ROWS * pq, n))[:p]                          # (p, n) view
+    start_rows = block_starts.reshape((-1, ROWS * pq, n))           # (blocks, ROWS pq, n) row views
+    state_rows = states.reshape((sub, ROWS * pq, n))
+    dB_acc, dC_acc = np.empty(n, x.dtype), np.empty(n, x.dtype)
+    while True:
+        w = claim_from_end(claims, b * g * slices, share > 0)
+        if w < 0:
+            break
+        bi, gi, si = w // (g * slices), (w // slices) % g, w % slices
+        for t in range(l):                                          # this item's rows of dB and dC: it adds
+            _piece(dB_parts[si], dBc, n, bi * l + t, gi)[:] = 0.0   # into them below, and no other item
+            _piece(dC_parts[si], dCc, n, bi * l + t, gi)[:] = 0.0   # touches them
+        for hi in range(gi * r + si, (gi + 1) * r, slices):
+            G_rows[:] = d_final[bi, hi]
+            dA_sum, dD_sum = zero, zero
+            for k in range(c - 1, -1, -1):
+                t0, t1 = k * q, min(l, (k + 1) * q)
+                blocks = -(-(t1 - t0) // sub)
+                start_rows[0, :p] = checkpoints[bi, hi, k]
+                for m in range(1, blocks):
+                    _advance(start_rows[m - 1], x, xc, dt, dtc, A, B, Bc, p, bi * l + t0 + (m - 1) * sub, hi, gi,
+                             start_rows[m])
+                    for t in range(t0 + (m - 1) * sub + 1, t0 + m * sub):
+                        _advance(start_rows[m], x, xc, dt, dtc, A, B, Bc, p, bi * l + t, hi, gi, start_rows[m])
+                for m in range(blocks - 1, -1, -1):
+                    s0, s1 = t0 + m * sub, min(t1, t0 + (m + 1) * sub)
+                    states[0] = block_starts[m]
+                    for t in range(s0 + 1, s1):
+                        _advance(state_rows[t - s0 - 1], x, xc, dt, dtc, A, B, Bc, p, bi * l + t - 1, hi, gi,
+                                 state_rows[t - s0])
+                    for t in range(s1 - 1, s0 - 1, -1):
+                        S_prev = states[t - s0]                     # (ROWS, pq, n) S_{t-1}
+                        row = bi * l + t
+                        dt_t = dt[row, dtc + hi]
+                        a = np.exp(dt_t * A[hi])
+                        B_t, C_t = _piece(B, Bc, n, row, gi), _piece(C, Cc, n, row, gi)   # (n,), (n,)
+                        x_t, dy_t = _piece(x, xc, p, row, hi), _piece(dy, dyc, p, row, hi)  # (p,), (p,)
+                        dx_t = _piece(dx, dxc, p, row, hi)          # (p,)
+                        dB_acc[:] = 0.0
+                        dC_acc[:] = 0.0
+                        x_dot_gb, gs, x_dot_dy = zero, zero, zero
+                        for kk in range(pq):
+                            x0, x1, x2, x3 = _rows(x_t, kk, pq)
+                            dy0, dy1, dy2, dy3 = _rows(dy_t, kk, pq)
+                            gb0, gb1, gb2, gb3, gs_k = _adjoint_rows_step(
+                                G, S_prev, kk, a, (dy0, dy1, dy2, dy3), (x0, x1, x2, x3), B_t, C_t, dB_acc, dC_acc)
+                            _store_rows(dx_t, kk, pq, (dt_t * gb0 + D[hi] * dy0, dt_t * gb1 + D[hi] * dy1,
+                                                       dt_t * gb2 + D[hi] * dy2, dt_t * gb3 + D[hi] * dy3))
+                            x_dot_gb += x0 * gb0 + x1 * gb1 + x2 * gb2 + x3 * gb3
+                            x_dot_dy += x0 * dy0 + x1 * dy1 + x2 * dy2 + x3 * dy3
+                            gs += gs_k
+                        ddt[bi, t, hi] = x_dot_gb + A[hi] * a * gs
+                        dA_sum += dt_t * a * gs
+                        dD_sum += x_dot_dy
+                        dB_t = _piece(dB_parts[si], dBc, n, row, gi)  # (n,)
+                        dC_t = _piece(dC_parts[si], dCc, n, row, gi)  # (n,)
+                        for j in range(n):
+                            dB_t[j] += dt_t * dB_acc[j]
+                            dC_t[j] += a * dC_acc[j] + dt_t * x_dot_dy * B_t[j]
+            dA_parts[bi, hi] = dA_sum
+            dD_parts[bi, hi] = dD_sum
+            d_initial[bi, hi] = G_rows
 
 
 def _contiguous(*arrays):

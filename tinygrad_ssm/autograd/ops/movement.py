@@ -8,7 +8,7 @@ version counter and an in-place change through either one is caught at backward
 """
 import numpy as np
 
-from ..function import Function
+from ..function import Function, gradient_slot
 
 
 class Reshape(Function):
@@ -17,6 +17,15 @@ class Reshape(Function):
         out = a.reshape(shape)
         self.is_view = np.may_share_memory(out, a)  # NumPy copies when the strides can't express the shape
         return out
+
+    def gradient_slot(self, output, dtype):
+        """The input's slot reshaped like the output, when that is a view of it (then backward's reshape of
+        the gradient is that slot itself)."""
+        slot = gradient_slot(self.inputs[0], dtype) if self.is_view and self.inputs else None
+        if slot is None:
+            return None
+        view = slot.reshape(output.shape)
+        return view if np.may_share_memory(view, slot) else None
 
     def backward(self, grad):
         return grad.reshape(self.input_shape)

@@ -3,16 +3,11 @@ Each could be composed from smaller ops; fused, they save memory and time, and t
 import numpy as np
 
 from ..function import Function
-from ...fast import row_kernels
 
 
 class Embedding(Function):
     """weight (V, d)[ids (...)] -> (..., d). Backward scatter-adds: a token used twice gets both rows.
-    With `fast` (the default) a numba loop (fast/row_kernels.scatter_add_rows) adds the rows in np.add.at's order,
-    the same bits ~20x sooner in a training step; fast = False (and ids or dtypes it does not take) runs np.add.at,
-    the reference."""
-
-    fast = True
+    fast/row_ops.py's FusedEmbedding is the numba twin of this op (the same bits; its backward one loop)."""
 
     def forward(self, weight, ids):
         self.save_for_backward(np.array(ids))  # a copy: the caller may reuse the ids buffer before backward
@@ -22,12 +17,7 @@ class Embedding(Function):
     def backward(self, grad):
         (ids,) = self.saved
         grad_weight = np.zeros(self.weight_shape, dtype=grad.dtype)
-        rows = grad.reshape(-1, self.weight_shape[1])                  # (n, d)
-        if self.fast and grad.dtype in row_kernels.FLOATS and ids.dtype.kind in "iu":
-            # the ids indexed the weight in forward, so they are in [-V, V): the kernel wraps negatives as NumPy
-            row_kernels.scatter_add_rows(grad_weight, ids.ravel(), np.ascontiguousarray(rows))
-        else:
-            np.add.at(grad_weight, ids.ravel(), rows)
+        np.add.at(grad_weight, ids.ravel(), grad.reshape(-1, self.weight_shape[1]))
         return grad_weight, None
 
 

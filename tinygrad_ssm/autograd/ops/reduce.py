@@ -6,8 +6,6 @@ A reduction's backward first puts the reduced axes back as size 1 (`_keep`), the
 import numpy as np
 
 from ..function import Function
-from ..grad_mode import is_grad_enabled
-from ...fast import row_kernels
 
 
 def _keep(grad, input_ndim, axis, keepdims):
@@ -113,21 +111,14 @@ class CrossEntropy(Function):
     """Mean (or sum, or per-item) negative log-likelihood of integer targets under softmax(logits).
     logits (N, C), targets (N,) ints; rows whose target is ignore_index count for nothing, and the mean
     is over the rows that count (as torch). Fused: backward is (softmax - onehot) / count.
-    With `fast` (the default), float32/float64 logits whose rows are all finite go through fast/row_kernels.py:
-    one pass over each row gives its loss and, when grad mode is on, its gradient for an output gradient of 1,
-    which backward hands back as it is (or times the output gradient). fast = False and the other cases run
-    the NumPy code, the reference (`_reference_forward`)."""
-
-    fast = True
+    fast/row_ops.py's FusedCrossEntropy is the numba twin of this op: it overrides `_losses` and `backward`."""
 
     def forward(self, logits, targets, ignore_index=-100, reduction="mean"):
         keep = targets != ignore_index                                  # (N,)
         safe_targets = np.where(keep, targets, 0)
         count = max(int(keep.sum()), 1) if reduction == "mean" else 1
         self.reduction, self.count = reduction, count
-        losses = self._kernel_forward(logits, safe_targets, keep) if self._takes(logits, safe_targets) else None
-        if losses is None:
-            losses = self._reference_forward(logits, safe_targets, keep)
+        losses = self._losses(logits, safe_targets, keep)              # (N,)
         if reduction == "none":
             return losses
         total = losses.sum()
@@ -135,48 +126,25 @@ class CrossEntropy(Function):
             return np.asarray(np.nan, logits.dtype)  # torch gives nan for a mean over nothing
         return np.asarray(total / count, dtype=logits.dtype)
 
-    def _takes(self, logits, targets) -> bool:
-        """Whether the kernels take this case: they index rows by target unchecked, so targets must be in range."""
-        return (self.fast and logits.dtype in row_kernels.FLOATS and logits.ndim == 2 and min(logits.shape) > 0
-                and targets.min() >= 0 and targets.max() < logits.shape[1])
-
-    def _kernel_forward(self, logits, targets, keep):
-        """(N,) losses from the kernels, or None when a row is not finite (the reference handles those)."""
-        x = np.ascontiguousarray(logits)
-        scale = 1 / self.count if is_grad_enabled() else None           # the mean's 1 / count folded in
-        losses, mx, log_s, d_logits = row_kernels.cross_entropy_rows(x, targets, keep, scale)
-        if not (np.isfinite(mx).all() and np.isfinite(log_s).all()):
-            return None
-        self.save_for_backward(x, targets, keep, mx, log_s)
-        self.by_kernels, self.kernel_grad = True, d_logits              # (N, C) for an output gradient of 1
-        return losses
-
-    def _reference_forward(self, logits, targets, keep):
+    def _losses(self, logits, targets, keep):
+        """(N,) losses, 0 where a row is not kept."""
         log_probs = _log_softmax(logits, axis=-1)                      # (N, C)
         rows = np.arange(len(targets))
         # where, not * keep: an ignored row may read a -inf log-probability, and -inf * 0 is nan
         losses = np.where(keep, -log_probs[rows, targets], 0)          # (N,)
         self.save_for_backward(log_probs, targets, keep)
-        self.by_kernels = False
         return losses
 
+    def _scale(self, grad):
+        """The output gradient as a factor of each row's gradient: per row for reduction='none', else / count."""
+        return grad[:, None] if self.reduction == "none" else grad / self.count
+
     def backward(self, grad):
-        scale = grad[:, None] if self.reduction == "none" else grad / self.count
-        if self.by_kernels:
-            x, targets, keep, mx, log_s = self.saved
-            d_logits, self.kernel_grad = self.kernel_grad, None         # handed out once (a second backward of a
-            if d_logits is None:                                        # retained graph computes it again)
-                d_logits = np.exp((x - mx[:, None]) - log_s[:, None])
-                d_logits[np.arange(len(targets)), targets] -= 1
-                d_logits *= keep[:, None]
-                return d_logits * scale, None
-            factor = grad[:, None] if self.reduction == "none" else grad
-            return (d_logits if factor.size == 1 and factor == 1 else d_logits * factor), None
         log_probs, targets, keep = self.saved
         d_logits = np.exp(log_probs)                                    # softmax (N, C)
         d_logits[np.arange(len(targets)), targets] -= 1
         d_logits *= keep[:, None]
-        return d_logits * scale, None
+        return d_logits * self._scale(grad), None
 
 
 class Cumsum(Function):

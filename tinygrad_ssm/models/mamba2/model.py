@@ -24,6 +24,7 @@ from ...nn import init
 from ...scan import available_backends, ssd
 from ...scan.sequential import ssd_step
 from ...fast import fused as fused_ops
+from ...fast import row_ops
 from ...registry import VarBuilder, VarMap
 from ...autograd.tensor import Tensor, no_grad
 from .config import Mamba2Config
@@ -231,7 +232,7 @@ class Mamba2LMHeadModel:
         vb = VarBuilder.from_varmap(self.varmap, dtype=self.dtype)
         backbone = vb.pp("backbone")
         V = config.padded_vocab_size
-        self.embedding = nn.Embedding(backbone.pp("embedding"), V, config.d_model)
+        self.embedding = nn.Embedding(backbone.pp("embedding"), V, config.d_model, fused=fused)
         self.layers = [Mamba2Block(backbone.pp("layers").pp(i), config, fused) for i in range(config.n_layer)]
         self.norm_f = nn.RMSNorm(backbone.pp("norm_f"), config.d_model, eps=config.rms_norm_eps, fused=fused)
         self.lm_head = None if config.tie_embeddings else nn.Linear(vb.pp("lm_head"), config.d_model, V, bias=False)
@@ -293,7 +294,8 @@ class Mamba2LMHeadModel:
         if targets.shape != logits.shape[:2]:
             raise ValueError(f"Mamba2LMHeadModel.loss: targets must have input_ids' shape {logits.shape[:2]}, "
                              f"got {targets.shape}")
-        return F.cross_entropy(logits, targets)
+        cross_entropy = row_ops.cross_entropy if self.fused else F.cross_entropy
+        return cross_entropy(logits, targets)
 
     # --- decoding ----------------------------------------------------------------------------------------
     def allocate_cache(self, batch: int) -> Mamba2Cache:
