@@ -14,9 +14,9 @@ import time
 import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
 import numpy as np
 
-from common import default_json, write_result
+from _common import default_json, write_result
 
-import tinygrad_ssm as tg  # noqa: E402  (common puts the repository on the path)
+import tinygrad_ssm as tg  # noqa: E402  (_common puts the repository on the path)
 from tinygrad_ssm.autograd import functional as F  # noqa: E402
 
 SHAPE = (16, 16)

@@ -23,13 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from threads import threads_from_argv
+from _common import threads_from_argv
 
 THREADS = threads_from_argv()
 
 import numpy as np  # noqa: E402  (after threads_from_argv: the pools' sizes are fixed when they load)
 
-from common import ROOT, default_json, write_result  # noqa: E402
+from _common import ROOT, default_json, write_result  # noqa: E402
 
 import tinygrad_ssm.fast.fused as fused  # noqa: E402
 from tinygrad_ssm.autograd import functional as F  # noqa: E402

@@ -14,13 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-import threads  # noqa: I001  (before NumPy: it fixes OpenBLAS's thread count)
-THREADS = threads.threads_from_argv()
+import _common as common  # noqa: I001  (no NumPy: threads_from_argv must come first)
+THREADS = common.threads_from_argv()
 
 import numpy as np  # noqa: E402
 
-import hf_twin  # noqa: E402
-from common import dump_json  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -35,20 +33,20 @@ def main(argv=None) -> dict:
                    help="threads for every library on both sides (default: each library's own choice)")
     p.add_argument("--quick", action="store_true", help="tiny config, 32 new tokens, 2 repeats: a smoke run")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")
-    p.add_argument(hf_twin.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)  # "SIDE@BATCH"
+    p.add_argument(common.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)  # "SIDE@BATCH"
     args = p.parse_args(argv)
     if args.memory_of:
-        hf_twin.fixed_mmap_threshold()
+        common.fixed_mmap_threshold()
         args.batches = [int(args.memory_of.rsplit("@", 1)[1])]
-    torch, _ = hf_twin.require_transformers()
-    threads.apply_to_torch(THREADS)
-    config_kw = hf_twin.QUICK_CONFIG if args.quick else hf_twin.CONFIG
+    torch, _ = common.require_transformers()
+    common.apply_to_torch(THREADS)
+    config_kw = common.QUICK_CONFIG if args.quick else common.CONFIG
     if args.quick:
         args.new_tokens, args.repeats = 32, 2
 
-    model = hf_twin.ours(config_kw, args.chunk_size, fused=True)
-    reference = hf_twin.ours(config_kw, args.chunk_size, fused=False) if args.with_reference else None
-    hf = hf_twin.theirs(model, args.chunk_size)
+    model = common.ours(config_kw, args.chunk_size, fused=True)
+    reference = common.ours(config_kw, args.chunk_size, fused=False) if args.with_reference else None
+    hf = common.theirs(model, args.chunk_size)
     n = args.new_tokens
     result = {"benchmark": "generate", "prompt_len": args.prompt_len, "new_tokens": n, "config": config_kw,
               "parameters": model.varmap.num_parameters(), "threads": torch.get_num_threads(), "rows": {}}
@@ -72,7 +70,7 @@ def main(argv=None) -> dict:
             sides["tinygrad_ssm reference"] = ours_run(reference, "tinygrad_ssm reference")
         sides["transformers"] = theirs_run
         if args.memory_of:
-            return hf_twin.report_memory(sides, args.memory_of.rsplit("@", 1)[0])
+            return common.report_memory(sides, args.memory_of.rsplit("@", 1)[0])
         for run in sides.values():
             run()                                                       # warm-up
         agree = int((outputs["tinygrad_ssm"][:, args.prompt_len:] == outputs["transformers"][:, args.prompt_len:])
@@ -80,12 +78,12 @@ def main(argv=None) -> dict:
         times = {name: [] for name in sides}
         for _ in range(args.repeats):
             for name, run in sides.items():
-                times[name].append(hf_twin.timed(run))
-        memory = hf_twin.peak_memory_by_side(__file__, sys.argv[1:] if argv is None else argv,
+                times[name].append(common.timed(run))
+        memory = common.peak_memory_by_side(__file__, sys.argv[1:] if argv is None else argv,
                                              [f"{name}@{batch}" for name in sides])
         for name, run in sides.items():
             added = memory[f"{name}@{batch}"]
-            row = {**hf_twin.stats(times[name]), "tokens_per_s": round(batch * n / np.median(times[name]), 1),
+            row = {**common.stats(times[name]), "tokens_per_s": round(batch * n / np.median(times[name]), 1),
                    "peak_added_mib": None if added is None else round(added / 2**20, 1)}
             result["rows"][f"{name} batch {batch}"] = row
         theirs_tps = result["rows"][f"transformers batch {batch}"]["tokens_per_s"]
@@ -103,7 +101,7 @@ def main(argv=None) -> dict:
         print(f"{name:32s} {r['median_s']:9.3f} {r['min_s']:7.3f} {r['max_s']:7.3f} {r['tokens_per_s']:9.0f} "
               f"{r['peak_added_mib'] if r['peak_added_mib'] is not None else '-':>9} {r['x_transformers']:6.2f}{extra}")
     if args.json:
-        dump_json(result, args.json)
+        common.dump_json(result, args.json)
     return result
 
 

@@ -6,7 +6,7 @@
     python benchmarks/bench_scaling.py [--quick] [--json PATH]
 
 Each (side, size) runs in its own fresh process, so the peak memory of one does not hide the next
-(common.peak_increment). Model: the default run's (vocab 256, d_model 256, 4 layers, d_state 64, headdim 64,
+(_common.peak_increment). Model: the default run's (vocab 256, d_model 256, 4 layers, d_state 64, headdim 64,
 chunk 64), float32.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
-from common import default_json, fitted_exponent, peak_increment, timeit, write_result
+from _common import default_json, fitted_exponent, peak_increment, timeit, write_result
 
 MODEL = dict(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, ngroups=1, chunk_size=64,
              tie_embeddings=True)

@@ -1,5 +1,5 @@
-"""Forward+backward of the SSD scan: the reference backend, the numba kernels and (when torch is installed) a
-PyTorch chunked SSD (ssd_minimal's algorithm with autograd, the faster of chunk 64 and 256), float32.
+"""Forward+backward of the SSD scan: the reference backend, the numba kernels ("numba_chunked") and (when torch is
+installed) a PyTorch chunked SSD (ssd_minimal's algorithm with autograd, the faster of chunk 64 and 256), float32.
 
     python benchmarks/bench_ssd.py            # b=2 l=4096 h=8 p=64 g=1 n=64, then l = 1024 .. 32768
     python benchmarks/bench_ssd.py --quick    # a smoke run: small shapes, 2 repeats
@@ -97,9 +97,8 @@ def torch_step(chunk):
 
 def steps(chunk_numba):
     out = {"reference": engine_step("reference", 64)}
-    for name in ("numba", "numba_chunked"):                             # the recurrence; its chunked backward
-        if name in available_backends():
-            out[name] = engine_step(name, chunk_numba)
+    if "numba_chunked" in available_backends():                         # the recurrence forward, a chunked backward
+        out["numba_chunked"] = engine_step("numba_chunked", chunk_numba)
     if torch is not None:
         out["torch_chunk64"], out["torch_chunk256"] = torch_step(64), torch_step(256)
     return out
@@ -137,11 +136,12 @@ def _status_kib(field):
 
 def kernel_step(chunk):
     """The numba kernels alone on arrays, no engine: forward, then backward of given dy, d_final."""
-    from tinygrad_ssm.scan import numba_cpu
+    from tinygrad_ssm.scan import BACKENDS
+    kernels = BACKENDS["numba_chunked"]
 
     def step(inputs, w_y, w_state):
-        y, state, saved = numba_cpu.forward(*[inputs[k] for k in ("x", "dt", "A", "B", "C", "D")], None, chunk)
-        return [g for g in numba_cpu.backward(saved, w_y, w_state) if g is not None]
+        y, state, saved = kernels.forward(*[inputs[k] for k in ("x", "dt", "A", "B", "C", "D")], None, chunk)
+        return [g for g in kernels.backward(saved, w_y, w_state) if g is not None]
     return step
 
 
@@ -166,33 +166,26 @@ def measure_memory(name, chunk_numba):
     return json.loads(result.stdout.splitlines()[-1])
 
 
-def profile_numba(shape, repeats):
-    """Where the numba kernels spend their time, from the kernels alone (no engine), one thread: the forward;
-    the backward with one recompute pass (chunk 64: a chunk is one block) and with two (chunk 256: blocks of
-    64 states inside each chunk). Their difference is one recompute pass; the rest of the backward is the
-    adjoint sweep."""
+def profile_numba(shape, repeats, chunk):
+    """The numba kernels ("numba_chunked") alone (no engine), one thread: the median seconds of the forward and
+    of the backward."""
     import numba
-    from tinygrad_ssm.scan import numba_cpu
+    from tinygrad_ssm.scan import BACKENDS
+    kernels = BACKENDS["numba_chunked"]
     inputs = make_inputs(**shape)
     args = [inputs[k] for k in ("x", "dt", "A", "B", "C", "D")]
     threads = numba.get_num_threads()
     numba.set_num_threads(1)
-    result = {}
     try:
-        for chunk in (64, 256):
-            y, state, saved = numba_cpu.forward(*args, None, chunk)
-            numba_cpu.backward(saved, y, state)
-            fwd, bwd = [], []
-            for _ in range(repeats):
-                fwd.append(_timed(lambda: numba_cpu.forward(*args, None, chunk)))
-                bwd.append(_timed(lambda: numba_cpu.backward(saved, y, state)))
-            result[f"forward_chunk{chunk}_s"] = float(np.median(fwd))
-            result[f"backward_chunk{chunk}_s"] = float(np.median(bwd))
+        y, state, saved = kernels.forward(*args, None, chunk)
+        kernels.backward(saved, y, state)
+        fwd, bwd = [], []
+        for _ in range(repeats):
+            fwd.append(_timed(lambda: kernels.forward(*args, None, chunk)))
+            bwd.append(_timed(lambda: kernels.backward(saved, y, state)))
     finally:
         numba.set_num_threads(threads)
-    result["recompute_pass_s"] = result["backward_chunk256_s"] - result["backward_chunk64_s"]
-    result["adjoint_sweep_s"] = result["backward_chunk64_s"] - result["recompute_pass_s"]
-    return result
+    return {"chunk": chunk, "forward_s": float(np.median(fwd)), "backward_s": float(np.median(bwd))}
 
 
 def main(argv=None):
@@ -240,8 +233,9 @@ def main(argv=None):
     for name, row in report["main"].items():
         print(f"{name:>16} {row['median_s']:9.4f} {row.get('ratio_to_torch', float('nan')):8.2f} {row['gflops']:8.2f}")
 
-    report["numba_profile_one_thread"] = prof = profile_numba(main_shape, repeats)
-    print("numba kernels alone, one thread, median s: " + ", ".join(f"{k[:-2]} {v:.4f}" for k, v in prof.items()))
+    report["numba_profile_one_thread"] = prof = profile_numba(main_shape, repeats, args.chunk)
+    print(f"numba kernels alone, one thread, median s: forward {prof['forward_s']:.4f}, "
+          f"backward {prof['backward_s']:.4f} (chunk {prof['chunk']})")
 
     if not args.quick:
         inputs_bytes = sum(v.nbytes for v in make_inputs(**MAIN).values())
@@ -251,7 +245,8 @@ def main(argv=None):
         print(f"\npeak memory, main shape: inputs {inputs_bytes / 2**20:.1f} MiB, outputs {outputs_bytes / 2**20:.1f} "
               f"MiB; io = inputs + outputs + the gradients of both = {io_bytes / 2**20:.1f} MiB")
         print(f"{'':>16} {'peak above inputs':>18} {'peak / io':>10}")
-        for name in [n for n in report["main"] if n != "torch"] + (["numba_kernel"] if "numba" in report["main"] else []):
+        kernel = ["numba_kernel"] if "numba_chunked" in report["main"] else []
+        for name in [n for n in report["main"] if n != "torch"] + kernel:
             mem = measure_memory(name, args.chunk)
             mem["peak_over_io"] = (inputs_bytes + outputs_bytes + mem["extra_peak_bytes"]) / io_bytes
             report["memory"][name] = mem

@@ -1,13 +1,16 @@
 """The training step's plain NumPy parts that have numba kernels, timed inside real training steps: AdamW's update
-(fast/adam_kernel.py), the embedding's backward and cross entropy forward and backward (fast/row_kernels.py),
-each against its reference (the NumPy code, `fast = False` on the op's or optimizer's class); the residual adds,
-which have no kernel (memory-bound: a + b over both threads measured no faster), as a check on noise. Steps
-alternate between the two in one process (each first in turn), so a shared machine's drifting load falls on both
-alike; each part's figure is the median over the quiet rounds of its milliseconds per step.
+(fast/adam_kernel.py), the embedding's backward and cross entropy forward and backward (fast/row_ops.py), each
+against its reference, chosen explicitly per step: `AdamW(..., fused=False)` against `fused=True`, the engine's
+`tinygrad_ssm.autograd.functional.cross_entropy` against `tinygrad_ssm.fast.row_ops.cross_entropy`, and the
+embedding layer's engine op against its numba twin (its `fused` flag); the residual adds, which have no kernel
+(memory-bound: a + b over both threads measured no faster), as a check on noise. Steps alternate between the two
+in one process (each first in turn), so a shared machine's drifting load falls on both alike; each part's figure
+is the median over the quiet rounds of its milliseconds per step.
 
     python benchmarks/bench_step_parts.py [--rounds 15] [--batch 8] [--seqlen 512] [--json PATH]
 
 The model is profile_step.py's (d_model 256, 4 layers, d_state 64, headdim 64, vocab 256, float32, fused ops).
+The two optimizers update the same parameters, each with its own moments (what is timed is the update's work).
 """
 from __future__ import annotations
 
@@ -16,35 +19,41 @@ import collections
 import statistics
 import time
 
-from threads import threads_from_argv
+from _common import threads_from_argv
 
 threads_from_argv()
 
 import numpy as np  # noqa: E402
 
-from common import default_json, write_result  # noqa: E402
+from _common import default_json, write_result  # noqa: E402
 
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap  # noqa: E402
+from tinygrad_ssm.autograd import functional as F  # noqa: E402
 from tinygrad_ssm.autograd.ops import elementwise, nn, reduce  # noqa: E402
+from tinygrad_ssm.fast import row_ops  # noqa: E402
 from tinygrad_ssm.optim import Adam, AdamW  # noqa: E402
 
 QUIET = 1.3                                                              # see the end of main
-# the classes whose `fast` picks the kernels or the reference
-SWITCHES = (reduce.CrossEntropy, nn.Embedding, Adam)
-TIMED = {"AdamW update (all parameters)": (Adam, "_update"),
-         "Embedding backward": (nn.Embedding, "backward"),
-         "CrossEntropy forward": (reduce.CrossEntropy, "forward"),
-         "CrossEntropy backward": (reduce.CrossEntropy, "backward"),
-         "Add forward (residual, no kernel)": (elementwise.Add, "forward")}
+# part -> the methods timed for it: the engine op's and its numba twin's (a twin that falls back to the engine
+# op's code calls it from inside: only the outer call counts)
+TIMED = {"AdamW update (all parameters)": [(Adam, "_update")],
+         "Embedding backward": [(nn.Embedding, "backward"), (row_ops.FusedEmbedding, "backward")],
+         "CrossEntropy forward": [(reduce.CrossEntropy, "forward")],
+         "CrossEntropy backward": [(reduce.CrossEntropy, "backward"), (row_ops.FusedCrossEntropy, "backward")],
+         "Add forward (residual, no kernel)": [(elementwise.Add, "forward")]}
+CROSS_ENTROPY = {"reference": F.cross_entropy, "kernels": row_ops.cross_entropy}
 
 
-def timed(seconds: dict, part: str, method):
+def timed(seconds: dict, depth: dict, part: str, method):
     def run(*args, **kwargs):
+        depth[part] += 1
         start = time.perf_counter()
         try:
             return method(*args, **kwargs)
         finally:
-            seconds[part] += time.perf_counter() - start
+            depth[part] -= 1
+            if not depth[part]:
+                seconds[part] += time.perf_counter() - start
     return run
 
 
@@ -56,23 +65,26 @@ def main(argv=None) -> dict:
     p.add_argument("--threads", type=int, default=None, help="threads for every pool (read before NumPy loads)")
     p.add_argument("--json", default=default_json("bench_step_parts"))
     args = p.parse_args(argv)
-    seconds = collections.defaultdict(float)
-    for part, (cls, name) in TIMED.items():
-        setattr(cls, name, timed(seconds, part, getattr(cls, name)))
+    seconds, depth = collections.defaultdict(float), collections.defaultdict(int)
+    for part, methods in TIMED.items():
+        for cls, name in methods:
+            if name in cls.__dict__:                                     # its own method, not an inherited one
+                setattr(cls, name, timed(seconds, depth, part, cls.__dict__[name]))
     config = Mamba2Config(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, expand=2, chunk_size=64)
     model = Mamba2LMHeadModel(config, VarMap(seed=0))
-    opt = AdamW(model.varmap.all_vars(), lr=1e-3)
+    opts = {"reference": AdamW(model.varmap.all_vars(), lr=1e-3, fused=False),
+            "kernels": AdamW(model.varmap.all_vars(), lr=1e-3, fused=True)}
     data = np.random.default_rng(0).integers(0, 256, (args.batch, args.seqlen + 1))
     variants = ("reference", "kernels")
     per_step = {k: collections.defaultdict(list) for k in variants}
 
     def step(variant: str):
-        for cls in SWITCHES:
-            cls.fast = variant != "reference"
+        opt = opts[variant]
+        model.embedding.fused = variant == "kernels"                    # the layer's engine op or its numba twin
         seconds.clear()
         start = time.perf_counter()
         opt.zero_grad()
-        model.loss(data[:, :-1], data[:, 1:]).backward()
+        CROSS_ENTROPY[variant](model(data[:, :-1]), data[:, 1:]).backward()
         opt.step()
         return time.perf_counter() - start
 
@@ -84,7 +96,6 @@ def main(argv=None) -> dict:
             for part in TIMED:
                 per_step[variant][part].append(seconds[part])
             per_step[variant]["training step"].append(total)
-    step("kernels")                                                      # leave the defaults
     # A shared machine's load comes in phases (steps 2-3x slower for a while): the figures are medians over the
     # quiet rounds, those whose slowest step is within QUIET of the fastest step seen.
     fastest = min(min(per_step[k]["training step"]) for k in variants)

@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-import threads  # noqa: I001  (before NumPy: it fixes OpenBLAS's thread count)
-THREADS = threads.threads_from_argv()
+import _common as common  # noqa: I001  (no NumPy: threads_from_argv must come first)
+THREADS = common.threads_from_argv()
 
 import numpy as np  # noqa: E402
 
-import hf_twin  # noqa: E402
-from common import dump_json  # noqa: E402
 from tinygrad_ssm.optim import AdamW  # noqa: E402
 
 
@@ -63,13 +61,13 @@ def main(argv=None) -> dict:
                    help="threads for every library on both sides (default: each library's own choice)")
     p.add_argument("--quick", action="store_true", help="tiny config, batch 2 x 64, 2 repeats: a smoke run")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")
-    p.add_argument(hf_twin.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)
+    p.add_argument(common.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.memory_of:
-        hf_twin.fixed_mmap_threshold()
-    torch, _ = hf_twin.require_transformers()
-    threads.apply_to_torch(THREADS)
-    config_kw = hf_twin.QUICK_CONFIG if args.quick else hf_twin.CONFIG
+        common.fixed_mmap_threshold()
+    torch, _ = common.require_transformers()
+    common.apply_to_torch(THREADS)
+    config_kw = common.QUICK_CONFIG if args.quick else common.CONFIG
     if args.quick:
         args.batch, args.seqlen, args.repeats = 2, 64, 2
 
@@ -78,29 +76,29 @@ def main(argv=None) -> dict:
     ids, targets = data[:, :-1].copy(), data[:, 1:].copy()
     sides = {}
     for chunk in args.chunks:
-        model = hf_twin.ours(config_kw, chunk, fused=True, backend=args.backend)
-        hf = hf_twin.theirs(model, chunk)
+        model = common.ours(config_kw, chunk, fused=True, backend=args.backend)
+        hf = common.theirs(model, chunk)
         if chunk == args.chunks[0]:
-            difference = hf_twin.max_logit_difference(model, hf, ids[:1, :64])
+            difference = common.max_logit_difference(model, hf, ids[:1, :64])
         sides[f"tinygrad_ssm chunk {chunk}"] = our_step(model, AdamW(model.varmap.all_vars(), lr=1e-3), ids, targets)
         if args.with_reference:
-            ref = hf_twin.ours(config_kw, chunk, fused=False, backend=args.backend)
+            ref = common.ours(config_kw, chunk, fused=False, backend=args.backend)
             sides[f"tinygrad_ssm reference chunk {chunk}"] = our_step(ref, AdamW(ref.varmap.all_vars(), lr=1e-3),
                                                                        ids, targets)
         sides[f"transformers chunk {chunk}"] = their_step(hf, torch.optim.AdamW(hf.parameters(), lr=1e-3), ids,
                                                           targets)
     if args.memory_of:
-        return hf_twin.report_memory(sides, args.memory_of)
+        return common.report_memory(sides, args.memory_of)
     for run in sides.values():
         for _ in range(args.warmup):
             run()
     times = {name: [] for name in sides}
     for _ in range(args.repeats):
         for name, run in sides.items():
-            times[name].append(hf_twin.timed(run))
-    memory = hf_twin.peak_memory_by_side(__file__, sys.argv[1:] if argv is None else argv, sides)
+            times[name].append(common.timed(run))
+    memory = common.peak_memory_by_side(__file__, sys.argv[1:] if argv is None else argv, sides)
 
-    rows = {name: {**hf_twin.stats(t), "tokens_per_s": round(args.batch * args.seqlen / np.median(t), 1),
+    rows = {name: {**common.stats(t), "tokens_per_s": round(args.batch * args.seqlen / np.median(t), 1),
                    "peak_added_mib": None if memory[name] is None else round(memory[name] / 2**20, 1)}
             for name, t in times.items()}
     best_theirs = min(r["median_s"] for n, r in rows.items() if n.startswith("transformers"))
@@ -116,7 +114,7 @@ def main(argv=None) -> dict:
         print(f"{name:34s} {r['median_s']:9.3f} {r['min_s']:7.3f} {r['max_s']:7.3f} {r['tokens_per_s']:9.0f} "
               f"{r['peak_added_mib'] if r['peak_added_mib'] is not None else '-':>9} {r['vs_transformers_best']:9.3f}")
     if args.json:
-        dump_json(result, args.json)
+        common.dump_json(result, args.json)
     return result
 
 

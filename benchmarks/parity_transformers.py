@@ -3,7 +3,7 @@ safetensors file), same batches, AdamW with the same settings, both sides in flo
 
     python benchmarks/parity_transformers.py [--steps 100] [--json PATH]
 
-What is compared (tests/test_parity_transformers.py asserts the bounds):
+What is compared (tests/models/test_parity_transformers.py asserts the bounds):
 - the initial logits (max |difference|, bound 1e-5);
 - every parameter's gradient of the first loss (|g_ours - g_theirs| / |g_theirs|, bound 1e-5);
 - the loss curves over the steps (max relative difference, bound 1e-4);
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import default_json, write_result  # noqa: E402  (and the repository on the path)
+from _common import default_json, write_result  # noqa: E402  (and the repository on the path)
 
 import tinygrad_ssm as tg  # noqa: E402
 from tinygrad_ssm.models import Mamba2Config, Mamba2LMHeadModel  # noqa: E402
@@ -49,8 +49,8 @@ EXACT_BOUND = 1e-10  # with transformers' internal float32 casts kept float64: r
 
 
 def build_pair(dtype: str = "float64", seed: int = 0, config: dict | None = None):
-    """(ours, theirs): the same weights on both sides, copied through one safetensors file (hf_twin.theirs)."""
-    from hf_twin import theirs
+    """(ours, theirs): the same weights on both sides, copied through one safetensors file (_common.theirs)."""
+    from _common import theirs
     c = Mamba2Config(**(config or CONFIG))
     ours = Mamba2LMHeadModel(c, VarMap(seed=seed), dtype=dtype)
     return ours, theirs(ours, c.chunk_size)
@@ -195,7 +195,7 @@ def main(argv=None):
           BOUNDS["gradients"] and f64["generated_identical"] and exact["initial_logits_max_abs"] < EXACT_BOUND
           and exact["worst_gradient_relative"] < EXACT_BOUND and exact["losses_max_relative"] < EXACT_BOUND
           and exact["generated_identical"])
-    notes = [f"bounds (asserted by tests/test_parity_transformers.py): {BOUNDS} for plain float64 (the loss curve "
+    notes = [f"bounds (asserted by tests/models/test_parity_transformers.py): {BOUNDS} for plain float64 (the loss curve "
              f"bound on the run with their casts off), {EXACT_BOUND:g} for everything with their casts off; all "
              f"met: {'yes' if ok else 'NO'}",
              "transformers' CPU path computes its norms and SSD scan in float32 even in a float64 model: the floor "

@@ -13,13 +13,11 @@ import argparse
 import sys
 import time
 
-import threads  # noqa: I001  (before NumPy: it fixes the thread counts)
-THREADS = threads.threads_from_argv()
+import _common as common  # noqa: I001  (no NumPy: threads_from_argv must come first)
+THREADS = common.threads_from_argv()
 
 import numpy as np  # noqa: E402
 
-import hf_twin  # noqa: E402
-from common import dump_json  # noqa: E402
 from tinygrad_ssm.models.mamba2 import decode  # noqa: E402
 from numba import njit  # noqa: E402
 from tinygrad_ssm.fast.claims import cycles as _cycles  # noqa: E402
@@ -36,8 +34,8 @@ def main(argv=None) -> dict:
     p.add_argument("--threads", type=int, default=None, help="NUMBA_NUM_THREADS (2: the caller and one helper)")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")
     args = p.parse_args(argv)
-    model = hf_twin.ours(hf_twin.CONFIG, 64, fused=True)
-    result = {"benchmark": "profile_decode", "config": hf_twin.CONFIG, "rows": {}}
+    model = common.ours(common.CONFIG, 64, fused=True)
+    result = {"benchmark": "profile_decode", "config": common.CONFIG, "rows": {}}
     for batch in args.batches:
         prompt = np.random.default_rng(batch).integers(0, 256, (batch, args.prompt_len))
         model.generate(prompt, args.new_tokens, temperature=0)              # warm-up (compiles)
@@ -60,7 +58,7 @@ def main(argv=None) -> dict:
         for name, us in per_step.items():
             print(f"  {name:36s} {us:7.1f} us  {us / wall:6.1%}")
     if args.json:
-        dump_json(result, args.json)
+        common.dump_json(result, args.json)
     return result
 
 

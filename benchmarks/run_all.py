@@ -1,5 +1,5 @@
 """Run every benchmark script, then write docs/benchmarks.md: each script's table, the machine's facts and
-the plots (PNG, matplotlib), from the JSON files the scripts write (layout: benchmarks/common.py).
+the plots (PNG, matplotlib), from the JSON files the scripts write (layout: benchmarks/_common.py).
 
     python benchmarks/run_all.py            # everything (under 15 minutes on 2 cores)
     python benchmarks/run_all.py --quick    # a one-minute smoke run of every script (the report says so)
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import RESULTS, ROOT
+from _common import RESULTS, ROOT
 
 # (script, its title in the report, extra arguments): in the order the report shows them
 SCRIPTS = (
@@ -34,6 +34,25 @@ SCRIPTS = (
 QUICK = {"parity_transformers.py": ["--steps", "10"], "bench_fused.py": ["--repeats", "2"],
          "bench_step_parts.py": ["--rounds", "3"],
          "bench_distributed.py": ["--steps", "3", "--skip", "1"]}
+# the scripts run by hand, listed at the end of the report: (command, what it does)
+BY_HAND = (
+    ("benchmarks/profile_step.py", "where one training step's time goes, by share (scan, matmuls, fused ops, "
+     "optimizer, the graph walk), and the cores each kept busy"),
+    ("benchmarks/profile_decode.py", "where a generated token's time goes in the numba decoder, phase by phase"),
+    ("benchmarks/gpu_check.py", "the \"cuda\" scan backend on an NVIDIA GPU: correctness against the CPU, then "
+     "speed beside PyTorch (`NUMBA_ENABLE_CUDASIM=1 ... --tiny`: the correctness part on the simulator)"),
+)
+DEV_TOOLS = (
+    ("benchmarks/dev/ab.py --rev REV [--what step|ssd]", "this tree against another git revision (any layout), "
+     "each side in a process of its own on the public API, interleaved rounds: the ratio per part"),
+    ("benchmarks/dev/bench_ssd_backends.py [--a A --b B] [--step]", "two scan backends of this tree interleaved in "
+     "one process: kernels on arrays, engine-op backends through autograd; optionally whole training steps"),
+    ("benchmarks/dev/model_step.py", "time and peak memory (tracemalloc) of one forward + backward of the LM"),
+    ("benchmarks/dev/equality_report.py", "float64 max differences between the scan's equivalent forms and the "
+     "LM's decoding paths (the numbers behind tests/scan/test_ssd.py and tests/models/test_mamba2.py)"),
+    ("benchmarks/dev/numpy_protocols.py", "NumPy's protocols on a Tensor (np.asarray, np.exp, masks, ...) against "
+     "the same work on its ndarray"),
+)
 DOC = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "images"
 
@@ -67,7 +86,7 @@ def run_scripts(quick: bool) -> dict:
 
 
 def as_report(script: str, result: dict) -> dict:
-    """A result in the common layout (benchmarks/common.py), from the layouts some scripts write."""
+    """A result in the common layout (benchmarks/_common.py), from the layouts some scripts write."""
     if "columns" in result:
         return result
     adapt = {"bench_ssd.py": _ssd, "bench_train_step.py": _train_step, "bench_generate.py": _generate,
@@ -85,10 +104,18 @@ def _ssd(r: dict) -> dict:
         notes.append("peak memory above the inputs / (inputs + outputs + their gradients): " + ", ".join(
             f"{k} {v['peak_over_io']:.2f}x" for k, v in r["memory"].items() if isinstance(v, dict)))
     prof = r.get("numba_profile_one_thread")
-    if prof:
+    if prof and "forward_s" in prof:
+        notes.append(f"numba kernels alone, one thread: forward {prof['forward_s']:.3f} s, backward "
+                     f"{prof['backward_s']:.3f} s (chunk {prof['chunk']})")
+    elif prof:                                                          # a result of the recurrence's backward
         notes.append("numba kernels alone, one thread: forward {:.3f} s, backward {:.3f} s (recompute pass {:.3f} s, "
                      "adjoint sweep {:.3f} s)".format(prof["forward_chunk64_s"], prof["backward_chunk64_s"],
                                                       prof["recompute_pass_s"], prof["adjoint_sweep_s"]))
+    here = _backends_here()
+    gone = [name for name in r["main"] if here is not None and not name.startswith("torch") and name not in here]
+    if gone:
+        notes.append(f"backends of this run removed since: {', '.join(gone)} (python benchmarks/bench_ssd.py "
+                     "measures those of this tree)")
     plots = []
     if r.get("scaling"):
         lengths = sorted(r["scaling"], key=int)
@@ -100,6 +127,15 @@ def _ssd(r: dict) -> dict:
     return {"title": f"b={shape['b']} l={shape['l']} h={shape['h']} p={shape['p']} g={shape['g']} n={shape['n']}, "
                      f"float32, median of {r['repeats']}", "columns": ["backend", "median s", "/ PyTorch", "GFLOP/s"],
             "rows": rows, "notes": notes, "plots": plots}
+
+
+def _backends_here() -> set | None:
+    """The names of the scan backends this tree registers; None where tinygrad_ssm does not import."""
+    try:
+        from tinygrad_ssm.scan import BACKENDS
+    except ImportError:
+        return None
+    return set(BACKENDS)
 
 
 def _rows_of(r: dict, keys):
@@ -210,6 +246,12 @@ def write_report(status: dict | None, quick: bool) -> Path:
             image = draw(plot)
             if image:
                 lines += [f"![{plot['title']}]({image})", ""]
+    lines += ["## Run by hand (benchmarks/)", "", "Not run by run_all.py, no figures here; each prints its own "
+              "report (`--help` for its options).", ""]
+    lines += [f"- `python {command}`: {what}" for command, what in BY_HAND] + [""]
+    lines += ["## Developer tools (benchmarks/dev/)", "", "One-off A/B and profiling tools used while changing the "
+              "code; their results are records, not the report's.", ""]
+    lines += [f"- `python {command}`: {what}" for command, what in DEV_TOOLS] + [""]
     DOC.write_text("\n".join(lines))
     return DOC
 

@@ -231,7 +231,7 @@ def test_numpy_reductions_and_array_functions_on_tensors():
 def test_the_protocols_benchmark_runs():
     import importlib.util
     import pathlib
-    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "numpy_protocols.py"
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "dev" / "numpy_protocols.py"
     spec = importlib.util.spec_from_file_location("numpy_protocols", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

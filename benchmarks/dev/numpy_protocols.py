@@ -1,8 +1,8 @@
 """NumPy's protocols on a Tensor against the same work on its ndarray: np.asarray(t), np.exp(t) (an engine
 op through __array_ufunc__), the mask ids[ids == 0], np.sum(t), iterating the rows of a matrix.
 
-    python benchmarks/numpy_protocols.py              # 200,000 elements
-    python benchmarks/numpy_protocols.py --size 1000000 --json
+    python benchmarks/dev/numpy_protocols.py              # 200,000 elements
+    python benchmarks/dev/numpy_protocols.py --size 1000000 --json
 
 Before Tensor had __array__ and __array_ufunc__, np.asarray(t) and np.exp(t) built an object array of 0-d
 tensors, one per element (1.2 s and 3.4 s for 200,000 elements, measured on 2 busy cores); now each is one

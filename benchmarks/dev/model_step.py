@@ -1,7 +1,7 @@
 """Time and peak memory of one forward+backward (loss.backward()) of the small default Mamba-2 LM.
 
-    python benchmarks/model_step.py                         # b=1, l=1024, reference backend, float32
-    python benchmarks/model_step.py --batch 8 --seqlen 512  # one training step of the CLI's default run
+    python benchmarks/dev/model_step.py                         # b=1, l=1024, reference backend, float32
+    python benchmarks/dev/model_step.py --batch 8 --seqlen 512  # one training step of the CLI's default run
 
 Times are the best of --repeats runs (wall clock, time.perf_counter). Peak memory is measured in a separate
 run under tracemalloc (NumPy reports its array allocations to it), so tracing does not slow the timed runs;

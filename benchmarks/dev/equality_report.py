@@ -1,19 +1,19 @@
-"""Float64 max differences between the scan's equivalent forms (the numbers behind tests/test_ssd.py and
-tests/test_mamba2.py, which assert each is below 1e-10): chunked vs sequential vs a plain NumPy loop, and the
+"""Float64 max differences between the scan's equivalent forms (the numbers behind tests/scan/test_ssd.py and
+tests/models/test_mamba2.py, which assert each is below 1e-10): chunked vs sequential vs a plain NumPy loop, and the
 LM's full forward vs prefill-then-step and vs a two-segment prefill, for l in {1, q-1, q, q+1, 3q+5}, g = 1 and
 g = 2, with and without an initial state.
 
-    python benchmarks/equality_report.py
+    python benchmarks/dev/equality_report.py
 """
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # reuse the tests' inputs and oracle
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: reuse the tests' inputs and oracle
 
 import numpy as np
 import tinygrad_ssm as tg
-from test_ssd import numpy_scan, make_inputs, LENGTHS, Q
-from test_mamba2 import tiny_model
+from tests.scan.test_ssd import numpy_scan, make_inputs, LENGTHS, Q
+from tests.models.test_mamba2 import tiny_model
 from tinygrad_ssm.scan import ssd
 worst = {}
 def note(k, v): worst[k] = max(worst.get(k, 0), v)
