@@ -19,7 +19,7 @@ from tinygrad_ssm.train import cli
 from tinygrad_ssm import distributed as dist
 from tinygrad_ssm.io.safetensors import load_file
 from tinygrad_ssm.train.loop import TrainConfig
-from tinygrad_ssm.train import loop as train
+from tinygrad_ssm.train.loop import train
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,7 +203,7 @@ def test_launched_by_mpiexec_without_mpi4py_is_a_clear_error(monkeypatch, capsys
 
 def test_without_mpi_nothing_imports_mpi4py():
     """Alone, a training run never imports mpi4py (the extra is optional)."""
-    code = ("import sys; from tinygrad_ssm import cli, train, distributed; "
+    code = ("import sys; from tinygrad_ssm.train import cli, loop; from tinygrad_ssm import distributed; "
             "assert 'mpi4py' not in sys.modules, 'imported'; print('clean')")
     env = {k: v for k, v in os.environ.items() if k not in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")}
     env["PYTHONPATH"] = str(ROOT)

@@ -10,7 +10,7 @@ from tinygrad_ssm import distributed as dist
 from tinygrad_ssm.train.cli import EXIT_DIVERGED
 from tinygrad_ssm.models.mamba2.model import Mamba2LMHeadModel
 from tinygrad_ssm.train.loop import TrainConfig
-from tinygrad_ssm.train import loop as train
+from tinygrad_ssm.train.loop import train
 
 mode, data, out = sys.argv[1:4]
 world = dist.init()

@@ -19,7 +19,7 @@ from tinygrad_ssm.train.generate import escape_controls
 from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits, sample_next
 from tinygrad_ssm.train.log import progress_bar
 from tinygrad_ssm.train.loop import TrainConfig, TrainResult, summary
-from tinygrad_ssm.train import loop as train
+from tinygrad_ssm.train.loop import train
 
 TINY = ["--d-model", "32", "--n-layer", "1", "--d-state", "16", "--headdim", "16", "--batch-size", "2",
         "--seq-len", "32", "--eval-batches", "1", "--sample-bytes", "8", "--no-progress"]
@@ -141,7 +141,7 @@ class _FixedModel:
 
 
 def test_generate_escapes_control_bytes_on_the_terminal(monkeypatch, capsys):
-    monkeypatch.setattr("tinygrad_ssm.train.generate.load_model", lambda path, backend: _FixedModel(b"\x1b]0;pwn\x07ok\n\t."))
+    monkeypatch.setattr("tinygrad_ssm.train.cli.load_model", lambda path, backend: _FixedModel(b"\x1b]0;pwn\x07ok\n\t."))
     assert cli.main(["generate", "--checkpoint", "x", "--prompt", "p\x1b", "--max-new-tokens", "20"]) == 0
     assert capsys.readouterr().out == "p\\x1b\\x1b]0;pwn\\x07ok\n\t.\n"
 

@@ -14,7 +14,7 @@ from tinygrad_ssm.train import cli
 from tinygrad_ssm.train.run_folder import LOCK_FILE, RunFolderError, claim_run_folder
 from tinygrad_ssm.train.log import RunLog, RunLogError
 from tinygrad_ssm.train.loop import TrainConfig
-from tinygrad_ssm.train import loop as train
+from tinygrad_ssm.train.loop import train
 
 TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=2, seq_len=32, eval_batches=1,
             sample_bytes=4, warmup_steps=1, checkpoint_every=1)

@@ -15,7 +15,7 @@ from tinygrad_ssm.io.safetensors import load_file
 from tinygrad_ssm.autograd.tensor import no_grad
 from tinygrad_ssm.optim import AdamW
 from tinygrad_ssm.train.loop import TrainConfig, TrainingDiverged
-from tinygrad_ssm.train import loop as train
+from tinygrad_ssm.train.loop import train
 
 TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=4, seq_len=32, eval_batches=1,
             sample_bytes=8, lr=1e-2, min_lr=1e-3, warmup_steps=2)
