@@ -421,7 +421,7 @@ def _f32_gap(fast, exact, scale):
 
 
 def test_float32_sigmoid_is_within_two_float32_ulp_and_float64_keeps_its_own():
-    from tests.fast.test_decode_kernels import elementwise
+    from tests.support.numba_functions import elementwise
     from tinygrad_ssm.fast.fast_exp import exp as exp64, sigmoid
 
     sigmoid_all = elementwise(sigmoid)
