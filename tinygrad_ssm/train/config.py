@@ -13,31 +13,13 @@ VOCAB_SIZE = 256  # bytes
 class TrainConfig:
     """Everything that defines a run. The defaults are the README's first command: about four minutes on 2 cores.
 
-    How they were chosen (measured on the default corpus, 2 cores). At equal bytes per step, more and shorter
-    sequences learn faster in a run this short: validation after 100 steps was 2.35 bits per byte for 8 x 512,
-    2.27 for 16 x 256, 2.16 for 32 x 128 (64 x 64 was behind 32 x 128 again: 1.98 against 1.95 at step 200 of
-    450). Peak lr 4e-3 beat 3e-3 and 6e-3 (6e-3 ended level with it after 450 steps: 1.728 against 1.727).
-    Chunk 64: the fastest at seq_len 128.
-    The model: in four minutes a model this small sees about two bytes per parameter, far from the data it
-    could use, so fewer layers and more steps win. Final validation for d_model 256, headdim 64:
-      4 layers, d_state 64 (1.79M parameters, ~0.48 s a step): 1.727 after 450 steps, 1.687 after 550
-      4 layers, d_state 32: 1.732 after 450, 1.698 after 520 (a step 0.88x as long)
-      3 layers, d_state 64 (1.36M parameters, ~0.40 s a step): 1.703 after 580, 1.685 after 640
-      3 layers, d_state 32: 1.711 after 640 (0.36 s a step)
-      2 layers: 1.906 at step 360 of 700, against 1.826 for 3 layers: dropped
-    600 steps of the 3-layer model and 12 evaluations: 1.692 in 4 min 16 s once numba's kernels were compiled,
-    3 min 40 s since page faults went (fast/heap_reuse.py), 4 min 2 s on a fresh clone with the install and the
-    compilation; 3 min 59 s (the README's figures) on a slower day, when the kernels of the step's other parts
-    made a step 0.88x the previous one's (benchmarks/bench_step_ab.py, interleaved): left at 600, so the
-    README's command stays within four minutes. On a slow hour of the shared machine (10,632 tokens/s against
-    11,824) the same 600 steps took 4 min 27 s on a fresh clone: the machine's speed, not the code's (a step
-    0.96-0.99x the previous release's, interleaved); the release after, 3 min 57 s and 12,004 tokens/s.
-    With the chunked scan backward (scan/numba_chunked.py, a step 0.90x) 660 steps take the wall time 600 took:
-    1.679 against 1.692 (and 720 steps 1.670), so the default is 660. On a fast hour of the machine the 660 steps
-    took 2 min 42 s with the kernels compiled; expect about four minutes on a fresh clone at a normal hour, more
-    at a slow one. Before the
-    scan and fused kernels the engine-op path trained 150 steps of the 4-layer model to 2.02 in that time; with
-    the kernels of the release before, 300 steps to 1.80.
+    Why these (measured on the default corpus, 2 cores): batches of 32 x 128 bytes, since at equal bytes per
+    step more and shorter sequences learn faster in a run this short; peak lr 4e-3, which beat 3e-3 and 6e-3;
+    chunk 64, the fastest at seq_len 128; 3 layers of d_model 256 with d_state 64, since in four minutes a
+    model this small sees about two bytes per parameter, so fewer layers and more steps win (2 layers fell
+    behind); 660 steps, what fits in about four minutes on a fresh clone, install and compilation included
+    (validation about 1.68 bits per byte). The runs behind these choices, and the default run's figures
+    through the package's history: CHANGELOG.md.
     """
 
     # data
