@@ -1,6 +1,6 @@
 """Bad input fails loudly: the exception type is the one NumPy/PyTorch users expect, and the message names
 the op and the shapes involved (nothing is silently broadcast wrong). A wrong type in any argument of any op
-(swept over the examples of tests/op_specs.py) is a TypeError naming the op and the argument."""
+(swept over the examples of tests/support/op_specs.py) is a TypeError naming the op and the argument."""
 from __future__ import annotations
 
 import inspect

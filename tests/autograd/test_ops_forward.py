@@ -1,10 +1,10 @@
 """Forward values of every op in tinygrad_ssm.autograd.functional.OPS against independent expected values
-(tests/op_references.py: textbook formulas in Python's math module and explicit loops): one test per variant
-of each op's `forward` entry in the table of tests/op_specs.py. Gradient checks only compare the backward
+(tests/support/op_references.py: textbook formulas in Python's math module and explicit loops): one test per variant
+of each op's `forward` entry in the table of tests/support/op_specs.py. Gradient checks only compare the backward
 with the forward, so a wrong forward passes them, and the torch parity tests skip without torch: in CI this
 file is the forward's independent check. Below the table's tests: edge values (huge, infinite, ignored).
 
-Tolerances (tests/op_references.py): float64 rtol = atol = 1e-12 (the references differ from the ops only by
+Tolerances (tests/support/op_references.py): float64 rtol = atol = 1e-12 (the references differ from the ops only by
 rounding: math.exp vs np.exp, fsum vs pairwise sums); float32 outputs against the float64 reference on the
 same float32 inputs."""
 from __future__ import annotations

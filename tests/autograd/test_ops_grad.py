@@ -1,6 +1,6 @@
 """Every op in tinygrad_ssm.autograd.functional.OPS, gradchecked in float64 on hypothesis-drawn shapes and values
 (broadcasting included for the binary ops): one test per variant of each op's `grad` entry in the table of
-tests/op_specs.py (whose completeness test fails when an op has no entry)."""
+tests/support/op_specs.py (whose completeness test fails when an op has no entry)."""
 from __future__ import annotations
 
 import numpy as np

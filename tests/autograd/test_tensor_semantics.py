@@ -389,7 +389,7 @@ def test_changing_an_index_mask_or_ids_tensor_after_the_op_keeps_the_gradient_ri
 
 @pytest.mark.parametrize("name", list(SPECS))
 def test_every_op_keeps_float32_as_float32(name):
-    """Each op's `float32` call in tests/op_specs.py: float32 tensors (Python or NumPy scalars mixed in where
+    """Each op's `float32` call in tests/support/op_specs.py: float32 tensors (Python or NumPy scalars mixed in where
     they fit) give float32, and so do the gradients."""
     out = SPECS[name].float32()
     assert out.dtype == np.float32, f"{name} gave {out.dtype}"

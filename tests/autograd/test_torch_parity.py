@@ -1,6 +1,6 @@
 """Forward values and gradients of every op against PyTorch on the same float64 inputs, at float64
 tolerances (atol 1e-12, rtol 1e-10): both sides compute the same formulas, so they differ only by rounding.
-The cases are each op's `torch` entry in the table of tests/op_specs.py. PyTorch is only a reference here
+The cases are each op's `torch` entry in the table of tests/support/op_specs.py. PyTorch is only a reference here
 (the `bench` extra): without it this file skips."""
 from __future__ import annotations
 

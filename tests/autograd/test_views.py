@@ -3,7 +3,7 @@ marked as a view (`is_view`), so the output shares the input's version counter a
 through either one makes backward raise instead of giving a wrong gradient, as in PyTorch.
 
 The sweep records every Function application (ops inside ops too, like the reshape in matmul) while each
-op of tests/op_specs.py runs on its example and on hypothesis-drawn gradient cases, and checks
+op of tests/support/op_specs.py runs on its example and on hypothesis-drawn gradient cases, and checks
 np.shares_memory(output, input) against is_view: a future op that returns a view unmarked fails here."""
 from __future__ import annotations
 

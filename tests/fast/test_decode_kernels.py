@@ -2,7 +2,7 @@
 heads split in chunks of any size (odd, 1, not dividing the count; big chunks first) for batches around the
 4-row blocks, the same bits with and without the helper thread, weights or caches replaced between steps, the
 usual state size as a literal, the greedy loop's argmax and the vectorisable exp (fast_exp.py). The decoder's
-equality with the engine step in general: tests/test_decode.py."""
+equality with the engine step in general: tests/models/test_decode.py."""
 import math
 
 import numpy as np

@@ -162,7 +162,7 @@ def test_bad_chunk_size_and_backend():
 
 @pytest.fixture
 def numpy_kernel_backend():
-    """A test-only kernel backend (tests/ssd_numpy_kernel.py) registered for the duration of a test."""
+    """A test-only kernel backend (tests/support/ssd_numpy_kernel.py) registered for the duration of a test."""
     from tests.support import ssd_numpy_kernel
     from tinygrad_ssm.scan import BACKENDS, Backend, register_backend
     record = register_backend(Backend("numpy-test", priority=-10, available=lambda: True,

@@ -1,6 +1,6 @@
 """The CUDA kernels type and lower for the real CUDA target, with no GPU and no CUDA toolkit.
 
-The simulator (tests/test_ssd_cuda.py) runs the kernels as Python, so it never type-checks them: a kernel that
+The simulator (tests/scan/test_ssd_cuda.py) runs the kernels as Python, so it never type-checks them: a kernel that
 mixes types, or calls what the CUDA target lacks, would pass there and fail on a GPU. Here numba-cuda's compiler
 types every kernel and lowers it to LLVM IR for compute capability 9.0 (the step before NVVM, which needs the
 toolkit), in float32 and float64, and the float32 kernels must hold no double-precision arithmetic. This needs

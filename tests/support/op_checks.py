@@ -1,9 +1,9 @@
-"""The pieces the op table in tests/op_specs.py is made of, one kind per family of ops:
+"""The pieces the op table in tests/support/op_specs.py is made of, one kind per family of ops:
 
 - a gradient case draws, through hypothesis' `data`, a function of tensors and the float64 arrays to
-  gradcheck it at: `case(data) -> (fn, [arrays])`. Values stay away from each op's kinks (tests/strategies.py);
+  gradcheck it at: `case(data) -> (fn, [arrays])`. Values stay away from each op's kinks (tests/support/strategies.py);
 - a forward check draws inputs the same way and compares the op with an independent reference
-  (tests/op_references.py): `check(data)` asserts. float64 at rtol = atol = 1e-12 (the references differ
+  (tests/support/op_references.py): `check(data)` asserts. float64 at rtol = atol = 1e-12 (the references differ
   only by rounding), float32 outputs against the float64 reference at a few ulps, shape ops bit for bit.
 
 Builders for the big families (unary, binary, reductions, along an axis) take the op and its reference;

@@ -1,4 +1,4 @@
-"""Expected values of the ops, written from their textbook definitions for tests/test_ops_forward.py:
+"""Expected values of the ops, written from their textbook definitions for tests/autograd/test_ops_forward.py:
 Python's math module element by element (math.fsum for sums) and explicit loops over rows, lanes, time steps
 and indices, never the NumPy routine the op itself calls, so a wrong forward can't agree with its reference.
 Also the assertions that compare an op's output with them.

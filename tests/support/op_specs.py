@@ -3,19 +3,19 @@ every op test file, so adding an op means its definition plus one entry here.
 
 Per op:
 - grad:    {variant: case(data) -> (fn, [float64 arrays])}: gradchecked on hypothesis-drawn inputs
-           (tests/test_ops_grad.py);
+           (tests/autograd/test_ops_grad.py);
 - forward: {variant: check(data)}: the forward values against an independent reference
-           (tests/test_ops_forward.py);
+           (tests/autograd/test_ops_forward.py);
 - torch:   [(inputs, ours, theirs)]: forward and gradients against PyTorch at float64 tolerances
-           (tests/test_torch_parity.py; `theirs` is only called when torch is installed);
+           (tests/autograd/test_torch_parity.py; `theirs` is only called when torch is installed);
 - float32: () -> the op's output on float32 tensors that require grad: float32 must stay float32, and so
-           must the gradients (tests/test_tensor_semantics.py);
+           must the gradients (tests/autograd/test_tensor_semantics.py);
 - example: () -> the positional arguments of one plain call of functional.<name> (float64 tensors that
-           require grad): the sweeps over every op (bad argument types in tests/test_ops_errors.py, views and
-           the version counter in tests/test_views.py) call it.
+           require grad): the sweeps over every op (bad argument types in tests/autograd/test_ops_errors.py, views and
+           the version counter in tests/autograd/test_views.py) call it.
 A variant is a pytest parameter of its own, so each keeps the full hypothesis budget. The strategies are in
-tests/strategies.py, the gradient cases and forward checks in tests/op_checks.py, the references in
-tests/op_references.py. `test_every_op_has_a_complete_spec` (tests/test_op_specs.py) fails when an op of
+tests/support/strategies.py, the gradient cases and forward checks in tests/support/op_checks.py, the references in
+tests/support/op_references.py. `test_every_op_has_a_complete_spec` (tests/autograd/test_op_specs.py) fails when an op of
 functional.OPS has no entry, or an entry lacks a part.
 """
 from __future__ import annotations

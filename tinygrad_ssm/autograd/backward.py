@@ -1,6 +1,6 @@
 """The backward walk: from a root tensor back to the leaves, each op's backward called once.
 
-`Tensor.backward()` calls `run_backward`. The graph it walks is what `Function.apply` (autograd/tensor.py) recorded:
+`Tensor.backward()` calls `run_backward`. The graph it walks is what `Function.apply` (autograd/function.py) recorded:
 each output tensor's `_ctx` is the op that made it, and the op keeps its inputs in `ctx.inputs`.
 Broadcasting is undone here, in `unbroadcast`, for every op, so no op's backward has to.
 """

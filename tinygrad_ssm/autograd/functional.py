@@ -16,7 +16,7 @@ from .ops import reduce as R
 from .tensor import Tensor, is_float
 
 # Every differentiable op, by name, in the order defined below: `@op` adds a function here. Each one has an
-# entry in tests/op_specs.py, the table every op test reads (its completeness test fails otherwise).
+# entry in tests/support/op_specs.py, the table every op test reads (its completeness test fails otherwise).
 OPS: list[str] = []
 
 

@@ -1,7 +1,7 @@
 """Adam's update of one parameter in one numba pass over p, m, v and the gradient, instead of NumPy's ~10 passes
 with temporaries (adam.py's `Adam._update_reference`, the reference). The same operations in the same order in
 the parameter's dtype, no fused multiply-add: the same bits as the reference in float32 and float64
-(tests/test_adam_kernel.py holds them equal bit for bit).
+(tests/fast/test_adam_kernel.py holds them equal bit for bit).
 
 One thread: inside a training step the update streams p, m, v and the gradient from memory (~50 MB for the
 benchmark model's 1.79M parameters, ~4 ms), and blocks of the large matrices handed to both threads

@@ -1,7 +1,7 @@
 """exp in float64 that LLVM can vectorise inside a numba loop (math.exp is a scalar libm call here: no SVML),
 for the SiLU gates of decoding (decode.py). exp(x) = 2^n e^r with n = round(x / ln 2), |r| <= ln(2) / 2: e^r by
 its Taylor series to r^13 (the next term is below 2e-16 relative), 2^n written straight into the exponent bits.
-Within a few ulp of math.exp (tests/test_decode_kernels.py); NaN stays NaN, +-inf go to inf and 0; below
+Within a few ulp of math.exp (tests/fast/test_decode_kernels.py); NaN stays NaN, +-inf go to inf and 0; below
 -708 (where e^x < 3.3e-308) it gives 0.
 
 exp32 is the same in float32 (a float32 model's gates): twice the lanes per vector, r^7 is enough (the next

@@ -1,6 +1,6 @@
 """Fused ops for the Mamba-2 mixer's hot chains: one engine op (and one pass over memory) where the plain
 composition takes several. Internal: the model and the layers call them when built with fused=True; every
-one has a slow twin made of engine ops (the `reference_*` function beside it), which tests/test_fused.py
+one has a slow twin made of engine ops (the `reference_*` function beside it), which tests/fast/test_fused.py
 holds equal in float64 to 1e-10, and gradchecks.
 
     split_last(x, sizes)               = F.split(x, sizes, axis=-1), one op whose backward writes one array

@@ -23,7 +23,7 @@ PREFER_512_BIT = '"prefer-vector-width"="512"'
 def prefer_512_bit_vectors(typingctx):
     """Gives the calling function the attribute PREFER_512_BIT. llvmlite takes only its list of attribute
     names, so the string attribute goes into its set as written (it prints the set's items as they are); where
-    that fails, nothing changes but the speed (tests/test_decode_kernels.py checks the attribute is there)."""
+    that fails, nothing changes but the speed (tests/fast/test_decode_kernels.py checks the attribute is there)."""
     def codegen(context, builder, signature, args):
         try:
             set.add(builder.function.attributes, PREFER_512_BIT)

@@ -9,7 +9,7 @@ was
     M = exp(seg) o tril(C B^T)   (q, q);   Y = M X + exp(s) o (C S_in^T) + D x
     S_out = exp(s_q) S_in + (exp(tail) o X)^T B
 
-and its backward, given dy and dS_out (d final_state for the last chunk), as blas_chunked.py's docstring derives:
+and its backward, given dy and dS_out (d final_state for the last chunk), as docs/kernels.md ("The chunked backward, derived") derives:
 
     G = dy X^T;   dX = M^T dy + exp(tail) o (B dS_out^T);   dx = dt dX + D dy
     W = sum over the group's heads of tril(exp(seg) o G);     dC = W B + sum_heads (exp(s) o dy) S_in
@@ -20,7 +20,7 @@ and its backward, given dy and dS_out (d final_state for the last chunk), as bla
     ddt = x . dX + A da,   dA = sum dt da,   dD = sum x . dy
 
 S_in is the forward's checkpoint: nothing is recomputed. Why: products of these sizes run at 100-120 GFLOP/s a
-core on OpenBLAS, the recurrence at about 35 (docs/kernels.md, "The way to 0.5x"); at the training step's shape
+core on OpenBLAS, the recurrence at about 35 (docs/kernels.md, "What was tried"); at the training step's shape
 this backward takes ~0.63x the recurrence's. MAX_CHUNK = 32: the (q, q) work grows with q (at 64 the prototype's
 backward was 0.80x, at 32 0.71x), and every product stays below OpenBLAS's threading threshold (m n k < 2^18),
 so it runs on the thread that calls it, as the kernel's own threads want. A chunked forward ran no faster than

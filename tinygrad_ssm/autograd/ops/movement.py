@@ -4,7 +4,7 @@ Arguments arrive checked and normalised from `functional` (axes non-negative, sh
 An op whose output can share memory with its input says so with `is_view` (a class attribute when it
 always does, an instance attribute set in forward when NumPy decides), so the output shares its input's
 version counter and an in-place change through either one is caught at backward
-(tests/test_views.py checks every op in functional.OPS).
+(tests/autograd/test_views.py checks every op in functional.OPS).
 """
 import numpy as np
 

@@ -208,7 +208,7 @@ class Mamba2LMHeadModel:
 
     fused=True (the default) runs the mixer's hot chains as fused numba ops and decodes (`step`, generation)
     without the engine: two numba calls and two BLAS products per layer (decode.py); fused=False is the
-    reference path of plain engine ops. Both give the same numbers (tests/test_fused.py, test_decode.py)."""
+    reference path of plain engine ops. Both give the same numbers (tests/fast/test_fused.py, test_decode.py)."""
 
     def __init__(self, config: Mamba2Config, varmap: VarMap | None = None, dtype="float32", backend: str = "auto",
                  fused: bool = True):
