@@ -18,7 +18,8 @@ from tinygrad_ssm.fast.vector_width import PREFER_512_BIT
 from tinygrad_ssm.fast.fast_exp import exp as fast_exp, exp32, silu
 from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits, sample_next
 
-from tests.models.test_decode import assert_steps_agree, twin_models
+from tests.support.decode import assert_steps_agree, twin_models
+from tests.support.numba_functions import elementwise
 
 
 @given(rows=st.sampled_from([1, 2, 3, 5]), batch=st.integers(1, 6), g=st.sampled_from([1, 2]),
@@ -92,17 +93,6 @@ def test_a_cache_refilled_by_a_prefill_is_read_again():
             np.testing.assert_allclose(fast.step(np.array([token]), cache_f).data,
                                        slow.step(np.array([token]), cache_s).data, rtol=1e-10, atol=1e-10)
     assert decode.release(cache_f) is None and decode.release(fast.allocate_cache(1)) is None
-
-
-def elementwise(fn):
-    """A numba function applying the scalar numba function fn to every entry of a 1-d array."""
-    @njit
-    def apply(a):
-        out = np.empty_like(a)
-        for i in range(a.shape[0]):
-            out[i] = fn(a[i])
-        return out
-    return apply
 
 
 exp_all, exp32_all, silu_all = elementwise(fast_exp), elementwise(exp32), elementwise(silu)
