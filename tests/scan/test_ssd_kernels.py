@@ -1,7 +1,8 @@
 """Every kernel backend of the registry (the scan on plain arrays, wrapped by the one SSD op) against the
 engine-op reference: forward and every gradient in float64 to 1e-10 on hypothesis-drawn shapes, float32 within
 a tolerance derived below, float64 gradcheck, extreme values, a long sequence, what the forward keeps for the
-backward; and the numba kernels' own machinery (two-level recompute, head slices, the on-disk cache)."""
+backward; and the numba kernels' own machinery (work items on every thread, inputs read in place, gradients
+written into given arrays, the on-disk cache)."""
 import json
 import os
 import subprocess
@@ -138,30 +139,10 @@ def test_saved_for_backward_holds_chunk_states_not_step_states(backend):
 
 # --- the numba CPU kernels' own machinery ------------------------------------------------------------------
 
-from tinygrad_ssm.scan import numba_cpu  # noqa: E402
+from tinygrad_ssm.scan import numba_chunked, numba_cpu  # noqa: E402
 
 
-@pytest.mark.parametrize("block_states", [1, 3, 7])
-def test_numba_two_level_recompute(monkeypatch, block_states):
-    """Blocks shorter than a chunk (the backward first recomputes each block's entering state, then the block):
-    every block length, dividing the chunk or not, gives the reference's gradients."""
-    inputs = make_inputs(np.random.default_rng(17), b=2, l=53, h=4, p=3, g=2, n=5)
-    monkeypatch.setattr(numba_cpu, "BLOCK_BYTES", block_states * 3 * 5 * 8)
-    assert numba_cpu._block_steps(16, 3 * 5 * 8) == block_states
-    for name, (diff, _) in differences(inputs, 16, "numba").items():
-        assert diff < 1e-10, (name, diff)
-
-
-def test_numba_heads_of_a_group_split_across_work_items(monkeypatch):
-    """When b g work items are fewer than threads, a group's heads are cut into slices with their own dB, dC."""
-    monkeypatch.setattr(numba_cpu, "_head_slices", lambda b, g, r, threads: r)
-    inputs = make_inputs(np.random.default_rng(18), b=1, l=19, h=6, p=2, g=2, n=3)
-    for name, (diff, _) in differences(inputs, 8, "numba").items():
-        assert diff < 1e-10, (name, diff)
-
-
-@pytest.mark.parametrize("slices", [1, 2])
-def test_numba_work_items_go_to_whichever_thread_claims_them(monkeypatch, slices):
+def test_numba_work_items_go_to_whichever_thread_claims_them(monkeypatch):
     """Every thread claims the kernels' work items from one counter (numba_cpu._on_threads): the outputs and
     gradients are the same bits on one thread, on all of numba's threads, when the pool's threads are held up
     elsewhere (the caller then claims every item itself and does not wait for them), and in two Python threads
@@ -169,15 +150,14 @@ def test_numba_work_items_go_to_whichever_thread_claims_them(monkeypatch, slices
     import numba
 
     from tinygrad_ssm.fast import row_blocks
-    monkeypatch.setattr(numba_cpu, "_head_slices", lambda b, g, r, threads: min(r, slices))
     rng = np.random.default_rng(21)
     inputs = make_inputs(rng, b=3, l=23, h=4, p=5, g=2, n=3)
     args = [inputs[k] for k in ("x", "dt", "A", "B", "C", "D", "initial_state")]
     dy, d_final = rng.standard_normal(inputs["x"].shape), rng.standard_normal(inputs["initial_state"].shape)
 
     def run():
-        y, state, saved = numba_cpu.forward(*args, 8)
-        return [y, state, *numba_cpu.backward(saved, dy, d_final)]
+        y, state, saved = numba_chunked.forward(*args, 8)
+        return [y, state, *numba_chunked.backward(saved, dy, d_final)]
     monkeypatch.setattr(numba_cpu, "PARALLEL_MIN_WORK", 1 << 60)
     one_thread = run()
     monkeypatch.setattr(numba_cpu, "PARALLEL_MIN_WORK", 0)
@@ -220,7 +200,7 @@ def test_numba_row_blocks_any_head_dim(p, n, r, seed):
     chunks of 4 and not a multiple of them."""
     inputs = make_inputs(np.random.default_rng(seed), b=1, l=11, h=2 * r, p=p, g=2, n=n)
     assert numba_cpu.ROWS == 4                                          # the row functions are written for four
-    for name, (diff, _) in differences(inputs, 4, "numba", seed=seed).items():
+    for name, (diff, _) in differences(inputs, 4, "numba_chunked", seed=seed).items():
         assert diff < 1e-10, (name, diff)
 
 
@@ -229,7 +209,6 @@ def test_numba_reads_the_pieces_of_one_array_in_place(p, n, g, seed):
     """x, B, C as the model hands them over (column pieces of the conv's output, dt and dy pieces too) are read
     where they lie, not copied, and give the same bits as contiguous copies of them. (A piece one column wide
     is copied: NumPy gives its length-1 axis no meaningful stride.)"""
-    from tinygrad_ssm.scan import numba_cpu
     b, l, h = 2, 7, 2 * g
     rng = np.random.default_rng(seed)
     xBC = rng.standard_normal((b, l, h * p + 2 * g * n + 3))            # x | B | C | 3 columns nobody reads
@@ -244,29 +223,26 @@ def test_numba_reads_the_pieces_of_one_array_in_place(p, n, g, seed):
         assert not piece.flags.c_contiguous and np.shares_memory(rows, piece)
         np.testing.assert_array_equal(rows[:, col:col + piece[0, 0].size].reshape(piece.shape), piece)
     d_final = rng.standard_normal((b, h, p, n))
-    in_place = numba_cpu.forward(x, dt, A, B, C, D, None, 3)
-    copies = numba_cpu.forward(*(np.ascontiguousarray(a) for a in (x, dt, A, B, C, D)), None, 3)
+    in_place = numba_chunked.forward(x, dt, A, B, C, D, None, 3)
+    copies = numba_chunked.forward(*(np.ascontiguousarray(a) for a in (x, dt, A, B, C, D)), None, 3)
     for got, want in zip(in_place[:2], copies[:2]):
         np.testing.assert_array_equal(got, want)
-    for got, want in zip(numba_cpu.backward(in_place[2], dy, d_final),
-                         numba_cpu.backward(copies[2], np.ascontiguousarray(dy), d_final)):
+    for got, want in zip(numba_chunked.backward(in_place[2], dy, d_final),
+                         numba_chunked.backward(copies[2], np.ascontiguousarray(dy), d_final)):
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("slices", [1, 2])
 @pytest.mark.parametrize("layout", ["pieces", "fortran"])
-def test_numba_backward_into_given_arrays(monkeypatch, slices, layout):
+def test_numba_backward_into_given_arrays(layout):
     """backward(..., into=(dx, dB, dC)) returns those arrays holding the same bits as a plain backward: pieces of
-    one array are written by the kernel itself (slices = 1) or after summing the slices; arrays the kernel cannot
-    write as rows (Fortran order) get the result copied in."""
-    from tinygrad_ssm.scan import numba_cpu
-    monkeypatch.setattr(numba_cpu, "_head_slices", lambda b, g, r, threads: min(r, slices))
+    one array are written by the kernel itself; arrays the kernel cannot write as rows (Fortran order) get the
+    result copied in."""
     rng = np.random.default_rng(17)
     inputs = make_inputs(rng, b=2, l=9, h=4, p=3, g=2, n=2)
     args = [inputs[k] for k in ("x", "dt", "A", "B", "C", "D", "initial_state")]
-    y, state, saved = numba_cpu.forward(*args, 4)
+    y, state, saved = numba_chunked.forward(*args, 4)
     dy, d_final = rng.standard_normal(y.shape), rng.standard_normal(state.shape)
-    plain = numba_cpu.backward(saved, dy, d_final)
+    plain = numba_chunked.backward(saved, dy, d_final)
     shapes = [inputs["x"].shape, inputs["B"].shape, inputs["C"].shape]
     if layout == "pieces":
         widths = [int(np.prod(sh[2:])) for sh in shapes]
@@ -275,7 +251,7 @@ def test_numba_backward_into_given_arrays(monkeypatch, slices, layout):
         into = tuple(grad[..., a:b].reshape(sh) for a, b, sh in zip(edges, edges[1:], shapes))
     else:
         into = tuple(np.asfortranarray(np.full(sh, np.nan)) for sh in shapes)
-    got = numba_cpu.backward(saved, dy, d_final, into=into)
+    got = numba_chunked.backward(saved, dy, d_final, into=into)
     assert all(g is i for g, i in zip((got[0], got[3], got[4]), into))
     for g, want in zip(got, plain):
         np.testing.assert_array_equal(g, want)
@@ -337,13 +313,13 @@ CACHE_PROBE = textwrap.dedent("""
     import json, time
     import numpy as np
     start = time.perf_counter()
-    from tinygrad_ssm.scan import numba_cpu
+    from tinygrad_ssm.scan import numba_chunked, numba_cpu
     rng = np.random.default_rng(0)
     b, l, h, p, g, n = 1, 5, 2, 2, 1, 3
     args = [rng.standard_normal(s) for s in [(b, l, h, p), (b, l, h), (h,), (b, l, g, n), (b, l, g, n), (h,), (b, h, p, n)]]
-    y, state, saved = numba_cpu.forward(*args, 4)
-    numba_cpu.backward(saved, np.ones_like(y), np.ones_like(state))
-    kernels = [numba_cpu.forward_kernel, numba_cpu.backward_kernel]
+    y, state, saved = numba_chunked.forward(*args, 4)
+    numba_chunked.backward(saved, np.ones_like(y), np.ones_like(state))
+    kernels = [numba_cpu.forward_kernel, numba_chunked.backward_kernel]
     print(json.dumps(dict(seconds=time.perf_counter() - start, hits=[sum(k.stats.cache_hits.values()) for k in kernels],
                           misses=[sum(k.stats.cache_misses.values()) for k in kernels])))
 """)
@@ -361,7 +337,6 @@ def test_numba_fresh_process_loads_the_compiled_kernels_from_the_cache():
 def test_numba_chunked_runs_scipys_blas_on_one_thread_and_restores_it():
     """The chunked backward's products are small and run on the kernel's own threads: SciPy's OpenBLAS is set to
     one thread while the kernel runs and back to what it was afterwards (NumPy's OpenBLAS is not touched)."""
-    from tinygrad_ssm.scan import numba_chunked
 
     seen = []
     numba_chunked._on_single_threaded_blas(lambda: None)               # finds SciPy's OpenBLAS

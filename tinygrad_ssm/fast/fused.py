@@ -17,10 +17,10 @@ where numba's math.exp is a scalar libm call (no SVML in the llvmlite wheels) an
 over a scratch block. sigmoid(v) = 1 / (1 + exp(-v)), silu(v) = v / (1 + exp(-v)). A strided input (the
 in_proj split's views) is read in place as rows of its base array from a column on, never copied; a conv or
 gated-norm input that is a SplitLast output gets its gradient written straight into the split's one gradient
-array (`SplitLast.gradient_slot`, the engine's gradient_slot hook), so the split's backward copies nothing for it. Weight gradients are summed
-per block in a fixed order: the same bits whichever thread ran which block (resume is bit-identical). The
-kernels keep the input dtype (a float32 model stays float32) and recompute cheap intermediates in backward
-instead of saving them, so a fused op holds less memory than its composition.
+array (`SplitLast.gradient_slot`, the engine's gradient_slot hook), so the split's backward copies nothing for
+it. Weight gradients are summed per block in a fixed order: the same bits whichever thread ran which block
+(resume is bit-identical). The kernels keep the input dtype (a float32 model stays float32) and recompute cheap
+intermediates in backward instead of saving them, so a fused op holds less memory than its composition.
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..autograd.function import Function, gradient_slot
 from ..autograd.tensor import Tensor
-from . import numba_chunked, numba_cpu
+from . import numba_chunked
 from .reference import ssd_chunked
 from .sequential import ssd_scan
 
@@ -70,9 +70,6 @@ def _always() -> bool:
 
 register_backend(Backend("reference", priority=0, available=_always, ops=ssd_chunked,
                          description="chunked SSD of engine ops (ssd_minimal's algorithm): the spec"))
-register_backend(Backend("numba", priority=10, available=_always, forward=numba_cpu.forward,
-                         backward=numba_cpu.backward, backward_into=True,
-                         description="numba CPU kernels: the recurrence with chunk checkpoints, parallel over heads"))
 register_backend(Backend("numba_chunked", priority=12, available=_always,
                          forward=numba_chunked.forward, backward=numba_chunked.backward, backward_into=True,
                          description="numba CPU kernels of the chunked form, their products BLAS calls (needs SciPy)"))

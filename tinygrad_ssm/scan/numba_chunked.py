@@ -1,6 +1,6 @@
-"""The SSD scan's backward chunked, as a numba kernel whose products are BLAS calls made inside the kernel (numba's
-np.dot, which needs SciPy's BLAS): the chunked backward of blas_chunked.py without a Python call per product.
-The forward is numba_cpu.py's recurrence, its checkpoints every q = min(chunk_size, MAX_CHUNK) steps.
+"""The CPU backend of the scan, "numba_chunked": numba_cpu.py's recurrence forward, its checkpoints every
+q = min(chunk_size, MAX_CHUNK) steps, and the backward chunked, as a numba kernel whose products are BLAS calls
+made inside the kernel (numba's np.dot, which needs SciPy's BLAS).
 
 Per chunk of q steps, head i of group gi, with a_t = dt_t A_i, X_t = dt_t x_t (p,), s_t = a_1 + ... + a_t
 (inclusive, inside the chunk), seg[t, s] = a_{s+1} + ... + a_t (t >= s) and tail_s = seg[q, s], every one a sum
@@ -9,7 +9,8 @@ was
     M = exp(seg) o tril(C B^T)   (q, q);   Y = M X + exp(s) o (C S_in^T) + D x
     S_out = exp(s_q) S_in + (exp(tail) o X)^T B
 
-and its backward, given dy and dS_out (d final_state for the last chunk), as docs/kernels.md ("The chunked backward, derived") derives:
+and its backward, given dy and dS_out (d final_state for the last chunk), as docs/kernels.md derives ("The
+chunked backward, derived"):
 
     G = dy X^T;   dX = M^T dy + exp(tail) o (B dS_out^T);   dx = dt dX + D dy
     W = sum over the group's heads of tril(exp(seg) o G);     dC = W B + sum_heads (exp(s) o dy) S_in
@@ -36,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import numba_cpu
-from .numba_cpu import BackwardArrays, _on_threads, backward_inputs
+from .numba_cpu import _contiguous, _on_threads, _rows_of
 from ..fast.blas_threads import openblas_threads_setter
 from ..fast.claims import claim_from_end
 
@@ -237,12 +238,85 @@ def forward(x, dt, A, B, C, D, initial_state, chunk_size):
 
 
 def backward(saved, dy, d_final_state, into=(None, None, None)):
-    """The registry's kernel backward (as numba_cpu.backward, `into` included)."""
+    """The registry's kernel backward: (saved, dy, d final_state) -> (dx, ddt, dA, dB, dC, dD|None, d_initial|None).
+    into: arrays shaped like x, B, C (or None) to write dx, dB, dC into and return, instead of new arrays; the model
+    passes the pieces of the split's one gradient array (see `SSD.backward`), so the split copies nothing."""
     x, dt, A, B, C, D, checkpoints, (q, had_initial) = saved
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
-    out = BackwardArrays(x, dt, B, into, slices=1)
+    out = BackwardArrays(x, dt, B, into)
     args = (*backward_inputs(saved, dy, d_final_state), g, int(q), *out.dx_rows, out.ddt, out.dA_parts,
             out.sums[0][0][0], out.sums[0][1], out.sums[1][0][0], out.sums[1][1], out.dD_parts, out.d_initial)
     _on_single_threaded_blas(lambda: _on_threads(backward_kernel, args, numba_cpu._thread_count(b * l * h * p * n)))
     return out.gradients(B.shape, D.size > 0, bool(had_initial))
+
+
+def backward_inputs(saved, dy, d_final_state) -> tuple:
+    """The backward kernel's first arguments: x, dt, A, B, C, D
+    (zeros where the layer has none), the checkpoints, dy and d final_state, C-contiguous in x's dtype; x, dt,
+    B, C and dy as (rows, col) (`_rows_of`)."""
+    x, dt, A, B, C, D, checkpoints, _ = saved
+    dtype = x.dtype
+    D_or_zeros = D if D.size else np.zeros(x.shape[2], dtype)
+    A, D_or_zeros, checkpoints, d_final = _contiguous(A, D_or_zeros, checkpoints,
+                                                      d_final_state.astype(dtype, copy=False))
+    return (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, checkpoints,
+            *_rows_of(dy.astype(dtype, copy=False)), d_final)
+
+
+class BackwardArrays:
+    """The arrays the backward kernel fills: dx (into[0]'s own memory when it can be: `dx_rows`), ddt, per-batch
+    partial sums dA_parts and dD_parts (b, h), d_initial, and per dB and dC `sums` (rows (1, b l, w), col):
+    into[1] and into[2]'s memory when they can be, else new arrays. The kernel zeroes the dB and dC rows it adds
+    into."""
+
+    def __init__(self, x, dt, B, into):
+        b, l, h, p = x.shape
+        g, n = B.shape[2], B.shape[3]
+        dtype = x.dtype
+        self.into = into
+        self.dx = into[0]
+        self.dx_rows = None if self.dx is None else _rows_in_place(self.dx)
+        if self.dx_rows is None:                                        # a new array (copied into into[0] after)
+            self.dx = np.empty_like(x)
+            self.dx_rows = _rows_of(self.dx)
+        self.ddt = np.empty_like(dt)
+        self.dA_parts, self.dD_parts = np.empty((b, h), dtype), np.empty((b, h), dtype)
+        self.sums = []
+        for target in into[1:]:
+            rows = _rows_in_place(target) if target is not None else None
+            if rows is not None:
+                self.sums.append((rows[0][None], rows[1]))
+            else:
+                self.sums.append((np.empty((1, b * l, g * n), dtype), 0))   # every row zeroed by its item
+        self.d_initial = np.empty((b, h, p, n), dtype)
+
+    def gradients(self, B_shape, has_D: bool, had_initial: bool) -> tuple:
+        """(dx, ddt, dA, dB, dC, dD | None, d_initial | None) once the kernel has run: dx copied into into[0] if it
+        could not be written there, dB and dC copied into into[1:] when given and not written there."""
+        dx = self.dx
+        if self.into[0] is not None and dx is not self.into[0]:
+            self.into[0][...] = dx
+            dx = self.into[0]
+        dB, dC = (_summed(parts, col, B_shape, target) for (parts, col), target in zip(self.sums, self.into[1:]))
+        return (dx, self.ddt, self.dA_parts.sum(0), dB, dC, self.dD_parts.sum(0) if has_D else None,
+                self.d_initial if had_initial else None)
+
+
+def _rows_in_place(a: np.ndarray) -> tuple | None:
+    """`_rows_of(a)` when its rows are a's own memory (so the kernel's writes land in a), else None."""
+    rows, col = _rows_of(a)
+    return (rows, col) if np.may_share_memory(rows, a) and a.flags.writeable else None
+
+
+def _summed(parts: np.ndarray, col: int, shape: tuple, target) -> np.ndarray:
+    """The kernel's dB or dC: parts (1, b l, w), its (b, l, g, n) at column col; in `target` when given (where
+    the kernel already wrote it if it could)."""
+    if target is not None and np.may_share_memory(parts, target):
+        return target
+    width = int(np.prod(shape[2:]))
+    total = parts[0][:, col:col + width].reshape(shape)
+    if target is None:
+        return total
+    target[...] = total
+    return target

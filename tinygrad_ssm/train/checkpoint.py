@@ -1,8 +1,8 @@
 """Training checkpoints that are never half-written.
 
-The run folder's layout is io/checkpoints.py's. A checkpoint is written into a temporary folder next to its final place and renamed into place only when
-every file is complete; then LATEST is replaced (os.replace of a small file is atomic). A crash at any
-moment leaves LATEST pointing at a complete checkpoint.
+The run folder's layout is io/checkpoints.py's. A checkpoint is written into a temporary folder next to its final
+place and renamed into place only when every file is complete; then LATEST is replaced (os.replace of a small file
+is atomic). A crash at any moment leaves LATEST pointing at a complete checkpoint.
 """
 from __future__ import annotations
 
