@@ -21,6 +21,8 @@ from tinygrad_ssm.io.safetensors import load_file
 from tinygrad_ssm.train.loop import TrainConfig
 from tinygrad_ssm.train.loop import train
 
+from tests.support.training import quiet
+
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--d-model", "32", "--n-layer", "1", "--d-state", "16", "--headdim", "16", "--batch-size", "4",
@@ -57,15 +59,6 @@ def mpirun(n: int, args: list, timeout: float = 120) -> subprocess.CompletedProc
                           text=True, timeout=timeout, env=env)
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """~40 KB of the standard library's json package: small enough for a tiny model, real text."""
-    text = b"".join(p.read_bytes() for p in sorted(Path(json.__file__).parent.glob("*.py")))
-    path = tmp_path_factory.mktemp("mpi_corpus") / "text.py"
-    path.write_bytes(text)
-    return path
-
-
 def weights(run_dir: Path) -> dict:
     from tinygrad_ssm.train import checkpoint as ckpt
 
@@ -88,7 +81,7 @@ def test_two_ranks_equal_one_process_fresh_resumed_and_with_another_world_size(c
     cfg = TrainConfig(data=str(corpus), out=str(tmp_path / "one"), d_model=32, n_layer=1, d_state=16, headdim=16,
                       batch_size=4, seq_len=32, eval_batches=2, sample_bytes=8, lr=1e-2, min_lr=1e-3,
                       warmup_steps=2, steps=4, eval_every=2, checkpoint_every=2, dtype="float64")
-    train(cfg, progress=False, say=lambda m: None)                     # its weights are read back from disk
+    train(cfg, progress=False, say=quiet)                              # its weights are read back from disk
     two = mpirun(2, ["-m", "tinygrad_ssm", "train", *TINY, *steps, "--out", tmp_path / "two"])
     assert two.returncode == 0, two.stderr[-3000:]
     assert "over 2 MPI ranks" in two.stdout and two.stdout.count("final validation") == 1  # rank 0 alone prints
@@ -140,7 +133,7 @@ def test_each_rank_trains_on_its_own_share_of_the_global_batch(corpus, tmp_path,
     monkeypatch.setattr(Mamba2LMHeadModel, "loss", lambda self, x, y: seen.append(x) or real_loss(self, x, y))
     train(TrainConfig(data=str(corpus), out=str(tmp_path / "one"), d_model=32, n_layer=1, d_state=16, headdim=16,
                       batch_size=4, seq_len=32, eval_batches=1, sample_bytes=0, steps=1), progress=False,
-          say=lambda m: None)
+          say=quiet)
     batch = seen[0]  # (4, 32)
     np.testing.assert_array_equal(np.load(f"{tmp_path / 'run'}-rows-rank0.npy"), batch[:2])
     np.testing.assert_array_equal(np.load(f"{tmp_path / 'run'}-rows-rank1.npy"), batch[2:])

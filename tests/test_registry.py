@@ -14,7 +14,8 @@ from tinygrad_ssm.nn import init
 from tinygrad_ssm.io.safetensors import CheckpointError, SafetensorsFile, bf16_to_float32
 
 
-def small_model(varmap, dtype="float32"):
+def declare_small_layout(varmap, dtype="float32"):
+    """Declares four variables the way a model's layers do: embedding.weight, layers.0.{weight,bias}, norm.weight."""
     vb = VarBuilder.from_varmap(varmap, dtype)
     vb.pp("embedding").get((10, 4), "weight", init=init.Randn(0, 0.02))
     layer = vb.pp("layers").pp(0)
@@ -43,7 +44,7 @@ def write_raw_safetensors(path, entries, metadata=None):
 
 def test_varmap_records_names_in_creation_order_with_leaf_tensors():
     vm = VarMap()
-    small_model(vm)
+    declare_small_layout(vm)
     assert vm.names() == ["embedding.weight", "layers.0.weight", "layers.0.bias", "norm.weight"]
     assert [n for n, _ in vm.named_vars()] == vm.names()
     assert len(vm) == 4 and "layers.0.bias" in vm and "layers.0" not in vm
@@ -112,7 +113,7 @@ def test_builder_dtype_and_to_dtype():
 def test_a_seed_gives_bit_identical_weights_and_another_seed_does_not():
     a, b, c = VarMap(seed=7), VarMap(seed=7), VarMap(seed=8)
     for vm in (a, b, c):
-        small_model(vm)
+        declare_small_layout(vm)
     for (name, x), (_, y), (_, z) in zip(a.named_vars(), b.named_vars(), c.named_vars()):
         assert x.data.tobytes() == y.data.tobytes(), name
     assert not np.array_equal(a["embedding.weight"].data, c["embedding.weight"].data)
@@ -120,7 +121,7 @@ def test_a_seed_gives_bit_identical_weights_and_another_seed_does_not():
 
 def test_set_one_copies_in_place_and_names_unknown_variables():
     vm = VarMap()
-    small_model(vm)
+    declare_small_layout(vm)
     t = vm["norm.weight"]
     version = t._version[0]
     vm.set_one("norm.weight", np.arange(4.0))
@@ -176,7 +177,7 @@ def test_save_load_round_trip_is_exact_and_readable_by_the_safetensors_library(t
     from safetensors import safe_open
 
     src = VarMap(seed=1)
-    small_model(src)
+    declare_small_layout(src)
     path = tmp_path / "model.safetensors"
     src.save(path, metadata={"step": "12"})
     with safe_open(str(path), framework="np") as f:
@@ -184,7 +185,7 @@ def test_save_load_round_trip_is_exact_and_readable_by_the_safetensors_library(t
         assert sorted(f.keys()) == sorted(src.names())
         np.testing.assert_array_equal(f.get_tensor("layers.0.weight"), src["layers.0.weight"].data)
     dst = VarMap(seed=2)
-    small_model(dst)
+    declare_small_layout(dst)
     before = {n: t for n, t in dst.named_vars()}
     assert dst.load(path) is None
     for name, t in src.named_vars():
@@ -202,7 +203,7 @@ def test_mismatched_load_lists_every_key_with_shapes_and_changes_nothing(tmp_pat
     path = tmp_path / "other.safetensors"
     other.save(path)
     vm = VarMap()
-    small_model(vm)
+    declare_small_layout(vm)
     before = vm.state_dict()
     with pytest.raises(CheckpointError) as err:
         vm.load(path)
@@ -224,7 +225,7 @@ def test_mismatched_load_lists_every_key_with_shapes_and_changes_nothing(tmp_pat
                                     "empty", "bad_offsets", "bad_dtype"])
 def test_corrupt_or_truncated_files_raise_naming_the_file_and_change_nothing(tmp_path, damage):
     vm = VarMap()
-    small_model(vm)
+    declare_small_layout(vm)
     path = tmp_path / "ckpt.safetensors"
     vm.save(path)
     raw = path.read_bytes()
@@ -263,12 +264,12 @@ def test_a_read_that_fails_after_earlier_tensors_were_read_changes_nothing(tmp_p
     # The header is valid, so the failure comes while reading data: the file shrinks (another process
     # rewrites it) just before the second tensor is read. The first tensor has already been read by then.
     src = VarMap(seed=1)
-    small_model(src)
+    declare_small_layout(src)
     path = tmp_path / "ckpt.safetensors"
     src.save(path)
     data_start = SafetensorsFile(path)._data_start
     vm = VarMap(seed=2)
-    small_model(vm)
+    declare_small_layout(vm)
     before = {name: t.data.tobytes() for name, t in vm.named_vars()}
     read, reads = SafetensorsFile.read, []
 
@@ -298,7 +299,7 @@ def test_a_failed_save_leaves_the_previous_file_and_no_temporary(tmp_path, monke
     import tinygrad_ssm.io.safetensors as io
 
     vm = VarMap(seed=1)
-    small_model(vm)
+    declare_small_layout(vm)
     path = tmp_path / "ckpt.safetensors"
     vm.save(path)
     good = path.read_bytes()
@@ -317,7 +318,7 @@ def test_a_failed_save_leaves_the_previous_file_and_no_temporary(tmp_path, monke
 
 def test_metadata_must_be_strings(tmp_path):
     vm = VarMap()
-    small_model(vm)
+    declare_small_layout(vm)
     with pytest.raises(TypeError, match="metadata must map str -> str"):
         vm.save(tmp_path / "x.safetensors", metadata={"step": 3})
     assert not list(tmp_path.iterdir())
@@ -358,7 +359,7 @@ def test_bfloat16_written_by_torch_matches_torch_upcast(tmp_path):
 
 def test_from_safetensors_serves_stored_tensors_by_name(tmp_path):
     src = VarMap(seed=4)
-    small_model(src)
+    declare_small_layout(src)
     src.save(tmp_path / "a.safetensors")
     extra = VarMap()
     VarBuilder.from_varmap(extra).pp("head").get((3,), "bias", init=init.Const(0.5))
@@ -397,7 +398,7 @@ def test_integer_tensor_under_a_variable_name_is_a_mismatch(tmp_path):
     path = tmp_path / "ints.safetensors"
     write_raw_safetensors(path, {"norm.weight": ("I64", (4,), np.arange(4, dtype="<i8").tobytes())})
     vm = VarMap()
-    small_model(vm)
+    declare_small_layout(vm)
     with pytest.raises(CheckpointError, match=r"norm\.weight: file \(4,\) vs variable \(4,\) \(stored dtype I64 is not floating point\)"):
         vm.load(path)
     result = vm.load(path, strict=False)

@@ -14,10 +14,7 @@ from tinygrad_ssm import Tensor, enable_grad, is_grad_enabled, no_grad
 from tinygrad_ssm.autograd import functional as F
 
 from tests.support.op_specs import SPECS
-
-
-def leaf(values, dtype=np.float64):
-    return Tensor(np.array(values, dtype=dtype), requires_grad=True)
+from tests.support.tensors import leaf
 
 
 # --- the basics of a Tensor -----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.op_specs import SPECS
+from tests.support.tensors import leaf
 from tinygrad_ssm import Function, Tensor, no_grad
 from tinygrad_ssm.autograd import functional as F
 
@@ -87,10 +88,6 @@ def test_the_sweep_catches_an_unmarked_view():
 
 
 # --- what the marking buys: in-place changes through a view or its base are caught ----------------------
-
-def leaf(values):
-    return Tensor(np.array(values, dtype=np.float64), requires_grad=True)
-
 
 @pytest.mark.parametrize("make_view", [
     lambda a: a.flip(0), lambda a: a.reshape(3, 1), lambda a: a[1:], lambda a: a.unsqueeze(0),

@@ -14,7 +14,8 @@ from tinygrad_ssm import Mamba2LMHeadModel
 from tinygrad_ssm.train import checkpoint as ckpt
 from tinygrad_ssm.models.mamba2.pretrained import IgnoredConfigKeysWarning, PretrainedError
 
-from tests.support.checkpoints import IDS, small_model, write_transformers_dir
+from tests.support.checkpoints import write_transformers_dir
+from tests.support.models import IDS, small_model
 
 
 def edit_config(directory, **changes):

@@ -10,22 +10,13 @@ import pytest
 import tinygrad_ssm as tg
 from tests.support.gradcheck import gradcheck
 from tests.support.mamba2_numpy_reference import lm_logits
+from tests.support.models import small_config, small_model
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarBuilder, VarMap
 from tinygrad_ssm.models.mamba2.model import Mamba2Mixer
 from tinygrad_ssm.models.mamba2.sampling import sample_next
 from tinygrad_ssm.autograd.function import Function
 
-Q = 8
-
-
-def tiny_config(**kw):
-    base = dict(d_model=16, n_layer=2, vocab_size=50, d_state=4, headdim=8, ngroups=1, chunk_size=Q,
-                pad_vocab_size_multiple=8)
-    return Mamba2Config(**{**base, **kw})
-
-
-def tiny_model(seed=0, dtype="float64", **kw):
-    return Mamba2LMHeadModel(tiny_config(**kw), VarMap(seed=seed), dtype=dtype)
+Q = small_config().chunk_size   # 8
 
 
 def bind(model, name, tensor):
@@ -57,15 +48,15 @@ def test_config_derived_sizes_and_round_trip():
 ])
 def test_config_is_validated(kw, message):
     with pytest.raises(ValueError, match=message):
-        tiny_config(**kw)
+        small_config(**kw)
     with pytest.raises(ValueError, match="unknown keys"):
-        Mamba2Config.from_dict({**tiny_config().to_dict(), "d_modle": 3})
+        Mamba2Config.from_dict({**small_config().to_dict(), "d_modle": 3})
 
 
 # --- names, shapes, init -----------------------------------------------------------------------------------
 
 def test_official_names_shapes_and_initialisation():
-    c = tiny_config(d_model=32, n_layer=3, d_state=6, headdim=8, ngroups=2)     # d_inner 64, 8 heads
+    c = small_config(d_model=32, n_layer=3, d_state=6, headdim=8, ngroups=2)     # d_inner 64, 8 heads
     model = Mamba2LMHeadModel(c, VarMap(seed=3), dtype="float32")
     shapes = {name: t.shape for name, t in model.varmap.named_vars()}
     h, d_inner, conv_dim = 8, 64, 64 + 2 * 2 * 6
@@ -86,7 +77,7 @@ def test_official_names_shapes_and_initialisation():
     w = model.varmap[mixer + "out_proj.weight"].data
     assert np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound
     assert abs(model.varmap["backbone.embedding.weight"].data.std() - 0.02) < 0.002
-    untied = Mamba2LMHeadModel(tiny_config(tie_embeddings=False, bias=True), VarMap(seed=0))
+    untied = Mamba2LMHeadModel(small_config(tie_embeddings=False, bias=True), VarMap(seed=0))
     assert untied.varmap["lm_head.weight"].shape == (56, 16)
     assert np.all(untied.varmap["backbone.layers.0.mixer.in_proj.bias"].data == 0)
 
@@ -96,7 +87,7 @@ def test_official_names_shapes_and_initialisation():
 @pytest.mark.parametrize("ngroups,extra", [(1, {}), (2, dict(dt_limit=(0.01, 0.5), bias=True))], ids=["g1", "g2"])
 @pytest.mark.parametrize("l", [1, Q - 1, Q, Q + 1, 3 * Q + 5])
 def test_full_forward_equals_scan_equals_prefill_then_step(l, ngroups, extra):
-    model = tiny_model(seed=l, ngroups=ngroups, **extra)
+    model = small_model(seed=l, ngroups=ngroups, **extra)
     ids = np.random.default_rng(l).integers(0, 50, (2, l))
     full = model(ids).data                                              # (b, l, V) chunked
     model.backend = "scan"
@@ -121,7 +112,7 @@ def test_logits_match_a_torch_reference():
     (conv1d with groups and left padding, softplus, a sequential scan, grouped gated RMSNorm)."""
     torch = pytest.importorskip("torch")
     tf = torch.nn.functional
-    model = tiny_model(seed=12, ngroups=2)
+    model = small_model(seed=12, ngroups=2)
     c, (b, l) = model.config, (2, Q + 5)
     ids = np.random.default_rng(12).integers(0, 50, (b, l))
     W = {name: torch.tensor(t.data) for name, t in model.varmap.named_vars()}
@@ -181,7 +172,7 @@ def randomise_parameters(model, seed):
 def test_logits_match_an_independent_numpy_reference(l, kw):
     """The model's logits against mamba2_numpy_reference.py: the equations of docs/mamba2.md (section 3) in plain
     float64 NumPy with a sequential scan, reading the weights by their official names (no torch needed)."""
-    model = tiny_model(seed=20 + l, **kw)
+    model = small_model(seed=20 + l, **kw)
     randomise_parameters(model, seed=l)
     ids = np.random.default_rng(l).integers(0, 50, (2, l))
     weights = {name: t.data.copy() for name, t in model.varmap.named_vars()}
@@ -192,7 +183,7 @@ def test_logits_match_an_independent_numpy_reference(l, kw):
 
 
 def test_step_is_constant_memory_and_builds_no_graph():
-    model = tiny_model()
+    model = small_model()
     cache = model.allocate_cache(3)
     shapes = [(s.conv.shape, s.ssm.shape) for s in cache.layers]
     for t in range(5):
@@ -205,7 +196,7 @@ def test_step_is_constant_memory_and_builds_no_graph():
 # --- gradients ---------------------------------------------------------------------------------------------
 
 def test_gradcheck_one_mixer_every_parameter():
-    c = tiny_config(d_model=8, d_state=3, headdim=4, ngroups=2, chunk_size=4, bias=True)   # 4 heads, 2 groups
+    c = small_config(d_model=8, d_state=3, headdim=4, ngroups=2, chunk_size=4, bias=True)   # 4 heads, 2 groups
     varmap = VarMap(seed=5)
     mixer = Mamba2Mixer(VarBuilder.from_varmap(varmap, dtype="float64"), c)
     names = varmap.names()
@@ -220,7 +211,7 @@ def test_gradcheck_one_mixer_every_parameter():
 
 
 def test_gradcheck_two_layer_lm_loss_every_parameter():
-    model = tiny_model(seed=6, ngroups=2, tie_embeddings=False)
+    model = small_model(seed=6, ngroups=2, tie_embeddings=False)
     names = model.varmap.names()
     rng = np.random.default_rng(6)
     ids, targets = rng.integers(0, 50, (2, Q + 3)), rng.integers(0, 50, (2, Q + 3))
@@ -246,7 +237,7 @@ def test_gradcheck_two_layer_lm_loss_every_parameter():
 
 @pytest.mark.parametrize("kw", [{}, dict(ngroups=2, tie_embeddings=False)])
 def test_every_parameter_gets_a_gradient(kw):
-    model = tiny_model(seed=7, dtype="float32", **kw)
+    model = small_model(seed=7, dtype="float32", **kw)
     rng = np.random.default_rng(7)
     loss = model.loss(rng.integers(0, 50, (2, 13)), rng.integers(0, 50, (2, 13)))
     loss.backward()
@@ -258,7 +249,7 @@ def test_every_parameter_gets_a_gradient(kw):
 def test_a_training_step_leaves_no_reference_cycles():
     """The graph is freed by reference counting as soon as the loss goes: nothing waits for the cyclic
     GC (a cycle through the graph once made every step's activations pile up until a gen-2 collection)."""
-    model = tiny_model(seed=11, dtype="float32", ngroups=2)
+    model = small_model(seed=11, dtype="float32", ngroups=2)
     ids = np.random.default_rng(11).integers(0, 50, (2, Q + 3))
     model.loss(ids, ids).backward()  # warm-up: numba's one-time compilation (fused ops) leaves cyclic garbage
     model.generate(ids[:, :3], 3)
@@ -296,7 +287,7 @@ def test_65536_tokens_forward_is_finite():
 # --- generation --------------------------------------------------------------------------------------------
 
 def test_greedy_generation_matches_the_full_forward():
-    model = tiny_model(seed=9)
+    model = small_model(seed=9)
     prompt = np.random.default_rng(9).integers(0, 50, (2, 5))
     out = model.generate(prompt, 6, temperature=0)
     assert out.shape == (2, 11) and out.dtype == np.int64 and np.array_equal(out[:, :5], prompt)
@@ -307,7 +298,7 @@ def test_greedy_generation_matches_the_full_forward():
 
 
 def test_sampling_is_seeded_stays_in_vocab_and_streams():
-    model = tiny_model(seed=10)
+    model = small_model(seed=10)
     prompt = np.array([[1, 2, 3]])
     a = model.generate(prompt, 40, temperature=1.5, seed=0)
     assert np.array_equal(a, model.generate(prompt, 40, temperature=1.5, seed=0))
@@ -334,7 +325,7 @@ def test_top_k_and_top_p_filter():
     (dict(max_new_tokens=-1), "max_new_tokens"),
 ])
 def test_generate_rejects_bad_arguments(kw, message):
-    model = tiny_model()
+    model = small_model()
     with pytest.raises(ValueError, match=message):
         model.generate(np.array([[1, 2]]), **{"max_new_tokens": 3, **kw})
     with pytest.raises(ValueError, match=message):                      # at the call, not at the first next()
@@ -342,7 +333,7 @@ def test_generate_rejects_bad_arguments(kw, message):
 
 
 def test_bad_inputs_are_named():
-    model = tiny_model()
+    model = small_model()
     with pytest.raises(ValueError, match=r"input_ids must be integers of shape \(b, l\)"):
         model(np.zeros((2, 3)))
     with pytest.raises(ValueError, match=r"input_ids must be in \[0, 56\)"):
@@ -353,6 +344,6 @@ def test_bad_inputs_are_named():
         model.step(np.array([1, 2, 3]), model.allocate_cache(2))
     for dtype in ("float16", "bfloat16"):
         with pytest.raises(ValueError, match="dtype must be one of"):
-            Mamba2LMHeadModel(tiny_config(), dtype=dtype)
+            Mamba2LMHeadModel(small_config(), dtype=dtype)
     with pytest.raises(ValueError, match="unknown backend 'fast'"):
-        Mamba2LMHeadModel(tiny_config(), backend="fast")
+        Mamba2LMHeadModel(small_config(), backend="fast")

@@ -12,7 +12,8 @@ from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel
 from tinygrad_ssm.models.mamba2.pretrained import _HF_FIELDS, PretrainedError
 from tinygrad_ssm.io.safetensors import save_file
 
-from tests.support.checkpoints import IDS, small_model, write_transformers_dir
+from tests.support.checkpoints import write_transformers_dir
+from tests.support.models import IDS, small_model
 
 
 def test_save_and_load_round_trip(tmp_path):

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 from tests.support.gradcheck import gradcheck
+from tests.support.mamba2_numpy_reference import causal_depthwise_conv, rms_norm, silu
 
 import tinygrad_ssm as tg
 from tinygrad_ssm import VarBuilder, VarMap, nn
@@ -13,10 +14,6 @@ from tinygrad_ssm import VarBuilder, VarMap, nn
 def builder(dtype="float64", seed=0):
     vm = VarMap(seed=seed)
     return vm, VarBuilder.from_varmap(vm, dtype)
-
-
-def silu(v):
-    return v / (1 + np.exp(-v))
 
 
 def rng():
@@ -97,10 +94,6 @@ def test_embedding_attend_is_the_tied_head():
 
 # --- RMSNorm and GatedRMSNorm -----------------------------------------------------------------------------
 
-def rms_norm_ref(x, weight, eps=1e-5):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
-
-
 def test_rmsnorm_forward_and_gradients():
     vm, vb = builder()
     norm = nn.RMSNorm(vb.pp("norm_f"), 6)
@@ -108,7 +101,7 @@ def test_rmsnorm_forward_and_gradients():
     r = rng()
     x, w = r.standard_normal((2, 3, 6)), r.standard_normal(6)
     norm.weight = tg.Tensor(w)
-    np.testing.assert_allclose(norm(tg.Tensor(x)).data, rms_norm_ref(x, w), rtol=1e-12)
+    np.testing.assert_allclose(norm(tg.Tensor(x)).data, rms_norm(x, w, 1e-5), rtol=1e-12)
 
     def fn(x, w):
         norm.weight = w
@@ -132,9 +125,7 @@ def test_rmsnorm_matches_torch():
 
 def gated_ref(y, z, weight, group_size, eps=1e-5):
     g = y * silu(z)
-    groups = g.reshape(*g.shape[:-1], -1, group_size)
-    normed = groups / np.sqrt(np.mean(groups ** 2, axis=-1, keepdims=True) + eps)
-    return normed.reshape(g.shape) * weight
+    return rms_norm(g.reshape(*g.shape[:-1], -1, group_size), None, eps).reshape(g.shape) * weight
 
 
 @pytest.mark.parametrize("group_size", [8, 4, 2])
@@ -170,18 +161,6 @@ def test_gated_rmsnorm_groups_matter_and_bad_sizes_are_rejected():
 
 # --- CausalDepthwiseConv1d --------------------------------------------------------------------------------
 
-def conv_ref(x, weight, bias):
-    b, l, c = x.shape
-    k = weight.shape[2]
-    out = np.zeros((b, l, c)) + bias
-    for t in range(l):
-        for j in range(k):
-            src = t + j - (k - 1)
-            if src >= 0:
-                out[:, t, :] += weight[:, 0, j] * x[:, src, :]
-    return out
-
-
 def test_conv_names_shapes_forward_and_causality():
     vm, vb = builder()
     conv = nn.CausalDepthwiseConv1d(vb.pp("conv1d"), 5, 4)
@@ -190,7 +169,7 @@ def test_conv_names_shapes_forward_and_causality():
     assert np.abs(conv.weight.data).max() <= 0.5 and np.abs(conv.bias.data).max() <= 0.5  # 1/sqrt(k)
     x = rng().standard_normal((2, 7, 5))
     y = conv(tg.Tensor(x)).data
-    np.testing.assert_allclose(y, conv_ref(x, conv.weight.data, conv.bias.data), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(y, causal_depthwise_conv(x, conv.weight.data, conv.bias.data), rtol=1e-12, atol=1e-12)
     x2 = x.copy()
     x2[:, 4:] += 1.0  # changing the future does not change the past
     np.testing.assert_array_equal(conv(tg.Tensor(x2)).data[:, :4], y[:, :4])

@@ -1,20 +1,9 @@
-"""A small model and writers of checkpoint layouts (transformers' folder), shared by the tests of loading
-checkpoints (tests/models/test_pretrained.py, test_config_files.py)."""
+"""Writers of checkpoint layouts (transformers' folder), shared by the tests of loading checkpoints
+(tests/models/test_pretrained.py, test_config_files.py)."""
 import json
 import math
 
-import numpy as np
-
-from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
 from tinygrad_ssm.io.safetensors import save_file
-
-
-def small_model(seed=0, dtype="float64", **kw):
-    base = dict(d_model=16, n_layer=2, vocab_size=50, d_state=4, headdim=8, chunk_size=8, pad_vocab_size_multiple=8)
-    return Mamba2LMHeadModel(Mamba2Config(**{**base, **kw}), VarMap(seed=seed), dtype=dtype)
-
-
-IDS = np.random.default_rng(0).integers(0, 50, (2, 13))
 
 
 def write_transformers_dir(directory, model, infinity_style="token", dtype=None):

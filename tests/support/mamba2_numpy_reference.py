@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from .scan_inputs import numpy_scan   # the SSD recurrence S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t
+
 
 def softplus(v):
     """log(1 + exp(v)), and v itself for v > 20 (the threshold-20 identity of torch / mamba_ssm)."""
@@ -37,22 +39,6 @@ def causal_depthwise_conv(xBC, weight, bias):
     return out if bias is None else out + bias
 
 
-def sequential_ssd(x, dt, A, B, C):
-    """x (b, l, h, p), dt (b, l, h), A (h,), B/C (b, l, g, n) -> y (b, l, h, p), from S_0 = 0:
-    S_t = exp(dt_t A) S_{t-1} + dt_t outer(x_t, B_t);  y_t = S_t @ C_t. Head i reads group i // (h / g)."""
-    b, l, h, p = x.shape
-    g, n = B.shape[2:]
-    group = np.arange(h) // (h // g)                                    # (h,)
-    S = np.zeros((b, h, p, n))
-    y = np.zeros_like(x)
-    for t in range(l):
-        Bt, Ct = B[:, t][:, group], C[:, t][:, group]                   # (b, h, n)
-        decay = np.exp(dt[:, t] * A)[:, :, None, None]                  # (b, h, 1, 1)
-        S = decay * S + (dt[:, t, :, None] * x[:, t])[..., None] * Bt[:, :, None, :]   # (b, h, p, n)
-        y[:, t] = np.einsum("bhpn,bhn->bhp", S, Ct)
-    return y
-
-
 def linear(v, weight, bias):
     out = v @ weight.T
     return out if bias is None else out + bias
@@ -74,7 +60,7 @@ def mixer(u, W, prefix, c):
     if (low, high) != (0.0, math.inf):
         dt = np.clip(dt, low, high)
     A = -np.exp(P("A_log"))                                             # (h,)
-    y = sequential_ssd(x, dt, A, B, C) + P("D")[:, None] * x            # (b, l, h, p)
+    y, _ = numpy_scan(x, dt, A, B, C, P("D"))                           # (b, l, h, p), from S_0 = 0
     y = y.reshape(b, l, d_inner) * silu(z)                              # gate first (norm_before_gate False)
     y = rms_norm(y.reshape(b, l, g, d_inner // g), None, c.rms_norm_eps).reshape(b, l, d_inner)
     y = y * P("norm.weight")

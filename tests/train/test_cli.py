@@ -56,15 +56,13 @@ def test_train_writes_the_loss_plot(smoke_run):
     assert f"curves: {out / 'loss.png'}" in proc.stdout
 
 
-def test_train_without_matplotlib_writes_no_plot(tmp_path, capsys, monkeypatch):
+def test_train_without_matplotlib_writes_no_plot(corpus, tmp_path, capsys, monkeypatch):
     """matplotlib is required by setup.cfg, but a run without it still succeeds, with no loss.png, saying why."""
     # None in sys.modules makes an import raise ImportError; submodules too, in case a test loaded them
     for name in ["matplotlib", *(m for m in list(sys.modules) if m.startswith("matplotlib."))]:
         monkeypatch.setitem(sys.modules, name, None)
-    text = tmp_path / "corpus.txt"
-    text.write_bytes(b"".join(b"line %d: the quick brown fox\n" % i for i in range(400)))
     out = tmp_path / "run"
-    assert cli.main(["train", "--data", str(text), "--steps", "1", "--out", str(out), *TINY_FLAGS]) == cli.EXIT_OK
+    assert cli.main(["train", "--data", str(corpus), "--steps", "1", "--out", str(out), *TINY_FLAGS]) == cli.EXIT_OK
     stdout = capsys.readouterr().out
     assert "final validation:" in stdout and "curves:" not in stdout
     assert "no loss plot: matplotlib is not installed" in stdout  # says why, and how to get it

@@ -16,19 +16,10 @@ from tinygrad_ssm.train.log import RunLog, RunLogError
 from tinygrad_ssm.train.loop import TrainConfig
 from tinygrad_ssm.train.loop import train
 
+from tests.support.training import quiet
+
 TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=2, seq_len=32, eval_batches=1,
             sample_bytes=4, warmup_steps=1, checkpoint_every=1)
-
-
-def quiet(msg):
-    pass
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "corpus.txt"
-    path.write_bytes(b"".join(b"line %d: the quick brown fox jumps over the lazy dog\n" % i for i in range(300)))
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from tinygrad_ssm.optim import AdamW
 from tinygrad_ssm.train.loop import TrainConfig, TrainingDiverged
 from tinygrad_ssm.train.loop import train
 
+from tests.support.training import quiet
+
 TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=4, seq_len=32, eval_batches=1,
             sample_bytes=8, lr=1e-2, min_lr=1e-3, warmup_steps=2)
 
@@ -34,10 +36,6 @@ def slice_file(tmp_path_factory):
 
 def tiny(slice_file, out, **kw):
     return TrainConfig(**{**TINY, "data": str(slice_file), "out": str(out), **kw})
-
-
-def quiet(msg):
-    pass
 
 
 def file_digests(folder: Path) -> dict:
