@@ -45,8 +45,8 @@ if str(ROOT) not in sys.path:
 # --- 1. threads ---------------------------------------------------------------------------------------------
 
 def threads_from_argv(default: int | None = None) -> int | None:
-    """--threads N (or --threads=N) of sys.argv, set as every pool's size in the environment; then imports
-    tinygrad_ssm (tinygrad_ssm/fast/blas_threads.py must run before the script's NumPy). Returns N or None."""
+    """--threads N (or --threads=N) of sys.argv, set as every pool's size in the environment (before the script
+    imports NumPy, which reads them when it loads its BLAS); then imports tinygrad_ssm. Returns N or None."""
     n = default
     for i, arg in enumerate(sys.argv):
         if arg == "--threads" and i + 1 < len(sys.argv):

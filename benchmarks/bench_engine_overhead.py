@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
+import tinygrad_ssm  # noqa: F401
 import numpy as np
 
 from _common import default_json, write_result

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
+import tinygrad_ssm  # noqa: F401
 from _common import default_json, fitted_exponent, peak_increment, timeit, write_result
 
 MODEL = dict(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, ngroups=1, chunk_size=64,

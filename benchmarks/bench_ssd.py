@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
+import tinygrad_ssm  # noqa: F401
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

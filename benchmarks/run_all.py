@@ -23,6 +23,7 @@ SCRIPTS = (
     ("bench_ssd.py", "The scan: forward + backward against PyTorch's chunked SSD", []),
     ("bench_train_step.py", "A training step against transformers", ["--threads", "2"]),
     ("bench_generate.py", "Generation against transformers", ["--threads", "2"]),
+    ("bench_import_order.py", "The same speed whatever the user imported first", ["--threads", "2"]),
     ("bench_fused.py", "The fused mixer ops against their engine-op twins", ["--threads", "2"]),
     ("bench_step_parts.py", "The step's optimizer, embedding, loss and residual adds: kernels against NumPy",
      ["--threads", "2"]),

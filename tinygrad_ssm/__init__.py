@@ -11,8 +11,6 @@
 The engine's names are imported here; the rest (which needs numba) is imported on first use, so that
 `import tinygrad_ssm.autograd` works where numba is not installed.
 """
-from .fast import blas_threads  # noqa: F401  (first: OpenBLAS's threads sleep after a matmul; before NumPy loads)
-from .fast import heap_reuse  # noqa: F401  (freed arrays' pages are reused by the next step: no page faults)
 from .autograd import functional
 from .autograd.creation import arange, full, new_tensor, ones, ones_like, rand, randn, zeros, zeros_like
 from .autograd.function import Function

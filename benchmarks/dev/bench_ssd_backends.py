@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))                                                      # run from a clone too
-import tinygrad_ssm as tg  # noqa: E402, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
+import tinygrad_ssm as tg  # noqa: E402
 import numpy as np                                                                 # noqa: E402
 
 from tinygrad_ssm.scan import BACKENDS, available_backends                         # noqa: E402

@@ -16,7 +16,7 @@ import sys
 import time
 import tracemalloc
 
-import tinygrad_ssm  # noqa: F401, I001  (first: OpenBLAS's threads sleep after a matmul, see tinygrad_ssm/fast/blas_threads.py)
+import tinygrad_ssm  # noqa: F401
 import numpy as np
 
 import tinygrad_ssm as tg

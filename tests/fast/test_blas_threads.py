@@ -1,26 +1,97 @@
-"""tinygrad_ssm/fast/blas_threads.py: importing the package first tells OpenBLAS to put its threads to sleep right
-after a matmul (what that buys is measured by benchmarks/profile_step.py, not asserted here)."""
+"""tinygrad_ssm/fast/blas_threads.py: BLAS on one thread inside `single_threaded_blas()`, whatever was imported
+first, and the thread counts restored afterwards, also when calls from several threads overlap; importing the
+package leaves BLAS and the environment alone (what that buys a step is measured by
+benchmarks/bench_import_order.py, not asserted here)."""
+import importlib.util
+import json
 import os
 import subprocess
 import sys
+import threading
+import textwrap
 
-SCRIPT = ("import {first}, os, tinygrad_ssm.fast.blas_threads as b; "
-          "print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'), b.took_effect)")
+from threadpoolctl import ThreadpoolController, threadpool_info
 
-
-def _run(first: str, **env) -> str:
-    environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"} | env
-    return subprocess.run([sys.executable, "-c", SCRIPT.format(first=first)], env=environ, capture_output=True,
-                          text=True, check=True).stdout.split()
+from tinygrad_ssm.fast.blas_threads import single_threaded_blas
 
 
-def test_set_before_numpy_loads():
-    assert _run("tinygrad_ssm") == ["4", "True"]
+def blas_threads() -> set:
+    return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
 
 
-def test_the_environment_wins():
-    assert _run("tinygrad_ssm", OPENBLAS_THREAD_TIMEOUT="20") == ["20", "True"]
+def set_blas_threads(n: int):
+    for lib in ThreadpoolController().select(user_api="blas").lib_controllers:
+        lib.set_num_threads(n)
 
 
-def test_numpy_first_is_reported():
-    assert _run("numpy")[1] == "False"
+def test_one_thread_inside_and_the_count_restored_after():
+    set_blas_threads(2)
+    with single_threaded_blas():
+        assert blas_threads() == {1}
+        with single_threaded_blas():                                     # nested: still one, restored once
+            assert blas_threads() == {1}
+        assert blas_threads() == {1}
+    assert blas_threads() == {2}
+
+
+def test_a_thread_that_enters_meanwhile_runs_under_the_limit_and_changes_nothing():
+    """The first thread in owns the limit: another thread's call while it holds it neither sets nor restores,
+    and the count comes back when the owner leaves, whichever leaves last."""
+    set_blas_threads(2)
+    entered, left, seen = threading.Event(), threading.Event(), []
+
+    def other():
+        entered.wait(10)
+        with single_threaded_blas():
+            seen.append(blas_threads())
+        left.set()
+    thread = threading.Thread(target=other)
+    thread.start()
+    with single_threaded_blas():
+        entered.set()
+        left.wait(10)
+        seen.append(blas_threads())                                      # the other thread has left: still one
+    thread.join()
+    assert seen == [{1}, {1}] and blas_threads() == {2}
+
+
+PROBE = textwrap.dedent("""
+    import json, os, sys
+    {first}
+    from threadpoolctl import threadpool_info, threadpool_limits
+    env_before = dict(os.environ)
+    import tinygrad_ssm as tg, tinygrad_ssm.models, tinygrad_ssm.nn
+    import numpy as np
+    info = lambda: sorted(lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas")
+    after_import = info()
+    from tinygrad_ssm.fast import products
+    seen = []
+    original = products.np.matmul
+    def spying_matmul(*args, **kwargs):
+        seen.append(info())
+        return original(*args, **kwargs)
+    with threadpool_limits(2, user_api="blas"):
+        products.np.matmul = spying_matmul
+        a, b = np.ones((512, 256)), np.ones((256, 512))
+        products.rows_product(a, b)
+        products.np.matmul = original
+        restored = info()
+    print(json.dumps(dict(env_changed=sorted(set(os.environ.items()) ^ set(env_before.items())),
+                          after_import=after_import, inside=seen, restored=restored)))
+""")
+
+
+def _probe(first: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    out = subprocess.run([sys.executable, "-c", PROBE.format(first=first)], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def test_whatever_the_import_order_a_product_runs_blas_on_one_thread_and_the_import_changes_nothing():
+    torch = ["import torch"] if importlib.util.find_spec("torch") is not None else []   # the bench extra
+    for first in ["", "import numpy", "import scipy.linalg", *torch]:
+        result = _probe(first)
+        assert result["env_changed"] == [], (first, result)
+        assert result["inside"] and all(set(threads) == {1} for threads in result["inside"]), (first, result)
+        assert set(result["restored"]) == {2}, (first, result)

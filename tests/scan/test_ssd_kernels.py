@@ -335,15 +335,17 @@ def test_numba_fresh_process_loads_the_compiled_kernels_from_the_cache():
 
 
 def test_numba_chunked_runs_scipys_blas_on_one_thread_and_restores_it():
-    """The chunked backward's products are small and run on the kernel's own threads: SciPy's OpenBLAS is set to
-    one thread while the kernel runs and back to what it was afterwards (NumPy's OpenBLAS is not touched)."""
+    """The chunked backward's products are small and run on the kernel's own threads: SciPy's OpenBLAS (the one
+    numba's np.dot calls) is on one thread while the kernel runs and back to what it was afterwards."""
+    from threadpoolctl import threadpool_info, threadpool_limits
 
-    seen = []
-    numba_chunked._on_single_threaded_blas(lambda: None)               # finds SciPy's OpenBLAS
-    setter = numba_chunked._set_scipy_blas_threads
-    if setter(1) is None:
-        pytest.skip("SciPy's OpenBLAS thread setting was not found here")
-    setter(2)
-    numba_chunked._on_single_threaded_blas(lambda: seen.append(setter(1)))
-    assert seen == [1]                                                  # one thread inside
-    assert setter(2) == 2                                               # the setting before, restored
+    def scipy_blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas" and "scipy" in
+                lib["filepath"] and "numpy" not in lib["filepath"]]
+    numba_chunked._on_single_threaded_blas(lambda: None)               # loads SciPy's OpenBLAS
+    if not scipy_blas_threads():
+        pytest.skip("SciPy's BLAS is not an OpenBLAS that threadpoolctl finds here")
+    with threadpool_limits(2, user_api="blas"):
+        seen = numba_chunked._on_single_threaded_blas(scipy_blas_threads)
+        assert set(seen) == {1}                                         # one thread inside
+        assert set(scipy_blas_threads()) == {2}                         # the setting before, restored

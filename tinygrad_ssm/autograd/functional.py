@@ -226,6 +226,11 @@ def cumsum(x, axis):
 @op
 def matmul(a, b):
     """a @ b with NumPy's rules: 1-d operands are a row / a column, leading (batch) axes broadcast."""
+    return apply_matmul(L.Matmul, a, b)
+
+
+def apply_matmul(function: type, a, b):
+    """matmul's checks and reshapes around `function`: L.Matmul or a twin of it (e.g. fast/products.py's)."""
     a, b = A.as_tensor("matmul", "a", a), A.as_tensor("matmul", "b", b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both operands need at least 1 dimension, got shapes {A.shape_text(a, b)}")
@@ -238,7 +243,7 @@ def matmul(a, b):
     if a2.dtype != b2.dtype:
         dtype = np.result_type(a2.dtype, b2.dtype)
         a2, b2 = cast(a2, dtype), cast(b2, dtype)
-    out = L.Matmul.apply(a2, b2)
+    out = function.apply(a2, b2)
     if a.ndim == 1 or b.ndim == 1:
         shape = batch + ((a2.shape[-2],) if a.ndim > 1 else ()) + ((b2.shape[-1],) if b.ndim > 1 else ())
         out = reshape(out, shape)

@@ -1,42 +1,61 @@
-"""OpenBLAS's worker threads should go to sleep as soon as a matmul ends. Imported first by the package, before
-NumPy loads OpenBLAS (it reads the setting once, when it starts).
+"""BLAS on one thread while the package's own threads share out the work: the products of fast/products.py (each
+cut into row blocks, one per thread) and the scan's chunked backward (small products inside its numba kernel).
 
-After each product OpenBLAS's threads spin, by default for 2^28 cycles (about a tenth of a second), waiting for
-the next one. In a training step a numba kernel follows nearly every matmul, and on 2 cores the spinning thread
-takes one of the two from it: a b=8 x 512 step took 0.67-0.88 s with the default and 0.48-0.51 s with 2^4
-(`benchmarks/profile_step.py`, runs interleaved; the wake-up a product then pays is microseconds).
+Why: OpenBLAS's worker threads spin after each multi-threaded product (for about 0.1 s by default), and in a
+training step a numba kernel follows nearly every product: on 2 cores the spinning thread took one of the two
+from it. How much depended on the import order, since OpenBLAS reads OPENBLAS_THREAD_TIMEOUT once, when NumPy
+loads it (a step took 0.38 s with the package imported first, which set that variable, and 0.49-0.51 s with
+NumPy first). With BLAS asked for one thread during those calls its workers are never woken, so there is
+nothing to spin, whatever was imported first (benchmarks/bench_import_order.py).
 
-OPENBLAS_THREAD_TIMEOUT already in the environment wins. If NumPy was imported before tinygrad_ssm, OpenBLAS
-has started with its default: set OPENBLAS_THREAD_TIMEOUT=4 in the environment instead (`took_effect` says).
-
-`openblas_threads_setter` finds a loaded OpenBLAS's thread-count setter at run time (ctypes; no NumPy import).
+The limit is set through threadpoolctl, at run time, on every BLAS library loaded in the process, for the
+duration of the call only: the thread counts are restored afterwards, so the user's own products keep their
+threads. OpenBLAS's thread count is one setting for the whole process, so the first thread to enter owns the
+limit and restores it when it leaves; a call from another thread meanwhile runs under it and changes nothing
+(threadpoolctl likewise lets one Python thread at a time set OpenBLAS's count: where another thread of the
+user's holds it, the limit is not set, and the products run as they would have, only slower).
 """
 from __future__ import annotations
 
-import os
-import sys
+import threading
+from contextlib import contextmanager
 
-SPIN_EXPONENT = "4"   # OpenBLAS spins 2^SPIN_EXPONENT rounds before sleeping (it accepts 4..30)
+from threadpoolctl import ThreadpoolController
 
-took_effect = "numpy" not in sys.modules
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", SPIN_EXPONENT)
+_lock = threading.Lock()
+_controller: ThreadpoolController | None = None
+_owner: threading.Thread | None = None   # the thread that set the limit
+_depth = 0                               # how deep the owner is in nested single_threaded_blas() calls
+_limiter = None                          # what restores the thread counts when the owner leaves
 
 
-def openblas_threads_setter(accept=lambda path: True):
-    """The `openblas_set_num_threads_local(n) -> previous` of the first OpenBLAS loaded in this process whose path
-    `accept` takes (scan/numba_chunked.py asks for SciPy's), or None where
-    it cannot be found (another BLAS, an older OpenBLAS, no /proc). Despite its name it sets that OpenBLAS's
-    thread count for the whole process (measured: a value set in one thread is what another thread's call
-    returns), so only the calling thread uses it."""
+def refresh_libraries() -> None:
+    """Look for the BLAS libraries loaded in the process again (threadpoolctl finds them once, when first asked):
+    call after loading one, as the scan's chunked backward does with SciPy's."""
+    global _controller
+    with _lock:
+        _controller = ThreadpoolController()
+
+
+@contextmanager
+def single_threaded_blas():
+    """Every loaded BLAS on one thread inside the `with`, its thread count restored afterwards."""
+    global _controller, _owner, _depth, _limiter
+    me = threading.current_thread()
+    with _lock:
+        if _owner is None:
+            if _controller is None:
+                _controller = ThreadpoolController()
+            _owner, _limiter = me, _controller.limit(limits=1, user_api="blas")
+        owns = _owner is me
+        if owns:
+            _depth += 1
     try:
-        import ctypes
-        with open("/proc/self/maps") as maps:
-            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line})
-        for path in filter(accept, paths):
-            setter = getattr(ctypes.CDLL(path), "openblas_set_num_threads_local", None)
-            if setter is not None:
-                setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
-                return setter
-    except OSError:
-        pass
-    return None
+        yield
+    finally:
+        if owns:
+            with _lock:
+                _depth -= 1
+                if _depth == 0:
+                    _limiter.restore_original_limits()
+                    _owner = _limiter = None

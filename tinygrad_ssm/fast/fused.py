@@ -25,9 +25,7 @@ intermediates in backward instead of saving them, so a fused op holds less memor
 from __future__ import annotations
 
 import math
-import os
 
-import numba
 import numpy as np
 
 from ..autograd import functional as F
@@ -36,13 +34,6 @@ from ..autograd.tensor import Tensor
 from .conv_kernels import conv_dx_dw, conv_silu_forward, conv_silu_grad
 from .norm_kernels import add_rms_backward, add_rms_forward, gated_rms_backward, gated_rms_forward
 from .row_blocks import as_rows, on_threads, rows_per_block
-
-# numba's default OpenMP pool spins after each parallel loop and starved the BLAS threads of the matmul that
-# followed (a training step ran 2-5x slower on 2 cores); the workqueue pool sleeps. The package's kernels no longer
-# use numba's parallel loops (their threads are row_blocks' pool), but numba.get_num_threads() still starts
-# numba's threading layer: workqueue's threads only sleep. NUMBA_THREADING_LAYER in the environment still decides.
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
 
 
 def _gradient_destination(op: Function, i: int, dtype) -> tuple:

@@ -10,8 +10,11 @@ machine) of a ~0.45 s step; with the two thresholds fixed below, ~100-200 faults
 
 The price: the process keeps the memory of its largest step (as PyTorch's caching allocator does) instead of
 returning it between steps; allocations above 32 MiB (glibc's limit for the threshold) are mmapped as before.
-Any MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_TOP_PAD_ in the environment wins (they are read at
-process start): nothing is changed then. Elsewhere than glibc (macOS, musl) nothing is done; `took_effect` says.
+These are settings of the whole process, so they are made only where they pay: when a model with fused=True
+(the fast path for training) is built, not when the package is imported. TINYGRAD_SSM_KEEP_FREED_MEMORY=0 turns
+them off; any MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_TOP_PAD_ in the environment wins (glibc
+reads them at process start): nothing is changed then. Elsewhere than glibc (macOS, musl) nothing is done.
+`took_effect` says whether they were set.
 """
 from __future__ import annotations
 
@@ -23,11 +26,21 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # mallopt's parameter numbers (mal
 MMAP_THRESHOLD = 32 << 20                     # glibc's largest allowed: below it, arrays come from the heap
 TRIM_THRESHOLD = 1 << 30                      # the heap is shrunk only when its top has 1 GiB free
 ENVIRONMENT = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+SWITCH = "TINYGRAD_SSM_KEEP_FREED_MEMORY"     # "0": leave glibc's thresholds alone
+
+took_effect = False
 
 
 def keep_freed_memory() -> bool:
-    """Set glibc's mmap and trim thresholds (see the module's docstring). True if both were set."""
-    if any(name in os.environ for name in ENVIRONMENT):
+    """Set glibc's mmap and trim thresholds once (see the module's docstring). True if they are set."""
+    global took_effect
+    if not took_effect:
+        took_effect = _set_thresholds()
+    return took_effect
+
+
+def _set_thresholds() -> bool:
+    if os.environ.get(SWITCH, "1") == "0" or any(name in os.environ for name in ENVIRONMENT):
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -38,5 +51,3 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
-
-took_effect = keep_freed_memory()

@@ -14,14 +14,7 @@ import numpy as np
 BLOCK_BYTES = 128 * 1024  # one block's rows of one array: the few arrays a block touches stay in L2 (2 MiB)
 
 _pool: ThreadPoolExecutor | None = None
-
-
-def _forget_pool():  # a forked child has the pool object but not its threads
-    global _pool
-    _pool = None
-
-
-os.register_at_fork(after_in_child=_forget_pool)
+_pool_pid = 0   # the process that started the pool: a forked child has the pool object but not its threads
 
 
 def shares(n_blocks: int, threads: int | None = None) -> int:
@@ -36,7 +29,7 @@ def on_threads(work, n_blocks: int, threads: int | None = None):
     (another process's, BLAS threads spinning after a matmul) delays nothing: the caller never waits for a
     helper that has not started, only for the block a started one is in. The kernels are nogil and NumPy's
     ufuncs release the GIL."""
-    global _pool
+    global _pool, _pool_pid
     n = shares(n_blocks, threads)
     counter = itertools.count()                                          # next() is atomic under the GIL
 
@@ -47,9 +40,10 @@ def on_threads(work, n_blocks: int, threads: int | None = None):
             yield blk
     if n == 1:
         return work(blocks(), 0)
-    if _pool is None:
+    if _pool is None or _pool_pid != os.getpid():
         _pool = ThreadPoolExecutor(max_workers=max(1, numba.config.NUMBA_NUM_THREADS - 1),
                                    thread_name_prefix="fused")
+        _pool_pid = os.getpid()
     lock = threading.Condition()
     state = {"closed": False, "busy": 0, "errors": []}
 

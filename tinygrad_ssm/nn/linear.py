@@ -7,16 +7,17 @@ from ..autograd import functional as F
 from . import init
 from ..registry import VarBuilder
 from ..autograd.tensor import Tensor
-from ..fast import row_ops
+from ..fast import products, row_ops
 
 
 class Linear:
     """y = x @ W^T + b, x (..., in) -> (..., out). Parameters "weight" (out, in) and, with bias, "bias" (out,).
-    Default init is PyTorch's: weight KaimingUniform(a=sqrt(5)) = U(+-1/sqrt(in)), bias U(+-1/sqrt(in))."""
+    Default init is PyTorch's: weight KaimingUniform(a=sqrt(5)) = U(+-1/sqrt(in)), bias U(+-1/sqrt(in)).
+    fused=True runs the product on the package's threads (fast/products.py), the twin of the engine's matmul."""
 
     def __init__(self, vb: VarBuilder, in_features: int, out_features: int, bias: bool = True,
-                 weight_init=None, bias_init=None):
-        self.name, self.in_features, self.out_features = vb.prefix, in_features, out_features
+                 weight_init=None, bias_init=None, fused: bool = False):
+        self.name, self.in_features, self.out_features, self.fused = vb.prefix, in_features, out_features, fused
         bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
         self.weight = vb.get((out_features, in_features), "weight",
                              init=weight_init or init.KaimingUniform(a=math.sqrt(5)))   # (out, in)
@@ -29,7 +30,8 @@ class Linear:
         lead = x.shape[:-1]
         # one 2-d matmul over all leading axes: its weight gradient is a single (out, in) product, not a
         # per-batch stack summed afterwards
-        y = F.reshape(x, (-1, self.in_features)) @ self.weight.T        # (n, out)
+        matmul = products.matmul if self.fused else F.matmul
+        y = matmul(F.reshape(x, (-1, self.in_features)), self.weight.T)  # (n, out)
         if self.bias is not None:
             y = y + self.bias
         return F.reshape(y, (*lead, self.out_features))                 # (..., out)
@@ -40,7 +42,8 @@ class Linear:
 
 class Embedding:
     """Rows of "weight" (V, d) picked by integer ids (...) -> (..., d). Init Normal(0, 0.02) (Mamba's).
-    fused=True runs the numba twin of the engine's op (fast/row_ops.py: the gradient's scatter-add in one loop)."""
+    fused=True runs the fast twins of the engine's ops: the lookup's (fast/row_ops.py: the gradient's scatter-add
+    in one loop) and, in `attend`, the product's (fast/products.py)."""
 
     def __init__(self, vb: VarBuilder, num_embeddings: int, dim: int, weight_init=None, fused: bool = False):
         self.name, self.num_embeddings, self.dim, self.fused = vb.prefix, num_embeddings, dim, fused
@@ -55,7 +58,8 @@ class Embedding:
         if x.shape[-1:] != (self.dim,):
             raise ValueError(f"Embedding.attend {self.name!r}: input must end with dim={self.dim}, got shape {x.shape}")
         lead = x.shape[:-1]
-        y = F.reshape(x, (-1, self.dim)) @ self.weight.T                # (n, V)
+        matmul = products.matmul if self.fused else F.matmul
+        y = matmul(F.reshape(x, (-1, self.dim)), self.weight.T)          # (n, V)
         return F.reshape(y, (*lead, self.num_embeddings))
 
     def __repr__(self):

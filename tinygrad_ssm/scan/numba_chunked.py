@@ -38,12 +38,12 @@ import numpy as np
 
 from . import numba_cpu
 from .numba_cpu import _contiguous, _on_threads, _rows_of
-from ..fast.blas_threads import openblas_threads_setter
+from ..fast.blas_threads import refresh_libraries, single_threaded_blas
 from ..fast.claims import claim_from_end
 
 from numba import njit
 
-_set_scipy_blas_threads = None                                # found once SciPy's OpenBLAS is loaded
+_scipy_blas_loaded = False
 
 MAX_CHUNK = 32
 FASTMATH = {"reassoc", "contract", "nsz"}
@@ -210,20 +210,16 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
 
 
 def _on_single_threaded_blas(run):
-    """run() with SciPy's OpenBLAS on one thread, its setting restored afterwards: the kernel's products are small
-    and run on the threads that call them (past m n k = 2^18, e.g. d_state 256, OpenBLAS would start threads of
-    its own for each). NumPy's OpenBLAS, a library of its own, is left alone."""
-    global _set_scipy_blas_threads
-    if _set_scipy_blas_threads is None:
+    """run() with BLAS on one thread (SciPy's OpenBLAS, which the kernel's np.dot calls, among them), the thread
+    counts restored afterwards: the kernel's products are small and run on the threads that call them (past
+    m n k = 2^18, e.g. d_state 256, OpenBLAS would start threads of its own for each)."""
+    global _scipy_blas_loaded
+    if not _scipy_blas_loaded:
         import scipy.linalg.cython_blas  # noqa: F401  (loads SciPy's OpenBLAS, as the kernel is about to)
-        _set_scipy_blas_threads = openblas_threads_setter(lambda path: "scipy" in path and "numpy" not in path) \
-            or (lambda n: None)                                         # not found: nothing to set
-    before = _set_scipy_blas_threads(1)
-    try:
+        refresh_libraries()                                             # so that the limit reaches it
+        _scipy_blas_loaded = True
+    with single_threaded_blas():
         return run()
-    finally:
-        if before is not None:
-            _set_scipy_blas_threads(before)
 
 
 def _chunk(l: int, chunk_size: int) -> int:

@@ -20,13 +20,13 @@ class Matmul(Function):
         a, b = self.saved
         grad_a = grad_b = None
         if self.needs_input_grad[0]:
-            grad_a = (b @ grad.T).T if _transposed(a, grad) else grad @ np.swapaxes(b, -1, -2)
+            grad_a = (b @ grad.T).T if is_transposed(a, grad) else grad @ np.swapaxes(b, -1, -2)
         if self.needs_input_grad[1]:
-            grad_b = (grad.T @ a).T if _transposed(b, grad) else np.swapaxes(a, -1, -2) @ grad
+            grad_b = (grad.T @ a).T if is_transposed(b, grad) else np.swapaxes(a, -1, -2) @ grad
         return grad_a, grad_b
 
 
-def _transposed(operand: np.ndarray, grad: np.ndarray) -> bool:
+def is_transposed(operand: np.ndarray, grad: np.ndarray) -> bool:
     """A 2-d product whose operand is laid out column-major (a transposed view), so its gradient should be too."""
     return operand.ndim == grad.ndim == 2 and operand.flags.f_contiguous and not operand.flags.c_contiguous
 

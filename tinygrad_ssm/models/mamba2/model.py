@@ -24,6 +24,7 @@ from ...nn import init
 from ...scan import available_backends, ssd
 from ...scan.sequential import ssd_step
 from ...fast import fused as fused_ops
+from ...fast import heap_reuse
 from ...fast import row_ops
 from ...registry import VarBuilder, VarMap
 from ...autograd.tensor import Tensor, no_grad
@@ -108,7 +109,7 @@ class Mamba2Mixer:
         self.fused = fused
         self.d_inner, self.nheads, self.conv_dim = c.d_inner, c.nheads, c.conv_dim
         zero = init.Const(0.0)
-        self.in_proj = nn.Linear(vb.pp("in_proj"), c.d_model, c.d_in_proj, bias=c.bias, bias_init=zero)
+        self.in_proj = nn.Linear(vb.pp("in_proj"), c.d_model, c.d_in_proj, bias=c.bias, bias_init=zero, fused=fused)
         self.conv1d = nn.CausalDepthwiseConv1d(vb.pp("conv1d"), c.conv_dim, c.d_conv, bias=c.conv_bias, fused=fused)
         self.dt_bias = vb.get((c.nheads,), "dt_bias", init=DtBiasInit(c.dt_min, c.dt_max, c.dt_init_floor))  # (h,)
         self.A_log = vb.get((c.nheads,), "A_log", init=ALogInit(*c.A_init_range))                           # (h,)
@@ -117,7 +118,7 @@ class Mamba2Mixer:
                                     fused=fused)
         out_init = ScaledInit(init.KaimingUniform(a=math.sqrt(5)), math.sqrt(c.n_layer))
         self.out_proj = nn.Linear(vb.pp("out_proj"), c.d_inner, c.d_model, bias=c.bias, weight_init=out_init,
-                                  bias_init=zero)
+                                  bias_init=zero, fused=fused)
 
     def _split_in_proj(self, zxbcdt: Tensor):
         """(..., d_in_proj) -> z (..., d_inner), xBC (..., conv_dim), dt (..., h): the official order."""
@@ -227,6 +228,8 @@ class Mamba2LMHeadModel:
         if not isinstance(fused, bool):
             raise TypeError(f"Mamba2LMHeadModel: fused must be True or False, got {fused!r}")
         self.config, self.backend, self.fused = config, backend, fused
+        if fused:
+            heap_reuse.keep_freed_memory()   # freed arrays' pages reused by the next step (see fast/heap_reuse.py)
         self.dtype = np.dtype(dtype)
         self.varmap = varmap if varmap is not None else VarMap(seed=0)
         vb = VarBuilder.from_varmap(self.varmap, dtype=self.dtype)
@@ -235,7 +238,8 @@ class Mamba2LMHeadModel:
         self.embedding = nn.Embedding(backbone.pp("embedding"), V, config.d_model, fused=fused)
         self.layers = [Mamba2Block(backbone.pp("layers").pp(i), config, fused) for i in range(config.n_layer)]
         self.norm_f = nn.RMSNorm(backbone.pp("norm_f"), config.d_model, eps=config.rms_norm_eps, fused=fused)
-        self.lm_head = None if config.tie_embeddings else nn.Linear(vb.pp("lm_head"), config.d_model, V, bias=False)
+        self.lm_head = None if config.tie_embeddings else nn.Linear(vb.pp("lm_head"), config.d_model, V, bias=False,
+                                                                       fused=fused)
 
     # --- full sequences ------------------------------------------------------------------------------------
     def _check_ids(self, input_ids, ndim: int, what: str) -> np.ndarray:

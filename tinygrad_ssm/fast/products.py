@@ -1,0 +1,70 @@
+"""Matrix products shared out over the package's threads: the output's rows cut into one block per thread
+(fast/row_blocks.py's pool, numba's thread count), each block one BLAS call with BLAS on a single thread
+(fast/blas_threads.py). The twin of the engine's Matmul (autograd/ops/linalg.py), for 2-d operands: the layers
+and the model use it with fused=True; tests/fast/test_products.py holds the two equal.
+
+Why: the products then run on the same threads as the numba kernels around them, and OpenBLAS's own threads,
+never woken, cannot spin after a product and take a core from the kernel that follows. Its threads' spin time
+is fixed when NumPy loads OpenBLAS, so with OpenBLAS threading the products, a training step was 1.3x slower
+when NumPy was imported before the package (benchmarks/bench_import_order.py: the same speed whatever the
+import order this way). Small products (under MIN_WORK multiply-adds, which OpenBLAS runs on one thread
+anyway) stay single calls.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..autograd import functional as F
+from ..autograd.ops.linalg import Matmul, is_transposed
+from .blas_threads import single_threaded_blas
+from .row_blocks import on_threads, shares
+
+MIN_WORK = 1 << 18   # m k n below which a product is one BLAS call (OpenBLAS's own single-thread threshold)
+FLOATS = (np.float32, np.float64)
+
+
+def rows_product(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """left (m, k) @ right (k, n) -> (m, n) C-contiguous: the rows of the output in one block per thread."""
+    m, n = left.shape[0], right.shape[1]
+    out = np.empty((m, n), np.result_type(left, right))
+    blocks = shares(m // 32) if m * left.shape[1] * n >= MIN_WORK else 1   # blocks of at least 32 rows
+    if blocks == 1:
+        return np.matmul(left, right, out=out)
+    bounds = [m * i // blocks for i in range(blocks + 1)]
+
+    def work(claimed, share):
+        for blk in claimed:
+            lo, hi = bounds[blk], bounds[blk + 1]
+            np.matmul(left[lo:hi], right, out=out[lo:hi])
+    with single_threaded_blas():
+        on_threads(work, blocks)
+    return out
+
+
+class RowSplitMatmul(Matmul):
+    """Matmul whose 2-d products (forward, and both gradients) are `rows_product`s; the same layouts as
+    Matmul's (a transposed operand gets its gradient transposed too). Other shapes and dtypes: Matmul's code."""
+
+    def forward(self, a, b):
+        self.save_for_backward(a, b)
+        return rows_product(a, b) if _takes(a, b) else a @ b
+
+    def backward(self, grad):
+        a, b = self.saved
+        if not (_takes(a, b) and grad.ndim == 2):
+            return super().backward(grad)
+        grad_a = grad_b = None
+        if self.needs_input_grad[0]:
+            grad_a = rows_product(b, grad.T).T if is_transposed(a, grad) else rows_product(grad, b.T)
+        if self.needs_input_grad[1]:
+            grad_b = rows_product(grad.T, a).T if is_transposed(b, grad) else rows_product(a.T, grad)
+        return grad_a, grad_b
+
+
+def _takes(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.ndim == b.ndim == 2 and a.dtype == b.dtype and a.dtype in FLOATS
+
+
+def matmul(a, b):
+    """F.matmul (the same checks and results) through RowSplitMatmul."""
+    return F.apply_matmul(RowSplitMatmul, a, b)
