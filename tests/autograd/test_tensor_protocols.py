@@ -7,12 +7,9 @@ import numpy as np
 import pytest
 
 from tests.support.gradcheck import gradcheck
+from tests.support.tensors import leaf
 from tinygrad_ssm import Tensor
 from tinygrad_ssm.autograd import functional as F
-
-
-def leaf(values):
-    return Tensor(np.array(values, dtype=np.float64), requires_grad=True)
 
 
 # --- comparisons ----------------------------------------------------------------------------------------

@@ -26,13 +26,6 @@ TINY = ["--d-model", "32", "--n-layer", "1", "--d-state", "16", "--headdim", "16
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "notes.txt"
-    path.write_bytes(b"".join(b"Entry %d; the quick brown fox jumps over the lazy dog\n" % i for i in range(300)))
-    return path
-
-
 def run_train(corpus, out, *flags):
     return cli.main(["train", "--data", str(corpus), "--out", str(out), *TINY, *flags])
 

@@ -31,7 +31,7 @@ from ...autograd.tensor import Tensor, no_grad
 from .config import Mamba2Config
 from .decode import decode_greedy, decode_prompt, decode_step, release as release_decoder
 from .sampling import NonFiniteLogits, check_sampling_args, sample_next
-from .pretrained import load_pretrained
+from .pretrained import load_pretrained, save_pretrained
 
 SUPPORTED_DTYPES = ("float32", "float64")
 # generation takes a prompt of at most this many tokens over the batch (b l) in one decoder step (decode_prompt),
@@ -395,7 +395,6 @@ class Mamba2LMHeadModel:
         return load_pretrained(cls, directory, dtype=dtype, backend=backend, fused=fused)
 
     def save_pretrained(self, directory):
-        from .pretrained import save_pretrained
         save_pretrained(self, directory)
 
     def __repr__(self):
