@@ -2,12 +2,14 @@
 (tinygrad_ssm/autograd/) that a test holds it equal to in float64; the module's docstring names that twin.
 
     fused.py (+ conv_kernels, norm_kernels)  the mixer's fused ops       twins: reference_* in fused.py
-    row_kernels.py                           cross entropy, embedding    twins: autograd/ops/reduce.py
+    row_ops.py (+ row_kernels)               cross entropy, embedding    twins: autograd/ops/reduce.py
                                                                                 CrossEntropy, ops/nn.py Embedding
+    products.py                              2-d products on the pool    twin: autograd/ops/linalg.py Matmul
     adam_kernel.py                           AdamW's update              twin: optim/adam.py's NumPy update
     decode_kernels.py                        one decoded token           twin: Mamba2Mixer.step (fused=False)
     row_blocks.py, claims.py                 work split over threads (blocks of rows; atomic counters)
     fast_exp.py, vector_width.py             an exp that vectorises; a 512-bit vector hint for one function
-    blas_threads.py, heap_reuse.py           process tuning: OpenBLAS's thread wait, glibc's heap thresholds
+    blas_threads.py, heap_reuse.py           BLAS on one thread during the pool's products; glibc's heap
+                                             thresholds once a fused model is built (README: what changes)
 
 The scan's kernels are in tinygrad_ssm/scan/, beside its engine-op reference."""
