@@ -31,12 +31,15 @@ class Adam(Optimizer):
         if not isinstance(fused, bool):
             raise TypeError(f"{who}: fused must be True or False, got {fused!r}")
         self.fused = fused
-        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-            raise ValueError(f"{who}: betas must be in [0, 1), got {betas}")
-        if eps < 0 or weight_decay < 0:
-            raise ValueError(f"{who}: eps and weight_decay must be >= 0, got eps={eps}, weight_decay={weight_decay}")
-        self.beta1, self.beta2 = float(betas[0]), float(betas[1])
-        self.eps, self.weight_decay = float(eps), float(weight_decay)
+        try:  # each checked on assignment (Optimizer.__setattr__): finite, betas in [0, 1), eps, wd >= 0
+            beta1, beta2 = betas
+        except (TypeError, ValueError):
+            raise ValueError(f"{who}: betas must be a pair (beta1, beta2), each in [0, 1), got {betas!r}") from None
+        try:
+            self.beta1, self.beta2 = beta1, beta2
+        except ValueError as e:
+            raise ValueError(f"{e} (betas={betas!r})") from None
+        self.eps, self.weight_decay = eps, weight_decay
 
     @property
     def betas(self) -> tuple[float, float]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -12,6 +13,13 @@ def clip_grad_norm_(params, max_norm: float, error_if_nonfinite: bool = False) -
     """Scale every gradient by min(1, max_norm / (total + 1e-6)), total = the 2-norm of all gradients
     concatenated (computed in float64). Returns the total norm before clipping. Parameters without a
     gradient are ignored. With error_if_nonfinite a NaN/inf norm raises, naming the parameters at fault."""
+    # torch checks nothing here: a negative max_norm flips the sign of every gradient (the step climbs the
+    # loss), NaN turns them all to NaN, inf disables clipping. Each is a mistake, never a setting: refused
+    # before anything is touched (no clipping is "do not call this", and 0 zeroes the gradients as in torch).
+    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not math.isfinite(max_norm) \
+            or max_norm < 0:
+        raise ValueError(f"clip_grad_norm_: max_norm must be a finite number >= 0, got {max_norm!r}; to not "
+                         f"clip, do not call clip_grad_norm_")
     grads = [(name, p.grad) for name, p in named_parameters(params, "clip_grad_norm_") if p.grad is not None]
     if not grads:
         return 0.0

@@ -11,6 +11,9 @@ so `safetensors_io.save_file(path, opt.state_dict())` writes it as is and a resu
 """
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 
 from ..autograd.tensor import Tensor, no_grad
@@ -37,9 +40,27 @@ def named_parameters(params, who: str) -> list[tuple[str, Tensor]]:
     return named
 
 
+# hyper-parameter -> (lowest allowed, the upper bound, excluded; None: none), the rules of torch.optim; every
+# one must also be finite (torch accepts lr=nan or eps=nan and then writes NaN into every weight)
+HPARAM_RANGES = {"lr": (0.0, None), "eps": (0.0, None), "weight_decay": (0.0, None), "beta1": (0.0, 1.0),
+                 "beta2": (0.0, 1.0), "momentum": (0.0, None), "dampening": (0.0, None)}
+
+
+def hparam_problem(name: str, value) -> str | None:
+    """Why `value` is not a valid `name` (a sentence naming both), or None."""
+    low, high = HPARAM_RANGES.get(name, (None, None))
+    interval = ">= 0" if high is None else f"in [{low:g}, {high:g})"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) or \
+            (low is not None and value < low) or (high is not None and value >= high):
+        return f"{name} must be a finite number {interval}, got {value!r}"
+    return None
+
+
 class Optimizer:
     """Subclasses set `hparam_names` and implement `_update(param, grad, state)`, which updates the param's
-    array (param.data) and its state (name -> ndarray) in place."""
+    array (param.data) and its state (name -> ndarray) in place. Every hyper-parameter is checked whenever
+    it is set (at construction, `opt.lr = ...` by a schedule, load_state_dict): a ValueError names the
+    optimizer, the argument and the value."""
 
     hparam_names: tuple = ("lr",)
     slot_names: tuple = ()
@@ -48,10 +69,16 @@ class Optimizer:
         self.params = named_parameters(params, type(self).__name__)
         if not self.params:
             raise ValueError(f"{type(self).__name__}: got an empty parameter list")
-        if lr < 0:
-            raise ValueError(f"{type(self).__name__}: invalid learning rate {lr}")
-        self.lr = float(lr)
+        self.lr = lr
         self.state: dict[str, dict[str, np.ndarray]] = {}
+
+    def __setattr__(self, name, value):
+        if name in HPARAM_RANGES:
+            bad = hparam_problem(name, value)
+            if bad is not None:
+                raise ValueError(f"{type(self).__name__}: {bad}")
+            value = float(value)
+        object.__setattr__(self, name, value)
 
     def zero_grad(self, set_to_none: bool = True):
         """Forget the gradients (backward accumulates into .grad)."""
@@ -100,6 +127,13 @@ class Optimizer:
             value = np.asarray(value)
             kind, _, rest = key.partition("/")
             if kind == "hparams" and rest in self.hparam_names and value.shape == ():
+                if value.dtype.kind not in "iuf":
+                    problems.append(f"{key!r}: must be a number, got dtype {value.dtype}")
+                    continue
+                bad = hparam_problem(rest, float(value))
+                if bad is not None:
+                    problems.append(f"{key!r}: {bad}; the saved state is damaged, load another one")
+                    continue
                 hparams[rest] = float(value)
                 continue
             name, _, slot = rest.rpartition("/")
@@ -111,7 +145,8 @@ class Optimizer:
                 problems.append(f"{key!r}: shape {value.shape} but the parameter has shape {shapes[name]}")
             else:
                 state.setdefault(name, {})[slot] = value
-        problems += [f"missing key 'hparams/{k}'" for k in self.hparam_names if k not in hparams]
+        problems += [f"missing key 'hparams/{k}'" for k in self.hparam_names
+                     if k not in hparams and f"hparams/{k}" not in state_dict]
         for name, slots in state.items():
             absent = [s for s in (*self.slot_names, "step") if s not in slots]
             if absent:

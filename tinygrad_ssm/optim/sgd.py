@@ -15,11 +15,9 @@ class SGD(Optimizer):
     def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False):
         super().__init__(params, lr)
-        if momentum < 0 or weight_decay < 0:
-            raise ValueError(f"SGD: momentum and weight_decay must be >= 0, got {momentum}, {weight_decay}")
+        self.momentum, self.dampening, self.weight_decay = momentum, dampening, weight_decay  # checked: __setattr__
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("SGD: nesterov momentum requires a momentum and zero dampening")
-        self.momentum, self.dampening, self.weight_decay = float(momentum), float(dampening), float(weight_decay)
         self.nesterov = nesterov
         self.slot_names = ("momentum_buffer",) if momentum else ()
 

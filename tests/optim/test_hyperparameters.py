@@ -1,0 +1,94 @@
+"""Optimizer hyper-parameters are range-checked with PyTorch's rules (0 <= betas < 1, eps >= 0, lr >= 0,
+weight_decay >= 0, momentum >= 0) and must be finite: at construction, on assignment (the training loop sets
+`opt.lr` every step) and in load_state_dict (a saved state is data from disk). Errors name the optimizer, the
+argument and the value. clip_grad_norm_ needs a finite max_norm >= 0."""
+import math
+
+import numpy as np
+import pytest
+
+from tinygrad_ssm import VarBuilder, VarMap, optim
+from tinygrad_ssm.nn import init
+
+NAN, INF = float("nan"), float("inf")
+
+
+def params():
+    vm = VarMap(seed=0)
+    vb = VarBuilder.from_varmap(vm, "float64")
+    vb.get((3, 4), "W", init=init.Randn(0, 1))
+    vb.get((3,), "b", init=init.Randn(0, 1))
+    return vm
+
+
+@pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW])
+@pytest.mark.parametrize("kwargs, arg, shown", [
+    (dict(lr=NAN), "lr", "nan"), (dict(lr=-1e-3), "lr", "-0.001"), (dict(lr=INF), "lr", "inf"),
+    (dict(eps=NAN), "eps", "nan"), (dict(eps=-1.0), "eps", "-1"), (dict(eps=INF), "eps", "inf"),
+    (dict(betas=(5.0, 0.999)), "beta1", "5"), (dict(betas=(0.9, 1.0)), "beta2", "1"),
+    (dict(betas=(NAN, 0.999)), "beta1", "nan"), (dict(betas=(-0.1, 0.999)), "beta1", "-0.1"),
+    (dict(weight_decay=-0.1), "weight_decay", "-0.1"), (dict(weight_decay=NAN), "weight_decay", "nan"),
+])
+def test_adam_refuses_out_of_range_hyperparameters(cls, kwargs, arg, shown):
+    with pytest.raises(ValueError, match=rf"{cls.__name__}: .*\b{arg}\b.*{shown}") as err:
+        cls(params(), **kwargs)
+    assert cls.__name__ in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, arg", [(dict(lr=NAN), "lr"), (dict(lr=0.1, momentum=NAN), "momentum"),
+                                         (dict(lr=0.1, momentum=-1), "momentum"),
+                                         (dict(lr=0.1, dampening=NAN), "dampening"),
+                                         (dict(lr=0.1, weight_decay=INF), "weight_decay")])
+def test_sgd_refuses_out_of_range_hyperparameters(kwargs, arg):
+    with pytest.raises(ValueError, match=rf"SGD: .*\b{arg}\b"):
+        optim.SGD(params(), **kwargs)
+
+
+def test_the_edges_pytorch_allows_are_allowed():
+    opt = optim.AdamW(params(), lr=0.0, betas=(0.0, 0.0), eps=0.0, weight_decay=0.0)
+    assert (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay) == (0.0, 0.0, 0.0, 0.0, 0.0)
+    optim.SGD(params(), lr=0.0, momentum=0.0, dampening=0.0)
+
+
+@pytest.mark.parametrize("value", [NAN, -1.0, INF])
+def test_assigning_a_bad_learning_rate_is_refused(value):
+    opt = optim.AdamW(params(), lr=1e-3)
+    with pytest.raises(ValueError, match=r"AdamW: lr must be a finite number >= 0"):
+        opt.lr = value
+    assert opt.lr == 1e-3
+
+
+@pytest.mark.parametrize("key, value", [("beta1", 5.0), ("beta2", 1.0), ("eps", -1.0), ("eps", NAN),
+                                        ("lr", NAN), ("lr", -1.0), ("weight_decay", -0.5), ("beta1", INF)])
+def test_load_state_dict_refuses_out_of_range_hyperparameters_and_changes_nothing(key, value):
+    vm = params()
+    opt = optim.AdamW(vm, lr=1e-3)
+    state = opt.state_dict()
+    state[f"hparams/{key}"] = np.array(value)
+    before = opt.state_dict()
+    with pytest.raises(ValueError, match=rf"(?s)AdamW.load_state_dict: .*'hparams/{key}'.*{value:g}"):
+        opt.load_state_dict(state)
+    after = opt.state_dict()
+    assert before.keys() == after.keys() and all(np.array_equal(before[k], after[k], equal_nan=True)
+                                                 for k in before)
+
+
+@pytest.mark.parametrize("max_norm", [-1.0, NAN, INF])
+def test_clip_grad_norm_refuses_a_negative_or_non_finite_limit(max_norm):
+    vm = params()
+    for p in vm.all_vars():
+        p.grad = type(p)(np.ones(p.shape))
+    before = [p.grad.data.copy() for p in vm.all_vars()]
+    with pytest.raises(ValueError, match=rf"clip_grad_norm_: max_norm must be a finite number >= 0, got "
+                                         rf"{max_norm}"):
+        optim.clip_grad_norm_(vm.all_vars(), max_norm)
+    assert all(np.array_equal(b, p.grad.data) for b, p in zip(before, vm.all_vars()))  # untouched
+
+
+def test_clip_grad_norm_zero_limit_zeroes_the_gradients():
+    vm = params()
+    for p in vm.all_vars():
+        p.grad = type(p)(np.ones(p.shape))
+    total = optim.clip_grad_norm_(vm.all_vars(), 0.0)
+    assert total == pytest.approx(math.sqrt(15))
+    assert all(np.all(p.grad.data == 0) for p in vm.all_vars())
