@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..io.checkpoints import STATE_FILE, CheckpointNotFound, resolve_checkpoint
+from ..io.checkpoints import CHECKPOINTS_DIR, STATE_FILE, CheckpointNotFound, resolve_checkpoint
 from ..models.mamba2 import Mamba2LMHeadModel
 
 EMPTY_PROMPT_BYTES = b"\n"  # the model needs at least one byte of context; a newline starts a fresh line
@@ -30,6 +30,8 @@ def load_model(path: str | os.PathLike, backend: str = "auto"):
     try:
         folder = resolve_checkpoint(p)
     except CheckpointNotFound:
+        if (p / CHECKPOINTS_DIR).exists() and not (p / "config.json").is_file():
+            raise  # a run folder whose checkpoints/LATEST is bad: resolve_checkpoint's message says how
         folder = p  # not a training checkpoint: let from_pretrained judge the folder
     if not (folder / "config.json").is_file():
         raise CheckpointNotFound(f"{str(p)!r} has no training checkpoint ({STATE_FILE}, checkpoints/LATEST) "

@@ -1,0 +1,41 @@
+"""`generate --checkpoint RUN` says what is wrong with the run's checkpoints/LATEST (issue 24, class 10), instead of
+"no config.json for from_pretrained", which sends the user looking for the wrong file."""
+from tinygrad_ssm.train import cli
+
+
+def _run_folder(tmp_path, latest: str | None, step_files=("config.json",)):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-000002").mkdir(parents=True)
+    for name in step_files:
+        (run / "checkpoints" / "step-000002" / name).write_text("{}")
+    if latest is not None:
+        (run / "checkpoints" / "LATEST").write_text(latest)
+    return run
+
+
+def _generate_error(run, capsys) -> str:
+    assert cli.main(["generate", "--checkpoint", str(run), "--max-new-tokens", "1"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "config.json for from_pretrained" not in err, err
+    return err
+
+
+def test_generate_says_latest_is_missing(tmp_path, capsys):
+    err = _generate_error(_run_folder(tmp_path, None), capsys)
+    assert "checkpoints/LATEST" in err and "run folder" in err
+
+
+def test_generate_says_latest_names_a_missing_folder(tmp_path, capsys):
+    err = _generate_error(_run_folder(tmp_path, "step-000007\n"), capsys)
+    assert "LATEST" in err and "'step-000007'" in err and "not a complete checkpoint" in err
+    assert "step-000002" in err  # the folders there are, to choose from
+
+
+def test_generate_says_latest_names_an_incomplete_checkpoint(tmp_path, capsys):
+    err = _generate_error(_run_folder(tmp_path, "step-000002"), capsys)  # no trainer_state.json in it
+    assert "LATEST" in err and "'step-000002'" in err and "not a complete checkpoint" in err
+
+
+def test_generate_says_latest_holds_something_else(tmp_path, capsys):
+    err = _generate_error(_run_folder(tmp_path, "../../elsewhere"), capsys)
+    assert "LATEST" in err and "not the name of a checkpoint folder" in err
