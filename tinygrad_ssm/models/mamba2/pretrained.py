@@ -20,6 +20,8 @@ import re
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from ...io.atomic_write import write_atomic
 from ...io.checkpoints import CHECKPOINTS_DIR, resolve_checkpoint
 from ...io.file_checks import require_regular_file
@@ -229,13 +231,33 @@ def _weight_files(directory: Path) -> list[Path]:
                                   f"({e})") from None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise PretrainedError(f"from_pretrained: {str(index)!r}: 'weight_map' must map names to file names")
-        files = [directory / name for name in sorted(set(weight_map.values()))]
-        outside = [str(f) for f in files if f.resolve().parent != directory.resolve()]
+        names = sorted(set(weight_map.values()))
+        files = [directory / name for name in names]
+        roots = _allowed_roots(directory)
+        outside = [str(f) for name, f in zip(names, files)
+                   if Path(name).name != name or name in (".", "..") or not _lies_in(f.resolve(), roots)]
         if outside:  # an index must not point a load at files elsewhere on the disk
-            raise PretrainedError(f"from_pretrained: {str(index)!r} names files outside its folder: {outside[:3]}")
+            raise PretrainedError(f"from_pretrained: {str(index)!r} names files outside its folder: {outside[:3]}"
+                                  f" (each must be a file name in the folder; a symlink may lead only into the "
+                                  f"folder itself or, in a Hugging Face cache, into its repository's blobs/)")
         return files
     raise FileNotFoundError(f"from_pretrained: {str(directory)!r} has neither {WEIGHTS_NAME} nor {INDEX_NAME} "
                             f"(only safetensors is read: no pickle)")
+
+
+def _allowed_roots(directory: Path) -> tuple[Path, ...]:
+    """Where the files an index names may really lie (symlinks resolved): the folder itself and, when the
+    folder is a snapshot of the Hugging Face cache (<repo>/snapshots/<commit>/, whose files are symlinks to
+    ../../blobs/<hash>), that same repository's blobs/ folder. Only read from: the package never writes there."""
+    real = directory.resolve()
+    roots = [real]
+    if real.parent.name == "snapshots" and (real.parent.parent / "blobs").is_dir():
+        roots.append((real.parent.parent / "blobs").resolve())
+    return tuple(roots)
+
+
+def _lies_in(path: Path, roots) -> bool:
+    return any(path.parent == root for root in roots)
 
 
 def resolve_pretrained_folder(directory) -> Path:
@@ -256,6 +278,7 @@ def _stored_name(name: str, layout: str) -> str:
     return name
 
 
+HEAD = "lm_head.weight"
 _LAYER_KEY = re.compile(r"backbone\.layers\.(\d+)\.")
 
 
@@ -279,11 +302,14 @@ def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fuse
                               f"{str(directory)!r} hold {len(stored_layers)} layers; the config does not describe "
                               f"these weights")
     wanted = {_stored_name(name, layout): (name, shape) for name, shape in config.param_shapes().items()}
+    tie_key = "tie_embeddings" if layout == "mamba_ssm" else "tie_word_embeddings"
     missing = [key for key in wanted if key not in stored]
     if missing:
+        why = (f" ({CONFIG_NAME} gives {tie_key!r} = false: an untied model needs its own lm_head.weight; if the "
+               f"head is the embedding, the config should say {tie_key!r}: true)" if HEAD in missing else "")
         raise PretrainedError(f"from_pretrained: {str(directory)!r} ({layout} layout) is missing {len(missing)} "
-                              f"weight(s): {', '.join(missing[:10])}")
-    ignorable = {"lm_head.weight"} if config.tie_embeddings else set()  # a tied head may be stored as a copy
+                              f"weight(s): {', '.join(missing[:10])}{why}")
+    ignorable = {HEAD} if config.tie_embeddings else set()  # a tied head may be stored as a copy
     unexpected = sorted(set(stored) - set(wanted) - ignorable)
     if unexpected:
         raise PretrainedError(f"from_pretrained: {str(directory)!r} ({layout} layout) holds weights the config does "
@@ -295,11 +321,33 @@ def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fuse
                                   f"gives {tuple(shape)} ({CONFIG_NAME} does not describe these weights)")
         if not info.is_float:
             raise PretrainedError(f"from_pretrained: weight {key!r} has dtype {info.dtype}, not floating point")
+    if config.tie_embeddings and HEAD in stored:
+        _check_tied_copy(stored, _stored_name("backbone.embedding.weight", layout), directory, tie_key)
     model = cls(config, dtype=dtype, backend=backend, fused=fused)
     assert model.varmap.names() == [name for name, _ in wanted.values()], "Mamba2Config.param_shapes is stale"
     for key, (name, _) in wanted.items():
         model.varmap.set_one(name, stored[key].read(key, model.dtype))  # F16 / BF16 are upcast here
     return model
+
+
+def _check_tied_copy(stored: dict, embedding_key: str, directory: Path, tie_key: str) -> None:
+    """A tied config whose weights also hold lm_head.weight: accepted only when the head is an exact copy of
+    the embedding (as torch's state_dict of a tied model stores it). A different head means the weights are of
+    an untied model: loading them tied would silently drop the head, so the file and the config key are named."""
+    head_file, embedding_file = stored[HEAD], stored[embedding_key]
+    head_info, embedding_info = head_file.tensors[HEAD], embedding_file.tensors[embedding_key]
+    why = None
+    if tuple(head_info.shape) != tuple(embedding_info.shape):
+        why = f"has shape {tuple(head_info.shape)}, the embedding {tuple(embedding_info.shape)}"
+    elif not np.array_equal(head_file.read(HEAD, np.float64), embedding_file.read(embedding_key, np.float64),
+                            equal_nan=True):
+        why = f"differs from the embedding {embedding_key!r}"
+    if why is not None:
+        raise PretrainedError(
+            f"from_pretrained: {head_file.path!r} holds {HEAD!r}, which {why}, but "
+            f"{str(directory / CONFIG_NAME)!r} gives {tie_key!r} = true (the head is the embedding): the weights are "
+            f"those of an untied model and loading them tied would drop the head; set {tie_key!r} to false if "
+            f"the head is meant, or remove {HEAD!r} from the weights")
 
 
 def save_pretrained(model, directory):
