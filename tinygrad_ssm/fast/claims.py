@@ -15,8 +15,12 @@ fast/row_blocks.on_threads).
 """
 from __future__ import annotations
 
+import os
+import threading
+import time
+
 from llvmlite import ir
-from numba import njit, types
+from numba import config, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -148,6 +152,39 @@ def wait_done(sync, phase, step, n):
     while atomic_load(sync, phase * 2 * _LINE + _LINE) < end:
         relax(spins)
         spins += 1
+
+
+if config.DISABLE_JIT:
+    # NUMBA_DISABLE_JIT=1 (stepping through a kernel in a debugger): an intrinsic has no Python body, so each is
+    # replaced by the plain operation. Python threads interleave between bytecodes, so the read-modify-writes
+    # take one lock; loads and stores of one numpy element are whole under the GIL.
+    _lock = threading.Lock()
+
+    def atomic_load(arr, index):  # noqa: F811 - the pure-Python twin of the intrinsic above
+        return int(arr[index])
+
+    def atomic_store(arr, index, value):  # noqa: F811
+        arr[index] = value
+
+    def atomic_increment(arr, index):  # noqa: F811
+        with _lock:
+            arr[index] += 1
+
+    def compare_and_swap(arr, index, expected, new):  # noqa: F811
+        with _lock:
+            if arr[index] == expected:
+                arr[index] = new
+                return True
+            return False
+
+    def pause():  # noqa: F811
+        pass
+
+    def sched_yield():  # noqa: F811
+        time.sleep(0) if not hasattr(os, "sched_yield") else os.sched_yield()
+
+    def cycles():  # noqa: F811
+        return time.perf_counter_ns()
 
 
 def sync_array(n_phases: int):

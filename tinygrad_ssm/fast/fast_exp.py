@@ -13,7 +13,7 @@ import math
 
 from llvmlite import ir
 import numpy as np
-from numba import njit, types
+from numba import config, njit, types
 from numba.extending import intrinsic, overload
 
 _LOG2E = 1.4426950408889634
@@ -62,6 +62,14 @@ def _float32_from_bits(typingctx, bits):
 
 
 _F = np.float32
+
+if config.DISABLE_JIT:
+    # NUMBA_DISABLE_JIT=1: an intrinsic has no Python body; the same bit casts through NumPy views
+    def _float64_from_bits(bits):  # noqa: F811
+        return float(np.array(bits, dtype=np.int64).view(np.float64))
+
+    def _float32_from_bits(bits):  # noqa: F811
+        return np.array(bits, dtype=np.int32).view(np.float32)[()]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -127,3 +135,14 @@ def sigmoid(v):
 @overload(sigmoid, inline="always")
 def _sigmoid_overload(v):
     return (lambda v: _sigmoid32(v)) if v == types.float32 else (lambda v: _sigmoid64(v))
+
+
+if config.DISABLE_JIT:
+    # in Python, math.floor(NaN) raises where the compiled kernel's select passes the NaN through
+    _exp_body, _exp32_body = exp, exp32
+
+    def exp(x):  # noqa: F811
+        return x if x != x else _exp_body(x)
+
+    def exp32(x):  # noqa: F811
+        return x if x != x else _exp32_body(x)

@@ -13,7 +13,7 @@ A CPU without AVX-512 keeps its widest vectors; other targets ignore the attribu
 """
 from __future__ import annotations
 
-from numba import types
+from numba import config, types
 from numba.extending import intrinsic
 
 PREFER_512_BIT = '"prefer-vector-width"="512"'
@@ -31,3 +31,8 @@ def prefer_512_bit_vectors(typingctx):
             pass
         return context.get_dummy_value()
     return types.void(), codegen
+
+
+if config.DISABLE_JIT:
+    def prefer_512_bit_vectors():  # noqa: F811 - NUMBA_DISABLE_JIT=1: a hint to a compiler that does not run
+        pass
