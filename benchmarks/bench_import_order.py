@@ -1,12 +1,12 @@
 """A training step and greedy generation, each in a fresh process, for each import order a user's script may
 have: tinygrad_ssm first, NumPy first, torch first (when installed). The package's speed must not depend on it.
 
-    python benchmarks/bench_import_order.py                 # batch 8 x 512, d_model 256, 4 layers; 5 rounds
+    python benchmarks/bench_import_order.py                 # batch 8 x 512, d_model 256, 4 layers; 7 rounds
     python benchmarks/bench_import_order.py --quick         # a smoke run of a tiny config
 
 Each round starts one process per order, in turn (so load from other processes hits every order alike); a
 process imports its module first, then builds the fused model, times --steps AdamW steps after two warm-up
-steps (the median) and three greedy generations after a warm-up one (the median). The table gives each order's median over the
+steps (the median) and five greedy generations after a warm-up one (the median). The table gives each order's median over the
 rounds and its ratio to tinygrad_ssm-first's, with the range of the per-round ratios.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ WORKER = textwrap.dedent("""
     prompt = data[:1, :16]
     model.generate(prompt, max_new_tokens=new_tokens)                   # warm-up: compiles the decoder
     generation = []
-    for _ in range(3):
+    for _ in range(5):
         start = time.perf_counter()
         model.generate(prompt, max_new_tokens=new_tokens)
         generation.append(time.perf_counter() - start)
@@ -72,7 +72,7 @@ def run_one(first: str, config: dict, batch: int, seqlen: int, steps: int, new_t
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=5, help="timed steps per process (their median)")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seqlen", type=int, default=512)
@@ -106,7 +106,7 @@ def main(argv=None) -> dict:
                "/ tinygrad_ssm first", "rounds"]
     title = (f"fresh process per order, d_model {config['d_model']}, {config['n_layer']} layers, step batch "
              f"{args.batch} x {args.seqlen} (median of {args.steps} after 2), greedy generation of "
-             f"{args.new_tokens} tokens at batch 1 (median of 3); medians of {args.rounds} rounds")
+             f"{args.new_tokens} tokens at batch 1 (median of 5); medians of {args.rounds} rounds")
     return common.write_result(args.json, "bench_import_order", title, columns, rows,
                                notes=["each round's ratio is to the tinygrad_ssm-first process of the same round; the "
                                       "table gives their median and, under 'rounds', their range"],
