@@ -12,9 +12,16 @@ q chunk length, c number of chunks; in the einsums l is a step of a chunk and s 
 chunk boundary. Heads are laid out (g, r): head i reads group i // r, exactly as reshaping h -> (g, r) does, so
 B and C broadcast over r instead of being copied per head.
 
-Exact by construction: no -inf is ever formed (exp of a masked sum, then a 0/1 mask), and no decay is a
+Exact by construction: no -inf is ever formed (exp of a masked sum, then a where), and no decay is a
 difference of cumulative sums (which cancels once the running sum is large): every decay is exp of a sum of the
 steps it spans.
+
+Causal also for non-finite values: a NaN at step t reaches no output before t, and a NaN in the gradient of
+y at step t no input gradient after t. A masked product written as (mask * values) summed over s would give
+0 * NaN = NaN for a masked term, so the two sums that a causal mask restricts (over s <= l inside a chunk,
+step 1; over chunks z <= c between chunks, step 3) mask each factor with `where` before multiplying and then
+sum (`masked_product`): the masked terms are exact zeros forwards, and backwards every gradient reaching a factor passes the same
+`where`. This costs a (q, q, p) product per chunk and head in step 1 instead of one einsum.
 """
 from __future__ import annotations
 
@@ -36,10 +43,16 @@ def segsum(a: Tensor) -> Tensor:
 
 def exp_segsum(a: Tensor) -> Tensor:
     """a (..., T) -> (..., T, T): L[i, j] = exp(a[j+1] + ... + a[i]) for i >= j, and 0 above the diagonal.
-    Above the diagonal segsum is exactly 0, so exp gives 1 and the 0/1 mask zeroes it: no -inf is ever
-    formed, so no inf * 0 = NaN can appear in the backward."""
+    Above the diagonal segsum is exactly 0, so exp gives 1 and `where` zeroes it: no -inf is ever formed, and
+    no 0 * NaN either (a mask multiplied in would give one forwards or backwards)."""
     T = a.shape[-1]
-    return F.exp(segsum(a)) * np.tri(T, T, 0, dtype=a.dtype)            # (..., T, T)
+    return F.where(np.tri(T, T, 0, dtype=bool), F.exp(segsum(a)), 0.0)  # (..., T, T)
+
+
+def masked_product(mask: np.ndarray, u: Tensor, v: Tensor) -> Tensor:
+    """where(mask, u, 0) * where(mask, v, 0): a masked term is an exact 0 whatever u and v hold there (NaN
+    included), and no gradient of a masked term reaches u or v (mask * u * v would give 0 * NaN = NaN)."""
+    return F.where(mask, u, 0.0) * F.where(mask, v, 0.0)
 
 
 def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None = None,
@@ -71,7 +84,12 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tenso
 
     # 1. inside each chunk (the diagonal blocks): y_l = sum_{s<=l} (C_l . B_s) exp(a_{s+1} + ... + a_l) X_s
     L = exp_segsum(a)                                                   # (b, g, r, c, q, q)
-    Y_diag = F.einsum("bclgn,bcsgn,bgrcls,bcsgrp->bclgrp", C, B, L, X)  # (b, c, q, g, r, p)
+    causal = np.tri(q, q, 0, dtype=bool)                                # (q, q): [l, s] = s <= l
+    CB = F.unsqueeze(F.einsum("bclgn,bcsgn->bgcls", C, B), 2)           # (b, g, 1, c, q, q)
+    M = masked_product(causal, CB, L)                                   # (b, g, r, c, q, q)  masked C.B L
+    Xs = F.unsqueeze(F.permute(X, (0, 3, 4, 1, 2, 5)), 4)               # (b, g, r, c, 1, q, p)  X_s
+    Y_diag = F.sum(masked_product(causal[:, :, None], F.unsqueeze(M, -1), Xs), axis=5)  # (b, g, r, c, q, p)
+    Y_diag = F.permute(Y_diag, (0, 3, 4, 1, 2, 5))                      # (b, c, q, g, r, p)
 
     # 2. the state each chunk leaves behind from its own inputs: sum_s exp(a_{s+1} + ... + a_q) X_s B_s^T
     #    (the decay from step s to the chunk's end is L's last row: no difference of cumsums)
@@ -86,7 +104,9 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tenso
         initial = F.reshape(initial_state, (b, 1, g, r, p, n))          # (b, 1, g, r, p, n)
     states = F.cat([initial, states], axis=1)                           # (b, c + 1, g, r, p, n)
     decay_chunk = exp_segsum(F.pad(a_cumsum[..., -1], (1, 0)))          # (b, g, r, c + 1, c + 1)
-    new_states = F.einsum("bgrzc,bcgrpn->bzgrpn", decay_chunk, states)  # (b, c + 1, g, r, p, n)
+    before = np.tri(c + 1, c + 1, 0, dtype=bool)[:, :, None, None, None, None]  # [z, c] = c <= z
+    decay = F.reshape(F.permute(decay_chunk, (0, 3, 4, 1, 2)), (b, c + 1, c + 1, g, r, 1, 1))  # (b, z, c, g, r, 1, 1)
+    new_states = F.sum(masked_product(before, decay, F.unsqueeze(states, 1)), axis=2)  # (b, c + 1, g, r, p, n)
     states, final_state = new_states[:, :-1], new_states[:, -1]         # (b, c, g, r, p, n), (b, g, r, p, n)
 
     # 4. what the entering state gives each step of its chunk: exp(a_1 + ... + a_l) S C_l
