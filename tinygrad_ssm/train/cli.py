@@ -224,8 +224,68 @@ def _generate(args) -> int:
     return EXIT_OK
 
 
+def _argument_problem(args) -> str | None:
+    """The first problem with the flags that the subcommand checks before any work, or None."""
+    if args.command == "train":
+        return args.sample_prompt is not None and _not_utf8("--sample-prompt", args.sample_prompt) or None
+    bad = _generate_flag_problems(args)
+    return "; ".join(bad) if bad else None
+
+
+def _agree_on_arguments(parser, argv) -> tuple[object, int | None]:
+    """Under an MPI launcher (mpiexec -n N, N > 1): parse this rank's arguments, then make every rank take the same
+    decision, so a rank that stops at its flags never leaves the others waiting in MPI (each rank may be given
+    its own command line, or its own environment). Returns (args, None) to go on, or (None, exit status)."""
+    import contextlib
+    import io
+
+    captured, args, code = io.StringIO(), None, None
+    try:
+        with contextlib.redirect_stderr(captured):
+            args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse's error (status 2), or --help (0): its text is printed below
+        code = e.code if isinstance(e.code, int) else EXIT_USAGE
+    sys.stderr.write(captured.getvalue())
+    sys.stderr.flush()
+    lines = captured.getvalue().strip().splitlines()
+    problem = (lines[-1] if lines else "stopped at its arguments") if code is not None else _argument_problem(args)
+    try:
+        world = distributed.init(required=args is not None and args.command == "train")
+    except distributed.DistributedError as e:
+        return None, _error(str(e))
+    if world.size == 1:
+        return (args, None) if code is None else (None, code)
+    settings = None if args is None else {k: repr(v) for k, v in sorted(vars(args).items())}
+    decisions = world.comm.allgather([problem, None if args is None else args.command, settings])
+    commands = {c for _, c, _ in decisions if c is not None}
+    if len(commands) > 1:
+        decisions = [[p or f"was given the command {c!r} (the ranks must run the same one)", c, a]
+                     for p, c, a in decisions]
+    elif not any(p for p, _, _ in decisions):  # a data-parallel job trains one model: one set of settings
+        for r, (_, _, theirs) in enumerate(decisions):
+            differ = [k for k in theirs if theirs[k] != decisions[0][2].get(k)]
+            if differ:
+                decisions[r][0] = "its flags differ from rank 0's: " + ", ".join(
+                    f"--{k.replace('_', '-')} {theirs[k]} (rank 0: {decisions[0][2].get(k)})" for k in differ)
+    failures = [(r, p) for r, (p, _, _) in enumerate(decisions) if p]
+    if not failures:
+        return args, None
+    if world.is_root:  # one message for the job: which rank stopped, and why (its own text is printed above)
+        print("error: " + "; ".join(f"rank {r} of {world.size} stopped at its arguments: {p}" for r, p in failures)
+              + "; no rank starts", file=sys.stderr)
+    elif problem and code is None:  # a problem found after parsing: this rank says it too
+        _error(problem)
+    return None, code if code is not None else EXIT_USAGE
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if distributed.launcher_world_size() > 1:
+        args, code = _agree_on_arguments(parser, argv)
+        if code is not None:
+            return code
+    else:
+        args = parser.parse_args(argv)
     return _train(args) if args.command == "train" else _generate(args)
 
 
