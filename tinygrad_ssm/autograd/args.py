@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import numbers
+import re
 
 import numpy as np
 
@@ -187,3 +188,25 @@ def parse_einsum(subscripts: str, shapes):
     if not set(output) <= set("".join(expanded)) or len(set(output)) != len(output):
         raise ValueError(f"einsum: output {output!r} of {subscripts!r} must use each input letter at most once")
     return expanded, output
+
+
+_BOOL_MISMATCH = re.compile(r"boolean index did not match indexed array along (?:axis|dimension) (\d+); "
+                            r"(?:size|dimension) of axis is (\d+) but size of corresponding boolean (?:axis|dimension) "
+                            r"is (\d+)")
+_TOO_MANY = re.compile(r"too many indices for array: array is (\d+)-dimensional, but (\d+) were indexed")
+
+
+def index_error(op: str, error: IndexError, shape, index) -> IndexError:
+    """NumPy's IndexError for x[index] reworded to name the op and the shapes (NumPy names neither the
+    tensor's shape nor the boolean mask's)."""
+    shape = tuple(shape)
+    message = str(error)
+    if m := _BOOL_MISMATCH.search(message):
+        items = index if isinstance(index, tuple) else (index,)
+        masks = [np.shape(i) for i in items if isinstance(i, np.ndarray) and i.dtype == np.bool_]
+        mask = f"a boolean index of shape {masks[0]}" if masks else "a boolean index"
+        return IndexError(f"{op}: {mask} does not match axis {m.group(1)} of size {m.group(2)} (its size there is "
+                          f"{m.group(3)}; tensor of shape {shape})")
+    if m := _TOO_MANY.search(message):
+        return IndexError(f"{op}: {m.group(2)} indices for a tensor of shape {shape} ({m.group(1)} dimensions)")
+    return IndexError(f"{op}: {message} (tensor of shape {shape})")

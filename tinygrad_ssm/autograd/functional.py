@@ -357,7 +357,7 @@ def getitem(x, index):
     try:
         x.data[index]  # let NumPy validate the index before anything is recorded
     except IndexError as e:
-        raise IndexError(f"getitem: {e} (tensor of shape {x.shape})") from None
+        raise A.index_error("getitem", e, x.shape, index) from None
     return M.Getitem.apply(x, index=index)
 
 

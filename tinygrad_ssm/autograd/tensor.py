@@ -33,7 +33,11 @@ def _to_array(data, dtype=None) -> np.ndarray:
     elif isinstance(data, np.ndarray):
         array = data
     else:
-        array = np.asarray(data)
+        try:
+            array = np.asarray(data)
+        except ValueError as e:  # NumPy's "inhomogeneous shape" for a ragged nested list
+            raise ValueError(f"Tensor: data must be rectangular (every row of a nested list the same length); "
+                             f"got ragged data ({e})") from None
         if array.dtype == np.float64 and not isinstance(data, np.generic):
             array = array.astype(DEFAULT_FLOAT)
     _check_numeric("Tensor", "data", data, array)
@@ -242,21 +246,35 @@ class Tensor:
         _check_numeric(op, "the value", other, array)
         return array
 
+    def _same_shape_operand(self, other, op: str):
+        """The right-hand side of an elementwise in-place op: it must broadcast to this tensor's shape (the
+        result is written in place, so it cannot grow)."""
+        o = self._operand(other, op)
+        try:
+            result = np.broadcast_shapes(self.shape, np.shape(o))
+        except ValueError:
+            raise ValueError(f"{op}: shape {np.shape(o)} does not broadcast with the tensor's shape {self.shape}") \
+                from None
+        if result != self.shape:
+            raise ValueError(f"{op}: shapes {np.shape(o)} and {self.shape} broadcast to {result}, but an in-place op "
+                             f"keeps the tensor's shape {self.shape}")
+        return o
+
     def add_(self, other, alpha=1.0):
-        o = self._operand(other, "add_")
+        o = self._same_shape_operand(other, "add_")
         return self._inplace("add_", lambda: np.add(self.data, alpha * o if alpha != 1.0 else o, out=self.data,
                                                      casting="same_kind"))
 
     def sub_(self, other):
-        o = self._operand(other, "sub_")
+        o = self._same_shape_operand(other, "sub_")
         return self._inplace("sub_", lambda: np.subtract(self.data, o, out=self.data, casting="same_kind"))
 
     def mul_(self, other):
-        o = self._operand(other, "mul_")
+        o = self._same_shape_operand(other, "mul_")
         return self._inplace("mul_", lambda: np.multiply(self.data, o, out=self.data, casting="same_kind"))
 
     def div_(self, other):
-        o = self._operand(other, "div_")
+        o = self._same_shape_operand(other, "div_")
         return self._inplace("div_", lambda: np.divide(self.data, o, out=self.data, casting="same_kind"))
 
     def zero_(self):
@@ -277,7 +295,17 @@ class Tensor:
         value = self._operand(value, "__setitem__")
 
         def update():
-            self.data[index] = value
+            try:
+                self.data[index] = value
+            except IndexError as e:
+                raise _args.index_error("__setitem__", e, self.shape, index) from None
+            except ValueError:
+                try:
+                    target = self.data[index].shape
+                except (IndexError, ValueError):
+                    raise
+                raise ValueError(f"__setitem__: a value of shape {np.shape(value)} does not broadcast to the indexed "
+                                 f"shape {target} (tensor of shape {self.shape})") from None
         self._inplace("__setitem__", update)
 
     def __iadd__(self, other):
@@ -393,3 +421,4 @@ def _index_arrays(index):
 
 from . import functional as F  # noqa: E402  (the ops import Tensor from this module)
 from . import protocols as P  # noqa: E402  (comparisons and NumPy's ufuncs on tensors, made of the ops)
+from . import args as _args  # noqa: E402  (args imports Tensor from this module)
