@@ -5,8 +5,9 @@
     python -m tinygrad_ssm generate --checkpoint runs/NAME --prompt "def " --max-new-tokens 300
     mpiexec -n 2 python -m tinygrad_ssm train         # data-parallel over MPI ranks (docs/distributed.md)
 
-Exit status: 0 done, 1 training diverged or the model gave NaN/inf logits, 2 bad arguments or data, 130 stopped
-by Ctrl-C (checkpoint saved).
+Exit status: 0 done, 1 training diverged or the model gave NaN/inf logits, 2 bad arguments or data, 74 a file
+could not be written (disk full, file size limit, read-only folder, closed output pipe; the last checkpoint is
+left as it was), 130 stopped by Ctrl-C (checkpoint saved).
 
 Every error names the flag (`--lr`), file or key at fault and what would work; a run prints its run folder and
 the commands that continue from it.
@@ -28,7 +29,43 @@ from .data import DataError
 from .generate import escape_controls, load_model, stream_text
 from .loop import TrainingDiverged, train
 
-EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_IO, EXIT_INTERRUPTED = 0, 1, 2, 74, 130  # 74: sysexits' EX_IOERR
+
+_IO_CAUSES = {"ENOSPC": "the disk is full", "EFBIG": "the file size limit (ulimit -f) is reached",
+              "EROFS": "the file system is read-only", "EACCES": "permission denied",
+              "EPERM": "operation not permitted", "EDQUOT": "the disk quota is exceeded",
+              "EPIPE": "the reader closed the pipe"}
+
+
+def _io_cause(e: OSError) -> str:
+    import errno
+    import os
+
+    name = errno.errorcode.get(e.errno or 0, "")
+    text = os.strerror(e.errno) if e.errno else str(e)
+    return f"{text} ({_IO_CAUSES[name]})" if name in _IO_CAUSES else text
+
+
+def _stdout_name() -> str:
+    import os
+
+    try:
+        target = os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
+    except (OSError, ValueError, AttributeError):
+        return "standard output"
+    return f"standard output ({target})" if target.startswith("/") else "standard output (a pipe)"
+
+
+def _silence_stdout() -> None:
+    """After a failed write to stdout, point it at /dev/null: Python's flush at exit must not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 _D = TrainConfig()  # the defaults, shown in --help
 
@@ -168,9 +205,28 @@ def _train(args) -> int:
     except KeyboardInterrupt:
         print("stopped by Ctrl-C", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except OSError as e:  # disk full, file size limit, read-only folder: one line, not a traceback
+        return _train_io_error(e, args)
     if result.status == "done":
         print(_next_steps(result))
     return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_OK
+
+
+def _train_io_error(e: OSError, args) -> int:
+    from pathlib import Path
+
+    from ..io.checkpoints import resolve_checkpoint
+
+    folder = args.out or args.resume
+    where = e.filename or (f"a file in the run folder {folder}" if folder else "a file of the run")
+    last = "no checkpoint had been written yet"
+    if folder:
+        try:
+            last = f"the last checkpoint {resolve_checkpoint(Path(folder))} is intact"
+        except (OSError, ValueError):
+            pass
+    print(f"error: cannot write {where}: {_io_cause(e)}; {last}", file=sys.stderr)
+    return EXIT_IO
 
 
 def _generate_flag_problems(args) -> list[str]:
@@ -205,6 +261,17 @@ def _generate(args) -> int:
     out = sys.stdout
     if hasattr(out, "reconfigure"):
         out.reconfigure(errors="replace")  # U+FFFD on a non-UTF-8 terminal must not crash either
+    try:
+        return _stream(model, args, out)
+    except OSError as e:  # `generate | head`, `generate > /dev/full`: one line, not a traceback
+        where = _stdout_name() if e.filename is None else e.filename
+        _silence_stdout()
+        print(f"error: cannot write to {where}: {_io_cause(e)}; "
+              f"generation stopped", file=sys.stderr)
+        return EXIT_IO
+
+
+def _stream(model, args, out) -> int:
     out.write(escape_controls(args.prompt))
     out.flush()
     try:
@@ -221,6 +288,7 @@ def _generate(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED
     out.write("\n")
+    out.flush()
     return EXIT_OK
 
 
