@@ -46,12 +46,7 @@ def test_a_nan_input_at_step_t_does_not_reach_earlier_outputs(backend, which, t)
     assert np.abs(y[finite] - y_def[finite]).max() < 1e-10
 
 
-# numba_chunked's backward still spreads a NaN of dy within its chunk to the later steps' dx (open, issue 24)
-BACKWARD_CASES = [pytest.param(name, marks=pytest.mark.xfail(strict=False, reason="numba_chunked's backward spreads "
-                  "a NaN of dy inside its chunk (open)")) if name == "numba_chunked" else name for name in sorted(BACKENDS)]
-
-
-@pytest.mark.parametrize("backend", BACKWARD_CASES)
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("t", GRADIENT_STEPS)
 def test_a_nan_gradient_at_step_t_does_not_reach_gradients_of_later_inputs(backend, t):
     inputs = make_inputs(np.random.default_rng(100 + t), l=L)

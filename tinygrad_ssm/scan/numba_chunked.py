@@ -74,6 +74,18 @@ def _copy_piece(rows, col, width, row0, m, i, out):
         for j in range(width):
             out[t, j] = src[j]
 
+@_inline
+def _masked_mt_dy(M, dyq, m, out):
+    """out[s] = sum_{t >= s} M[t, s] dy_t: M^T dy over the lower triangle only, so a non-finite dy_t reaches dX_s
+    for s <= t alone, as in the recurrence (the product over all of M would give 0 x NaN = NaN for s > t)."""
+    for s in range(m):
+        for i in range(dyq.shape[1]):
+            acc = dyq.dtype.type(0)
+            for t in range(s, m):
+                acc += M[t, s] * dyq[t, i]
+            out[s, i] = acc
+
+
 @_jit
 def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_final, g, q,
                     dx, dxc, ddt, dA_parts, dB, dBc, dC, dCc, dD_parts, d_initial, claims, share):
@@ -143,7 +155,10 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                     for s in range(t + 1, m):
                         M[t, s] = 0.0
                 np.dot(dyq[:m], Xd[:m].T, Gm)                       # G[t, s] = dy_t . X_s
-                np.dot(M.T, dyq[:m], MTdy[:m])                      # (m, p)  M^T dy
+                if np.isfinite(dyq[:m].sum()):
+                    np.dot(M.T, dyq[:m], MTdy[:m])                  # (m, p)  M^T dy
+                else:                                               # a non-finite dy_t: M's masked zeros must
+                    _masked_mt_dy(M, dyq, m, MTdy)                  # not multiply it (0 x NaN is NaN)
                 np.dot(Bq[:m], dS.T, dXq[:m])                       # (m, p)  B dS_out^T
                 np.dot(Ed[:m], S_in, Ent[:m])                       # (m, n)  exp(s) dy S_in: dC's, v's term
                 np.dot(Ex[:m], dS, Gq[:m])                          # (m, n)  exp(tail) X dS_out: dB's term
