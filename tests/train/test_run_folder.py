@@ -92,8 +92,8 @@ def test_a_new_run_refuses_a_foreign_non_empty_folder(corpus, tmp_path, capsys):
 
 def test_a_new_run_may_reuse_a_folder_of_ours_without_a_checkpoint(corpus, tmp_path):
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "log.jsonl").write_text('{"step": 1, "train_loss": 9.0}\n')  # a run stopped before any checkpoint
+    claim_run_folder(out).release()  # a run of ours (its marker proves it: test_ownership.py) ...
+    (out / "log.jsonl").write_text('{"step": 1, "train_loss": 9.0}\n')  # ... stopped before any checkpoint
     result = train(TrainConfig(**TINY, steps=1, data=str(corpus), out=str(out)), progress=False, say=quiet)
     assert result.status == "done"
     assert [r["train_loss"] != 9.0 for r in RunLog(out).records() if "train_loss" in r] == [True]

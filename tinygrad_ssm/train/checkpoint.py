@@ -15,6 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from ..io.atomic_write import write_atomic
 from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR, FORMAT_VERSION,  # noqa: F401
                               LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, CheckpointNotFound, _checkpoint_names,
@@ -25,19 +27,70 @@ from .checks import train_config_problems
 from .config import TrainConfig
 
 
+class NonFiniteCheckpoint(ValueError):
+    """The weights or optimizer moments to be saved hold NaN or inf (or a negative second moment)."""
+
+
+def non_finite_problems(tensors) -> list[str]:
+    """One sentence per (name, array) of weights or optimizer state that is not fit to save or resume from:
+    a NaN or inf anywhere, or a negative value in a second moment (exp_avg_sq, a mean of squares)."""
+    bad = []
+    for name, a in tensors:
+        a = np.asarray(a if isinstance(a, (np.ndarray, np.generic, int, float)) else a.data)  # a Tensor: its array
+        if a.dtype.kind in "fc":
+            n = int(a.size - np.count_nonzero(np.isfinite(a)))
+            if n:
+                bad.append(f"tensor {name!r} holds {n} non-finite value(s) (NaN or inf) of {a.size}")
+                continue
+        if name.endswith("exp_avg_sq") and a.dtype.kind in "fi":
+            n = int(np.count_nonzero(a < 0))
+            if n:
+                bad.append(f"tensor {name!r} holds {n} negative value(s) of {a.size} (a second moment is a mean "
+                           f"of squares, never negative)")
+    return bad
+
+
+def check_loaded_state(checkpoint_dir: Path, file: str, tensors) -> None:
+    """Refuse a checkpoint whose `file` (model or optimizer state, as loaded) is not finite, naming the file,
+    the tensors and the other checkpoints to resume from."""
+    bad = non_finite_problems(tensors)
+    if bad:
+        path = Path(checkpoint_dir) / file
+        shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise CheckpointNotFound(f"{str(path)!r} is damaged: {shown}; resume from another checkpoint "
+                                 f"(checkpoints of this run: {_checkpoint_names(run_dir_of(checkpoint_dir))})")
+
+
+class CheckpointWriteRefused(FileExistsError):
+    """Writing the checkpoint would follow a symbolic link or replace a folder this run cannot prove is its own."""
+
+
 def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_state: dict, trainer_state: dict,
                     keep: int = 2) -> Path:
-    """Write checkpoint `step` of the run in `run_dir` atomically; returns its folder."""
-    root = Path(run_dir) / CHECKPOINTS_DIR
+    """Write checkpoint `step` of the run in `run_dir` atomically; returns its folder. `trainer_state["run_id"]`
+    (the run family's id) is what pruning checks: only checkpoints that carry it are ever deleted or replaced."""
+    run_dir = Path(run_dir)
+    bad = non_finite_problems([*model.varmap.named_vars(), *optimizer_state.items()])
+    if bad:  # never written: it would become LATEST, and push the last finite checkpoint out when pruning
+        raise NonFiniteCheckpoint(f"checkpoint step-{step:06d} of {str(run_dir)!r} was not written: "
+                                  f"{'; '.join(bad[:5])}; the checkpoints already there were left as they are")
+    root = run_dir / CHECKPOINTS_DIR
+    if root.is_symlink():
+        raise CheckpointWriteRefused(f"{str(root)!r} is a symbolic link; checkpoints are never written through a "
+                                     f"link (it could lead out of the run folder): remove it, or choose another --out")
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
+    run_id = trainer_state.get("run_id")
+    if os.path.lexists(final) and (run_id is None or _run_id_of(final) != run_id):
+        raise CheckpointWriteRefused(f"{str(final)!r} exists and is not a checkpoint of this run (run id "
+                                     f"{run_id}); it was left as it is: move it away, or choose another --out")
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
     try:
         model.save_pretrained(tmp)
         save_file(tmp / OPTIMIZER_FILE, optimizer_state, metadata={"format": "tinygrad_ssm optimizer"})
         state = {"format_version": FORMAT_VERSION, "step": step, **trainer_state}
         write_atomic(tmp / STATE_FILE, json.dumps(state, indent=1))
-        if final.exists():  # re-writing a step (a resumed run passing an old checkpoint): swap it out
+        if final.exists():  # re-writing a step of this run (a resumed run passing an old checkpoint): swap it out
             old = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".old"))
             os.replace(final, old / final.name)
             os.replace(tmp, final)
@@ -48,13 +101,32 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     write_atomic(root / LATEST_FILE, final.name + "\n")
-    _prune(root, keep, current=final.name)
+    _prune(root, keep, current=final.name, run_id=run_id)
     return final
 
 
-def _prune(root: Path, keep: int, current: str) -> None:
-    done = sorted(p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith((".tmp", ".old")))
-    for p in done[:-keep] if keep > 0 else []:
+def _run_id_of(checkpoint: Path) -> str | None:
+    """The run id in a checkpoint folder's trainer_state.json; None when it is not a (readable) one of ours:
+    a symbolic link, a folder without the file, a file that is not JSON, a checkpoint from before run ids."""
+    path = checkpoint / STATE_FILE
+    if checkpoint.is_symlink() or not checkpoint.is_dir() or path.is_symlink() or not path.is_file():
+        return None
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return state.get("run_id") if isinstance(state, dict) and isinstance(state.get("run_id"), str) else None
+
+
+def _prune(root: Path, keep: int, current: str, run_id: str | None = None) -> None:
+    """Delete all but the newest `keep` checkpoints of this run family (those whose trainer_state.json holds
+    `run_id`): a folder the run cannot prove it wrote (the user's, another run's, one from before run ids)
+    is never deleted, nor counted."""
+    if run_id is None or keep <= 0:
+        return
+    ours = sorted(p for p in root.iterdir() if CHECKPOINT_NAME.fullmatch(p.name) and _run_id_of(p) == run_id)
+    ours.sort(key=lambda p: int(p.name[len("step-"):]))
+    for p in ours[:-keep]:
         if p.name != current:
             shutil.rmtree(p, ignore_errors=True)
 
@@ -81,6 +153,10 @@ _STATE_FIELDS = {
                 "an object with batches_drawn, bit_generator, batch_size, seq_len and data_len"),
     "data_fingerprint": (lambda v: isinstance(v, dict), "an object"),
 }
+# optional fields (checkpoints written before them lack them): field -> (check, what it must be)
+_OPTIONAL_STATE_FIELDS = {
+    "run_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 64 and v.isalnum(), "a run id (letters and digits)"),
+}
 
 
 def load_trainer_state(checkpoint_dir: Path) -> dict:
@@ -106,6 +182,8 @@ def load_trainer_state(checkpoint_dir: Path) -> dict:
                                  f"this version reads {FORMAT_VERSION}")
     bad = [f"{field!r} must be {what}, got {state[field]!r}" if field in state else f"{field!r} is missing"
            for field, (ok, what) in _STATE_FIELDS.items() if field not in state or not ok(state[field])]
+    bad += [f"{field!r} must be {what}, got {state[field]!r}" for field, (ok, what) in _OPTIONAL_STATE_FIELDS.items()
+            if field in state and not ok(state[field])]
     if bad:
         raise CheckpointNotFound(f"{str(path)!r} is damaged: {'; '.join(bad)}; resume from another checkpoint")
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 
 from ..io.atomic_write import write_atomic
@@ -24,7 +25,15 @@ class RunLog:
         self.path = Path(run_dir) / LOG_FILE
 
     def append(self, record: dict) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
+        # O_NOFOLLOW: a log.jsonl that is a symbolic link is never written through (it could lead out of the run)
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as e:
+            if os.path.islink(self.path):
+                raise RunLogError(f"{str(self.path)!r} is a symbolic link; the run's log is never written through "
+                                  f"a link: remove it, or choose another --out") from None
+            raise
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
     def records(self) -> list[dict]:
@@ -100,9 +109,18 @@ def plot_curves(records: list[dict], path: str | os.PathLike, unigram_bits: floa
     ax.legend()
     fig.tight_layout()
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp)
-    os.replace(tmp, path)
+    # a unique temporary file created here (O_EXCL: never a link someone left at a fixed name), then renamed over
+    # the plot (os.replace replaces a link itself, never its target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
     return path
 
 

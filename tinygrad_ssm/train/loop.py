@@ -186,6 +186,7 @@ class _Run:
     rate: float | None = None  # smoothed tokens/s, for the progress bar
     in_update: bool = False  # True while AdamW writes the weights: a checkpoint now would be half-updated
     stop_requested: bool = False  # under MPI: some rank got Ctrl-C; all stop after the same step
+    run_id: str | None = None  # the run family's id (train/run_folder.py): pruning deletes only its checkpoints
 
     def save(self) -> Path | None:
         if not self.world.is_root:  # rank 0 alone writes; every rank holds the same weights
@@ -194,7 +195,7 @@ class _Run:
         trainer_state = {"tokens": self.tokens, "train_s": self.train_s, "val_bpb": self.val_bpb,
                          "train_config": self.cfg.to_dict(), "model_config": self.model.config.to_dict(),
                          "sampler": self.sampler.state_dict(), "data_fingerprint": self.fingerprint,
-                         "world_size": self.world.size}
+                         "world_size": self.world.size, **({"run_id": self.run_id} if self.run_id else {})}
         self.last_ckpt = ckpt.save_checkpoint(self.out, self.step, self.model, _optimizer_state(self.optimizers),
                                               trainer_state, keep=self.cfg.keep_checkpoints)
         self.saved_step = self.step
@@ -249,14 +250,16 @@ def _load_data(cfg: TrainConfig, state: dict | None, world: World = SINGLE) -> t
     return corpus, fingerprint
 
 
-def _make_run_folder(cfg: TrainConfig, resume_dir: Path | None, world: World) -> tuple[Path, RunFolderLock | None]:
+def _make_run_folder(cfg: TrainConfig, resume_dir: Path | None, world: World,
+                     state: dict | None = None) -> tuple[Path, RunFolderLock | None]:
     """The run folder, checked and locked by rank 0 (train/run_folder.py): no second run writes into it meanwhile."""
     out = Path(cfg.out or default_out_dir())
     if world.size > 1:  # one folder for all ranks, named by rank 0's clock
         out = Path(world.broadcast_json(str(out)))
     lock = None
     if world.is_root:
-        lock = claim_run_folder(out, ckpt.run_dir_of(resume_dir) if resume_dir is not None else None)
+        lock = claim_run_folder(out, ckpt.run_dir_of(resume_dir) if resume_dir is not None else None,
+                                run_id=(state or {}).get("run_id"), settings=cfg.to_dict())
     return out, lock
 
 
@@ -266,14 +269,14 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
 
     cfg, state, resume_dir = _resolve_on_root(cfg, resume, overrides, stop_at, say, world)
     corpus, fingerprint = world.agree(_load_data, cfg, state, world)
-    out, lock = world.agree(_make_run_folder, cfg, resume_dir, world)
+    out, lock = world.agree(_make_run_folder, cfg, resume_dir, world, state)
     cfg.out = str(out)
     model = build_model(cfg)
     run = _Run(cfg, out, corpus, fingerprint, unigram_entropy_bits(corpus.val), model, build_optimizers(model, cfg),
                optim.WarmupCosine(cfg.lr, min(cfg.warmup_steps, cfg.steps), cfg.steps,  # --steps 3: warm up 3
                                   min_lr=cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr),
                BatchSampler(corpus.train, cfg.batch_size, cfg.seq_len, seed=cfg.seed), RunLog(out),
-               optim.clip_grad_norm_, world, lock)
+               optim.clip_grad_norm_, world, lock, run_id=lock.run_id if lock is not None else None)
     say(corpus.describe())
     say(f"unigram entropy: train {unigram_entropy_bits(corpus.train):.3f}, validation {run.val_unigram:.3f} "
         f"bits per byte")
@@ -295,9 +298,12 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
 def _restore(run: _Run, state: dict, resume_dir: Path | None) -> None:
     """The checkpoint's step, counters and sampler on every rank; weights and moments from disk on rank 0
     (the others receive them in share_training_state)."""
-    if run.world.is_root:
+    if run.world.is_root:  # weights and moments checked finite before anything is written (the log)
         run.model.varmap.load(resume_dir / "model.safetensors")
-        _load_optimizer_state(run.optimizers, ckpt.load_optimizer_state(resume_dir))
+        ckpt.check_loaded_state(resume_dir, "model.safetensors", run.model.varmap.named_vars())
+        moments = ckpt.load_optimizer_state(resume_dir)
+        ckpt.check_loaded_state(resume_dir, ckpt.OPTIMIZER_FILE, moments.items())
+        _load_optimizer_state(run.optimizers, moments)
         run.log.truncate_after(state["step"])
     run.sampler.load_state_dict(state["sampler"])
     run.step, run.tokens, run.train_s = state["step"], state["tokens"], state["train_s"]
@@ -332,6 +338,13 @@ def _step(run: _Run, stop_requested: bool = False) -> dict:
         opt.lr = lr
         opt.step()
     run.in_update = False
+    bad = ckpt.non_finite_problems(run.model.varmap.named_vars())
+    if bad:  # a finite gradient times a huge lr: nothing after the last good checkpoint may be saved
+        where = (f"the last good checkpoint {run.last_ckpt} was left untouched" if run.last_ckpt is not None
+                 else "no checkpoint had been written yet")
+        raise TrainingDiverged(f"training diverged: the update at step {run.step + 1} (lr {lr:.3g}) made the "
+                               f"weights non-finite ({bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})"
+                               f"; nothing was saved; {where}. Try a lower --lr or more --warmup-steps.")
     run.step += 1
     n_tokens = x.size * run.world.size
     run.tokens += n_tokens

@@ -3,14 +3,24 @@
 - A lock (fcntl.flock on `run.lock` inside the folder) is held while a training writes there; a second
   training on the same folder refuses at once, naming the folder and the process that holds it. The kernel
   drops the lock when the process ends, however it ends, so a crash never leaves a stale lock behind.
-- A new run (not --resume) goes only into a folder that does not exist, is empty, or holds only the files a
-  run of ours writes but no checkpoint (a run stopped before its first checkpoint: its log is cleared). A
-  folder with a checkpoint must be resumed; any other non-empty folder is refused, so nothing of the user's
-  is appended to or overwritten.
+- What proves a folder is a run folder of ours is its marker, `tinygrad_ssm_run.json`, written atomically
+  (and never over an existing file) by the run that created the folder, or found it empty: the run's id and
+  settings. Files merely named like ours (a user's log.jsonl, loss.png, run.lock, checkpoints/) prove nothing.
+- A new run (not --resume) goes only into a folder that does not exist, is empty, or holds a marker of ours
+  and no checkpoint yet (a run stopped before its first checkpoint: its log is cleared). A folder with a
+  checkpoint must be resumed; any other non-empty folder is refused, so nothing of the user's is appended to,
+  overwritten or pruned.
+- No name the package writes may be a symbolic link (run.lock, the marker, the log, the plot, checkpoints/):
+  a link would send the write out of the run folder; the lock is opened with O_NOFOLLOW.
+- The run id (the marker's, carried by every checkpoint's trainer_state.json and into a resumed run) is what
+  pruning checks: only checkpoints of this run family are ever deleted.
 """
 from __future__ import annotations
 
+import json
 import os
+import stat
+import uuid
 import weakref
 from pathlib import Path
 
@@ -18,7 +28,9 @@ from ..io.checkpoints import CHECKPOINTS_DIR, LATEST_FILE
 from .log import LOG_FILE, PLOT_FILE
 
 LOCK_FILE = "run.lock"
-OUR_FILES = frozenset({LOCK_FILE, LOG_FILE, PLOT_FILE, CHECKPOINTS_DIR})
+MARKER_FILE = "tinygrad_ssm_run.json"
+MARKER_FORMAT = "tinygrad_ssm run folder"
+OUR_FILES = frozenset({LOCK_FILE, MARKER_FILE, LOG_FILE, PLOT_FILE, CHECKPOINTS_DIR})
 
 try:
     import fcntl
@@ -33,8 +45,8 @@ class RunFolderError(FileExistsError):
 class RunFolderLock:
     """An exclusive lock on a run folder, held until `release()` (or the process ends)."""
 
-    def __init__(self, out: Path, fd: int | None):
-        self.out, self._fd = out, fd
+    def __init__(self, out: Path, fd: int | None, run_id: str | None = None):
+        self.out, self._fd, self.run_id = out, fd, run_id
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
@@ -63,14 +75,26 @@ def _key(out: Path) -> str:
 
 
 def lock_run_folder(out: str | os.PathLike) -> RunFolderLock:
-    """Take the run folder's lock (creating the folder); RunFolderError when another process holds it."""
+    """Take the run folder's lock (creating the folder); RunFolderError when another process holds it, or
+    when run.lock is a symbolic link or not a regular file (it is opened without following a link)."""
     out = Path(out)
     held = _held.get(_key(out))
     if held is not None and held._fd is not None:
         return held
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
+                     0o644)
+    except OSError as e:
+        if os.path.islink(path):
+            raise RunFolderError(_link_message(out, LOCK_FILE)) from None
+        raise RunFolderError(f"cannot open the lock {str(path)!r}: {e.strerror or e}; choose another --out") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a FIFO, a device, a hard link to someone's file
+        os.close(fd)
+        raise RunFolderError(f"{str(path)!r} is not a lock file of ours (not a regular file with one name); "
+                             f"it was left as it is: remove it or choose another --out")
     if fcntl is not None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -85,25 +109,102 @@ def lock_run_folder(out: str | os.PathLike) -> RunFolderLock:
     return lock
 
 
-def claim_run_folder(out: str | os.PathLike, resuming_from: str | os.PathLike | None = None) -> RunFolderLock:
+def _link_message(out: Path, name: str) -> str:
+    return (f"{str(out / name)!r} is a symbolic link; a run writes {name} itself and never through a link "
+            f"(it could lead out of the run folder {str(out)!r}); remove the link or choose another --out")
+
+
+def _check_no_links(out: Path) -> None:
+    for name in sorted(OUR_FILES) + [f"{CHECKPOINTS_DIR}/{LATEST_FILE}"]:
+        if os.path.islink(out / name):
+            raise RunFolderError(_link_message(out, name))
+
+
+def read_marker(out: Path) -> dict | None:
+    """The folder's marker (None when there is none); RunFolderError when it is there but not ours."""
+    path = out / MARKER_FILE
+    if not os.path.lexists(path):
+        return None
+    problem = None
+    if os.path.islink(path) or not path.is_file():
+        problem = "is not a regular file"
+    else:
+        try:
+            marker = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            problem = f"cannot be read as JSON ({e})"
+        else:
+            if not (isinstance(marker, dict) and marker.get("format") == MARKER_FORMAT and
+                    isinstance(marker.get("run_id"), str) and marker["run_id"]):
+                problem = f"is not the marker of a tinygrad_ssm run (format {MARKER_FORMAT!r} with a run_id)"
+    if problem is not None:
+        raise RunFolderError(f"--out {str(out)!r} is not a run folder of ours: {str(path)!r} {problem}; it was "
+                             f"left as it is: choose a new or empty folder for --out")
+    return marker
+
+
+def _write_marker(out: Path, run_id: str, settings: dict | None, replace: bool) -> None:
+    """Atomically: a complete temporary file beside it, then link()ed to its name (never over an existing file)
+    or, when `replace` (the folder is already ours), os.replace()d over the old marker."""
+    import tempfile
+
+    from ..io.atomic_write import _sync_directory
+
+    text = json.dumps({"format": MARKER_FORMAT, "run_id": run_id, "train_config": settings}, indent=1) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{MARKER_FILE}.", suffix=".tmp", dir=out)
+    try:
+        os.chmod(tmp, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if replace:
+            os.replace(tmp, out / MARKER_FILE)
+        else:
+            os.link(tmp, out / MARKER_FILE)  # FileExistsError if another run got there first
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+    _sync_directory(str(out))
+
+
+def claim_run_folder(out: str | os.PathLike, resuming_from: str | os.PathLike | None = None,
+                     run_id: str | None = None, settings: dict | None = None) -> RunFolderLock:
     """Check that a training may write into `out`, then lock it. `resuming_from`: the run folder of the
-    checkpoint being resumed (None for a new run). Raises RunFolderError naming the folder and the fix."""
+    checkpoint being resumed (None for a new run); `run_id`: the run family being continued (a resume;
+    None: the marker's, or a new one); `settings`: the run's TrainConfig as a dict, for the marker.
+    Returns the lock, whose `run_id` is the run's. Raises RunFolderError naming the folder and the fix."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out {str(out)!r} is a file, not a folder; choose a folder path for --out")
     same_run = resuming_from is not None and out.exists() and os.path.samefile(out, resuming_from)
+    marker = None
+    if out.is_dir():
+        _check_no_links(out)
+        marker = read_marker(out)
     if not same_run and out.is_dir():
         entries = sorted(p.name for p in out.iterdir())
         if (out / CHECKPOINTS_DIR / LATEST_FILE).exists():
             raise RunFolderError(f"{str(out)!r} already holds a run; continue it with --resume {out} "
                                  f"or choose another --out")
-        foreign = [name for name in entries if name not in OUR_FILES]
+        foreign = [name for name in entries if name not in OUR_FILES or marker is None]
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise RunFolderError(f"--out {str(out)!r} is a non-empty folder that is not a run folder (it holds "
-                                 f"{shown}); a run writes checkpoints and logs there, so choose a new or empty "
-                                 f"folder for --out")
+                                 f"{shown}"
+                                 f"{f'' if marker is not None else f', and no {MARKER_FILE}'}); a run writes "
+                                 f"checkpoints and logs there, so choose a new or empty folder for --out")
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = run_id or (marker or {}).get("run_id") or uuid.uuid4().hex
+    if marker is None:
+        try:
+            _write_marker(out, run_id, settings, replace=False)
+        except FileExistsError:  # another run created the folder at this moment: its lock decides below
+            pass
     lock = lock_run_folder(out)
+    if marker is not None and not same_run and settings is not None:  # reused before its first checkpoint
+        _write_marker(out, run_id, settings, replace=True)
+    lock.run_id = run_id
     if not same_run and (out / LOG_FILE).exists():  # a run stopped before its first checkpoint: start over
         (out / LOG_FILE).unlink()
     return lock

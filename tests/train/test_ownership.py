@@ -1,0 +1,180 @@
+"""Nothing of the user's is touched (issue 24, classes 1 and 2).
+
+A folder is a run folder of ours only when it holds the marker a run writes, atomically, when it creates the
+folder: files merely named like ours (a user's log.jsonl, loss.png, run.lock, checkpoints/step-000001/) do not
+make it one, and a new run refuses it, naming the folder and --out. Pruning deletes only checkpoints of this
+run family. Nothing the package writes follows a symbolic link: run.lock, the log, the plot, their temporary
+files, the checkpoints folder."""
+import json
+import os
+import shutil
+
+import pytest
+
+from tinygrad_ssm.train import cli
+from tinygrad_ssm.train.loop import TrainConfig, train
+from tinygrad_ssm.train.run_folder import MARKER_FILE, RunFolderError, claim_run_folder, lock_run_folder
+
+from tests.support.training import quiet
+
+TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=2, seq_len=32, eval_batches=1,
+            sample_bytes=4, warmup_steps=1, checkpoint_every=1)
+FLAGS = [f for k, v in TINY.items() for f in (f"--{k.replace('_', '-')}", str(v))]
+
+
+@pytest.fixture(scope="module")
+def stopped_run(corpus, tmp_path_factory):
+    """A run of 3 steps stopped after step 2 (checkpoints at 1 and 2)."""
+    out = tmp_path_factory.mktemp("runs") / "run"
+    result = train(TrainConfig(**TINY, steps=3, data=str(corpus), out=str(out)), stop_at=2, progress=False,
+                   say=quiet)
+    assert result.status == "stopped" and result.step == 2
+    return out
+
+
+@pytest.fixture
+def run(stopped_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(stopped_run, copy, symlinks=True)
+    return copy
+
+
+def snapshot(folder):
+    """relative path -> bytes (None for a folder, the target for a link) of everything under `folder`."""
+    out = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            rel = os.path.relpath(p, folder)
+            out[rel] = ("->" + os.readlink(p)) if os.path.islink(p) else None if os.path.isdir(p) else \
+                open(p, "rb").read()
+    return out
+
+
+def new_run(corpus, out, *extra):
+    return cli.main(["train", "--data", str(corpus), "--out", str(out), "--steps", "2", "--no-progress",
+                     "--keep-checkpoints", "1", *FLAGS, *extra])
+
+
+LONE = {
+    "log.jsonl": b'{"step": 1, "note": "my own experiment log"}\n',
+    "loss.png": b"\x89PNG my figure",
+    "run.lock": b"my lock file, with content\n",
+    "checkpoints/step-000001/notes.txt": b"my checkpoint",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LONE))
+def test_a_folder_holding_only_files_named_like_ours_is_refused(corpus, tmp_path, capsys, name):
+    folder = tmp_path / "mine"
+    (folder / name).parent.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(LONE[name])
+    before = snapshot(folder)
+    assert new_run(corpus, folder) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert str(folder) in err and "--out" in err and "not a run folder" in err
+    assert snapshot(folder) == before  # nothing written, truncated, replaced or pruned
+
+
+def test_a_new_run_writes_the_marker_with_its_settings(corpus, tmp_path):
+    out = tmp_path / "fresh"
+    assert new_run(corpus, out) == cli.EXIT_OK
+    marker = json.loads((out / MARKER_FILE).read_text())
+    assert marker["format"] == "tinygrad_ssm run folder" and len(marker["run_id"]) == 32
+    assert marker["train_config"]["d_model"] == TINY["d_model"]
+    state = json.loads((out / "checkpoints" / "step-000002" / "trainer_state.json").read_text())
+    assert state["run_id"] == marker["run_id"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert new_run(corpus, empty) == cli.EXIT_OK and (empty / MARKER_FILE).is_file()
+
+
+def test_pruning_deletes_only_checkpoints_of_this_run(run, corpus, tmp_path):
+    """A checkpoint folder of another run (or the user's) beside ours is never pruned, even when older."""
+    root = run / "checkpoints"
+    users = root / "step-000000"
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
+    other = tmp_path / "other"  # a whole checkpoint of another run, copied in by the user
+    assert new_run(corpus, other) == cli.EXIT_OK
+    foreign = root / "step-000005"
+    shutil.copytree(other / "checkpoints" / "step-000002", foreign)
+    before = {p: snapshot(p) for p in (users, foreign)}
+    result = train(resume=str(run), overrides={"keep_checkpoints": 1}, progress=False, say=quiet)
+    assert result.status == "done" and result.step == 3
+    assert {p: snapshot(p) for p in (users, foreign)} == before
+    assert not (root / "step-000001").exists() and not (root / "step-000002").exists()  # ours: pruned
+    assert (root / "step-000003").is_dir()
+
+
+def test_a_new_run_reuses_a_folder_of_ours_stopped_before_its_first_checkpoint(corpus, tmp_path):
+    out = tmp_path / "run"
+    claim_run_folder(out).release()  # what a run does first: the folder, its marker and lock
+    run_id = json.loads((out / MARKER_FILE).read_text())["run_id"]
+    (out / "log.jsonl").write_text('{"step": 1, "train_loss": 9.0}\n')
+    assert new_run(corpus, out) == cli.EXIT_OK
+    assert json.loads((out / MARKER_FILE).read_text())["run_id"] == run_id
+
+
+@pytest.mark.parametrize("marker", ["not json", '{"format": "something else"}', '[1]'])
+def test_a_damaged_or_foreign_marker_is_refused(corpus, tmp_path, capsys, marker):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / MARKER_FILE).write_text(marker)
+    (folder / "log.jsonl").write_bytes(LONE["log.jsonl"])
+    before = snapshot(folder)
+    assert new_run(corpus, folder) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert str(folder) in err and MARKER_FILE in err and "--out" in err
+    assert snapshot(folder) == before
+
+
+# --- symbolic links (class 2) ----------------------------------------------------------------------------
+@pytest.fixture
+def target(tmp_path):
+    """A file of the user's outside the run folder, that a link in the run folder points at."""
+    path = tmp_path / "precious.txt"
+    path.write_bytes(b"the user's file\n")
+    return path
+
+
+def test_a_run_lock_that_is_a_symlink_is_refused_and_its_target_untouched(run, corpus, tmp_path, target, capsys):
+    (run / "run.lock").unlink()
+    (run / "run.lock").symlink_to(target)
+    assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "run.lock" in err and "symbolic link" in err and str(run) in err
+    assert target.read_bytes() == b"the user's file\n"
+    with pytest.raises(RunFolderError, match="symbolic link"):
+        lock_run_folder(run)
+    assert target.read_bytes() == b"the user's file\n"
+    fresh = tmp_path / "fresh"  # a folder of ours, stopped before a checkpoint, whose lock became a link
+    claim_run_folder(fresh).release()
+    (fresh / "run.lock").unlink()
+    (fresh / "run.lock").symlink_to(target)
+    assert new_run(corpus, fresh) == cli.EXIT_USAGE
+    assert target.read_bytes() == b"the user's file\n"
+
+
+@pytest.mark.parametrize("name", ["loss.png.tmp.png", "log.jsonl", "loss.png", "checkpoints/LATEST",
+                                  "checkpoints"])
+def test_no_write_follows_a_symlink_out_of_the_run_folder(run, target, tmp_path, name):
+    """Each of the names the package writes (and the fixed temporary name it used to use) made a link to a
+    file outside: the run either refuses or replaces the link itself; the target is never written."""
+    link = run / name
+    if name == "checkpoints":  # the whole folder elsewhere: writing checkpoints there writes outside
+        elsewhere = tmp_path / "elsewhere"
+        shutil.move(str(link), str(elsewhere))
+        link.symlink_to(elsewhere, target_is_directory=True)
+        guarded = elsewhere
+    else:
+        if link.exists() or link.is_symlink():
+            link.unlink()
+        link.symlink_to(target)
+        guarded = target
+    before = snapshot(guarded) if guarded.is_dir() else guarded.read_bytes()
+    try:
+        train(resume=str(run), progress=False, say=quiet)
+    except (RunFolderError, FileNotFoundError, ValueError) as e:
+        assert "symbolic link" in str(e) or "does not exist" in str(e) or "not the name" in str(e), e
+    assert (snapshot(guarded) if guarded.is_dir() else guarded.read_bytes()) == before
