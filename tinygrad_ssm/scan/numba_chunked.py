@@ -139,6 +139,7 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                 _copy_piece(x, xc, p, row0, m, hi, Xq)
                 _copy_piece(dy, dyc, p, row0, m, hi, dyq)
                 e_total = np.exp(s_incl[m - 1])                     # exp(s_q)
+                dy_sum = dtype.type(0)                              # not finite if some dy_t is not
                 for t in range(m):
                     d, e_in, e_out = dt[row0 + t, dtc + hi], np.exp(s_incl[t]), np.exp(tail[t])
                     decay_out[t] = e_out
@@ -146,6 +147,7 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                         Xd[t, i] = Xq[t, i] * d
                         Ed[t, i] = dyq[t, i] * e_in
                         Ex[t, i] = Xd[t, i] * e_out
+                        dy_sum += dyq[t, i]
                 for t in range(m):
                     seg = dtype.type(0)
                     for s in range(t, -1, -1):
@@ -155,7 +157,7 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                     for s in range(t + 1, m):
                         M[t, s] = 0.0
                 np.dot(dyq[:m], Xd[:m].T, Gm)                       # G[t, s] = dy_t . X_s
-                if np.isfinite(dyq[:m].sum()):
+                if np.isfinite(dy_sum):
                     np.dot(M.T, dyq[:m], MTdy[:m])                  # (m, p)  M^T dy
                 else:                                               # a non-finite dy_t: M's masked zeros must
                     _masked_mt_dy(M, dyq, m, MTdy)                  # not multiply it (0 x NaN is NaN)
