@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 import os
 import stat
+import tempfile
 import uuid
 import weakref
 from pathlib import Path
 
+from ..io.atomic_write import _sync_directory
 from ..io.checkpoints import CHECKPOINTS_DIR, LATEST_FILE
 from .log import LOG_FILE, PLOT_FILE
 
@@ -146,10 +148,6 @@ def read_marker(out: Path) -> dict | None:
 def _write_marker(out: Path, run_id: str, settings: dict | None, replace: bool) -> None:
     """Atomically: a complete temporary file beside it, then link()ed to its name (never over an existing file)
     or, when `replace` (the folder is already ours), os.replace()d over the old marker."""
-    import tempfile
-
-    from ..io.atomic_write import _sync_directory
-
     text = json.dumps({"format": MARKER_FORMAT, "run_id": run_id, "train_config": settings}, indent=1) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=f".{MARKER_FILE}.", suffix=".tmp", dir=out)
     try:
