@@ -50,8 +50,11 @@ def hparam_problem(name: str, value) -> str | None:
     """Why `value` is not a valid `name` (a sentence naming both), or None."""
     low, high = HPARAM_RANGES.get(name, (None, None))
     interval = ">= 0" if high is None else f"in [{low:g}, {high:g})"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) or \
-            (low is not None and value < low) or (high is not None and value >= high):
+    try:
+        finite = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite or (low is not None and value < low) or (high is not None and value >= high):
         return f"{name} must be a finite number {interval}, got {value!r}"
     return None
 
