@@ -70,3 +70,15 @@ def test_blocks_run_elsewhere_name_a_test_that_reads_the_page(page):
 def test_the_pages_have_examples_and_excerpts():
     kinds = [kind for p in PAGES for kind, _, _ in python_blocks(p)]
     assert kinds.count("example") >= 8 and kinds.count("excerpt") >= 2
+
+
+def test_the_reading_order_of_docs_autograd_md_lists_every_engine_file_with_its_line_count():
+    """The list at the top of docs/autograd.md: every file of tinygrad_ssm/autograd/, each with its `wc -l`."""
+    text = (ROOT / "docs" / "autograd.md").read_text(encoding="utf-8")
+    listed = dict(re.findall(r"`(tinygrad_ssm/autograd/[\w/]+\.py)` \((\d+)", text.split("\n## ", 1)[0]))
+    engine = {str(p.relative_to(ROOT)) for p in (ROOT / "tinygrad_ssm" / "autograd").rglob("*.py")
+              if p.name != "__init__.py" or p.parent.name == "autograd"}
+    assert set(listed) == engine, (sorted(engine - set(listed)), sorted(set(listed) - engine))
+    for path, lines in listed.items():
+        actual = len((ROOT / path).read_text(encoding="utf-8").splitlines())
+        assert int(lines) == actual, f"docs/autograd.md says {path} has {lines} lines; it has {actual}"
