@@ -19,9 +19,11 @@ def write_atomic(path, data: bytes | str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(error, OSError) and error.filename is None:   # a write or fsync: name the file it was for
+            raise OSError(error.errno, error.strerror, path) from error
         raise
     _sync_directory(directory)
 

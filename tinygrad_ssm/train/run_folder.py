@@ -88,10 +88,10 @@ def lock_run_folder(out: str | os.PathLike) -> RunFolderLock:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
                      0o644)
-    except OSError as e:
+    except OSError:
         if os.path.islink(path):
             raise RunFolderError(_link_message(out, LOCK_FILE)) from None
-        raise RunFolderError(f"cannot open the lock {str(path)!r}: {e.strerror or e}; choose another --out") from None
+        raise                                                            # an I/O error naming the lock's path
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a FIFO, a device, a hard link to someone's file
         os.close(fd)
