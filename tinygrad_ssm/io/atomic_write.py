@@ -22,8 +22,8 @@ def write_atomic(path, data: bytes | str) -> None:
     except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(error, OSError) and error.filename is None:   # a write or fsync: name the file it was for
-            raise OSError(error.errno, error.strerror, path) from error
+        if isinstance(error, OSError) and error.errno is not None and error.filename is None:
+            raise OSError(error.errno, error.strerror, path) from error  # a write or fsync: name its file
         raise
     _sync_directory(directory)
 
