@@ -2,9 +2,12 @@
 Choose one by hand with HYPOTHESIS_PROFILE=dev|ci. And the fixtures tests in several folders share (plain helper
 functions are in tests/support/)."""
 import os
+import shutil
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.support.training import TINY, quiet
 
 settings.register_profile("ci", max_examples=15, derandomize=True, deadline=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -20,3 +23,23 @@ def corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "corpus.txt"
     path.write_bytes(b"".join(b"line %d: the quick brown fox jumps over the lazy dog\n" % i for i in range(300)))
     return path
+
+
+@pytest.fixture(scope="module")
+def stopped_run(corpus, tmp_path_factory):
+    """A tiny run (tests/support/training.py's TINY) of 3 steps stopped after step 2: checkpoints at 1 and 2.
+    Trained once per test module; tests change only their copy of it (`run`)."""
+    from tinygrad_ssm.train.loop import TrainConfig, train
+    out = tmp_path_factory.mktemp("runs") / "run"
+    result = train(TrainConfig(**TINY, steps=3, data=str(corpus), out=str(out)), stop_at=2, progress=False,
+                   say=quiet)
+    assert result.status == "stopped" and result.step == 2
+    return out
+
+
+@pytest.fixture
+def run(stopped_run, tmp_path):
+    """A copy of the stopped run for one test to change."""
+    copy = tmp_path / "run"
+    shutil.copytree(stopped_run, copy, symlinks=True)
+    return copy

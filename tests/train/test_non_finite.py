@@ -3,7 +3,6 @@ weights or optimizer moments are non-finite (or whose second moment is negative)
 file and the tensor (issue 24, class 3)."""
 import json
 import re
-import shutil
 
 import numpy as np
 import pytest
@@ -11,13 +10,10 @@ import pytest
 from tinygrad_ssm.io.safetensors import load_file, save_file
 from tinygrad_ssm.train import checkpoint as ckpt
 from tinygrad_ssm.train import cli
-from tinygrad_ssm.train.loop import TrainConfig, train
 
 from tests.support.models import small_model
-from tests.support.training import quiet
+from tests.support.training import TINY
 
-TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=2, seq_len=32, eval_batches=1,
-            sample_bytes=4, warmup_steps=1, checkpoint_every=1)
 
 
 def all_finite(checkpoint):
@@ -45,22 +41,6 @@ def test_a_diverging_update_never_writes_a_non_finite_checkpoint(corpus, tmp_pat
     else:
         assert "no checkpoint had been written yet" in err
     assert "non-finite" in err or "loss is" in err or "gradient norm is" in err
-
-
-@pytest.fixture(scope="module")
-def stopped_run(corpus, tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs") / "run"
-    result = train(TrainConfig(**TINY, steps=3, data=str(corpus), out=str(out)), stop_at=2, progress=False,
-                   say=quiet)
-    assert result.status == "stopped" and result.step == 2
-    return out
-
-
-@pytest.fixture
-def run(stopped_run, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(stopped_run, copy)
-    return copy
 
 
 def damage(path, key_suffix, value):

@@ -12,31 +12,12 @@ import shutil
 import pytest
 
 from tinygrad_ssm.train import cli
-from tinygrad_ssm.train.loop import TrainConfig, train
+from tinygrad_ssm.train.loop import train
 from tinygrad_ssm.train.run_folder import MARKER_FILE, RunFolderError, claim_run_folder, lock_run_folder
 
-from tests.support.training import quiet
+from tests.support.training import TINY, quiet
 
-TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=2, seq_len=32, eval_batches=1,
-            sample_bytes=4, warmup_steps=1, checkpoint_every=1)
 FLAGS = [f for k, v in TINY.items() for f in (f"--{k.replace('_', '-')}", str(v))]
-
-
-@pytest.fixture(scope="module")
-def stopped_run(corpus, tmp_path_factory):
-    """A run of 3 steps stopped after step 2 (checkpoints at 1 and 2)."""
-    out = tmp_path_factory.mktemp("runs") / "run"
-    result = train(TrainConfig(**TINY, steps=3, data=str(corpus), out=str(out)), stop_at=2, progress=False,
-                   say=quiet)
-    assert result.status == "stopped" and result.step == 2
-    return out
-
-
-@pytest.fixture
-def run(stopped_run, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(stopped_run, copy, symlinks=True)
-    return copy
 
 
 def snapshot(folder):

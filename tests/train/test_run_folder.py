@@ -16,27 +16,8 @@ from tinygrad_ssm.train.log import RunLog, RunLogError
 from tinygrad_ssm.train.loop import TrainConfig
 from tinygrad_ssm.train.loop import train
 
-from tests.support.training import quiet
+from tests.support.training import TINY, quiet
 
-TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=2, seq_len=32, eval_batches=1,
-            sample_bytes=4, warmup_steps=1, checkpoint_every=1)
-
-
-@pytest.fixture(scope="module")
-def stopped_run(corpus, tmp_path_factory):
-    """A run of 3 steps stopped after step 2 (checkpoints at 1 and 2)."""
-    out = tmp_path_factory.mktemp("runs") / "run"
-    result = train(TrainConfig(**TINY, steps=3, data=str(corpus), out=str(out)), stop_at=2, progress=False,
-                   say=quiet)
-    assert result.status == "stopped" and result.step == 2
-    return out
-
-
-@pytest.fixture
-def run(stopped_run, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(stopped_run, copy)
-    return copy
 
 
 def resume(run, **kw):
