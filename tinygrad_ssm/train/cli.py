@@ -15,13 +15,18 @@ the commands that continue from it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import errno
+import io
 import math
+import os
 import shlex
 import sys
+from pathlib import Path
 
 from .. import distributed
-from ..io.checkpoints import CheckpointNotFound
+from ..io.checkpoints import CheckpointNotFound, resolve_checkpoint
 from ..models.mamba2.sampling import NonFiniteLogits
 from ..scan import available_backends
 from .config import TrainConfig
@@ -38,17 +43,12 @@ _IO_CAUSES = {"ENOSPC": "the disk is full", "EFBIG": "the file size limit (ulimi
 
 
 def _io_cause(e: OSError) -> str:
-    import errno
-    import os
-
     name = errno.errorcode.get(e.errno or 0, "")
     text = os.strerror(e.errno) if e.errno else str(e)
     return f"{text} ({_IO_CAUSES[name]})" if name in _IO_CAUSES else text
 
 
 def _stdout_name() -> str:
-    import os
-
     try:
         target = os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
     except (OSError, ValueError, AttributeError):
@@ -58,8 +58,6 @@ def _stdout_name() -> str:
 
 def _silence_stdout() -> None:
     """After a failed write to stdout, point it at /dev/null: Python's flush at exit must not fail again."""
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -213,10 +211,6 @@ def _train(args) -> int:
 
 
 def _train_io_error(e: OSError, args) -> int:
-    from pathlib import Path
-
-    from ..io.checkpoints import resolve_checkpoint
-
     folder = args.out or args.resume
     where = e.filename or (f"a file in the run folder {folder}" if folder else "a file of the run")
     last = "no checkpoint had been written yet"
@@ -304,9 +298,6 @@ def _agree_on_arguments(parser, argv) -> tuple[object, int | None]:
     """Under an MPI launcher (mpiexec -n N, N > 1): parse this rank's arguments, then make every rank take the same
     decision, so a rank that stops at its flags never leaves the others waiting in MPI (each rank may be given
     its own command line, or its own environment). Returns (args, None) to go on, or (None, exit status)."""
-    import contextlib
-    import io
-
     captured, args, code = io.StringIO(), None, None
     try:
         with contextlib.redirect_stderr(captured):
