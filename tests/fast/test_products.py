@@ -21,15 +21,18 @@ def values_and_grads(matmul, a, b, weight):
     return out.data, ta.grad.data, tb.grad.data
 
 
-@given(m=st.sampled_from([1, 5, 63, 64, 65, 100, 131]), k=st.integers(1, 9), n=st.integers(1, 9), a_transposed=st.booleans(),
-       b_transposed=st.booleans(), min_work=st.sampled_from([0, 1 << 18]), seed=st.integers(0, 2 ** 16))
+SIDES = st.sampled_from([1, 5, 31, 63, 64, 65, 100, 131])   # below, at and past one and two blocks of 32
+
+
+@given(m=SIDES, k=st.integers(1, 9), n=SIDES, a_transposed=st.booleans(), b_transposed=st.booleans(),
+       min_work=st.sampled_from([0, 1 << 18]), seed=st.integers(0, 2 ** 16))
 def test_row_split_products_equal_the_engines_in_float64(m, k, n, a_transposed, b_transposed, min_work, seed):
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((k, m)).T if a_transposed else rng.standard_normal((m, k))
     b = rng.standard_normal((n, k)).T if b_transposed else rng.standard_normal((k, n))
     weight = rng.standard_normal((m, n))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(products, "MIN_WORK", min_work)                    # 0: split whenever there are 2 x 32 rows
+        patch.setattr(products, "MIN_WORK", min_work)                    # 0: split whenever there are 2 x 32
         got = values_and_grads(products.matmul, a, b, weight)
     want = values_and_grads(F.matmul, a, b, weight)
     for name, g, w in zip(("out", "grad a", "grad b"), got, want):
@@ -48,6 +51,22 @@ def test_blocks_are_taken_by_every_thread(monkeypatch):
     def counting(*args, **kwargs):
         calls.append(args[0].shape[0])
         return original(*args, **kwargs)
+    monkeypatch.setattr(products.np, "matmul", counting)
+    np.testing.assert_allclose(products.rows_product(a, b), a @ b, **TOL)
+    assert sum(calls) == 257 and len(calls) == products.shares(257 // 32)
+
+
+def test_few_rows_are_split_by_columns(monkeypatch):
+    """A short prompt's rows against a large head: the blocks are columns, each one product."""
+    monkeypatch.setattr(products, "MIN_WORK", 0)
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((5, 40)), rng.standard_normal((40, 257))
+    calls = []
+    original = products.np.matmul
+
+    def counting(left, right, *args, **kwargs):
+        calls.append(right.shape[1])
+        return original(left, right, *args, **kwargs)
     monkeypatch.setattr(products.np, "matmul", counting)
     np.testing.assert_allclose(products.rows_product(a, b), a @ b, **TOL)
     assert sum(calls) == 257 and len(calls) == products.shares(257 // 32)

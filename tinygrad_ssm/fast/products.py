@@ -20,23 +20,29 @@ from .blas_threads import single_threaded_blas
 from .row_blocks import on_threads, shares
 
 MIN_WORK = 1 << 18   # m k n below which a product is one BLAS call (OpenBLAS's own single-thread threshold)
+BLOCK_MIN = 32       # rows (or columns) of the smallest block
 FLOATS = (np.float32, np.float64)
 
 
 def rows_product(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """left (m, k) @ right (k, n) -> (m, n) C-contiguous: the rows of the output in one block per thread."""
+    """left (m, k) @ right (k, n) -> (m, n) C-contiguous: the output in one block per thread, blocks of rows, or
+    of columns when there are too few rows (a short prompt's rows against a large vocabulary's head)."""
     m, n = left.shape[0], right.shape[1]
     out = np.empty((m, n), np.result_type(left, right))
-    blocks = shares(m // 32) if m * left.shape[1] * n >= MIN_WORK else 1   # blocks of at least 32 rows
-    if blocks == 1:
-        return np.matmul(left, right, out=out)
-    bounds = [m * i // blocks for i in range(blocks + 1)]
+    if m * left.shape[1] * n < MIN_WORK:
+        return np.matmul(left, right, out=out)                       # one thread in OpenBLAS anyway
+    by_rows = m >= 2 * BLOCK_MIN or m >= n
+    blocks = shares((m if by_rows else n) // BLOCK_MIN)               # blocks of at least BLOCK_MIN rows or columns
+    bounds = [(m if by_rows else n) * i // blocks for i in range(blocks + 1)]
 
     def work(claimed, share):
         for blk in claimed:
             lo, hi = bounds[blk], bounds[blk + 1]
-            np.matmul(left[lo:hi], right, out=out[lo:hi])
-    with single_threaded_blas():
+            if by_rows:
+                np.matmul(left[lo:hi], right, out=out[lo:hi])
+            else:
+                out[:, lo:hi] = np.matmul(left, right[:, lo:hi])
+    with single_threaded_blas():                                      # also for one block: nothing may spin after
         on_threads(work, blocks)
     return out
 
