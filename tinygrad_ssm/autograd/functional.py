@@ -82,6 +82,8 @@ def tanh(x): return E.Tanh.apply(A.float_tensor("tanh", "x", x))
 def sigmoid(x): return E.Sigmoid.apply(A.float_tensor("sigmoid", "x", x))
 @op
 def silu(x): return E.Silu.apply(A.float_tensor("silu", "x", x))
+@op
+def relu(x): return E.Relu.apply(A.as_tensor("relu", "x", x))
 
 
 @op
@@ -90,9 +92,6 @@ def softplus(x, beta: float = 1.0, threshold: float = 20.0):
     beta, threshold = A.number("softplus", "beta", beta), A.number("softplus", "threshold", threshold)
     return E.Softplus.apply(A.float_tensor("softplus", "x", x), beta=beta, threshold=threshold)
 
-
-@op
-def relu(x): return E.Relu.apply(A.as_tensor("relu", "x", x))
 
 
 @op
@@ -188,8 +187,7 @@ def cross_entropy(logits, targets, ignore_index: int = -100, reduction: str = "m
 
 
 def apply_cross_entropy(function: type, logits, targets, ignore_index: int = -100, reduction: str = "mean"):
-    """cross_entropy's checks and reshapes around `function`: R.CrossEntropy or a twin of it with the same
-    arguments and results (a fast path's op, e.g. fast/row_ops.FusedCrossEntropy)."""
+    """cross_entropy's checks and reshapes around `function`: R.CrossEntropy or a twin (fast/row_ops.py's)."""
     logits = A.as_tensor("cross_entropy", "logits", logits)
     targets = A.constant_array("cross_entropy", "targets", targets)
     ignore_index = A.integer("cross_entropy", "ignore_index", ignore_index)
@@ -238,8 +236,7 @@ def apply_matmul(function: type, a, b):
     b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
         raise ValueError(f"matmul: inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}")
-    batch = A.broadcast_shape("matmul", f"batch dimensions of {tuple(a.shape)} @ {tuple(b.shape)}", a2.shape[:-2],
-                              b2.shape[:-2])
+    batch = A.broadcast_shape("matmul", f"batch dimensions of {A.shape_text(a, b)}", a2.shape[:-2], b2.shape[:-2])
     if a2.dtype != b2.dtype:
         dtype = np.result_type(a2.dtype, b2.dtype)
         a2, b2 = cast(a2, dtype), cast(b2, dtype)
@@ -438,19 +435,16 @@ def flip(x, axis):
 
 
 @op
-def tril(x, k=0):
-    x = A.as_tensor("tril", "x", x)
-    if x.ndim < 2:
-        raise ValueError(f"tril: needs at least 2 dimensions, got shape {x.shape}")
-    return M.Triangle.apply(x, k=A.integer("tril", "k", k), lower=True)
-
-
+def tril(x, k=0): return _triangle("tril", x, k, lower=True)
 @op
-def triu(x, k=0):
-    x = A.as_tensor("triu", "x", x)
+def triu(x, k=0): return _triangle("triu", x, k, lower=False)
+
+
+def _triangle(name: str, x, k, lower: bool):
+    x = A.as_tensor(name, "x", x)
     if x.ndim < 2:
-        raise ValueError(f"triu: needs at least 2 dimensions, got shape {x.shape}")
-    return M.Triangle.apply(x, k=A.integer("triu", "k", k), lower=False)
+        raise ValueError(f"{name}: needs at least 2 dimensions, got shape {x.shape}")
+    return M.Triangle.apply(x, k=A.integer(name, "k", k), lower=lower)
 
 
 # --- layers' building blocks ----------------------------------------------------------------------------
@@ -463,8 +457,7 @@ def embedding(ids, weight):
 
 def apply_embedding(function: type, ids, weight):
     """embedding's checks around `function`: N.Embedding or a twin of it (e.g. fast/row_ops.FusedEmbedding)."""
-    ids = A.constant_array("embedding", "ids", ids)
-    weight = A.as_tensor("embedding", "weight", weight)
+    ids, weight = A.constant_array("embedding", "ids", ids), A.as_tensor("embedding", "weight", weight)
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be (vocab, dim), got shape {weight.shape}")
     if ids.size and (ids.min() < 0 or ids.max() >= weight.shape[0]):
