@@ -15,6 +15,7 @@ PACKAGE = ROOT / "tinygrad_ssm"
 ALLOWED = {
     "autograd": {"autograd"},
     "io": {"io"},
+    "tokenizer": {"tokenizer", "io"},
     "fast": {"fast", "autograd"},
     "registry": {"registry", "autograd", "io"},
     "diagnostics": {"diagnostics", "autograd"},
@@ -24,7 +25,7 @@ ALLOWED = {
     "distributed": {"distributed", "autograd", "optim"},
     "models": {"models", "autograd", "fast", "io", "nn", "optim", "registry", "scan"},
     "train": {"train", "autograd", "fast", "io", "nn", "optim", "registry", "diagnostics", "scan", "models",
-              "distributed"},
+              "distributed", "tokenizer"},
     "__init__": {"__init__", "autograd", "fast", "nn", "optim", "registry", "diagnostics", "scan", "models"},
     "__main__": {"train"},
 }

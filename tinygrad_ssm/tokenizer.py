@@ -1,0 +1,204 @@
+"""Text <-> token ids: raw bytes (the package's own models) or a `tokenizer.json` read by Hugging Face's
+`tokenizers` library (GPT-NeoX's BPE of the real Mamba-2 checkpoints, or any other it reads).
+
+    tok = find_tokenizer("path/to/mamba2-130m")          # the folder's tokenizer.json, or bytes for our runs
+    ids = tok.encode("def main():")                      # (n,) int64
+    stream = TextStream(tok, ids)                        # generated ids in, finished text out
+    text = "".join(stream.push(i) for i in new_ids) + stream.finish()
+
+A generated token need not end on a character boundary (a byte model emits one byte of a three-byte
+character at a time; a byte-level BPE token may hold half of an emoji). TextStream therefore prints text only
+once it decodes without a trailing U+FFFD, so a stream never shows half a character; what is still invalid
+at the end comes out as U+FFFD, never as an exception.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from .io.file_checks import require_regular_file
+
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+BYTES = "bytes"  # the name of the byte-level tokenizer wherever a tokenizer is named (flags, train config)
+EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")  # looked up when no file names the EOS token
+STREAM_CONTEXT = 4  # ids before the new ones that TextStream decodes with them (a decoder may look back)
+
+
+class TokenizerError(ValueError):
+    """A tokenizer that cannot be read, or that does not fit the model's vocabulary."""
+
+
+class ByteTokenizer:
+    """Token id = byte value (0..255): any text, no file, no unknown token; what `python -m tinygrad_ssm train`
+    uses by default."""
+
+    name = BYTES
+    vocab_size = 256
+    eos_token_id = None
+
+    def encode(self, text: str | bytes) -> np.ndarray:
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        return np.frombuffer(data, dtype=np.uint8).astype(np.int64)       # (n,)
+
+    def encode_bytes(self, data: bytes) -> np.ndarray:
+        return self.encode(data)
+
+    def decode(self, ids) -> str:
+        """Invalid UTF-8 and ids past 255 (a padded vocabulary's) become U+FFFD."""
+        ids = [int(i) for i in ids]
+        pieces, run = [], bytearray()
+        for i in ids:
+            if 0 <= i < 256:
+                run.append(i)
+            else:
+                pieces.append(run.decode("utf-8", errors="replace") + "\ufffd")
+                run = bytearray()
+        return "".join(pieces) + run.decode("utf-8", errors="replace")
+
+    def fingerprint(self) -> str:
+        return BYTES
+
+    def __repr__(self):
+        return "ByteTokenizer()"
+
+
+class FileTokenizer:
+    """A tokenizer.json through the `tokenizers` library. encode adds no special tokens (a prompt is text);
+    decode skips them (an EOS is where generation stops, not text)."""
+
+    def __init__(self, path: str | Path, eos_token_id: int | None = None):
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as e:  # a core dependency; only a broken install lacks it
+            raise TokenizerError(f"reading {str(path)!r} needs the tokenizers library (pip install tokenizers): "
+                                 f"{e}") from None
+        self.path = Path(path)
+        require_regular_file(self.path, "tokenizer", TokenizerError)
+        try:
+            self._tok = Tokenizer.from_file(str(self.path))
+        except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception with the parser's message)
+            raise TokenizerError(f"{str(self.path)!r} is not a tokenizer.json the tokenizers library can read: "
+                                 f"{e}") from None
+        self.name = str(self.path)
+        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+        self.eos_token_id = eos_token_id if eos_token_id is not None else self._find_eos()
+        if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
+            raise TokenizerError(f"the EOS token id {self.eos_token_id} is outside {str(self.path)!r}'s vocabulary "
+                                 f"of {self.vocab_size}")
+
+    def _find_eos(self) -> int | None:
+        """tokenizer_config.json's eos_token beside the file, else a usual EOS name in the vocabulary."""
+        names = list(EOS_NAMES)
+        config = self.path.parent / TOKENIZER_CONFIG_FILE
+        if config.is_file():
+            try:
+                eos = json.loads(config.read_text(encoding="utf-8")).get("eos_token")
+            except (OSError, ValueError, AttributeError):
+                eos = None
+            eos = eos.get("content") if isinstance(eos, dict) else eos
+            if isinstance(eos, str):
+                names.insert(0, eos)
+        for name in names:
+            token_id = self._tok.token_to_id(name)
+            if token_id is not None:
+                return int(token_id)
+        return None
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int64)   # (n,)
+
+    def encode_bytes(self, data: bytes) -> np.ndarray:
+        """A file's bytes: decoded as UTF-8 (an invalid byte becomes U+FFFD, which the BPE encodes)."""
+        return self.encode(data.decode("utf-8", errors="replace"))
+
+    def decode(self, ids) -> str:
+        ids = [int(i) for i in ids]
+        known = [i for i in ids if 0 <= i < self.vocab_size]
+        text = self._tok.decode(known, skip_special_tokens=True)
+        return text + "\ufffd" * (len(ids) - len(known))                 # a padded vocabulary's ids: no text
+
+    def fingerprint(self) -> str:
+        """Changes when the tokenizer does: a resumed run must tokenize its data as before."""
+        return f"crc32:{zlib.crc32(self._tok.to_str().encode('utf-8')):08x}"
+
+    def to_str(self) -> str:
+        return self._tok.to_str()
+
+    def __repr__(self):
+        return f"FileTokenizer({self.name!r}, vocab {self.vocab_size}, eos {self.eos_token_id})"
+
+
+def load_tokenizer(spec: str | Path, eos_token_id: int | None = None):
+    """`bytes`, a tokenizer.json, or a folder holding one."""
+    if str(spec) == BYTES:
+        return ByteTokenizer()
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        path = path / TOKENIZER_FILE
+    if not path.exists():
+        raise TokenizerError(f"--tokenizer {str(spec)!r}: no such file (give a tokenizer.json, a folder holding "
+                             f"one, or {BYTES!r})")
+    return FileTokenizer(path, eos_token_id)
+
+
+def find_tokenizer(model_dir: str | Path, vocab_size: int, *, override: str | None = None, is_our_run: bool = False,
+                   eos_token_id: int | None = None):
+    """The tokenizer of the model in `model_dir`: `override` (--tokenizer) if given, else the folder's
+    tokenizer.json (a checkpoint folder of ours: also its run folder's), else bytes for a model of 256 ids or
+    one our training wrote (`is_our_run`). Checked against the model's vocabulary size."""
+    folder = Path(model_dir)
+    if override is not None:
+        tok = load_tokenizer(override, eos_token_id)
+    else:
+        found = next((p for p in (folder / TOKENIZER_FILE, folder.parent.parent / TOKENIZER_FILE)
+                      if p.is_file() and (p.parent == folder or folder.parent.name == "checkpoints")), None)
+        if found is not None:
+            tok = FileTokenizer(found, eos_token_id)
+        elif is_our_run or vocab_size <= 256:
+            tok = ByteTokenizer()
+        else:
+            raise TokenizerError(f"{str(folder)!r} holds no {TOKENIZER_FILE} and its model has a vocabulary of "
+                                 f"{vocab_size} (not bytes): pass --tokenizer PATH with the tokenizer.json it was "
+                                 f"trained with (for state-spaces/mamba2-*: EleutherAI/gpt-neox-20b's)")
+    check_fits(tok, vocab_size, folder)
+    return tok
+
+
+def check_fits(tok, vocab_size: int, where) -> None:
+    """A tokenizer whose ids the model cannot embed is refused, naming both sizes."""
+    if tok.vocab_size > vocab_size:
+        raise TokenizerError(f"the tokenizer {tok.name!r} has {tok.vocab_size} tokens but the model in "
+                             f"{str(where)!r} has a vocabulary of {vocab_size}: they were not trained together; "
+                             f"pass the model's own tokenizer with --tokenizer")
+
+
+class TextStream:
+    """Generated ids in, finished text out (see the module docstring). `context`: the ids before the first
+    pushed one (the prompt), decoded with the new ones so that a decoder that looks back (a space before a
+    word) gives the text it would give for the whole sequence."""
+
+    def __init__(self, tokenizer, context=()):
+        self.tokenizer = tokenizer
+        self.ids = [int(i) for i in context][-STREAM_CONTEXT:]           # the text already out, then pending ids
+        self.printed = len(self.ids)                                       # ids[:printed] are out
+
+    def push(self, token_id) -> str:
+        self.ids.append(int(token_id))
+        return self._flush(final=False)
+
+    def finish(self) -> str:
+        """What is still held back (an unfinished character comes out as U+FFFD)."""
+        return self._flush(final=True)
+
+    def _flush(self, final: bool) -> str:
+        before = self.tokenizer.decode(self.ids[:self.printed])
+        text = self.tokenizer.decode(self.ids)                           # the same with the pending ids
+        if len(text) <= len(before) or (text.endswith("\ufffd") and not final):
+            return ""                                                     # nothing new, or half a character
+        del self.ids[:self.printed]                                      # the newly printed ids: the next context
+        self.printed = len(self.ids)
+        return text[len(before):]
