@@ -1,0 +1,390 @@
+"""tinygrad_ssm against transformers' Mamba2ForCausalLM at the shape of the pretrained Mamba-2 130M (issue 23):
+d_model 768, 24 layers, d_state 128, headdim 64, one group, expand 2, vocabulary 50,277 padded to a multiple
+of 16 (50,288 rows, as mamba2-130m's config), tied embeddings, float32, the same random weights on both sides,
+2 threads for every library (--threads N to change it).
+
+    python benchmarks/bench_pretrained_shape.py             # the full run (~15 minutes on 2 cores)
+    python benchmarks/bench_pretrained_shape.py --quick     # a tiny config, seconds: a smoke run
+
+Rows (median, min and max of interleaved repeats after a warm-up: the sides run in turn inside each repeat):
+- generation, batch 1 and 8: greedy, a 16-token prompt then --new-tokens tokens; tokens/s counts the new tokens
+  over the whole call (prefill included). "bandwidth limit": the tokens/s that reading the weights alone allows,
+  = batch x the machine's read bandwidth (measured here: numba prange over a 1 GiB float32 array, best of 5) /
+  the bytes of weights a decoding step reads (every parameter once: in_proj, conv, dt_bias, A_log, D, the norms,
+  out_proj, norm_f and the tied embedding as the LM head; a batch reads them once for all its rows);
+- prompt processing: a 512-token prompt, batch 1, to the first token's logits; ours as model.generate(prompt, 1)
+  runs it (a prompt of <= 512 tokens: decode.py's one-step prompt) and as generate runs a longer prompt (the
+  chunked scan, the head on the last position only); theirs as a forward with use_cache and logits_to_keep=1,
+  and as generate(max_new_tokens=1);
+- eval: a 4,096-token text scored in windows of 512, the state carried from window to window (ours: `evaluate`
+  of tinygrad_ssm/models/mamba2/evaluation.py; theirs: the same windows, forward(ids, cache=the previous window's
+  cache, use_cache=True), torch's cross entropy over the padded vocabulary as evaluate's);
+- a fine-tuning step at batch 4 x 512 (bench_train_step.py's steps: forward, cross entropy, backward, AdamW),
+  each side at its best chunk size of --chunks, with the peak memory a step adds (each side in a fresh process).
+The issue's goals are checked and reported, never asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+import _common as common
+
+THREADS = common.threads_from_argv(default=2)
+
+import numpy as np
+from bench_train_step import our_step, their_step
+from numba import njit, prange
+
+from tinygrad_ssm import no_grad
+from tinygrad_ssm.models.mamba2.evaluation import evaluate
+from tinygrad_ssm.optim import AdamW
+
+NAME = "bench_pretrained_shape"
+SHAPE = {"vocab_size": 50277, "pad_vocab_size_multiple": 16, "d_model": 768, "n_layer": 24, "d_state": 128,
+         "headdim": 64, "ngroups": 1, "expand": 2, "d_conv": 4}
+QUICK_SHAPE = dict(common.QUICK_CONFIG, pad_vocab_size_multiple=16)
+OURS, THEIRS = "tinygrad_ssm", "transformers"
+
+
+@dataclass
+class Plan:
+    """The sizes of one run: the full one (the issue's) or --quick's."""
+    new_tokens: int = 32          # transformers decodes ~11 tokens/s at batch 1: 32 keeps the run short
+    prompt_len: int = 16
+    prefill_len: int = 512
+    eval_tokens: int = 4096
+    window: int = 512
+    train_batch: int = 4
+    train_len: int = 512
+    chunks: tuple = (64, 128, 256)
+    inference_chunk: int = 256    # mamba2-130m's chunk_size, for the prompt and eval rows
+    repeats: int = 3
+    train_repeats: int = 2        # per chunk size
+    bandwidth_gib: float = 1.0
+
+
+QUICK = Plan(new_tokens=8, prefill_len=64, eval_tokens=256, window=64, train_batch=2, train_len=64, chunks=(16, 32),
+             inference_chunk=32, repeats=2, train_repeats=1, bandwidth_gib=0.0625)
+
+
+# --- the machine's read bandwidth ---------------------------------------------------------------------------
+
+@njit(parallel=True, fastmath=True)
+def _sum(a):
+    total = np.float32(0.0)
+    for i in prange(a.size):
+        total += a[i]
+    return total
+
+
+def read_bandwidth(gib: float, repeats: int = 5) -> dict:
+    """Bytes per second of reading a float32 array of `gib` GiB (far past any cache) once: numba's prange on the
+    process's threads (NUMBA_NUM_THREADS, set by --threads) and NumPy's sum (one thread); the best of `repeats`."""
+    a = np.ones(int(gib * 2**30) // 4, np.float32)                      # written once: every page resident
+    _sum(a[:1024])                                                      # compiles
+    numba_s = min(common.timed(lambda: _sum(a)) for _ in range(repeats))
+    numpy_s = min(common.timed(a.sum) for _ in range(repeats))
+    return {"bytes": a.nbytes, "numba_prange_gb_s": a.nbytes / numba_s / 1e9, "numpy_sum_gb_s": a.nbytes / numpy_s / 1e9,
+            "gb_s": a.nbytes / min(numba_s, numpy_s) / 1e9}
+
+
+def weight_bytes_per_step(model) -> int:
+    """Bytes of weights one decoding step reads, whatever its batch: every parameter once (the tied embedding
+    whole, as the LM head). Left out: the b embedding rows of the lookup and the SSM and conv states."""
+    return sum(t.data.nbytes for t in model.varmap.all_vars())
+
+
+def state_bytes_per_sequence(model) -> int:
+    """Bytes of one sequence's decoding state (every layer's SSM and conv state): a step reads and writes them."""
+    c = model.config
+    return c.n_layer * (c.nheads * c.headdim * c.d_state + c.conv_dim * c.d_conv) * model.dtype.itemsize
+
+
+# --- running the sides ----------------------------------------------------------------------------------------
+
+def interleaved(sides: dict, repeats: int, warmup: int = 1) -> dict:
+    """{name: [seconds per repeat]}: each side warmed up, then run in turn inside each repeat (so a load from
+    other processes hits all of them alike)."""
+    for run in sides.values():
+        for _ in range(warmup):
+            run()
+    times = {name: [] for name in sides}
+    for _ in range(repeats):
+        for name, run in sides.items():
+            times[name].append(common.timed(run))
+    return times
+
+
+def row(task: str, side: str, seconds: list, tokens: int, limit: float | None = None, peak: int | None = None) -> dict:
+    """One table row: time stats, tokens/s, and the optional bandwidth limit and peak memory columns
+    (x_transformers is set by with_ratios)."""
+    tokens_per_s = tokens / float(np.median(seconds))
+    return {"task": task, "side": side, **common.stats(seconds), "tokens_per_s": round(tokens_per_s, 1),
+            "x_transformers": None,
+            "bandwidth_limit_tokens_per_s": None if limit is None else round(limit, 1),
+            "of_limit": None if limit is None else round(tokens_per_s / limit, 3),
+            "peak_added_mib": None if peak is None else round(peak / 2**20, 1)}
+
+
+def with_ratios(rows: list) -> list:
+    """Set each row's x_transformers (speed: transformers' time over the row's) against the fastest
+    transformers row of the task."""
+    theirs = max(r["tokens_per_s"] for r in rows if r["side"].startswith(THEIRS))
+    for r in rows:
+        r["x_transformers"] = round(r["tokens_per_s"] / theirs, 2)
+    return rows
+
+
+def generation(model, hf, torch, plan: Plan, batch: int, bandwidth: float) -> list:
+    vocab = model.config.vocab_size
+    prompt = np.random.default_rng(batch).integers(0, vocab, (batch, plan.prompt_len))   # (b, 16)
+    prompt_t, n = torch.from_numpy(prompt), plan.new_tokens
+
+    def theirs():
+        with torch.no_grad():
+            hf.generate(prompt_t, max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True)
+
+    times = interleaved({OURS: lambda: model.generate(prompt, n, temperature=0), THEIRS: theirs}, plan.repeats)
+    limit = batch * bandwidth / weight_bytes_per_step(model)
+    task = f"generate b={batch}"
+    return with_ratios([row(task, side, times[side], batch * n, limit=limit) for side in (OURS, THEIRS)])
+
+
+def chunked_prefill(model, ids):
+    """The first token's logits (b, V) as model.generate computes them for a prompt longer than decode.py's
+    one-step prompt: the blocks with the chunked scan into a fresh cache, then the head on the last position."""
+    with no_grad():
+        cache = model.allocate_cache(ids.shape[0])
+        x = model.embedding(ids)                                        # (b, l, d_model)
+        for layer, state in zip(model.layers, cache.layers):
+            x = layer(x, state, model.backend)
+        return model._head(x[:, -1]).data                               # (b, V)
+
+
+def prompt_processing(model, hf, torch, plan: Plan) -> tuple:
+    prompt = np.random.default_rng(512).integers(0, model.config.vocab_size, (1, plan.prefill_len))  # (1, l)
+    prompt_t = torch.from_numpy(prompt)
+
+    def their_forward():
+        with torch.no_grad():
+            return hf(prompt_t, use_cache=True, logits_to_keep=1).logits[:, -1].numpy()   # (1, V)
+
+    def their_generate():
+        with torch.no_grad():
+            hf.generate(prompt_t, max_new_tokens=1, min_new_tokens=1, do_sample=False, use_cache=True)
+
+    difference = float(np.abs(chunked_prefill(model, prompt) - their_forward()).max())
+    sides = {f"{OURS} generate(prompt, 1)": lambda: model.generate(prompt, 1, temperature=0),
+             f"{OURS} chunked scan + last-position head": lambda: chunked_prefill(model, prompt),
+             f"{THEIRS} forward (use_cache, logits_to_keep=1)": their_forward,
+             f"{THEIRS} generate(max_new_tokens=1)": their_generate}
+    times = interleaved(sides, plan.repeats)
+    task = f"prompt {plan.prefill_len} b=1"
+    rows = [row(task, side, times[side], plan.prefill_len) for side in sides]
+    return with_ratios(rows), difference
+
+
+# --- eval: a text scored in windows, the state carried ----------------------------------------------------
+
+def windows(ids: np.ndarray, window: int):
+    """(inputs, targets) of each window, as `evaluate` cuts them: ids[:-1] predicting ids[1:], `window` at a time."""
+    inputs, targets = ids[:-1], ids[1:]                                 # (n - 1,) each
+    for start in range(0, len(targets), window):
+        yield inputs[start:start + window], targets[start:start + window]
+
+
+def their_eval(hf, torch, ids: np.ndarray, window: int) -> tuple:
+    """(tokens scored, nats) as `evaluate` computes them (over the padded vocabulary), by transformers."""
+    cache, nats, count = None, 0.0, 0
+    with torch.no_grad():
+        for inputs, targets in windows(ids, window):
+            out = hf(torch.from_numpy(inputs[None]), cache=cache, use_cache=True)
+            cache = out.cache                                           # the next window starts from this state
+            nats += torch.nn.functional.cross_entropy(out.logits[0], torch.from_numpy(targets),
+                                                      reduction="sum").item()
+            count += len(targets)
+    return count, nats
+
+
+def evaluation(model, hf, torch, plan: Plan) -> tuple:
+    ids = np.random.default_rng(4096).integers(0, model.config.vocab_size, plan.eval_tokens)   # (n,)
+    scores = {}
+
+    def side(name, fn):
+        def run():
+            scores[name] = fn()
+        return run
+
+    def ours():
+        result = evaluate(model, ids, window=plan.window)
+        return result.tokens, result.nats
+
+    sides = {OURS: side(OURS, ours), THEIRS: side(THEIRS, lambda: their_eval(hf, torch, ids, plan.window))}
+    times = interleaved(sides, plan.repeats)
+    task = f"eval {plan.eval_tokens} in windows of {plan.window}"
+    rows = with_ratios([row(task, s, times[s], plan.eval_tokens) for s in sides])
+    return rows, {s: {"tokens": int(t), "mean_nats": n / t} for s, (t, n) in scores.items()}
+
+
+# --- fine-tuning: one step per chunk size ---------------------------------------------------------------------
+
+def set_chunk(side: str, model, chunk: int):
+    """The scan's chunk length, changed on the built model (both sides read it at every call)."""
+    if side == OURS:
+        model.config.chunk_size = chunk
+    else:
+        for layer in model.backbone.layers:
+            layer.mixer.chunk_size = chunk
+
+
+def train_sides(model, hf, torch, plan: Plan, only: str | None = None) -> dict:
+    """{"SIDE@CHUNK": a step}: each side's one model and optimizer, its chunk length set before each step."""
+    data = np.random.default_rng(0).integers(0, model.config.vocab_size, (plan.train_batch, plan.train_len + 1))
+    ids, targets = data[:, :-1].copy(), data[:, 1:].copy()              # (b, l) each
+    steps = {}
+    if only in (None, OURS):
+        steps[OURS] = our_step(model, AdamW(model.varmap.all_vars(), lr=1e-5), ids, targets)
+    if only in (None, THEIRS):
+        steps[THEIRS] = their_step(hf, torch.optim.AdamW(hf.parameters(), lr=1e-5), ids, targets)
+
+    def at(side, chunk):
+        def run():
+            set_chunk(side, model if side == OURS else hf, chunk)
+            steps[side]()
+        return run
+    return {f"{side}@{chunk}": at(side, chunk) for side in steps for chunk in plan.chunks}
+
+
+def fine_tuning(model, hf, torch, plan: Plan, argv: list) -> tuple:
+    sides = train_sides(model, hf, torch, plan)
+    for side in (OURS, THEIRS):
+        sides[f"{side}@{plan.chunks[0]}"]()                             # warm-up (optimizer state, compiles)
+    times = interleaved(sides, plan.train_repeats, warmup=0)
+    best = {side: min((k for k in times if k.startswith(side + "@")), key=lambda k: np.median(times[k]))
+            for side in (OURS, THEIRS)}
+    memory = common.peak_memory_by_side(__file__, argv, list(best.values()))
+    tokens = plan.train_batch * plan.train_len
+    task = f"fine-tune {plan.train_batch}x{plan.train_len}"
+    rows = [row(f"{task} chunk {key.split('@')[1]}", side, times[key], tokens, peak=memory[key])
+            for side, key in best.items()]
+    sweep = {k: round(float(np.median(t)), 3) for k, t in times.items()}
+    return with_ratios(rows), sweep
+
+
+def memory_of(key: str, config_kw: dict, plan: Plan):
+    """In a --memory-of SIDE@CHUNK subprocess: the peak one fine-tuning step of that side adds, printed."""
+    common.fixed_mmap_threshold()
+    torch, _ = common.require_transformers()
+    common.apply_to_torch(THREADS)
+    side = key.split("@")[0]
+    model = common.ours(config_kw, plan.chunks[0])
+    hf = common.theirs(model, plan.chunks[0]) if side == THEIRS else None
+    return common.report_memory(train_sides(model, hf, torch, plan, only=side), key)
+
+
+# --- the goals and the report -------------------------------------------------------------------------------
+
+def goals(rows: list) -> dict:
+    """The issue's targets against the measured rows: {goal: {"measured", "target", "met"}}."""
+    def get(task_start, side_start):
+        return next(r for r in rows if r["task"].startswith(task_start) and r["side"].startswith(side_start))
+    gen = get("generate b=1", OURS)
+    prompt = max((r for r in rows if r["task"].startswith("prompt") and r["side"].startswith(OURS)),
+                 key=lambda r: r["tokens_per_s"])
+    ours_ft, theirs_ft = get("fine-tune", OURS), get("fine-tune", THEIRS)
+    memory = None if None in (ours_ft["peak_added_mib"], theirs_ft["peak_added_mib"]) else \
+        ours_ft["peak_added_mib"] / theirs_ft["peak_added_mib"]
+    measured = {"generation b=1 within 10% of the bandwidth limit": (gen["of_limit"], ">= 0.9 of the limit"),
+                "prompt processing >= 2x transformers": (prompt["x_transformers"], ">= 2"),
+                "eval >= 2x transformers": (get("eval", OURS)["x_transformers"], ">= 2"),
+                "fine-tuning step <= 0.5x transformers' time": (ours_ft["median_s"] / theirs_ft["median_s"], "<= 0.5"),
+                "fine-tuning peak memory <= 0.5x transformers'": (memory, "<= 0.5")}
+    out = {}
+    for goal, (value, target) in measured.items():
+        bound = float(target.split()[1])
+        met = None if value is None else (value >= bound if target.startswith(">=") else value <= bound)
+        out[goal] = {"measured": None if value is None else round(value, 3), "target": target, "met": met}
+    return out
+
+
+COLUMNS = ["task", "side", "median s", "min s", "max s", "tokens/s", "x transformers", "bandwidth limit tokens/s",
+           "of limit", "peak MiB added"]
+KEYS = ["task", "side", "median_s", "min_s", "max_s", "tokens_per_s", "x_transformers",
+        "bandwidth_limit_tokens_per_s", "of_limit", "peak_added_mib"]
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--new-tokens", type=int, default=Plan.new_tokens, help="new tokens per generation [%(default)s]")
+    p.add_argument("--repeats", type=int, default=Plan.repeats, help="timed repeats per row [%(default)s]")
+    p.add_argument("--train-repeats", type=int, default=Plan.train_repeats,
+                   help="timed fine-tuning steps per side and chunk size [%(default)s]")
+    p.add_argument("--chunks", type=int, nargs="+", default=list(Plan.chunks), help="fine-tuning chunk sizes")
+    p.add_argument("--threads", type=int, default=2, help="threads for every library on both sides [2]")
+    p.add_argument("--quick", action="store_true", help="tiny config and sizes, seconds: a smoke run")
+    p.add_argument("--json", default=None, help=f"where the JSON goes [{common.default_json(NAME)}; with --quick "
+                                                f"{common.default_json(NAME + '_quick')}]")
+    p.add_argument(common.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)   # "SIDE@CHUNK"
+    args = p.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    plan = QUICK if args.quick else Plan(new_tokens=args.new_tokens, repeats=args.repeats,
+                                         train_repeats=args.train_repeats, chunks=tuple(args.chunks))
+    config_kw = QUICK_SHAPE if args.quick else SHAPE
+    if args.memory_of:
+        return memory_of(args.memory_of, config_kw, plan)
+    torch, _ = common.require_transformers()
+    common.apply_to_torch(THREADS)
+
+    bandwidth = read_bandwidth(plan.bandwidth_gib)
+    print(f"read bandwidth, {THREADS} threads: {bandwidth['gb_s']:.1f} GB/s (numba prange "
+          f"{bandwidth['numba_prange_gb_s']:.1f}, NumPy sum {bandwidth['numpy_sum_gb_s']:.1f})", flush=True)
+    model = common.ours(config_kw, plan.inference_chunk)
+    hf = common.theirs(model, plan.inference_chunk)
+    weights = weight_bytes_per_step(model)
+    print(f"{model.varmap.num_parameters():,} parameters, {weights / 1e6:.0f} MB of weights per decoding step",
+          flush=True)
+
+    rows = []
+    for batch in (1, 8):
+        rows += generation(model, hf, torch, plan, batch, bandwidth["gb_s"] * 1e9)
+        print(f"generation b={batch} done", flush=True)
+    prompt_rows, prompt_difference = prompt_processing(model, hf, torch, plan)
+    rows += prompt_rows
+    print("prompt processing done", flush=True)
+    eval_rows, eval_scores = evaluation(model, hf, torch, plan)
+    rows += eval_rows
+    print("eval done", flush=True)
+    train_rows, sweep = fine_tuning(model, hf, torch, plan, argv)
+    rows += train_rows
+
+    met = goals(rows)
+    state = state_bytes_per_sequence(model)
+    c = model.config
+    notes = [
+        (f"read bandwidth with {THREADS} threads: {bandwidth['gb_s']:.1f} GB/s (best of 5 over a "
+        f"{bandwidth['bytes'] / 2**30:.3g} GiB float32 array: numba prange {bandwidth['numba_prange_gb_s']:.1f}, "
+        f"NumPy sum {bandwidth['numpy_sum_gb_s']:.1f}); weights read per decoding step {weights / 1e6:.1f} MB; "
+        f"the SSM + conv state a step reads and writes, per sequence, {state / 1e6:.1f} MB (not in the limit)"),
+        f"generation: {plan.prompt_len}-token prompt, {plan.new_tokens} new tokens (tokens/s over the whole call)",
+        f"prompt: x transformers against its faster way; first-token logits differ by {prompt_difference:.2g}",
+        "eval: ours by evaluate (models/mamba2/evaluation.py); transformers carries its state (DynamicCache) from window to window; mean nats "
+        "per token: " + ", ".join(f"{s} {v['mean_nats']:.5f} over {v['tokens']}" for s, v in eval_scores.items()),
+        "fine-tuning: median s per step at each chunk size: " + ", ".join(f"{k} {v}" for k, v in sweep.items()) +
+        "; peak memory added by one step after a warm-up step (resident set, each side in a fresh process)",
+        f"inference rows at chunk {plan.inference_chunk}; vocabulary {c.vocab_size} padded to {c.padded_vocab_size}",
+    ] + [f"goal: {g}: measured {v['measured']} (target {v['target']}): "
+         f"{'met' if v['met'] else 'not met' if v['met'] is False else 'not measured'}" for g, v in met.items()]
+    title = (f"Mamba-2 130M's shape ({model.varmap.num_parameters():,} parameters, float32, {THREADS} threads), "
+             f"median of {plan.repeats} ({plan.train_repeats} per chunk size for fine-tuning)"
+             + (" [--quick: a tiny config]" if args.quick else ""))
+    path = args.json or common.default_json(NAME + ("_quick" if args.quick else ""))
+    return common.write_result(path, NAME, title, COLUMNS, [[r[k] if r[k] is not None else "-" for k in KEYS]
+                                                             for r in rows], notes=notes,
+                               results=rows, goals=met, bandwidth=bandwidth, config=config_kw, plan=vars(plan),
+                               threads=THREADS, eval_scores=eval_scores, fine_tuning_sweep=sweep)
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)
