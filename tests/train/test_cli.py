@@ -17,13 +17,13 @@ TINY_FLAGS = ["--d-model", "32", "--n-layer", "1", "--d-state", "16", "--headdim
 def test_every_flag_has_help_text():
     parser = cli.build_parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(subparsers.choices) == {"train", "generate"}
+    assert set(subparsers.choices) == {"train", "generate", "eval"}
     for name, sub in subparsers.choices.items():
         for action in sub._actions:
             assert action.help and len(action.help) > 10, (name, action.option_strings)
     train_flags = {s for a in subparsers.choices["train"]._actions for s in a.option_strings}
     for flag in ["--steps", "--batch-size", "--seq-len", "--d-model", "--n-layer", "--lr", "--seed", "--backend",
-                 "--out", "--resume", "--data"]:
+                 "--out", "--resume", "--data", "--init-from", "--tokenizer"]:
         assert flag in train_flags
 
 
@@ -81,7 +81,9 @@ def test_generate_streams_from_a_run_and_from_a_pretrained_folder(smoke_run, tmp
 
     from tinygrad_ssm.train.generate import load_model
 
-    load_model(out).save_pretrained(tmp_path / "pretrained")
+    model, tokenizer = load_model(out)
+    assert tokenizer.name == "bytes"  # the run says so; its checkpoint holds no tokenizer.json
+    model.save_pretrained(tmp_path / "pretrained")
     args = ["generate", "--checkpoint", str(tmp_path / "pretrained"), "--prompt", "def ", "--max-new-tokens", "40",
             "--seed", "1"]
     assert cli.main(args) == 0
@@ -124,7 +126,9 @@ class _FixedBytes:
 def test_stream_text_replaces_invalid_utf8_and_never_splits_a_character():
     euro = "€".encode()  # 3 bytes: nothing may be shown before the last one arrives
     pieces = list(stream_text(_FixedBytes(b"a" + euro + b"\xff" + euro[:2] + b"z"), "", 100))
-    assert pieces == ["a", "€", "\ufffd", "\ufffdz"]  # the cut-short "€" is replaced when "z" arrives
+    # the stray byte and the cut-short "€" are held back while they could still start a character; "z" shows
+    # that they cannot, and they come out as U+FFFD with it
+    assert pieces == ["a", "€", "\ufffd\ufffdz"]
     assert "".join(stream_text(_FixedBytes(euro[:2]), "", 100)) == "\ufffd"  # cut short at the end
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
 
+from tinygrad_ssm.tokenizer import ByteTokenizer
 from tinygrad_ssm.train import cli
 from tinygrad_ssm.train.data import DataError, load_corpus, sample_prompt_from
 from tinygrad_ssm.train.generate import escape_controls
@@ -134,7 +135,7 @@ class _FixedModel:
 
 
 def test_generate_escapes_control_bytes_on_the_terminal(monkeypatch, capsys):
-    monkeypatch.setattr("tinygrad_ssm.train.cli.load_model", lambda path, backend: _FixedModel(b"\x1b]0;pwn\x07ok\n\t."))
+    monkeypatch.setattr("tinygrad_ssm.train.cli.load_model", lambda path, **kw: (_FixedModel(b"\x1b]0;pwn\x07ok\n\t."), ByteTokenizer()))
     assert cli.main(["generate", "--checkpoint", "x", "--prompt", "p\x1b", "--max-new-tokens", "20"]) == 0
     assert capsys.readouterr().out == "p\\x1b\\x1b]0;pwn\\x07ok\n\t.\n"
 

@@ -19,20 +19,27 @@ import contextlib
 import dataclasses
 import errno
 import io
+import json
 import math
 import os
 import shlex
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from .. import distributed
+from ..io.atomic_write import write_atomic
 from ..io.checkpoints import CheckpointNotFound, resolve_checkpoint
 from ..models.mamba2.sampling import NonFiniteLogits
 from ..scan import available_backends
+from ..tokenizer import TokenizerError
 from .config import TrainConfig
 from .data import DataError
-from .generate import escape_controls, load_model, stream_text
+from .generate import (escape_controls, generate_batch, load_model, read_batch_file, resolve_model_folder,
+                       stream_text)
 from .loop import TrainingDiverged, train
+from .scoring import describe, read_eval_text, score, trained_val_bpb
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_IO, EXIT_INTERRUPTED = 0, 1, 2, 74, 130  # 74: sysexits' EX_IOERR
 
@@ -108,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tinygrad-ssm", description="A byte-level Mamba-2 language model on "
                                      "a NumPy autograd engine.", epilog=f"exit status: {EXIT_OK} ok, "
                                      f"{EXIT_DIVERGED} diverged, {EXIT_USAGE} bad input, {EXIT_INTERRUPTED} Ctrl-C")
-    sub = parser.add_subparsers(dest="command", metavar="{train,generate}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,generate,eval}")
     sub.required = True
 
     tr = sub.add_parser("train", help="train a byte-level Mamba-2 model (defaults: about four minutes on 2 cores)",
@@ -119,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar = {"data": "PATH", "out": "DIR", "backend": "NAME", "sample_prompt": "TEXT"}.get(
             field, "N" if typ is int else "X")
         tr.add_argument(flag, dest=field, type=typ, default=None, help=text, metavar=metavar)
+    tr.add_argument("--init-from", dest="init_from", metavar="DIR", default=None,
+                    help="fine-tune: start from the weights (and tokenizer) of a model folder (a run, a checkpoint, "
+                         "a save_pretrained / mamba_ssm / transformers folder); the model flags come from it")
+    tr.add_argument("--tokenizer", metavar="PATH", default=None,
+                    help="tokenize --data with this tokenizer.json ('bytes': raw bytes) [bytes, or --init-from's own]")
     tr.add_argument("--resume", metavar="DIR", default=None,
                     help="continue the run in DIR (a run folder or one of its checkpoints) with its saved "
                          "settings; N steps + resumed steps give the same weights as one uninterrupted run")
@@ -132,21 +144,47 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--no-overlap", action="store_true",
                     help="under MPI, allreduce the gradients after the backward instead of during it")
 
-    ge = sub.add_parser("generate", help="generate text from a checkpoint, streamed as it is produced",
-                        description="Generate text from a training run, a checkpoint folder, or a "
-                                    "save_pretrained folder. Invalid UTF-8 is shown as U+FFFD.")
-    ge.add_argument("--checkpoint", required=True, metavar="DIR",
-                    help="run folder (its newest checkpoint), checkpoint folder, or from_pretrained folder")
-    ge.add_argument("--prompt", default="", help="text to continue [none: the model starts a fresh line, which "
-                                                 "suits any training data]")
-    ge.add_argument("--max-new-tokens", type=int, default=300, help="bytes to generate [%(default)s]")
+    ge = sub.add_parser("generate", help="generate text from a model folder, streamed as it is produced",
+                        description="Generate text from a model folder: a training run, a checkpoint, a "
+                                    "save_pretrained / mamba_ssm / transformers folder, a Hugging Face cache snapshot "
+                                    "or a sharded checkpoint. Its tokenizer.json is used (bytes for the package's "
+                                    "own byte-level runs); invalid UTF-8 is shown as U+FFFD.")
+    ge.add_argument("--model", "--checkpoint", dest="model", required=True, metavar="DIR",
+                    help="model folder (a run folder: its newest checkpoint)")
+    ge.add_argument("--tokenizer", metavar="PATH", default=None,
+                    help="a tokenizer.json (or a folder holding one), or 'bytes' [the model folder's own]")
+    ge.add_argument("--prompt", default="", help="text to continue [none: the model starts a fresh line (bytes) "
+                                                 "or a document (after the EOS token)]")
+    ge.add_argument("--batch-file", metavar="FILE", default=None,
+                    help="generate for every prompt in FILE at once (one prompt per line; a .jsonl file: one "
+                         "{\"prompt\": ...} per line, for prompts with newlines); the results are printed in order")
+    ge.add_argument("--max-new-tokens", type=int, default=300, help="tokens to generate [%(default)s]")
     ge.add_argument("--temperature", type=float, default=0.8,
                     help="divide the logits by this; 0 means greedy [%(default)s]")
-    ge.add_argument("--top-k", type=int, default=None, help="sample only among the k likeliest bytes [off]")
+    ge.add_argument("--top-k", type=int, default=None, help="sample only among the k likeliest tokens [off]")
     ge.add_argument("--top-p", type=float, default=None,
-                    help="sample only within the smallest set of bytes with probability >= p [off]")
+                    help="sample only within the smallest set of tokens with probability >= p [off]")
     ge.add_argument("--seed", type=int, default=0, help="sampling seed [%(default)s]")
+    ge.add_argument("--ignore-eos", action="store_true", help="go on past the tokenizer's end-of-text token")
     ge.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
+
+    ev = sub.add_parser("eval", help="perplexity and bits per byte of a model on a text file or folder",
+                        description="Score every token of a text with a model: perplexity, bits per token and bits "
+                                    "per byte. The text is read in windows with the model's state carried from one "
+                                    "to the next, so every token sees all of the text before it (a state space "
+                                    "model needs no overlapping windows).")
+    ev.add_argument("--model", "--checkpoint", dest="model", required=True, metavar="DIR", help="model folder")
+    ev.add_argument("--data", metavar="PATH", default=None,
+                    help="a text file or a folder of text files [for a run of this package: its validation split]")
+    ev.add_argument("--tokenizer", metavar="PATH", default=None, help="as for generate [the model folder's own]")
+    ev.add_argument("--window", type=int, default=512, help="tokens per forward pass (memory, not the result) "
+                                                            "[%(default)s]")
+    ev.add_argument("--reset-state", action="store_true",
+                    help="start every window from a zero state (how training validates) instead of carrying it")
+    ev.add_argument("--max-tokens", type=int, default=None, help="score only the first N tokens [all]")
+    ev.add_argument("--json", metavar="FILE", default=None, help="also write the report as JSON (- for stdout)")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ev.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
     return parser
 
 
@@ -236,27 +274,63 @@ def _generate_flag_problems(args) -> list[str]:
         bad.append(f"--top-p must be in (0, 1] (leave it out for no limit), got {args.top_p}")
     if args.seed < 0:
         bad.append(f"--seed must be >= 0, got {args.seed}")
-    if args.backend != "auto" and args.backend not in available_backends():
-        bad.append(f"--backend must be 'auto' or one of {', '.join(available_backends())}, got {args.backend!r}")
+    bad += _backend_problems(args)
     if _not_utf8("--prompt", args.prompt):
         bad.append(_not_utf8("--prompt", args.prompt))
+    if args.batch_file is not None and args.prompt:
+        bad.append("--prompt and --batch-file exclude each other (put the prompt into the file)")
     return bad
+
+
+def _backend_problems(args) -> list[str]:
+    if args.backend != "auto" and args.backend not in available_backends():
+        return [f"--backend must be 'auto' or one of {', '.join(available_backends())}, got {args.backend!r}"]
+    return []
+
+
+def _eval_flag_problems(args) -> list[str]:
+    bad = _backend_problems(args)
+    if args.window < 1:
+        bad.append(f"--window must be >= 1, got {args.window}")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        bad.append(f"--max-tokens must be >= 1 (leave it out for the whole text), got {args.max_tokens}")
+    return bad
+
+
+def _load(args):
+    """(model, tokenizer) of --model, or the exit status after saying what is wrong."""
+    try:
+        return load_model(args.model, backend=args.backend, tokenizer=args.tokenizer), None
+    except (CheckpointNotFound, ValueError, OSError) as e:  # TokenizerError and PretrainedError are ValueErrors
+        return None, _error(str(e))
+
+
+def _problems_or_none(bad: list[str]) -> str | None:
+    return None if not bad else bad[0] if len(bad) == 1 else "\n  " + "\n  ".join(bad)
 
 
 def _generate(args) -> int:
 
-    bad = _generate_flag_problems(args)  # before loading anything: a typo in a flag should not cost a load
-    if bad:
-        return _error("; ".join(bad) if len(bad) == 1 else "\n  " + "\n  ".join(bad))
+    problem = _problems_or_none(_generate_flag_problems(args))  # before loading: a typo should not cost a load
+    if problem:
+        return _error(problem)
     try:
-        model = load_model(args.checkpoint, backend=args.backend)
-    except (CheckpointNotFound, ValueError, OSError) as e:
+        prompts = read_batch_file(args.batch_file) if args.batch_file is not None else None
+    except (OSError, ValueError) as e:
         return _error(str(e))
+    loaded, code = _load(args)
+    if loaded is None:
+        return code
+    model, tokenizer = loaded
     out = sys.stdout
     if hasattr(out, "reconfigure"):
         out.reconfigure(errors="replace")  # U+FFFD on a non-UTF-8 terminal must not crash either
     try:
-        return _stream(model, args, out)
+        if prompts is not None:
+            return _generate_batch(model, tokenizer, prompts, args, out)
+        return _stream(model, tokenizer, args, out)
+    except TokenizerError as e:
+        return _error(str(e))
     except OSError as e:  # `generate | head`, `generate > /dev/full`: one line, not a traceback
         where = _stdout_name() if e.filename is None else e.filename
         _silence_stdout()
@@ -265,12 +339,16 @@ def _generate(args) -> int:
         return EXIT_IO
 
 
-def _stream(model, args, out) -> int:
+def _sampling(args) -> dict:
+    return {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+            "stop_at_eos": not args.ignore_eos}
+
+
+def _stream(model, tokenizer, args, out) -> int:
     out.write(escape_controls(args.prompt))
     out.flush()
     try:
-        for piece in stream_text(model, args.prompt, args.max_new_tokens, temperature=args.temperature,
-                                 top_k=args.top_k, top_p=args.top_p, seed=args.seed):
+        for piece in stream_text(model, args.prompt, args.max_new_tokens, tokenizer, **_sampling(args)):
             out.write(escape_controls(piece))  # a control byte must not drive the terminal
             out.flush()
     except KeyboardInterrupt:
@@ -286,11 +364,58 @@ def _stream(model, args, out) -> int:
     return EXIT_OK
 
 
+def _generate_batch(model, tokenizer, prompts: list[str], args, out) -> int:
+    try:
+        texts = generate_batch(model, prompts, args.max_new_tokens, tokenizer, **_sampling(args))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except NonFiniteLogits as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
+    for i, (prompt, text) in enumerate(zip(prompts, texts), 1):
+        out.write(f"=== {i}/{len(prompts)} ===\n{escape_controls(prompt + text)}\n")
+    out.flush()
+    return EXIT_OK
+
+
+def _eval(args) -> int:
+    problem = _problems_or_none(_eval_flag_problems(args))
+    if problem:
+        return _error(problem)
+    loaded, code = _load(args)
+    if loaded is None:
+        return code
+    model, tokenizer = loaded
+    folder = resolve_model_folder(args.model)
+    try:
+        text = read_eval_text(args.data, folder)
+        report = score(model, tokenizer, text, window=args.window, carry_state=not args.reset_state,
+                       max_tokens=args.max_tokens, progress=not args.no_progress)
+    except DataError as e:
+        return _error(str(e))
+    except KeyboardInterrupt:
+        print("stopped by Ctrl-C", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    report["model"] = str(folder)
+    try:
+        print(describe(report, trained_val_bpb(folder) if args.data is None else None))
+        if args.json is not None:
+            text = json.dumps(report, indent=1) + "\n"
+            if args.json == "-":
+                sys.stdout.write(text)
+            else:
+                write_atomic(Path(args.json), text)
+    except OSError as e:
+        print(f"error: cannot write {e.filename or _stdout_name()}: {_io_cause(e)}", file=sys.stderr)
+        return EXIT_IO
+    return EXIT_OK if np.isfinite(report["mean_nats"]) else EXIT_DIVERGED
+
+
 def _argument_problem(args) -> str | None:
     """The first problem with the flags that the subcommand checks before any work, or None."""
     if args.command == "train":
         return args.sample_prompt is not None and _not_utf8("--sample-prompt", args.sample_prompt) or None
-    bad = _generate_flag_problems(args)
+    bad = _generate_flag_problems(args) if args.command == "generate" else _eval_flag_problems(args)
     return "; ".join(bad) if bad else None
 
 
@@ -345,7 +470,7 @@ def main(argv=None) -> int:
             return code
     else:
         args = parser.parse_args(argv)
-    return _train(args) if args.command == "train" else _generate(args)
+    return {"train": _train, "generate": _generate, "eval": _eval}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ class TrainConfig:
     data: str | None = None  # None: the running interpreter's standard library sources
     data_seed: int = 0  # file order and train/validation split; separate from `seed` so runs compare
     val_fraction: float = 0.05
+    tokenizer: str = "bytes"  # "bytes", or the absolute path of the tokenizer.json --data was tokenized with
+    init_from: str | None = None  # fine-tuning: the model folder whose weights the run started from
     # model
     d_model: int = 256
     n_layer: int = 3

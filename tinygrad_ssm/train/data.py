@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 import sysconfig
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -86,14 +86,18 @@ def _looks_binary(data: bytes) -> bool:
 
 @dataclass(frozen=True)
 class Corpus:
-    """Train and validation byte streams (uint8) and the files they came from, in stream order."""
+    """Train and validation streams and the files they came from, in stream order: bytes (uint8), or token ids
+    (int32) after `tokenize`, which also records how many tokens a byte of each split became."""
 
     source: str
-    train: np.ndarray  # (n_train,) uint8
-    val: np.ndarray  # (n_val,) uint8
+    train: np.ndarray  # (n_train,) uint8 bytes, or int32 token ids
+    val: np.ndarray  # (n_val,)
     train_files: tuple[str, ...]
     val_files: tuple[str, ...]
     skipped_files: tuple[str, ...] = field(default=())  # binary files left out of a --data folder
+    train_tokens_per_byte: float = 1.0  # bits per token x this = bits per byte
+    val_tokens_per_byte: float = 1.0
+    val_text: bytes | None = None  # the validation bytes of a tokenized corpus (its sample prompt)
 
     def describe(self) -> str:
         skipped = f", {len(self.skipped_files)} binary files skipped" if self.skipped_files else ""
@@ -170,12 +174,25 @@ def _split_single_file(path: Path, data: bytes, val_fraction: float) -> Corpus:
     return Corpus(str(path), arr[:cut].copy(), arr[cut:].copy(), (name,), (name,))
 
 
+def tokenize(corpus: Corpus, tokenizer) -> Corpus:
+    """The corpus as token ids of `tokenizer` (tokenizer.py); a byte corpus stays as it is for bytes."""
+    if tokenizer.name == "bytes":
+        return corpus
+    train, val = tokenizer.encode_bytes(corpus.train.tobytes()), tokenizer.encode_bytes(corpus.val.tobytes())
+    if max(int(train.max(initial=0)), int(val.max(initial=0))) >= np.iinfo(np.int32).max:
+        raise DataError(f"the tokenizer {tokenizer.name!r} gave ids beyond int32")
+    return replace(corpus, train=train.astype(np.int32), val=val.astype(np.int32),
+                   train_tokens_per_byte=len(train) / max(len(corpus.train), 1),
+                   val_tokens_per_byte=len(val) / max(len(corpus.val), 1), val_text=corpus.val.tobytes())
+
+
 def _concat(chunks) -> np.ndarray:
     return np.frombuffer(b"".join(chunks), dtype=np.uint8).copy()
 
 
 def unigram_entropy_bits(data: np.ndarray | bytes) -> float:
-    """Entropy of the byte histogram, in bits per byte: what a model that ignores context can reach."""
+    """Entropy of the byte (or token) histogram, in bits per byte (token): what a model that ignores context
+    can reach."""
     arr = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else np.asarray(data)
     if arr.size == 0:
         raise DataError("unigram entropy of an empty byte stream is undefined")
@@ -260,6 +277,6 @@ def eval_batches(data: np.ndarray, batch_size: int, seq_len: int,
         yield _windows(data, starts[i:i + batch_size], seq_len)
 
 
-def bits_per_byte(mean_nats: float) -> float:
-    """Cross entropy in nats per byte -> bits per byte (one token is one byte)."""
-    return mean_nats / math.log(2)
+def bits_per_byte(mean_nats: float, tokens_per_byte: float = 1.0) -> float:
+    """Cross entropy in nats per token -> bits per byte (a byte-level run: one token is one byte)."""
+    return mean_nats / math.log(2) * tokens_per_byte

@@ -1,32 +1,34 @@
-"""Text from a byte-level model: load a checkpoint (or a from_pretrained folder), stream decoded text.
+"""Text from a model folder: find the model and its tokenizer, stream the decoded text as it is generated.
 
-A byte model may emit a sequence that is not valid UTF-8 (a multi-byte character cut short, a stray
-continuation byte). An incremental decoder with errors="replace" turns those into U+FFFD as they come,
-and holds back the bytes of a character that is still incomplete, so streaming never crashes and never
-prints half a character.
+Any folder from_pretrained reads is a model folder (a run folder: its newest checkpoint; a checkpoint; a
+save_pretrained, mamba_ssm or transformers folder; a Hugging Face cache snapshot; a sharded checkpoint). Its
+tokenizer is the folder's tokenizer.json, or bytes for the package's own byte-level runs (tokenizer.py).
+Text is streamed through TextStream, which holds back the ids of a character still incomplete: a stream
+never shows half a UTF-8 character, and invalid UTF-8 comes out as U+FFFD, never as an exception.
 """
 from __future__ import annotations
 
-import codecs
+import json
 import os
 import unicodedata
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
-from ..io.checkpoints import CHECKPOINTS_DIR, STATE_FILE, CheckpointNotFound, resolve_checkpoint
+from ..io.checkpoints import (CHECKPOINTS_DIR, STATE_FILE, CheckpointNotFound, resolve_checkpoint)
+from ..io.file_checks import require_regular_file
 from ..models.mamba2 import Mamba2LMHeadModel
+from ..tokenizer import BYTES, ByteTokenizer, TextStream, TokenizerError, find_tokenizer
 
-EMPTY_PROMPT_BYTES = b"\n"  # the model needs at least one byte of context; a newline starts a fresh line
+EMPTY_PROMPT_BYTES = b"\n"  # a byte model needs at least one byte of context; a newline starts a fresh line
 
 
-def load_model(path: str | os.PathLike, backend: str = "auto"):
-    """A training run folder, one of its checkpoints, or any save_pretrained/from_pretrained folder."""
-
+def resolve_model_folder(path: str | os.PathLike, flag: str = "--model") -> Path:
+    """The folder from_pretrained reads: a run folder's newest checkpoint, or the folder itself."""
     p = Path(path).expanduser()
     if not p.exists():
-        raise CheckpointNotFound(f"--checkpoint {str(p)!r} does not exist")
+        raise CheckpointNotFound(f"{flag} {str(p)!r} does not exist")
     try:
         folder = resolve_checkpoint(p)
     except CheckpointNotFound:
@@ -34,9 +36,45 @@ def load_model(path: str | os.PathLike, backend: str = "auto"):
             raise  # a run folder whose checkpoints/LATEST is bad: resolve_checkpoint's message says how
         folder = p  # not a training checkpoint: let from_pretrained judge the folder
     if not (folder / "config.json").is_file():
-        raise CheckpointNotFound(f"{str(p)!r} has no training checkpoint ({STATE_FILE}, checkpoints/LATEST) "
+        raise CheckpointNotFound(f"{flag} {str(p)!r} has no training checkpoint ({STATE_FILE}, checkpoints/LATEST) "
                                  f"and no config.json for from_pretrained")
-    return Mamba2LMHeadModel.from_pretrained(folder, backend=backend)
+    return folder
+
+
+def _run_tokenizer(folder: Path) -> str | None:
+    """What a checkpoint of ours says its run was trained with (`bytes` or a path), None for other folders."""
+    try:
+        state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    config = state.get("train_config") if isinstance(state, dict) else None
+    return config.get("tokenizer", BYTES) if isinstance(config, dict) else None
+
+
+def _config_eos(folder: Path) -> int | None:
+    """config.json's eos_token_id (the transformers layout states it)."""
+    try:
+        eos = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return eos if isinstance(eos, int) and not isinstance(eos, bool) else None
+
+
+def load_tokenizer_for(folder: Path, vocab_size: int, override: str | None = None):
+    """The tokenizer of a resolved model folder (see tokenizer.find_tokenizer), checked against vocab_size."""
+    trained_with = _run_tokenizer(folder)
+    if override is None and trained_with not in (None, BYTES) and not (folder / "tokenizer.json").is_file():
+        raise TokenizerError(f"{str(folder)!r} was trained with the tokenizer {trained_with!r} but holds no "
+                             f"tokenizer.json; pass --tokenizer PATH with that file")
+    return find_tokenizer(folder, vocab_size, override=override, is_our_run=trained_with == BYTES,
+                          eos_token_id=_config_eos(folder))
+
+
+def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | None = None, flag: str = "--model"):
+    """(model, tokenizer) of any model folder (module docstring); `tokenizer` (--tokenizer) overrides its own."""
+    folder = resolve_model_folder(path, flag)
+    model = Mamba2LMHeadModel.from_pretrained(folder, backend=backend)
+    return model, load_tokenizer_for(folder, model.config.vocab_size, tokenizer)
 
 
 def escape_controls(text: str) -> str:
@@ -46,35 +84,91 @@ def escape_controls(text: str) -> str:
                    (f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}") for ch in text)
 
 
-def prompt_ids(prompt: str | bytes) -> np.ndarray:
-    """(1, l) int64 byte ids of the UTF-8 prompt (a newline for an empty prompt)."""
-    data = prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)
-    return np.frombuffer(data or EMPTY_PROMPT_BYTES, dtype=np.uint8).astype(np.int64)[None, :]
+def prompt_ids(prompt: str | bytes, tokenizer=None) -> np.ndarray:
+    """(l,) int64 ids of the prompt. An empty prompt: a newline for bytes, the EOS token (a document's start) for
+    a tokenizer that has one."""
+    tokenizer = tokenizer or ByteTokenizer()
+    if isinstance(tokenizer, ByteTokenizer):
+        ids = tokenizer.encode(prompt)
+        return ids if ids.size else tokenizer.encode(EMPTY_PROMPT_BYTES)
+    ids = tokenizer.encode(prompt.decode("utf-8", errors="replace") if isinstance(prompt, bytes) else prompt)
+    if ids.size:
+        return ids
+    if tokenizer.eos_token_id is None:
+        raise TokenizerError(f"the prompt is empty and the tokenizer {tokenizer.name!r} has no EOS token to start "
+                             f"a document with; give a --prompt")
+    return np.array([tokenizer.eos_token_id], np.int64)
 
 
-def stream_text(model, prompt: str | bytes, max_new_tokens: int, *, temperature: float = 1.0,
-                top_k: int | None = None, top_p: float | None = None, seed: int | None = None) -> Iterator[str]:
-    """Yield decoded text pieces as bytes are generated (invalid UTF-8 -> U+FFFD, never an exception)."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    for ids in model.generate_stream(prompt_ids(prompt), max_new_tokens, temperature=temperature,
-                                     top_k=top_k, top_p=top_p, seed=seed):
-        byte = int(np.asarray(ids).reshape(-1)[0])
-        if not 0 <= byte < 256:  # a padded-vocabulary id: not a byte at all
-            piece = "\ufffd"
-        else:
-            piece = decoder.decode(bytes([byte]))
+def stream_text(model, prompt: str | bytes, max_new_tokens: int, tokenizer=None, *, stop_at_eos: bool = True,
+                **sampling) -> Iterator[str]:
+    """Yield decoded text pieces as tokens are generated (never half a character, never an exception for
+    invalid UTF-8); stops at the tokenizer's EOS unless stop_at_eos is False. sampling: temperature, top_k,
+    top_p, seed (Mamba2LMHeadModel.generate_stream)."""
+    tokenizer = tokenizer or ByteTokenizer()
+    ids = prompt_ids(prompt, tokenizer)
+    eos = tokenizer.eos_token_id if stop_at_eos else None
+    stream = TextStream(tokenizer, ids)
+    for token in model.generate_stream(ids[None], max_new_tokens, **sampling):
+        token = int(np.asarray(token).reshape(-1)[0])
+        if token == eos:
+            break
+        piece = stream.push(token)
         if piece:
             yield piece
-    tail = decoder.decode(b"", final=True)
+    tail = stream.finish()
     if tail:
         yield tail
 
 
 def sample_text(model, prompt: str | bytes, max_new_tokens: int, on_piece: Callable[[str], None] | None = None,
-                **sampling) -> str:
+                tokenizer=None, **sampling) -> str:
     pieces = []
-    for piece in stream_text(model, prompt, max_new_tokens, **sampling):
+    for piece in stream_text(model, prompt, max_new_tokens, tokenizer, **sampling):
         pieces.append(piece)
         if on_piece is not None:
             on_piece(piece)
     return "".join(pieces)
+
+
+def generate_batch(model, prompts: list[str], max_new_tokens: int, tokenizer=None, *, stop_at_eos: bool = True,
+                   **sampling) -> list[str]:
+    """The continuations of many prompts (of any lengths), decoded together: one batch of b sequences, each
+    prefilled from its own prompt (Mamba2LMHeadModel.generate on a list). Returns one text per prompt."""
+    tokenizer = tokenizer or ByteTokenizer()
+    ids = [prompt_ids(p, tokenizer) for p in prompts]
+    eos = tokenizer.eos_token_id if stop_at_eos else None
+    rows = model.generate(ids, max_new_tokens, eos_token_id=eos, **sampling)
+    texts = []
+    for prompt, row in zip(ids, rows):
+        new = [int(t) for t in row[len(prompt):] if eos is None or int(t) != eos]
+        stream = TextStream(tokenizer, prompt)
+        texts.append("".join(stream.push(t) for t in new) + stream.finish())
+    return texts
+
+
+def read_batch_file(path: str) -> list[str]:
+    """--batch-file: one prompt per line (empty lines skipped), or JSON lines {"prompt": ...} for a .jsonl file."""
+    p = Path(path).expanduser()
+    require_regular_file(p, "--batch-file", ValueError)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--batch-file {str(p)!r} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    if p.suffix != ".jsonl":
+        prompts = [line for line in lines if line.strip()]
+    else:
+        prompts = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"--batch-file {str(p)!r} line {n} is not JSON ({e})") from None
+            if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+                raise ValueError(f'--batch-file {str(p)!r} line {n} must be an object {{"prompt": "text"}}')
+            prompts.append(record["prompt"])
+    if not prompts:
+        raise ValueError(f"--batch-file {str(p)!r} holds no prompt")
+    return prompts

@@ -32,19 +32,18 @@ import numpy as np
 
 from .. import optim
 from ..autograd.grad_mode import no_grad
-from ..models.mamba2 import Mamba2Config, Mamba2LMHeadModel
-from ..optim import AdamW
-from ..registry import VarMap
-from . import checkpoint as ckpt
 from ..distributed import (SINGLE, GradientAllreducer, RanksDiverged, World, broadcast_weights_and_optimizers,
                            check_same_weights)
-from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batches, load_corpus,
-                   sample_prompt_from, unigram_entropy_bits)
-from .generate import escape_controls, sample_text
-from .run_folder import RunFolderLock, claim_run_folder
-from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
+from ..optim import AdamW
+from . import checkpoint as ckpt
 from .checks import check_train_config
 from .config import VOCAB_SIZE, TrainConfig, _resume_config  # noqa: F401 (re-exported)
+from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batches, load_corpus, sample_prompt_from,
+                   tokenize, unigram_entropy_bits)
+from .generate import escape_controls, sample_text
+from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
+from .run_folder import RunFolderLock, claim_run_folder
+from .starting_point import build_model, resolve_starting_point, run_tokenizer, tokenizer_json
 
 
 @dataclass
@@ -105,13 +104,6 @@ def default_out_dir() -> str:
     return str(Path("runs") / time.strftime("mamba2-%Y%m%d-%H%M%S"))
 
 
-def build_model(cfg: TrainConfig):
-
-    config = Mamba2Config(d_model=cfg.d_model, n_layer=cfg.n_layer, vocab_size=VOCAB_SIZE, d_state=cfg.d_state,
-                          headdim=cfg.headdim, chunk_size=cfg.chunk_size)
-    return Mamba2LMHeadModel(config, varmap=VarMap(seed=cfg.seed), dtype=cfg.dtype, backend=cfg.backend)
-
-
 def build_optimizers(model, cfg: TrainConfig) -> dict:
     """AdamW with weight decay on matrices (ndim >= 2) only; vectors (norm weights, biases, A_log, D, dt_bias)
     are not decayed (as mamba_ssm and nanoGPT do): pulling them to 0 has no regularising meaning."""
@@ -138,14 +130,16 @@ def _load_optimizer_state(optimizers: dict, flat: dict) -> None:
         opt.load_state_dict({k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)})
 
 
-def _fingerprint(corpus: Corpus) -> dict:
-    # a resumed run must see the same bytes (another Python version has another standard library)
-    return {"train_bytes": int(len(corpus.train)), "val_bytes": int(len(corpus.val)),
-            "train_crc32": zlib.crc32(corpus.train.tobytes()), "val_crc32": zlib.crc32(corpus.val.tobytes())}
+def _fingerprint(corpus: Corpus, tokenizer) -> dict:
+    # a resumed run must see the same bytes (another Python version has another standard library), read into the
+    # same tokens (a byte run's fingerprint is what it was before tokenizers: its checkpoints still resume)
+    found = {"train_bytes": int(len(corpus.train)), "val_bytes": int(len(corpus.val)),
+             "train_crc32": zlib.crc32(corpus.train.tobytes()), "val_crc32": zlib.crc32(corpus.val.tobytes())}
+    return found if tokenizer.fingerprint() == "bytes" else {**found, "tokenizer": tokenizer.fingerprint()}
 
 
-def evaluate(model, data: np.ndarray, cfg: TrainConfig, world: World = SINGLE) -> float:
-    """Mean next-byte cross entropy on the fixed validation windows, in bits per byte. Under MPI each rank
+def evaluate(model, data: np.ndarray, cfg: TrainConfig, world: World = SINGLE, tokens_per_byte: float = 1.0) -> float:
+    """Mean next-token cross entropy on the fixed validation windows, in bits per byte. Under MPI each rank
     takes every world.size-th batch and the sums are added up over the ranks."""
 
     total, count = 0.0, 0
@@ -155,7 +149,7 @@ def evaluate(model, data: np.ndarray, cfg: TrainConfig, world: World = SINGLE) -
                 total += float(model.loss(x, y).data) * y.size
                 count += y.size
     total, count = (float(v) for v in world.sum([total, count]))
-    return bits_per_byte(total / count)
+    return bits_per_byte(total / count, tokens_per_byte)
 
 
 @dataclass
@@ -165,6 +159,7 @@ class _Run:
     cfg: TrainConfig
     out: Path
     corpus: Corpus
+    tokenizer: object
     fingerprint: dict
     val_unigram: float
     model: object
@@ -197,7 +192,8 @@ class _Run:
                          "sampler": self.sampler.state_dict(), "data_fingerprint": self.fingerprint,
                          "world_size": self.world.size, **({"run_id": self.run_id} if self.run_id else {})}
         self.last_ckpt = ckpt.save_checkpoint(self.out, self.step, self.model, _optimizer_state(self.optimizers),
-                                              trainer_state, keep=self.cfg.keep_checkpoints)
+                                              trainer_state, keep=self.cfg.keep_checkpoints,
+                                              tokenizer_json=tokenizer_json(self.tokenizer))
         self.saved_step = self.step
         return self.last_ckpt
 
@@ -209,6 +205,7 @@ def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, 
         cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
         if cfg.data is not None:  # absolute, so that --resume works from any folder
             cfg.data = str(Path(cfg.data).expanduser().absolute())
+        resolve_starting_point(cfg, overrides or {})
         check_train_config(cfg, tuple(overrides or {}), stop_at, 0)
         return cfg, None, None
     resume_dir = ckpt.resolve_checkpoint(resume)
@@ -233,14 +230,14 @@ def _resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):
     return TrainConfig.from_dict(cfg_dict), state, resolved[2] if world.is_root else None
 
 
-def _load_data(cfg: TrainConfig, state: dict | None, world: World = SINGLE) -> tuple[Corpus, dict]:
+def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = SINGLE) -> tuple[Corpus, dict]:
     if cfg.batch_size % world.size:
         raise ValueError(f"--batch-size {cfg.batch_size} (the global batch) must be divisible by the number of "
                          f"MPI ranks, {world.size}: each rank trains on batch_size / ranks sequences")
-    corpus = load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction)
+    corpus = tokenize(load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction), tokenizer)
     check_length(corpus.train, cfg.seq_len, "training", corpus.source)
     check_length(corpus.val, cfg.seq_len, "validation", corpus.source)
-    fingerprint = _fingerprint(corpus)
+    fingerprint = _fingerprint(corpus, tokenizer)
     if state is not None and state["data_fingerprint"] != fingerprint:
         raise ValueError(f"--resume: the corpus {corpus.source!r} is not the one this run was trained on "
                          f"(saved {state['data_fingerprint']}, now {fingerprint})")
@@ -268,18 +265,22 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
     error about paths or sizes happens here, before any work, and under MPI on every rank at once."""
 
     cfg, state, resume_dir = _resolve_on_root(cfg, resume, overrides, stop_at, say, world)
-    corpus, fingerprint = world.agree(_load_data, cfg, state, world)
+    tokenizer = world.agree(run_tokenizer, cfg, resume_dir)
+    corpus, fingerprint = world.agree(_load_data, cfg, state, tokenizer, world)
+    model = world.agree(build_model, cfg, tokenizer, state)  # before the run folder: a bad --init-from changes nothing
     out, lock = world.agree(_make_run_folder, cfg, resume_dir, world, state)
     cfg.out = str(out)
-    model = build_model(cfg)
-    run = _Run(cfg, out, corpus, fingerprint, unigram_entropy_bits(corpus.val), model, build_optimizers(model, cfg),
+    val_unigram = unigram_entropy_bits(corpus.val) * corpus.val_tokens_per_byte
+    run = _Run(cfg, out, corpus, tokenizer, fingerprint, val_unigram, model, build_optimizers(model, cfg),
                optim.WarmupCosine(cfg.lr, min(cfg.warmup_steps, cfg.steps), cfg.steps,  # --steps 3: warm up 3
                                   min_lr=cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr),
                BatchSampler(corpus.train, cfg.batch_size, cfg.seq_len, seed=cfg.seed), RunLog(out),
                optim.clip_grad_norm_, world, lock, run_id=lock.run_id if lock is not None else None)
     say(corpus.describe())
-    say(f"unigram entropy: train {unigram_entropy_bits(corpus.train):.3f}, validation {run.val_unigram:.3f} "
-        f"bits per byte")
+    say(f"unigram entropy: train {unigram_entropy_bits(corpus.train) * corpus.train_tokens_per_byte:.3f}, "
+        f"validation {run.val_unigram:.3f} bits per byte"
+        + (f" (tokenizer {tokenizer.name}: {1 / corpus.val_tokens_per_byte:.2f} bytes per token)"
+           if tokenizer.name != "bytes" else ""))
     if state is not None:
         world.agree(_restore, run, state, resume_dir)
         say(f"resumed from {resume_dir} at step {run.step}")
@@ -290,8 +291,9 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
 
         broadcast_weights_and_optimizers(run.model.varmap, run.optimizers, world)
     say(f"model: {run.model.varmap.num_parameters():,} parameters (d_model {cfg.d_model}, {cfg.n_layer} layers, "
-        f"d_state {cfg.d_state}, headdim {cfg.headdim}); {cfg.steps} steps of {cfg.batch_size} x "
-        f"{cfg.seq_len} bytes{f' over {world.size} MPI ranks' if world.size > 1 else ''}; out {out}")
+        f"d_state {cfg.d_state}, headdim {cfg.headdim}"
+        f"{f'; from {cfg.init_from}' if cfg.init_from and state is None else ''}); {cfg.steps} steps of "
+        f"{cfg.batch_size} x {cfg.seq_len} {'bytes' if tokenizer.name == 'bytes' else 'tokens'}{f' over {world.size} MPI ranks' if world.size > 1 else ''}; out {out}")
     return run
 
 
@@ -351,7 +353,7 @@ def _step(run: _Run, stop_requested: bool = False) -> dict:
     dt = time.perf_counter() - t0
     run.train_s += dt
     run.rate = n_tokens / dt if run.rate is None else 0.9 * run.rate + 0.1 * n_tokens / dt
-    record = {"step": run.step, "train_loss": run.loss_val, "train_bpb": bits_per_byte(run.loss_val), "lr": lr,
+    record = {"step": run.step, "train_loss": run.loss_val, "train_bpb": bits_per_byte(run.loss_val, run.corpus.train_tokens_per_byte), "lr": lr,
               "grad_norm": grad_norm, "tokens": run.tokens, "tokens_per_s": n_tokens / dt}
     if run.reducer is not None:
         record["allreduce_s"] = run.reducer.last_finish_s
@@ -369,7 +371,7 @@ def _after_step(run: _Run, record: dict, bar, say) -> None:
     cfg = run.cfg
     if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
         check_same_weights(run.model.varmap, run.world, run.step)
-        run.val_bpb = evaluate(run.model, run.corpus.val, cfg, run.world)
+        run.val_bpb = evaluate(run.model, run.corpus.val, cfg, run.world, run.corpus.val_tokens_per_byte)
         if run.world.is_root:
             run.log.append({"step": run.step, "val_bpb": run.val_bpb, "tokens": run.tokens})
         say(f"step {run.step}: validation {run.val_bpb:.3f} bits per byte (train loss {run.loss_val:.3f})")
@@ -390,9 +392,10 @@ def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
             f"continue with: python -m tinygrad_ssm train --resume {run.out}")
     elif run.world.is_root:
 
-        prompt = run.cfg.sample_prompt or sample_prompt_from(run.corpus.val)
-        result.sample = prompt + sample_text(run.model, prompt, run.cfg.sample_bytes, temperature=0.8,
-                                             seed=run.cfg.seed)
+        val_text = run.corpus.val if run.corpus.val_text is None else np.frombuffer(run.corpus.val_text, np.uint8)
+        prompt = run.cfg.sample_prompt or sample_prompt_from(val_text)
+        result.sample = prompt + sample_text(run.model, prompt, run.cfg.sample_bytes, tokenizer=run.tokenizer,
+                                             temperature=0.8, seed=run.cfg.seed)
         say(summary(result))
     if run.lock is not None:
         run.lock.release()

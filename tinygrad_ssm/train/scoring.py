@@ -1,0 +1,104 @@
+"""`eval`: perplexity and bits per byte of a model on a text file or folder (or, for a run of ours, on its own
+validation split), streamed through models/mamba2/evaluation.py in windows with the state carried.
+
+Bits per byte are the total bits over the text's bytes (less the first token's, which nothing predicts): the
+measure that compares models with different tokenizers, and what training reports for a byte-level run.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..models.mamba2.evaluation import evaluate
+from .config import TrainConfig
+from .data import DataError, _looks_binary, _read, folder_files, load_corpus
+from .generate import _run_tokenizer
+
+
+@dataclass(frozen=True)
+class EvalText:
+    data: bytes
+    source: str  # what the user is told was scored
+
+
+def read_eval_text(path: str | None, folder: Path) -> EvalText:
+    """--data (a file, or a folder's text files in sorted order, binary ones skipped); without it, the
+    validation split of the run the checkpoint `folder` belongs to (the same files training validated on)."""
+    if path is None:
+        trained = _saved_train_config(folder)
+        if trained is None:
+            raise DataError(f"eval: {str(folder)!r} is not a checkpoint of a tinygrad_ssm run, so it has no "
+                            f"validation split of its own; give --data PATH (a text file or a folder)")
+        corpus = load_corpus(trained.data, seed=trained.data_seed, val_fraction=trained.val_fraction)
+        return EvalText(corpus.val.tobytes(), f"the validation split of {corpus.source} ({len(corpus.val_files)} "
+                                              f"files, as the run split it)")
+    root = Path(path).expanduser()
+    if root.is_file():
+        return EvalText(_read(root), str(root))
+    if not root.is_dir():
+        raise DataError(f"--data path {str(root)!r} does not exist" if not root.exists() else
+                        f"--data path {str(root)!r} is neither a regular file nor a folder")
+    texts = [data for data in map(_read, folder_files(root)) if data and not _looks_binary(data)]
+    if not texts:
+        raise DataError(f"--data folder {str(root)!r} holds no text files")
+    return EvalText(b"".join(texts), f"{root} ({len(texts)} text files)")
+
+
+def _saved_train_config(folder: Path) -> TrainConfig | None:
+    if _run_tokenizer(folder) is None:
+        return None
+    state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+    return TrainConfig.from_dict(state["train_config"])
+
+
+def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: bool = True,
+          max_tokens: int | None = None, progress: bool = True) -> dict:
+    """Tokenize, score, and return the report (the JSON `eval --json` writes)."""
+    from tqdm import tqdm
+
+    ids = tokenizer.encode_bytes(text.data)                              # (n,)
+    if max_tokens is not None:
+        ids = ids[:max_tokens + 1]
+    if len(ids) < 2:
+        raise DataError(f"eval: {text.source} holds {len(ids)} token(s); at least 2 are needed (one to predict "
+                        f"from, one to predict)")
+    scored_bytes = len(tokenizer.decode(ids[1:]).encode("utf-8")) if max_tokens is not None else \
+        len(text.data) - len(tokenizer.decode(ids[:1]).encode("utf-8"))
+    start = time.perf_counter()
+    with tqdm(total=len(ids) - 1, unit="tok", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+        result = evaluate(model, ids, window, carry_state=carry_state, progress=bar.update)
+    seconds = time.perf_counter() - start
+    return {"data": text.source, "tokenizer": tokenizer.name, "tokens": result.tokens,
+            "bytes": int(scored_bytes), "mean_nats": result.mean_nats, "perplexity": result.perplexity,
+            "bits_per_token": result.bits_per_token, "bits_per_byte": result.bits_per_byte(max(scored_bytes, 1)),
+            "window": window, "carry_state": carry_state, "windows": result.windows, "seconds": seconds,
+            "tokens_per_s": result.tokens / seconds if seconds > 0 else None}
+
+
+def describe(report: dict, trained_val_bpb: float | None = None) -> str:
+    lines = [f"data: {report['data']}",
+             f"tokens scored: {report['tokens']:,} ({report['bytes']:,} bytes; tokenizer {report['tokenizer']})",
+             f"perplexity {report['perplexity']:.4g}, {report['mean_nats']:.4f} nats and "
+             f"{report['bits_per_token']:.4f} bits per token, {report['bits_per_byte']:.4f} bits per byte",
+             f"windows of {report['window']} tokens, state "
+             f"{'carried between them' if report['carry_state'] else 'reset at each'}; "
+             f"{report['seconds']:.1f} s ({report['tokens_per_s'] or 0:,.0f} tokens/s)"]
+    if trained_val_bpb is not None:
+        lines.append(f"training reported {trained_val_bpb:.4f} bits per byte on its fixed validation windows "
+                     f"(a sample of windows of --seq-len, each from a zero state: --window SEQ_LEN --reset-state "
+                     f"scores the same way)")
+    return "\n".join(lines)
+
+
+def trained_val_bpb(folder: Path) -> float | None:
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = state.get("val_bpb") if isinstance(state, dict) else None
+    return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None

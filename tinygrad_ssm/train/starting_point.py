@@ -1,0 +1,87 @@
+"""What a run starts from: the tokenizer its text is read with, and the model (fresh, a checkpoint's weights for
+fine-tuning with --init-from, or the run's own checkpoint on --resume).
+
+- A fresh run reads bytes (vocabulary 256) unless --tokenizer names a tokenizer.json; the model's vocabulary
+  is then the tokenizer's.
+- --init-from DIR takes the model folder's weights, its shape (the model flags may not be given), and its
+  tokenizer (unless --tokenizer says otherwise; it must fit the model's vocabulary). Its weights are checked
+  finite before the run starts: a NaN checkpoint is never trained on.
+- Every checkpoint of a run with a tokenizer.json holds a copy of it, so generate, eval and --resume read the
+  tokenizer the run used, whatever became of the file it was given.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ..io.checkpoints import CheckpointNotFound
+from ..models.mamba2 import Mamba2Config, Mamba2LMHeadModel
+from ..models.mamba2.pretrained import parse_config, read_config
+from ..registry import VarMap
+from ..tokenizer import (BYTES, TOKENIZER_FILE, ByteTokenizer, FileTokenizer, check_fits, load_tokenizer)
+from .checkpoint import non_finite_problems
+from .generate import load_tokenizer_for, resolve_model_folder
+
+MODEL_SHAPE_FIELDS = ("d_model", "n_layer", "d_state", "headdim")  # what --init-from's checkpoint decides
+PAD_VOCAB_MULTIPLE = 16  # a tokenizer's vocabulary is padded to this for the model's embedding (as mamba_ssm does)
+
+
+def resolve_starting_point(cfg, overrides: dict) -> None:
+    """For a fresh run (in place on cfg): --init-from resolved to its model folder (absolute) and the model's
+    shape read from it; --tokenizer (or --init-from's own tokenizer) resolved to an absolute file, or bytes."""
+    if cfg.init_from is not None:
+        given = [f"--{f.replace('_', '-')}" for f in MODEL_SHAPE_FIELDS if f in overrides]
+        if given:
+            raise ValueError(f"--init-from {cfg.init_from!r} takes the model's shape from the checkpoint; leave out "
+                             f"{', '.join(given)}")
+        folder = resolve_model_folder(cfg.init_from, "--init-from").absolute()
+        config, _ = parse_config(read_config(folder))
+        cfg.init_from = str(folder)
+        for field in MODEL_SHAPE_FIELDS:
+            setattr(cfg, field, getattr(config, field))
+        if "tokenizer" not in overrides:
+            tok = load_tokenizer_for(folder, config.vocab_size)
+            cfg.tokenizer = BYTES if tok.name == BYTES else str(Path(tok.name).absolute())
+    if cfg.tokenizer != BYTES:
+        tok = load_tokenizer(cfg.tokenizer)      # fails here, naming the flag's file, before any work
+        cfg.tokenizer = str(Path(tok.name).absolute())
+
+
+def run_tokenizer(cfg, resume_dir: Path | None):
+    """The tokenizer of a run: a resumed run's from its checkpoint's copy (the file it was given may be gone)."""
+    if cfg.tokenizer == BYTES:
+        return ByteTokenizer()
+    if resume_dir is None:
+        return load_tokenizer(cfg.tokenizer)
+    copy = Path(resume_dir) / TOKENIZER_FILE
+    if not copy.is_file():
+        raise CheckpointNotFound(f"{str(resume_dir)!r} holds no {TOKENIZER_FILE}, but its run was trained with the "
+                                 f"tokenizer {cfg.tokenizer!r}: the checkpoint is incomplete; resume from another one")
+    return FileTokenizer(copy)
+
+
+def build_model(cfg, tokenizer, state: dict | None = None):
+    """The model a run trains: the saved run's shape (--resume: the weights are loaded afterwards), the
+    --init-from checkpoint's weights, or a fresh one of cfg's shape on the tokenizer's vocabulary."""
+    if state is not None:
+        config = Mamba2Config.from_dict(state["model_config"])
+    elif cfg.init_from is not None:
+        model = Mamba2LMHeadModel.from_pretrained(cfg.init_from, dtype=cfg.dtype, backend=cfg.backend)
+        bad = non_finite_problems(model.varmap.named_vars())
+        if bad:
+            raise ValueError(f"--init-from {cfg.init_from!r}: the weights are not finite ({'; '.join(bad[:3])}); "
+                             f"start from another checkpoint")
+        check_fits(tokenizer, model.config.vocab_size, cfg.init_from)
+        model.config.chunk_size = cfg.chunk_size  # speed only: the results are equal up to rounding
+        return model
+    else:
+        padding = {} if tokenizer.name == BYTES else {"pad_vocab_size_multiple": PAD_VOCAB_MULTIPLE}
+        config = Mamba2Config(d_model=cfg.d_model, n_layer=cfg.n_layer, vocab_size=tokenizer.vocab_size,
+                              d_state=cfg.d_state, headdim=cfg.headdim, chunk_size=cfg.chunk_size, **padding)
+    config = dataclasses.replace(config, chunk_size=cfg.chunk_size)
+    return Mamba2LMHeadModel(config, varmap=VarMap(seed=cfg.seed), dtype=cfg.dtype, backend=cfg.backend)
+
+
+def tokenizer_json(tokenizer) -> str | None:
+    """What a checkpoint stores of its run's tokenizer: the tokenizer.json's text, None for bytes."""
+    return None if tokenizer.name == BYTES else tokenizer.to_str()
