@@ -237,3 +237,18 @@ def test_the_product_blocks_ask_llvm_for_512_bit_vectors():
     assert PREFER_512_BIT not in dot.inspect_llvm(dot.signatures[0])
     if "+avx512f" in llvm.get_host_cpu_features().flatten().split(","):
         assert "zmm" in blocks.inspect_asm(blocks.signatures[0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_models_of_any_layer_count_share_one_compilation(dtype):
+    """The decoder's argument types hold no model size (typed Lists, not tuples whose type is their length): a
+    model of 2 layers and one of 3 (and other widths) step, prompt and decode greedily through the functions
+    compiled for the first, so numba compiles (and caches on disk) once per dtype."""
+    functions = (decode._lead, decode._greedy)                         # _step is compiled into them
+    prompt = np.array([[1, 2, 3]])
+    twin_models(dtype=dtype, seed=1, n_layer=2)[0].generate(prompt, 3, temperature=0)
+    compiled = [set(f.signatures) for f in functions]
+    assert all(len(sigs) >= 1 for sigs in compiled)
+    for overrides in (dict(n_layer=3), dict(n_layer=1, d_model=8, d_state=2, vocab_size=17)):
+        twin_models(dtype=dtype, seed=1, **overrides)[0].generate(prompt, 3, temperature=0)
+        assert [set(f.signatures) for f in functions] == compiled

@@ -25,11 +25,28 @@ import os
 import numba
 import numpy as np
 from numba import njit
+from numba.typed import List
 
-from ...fast.decode_kernels import (_JIT, _argmax_rows, _group_norm, _head_update, _in_proj_rows, _matvec_rows,
-                             _residual_norm)
 from ...autograd.tensor import Tensor
-from ...fast.claims import atomic_load, atomic_store, claim, cycles, finish, relax, sync_array, wait_done
+from ...fast.claims import (
+    atomic_load,
+    atomic_store,
+    claim,
+    cycles,
+    finish,
+    relax,
+    sync_array,
+    wait_done,
+)
+from ...fast.decode_kernels import (
+    _JIT,
+    _argmax_rows,
+    _group_norm,
+    _head_update,
+    _in_proj_rows,
+    _matvec_rows,
+    _residual_norm,
+)
 
 _EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it with a prefill forward"
 
@@ -88,6 +105,7 @@ def _step(step, last_wait, args):
     coef = np.empty(4, ssms[0].dtype)
     phase = 0
     for layer in range(n_layer + 1):
+        w_norm = norm_w[layer] if layer < n_layer else norm_f         # the block's pre-norm, or the final one
         n_chunks = _n_chunks(nb, big_rows, 1)
         while True:                                                     # residual (+ delta) and pre-norm: rows
             c = claim(sync, phase, step, n_chunks)
@@ -95,8 +113,7 @@ def _step(step, last_wait, args):
                 break
             lo, hi = _chunk(c, nb, big_rows, 1)
             for bi in range(lo, hi):
-                _residual_norm(layer == 0, x, delta, emb, ids, norm_w[layer] if layer < n_layer else norm_f, eps, u,
-                               bi)
+                _residual_norm(layer == 0, x, delta, emb, ids, w_norm, eps, u, bi)
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
         if profiling:
@@ -104,14 +121,18 @@ def _step(step, last_wait, args):
         phase += 1
         if layer == n_layer:
             break
+        # this layer's arrays, each taken from its list once (an item costs a call and a reference count)
+        w_in, b_in, w_conv, b_conv, dt_b = in_w[layer], in_b[layer], conv_w[layer], conv_b[layer], dt_bias[layer]
+        conv_state, ssm, a_log, d_skip = conv_states[layer], ssms[layer], A_log[layer], D[layer]
+        w_gnorm, w_out, b_out = gnorm_w[layer], out_w[layer], out_b[layer]
         n_chunks = _n_chunks(proj.shape[1], big_in, rows_in)
         while True:                                                     # in_proj, conv, dt: blocks of rows
             c = claim(sync, phase, step, n_chunks)
             if c < 0:
                 break
             lo, hi = _chunk(c, proj.shape[1], big_in, rows_in)
-            _in_proj_rows(in_w[layer], lo, hi, u, in_b[layer], zero, conv_w[layer], conv_b[layer],
-                          conv_states[layer], dt_bias[layer], low, high, clamp, proj, xbc, dtv)
+            _in_proj_rows(w_in, lo, hi, u, b_in, zero, w_conv, b_conv, conv_state, dt_b, low, high, clamp, proj,
+                          xbc, dtv)
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
         if profiling:
@@ -127,8 +148,8 @@ def _step(step, last_wait, args):
             while i < hi:                                               # sequence i // h, head i % h (and next)
                 pair = i + 1 < hi and (i + 1) % h != 0                  # two heads of one row: streamed together
                 for token in range(tokens):                             # the sequence's tokens in order
-                    _head_update(token * nbs + i // h, i % h, pair, ngroups, proj, xbc, dtv, A_log[layer], D[layer],
-                                 ssms[layer], coef, y, hsq)
+                    _head_update(token * nbs + i // h, i % h, pair, ngroups, proj, xbc, dtv, a_log, d_skip, ssm,
+                                 coef, y, hsq)
                 i += 2 if pair else 1
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
@@ -142,7 +163,7 @@ def _step(step, last_wait, args):
                 break
             lo, hi = _chunk(c, nb * ngroups, big_groups, 1)
             for i in range(lo, hi):                                     # row i // ngroups, group i % ngroups
-                _group_norm(i // ngroups, i % ngroups, ngroups, hsq, gnorm_w[layer], eps, y)
+                _group_norm(i // ngroups, i % ngroups, ngroups, hsq, w_gnorm, eps, y)
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
         if profiling:
@@ -154,7 +175,7 @@ def _step(step, last_wait, args):
             if c < 0:
                 break
             lo, hi = _chunk(c, delta.shape[1], big_out, rows_out)
-            _matvec_rows(out_w[layer], lo, hi, y, out_b[layer], zero, delta)
+            _matvec_rows(w_out, lo, hi, y, b_out, zero, delta)
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
         if profiling:
@@ -262,20 +283,22 @@ class _Weights:
         self.sources, self.copied = [], False
         layers = [layer.mixer for layer in model.layers]
         take = self._take
-        mats = (tuple(take(m.in_proj.weight, dtype) for m in layers),
-                tuple(take(m.out_proj.weight, dtype) for m in layers),
-                tuple(take(m.conv1d.weight, dtype).reshape(c.conv_dim, c.d_conv) for m in layers))
-        zeros = lambda size: np.zeros(size, dtype)  # noqa: E731  (a missing bias)
-        self.vecs = (tuple(take(layer.norm.weight, dtype) for layer in model.layers),
-                     tuple(zeros(c.d_in_proj) if m.in_proj.bias is None else take(m.in_proj.bias, dtype)
-                           for m in layers),
-                     tuple(zeros(c.conv_dim) if m.conv1d.bias is None else take(m.conv1d.bias, dtype) for m in layers),
-                     tuple(take(m.dt_bias, dtype) for m in layers), tuple(take(m.A_log, dtype) for m in layers),
-                     tuple(take(m.D, dtype) for m in layers), tuple(take(m.norm.weight, dtype) for m in layers),
-                     tuple(zeros(c.d_model) if m.out_proj.bias is None else take(m.out_proj.bias, dtype)
-                           for m in layers),
+        zeros = lambda size: np.zeros(size, dtype)
+        self.mats = (_array_list(take(m.in_proj.weight, dtype) for m in layers),
+                     _array_list(take(m.out_proj.weight, dtype) for m in layers),
+                     _array_list(take(m.conv1d.weight, dtype).reshape(c.conv_dim, c.d_conv) for m in layers))
+        self.vecs = (_array_list(take(layer.norm.weight, dtype) for layer in model.layers),
+                     _array_list(zeros(c.d_in_proj) if m.in_proj.bias is None else take(m.in_proj.bias, dtype)
+                                 for m in layers),
+                     _array_list(zeros(c.conv_dim) if m.conv1d.bias is None else take(m.conv1d.bias, dtype)
+                                 for m in layers),
+                     _array_list(take(m.dt_bias, dtype) for m in layers),
+                     _array_list(take(m.A_log, dtype) for m in layers),
+                     _array_list(take(m.D, dtype) for m in layers),
+                     _array_list(take(m.norm.weight, dtype) for m in layers),
+                     _array_list(zeros(c.d_model) if m.out_proj.bias is None else take(m.out_proj.bias, dtype)
+                                 for m in layers),
                      zeros(c.padded_vocab_size))                       # the head has no bias
-        self.mats = mats
         self.emb = take(model.embedding.weight, dtype)
         self.head = self.emb if model.lm_head is None else take(model.lm_head.weight, dtype)
         self.norm_f = take(model.norm_f.weight, dtype)
@@ -288,6 +311,8 @@ class _Weights:
 
     def _take(self, tensor, dtype):
         a = np.ascontiguousarray(tensor.data, dtype=dtype)
+        if not a.flags.writeable:                                       # a read-only array is another numba type
+            a = a.copy()
         self.copied |= a is not tensor.data
         self.sources.append((tensor, tensor.data))
         return a
@@ -297,6 +322,29 @@ class _Weights:
 
 
 _DATA = operator.attrgetter("data")
+
+
+def _array_list(arrays) -> List:
+    """One array per layer as a numba typed List, whose type names the arrays' dtype and ndim only: a tuple's
+    type holds its length, and every n_layer compiled the decoder anew (15-55 s; see docs/kernels.md). Built by
+    cached functions of ours: typed List's own Python methods compile at every start (0.2 s per item type)."""
+    arrays = iter(arrays)
+    out = _new_list(next(arrays))
+    for a in arrays:
+        _list_append(out, a)
+    return out
+
+
+@njit(cache=True)
+def _new_list(first):
+    out = List()
+    out.append(first)
+    return out
+
+
+@njit(cache=True)
+def _list_append(items, a):
+    items.append(a)
 
 
 def _weights(model) -> _Weights:
@@ -331,15 +379,16 @@ class _Session:
             ssms.append(_contiguous_state(state, "ssm", (batch, c.nheads, c.headdim, c.d_state), dtype))
         self.arrays = [a for pair in zip(convs, ssms) for a in pair]
         self.ids = np.zeros(tokens * batch, np.int64)                  # token-major: row t b + bi
-        rows = lambda n: np.zeros((tokens * batch, n), dtype)  # noqa: E731
+        rows = lambda n: np.zeros((tokens * batch, n), dtype)
         self.logits = np.zeros((batch, c.padded_vocab_size), dtype)    # the last token's
         bufs = (rows(c.d_model), rows(c.d_model), rows(c.d_in_proj), rows(c.conv_dim), rows(c.d_inner),
                 rows(c.d_model), self.logits)                          # x, u, proj, xbc, y, delta, logits
         low, high = (float(v) for v in c.dt_limit)
         n_phases = 5 * c.n_layer + 2
         w = weights
-        self.args = (sync_array(n_phases), self.ids, w.emb, w.head, w.norm_f, w.mats, w.vecs, tuple(convs),
-                     tuple(ssms), bufs, np.zeros((tokens * batch, c.nheads)), np.zeros((tokens * batch, c.nheads)),
+        self.args = (sync_array(n_phases), self.ids, w.emb, w.head, w.norm_f, w.mats, w.vecs,
+                     _array_list(convs), _array_list(ssms), bufs,
+                     np.zeros((tokens * batch, c.nheads)), np.zeros((tokens * batch, c.nheads)),
                      float(c.rms_norm_eps), c.ngroups, low, high, (low, high) != (0.0, math.inf), dtype.type(0),
                      w.rows, BIG_SHARE, np.zeros(0, np.int64) if PROFILE is None else PROFILE)
         self.step_count = 0
