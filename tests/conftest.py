@@ -43,3 +43,13 @@ def run(stopped_run, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(stopped_run, copy, symlinks=True)
     return copy
+
+
+@pytest.fixture(scope="session")
+def bpe_tokenizer(corpus, tmp_path_factory):
+    """A byte-level BPE tokenizer.json (320 tokens, EOS <|endoftext|> = 0) trained in the test on a few files of the
+    bundled corpus (the standard library's) and the test corpus: no download."""
+    from tests.support.tokenizers import corpus_texts, train_bpe
+    from tinygrad_ssm.train.data import stdlib_sources
+    files = stdlib_sources()[:4] + [corpus]
+    return train_bpe(corpus_texts(*files), tmp_path_factory.mktemp("tokenizer") / "tokenizer.json")

@@ -79,7 +79,11 @@ class FileTokenizer:
         self.path = Path(path)
         require_regular_file(self.path, "tokenizer", TokenizerError)
         try:
-            self._tok = Tokenizer.from_file(str(self.path))
+            self._json = self.path.read_text(encoding="utf-8")          # kept as read: a checkpoint copies it
+            self._tok = Tokenizer.from_str(self._json)
+        except UnicodeDecodeError as e:
+            raise TokenizerError(f"{str(self.path)!r} is not UTF-8 text (byte {e.start}): not a tokenizer.json") \
+                from None
         except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception with the parser's message)
             raise TokenizerError(f"{str(self.path)!r} is not a tokenizer.json the tokenizers library can read: "
                                  f"{e}") from None
@@ -123,10 +127,11 @@ class FileTokenizer:
 
     def fingerprint(self) -> str:
         """Changes when the tokenizer does: a resumed run must tokenize its data as before."""
-        return f"crc32:{zlib.crc32(self._tok.to_str().encode('utf-8')):08x}"
+        return f"crc32:{zlib.crc32(self._json.encode('utf-8')):08x}"
 
     def to_str(self) -> str:
-        return self._tok.to_str()
+        """The tokenizer.json's text, as read."""
+        return self._json
 
     def __repr__(self):
         return f"FileTokenizer({self.name!r}, vocab {self.vocab_size}, eos {self.eos_token_id})"

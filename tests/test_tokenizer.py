@@ -1,0 +1,87 @@
+"""tokenizer.py: bytes and tokenizer.json read alike; TextStream never prints half a character and, joined, prints
+exactly what decoding every id at once prints; a tokenizer that does not fit a model is refused, naming both sizes."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tinygrad_ssm.tokenizer import (ByteTokenizer, FileTokenizer, TextStream, TokenizerError, check_fits,
+                                    find_tokenizer, load_tokenizer)
+
+TEXTS = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+
+
+def _streamed(tok, ids, context=()) -> list[str]:
+    stream = TextStream(tok, context)
+    pieces = [stream.push(i) for i in ids]
+    return [p for p in pieces + [stream.finish()] if p]
+
+
+@given(text=TEXTS)
+def test_bytes_round_trip_and_stream_in_whole_characters(text):
+    tok = ByteTokenizer()
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    pieces = _streamed(tok, ids)
+    assert "".join(pieces) == text
+    assert all("\ufffd" not in p for p in pieces)  # valid UTF-8 in: no piece holds a cut character
+
+
+@given(ids=st.lists(st.integers(0, 300), max_size=30))
+def test_bytes_stream_of_any_ids_equals_decoding_them_at_once(ids):
+    tok = ByteTokenizer()  # invalid UTF-8 and padded-vocabulary ids (>= 256) included: U+FFFD, never an exception
+    assert "".join(_streamed(tok, ids)) == tok.decode(ids)
+
+
+def test_a_stray_byte_is_held_until_it_cannot_start_a_character():
+    tok = ByteTokenizer()
+    euro = list("€".encode())
+    assert _streamed(tok, [ord("a"), *euro, 0xFF, *euro[:2], ord("z")]) == ["a", "€", "\ufffd\ufffdz"]
+    assert _streamed(tok, euro[:2]) == ["\ufffd"]  # cut short at the end
+
+
+@pytest.fixture(scope="module")
+def bpe(bpe_tokenizer):
+    return FileTokenizer(bpe_tokenizer)
+
+
+@given(text=TEXTS)
+def test_bpe_stream_equals_the_text(bpe, text):
+    ids = bpe.encode(text)
+    assert bpe.decode(ids) == text
+    pieces = _streamed(bpe, ids)
+    assert "".join(pieces) == text and all("\ufffd" not in p for p in pieces)
+
+
+@given(ids=st.lists(st.integers(1, 319), max_size=30), context=st.lists(st.integers(1, 319), max_size=6))
+def test_bpe_stream_of_any_ids_equals_decoding_them_with_their_context(bpe, ids, context):
+    whole, before = bpe.decode(context + ids), bpe.decode(context)
+    if whole.startswith(before):  # (a byte-level BPE: always, unless the context ends inside a character)
+        assert "".join(_streamed(bpe, ids, context)) == whole[len(before):]
+
+
+def test_bpe_finds_its_eos_and_skips_it_in_text(bpe):
+    assert bpe.eos_token_id == 0 and bpe.vocab_size == 320
+    assert bpe.decode([0, *bpe.encode("ab")]) == "ab"
+
+
+def test_find_tokenizer_reads_the_folder_and_checks_the_vocabulary(bpe_tokenizer, tmp_path):
+    (tmp_path / "tokenizer.json").write_bytes(bpe_tokenizer.read_bytes())
+    assert find_tokenizer(tmp_path, 320).vocab_size == 320
+    with pytest.raises(TokenizerError, match="has 320 tokens but the model .* has a vocabulary of 256"):
+        find_tokenizer(tmp_path, 256)
+    with pytest.raises(TokenizerError, match="holds no tokenizer.json .* vocabulary of 50280 .* --tokenizer"):
+        find_tokenizer(tmp_path / "elsewhere", 50280)
+    assert find_tokenizer(tmp_path / "elsewhere", 256).name == "bytes"
+
+
+def test_bad_tokenizer_files_are_named(tmp_path):
+    with pytest.raises(TokenizerError, match="no such file"):
+        load_tokenizer(tmp_path / "missing.json")
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(TokenizerError, match="not a tokenizer.json the tokenizers library can read"):
+        load_tokenizer(tmp_path)
+    with pytest.raises(TokenizerError, match="has 256 tokens but .* vocabulary of 100"):
+        check_fits(ByteTokenizer(), 100, "model")
+    assert isinstance(load_tokenizer("bytes"), ByteTokenizer)
+    assert np.array_equal(ByteTokenizer().encode("é"), [0xC3, 0xA9])

@@ -1,0 +1,129 @@
+"""A run on a BPE tokenizer (trained in the test), and what a user with a checkpoint does with it: generate text (equal
+to decoding generate's ids), eval (equal to one plain forward), fine-tune with --init-from (starting from the
+checkpoint's weights exactly, resumable like any run)."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.support.training import TINY, quiet
+from tinygrad_ssm.models.mamba2 import Mamba2LMHeadModel
+from tinygrad_ssm.models.mamba2.evaluation import evaluate
+from tinygrad_ssm.tokenizer import FileTokenizer
+from tinygrad_ssm.train import cli
+from tinygrad_ssm.train.data import BatchSampler, load_corpus, tokenize
+from tinygrad_ssm.train.generate import escape_controls, load_model
+from tinygrad_ssm.train.loop import TrainConfig, train
+
+SETTINGS = dict(TINY, dtype="float64", steps=2)
+
+
+@pytest.fixture(scope="module")
+def bpe_run(corpus, bpe_tokenizer, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bpe") / "run"
+    result = train(TrainConfig(**SETTINGS, data=str(corpus), out=str(out), tokenizer=str(bpe_tokenizer)),
+                   overrides={"tokenizer": str(bpe_tokenizer)}, progress=False, say=quiet)
+    assert result.status == "done"
+    return out
+
+
+def test_the_run_trains_on_tokens_and_keeps_its_tokenizer(bpe_run, bpe_tokenizer):
+    checkpoint = bpe_run / "checkpoints" / "step-000002"
+    assert (checkpoint / "tokenizer.json").read_bytes() == bpe_tokenizer.read_bytes()
+    model, tok = load_model(bpe_run)
+    assert model.config.vocab_size == 320 and model.config.padded_vocab_size == 320 and tok.vocab_size == 320
+    bpe_tokenizer_moved = bpe_tokenizer.with_name("moved.json")  # the run needs the file it was given no more
+    shutil.move(bpe_tokenizer, bpe_tokenizer_moved)
+    try:
+        assert load_model(bpe_run)[1].vocab_size == 320
+    finally:
+        shutil.move(bpe_tokenizer_moved, bpe_tokenizer)
+
+
+def test_generate_prints_the_decoded_ids(bpe_run, capsys):
+    model, tok = load_model(bpe_run)
+    prompt = "line 12: the"
+    ids = tok.encode(prompt)
+    expected = model.generate(ids[None], 12, temperature=0)[0, len(ids):]
+    cut = list(expected).index(0) if 0 in expected else len(expected)  # EOS (id 0) ends the text
+    assert cli.main(["generate", "--model", str(bpe_run), "--prompt", prompt, "--max-new-tokens", "12",
+                     "--temperature", "0"]) == cli.EXIT_OK
+    assert capsys.readouterr().out == escape_controls(prompt + tok.decode(expected[:cut])) + "\n"
+
+
+def test_eval_equals_one_plain_forward_whatever_the_window(bpe_run, corpus, capsys):
+    tok = load_model(bpe_run)[1]
+    model = Mamba2LMHeadModel.from_pretrained(bpe_run, dtype="float64")
+    ids = tok.encode_bytes(corpus.read_bytes())
+    plain = float(model.loss(ids[None, :-1], ids[None, 1:]).data)  # one forward over the whole text
+    for window in (1, 7, 64, 4096):  # float64: the windows with the state carried are that forward
+        assert abs(evaluate(model, ids, window).mean_nats - plain) < 1e-10
+    assert evaluate(model, ids, 16, carry_state=False).mean_nats > plain + 1e-3  # each window forgets the past
+
+    model32 = Mamba2LMHeadModel.from_pretrained(bpe_run)  # what the CLI loads: float32
+    plain32 = float(model32.loss(ids[None, :-1], ids[None, 1:]).data)
+    for window in ("7", "4096"):
+        assert cli.main(["eval", "--model", str(bpe_run), "--data", str(corpus), "--window", window, "--json", "-",
+                         "--no-progress"]) == cli.EXIT_OK
+        out = capsys.readouterr().out
+        report = json.loads(out[out.index("{"):])
+        assert report["tokens"] == len(ids) - 1 and report["mean_nats"] == pytest.approx(plain32, rel=1e-6)
+        first_token_bytes = len(tok.decode(ids[:1]).encode())
+        assert report["bits_per_byte"] == pytest.approx(report["mean_nats"] * report["tokens"] / np.log(2) /
+                                                        (len(corpus.read_bytes()) - first_token_bytes))
+
+
+def test_eval_defaults_to_the_runs_validation_split(bpe_run, capsys):
+    assert cli.main(["eval", "--model", str(bpe_run), "--no-progress"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "validation split" in out and "training reported" in out
+
+
+def _first_batch_loss(model, cfg, corpus_path, tok) -> float:
+    corpus = tokenize(load_corpus(str(corpus_path), seed=cfg.data_seed, val_fraction=cfg.val_fraction), tok)
+    x, y = BatchSampler(corpus.train, cfg.batch_size, cfg.seq_len, seed=cfg.seed).next_batch()
+    return float(model.loss(x, y).data)
+
+
+def test_fine_tuning_starts_from_the_checkpoint_and_resumes_like_any_run(bpe_run, corpus, tmp_path):
+    start = bpe_run / "checkpoints" / "step-000002"
+    before = Mamba2LMHeadModel.from_pretrained(start, dtype="float64")
+    settings = {k: v for k, v in SETTINGS.items() if k not in ("d_model", "n_layer", "d_state", "headdim")}
+    seen = []
+
+    def first_weights(info):
+        if info.step == 1:
+            seen.append(info.loss)
+
+    whole = train(TrainConfig(**settings, data=str(corpus), out=str(tmp_path / "whole"), init_from=str(bpe_run)),
+                  progress=False, say=quiet, callback=first_weights)
+    cfg = TrainConfig(**settings, data=str(corpus))
+    tok = FileTokenizer(start / "tokenizer.json")
+    assert seen[0] == _first_batch_loss(before, cfg, corpus, tok)  # step 1's loss: the checkpoint's own weights
+    state = json.loads((whole.checkpoint / "trainer_state.json").read_text())
+    assert state["train_config"]["init_from"] == str(start) and state["train_config"]["d_model"] == TINY["d_model"]
+    assert (whole.checkpoint / "tokenizer.json").is_file()
+
+    split = tmp_path / "split"
+    train(TrainConfig(**settings, data=str(corpus), out=str(split), init_from=str(bpe_run)), stop_at=1,
+          progress=False, say=quiet)
+    resumed = train(resume=str(split), progress=False, say=quiet)
+    a = Mamba2LMHeadModel.from_pretrained(whole.checkpoint, dtype="float64").varmap.state_dict()
+    b = Mamba2LMHeadModel.from_pretrained(resumed.checkpoint, dtype="float64").varmap.state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_init_from_refuses_model_flags_and_a_tokenizer_that_does_not_fit(bpe_run, corpus, tmp_path, capsys):
+    base = ["train", "--init-from", str(bpe_run), "--data", str(corpus), "--out", str(tmp_path / "x"), "--steps", "1"]
+    assert cli.main([*base, "--d-model", "64"]) == cli.EXIT_USAGE
+    assert "takes the model's shape from the checkpoint; leave out --d-model" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    assert cli.main(["generate", "--model", str(bpe_run), "--tokenizer", "bytes"]) == cli.EXIT_OK  # 256 <= 320
+    capsys.readouterr()
+
+
+def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused(stopped_run, bpe_tokenizer, capsys):
+    assert cli.main(["generate", "--model", str(stopped_run), "--tokenizer", str(bpe_tokenizer)]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "has 320 tokens" in err and "vocabulary of 256" in err
