@@ -1,8 +1,11 @@
-"""`python -m tinygrad_ssm` / `tinygrad-ssm`: train a byte-level Mamba-2 model, and generate text from it.
+"""`python -m tinygrad_ssm` / `tinygrad-ssm`: train a Mamba-2 model (bytes, or a tokenizer's ids), fine-tune one,
+generate text from it, score a text with it.
 
     python -m tinygrad_ssm train                      # about four minutes on 2 cores, on the standard library
     python -m tinygrad_ssm train --resume runs/NAME   # continue a run (bit-identical to never stopping)
-    python -m tinygrad_ssm generate --checkpoint runs/NAME --prompt "def " --max-new-tokens 300
+    python -m tinygrad_ssm generate --model runs/NAME --prompt "def " --max-new-tokens 300
+    python -m tinygrad_ssm eval --model DIR --data FILE               # perplexity, bits per byte
+    python -m tinygrad_ssm train --init-from DIR --data FOLDER        # fine-tune a checkpoint
     mpiexec -n 2 python -m tinygrad_ssm train         # data-parallel over MPI ranks (docs/distributed.md)
 
 Exit status: 0 done, 1 training diverged or the model gave NaN/inf logits, 2 bad arguments or data, 74 a file
@@ -208,7 +211,8 @@ def _not_utf8(flag: str, text: str) -> str | None:
 def _next_steps(result) -> str:
     run = shlex.quote(str(result.out))
     lines = ["", f"run folder: {result.out}", "next:",
-             f"  python -m tinygrad_ssm generate --checkpoint {run} --max-new-tokens 300   # text from the model",
+             f"  python -m tinygrad_ssm generate --model {run} --max-new-tokens 300   # text from the model",
+             f"  python -m tinygrad_ssm eval --model {run}   # its validation split, every token in context",
              f"  python -m tinygrad_ssm train --resume {run} --steps {2 * result.step}   # train on, to step "
              f"{2 * result.step}"]
     return "\n".join(lines)  # (the plot's path, or why there is none, is in the summary just above)

@@ -1,6 +1,7 @@
-"""The byte corpus: which files, in which order, split how, and the batches drawn from it.
+"""The corpus: which files, in which order, split how, and the batches drawn from it.
 
-Text is read as raw bytes (vocabulary 256), so any file works and nothing is tokenised or downloaded.
+Text is read as raw bytes (vocabulary 256), so any file works and nothing is downloaded; with --tokenizer (or
+a fine-tuned checkpoint's tokenizer) each split's bytes are then tokenized as one text (`tokenize`).
 The default corpus is the running interpreter's own standard library (`*.py` under
 `sysconfig.get_paths()["stdlib"]`): real text that every Python installation carries.
 
