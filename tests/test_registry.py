@@ -403,3 +403,50 @@ def test_integer_tensor_under_a_variable_name_is_a_mismatch(tmp_path):
         vm.load(path)
     result = vm.load(path, strict=False)
     assert result.mismatched == [("norm.weight", (4,), (4,))] and len(result.missing) == 3
+
+
+# --- an uninitialised map, filled from a checkpoint in place --------------------------------------------------
+
+def never_called(shape, rng, dtype):
+    raise AssertionError("an uninitialised VarMap must not draw initial values")
+
+
+def test_uninitialised_map_creates_without_init_and_names_what_is_unfilled(tmp_path):
+    vm = VarMap.uninitialised()
+    vb = VarBuilder.from_varmap(vm)
+    for name in ("a", "b", "c"):
+        vb.get((3, 2), name, init=never_called)
+    with pytest.raises(ValueError, match="no init was given"):         # an init is still required: the same model code
+        vb.get((3,), "d")
+    assert vm.unfilled() == ["a", "b", "c"] and "3 unfilled" in repr(vm)
+    with pytest.raises(ValueError, match=r"save .*x\.safetensors.*3 variable\(s\).*never written.*a, b, c"):
+        vm.save(tmp_path / "x.safetensors")
+    with pytest.raises(ValueError, match="state_dict: 3 variable"):
+        vm.state_dict()
+    assert not list(tmp_path.iterdir())
+    vm.set_one("b", np.ones((3, 2)))
+    assert vm.unfilled() == ["a", "c"]
+    VarMap(seed=1).save(tmp_path / "empty.safetensors")                 # (an ordinary map is never "unfilled")
+    assert VarMap().unfilled() == [] and "seed=0" in repr(VarMap())
+
+
+def test_read_into_fills_the_same_tensor_in_place_and_bumps_its_version(tmp_path):
+    src = VarMap(seed=3)
+    declare_small_layout(src)
+    src.save(tmp_path / "w.safetensors")
+    stored = SafetensorsFile(tmp_path / "w.safetensors")
+    vm = VarMap.uninitialised()
+    declare_small_layout(vm, "float64")
+    tensor, version = vm["layers.0.weight"], vm["layers.0.weight"]._version[0]
+    vm.read_into("layers.0.weight", stored)                             # under grad mode: read_into takes care
+    assert vm["layers.0.weight"] is tensor and tensor.requires_grad and tensor._version[0] == version + 1
+    assert np.array_equal(tensor.data, src["layers.0.weight"].data.astype(np.float64))
+    with pytest.raises(ValueError, match=r"read_into 'norm\.weight': .*w\.safetensors' stores 'layers\.0\.bias' "
+                                         r"with shape \(6,\), the variable has shape \(4,\)"):
+        vm.read_into("norm.weight", stored, key="layers.0.bias")
+    with pytest.raises(KeyError, match="cannot find nope in VarMap"):
+        vm.read_into("nope", stored)
+    assert vm.unfilled() == ["embedding.weight", "layers.0.bias", "norm.weight"]
+    vm.load(tmp_path / "w.safetensors")                                 # load fills too
+    assert vm.unfilled() == []
+    vm.save(tmp_path / "again.safetensors")

@@ -7,6 +7,8 @@
 The optimizer, checkpoints (`varmap.save` / `varmap.load`, safetensors) and `gradient_report` all read the
 same map, so a tensor made outside it is a tensor nobody trains, saves or checks (candle's VarMap/VarBuilder).
 `VarBuilder.from_safetensors(paths)` serves stored tensors through the same `get`, for inference.
+`VarMap.uninitialised()` declares a model's variables without drawing them (np.empty), to be filled from a
+checkpoint in place (`read_into`); `unfilled()` names what is still unwritten, and `save` refuses while any is.
 """
 from __future__ import annotations
 
@@ -52,6 +54,28 @@ class VarMap:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self._vars: dict[str, Tensor] = {}
+        self._unfilled: set[str] | None = None  # None: variables are initialised when created
+
+    @classmethod
+    def uninitialised(cls) -> VarMap:
+        """A VarMap whose `get` creates each variable as np.empty (its `init` is checked, not called): for a
+        model whose every weight is about to be read from a checkpoint, so loading neither draws random
+        weights nor holds them next to the stored ones. Until written (`read_into`, `set_one`, `load`) a
+        variable is listed by `unfilled()`; `save` and `state_dict` refuse while any is."""
+        varmap = cls(seed=0)
+        varmap._unfilled = set()
+        return varmap
+
+    def unfilled(self) -> list[str]:
+        """The variables created uninitialised and not written since, in creation order (empty otherwise)."""
+        return [] if not self._unfilled else [name for name in self._vars if name in self._unfilled]
+
+    def _require_filled(self, what: str):
+        names = self.unfilled()
+        if names:
+            raise ValueError(f"{what}: {len(names)} variable(s) of this uninitialised VarMap were never written, "
+                             f"their values are whatever memory np.empty gave: {', '.join(names[:5])}"
+                             f"{', ...' if len(names) > 5 else ''} (read them from a checkpoint first)")
 
     # --- the map ----------------------------------------------------------------------------------------
     def all_vars(self) -> list[Tensor]:
@@ -88,10 +112,12 @@ class VarMap:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """name -> a copy of each variable's array."""
+        self._require_filled("state_dict")
         return {name: t.data.copy() for name, t in self._vars.items()}
 
     def __repr__(self):
-        return f"VarMap({len(self)} variables, {self.num_parameters():,} parameters, seed={self.seed})"
+        state = f"{len(self.unfilled())} unfilled" if self._unfilled is not None else f"seed={self.seed}"
+        return f"VarMap({len(self)} variables, {self.num_parameters():,} parameters, {state})"
 
     # --- creating and setting ---------------------------------------------------------------------------
     def get(self, shape, path: str, init: InitFn | None = None, dtype="float32") -> Tensor:
@@ -111,10 +137,15 @@ class VarMap:
                              f"(e.g. init.Randn(0, 0.02) or init.Const(0)) - there is no silent default")
         if not callable(init):
             raise TypeError(f"VarMap.get {path!r}: init must be callable fn(shape, rng, dtype), got {init!r}")
-        array = np.asarray(init(shape, self.rng, dtype))
-        if array.shape != shape:
-            raise ValueError(f"VarMap.get {path!r}: init {init!r} returned shape {array.shape}, expected {shape}")
-        tensor = Tensor(np.array(array, dtype=dtype, copy=True), requires_grad=True)
+        if self._unfilled is not None:
+            self._unfilled.add(path)
+            array = np.empty(shape, dtype=dtype)                        # written by read_into / set_one / load
+        else:
+            array = np.asarray(init(shape, self.rng, dtype))
+            if array.shape != shape:
+                raise ValueError(f"VarMap.get {path!r}: init {init!r} returned shape {array.shape}, expected {shape}")
+            array = np.array(array, dtype=dtype, copy=True)
+        tensor = Tensor(array, requires_grad=True)
         self._vars[path] = tensor
         return tensor
 
@@ -128,10 +159,30 @@ class VarMap:
             raise ValueError(f"set_one {name!r}: value has shape {array.shape}, variable has shape {target.shape}")
         with no_grad():
             target.copy_(array.astype(target.dtype, copy=False))
+        self._filled(name)
+
+    def read_into(self, name: str, stored: SafetensorsFile, key: str | None = None):
+        """Read tensor `key` (default: `name`) of the safetensors file `stored` straight into the variable
+        `name`'s array, converting its dtype piece by piece (F16 / BF16 are upcast): no full-size temporary."""
+        if name not in self._vars:
+            raise KeyError(f"cannot find {name} in VarMap")
+        target, key = self._vars[name], name if key is None else key
+        info = stored.info(key)
+        if info.shape != target.shape:
+            raise ValueError(f"read_into {name!r}: {stored.path!r} stores {key!r} with shape {info.shape}, the "
+                             f"variable has shape {target.shape}")
+        with no_grad():  # an in-place write like copy_: checked the same way and the version bumped
+            target._inplace("read_into", lambda: stored.read_into(key, target.data))
+        self._filled(name)
+
+    def _filled(self, name: str):
+        if self._unfilled:
+            self._unfilled.discard(name)
 
     # --- checkpoints ------------------------------------------------------------------------------------
     def save(self, path, metadata: dict | None = None):
         """Write every variable to `path` as safetensors, atomically (temporary file, fsync, rename)."""
+        self._require_filled(f"save {os.fspath(path)!r}")
         save_file(path, {name: t.data for name, t in self._vars.items()}, metadata)
 
     def load(self, path, strict: bool = True):
@@ -160,6 +211,7 @@ class VarMap:
         with no_grad():
             for name, array in arrays.items():
                 self._vars[name].copy_(array)
+                self._filled(name)
         if not strict:
             return LoadResult(missing, unexpected, [m[:3] for m in mismatched])
         return None

@@ -31,6 +31,7 @@ _DTYPES = {
     "BOOL": np.dtype("?"),
 }
 FLOAT_TAGS = ("F64", "F32", "F16", "BF16")
+READ_PIECE_BYTES = 1 << 20  # read_into's conversion buffer: small next to a weight, large next to a read's overhead
 
 
 class CheckpointError(ValueError):
@@ -70,21 +71,59 @@ class SafetensorsFile:
     def __contains__(self, name):
         return name in self.tensors
 
-    def read(self, name: str, dtype=None) -> np.ndarray:
-        """The stored array (a fresh, writable copy), BF16 widened to float32, then cast to `dtype` if given."""
+    def info(self, name: str) -> TensorInfo:
         info = self.tensors.get(name)
         if info is None:
             raise KeyError(f"{self.path!r}: no tensor named {name!r} (the file holds {len(self.tensors)} tensors)")
-        with open(self.path, "rb") as f:
+        return info
+
+    def read(self, name: str, dtype=None) -> np.ndarray:
+        """The stored array (a fresh, writable copy), BF16 widened to float32, then cast to `dtype` if given."""
+        info = self.info(name)
+        native = np.float32 if info.dtype == "BF16" else _DTYPES[info.dtype].newbyteorder("=")
+        return self.read_into(name, np.empty(info.shape, dtype=native if dtype is None else np.dtype(dtype)))
+
+    def read_into(self, name: str, out: np.ndarray) -> np.ndarray:
+        """Read the stored tensor `name` straight into `out` (an existing array of its shape, C-contiguous and
+        writable) and return `out`. Stored bytes of out's dtype are read into it directly; any other dtype
+        (F16 / BF16 / F64 -> float32, ...) is converted as `astype` would, through one buffer of at most
+        READ_PIECE_BYTES, so loading a checkpoint never holds a second full-size copy of a tensor."""
+        info = self.info(name)
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"read_into {name!r}: out must be a NumPy array, got {type(out).__name__}")
+        if out.shape != info.shape:
+            raise ValueError(f"read_into {name!r}: out has shape {out.shape} but {self.path!r} stores shape "
+                             f"{info.shape}")
+        if not (out.flags.c_contiguous and out.flags.writeable):
+            raise ValueError(f"read_into {name!r}: out must be C-contiguous and writable (read into a fresh "
+                             f"np.empty, then copy)")
+        flat = out.reshape(-1)                                          # (n,) a view: out is contiguous
+        stored = _DTYPES[info.dtype]
+        with open(self.path, "rb", buffering=0) as f:                   # unbuffered: the bytes land in place
             f.seek(self._data_start + info.begin)
-            raw = f.read(info.end - info.begin)
-        if len(raw) != info.end - info.begin:  # the file shrank after we validated it
-            raise CheckpointError(f"{self.path!r}: truncated while reading {name!r}")
-        array = np.frombuffer(raw, dtype=_DTYPES[info.dtype]).reshape(info.shape)
-        if info.dtype == "BF16":
-            array = bf16_to_float32(array)
-        array = array.astype(array.dtype.newbyteorder("=") if dtype is None else np.dtype(dtype), copy=True)
-        return array
+            if stored == out.dtype and info.dtype != "BF16":             # the same bytes: no conversion
+                self._read_exactly(f, flat.view(np.uint8), name)
+                return out
+            per_piece = max(1, READ_PIECE_BYTES // stored.itemsize)
+            buffer = np.empty(min(per_piece, flat.size), dtype=stored)  # (piece,) the stored dtype
+            for start in range(0, flat.size, per_piece):
+                piece = buffer[:min(per_piece, flat.size - start)]
+                self._read_exactly(f, piece.view(np.uint8), name)
+                into = flat[start:start + piece.size]
+                if info.dtype == "BF16" and out.dtype == np.float32:    # widened straight into out's bits
+                    np.left_shift(piece, 16, out=into.view(np.uint32), dtype=np.uint32)
+                else:
+                    values = bf16_to_float32(piece) if info.dtype == "BF16" else piece
+                    np.copyto(into, values, casting="unsafe")           # astype's conversion
+        return out
+
+    def _read_exactly(self, f, target: np.ndarray, name: str) -> None:
+        view, done = memoryview(target), 0  # (bytes,) one read may return less than asked (2 GiB cap on Linux)
+        while done < len(view):
+            n = f.readinto(view[done:])
+            if not n:  # the file shrank after we validated it
+                raise CheckpointError(f"{self.path!r}: truncated while reading {name!r}")
+            done += n
 
 
 def _parse_header(path: str):

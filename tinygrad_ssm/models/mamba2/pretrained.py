@@ -26,6 +26,7 @@ from ...io.atomic_write import write_atomic
 from ...io.checkpoints import CHECKPOINTS_DIR, resolve_checkpoint
 from ...io.file_checks import require_regular_file
 from ...io.safetensors import CheckpointError, SafetensorsFile
+from ...registry import VarMap
 from .config import Mamba2Config
 
 CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME = "config.json", "model.safetensors", "model.safetensors.index.json"
@@ -323,10 +324,16 @@ def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fuse
             raise PretrainedError(f"from_pretrained: weight {key!r} has dtype {info.dtype}, not floating point")
     if config.tie_embeddings and HEAD in stored:
         _check_tied_copy(stored, _stored_name("backbone.embedding.weight", layout), directory, tie_key)
-    model = cls(config, dtype=dtype, backend=backend, fused=fused)
+    # built without drawing random weights (np.empty), then each stored tensor is read straight into its
+    # parameter: one copy of the weights in memory, never two (benchmarks/bench_load.py measures it)
+    model = cls(config, VarMap.uninitialised(), dtype=dtype, backend=backend, fused=fused)
     assert model.varmap.names() == [name for name, _ in wanted.values()], "Mamba2Config.param_shapes is stale"
     for key, (name, _) in wanted.items():
-        model.varmap.set_one(name, stored[key].read(key, model.dtype))  # F16 / BF16 are upcast here
+        model.varmap.read_into(name, stored[key], key)  # F16 / BF16 are upcast here, piece by piece
+    unfilled = model.varmap.unfilled()
+    if unfilled:  # no parameter may keep np.empty's garbage: the model would compute nonsense silently
+        raise PretrainedError(f"from_pretrained: {str(directory)!r}: the model has parameters the weights did not "
+                              f"fill: {', '.join(unfilled[:10])}")
     return model
 
 
