@@ -1,0 +1,42 @@
+"""models/mamba2/evaluation.py: a text scored in windows with the state carried equals one plain forward over it
+(float64, 1e-10) whatever the window, on the fused model and the engine-op one; bad arguments are named."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.support.models import small_config
+from tinygrad_ssm import Mamba2LMHeadModel, VarMap
+from tinygrad_ssm.models.mamba2.evaluation import evaluate
+
+MODELS = {fused: Mamba2LMHeadModel(small_config(), VarMap(seed=0), dtype="float64", fused=fused)
+          for fused in (True, False)}
+
+
+@given(n=st.integers(2, 90), window=st.integers(1, 100), fused=st.booleans(), seed=st.integers(0, 2**16))
+def test_windows_with_the_state_carried_equal_one_forward(n, window, fused, seed):
+    model = MODELS[fused]
+    ids = np.random.default_rng(seed).integers(0, 50, n)                  # (n,)
+    whole = float(model.loss(ids[None, :-1], ids[None, 1:]).data)
+    result = evaluate(model, ids, window)
+    assert result.tokens == n - 1 and result.windows == -(-(n - 1) // window)
+    assert abs(result.mean_nats - whole) < 1e-10
+    assert result.perplexity == pytest.approx(np.exp(whole)) and result.bits_per_token == pytest.approx(
+        whole / np.log(2))
+
+
+def test_resetting_the_state_scores_each_window_alone():
+    model, ids = MODELS[True], np.random.default_rng(1).integers(0, 50, 41)
+    alone = [float(model.loss(ids[None, s:s + 10], ids[None, s + 1:s + 11]).data) for s in range(0, 40, 10)]
+    assert abs(evaluate(model, ids, 10, carry_state=False).mean_nats - np.mean(alone)) < 1e-10
+
+
+@pytest.mark.parametrize("ids,window,message", [
+    (np.zeros((2, 3), np.int64), 4, "ids must be a 1-D array"),
+    (np.zeros(1, np.int64), 4, "at least 2 tokens"),
+    (np.zeros(5, np.float64), 4, "ids must be a 1-D array of token ids"),
+    (np.zeros(5, np.int64), 0, "window must be an int >= 1"),
+])
+def test_bad_arguments_are_named(ids, window, message):
+    with pytest.raises(ValueError, match=message):
+        evaluate(MODELS[True], ids, window)
