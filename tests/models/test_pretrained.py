@@ -13,7 +13,7 @@ from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel
 from tinygrad_ssm.models.mamba2.pretrained import _HF_FIELDS, PretrainedError
 from tinygrad_ssm.io.safetensors import save_file
 
-from tests.support.checkpoints import write_transformers_dir
+from tests.support.checkpoints import LAYOUTS, write_checkpoint, write_transformers_dir
 from tests.support.models import IDS, small_model
 
 
@@ -238,3 +238,33 @@ def test_missing_files(tmp_path):
     (tmp_path / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="no pickle"):
         Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def write_word_tokenizer(path):
+    """A tokenizer.json of a few words (Hugging Face tokenizers' WordLevel): what a checkpoint folder carries."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"<|endoftext|>": 0, "hello": 1, "world": 2, "[UNK]": 3}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize(("layout", "shards"), [(layout, None) for layout in LAYOUTS] + [("hf_cache", 2)])
+def test_every_layout_loads_to_the_logits_of_the_model_written(tmp_path, layout, shards):
+    model = small_model(seed=11, tie_embeddings=False)
+    tokenizer = write_word_tokenizer(tmp_path / "tok.json")
+    path = write_checkpoint(layout, tmp_path / "out", model, tokenizer_json=tokenizer, shards=shards)
+    loaded = Mamba2LMHeadModel.from_pretrained(path, dtype="float64")
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+    assert (path / "tokenizer.json").read_bytes() == tokenizer.read_bytes()
+    weight_files = sorted(p.name for p in path.glob("model*.safetensors"))
+    sharded = layout == "sharded" or shards == 2
+    assert weight_files == (["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"] if sharded
+                            else ["model.safetensors"])
+    assert (path / "model.safetensors.index.json").exists() == sharded
+    if layout == "hf_cache":                                           # every file a link into the repo's blobs/
+        repo = path.parents[1]
+        assert path.parent.name == "snapshots" and (repo / "refs" / "main").read_text() == path.name
+        for file in path.iterdir():
+            assert file.is_symlink() and file.resolve().parent == (repo / "blobs").resolve(), file
