@@ -65,6 +65,31 @@ def test_read_into_equals_the_one_piece_astype_bit_for_bit(tmp_path_factory, sha
     assert out.tobytes() == reference.tobytes() == read.tobytes()
 
 
+@given(rows=st.integers(0, 9), cols=st.lists(st.integers(1, 4), max_size=2), tag=st.sampled_from(sorted(STORED)),
+       dtype=st.sampled_from([None, "float32", "float64"]), data=st.data())
+def test_read_rows_is_the_slice_of_read(tmp_path_factory, rows, cols, tag, dtype, data):
+    start = data.draw(st.integers(0, rows))
+    stop = data.draw(st.integers(start, rows))
+    values = np.random.default_rng(rows).standard_normal((rows, *cols))
+    path = tmp_path_factory.mktemp("rows") / "t.safetensors"
+    write_tensors(path, {"before": ("F16", np.ones(5)), "w": (tag, values)})
+    with mock.patch.object(safetensors, "READ_PIECE_BYTES", 6):
+        got = SafetensorsFile(path).read_rows("w", start, stop, dtype)
+    want = SafetensorsFile(path).read("w", dtype)[start:stop]
+    assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+def test_read_rows_refuses_a_range_outside_the_tensor(tmp_path):
+    write_tensors(tmp_path / "f.safetensors", {"w": ("F32", np.ones((4, 2))), "s": ("F32", np.float32(1))})
+    f = SafetensorsFile(tmp_path / "f.safetensors")
+    for start, stop in [(3, 5), (-1, 2), (3, 2)]:
+        with pytest.raises(ValueError, match=rf"read_rows 'w': need 0 <= start <= stop <= rows .*\(4, 2\), got "
+                                             rf"{start}:{stop}"):
+            f.read_rows("w", start, stop)
+    with pytest.raises(ValueError, match=r"read_rows 's'.*shape \(\)"):
+        f.read_rows("s", 0, 0)
+
+
 def test_float32_is_read_into_the_array_as_stored(tmp_path):
     values = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
     write_tensors(tmp_path / "f.safetensors", {"w": ("F32", values)})

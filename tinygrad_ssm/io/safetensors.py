@@ -97,10 +97,25 @@ class SafetensorsFile:
         if not (out.flags.c_contiguous and out.flags.writeable):
             raise ValueError(f"read_into {name!r}: out must be C-contiguous and writable (read into a fresh "
                              f"np.empty, then copy)")
-        flat = out.reshape(-1)                                          # (n,) a view: out is contiguous
+        return self._read_elements(info, out, first=0)
+
+    def read_rows(self, name: str, start: int, stop: int, dtype=None) -> np.ndarray:
+        """Rows start:stop of the stored tensor's first axis, as `read(name, dtype)[start:stop]` but reading
+        only those rows: to go through a large tensor in bounded pieces."""
+        info = self.info(name)
+        if not info.shape or not 0 <= start <= stop <= info.shape[0]:
+            raise ValueError(f"read_rows {name!r}: need 0 <= start <= stop <= rows of {self.path!r}'s shape "
+                             f"{info.shape}, got {start}:{stop}")
+        native = np.float32 if info.dtype == "BF16" else _DTYPES[info.dtype].newbyteorder("=")
+        out = np.empty((stop - start, *info.shape[1:]), dtype=native if dtype is None else np.dtype(dtype))
+        return self._read_elements(info, out, first=start * math.prod(info.shape[1:]))
+
+    def _read_elements(self, info: TensorInfo, out: np.ndarray, first: int) -> np.ndarray:
+        """Fill the contiguous `out` with the stored elements first, first + 1, ... (flat, C order), converted."""
+        name, flat = info.name, out.reshape(-1)                         # (n,) a view: out is contiguous
         stored = _DTYPES[info.dtype]
         with open(self.path, "rb", buffering=0) as f:                   # unbuffered: the bytes land in place
-            f.seek(self._data_start + info.begin)
+            f.seek(self._data_start + info.begin + first * stored.itemsize)
             if stored == out.dtype and info.dtype != "BF16":             # the same bytes: no conversion
                 self._read_exactly(f, flat.view(np.uint8), name)
                 return out
