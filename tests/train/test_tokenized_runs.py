@@ -7,8 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
+from tests.support.checkpoints import LAYOUTS, write_checkpoint
 from tests.support.training import TINY, quiet
-from tinygrad_ssm.models.mamba2 import Mamba2LMHeadModel
+from tinygrad_ssm import VarMap
+from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
 from tinygrad_ssm.models.mamba2.evaluation import evaluate
 from tinygrad_ssm.tokenizer import FileTokenizer
 from tinygrad_ssm.train import cli
@@ -127,3 +129,24 @@ def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused(stopped_run, b
     assert cli.main(["generate", "--model", str(stopped_run), "--tokenizer", str(bpe_tokenizer)]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert "has 320 tokens" in err and "vocabulary of 256" in err
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_generate_and_eval_read_every_layout_with_its_tokenizer(layout, bpe_tokenizer, corpus, tmp_path, capsys):
+    config = Mamba2Config(d_model=32, n_layer=1, vocab_size=320, d_state=16, headdim=16, chunk_size=16,
+                          pad_vocab_size_multiple=16)
+    model = Mamba2LMHeadModel(config, VarMap(seed=3))
+    folder = write_checkpoint(layout, tmp_path / layout, model, tokenizer_json=bpe_tokenizer)
+    tok = FileTokenizer(bpe_tokenizer)
+    ids = tok.encode("line 7: the")
+    expected = model.generate(ids[None], 10, temperature=0)[0, len(ids):]
+    cut = list(expected).index(0) if 0 in expected else len(expected)
+    assert cli.main(["generate", "--model", str(folder), "--prompt", "line 7: the", "--max-new-tokens", "10",
+                     "--temperature", "0"]) == cli.EXIT_OK
+    assert capsys.readouterr().out == escape_controls("line 7: the" + tok.decode(expected[:cut])) + "\n"
+    assert cli.main(["eval", "--model", str(folder), "--data", str(corpus), "--max-tokens", "200", "--json", "-",
+                     "--no-progress"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    text_ids = tok.encode_bytes(corpus.read_bytes())[:201]
+    plain = float(model.loss(text_ids[None, :-1], text_ids[None, 1:]).data)
+    assert json.loads(out[out.index("{"):])["mean_nats"] == pytest.approx(plain, rel=1e-6)
