@@ -23,7 +23,8 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
                 top_k: int | None = None, top_p: float | None = None) -> np.ndarray:
     """logits (b, V) -> token ids (b,) int64. temperature 0 is greedy (argmax). top_k keeps the k most likely
     tokens; top_p keeps the smallest set of most likely tokens whose probability reaches top_p (the most
-    likely token always stays). Sampling draws one uniform number per row from `rng`."""
+    likely token always stays). Sampling draws one uniform number per row from `rng` (rng.random((b, 1)));
+    fast/sampling_kernels.py is the numba twin, given those numbers."""
     if temperature == 0:
         ids = np.argmax(logits, axis=-1)                                # (b,) a NaN counts as the largest
         if np.isfinite(np.max(logits, axis=-1)).all():               # max is NaN with a NaN, +inf with a +inf
@@ -43,21 +44,22 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
     if top_k is not None and top_k < logits.shape[-1]:
         kth = np.partition(logits, -top_k, axis=-1)[:, -top_k][:, None]  # (b, 1) the k-th largest
         logits = np.where(logits >= kth, logits, -np.inf)
-    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    probs /= probs.sum(axis=-1, keepdims=True)                          # (b, V)
+    # unnormalised probabilities, summed one token after the other (np.cumsum) and never divided: the numba
+    # twin (fast/sampling_kernels.py) repeats these steps in this order and gets the same bits
+    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))      # (b, V)
     if top_p is not None and top_p < 1:
-        order = np.argsort(-probs, axis=-1, kind="stable")               # (b, V) most likely first
-        sorted_probs = np.take_along_axis(probs, order, axis=-1)
-        before = np.cumsum(sorted_probs, axis=-1) - sorted_probs         # probability of the tokens ahead
-        keep_sorted = before < top_p                                    # the first token always: before = 0
+        order = np.argsort(-weights, axis=-1, kind="stable")             # (b, V) most likely first
+        sorted_weights = np.take_along_axis(weights, order, axis=-1)
+        running = np.cumsum(sorted_weights, axis=-1)                     # (b, V)
+        ahead = np.concatenate([np.zeros_like(running[:, :1]), running[:, :-1]], axis=-1)  # the tokens before
+        keep_sorted = ahead < top_p * running[:, -1:]                   # the first token always: ahead = 0
         keep = np.zeros_like(keep_sorted)
         np.put_along_axis(keep, order, keep_sorted, axis=-1)
-        probs = np.where(keep, probs, 0.0)
-        probs /= probs.sum(axis=-1, keepdims=True)
-    cdf = np.cumsum(probs, axis=-1)                                     # (b, V)
-    u = rng.random((probs.shape[0], 1)) * cdf[:, -1:]                   # (b, 1)
+        weights = np.where(keep, weights, 0.0)
+    cdf = np.cumsum(weights, axis=-1)                                   # (b, V)
+    u = rng.random((weights.shape[0], 1)) * cdf[:, -1:]                 # (b, 1)
     ids = (cdf <= u).sum(axis=-1)                                       # the first index whose cdf passes u
     # that token has probability > 0; only if rounding put u at the very top is it past the end: then
     # take the last token with probability > 0 (never a filtered one)
-    last_possible = probs.shape[-1] - 1 - np.argmax(probs[:, ::-1] > 0, axis=-1)
-    return np.where(ids < probs.shape[-1], ids, last_possible).astype(np.int64)
+    last_possible = weights.shape[-1] - 1 - np.argmax(weights[:, ::-1] > 0, axis=-1)
+    return np.where(ids < weights.shape[-1], ids, last_possible).astype(np.int64)

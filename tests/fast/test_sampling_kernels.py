@@ -1,0 +1,84 @@
+"""The numba sampler (fast/sampling_kernels.py) against its spec, sample_next (NumPy): the same ids for drawn logits
+(ties, -inf, float32 and float64, padding past `vocab`), temperatures, top-k, top-p and uniform numbers (the ones
+sample_next draws from its generator), and the same refusal of rows it cannot sample from."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tinygrad_ssm.fast.sampling_kernels import sample_rows
+from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits, sample_next
+
+
+class FixedUniforms:
+    """A stand-in for np.random.Generator that hands sample_next the given numbers (b, 1)."""
+
+    def __init__(self, uniforms):
+        self.uniforms = uniforms
+
+    def random(self, shape):
+        return self.uniforms.reshape(shape)
+
+
+def numba_ids(logits, vocab, temperature, top_k, top_p, uniforms):
+    ids = np.full(logits.shape[0], -7, np.int64)
+    bad = sample_rows(logits, vocab, float(temperature), 0 if top_k is None else top_k,
+                      1.0 if top_p is None else float(top_p), uniforms, ids)
+    return ids, bad
+
+
+# ties (and top_p a share of tied tokens, where `ahead < top_p total` is decided by equality) and filtered tokens
+logit = st.one_of(st.floats(-30, 30), st.sampled_from([0.0, 0.0, 1.5, -2.0, -math.inf]))
+
+
+@given(rows=st.lists(st.lists(logit, min_size=6, max_size=6), min_size=1, max_size=4),
+       vocab=st.integers(1, 6), dtype=st.sampled_from([np.float64, np.float32]),
+       temperature=st.sampled_from([0.0, 0.3, 1.0, 2.5]), top_k=st.one_of(st.none(), st.integers(1, 7)),
+       top_p=st.one_of(st.none(), st.floats(0.01, 1.0), st.sampled_from([0.25, 0.5, 0.75])), data=st.data())
+def test_the_numba_sampler_draws_sample_nexts_ids(rows, vocab, dtype, temperature, top_k, top_p, data):
+    logits = np.array(rows, dtype)                                      # (b, 6): columns past vocab are padding
+    for bi in range(len(rows)):
+        logits[bi, data.draw(st.integers(0, vocab - 1))] = data.draw(st.floats(-5, 5))  # a finite value a row
+    uniforms = np.array(data.draw(st.lists(st.floats(0, 1, exclude_max=True), min_size=len(rows),
+                                           max_size=len(rows))))
+    want = sample_next(logits[:, :vocab], FixedUniforms(uniforms), temperature, top_k, top_p)
+    ids, bad = numba_ids(logits, vocab, temperature, top_k, top_p, uniforms)
+    assert bad == -1
+    np.testing.assert_array_equal(ids, want)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("row", [[0.0, math.nan, 1.0], [0.0, math.inf, 1.0], [-math.inf] * 3])
+def test_the_numba_sampler_refuses_the_rows_sample_next_refuses(row, temperature):
+    logits = np.array([[0.0, 1.0, 2.0], row])
+    with pytest.raises(NonFiniteLogits, match="batch row 1"):
+        sample_next(logits, np.random.default_rng(0), temperature)
+    assert numba_ids(logits, 3, temperature, None, None, np.zeros(2))[1] == 1
+
+
+def test_the_numba_sampler_on_a_real_vocabulary_matches_the_generator_stream():
+    """50k logits of float32, the uniforms drawn as sample_next draws them from one seed."""
+    rng = np.random.default_rng(1)
+    logits = (rng.standard_normal((3, 50_304)) * 3).astype(np.float32)
+    for kw in ({"temperature": 0.8, "top_p": 0.9}, {"temperature": 1.0, "top_k": 40}, {"temperature": 1.0, "top_k": 1}):
+        want = sample_next(logits[:, :50_280], np.random.default_rng(5), **kw)
+        ids, bad = numba_ids(logits, 50_280, kw["temperature"], kw.get("top_k"), kw.get("top_p"),
+                             np.random.default_rng(5).random(3))
+        assert bad == -1
+        np.testing.assert_array_equal(ids, want)
+
+
+@pytest.mark.parametrize("top_p", [0.25, 0.5, 0.75])
+def test_top_p_on_tied_tokens_keeps_the_share_of_them_it_reaches(top_p):
+    """Four equal logits: the kept tokens are those whose weight ahead is below top_p of the total (exactly 1,
+    2 or 3 of them: `ahead < top_p total` is decided by an equality here), whatever the uniform number."""
+    logits = np.zeros((1, 4))
+    seen = set()
+    for u in np.linspace(0, 1, 41, endpoint=False):
+        want = sample_next(logits, FixedUniforms(np.array([u])), 1.0, None, top_p)
+        ids, _ = numba_ids(logits, 4, 1.0, None, top_p, np.array([u]))
+        assert ids[0] == want[0]
+        seen.add(int(ids[0]))
+    assert seen == set(range(int(top_p * 4)))
