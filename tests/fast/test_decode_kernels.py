@@ -3,23 +3,24 @@ heads split in chunks of any size (odd, 1, not dividing the count; big chunks fi
 4-row blocks, the same bits with and without the helper thread, weights or caches replaced between steps, the
 usual state size as a literal, the greedy loop's argmax and the vectorisable exp (fast_exp.py). The decoder's
 equality with the engine step in general: tests/models/test_decode.py."""
+import itertools
 import math
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from numba import njit
-
-from tinygrad_ssm.models.mamba2 import decode
-
-from tinygrad_ssm.fast import decode_kernels
-from tinygrad_ssm.fast import claims
-from tinygrad_ssm.fast.vector_width import PREFER_512_BIT
-from tinygrad_ssm.fast.fast_exp import exp as fast_exp, exp32, silu
-from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits, sample_next
 
 from tests.support.decode import assert_steps_agree, twin_models
 from tests.support.numba_functions import elementwise
+from tinygrad_ssm.fast import claims, decode_kernels
+from tinygrad_ssm.fast.fast_exp import exp as fast_exp
+from tinygrad_ssm.fast.fast_exp import exp32, silu
+from tinygrad_ssm.fast.sampling_kernels import sample_rows
+from tinygrad_ssm.fast.vector_width import PREFER_512_BIT
+from tinygrad_ssm.models.mamba2 import decode
+from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits, sample_next
 
 
 @given(rows=st.sampled_from([1, 2, 3, 5]), batch=st.integers(1, 6), g=st.sampled_from([1, 2]),
@@ -125,12 +126,13 @@ def test_exp32_and_a_float32_silu_are_within_two_float32_ulp_and_handle_the_ends
 
 @given(rows=st.lists(st.lists(st.sampled_from([0.0, 1.5, -2.0, 1.5, math.nan, math.inf, -math.inf]), min_size=5,
                               max_size=5), min_size=1, max_size=3), vocab=st.integers(1, 5))
-def test_the_greedy_loops_argmax_is_sample_nexts(rows, vocab):
-    """_argmax_rows over logits[:, :vocab]: np.argmax's first largest where sample_next's greedy choice succeeds,
-    False exactly where it raises (NaN, +inf, or no finite value in a row); columns past vocab never count."""
+def test_the_generation_loops_argmax_is_sample_nexts(rows, vocab):
+    """sample_rows at temperature 0 over logits[:, :vocab]: np.argmax's first largest where sample_next's greedy
+    choice succeeds, a bad row exactly where it raises (NaN, +inf, or no finite value in a row); columns past
+    vocab never count."""
     logits = np.array(rows, np.float32)
     ids = np.full(len(rows), -1, np.int64)
-    ok = decode_kernels._argmax_rows(logits, vocab, ids)
+    ok = sample_rows(logits, vocab, 0.0, 0, 1.0, np.zeros(len(rows)), ids) < 0
     try:
         want = sample_next(logits[:, :vocab], np.random.default_rng(0), temperature=0)
     except NonFiniteLogits:
@@ -154,7 +156,7 @@ def test_chunks_tile_the_rows_once(n_rows, small, share):
     big = int(n_rows * share) // small * small
     bounds = [decode._chunk(c, n_rows, big, small) for c in range(decode._n_chunks(n_rows, big, small))]
     assert bounds[0][0] == 0 and bounds[-1][1] == n_rows
-    assert all(lo < hi for lo, hi in bounds) and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    assert all(lo < hi for lo, hi in bounds) and all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
     assert all(hi - lo == big for lo, hi in bounds[:2]) if big else all(hi - lo <= small for lo, hi in bounds)
 
 
@@ -194,7 +196,7 @@ def test_a_prompt_step_is_the_same_bits_with_and_without_the_helper(monkeypatch,
     ids = np.random.default_rng(6).integers(0, fast.config.vocab_size, (5, 7))
     results = []
     for helpers in (1, 0):
-        monkeypatch.setattr(decode, "helper_threads", lambda: helpers)
+        monkeypatch.setattr(decode, "helper_threads", lambda helpers=helpers: helpers)
         cache = fast.allocate_cache(5)
         logits = decode.decode_prompt(fast, ids, cache)
         results.append([logits] + [a for s in cache.layers for a in (s.conv.data.copy(), s.ssm.data.copy())])
@@ -244,11 +246,11 @@ def test_models_of_any_layer_count_share_one_compilation(dtype):
     """The decoder's argument types hold no model size (typed Lists, not tuples whose type is their length): a
     model of 2 layers and one of 3 (and other widths) step, prompt and decode greedily through the functions
     compiled for the first, so numba compiles (and caches on disk) once per dtype."""
-    functions = (decode._lead, decode._greedy)                         # _step is compiled into them
+    functions = (decode._lead, decode._sampled)                        # _step is compiled into them
     prompt = np.array([[1, 2, 3]])
     twin_models(dtype=dtype, seed=1, n_layer=2)[0].generate(prompt, 3, temperature=0)
     compiled = [set(f.signatures) for f in functions]
     assert all(len(sigs) >= 1 for sigs in compiled)
-    for overrides in (dict(n_layer=3), dict(n_layer=1, d_model=8, d_state=2, vocab_size=17)):
+    for overrides in ({"n_layer": 3}, {"n_layer": 1, "d_model": 8, "d_state": 2, "vocab_size": 17}):
         twin_models(dtype=dtype, seed=1, **overrides)[0].generate(prompt, 3, temperature=0)
         assert [set(f.signatures) for f in functions] == compiled

@@ -5,12 +5,12 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
-
-from tinygrad_ssm.models.mamba2 import decode
-from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.support.decode import assert_steps_agree, twin_models
+from tinygrad_ssm.models.mamba2 import decode
+from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits
 
 
 @given(g=st.sampled_from([1, 2, 4]), r=st.integers(1, 2), batch=st.integers(1, 3), prompt_len=st.integers(0, 6),
@@ -31,26 +31,30 @@ def test_decode_step_float32_stays_float32():
 
 
 def test_generate_uses_the_decoder_and_gives_the_reference_tokens(monkeypatch):
+    """Greedy and every sampling setting run in numba blocks (decode_sampled) after the short prompt's one step,
+    and give the reference's tokens (the engine's step + sample_next) for the same seed."""
     fast, slow = twin_models(seed=5, vocab_size=30)
     prompt = np.random.default_rng(5).integers(0, 30, (3, 4))
-    calls = {"prompt": [], "step": [], "greedy": []}
-    for name, real in (("prompt", decode.decode_prompt), ("step", decode.decode_step),
-                       ("greedy", decode.decode_greedy)):
-        monkeypatch.setattr(f"tinygrad_ssm.models.mamba2.model.decode_{name}",
+    calls = {"prompt": [], "step": [], "sampled": []}
+    for name, module in (("prompt", "generation"), ("step", "model"), ("sampled", "generation")):
+        real = getattr(decode, f"decode_{name}")
+        monkeypatch.setattr(f"tinygrad_ssm.models.mamba2.{module}.decode_{name}",
                             lambda *a, name=name, real=real: calls[name].append(a[1].shape) or real(*a))
     np.testing.assert_array_equal(fast.generate(prompt, 6, temperature=0), slow.generate(prompt, 6, temperature=0))
-    assert calls == {"prompt": [(3, 4)], "step": [], "greedy": [(3,)]}  # the short prompt, then 5 steps in numba
-    kw = dict(temperature=1.0, top_k=5, seed=2)
-    np.testing.assert_array_equal(fast.generate(prompt, 6, **kw), slow.generate(prompt, 6, **kw))
-    assert calls == {"prompt": [(3, 4)] * 2, "step": [(3,)] * 5, "greedy": [(3,)]}  # sampling: a step a token
+    assert calls == {"prompt": [(3, 4)], "step": [], "sampled": [(3,)]}  # the short prompt, then 5 steps in numba
+    settings = [{"top_k": 1}, {"temperature": 1.0, "top_k": 5}, {"temperature": 0.8, "top_p": 0.9},
+                {"temperature": 1.3, "top_k": 7, "top_p": 0.5}, {"temperature": 1.0}]
+    for kw in settings:
+        np.testing.assert_array_equal(fast.generate(prompt, 40, seed=2, **kw), slow.generate(prompt, 40, seed=2, **kw))
+    assert calls["step"] == [] and len(calls["sampled"]) == 1 + 2 * len(settings)    # blocks of 32, then 7
 
 
 @given(block=st.integers(1, 4), batch=st.integers(1, 9), new=st.integers(1, 9), seed=st.integers(0, 2**16))
 def test_greedy_generation_in_blocks_gives_the_reference_tokens(block, batch, new, seed):
-    """decode_greedy's blocks (each fed the last token of the one before) give the engine step's greedy tokens."""
+    """decode_sampled's blocks (each fed the last token of the one before) give the engine step's greedy tokens."""
     mp = pytest.MonkeyPatch()
     try:
-        mp.setattr("tinygrad_ssm.models.mamba2.model.GREEDY_BLOCK", block)
+        mp.setattr("tinygrad_ssm.models.mamba2.generation.TOKEN_BLOCK", block)
         fast, slow = twin_models(seed=seed, vocab_size=30, ngroups=1)
         prompt = np.random.default_rng(seed).integers(0, 30, (batch, 3))
         np.testing.assert_array_equal(fast.generate(prompt, new, temperature=0),
@@ -59,12 +63,13 @@ def test_greedy_generation_in_blocks_gives_the_reference_tokens(block, batch, ne
         mp.undo()
 
 
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 1.0, "top_k": 1}])
 @pytest.mark.parametrize("block", [2, 32])
-def test_greedy_generation_stops_at_the_step_whose_logits_are_not_finite(monkeypatch, block):
+def test_generation_stops_at_the_step_whose_logits_are_not_finite(monkeypatch, block, sampling):
     """The embedding row of a greedy token (the 4th or later, new to the sequence) made NaN (untied head: the
     logits stay finite until that token is fed back): generation yields the tokens up to it, then names the
     step after; the inner loop's argmax agrees with the reference's."""
-    monkeypatch.setattr("tinygrad_ssm.models.mamba2.model.GREEDY_BLOCK", block)
+    monkeypatch.setattr("tinygrad_ssm.models.mamba2.generation.TOKEN_BLOCK", block)
     fast, slow = twin_models(seed=9, vocab_size=30, tie_embeddings=False)
     prompt = np.array([[1, 2, 3]])
     want = slow.generate(prompt, 12, temperature=0)[0, 3:]
@@ -72,7 +77,7 @@ def test_greedy_generation_stops_at_the_step_whose_logits_are_not_finite(monkeyp
     fast.embedding.weight.data[want[k]] = np.nan
     got = []
     with pytest.raises(NonFiniteLogits, match=rf"step {k + 2} \(token {k + 2} of 12, after {k + 1} generated"):
-        for token in fast.generate_stream(prompt, 12, temperature=0):
+        for token in fast.generate_stream(prompt, 12, **sampling):
             got.append(int(token[0]))
     assert got == list(want[:k + 1])
 
@@ -100,5 +105,5 @@ def test_generation_prefills_a_long_prompt_and_steps_a_short_one_to_the_same_tok
     prompt = np.random.default_rng(8).integers(0, 30, (2, 5))
     want = slow.generate(prompt, 4, temperature=0)
     for limit in (9, 10):                                           # the chunked-scan prefill, then the decoder
-        monkeypatch.setattr("tinygrad_ssm.models.mamba2.model.PROMPT_STEP_TOKENS", limit)
+        monkeypatch.setattr("tinygrad_ssm.models.mamba2.generation.PROMPT_STEP_TOKENS", limit)
         np.testing.assert_array_equal(fast.generate(prompt, 4, temperature=0), want)

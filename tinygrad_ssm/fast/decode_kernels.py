@@ -1,6 +1,6 @@
 """The per-token math of the numba decoder (decode.py), one function per piece of a Mamba-2 step: the products
 (_matvec_rows), the pre-norm, in_proj's conv and dt, a head's state update and readout with its gate, the group
-norm, and the greedy choice. decode.py cuts a step into chunks of these and shares them between threads.
+norm. decode.py cuts a step into chunks of these and shares them between threads.
 
 Loops run over views indexed from 0 where they must vectorise: with an index that might be negative numba
 adds a wraparound select and LLVM no longer vectorises the loop. The official sizes (a conv of width 4, a state
@@ -18,7 +18,7 @@ from .vector_width import prefer_512_bit_vectors
 
 # sums may vectorise (no nnan/ninf); no ZeroDivisionError check (no division here can be by 0): with it, no
 # loop holding a division vectorised (the SiLU gates ran 6x slower)
-_JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
+_JIT = {"cache": True, "nogil": True, "fastmath": {"reassoc", "contract"}, "error_model": "numpy"}
 
 
 @njit(**_JIT)
@@ -240,21 +240,3 @@ def _group_norm(bi, g, ngroups, hsq, weight, eps, y):
     yg, wg = y[bi, g * group:(g + 1) * group], weight[g * group:(g + 1) * group]
     for c in range(group):                                              # views from 0: it vectorises
         yg[c] = yg[c] * r * wg[c]
-
-
-@njit(**_JIT)
-def _argmax_rows(logits, vocab, ids):
-    """ids (b,) = the first index of each row's largest logit among logits[:, :vocab] (np.argmax's choice);
-    False, leaving ids partly written, if a row holds NaN or +inf or no finite value (sample_next says which)."""
-    for bi in range(logits.shape[0]):
-        best, arg, finite = -math.inf, 0, False
-        for v in range(vocab):
-            x = logits[bi, v]
-            if x != x or x == math.inf:
-                return False
-            if x > best:
-                best, arg, finite = x, v, True
-        if not finite:
-            return False
-        ids[bi] = arg
-    return True

@@ -40,13 +40,13 @@ from ...fast.claims import (
 )
 from ...fast.decode_kernels import (
     _JIT,
-    _argmax_rows,
     _group_norm,
     _head_update,
     _in_proj_rows,
     _matvec_rows,
     _residual_norm,
 )
+from ...fast.sampling_kernels import sample_rows
 
 _EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it with a prefill forward"
 
@@ -204,14 +204,16 @@ def _lead(control, step, args):
 
 
 @njit(**_JIT)
-def _greedy(control, first_step, args, vocab, tokens):
-    """Greedy decoding without leaving numba: from the ids in args, steps first_step, first_step + 1, ... each
-    feeding its argmax (tokens[i] (b,)) to the next. Returns the tokens written: all of tokens' rows, or fewer
-    when a step's logits hold a non-finite value (that step ran; its logits are left for the error)."""
+def _sampled(control, first_step, args, vocab, temperature, top_k, top_p, uniforms, tokens):
+    """Generation without leaving numba: from the ids in args, steps first_step, first_step + 1, ... each
+    feeding its token (tokens[i] (b,), sample_next's choice made by its numba twin, fast/sampling_kernels.py:
+    row bi draws with uniforms[i, bi]; temperature 0 is greedy; top_k 0 / top_p 1.0: no filter) to the next.
+    Returns the tokens written: all of tokens' rows, or fewer when a step's logits hold a non-finite value
+    (that step ran; its logits are left for the error)."""
     ids, logits = args[1], args[9][6]
     for i in range(tokens.shape[0]):
         _lead(control, first_step + i, args)
-        if not _argmax_rows(logits, vocab, ids):
+        if sample_rows(logits, vocab, temperature, top_k, top_p, uniforms[i], ids) >= 0:
             return i
         tokens[i] = ids
     return tokens.shape[0]
@@ -420,16 +422,17 @@ class _Session:
         self.step_count += 1
         return self.logits.copy()
 
-    def greedy(self, ids: np.ndarray, n: int, vocab: int):
-        """Up to n greedy steps from ids (b,): (tokens (m, b) int64, m <= n, steps run: m or m + 1)."""
+    def sampled(self, ids: np.ndarray, vocab: int, temperature, top_k, top_p, uniforms: np.ndarray):
+        """Up to n steps from ids (b,), uniforms (n, b): (tokens (m, b) int64, m <= n, steps run: m or m + 1)."""
         self.ids[:] = ids
         self._start_helper()
+        n = uniforms.shape[0]
         tokens = np.empty((n, self.batch), np.int64)
-        m = _greedy(self.control, self.step_count, self.args, vocab, tokens)
+        m = _sampled(self.control, self.step_count, self.args, vocab, float(temperature),
+                     0 if top_k is None else int(top_k), 1.0 if top_p is None else float(top_p), uniforms, tokens)
         steps = min(m + 1, n)
         self.step_count += steps
         return tokens[:m], steps
-
 
     def close(self):
         self.control[1] = 1                                             # helpers leave at their next look
@@ -472,8 +475,17 @@ def decode_greedy(model, ids: np.ndarray, cache, n: int, vocab: int):
     logits, for up to n steps; every layer's cache advances in place. Returns (tokens (m, b) int64, logits):
     m = n and logits None, or m < n when step m + 1's logits (b, padded vocab), returned, hold NaN, +inf or
     no finite value in a row (sample_next names it). cache.seqlen_offset advances by the steps run."""
+    return decode_sampled(model, ids, cache, vocab, 0.0, None, None, np.zeros((n, ids.shape[0])))
+
+
+def decode_sampled(model, ids: np.ndarray, cache, vocab: int, temperature: float, top_k, top_p,
+                   uniforms: np.ndarray):
+    """decode_greedy with sampling (temperature, top_k, top_p as sample_next takes them) for len(uniforms)
+    steps: step i's row bi draws with uniforms (n, b)[i, bi], the numbers sample_next would take from its
+    generator (rng.random((b, 1)) a step: draw them as rng.random((n, b))). Returns what decode_greedy does."""
     session = _session(model, cache, ids.shape[0])
-    tokens, steps = session.greedy(ids, n, vocab)
+    n = uniforms.shape[0]
+    tokens, steps = session.sampled(ids, vocab, temperature, top_k, top_p, np.ascontiguousarray(uniforms, np.float64))
     for t in session._cache_tensors(cache):
         t._bump()                                                       # written in place
     cache.seqlen_offset += steps

@@ -18,28 +18,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...autograd import functional as F
 from ... import nn
+from ...autograd import functional as F
+from ...autograd.tensor import Tensor, no_grad
+from ...fast import fused as fused_ops
+from ...fast import heap_reuse, row_ops
 from ...nn import init
+from ...registry import VarBuilder, VarMap
 from ...scan import available_backends, ssd
 from ...scan.sequential import ssd_step
-from ...fast import fused as fused_ops
-from ...fast import heap_reuse
-from ...fast import row_ops
-from ...registry import VarBuilder, VarMap
-from ...autograd.tensor import Tensor, no_grad
+from . import generation
 from .config import Mamba2Config
-from .decode import decode_greedy, decode_prompt, decode_step, release as release_decoder
-from .sampling import NonFiniteLogits, check_sampling_args, sample_next
+from .decode import decode_step
 from .pretrained import load_pretrained, save_pretrained
 
 SUPPORTED_DTYPES = ("float32", "float64")
-# generation takes a prompt of at most this many tokens over the batch (b l) in one decoder step (decode_prompt),
-# a longer one through the chunked scan: at the benchmark's model the one step took 1.8 / 3.0 / 5.1 ms for b = 1,
-# l = 32 / 64 / 128 against the chunked forward's 6.1 / 7.5 / 9.8 ms, and 9.7 / 19.4 / 39.6 ms for b = 8 against
-# 17.1 / 25.5 / 35.7 ms
-PROMPT_STEP_TOKENS = 512
-GREEDY_BLOCK = 32  # greedy tokens per numba call (decode_greedy): a streamed reader sees them in bursts of ~10 ms
 
 
 # --- the official initialisation of the mixer's own parameters ----------------------------------------------
@@ -324,70 +317,18 @@ class Mamba2LMHeadModel:
         return self._head(x)                                             # (b, V)
 
     def generate_stream(self, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                        top_p: float | None = None, seed: int | None = None):
-        """Yield the next token ids (b,) one step at a time: prefill the prompt with the chunked scan, then
-        `step`. Sampling only considers the real vocabulary (not the padding rows)."""
-        ids = np.asarray(input_ids)
-        ids = self._check_ids(ids[None] if ids.ndim == 1 else ids, 2, "generate")
-        if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
-            raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        check_sampling_args(temperature, top_k, top_p)
-        # checked now, not at the first next(); the generator below does the work
-        return self._stream(ids, int(max_new_tokens), temperature, top_k, top_p, np.random.default_rng(seed))
-
-    def _stream(self, ids: np.ndarray, max_new_tokens: int, temperature, top_k, top_p, rng):
-        vocab = min(self.config.vocab_size, self.config.padded_vocab_size)
-        if max_new_tokens == 0:
-            return
-        # no_grad only around the work: a generator must not leave grad mode off while it is suspended
-        with no_grad():
-            cache = self.allocate_cache(ids.shape[0])
-            if self.fused and ids.size <= PROMPT_STEP_TOKENS:
-                logits = decode_prompt(self, ids, cache)                 # (b, V) in one step, see PROMPT_STEP_...
-            else:
-                x = self.embedding(ids)
-                for layer, state in zip(self.layers, cache.layers):
-                    x = layer(x, state, self.backend)
-                logits = self._head(x[:, -1]).data                       # (b, V) the last position only
-                cache.seqlen_offset += ids.shape[1]
-        # greedy stays inside numba for blocks of tokens (decode_greedy), unless `step` was replaced on the model
-        in_numba = self.fused and temperature == 0 and "step" not in self.__dict__
-        token = self._sample(logits[:, :vocab], rng, temperature, top_k, top_p, 0, max_new_tokens)
-        yield token
-        i = 1
-        while i < max_new_tokens:
-            if in_numba:
-                tokens, bad = decode_greedy(self, token, cache, min(GREEDY_BLOCK, max_new_tokens - i), vocab)
-                for token in tokens:                                     # (b,) each
-                    yield token
-                i += len(tokens)
-                if bad is not None:                                      # raises, naming step i + 1
-                    self._sample(bad[:, :vocab], rng, temperature, top_k, top_p, i, max_new_tokens)
-            else:
-                logits = self.step(token, cache).data
-                token = self._sample(logits[:, :vocab], rng, temperature, top_k, top_p, i, max_new_tokens)
-                yield token
-                i += 1
-        if self.fused:
-            release_decoder(cache)                                       # its helper thread stops now
-
-    @staticmethod
-    def _sample(logits, rng, temperature, top_k, top_p, i: int, max_new_tokens: int) -> np.ndarray:
-        """Token i + 1 (b,) from logits (b, vocab); non-finite logits stop generation, naming that step."""
-        try:
-            return sample_next(logits, rng, temperature, top_k, top_p)
-        except NonFiniteLogits as e:
-            where = "after the prompt" if i == 0 else f"after {i} generated tokens"
-            raise NonFiniteLogits(f"generate: step {i + 1} (token {i + 1} of {max_new_tokens}, {where}): {e}; "
-                                  f"check the checkpoint for NaN/inf weights") from None
+                        top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None):
+        """Yield the next token ids (b,) one step at a time. input_ids: (b, l), (l,), or a list of prompts of
+        any lengths; sampling only considers the real vocabulary (not the padding rows); eos_token_id ends a
+        row (see generation.generate_stream)."""
+        return generation.generate_stream(self, input_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                                          eos_token_id)
 
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int | None = None) -> np.ndarray:
-        """The prompt (b, l) followed by max_new_tokens sampled ids: (b, l + max_new_tokens) int64."""
-        ids = np.asarray(input_ids)
-        ids = ids[None] if ids.ndim == 1 else ids
-        new = list(self.generate_stream(ids, max_new_tokens, temperature, top_k, top_p, seed))
-        return np.concatenate([ids.astype(np.int64)] + [t[:, None] for t in new], axis=1)
+                 top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None):
+        """The prompts followed by their sampled ids: (b, l + max_new_tokens) int64 for an array, a list of 1-D
+        int64 arrays for a list of prompts, cut after eos_token_id (see generation.generate)."""
+        return generation.generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
 
     # --- checkpoints (pretrained.py) ---------------------------------------------------------------------
     @classmethod

@@ -1,0 +1,174 @@
+"""Generation for Mamba2LMHeadModel (its generate_stream and generate): prefill the prompts, then decode.
+
+Prompt processing: a prompt of at most PROMPT_STEP_TOKENS tokens over the batch goes through one numba step of
+all its tokens (decode.decode_prompt), a longer one through the chunked scan, with the LM head on the last
+position only. A ragged batch (a list of prompts of different lengths) is prefilled one prompt at a time, the
+same way, and the per-layer states are stacked into one batch cache.
+Decoding: with fused=True every sampling setting stays inside numba for blocks of TOKEN_BLOCK tokens
+(decode.decode_sampled, whose sampler is sample_next's twin), drawing its uniform numbers up front from the
+same generator in the order sample_next would, so the tokens are those of the per-token path (`step` and
+sample_next: fused=False, or a model whose `step` was replaced) for the same seed.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ...autograd.tensor import Tensor, no_grad
+from .decode import decode_prompt, decode_sampled
+from .decode import release as release_decoder
+from .sampling import NonFiniteLogits, check_sampling_args, sample_next
+
+# generation takes a prompt of at most this many tokens over the batch (b l) in one decoder step (decode_prompt),
+# a longer one through the chunked scan: at the benchmark's model the one step took 1.8 / 3.0 / 5.1 ms for b = 1,
+# l = 32 / 64 / 128 against the chunked forward's 6.1 / 7.5 / 9.8 ms, and 9.7 / 19.4 / 39.6 ms for b = 8 against
+# 17.1 / 25.5 / 35.7 ms
+PROMPT_STEP_TOKENS = 512
+TOKEN_BLOCK = 32  # tokens per numba call (decode_sampled): a streamed reader sees them in bursts of ~10 ms
+
+
+def generate_stream(model, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                    top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None):
+    """Mamba2LMHeadModel.generate_stream: yields the next token ids (b,) int64 one step at a time.
+
+    input_ids: (b, l) or (l,) ints, or a list of 1-D int sequences of any lengths (a ragged batch: each row
+    gives exactly the tokens its prompt gives alone, whenever its draws are the same: greedy, top_k=1, a batch
+    of one). Sampling draws one uniform number per row and step from np.random.default_rng(seed), rows in
+    order within a step (sample_next's rng.random((b, 1))): row i of a batch of b takes the step's i-th number.
+    eos_token_id: a row that has produced it is finished and holds it in every later yield; the stream ends
+    after the step where every row is finished, or after max_new_tokens steps. Arguments are checked at the
+    call, not at the first next()."""
+    prompts, _ = check_prompts(model, input_ids)
+    if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
+        raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    check_sampling_args(temperature, top_k, top_p)
+    V = model.config.padded_vocab_size
+    if eos_token_id is not None and (not isinstance(eos_token_id, (int, np.integer)) or isinstance(eos_token_id, bool)
+                                     or not 0 <= eos_token_id < V):
+        raise ValueError(f"generate: eos_token_id must be None or an int in [0, {V}), got {eos_token_id!r}")
+    return _stream(model, prompts, int(max_new_tokens), temperature, top_k, top_p, np.random.default_rng(seed),
+                   None if eos_token_id is None else int(eos_token_id))
+
+
+def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+             top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None):
+    """Mamba2LMHeadModel.generate: the prompts followed by their new tokens. An array (b, l) or (l,) gives
+    (b, l + steps) int64 (steps = max_new_tokens, fewer when every row met eos_token_id; a finished row holds
+    it to the end); a list of prompts gives a list of 1-D int64 arrays, each cut after its first EOS (kept)."""
+    prompts, ragged = check_prompts(model, input_ids)
+    new = list(generate_stream(model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id))
+    new = np.stack(new) if new else np.zeros((0, len(prompts) if ragged else prompts.shape[0]), np.int64)
+    if not ragged:                                                       # (steps, b)
+        return np.concatenate([prompts.astype(np.int64), new.T], axis=1)
+    rows = []
+    for prompt, row in zip(prompts, new.T):
+        if eos_token_id is not None and (row == eos_token_id).any():
+            row = row[:int(np.argmax(row == eos_token_id)) + 1]
+        rows.append(np.concatenate([prompt, row]))
+    return rows
+
+
+def check_prompts(model, input_ids):
+    """(prompts, ragged): (b, l) ints checked by the model, or, for a list of sequences, a list of 1-D int64
+    arrays, each checked and named by its row."""
+    if not (isinstance(input_ids, (list, tuple)) and input_ids and all(
+            not isinstance(p, (numbers.Number, np.generic)) for p in input_ids)):
+        if isinstance(input_ids, (list, tuple)) and not input_ids:
+            raise ValueError("generate: input_ids is an empty list; give (b, l) ids or a list of prompts")
+        ids = np.asarray(input_ids.data if isinstance(input_ids, Tensor) else input_ids)
+        return model._check_ids(ids[None] if ids.ndim == 1 else ids, 2, "generate"), False
+    V, prompts = model.config.padded_vocab_size, []
+    for i, p in enumerate(input_ids):
+        try:
+            a = np.asarray(p.data if isinstance(p, Tensor) else p)
+        except ValueError:                                              # itself ragged
+            a = np.asarray(p, dtype=object)
+        if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"generate: input_ids[{i}] must be a 1-D sequence of ints, got dtype {a.dtype} "
+                             f"shape {a.shape}")
+        if a.size == 0:
+            raise ValueError(f"generate: input_ids[{i}] is empty; every prompt needs at least one token")
+        if a.min() < 0 or a.max() >= V:
+            raise ValueError(f"generate: input_ids[{i}] must be in [0, {V}), got min {a.min()} max {a.max()}")
+        prompts.append(a.astype(np.int64))
+    return prompts, True
+
+
+def prefill(model, ids: np.ndarray):
+    """ids (b, l) -> (a new cache at the prompt's end, logits (b, padded vocab) after its last token)."""
+    cache = model.allocate_cache(ids.shape[0])
+    if model.fused and ids.size <= PROMPT_STEP_TOKENS:
+        return cache, decode_prompt(model, ids, cache)                  # (b, V) in one step, see PROMPT_STEP_...
+    x = model.embedding(ids)
+    for layer, state in zip(model.layers, cache.layers):
+        x = layer(x, state, model.backend)
+    cache.seqlen_offset += ids.shape[1]
+    return cache, model._head(x[:, -1]).data                             # (b, V) the last position only
+
+
+def prefill_ragged(model, prompts: list):
+    """prefill of each prompt (l_i,) alone, the states stacked into one cache of b = len(prompts) rows; its
+    seqlen_offset is the longest prompt's length."""
+    caches, logits = zip(*(prefill(model, p[None]) for p in prompts))
+    cache = model.allocate_cache(len(prompts))
+    for i, state in enumerate(cache.layers):
+        state.conv = Tensor(np.concatenate([c.layers[i].conv.data for c in caches]))   # (b, conv_dim, d_conv)
+        state.ssm = Tensor(np.concatenate([c.layers[i].ssm.data for c in caches]))     # (b, h, p, n)
+    cache.seqlen_offset = max(len(p) for p in prompts)
+    return cache, np.concatenate(logits)                                 # (b, V)
+
+
+def _stream(model, prompts, max_new_tokens: int, temperature, top_k, top_p, rng, eos):
+    vocab = min(model.config.vocab_size, model.config.padded_vocab_size)
+    if max_new_tokens == 0:
+        return
+    # no_grad only around the work: a generator must not leave grad mode off while it is suspended
+    with no_grad():
+        cache, logits = prefill_ragged(model, prompts) if isinstance(prompts, list) else prefill(model, prompts)
+    finished = np.zeros(logits.shape[0], bool)                           # (b,) rows that produced eos
+
+    def emit(token):                                                     # the yield: finished rows hold eos
+        if eos is None:
+            return token
+        out = np.where(finished, eos, token)
+        finished[:] |= out == eos
+        return out
+
+    # inside numba for blocks of tokens, unless `step` was replaced on the model (a test's probe, a wrapper)
+    in_numba = model.fused and "step" not in model.__dict__
+    token = _sample(logits[:, :vocab], rng, temperature, top_k, top_p, 0, max_new_tokens)
+    try:
+        yield emit(token)
+        i = 1
+        while i < max_new_tokens and not finished.all():
+            if in_numba:
+                n = min(TOKEN_BLOCK, max_new_tokens - i)
+                # sample_next's draws for n steps, in its order; greedy draws none
+                uniforms = np.zeros((n, len(token))) if temperature == 0 else rng.random((n, len(token)))
+                tokens, bad = decode_sampled(model, token, cache, vocab, temperature, top_k, top_p, uniforms)
+                for token in tokens:                                     # (b,) each
+                    yield emit(token)
+                    i += 1
+                    if finished.all():
+                        return
+                if bad is not None:                                      # raises, naming step i + 1
+                    _sample(bad[:, :vocab], rng, temperature, top_k, top_p, i, max_new_tokens)
+            else:
+                logits = model.step(token, cache).data
+                token = _sample(logits[:, :vocab], rng, temperature, top_k, top_p, i, max_new_tokens)
+                yield emit(token)
+                i += 1
+    finally:
+        if model.fused:
+            release_decoder(cache)                                       # its helper thread stops now
+
+
+def _sample(logits, rng, temperature, top_k, top_p, i: int, max_new_tokens: int) -> np.ndarray:
+    """Token i + 1 (b,) from logits (b, vocab); non-finite logits stop generation, naming that step."""
+    try:
+        return sample_next(logits, rng, temperature, top_k, top_p)
+    except NonFiniteLogits as e:
+        where = "after the prompt" if i == 0 else f"after {i} generated tokens"
+        raise NonFiniteLogits(f"generate: step {i + 1} (token {i + 1} of {max_new_tokens}, {where}): {e}; "
+                              f"check the checkpoint for NaN/inf weights") from None
