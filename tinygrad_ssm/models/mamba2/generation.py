@@ -84,11 +84,11 @@ def check_prompts(model, input_ids):
             a = np.asarray(p.data if isinstance(p, Tensor) else p)
         except ValueError:                                              # itself ragged
             a = np.asarray(p, dtype=object)
+        if a.size == 0:                                                 # (an empty list's dtype is float64)
+            raise ValueError(f"generate: input_ids[{i}] is empty; every prompt needs at least one token")
         if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
             raise ValueError(f"generate: input_ids[{i}] must be a 1-D sequence of ints, got dtype {a.dtype} "
                              f"shape {a.shape}")
-        if a.size == 0:
-            raise ValueError(f"generate: input_ids[{i}] is empty; every prompt needs at least one token")
         if a.min() < 0 or a.max() >= V:
             raise ValueError(f"generate: input_ids[{i}] must be in [0, {V}), got min {a.min()} max {a.max()}")
         prompts.append(a.astype(np.int64))

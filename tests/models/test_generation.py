@@ -1,0 +1,114 @@
+"""Generation's batches (models/mamba2/generation.py): a ragged batch (a list of prompts of different lengths) gives
+each row the tokens its prompt gives alone, eos_token_id ends rows and the stream, bad prompts are named by
+their row, and a prompt is processed with the LM head on its last position only."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.support.decode import twin_models
+from tinygrad_ssm.models.mamba2 import generation
+
+
+def alone(model, prompts, n, **kw):
+    return [model.generate(np.array(p)[None], n, **kw)[0] for p in prompts]
+
+
+@settings(max_examples=15, deadline=None)
+@given(lengths=st.lists(st.integers(1, 12), min_size=1, max_size=4), fused=st.booleans(),
+       prompt_step_tokens=st.sampled_from([1, 8, 512]), seed=st.integers(0, 2**16))
+def test_a_ragged_batch_gives_each_row_its_prompts_own_tokens(lengths, fused, prompt_step_tokens, seed):
+    """Greedy, and top_k=1 sampling (whose draws cannot change a token); prompts in one numba step or through
+    the chunked scan (PROMPT_STEP_TOKENS), the decoder or the engine's step."""
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(generation, "PROMPT_STEP_TOKENS", prompt_step_tokens)
+        models = twin_models(seed=seed % 7, vocab_size=30)
+        model = models[0] if fused else models[1]
+        rng = np.random.default_rng(seed)
+        prompts = [rng.integers(0, 30, n).tolist() for n in lengths]
+        for kw in ({"temperature": 0}, {"temperature": 1.0, "top_k": 1, "seed": seed}):
+            got = model.generate(prompts, 5, **kw)
+            assert isinstance(got, list) and all(g.dtype == np.int64 and g.ndim == 1 for g in got)
+            for g, want in zip(got, alone(model, prompts, 5, **kw)):
+                np.testing.assert_array_equal(g, want)
+    finally:
+        mp.undo()
+
+
+def test_a_ragged_batch_of_one_samples_as_its_prompt_alone():
+    """One row takes each step's one uniform number, as the prompt alone does: any setting, the same tokens."""
+    fast, _ = twin_models(seed=3, vocab_size=30)
+    kw = {"temperature": 1.2, "top_p": 0.8, "seed": 4}
+    np.testing.assert_array_equal(fast.generate([[5, 6, 7]], 20, **kw)[0], fast.generate([5, 6, 7], 20, **kw)[0])
+
+
+def test_eos_finishes_rows_and_then_the_stream():
+    fast, _ = twin_models(seed=6, vocab_size=30)
+    prompts = [[1, 2, 3], [4], [7, 8, 9, 10, 11]]
+    free = alone(fast, prompts, 12, temperature=0)
+    new = [row[len(p):] for row, p in zip(free, prompts)]
+    eos = int(new[0][2])                                                # row 0 meets it at its 3rd new token
+    firsts = [int(np.argmax(row == eos)) if (row == eos).any() else None for row in new]
+    stream = np.stack(list(fast.generate_stream(prompts, 12, temperature=0, eos_token_id=eos)))   # (steps, b)
+    ends = [12 if f is None else f for f in firsts]
+    assert len(stream) == (max(ends) + 1 if None not in firsts else 12)  # stops once every row is finished
+    for r, row in enumerate(stream.T):
+        stop = ends[r]
+        np.testing.assert_array_equal(row[:stop + 1], new[r][:stop + 1][:len(row)])
+        assert (row[stop:] == eos).all()                              # a finished row holds eos
+    got = fast.generate(prompts, 12, temperature=0, eos_token_id=eos)
+    for g, p, row, f in zip(got, prompts, new, firsts):
+        np.testing.assert_array_equal(g, np.concatenate([p, row if f is None else row[:f + 1]]))
+
+
+def test_eos_on_an_array_batch_ends_when_every_row_has_it():
+    fast, _ = twin_models(seed=6, vocab_size=30)
+    prompt = np.array([[1, 2, 3], [3, 2, 1]])
+    free = fast.generate(prompt, 12, temperature=0)
+    eos = int(free[0, 4])
+    if eos in free[1, 3:]:
+        last = max(int(np.argmax(free[r, 3:] == eos)) for r in range(2))
+        out = fast.generate(prompt, 12, temperature=0, eos_token_id=eos)
+        assert out.shape == (2, 3 + last + 1) and (out[:, -1] == eos).all()
+    out = fast.generate(prompt[:1], 12, temperature=0, eos_token_id=eos)
+    np.testing.assert_array_equal(out, free[:1, :5])                  # one row: ends at its first eos
+
+
+@pytest.mark.parametrize("prompts,message", [
+    ([[1, 2], []], r"input_ids\[1\] is empty"),
+    ([[1, 2], [3, 40]], r"input_ids\[1\] must be in \[0, 40\), got min 3 max 40"),
+    ([[1, 2], [-1]], r"input_ids\[1\] must be in \[0, 40\)"),
+    ([[1.0, 2.0], [3]], r"input_ids\[0\] must be a 1-D sequence of ints, got dtype float64"),
+    ([[1, 2], [[3, 4]]], r"input_ids\[1\] must be a 1-D sequence of ints, got dtype int64 shape \(1, 2\)"),
+    ([[1, 2], [3, [4]]], r"input_ids\[1\] must be a 1-D sequence of ints, got dtype object"),
+    ([], r"input_ids is an empty list"),
+])
+def test_bad_prompts_are_named_by_their_row(prompts, message):
+    fast, _ = twin_models(seed=1)
+    with pytest.raises(ValueError, match=message):
+        fast.generate_stream(prompts, 3)                                # at the call, not at the first next()
+    with pytest.raises(ValueError, match=message):
+        fast.generate(prompts, 3)
+
+
+@pytest.mark.parametrize("eos", [-1, 40, 1.5, True])
+def test_a_bad_eos_token_id_is_named(eos):
+    fast, _ = twin_models(seed=1)
+    with pytest.raises(ValueError, match=r"eos_token_id must be None or an int in \[0, 40\)"):
+        fast.generate_stream([[1, 2]], 3, eos_token_id=eos)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_long_prompt_goes_through_the_chunked_scan_with_the_head_on_its_last_position(monkeypatch, fused):
+    models = twin_models(seed=2, vocab_size=30)
+    model = models[0] if fused else models[1]
+    monkeypatch.setattr(generation, "PROMPT_STEP_TOKENS", 4)
+    monkeypatch.setattr(generation, "decode_prompt", lambda *a: pytest.fail("a long prompt took the one step"))
+    rows = []
+    real_head = type(model)._head
+    monkeypatch.setattr(type(model), "_head", lambda self, x: rows.append(x.shape) or real_head(self, x))
+    prompt = np.arange(1, 10)[None] % 30                                # (1, 9): 9 tokens > 4
+    out = model.generate(prompt, 3, temperature=0)
+    assert rows[0] == (1, model.config.d_model)                         # the prefill's head: last position only
+    np.testing.assert_array_equal(out[:, 9:], models[1].generate(prompt, 3, temperature=0)[:, 9:])
