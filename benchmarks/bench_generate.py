@@ -7,18 +7,25 @@ Mamba2ForCausalLM on the CPU: the same config and weights, float32, batch 1 and 
 Tokens/s counts the new tokens of every sequence over the whole call (prefill included). The sides run in turn
 inside each repeat; median, min and max of --repeats after a warm-up call; the peak memory one call adds;
 and how many of the greedy tokens both sides agree on (float32 rounding may flip a near-tie late on).
-Our rows: the fused model (numba decoding, the default) and, with --with-reference, the engine-op step.
+Our rows: the fused model (numba decoding, the default) and, with --with-reference, the engine-op step; with
+--sampling, the fused model sampling (top_k=1, and temperature 0.8 with top_p 0.9; seed 0) against its greedy
+row (x greedy: tokens/s over greedy's, measured in the same repeats).
+
+    python benchmarks/bench_generate.py --batches 1 8 --sampling
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-import _common as common  # noqa: I001  (no NumPy: threads_from_argv must come first)
+import _common as common  # no NumPy yet: threads_from_argv must come first
+
 THREADS = common.threads_from_argv()
 
-import numpy as np  # noqa: E402
+import numpy as np
 
+SAMPLING_ROWS = {"tinygrad_ssm top_k=1": {"temperature": 1.0, "top_k": 1},
+                 "tinygrad_ssm t=0.8 top_p=0.9": {"temperature": 0.8, "top_p": 0.9}}
 
 
 def main(argv=None) -> dict:
@@ -29,6 +36,7 @@ def main(argv=None) -> dict:
     p.add_argument("--chunk-size", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--with-reference", action="store_true", help="also time our engine-op step (fused=False)")
+    p.add_argument("--sampling", action="store_true", help="also time top_k=1 and temperature=0.8/top_p=0.9")
     p.add_argument("--threads", type=int, default=None,
                    help="threads for every library on both sides (default: each library's own choice)")
     p.add_argument("--quick", action="store_true", help="tiny config, 32 new tokens, 2 repeats: a smoke run")
@@ -55,17 +63,20 @@ def main(argv=None) -> dict:
         prompt = np.random.default_rng(batch).integers(0, config_kw["vocab_size"], (batch, args.prompt_len))
         prompt_t = torch.from_numpy(prompt)
 
-        def theirs_run():
+        def theirs_run(prompt_t=prompt_t):
             with torch.no_grad():
                 out = hf.generate(prompt_t, max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True)
             outputs["transformers"] = out.numpy()
 
-        def ours_run(m, key):
-            def run():
-                outputs[key] = m.generate(prompt, n, temperature=0)
-            return run
+        def ours_run(m, key, prompt=prompt, **sampling):
+            def call():
+                outputs[key] = m.generate(prompt, n, **(sampling or {"temperature": 0}))
+            return call
 
         sides = {"tinygrad_ssm": ours_run(model, "tinygrad_ssm")}
+        if args.sampling:
+            for name, kw in SAMPLING_ROWS.items():
+                sides[name] = ours_run(model, name, seed=0, **kw)
         if reference is not None:
             sides["tinygrad_ssm reference"] = ours_run(reference, "tinygrad_ssm reference")
         sides["transformers"] = theirs_run
@@ -91,13 +102,17 @@ def main(argv=None) -> dict:
             row = result["rows"][f"{name} batch {batch}"]
             row["x_transformers"] = round(row["tokens_per_s"] / theirs_tps, 2)
         result["rows"][f"tinygrad_ssm batch {batch}"]["greedy_tokens_agreeing"] = agree
+        greedy_tps = result["rows"][f"tinygrad_ssm batch {batch}"]["tokens_per_s"]
+        for name in SAMPLING_ROWS if args.sampling else ():
+            row = result["rows"][f"{name} batch {batch}"]
+            row["x_greedy"] = round(row["tokens_per_s"] / greedy_tps, 2)
 
     print(f"greedy generation, prompt {args.prompt_len}, {n} new tokens, {result['parameters']:,} parameters, "
           f"float32; median of {args.repeats} after a warm-up")
     print(f"{'':32s} {'median s':>9s} {'min':>7s} {'max':>7s} {'tokens/s':>9s} {'peak +MiB':>9s} {'x tf':>6s}")
     for name, r in result["rows"].items():
         extra = f"  (first {r['greedy_tokens_agreeing']} tokens equal to transformers')" \
-            if "greedy_tokens_agreeing" in r else ""
+            if "greedy_tokens_agreeing" in r else f"  ({r['x_greedy']:.2f} x greedy)" if "x_greedy" in r else ""
         print(f"{name:32s} {r['median_s']:9.3f} {r['min_s']:7.3f} {r['max_s']:7.3f} {r['tokens_per_s']:9.0f} "
               f"{r['peak_added_mib'] if r['peak_added_mib'] is not None else '-':>9} {r['x_transformers']:6.2f}{extra}")
     if args.json:
