@@ -150,3 +150,20 @@ def test_generate_and_eval_read_every_layout_with_its_tokenizer(layout, bpe_toke
     text_ids = tok.encode_bytes(corpus.read_bytes())[:201]
     plain = float(model.loss(text_ids[None, :-1], text_ids[None, 1:]).data)
     assert json.loads(out[out.index("{"):])["mean_nats"] == pytest.approx(plain, rel=1e-6)
+
+
+def test_batch_file_gives_each_prompt_its_own_text(bpe_run, tmp_path, capsys):
+    prompts = ["line 3", "line 250: the quick brown", 'a "quoted"\nprompt']
+    (tmp_path / "prompts.jsonl").write_text("\n".join(json.dumps({"prompt": p}) for p in prompts) + "\n")
+    alone = []
+    for prompt in prompts:
+        assert cli.main(["generate", "--model", str(bpe_run), "--prompt", prompt, "--max-new-tokens", "9",
+                         "--temperature", "0"]) == cli.EXIT_OK
+        alone.append(capsys.readouterr().out)
+    assert cli.main(["generate", "--model", str(bpe_run), "--batch-file", str(tmp_path / "prompts.jsonl"),
+                     "--max-new-tokens", "9", "--temperature", "0"]) == cli.EXIT_OK
+    assert capsys.readouterr().out == "".join(f"=== {i}/3 ===\n{text}" for i, text in enumerate(alone, 1))
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "ok"}\n[1, 2]\n')
+    assert cli.main(["generate", "--model", str(bpe_run), "--batch-file", str(tmp_path / "bad.jsonl")]) == \
+        cli.EXIT_USAGE
+    assert "line 2 must be an object" in capsys.readouterr().err
