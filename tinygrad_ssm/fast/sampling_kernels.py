@@ -29,29 +29,21 @@ def sample_row(row, vocab, temperature, top_k, top_p, u, w):
         return -1
     if temperature == 0:
         return arg                                                      # np.argmax's: the first largest
+    top = -math.inf                                                     # the largest (a top-k filter keeps it)
     for v in range(vocab):
         w[v] = np.float64(row[v]) / temperature                          # (vocab,) scaled logits
+        top = max(top, w[v])
     if 0 < top_k < vocab:
-        kth = np.partition(w, vocab - top_k)[vocab - top_k]             # the k-th largest
+        kth = _kth_largest(w, top_k)
         for v in range(vocab):
             if not w[v] >= kth:
                 w[v] = -math.inf
-    top = -math.inf
+    total = 0.0                                                         # np.cumsum(weights)[-1]
     for v in range(vocab):
-        top = max(top, w[v])
-    for v in range(vocab):
-        w[v] = math.exp(w[v] - top)                                      # unnormalised probabilities
+        w[v] = 0.0 if w[v] == -math.inf else math.exp(w[v] - top)       # unnormalised probabilities
+        total += w[v]
     if top_p < 1.0:
-        order = np.argsort(-w, kind="mergesort")                       # most likely first, ties by index
-        total = 0.0
-        for v in range(vocab):
-            total += w[order[v]]
-        ahead = 0.0                                                     # the weight of the tokens before
-        for v in range(vocab):
-            weight = w[order[v]]
-            if not ahead < top_p * total:
-                w[order[v]] = 0.0
-            ahead += weight
+        _nucleus(w, top_p * total)
     last = 0                                                            # the last token that can be drawn
     cdf = 0.0
     for v in range(vocab):
@@ -65,6 +57,60 @@ def sample_row(row, vocab, temperature, top_k, top_p, u, w):
         if cdf > target:
             return v
     return last                                                         # u rounded to the very top
+
+
+@njit(**_SAMPLE_JIT)
+def _kth_largest(w, k):
+    """np.partition(w, len(w) - k)[len(w) - k]: the k largest values (repeats counted) kept in a sorted buffer,
+    for a small k; one scan of w instead of a partition of a copy (0.4 ms for 50k logits). A large k partitions."""
+    if k > 64:
+        return np.partition(w, w.shape[0] - k)[w.shape[0] - k]
+    buf = np.full(k, -math.inf)                                         # (k,) ascending; buf[0] the k-th largest
+    for v in range(w.shape[0]):
+        x = w[v]
+        if x > buf[0]:
+            j = 0
+            while j + 1 < k and buf[j + 1] < x:
+                buf[j] = buf[j + 1]
+                j += 1
+            buf[j] = x
+    return buf[0]
+
+
+@njit(**_SAMPLE_JIT)
+def _nucleus(w, limit):
+    """Zero every weight outside the nucleus: walking the tokens most likely first (ties by index, a stable
+    sort's order), a token stays while the weight before it is below limit (top_p times the total). Only the
+    tokens of weight >= t are sorted (a prefix of that order), t lowered until the walk ends inside them: a full
+    sort of 50k weights took 5 ms a row."""
+    t = 0.25                                                            # of the largest weight, which is 1
+    while True:
+        n, enough = 0, 0.0
+        for v in range(w.shape[0]):
+            if w[v] >= t:
+                n += 1
+                enough += w[v]
+        if enough >= limit or t == 0.0:                                 # (a guess: the walk decides)
+            candidates = np.empty(n, np.int64)
+            n = 0
+            for v in range(w.shape[0]):
+                if w[v] >= t:
+                    candidates[n] = v
+                    n += 1
+            order = candidates[np.argsort(-w[candidates], kind="mergesort")]
+            ahead, kept = 0.0, 0
+            while kept < n and ahead < limit:
+                ahead += w[order[kept]]
+                kept += 1
+            if kept < n or t == 0.0:                                    # the walk stopped inside: done
+                keep = np.zeros(w.shape[0], np.bool_)
+                for j in range(kept):
+                    keep[order[j]] = True
+                for v in range(w.shape[0]):
+                    if not keep[v]:
+                        w[v] = 0.0
+                return
+        t = t / 16.0 if t > 1e-30 else 0.0
 
 
 @njit(**_SAMPLE_JIT)

@@ -52,7 +52,8 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
         sorted_weights = np.take_along_axis(weights, order, axis=-1)
         running = np.cumsum(sorted_weights, axis=-1)                     # (b, V)
         ahead = np.concatenate([np.zeros_like(running[:, :1]), running[:, :-1]], axis=-1)  # the tokens before
-        keep_sorted = ahead < top_p * running[:, -1:]                   # the first token always: ahead = 0
+        total = np.cumsum(weights, axis=-1)[:, -1:]                      # (b, 1) summed in the tokens' order
+        keep_sorted = ahead < top_p * total                             # the first token always: ahead = 0
         keep = np.zeros_like(keep_sorted)
         np.put_along_axis(keep, order, keep_sorted, axis=-1)
         weights = np.where(keep, weights, 0.0)
