@@ -1,8 +1,9 @@
 """Decoding without the engine: one numba call advances every layer of a Mamba-2 model by one token, in place on
-the cache, and gives the logits; greedy generation (decode_greedy) stays inside numba for many tokens, and a
-short prompt (decode_prompt) is one step whose rows are its tokens. The engine's `step` (mamba2.py,
-fused=False) is the reference it is tested against (tests/models/test_decode.py, test_decode_kernels.py: logits and
-states to 1e-10 in float64).
+the cache, and gives the logits; generation (decode_sampled, greedy or sampled) stays inside numba for many
+tokens, and a short prompt (decode_prompt) is one step whose rows are its tokens. The engine's `step`
+(mamba2.py, fused=False) is the reference it is tested against (tests/models/test_decode.py,
+test_decode_kernels.py: logits and states to 1e-10 in float64). The per-layer arrays travel in numba typed
+Lists, so the compiled functions' types hold no model size: one compilation (cached on disk) per dtype.
 
 Per layer and sequence (the equations of Mamba2Mixer.step, written out):
     u = rmsnorm(x) * norm.weight                                           (d_model,)
@@ -470,22 +471,19 @@ def _session(model, cache, b: int) -> _Session:
     return session
 
 
-def decode_greedy(model, ids: np.ndarray, cache, n: int, vocab: int):
-    """Greedy generation inside one numba call: feed ids (b,), then each step's argmax over the first `vocab`
-    logits, for up to n steps; every layer's cache advances in place. Returns (tokens (m, b) int64, logits):
-    m = n and logits None, or m < n when step m + 1's logits (b, padded vocab), returned, hold NaN, +inf or
-    no finite value in a row (sample_next names it). cache.seqlen_offset advances by the steps run."""
-    return decode_sampled(model, ids, cache, vocab, 0.0, None, None, np.zeros((n, ids.shape[0])))
-
-
 def decode_sampled(model, ids: np.ndarray, cache, vocab: int, temperature: float, top_k, top_p,
                    uniforms: np.ndarray):
-    """decode_greedy with sampling (temperature, top_k, top_p as sample_next takes them) for len(uniforms)
-    steps: step i's row bi draws with uniforms (n, b)[i, bi], the numbers sample_next would take from its
-    generator (rng.random((b, 1)) a step: draw them as rng.random((n, b))). Returns what decode_greedy does."""
+    """Generation inside one numba call: feed ids (b,), then each step's token (sample_next's choice over the
+    first `vocab` logits, by its numba twin; temperature 0 is greedy), for up to n = len(uniforms) steps;
+    step i's row bi draws with uniforms (n, b)[i, bi], the numbers sample_next would take from its generator
+    (rng.random((b, 1)) a step: draw them as rng.random((n, b))). Every layer's cache advances in place.
+    Returns (tokens (m, b) int64, logits): m = n and logits None, or m < n when step m + 1's logits (b, padded
+    vocab), returned, hold NaN, +inf or no finite value in a row (sample_next names it). cache.seqlen_offset
+    advances by the steps run."""
     session = _session(model, cache, ids.shape[0])
     n = uniforms.shape[0]
-    tokens, steps = session.sampled(ids, vocab, temperature, top_k, top_p, np.ascontiguousarray(uniforms, np.float64))
+    uniforms = np.ascontiguousarray(uniforms, np.float64)              # (n, b)
+    tokens, steps = session.sampled(ids, vocab, temperature, top_k, top_p, uniforms)
     for t in session._cache_tensors(cache):
         t._bump()                                                       # written in place
     cache.seqlen_offset += steps
