@@ -26,7 +26,10 @@ The issue's goals are checked and reported, never asserted.
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import _common as common
@@ -46,12 +49,14 @@ SHAPE = {"vocab_size": 50277, "pad_vocab_size_multiple": 16, "d_model": 768, "n_
          "headdim": 64, "ngroups": 1, "expand": 2, "d_conv": 4}
 QUICK_SHAPE = dict(common.QUICK_CONFIG, pad_vocab_size_multiple=16)
 OURS, THEIRS = "tinygrad_ssm", "transformers"
+STEPS_FLAG = "--steps-of"
 
 
 @dataclass
 class Plan:
     """The sizes of one run: the full one (the issue's) or --quick's."""
     new_tokens: int = 32          # transformers decodes ~11 tokens/s at batch 1: 32 keeps the run short
+    new_tokens_batched: int = 8   # at batch 8 its steps took ~3 s each here (99 s for 32 tokens)
     prompt_len: int = 16
     prefill_len: int = 512
     eval_tokens: int = 4096
@@ -61,12 +66,13 @@ class Plan:
     chunks: tuple = (64, 128, 256)
     inference_chunk: int = 256    # mamba2-130m's chunk_size, for the prompt and eval rows
     repeats: int = 3
-    train_repeats: int = 2        # per chunk size
+    eval_repeats: int = 2         # a 4,096-token pass took transformers ~70 s here
+    train_repeats: int = 1        # per chunk size: a step at 4 x 512 takes each side 30-60 s here
     bandwidth_gib: float = 1.0
 
 
-QUICK = Plan(new_tokens=8, prefill_len=64, eval_tokens=256, window=64, train_batch=2, train_len=64, chunks=(16, 32),
-             inference_chunk=32, repeats=2, train_repeats=1, bandwidth_gib=0.0625)
+QUICK = Plan(new_tokens=8, new_tokens_batched=4, prefill_len=64, eval_tokens=256, window=64, train_batch=2, train_len=64, chunks=(16, 32),
+             inference_chunk=32, repeats=2, eval_repeats=2, train_repeats=1, bandwidth_gib=0.0625)
 
 
 # --- the machine's read bandwidth ---------------------------------------------------------------------------
@@ -104,12 +110,12 @@ def state_bytes_per_sequence(model) -> int:
 
 # --- running the sides ----------------------------------------------------------------------------------------
 
-def interleaved(sides: dict, repeats: int, warmup: int = 1) -> dict:
-    """{name: [seconds per repeat]}: each side warmed up, then run in turn inside each repeat (so a load from
-    other processes hits all of them alike)."""
-    for run in sides.values():
-        for _ in range(warmup):
-            run()
+def interleaved(sides: dict, repeats: int, warmups: dict | None = None) -> dict:
+    """{name: [seconds per repeat]}: each side warmed up (by its own call, or by a lighter one of `warmups`
+    where a full call is long), then run in turn inside each repeat (so a load from other processes hits all
+    of them alike)."""
+    for name, run in sides.items():
+        (warmups or sides)[name]()
     times = {name: [] for name in sides}
     for _ in range(repeats):
         for name, run in sides.items():
@@ -140,15 +146,21 @@ def with_ratios(rows: list) -> list:
 def generation(model, hf, torch, plan: Plan, batch: int, bandwidth: float) -> list:
     vocab = model.config.vocab_size
     prompt = np.random.default_rng(batch).integers(0, vocab, (batch, plan.prompt_len))   # (b, 16)
-    prompt_t, n = torch.from_numpy(prompt), plan.new_tokens
+    prompt_t, n = torch.from_numpy(prompt), plan.new_tokens if batch == 1 else plan.new_tokens_batched
 
-    def theirs():
-        with torch.no_grad():
-            hf.generate(prompt_t, max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True)
+    def theirs(tokens):
+        def run():
+            with torch.no_grad():
+                hf.generate(prompt_t, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, use_cache=True)
+        return run
 
-    times = interleaved({OURS: lambda: model.generate(prompt, n, temperature=0), THEIRS: theirs}, plan.repeats)
+    def ours(tokens):
+        return lambda: model.generate(prompt, tokens, temperature=0)
+
+    times = interleaved({OURS: ours(n), THEIRS: theirs(n)}, plan.repeats,
+                        warmups={OURS: ours(2), THEIRS: theirs(2)})  # prefill and step compiled/warm, 2 tokens
     limit = batch * bandwidth / weight_bytes_per_step(model)
-    task = f"generate b={batch}"
+    task = f"generate b={batch}, {n} new"
     return with_ratios([row(task, side, times[side], batch * n, limit=limit) for side in (OURS, THEIRS)])
 
 
@@ -222,7 +234,10 @@ def evaluation(model, hf, torch, plan: Plan) -> tuple:
         return result.tokens, result.nats
 
     sides = {OURS: side(OURS, ours), THEIRS: side(THEIRS, lambda: their_eval(hf, torch, ids, plan.window))}
-    times = interleaved(sides, plan.repeats)
+    first = ids[:plan.window + 1]                                       # one window: the warm-up
+    times = interleaved(sides, plan.eval_repeats, warmups={
+        OURS: lambda: evaluate(model, first, window=plan.window),
+        THEIRS: lambda: their_eval(hf, torch, first, plan.window)})
     task = f"eval {plan.eval_tokens} in windows of {plan.window}"
     rows = with_ratios([row(task, s, times[s], plan.eval_tokens) for s in sides])
     return rows, {s: {"tokens": int(t), "mean_nats": n / t} for s, (t, n) in scores.items()}
@@ -257,11 +272,18 @@ def train_sides(model, hf, torch, plan: Plan, only: str | None = None) -> dict:
     return {f"{side}@{chunk}": at(side, chunk) for side in steps for chunk in plan.chunks}
 
 
-def fine_tuning(model, hf, torch, plan: Plan, argv: list) -> tuple:
-    sides = train_sides(model, hf, torch, plan)
+def fine_tuning(plan: Plan, argv: list) -> tuple:
+    """Each side's steps in a fresh process of its own (one process holding both sides' models, optimizer
+    states and step memory, ~7 GB ours, more theirs, ran out of memory on this 23 GB machine); so the sides
+    run one after the other here, not interleaved. Then each side's peak at its best chunk (fresh processes)."""
+    times = {}
     for side in (OURS, THEIRS):
-        sides[f"{side}@{plan.chunks[0]}"]()                             # warm-up (optimizer state, compiles)
-    times = interleaved(sides, plan.train_repeats, warmup=0)
+        done = subprocess.run([sys.executable, __file__, *argv, STEPS_FLAG, side], capture_output=True, text=True,
+                              check=False)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode or not lines:
+            raise SystemExit(f"{NAME}: the fine-tuning process of {side} failed:\n{done.stderr[-3000:]}")
+        times.update(json.loads(lines[-1]))
     best = {side: min((k for k in times if k.startswith(side + "@")), key=lambda k: np.median(times[k]))
             for side in (OURS, THEIRS)}
     memory = common.peak_memory_by_side(__file__, argv, list(best.values()))
@@ -273,15 +295,28 @@ def fine_tuning(model, hf, torch, plan: Plan, argv: list) -> tuple:
     return with_ratios(rows), sweep
 
 
+def built(side: str, config_kw: dict, plan: Plan):
+    """(torch, {"SIDE@CHUNK": a step}) of one side, in a subprocess."""
+    torch, _ = common.require_transformers()
+    common.apply_to_torch(THREADS)
+    model = common.ours(config_kw, plan.chunks[0])
+    hf = common.theirs(model, plan.chunks[0]) if side == THEIRS else None
+    return torch, train_sides(model, hf, torch, plan, only=side)
+
+
+def steps_of(side: str, config_kw: dict, plan: Plan):
+    """In a --steps-of SIDE subprocess: a warm-up step, then train_repeats steps per chunk size, the chunk sizes
+    in turn; prints {"SIDE@CHUNK": [seconds, ...]} as JSON."""
+    _, steps = built(side, config_kw, plan)
+    next(iter(steps.values()))()                                        # warm-up (optimizer state, compiles)
+    print(json.dumps(interleaved(steps, plan.train_repeats, warmups=dict.fromkeys(steps, lambda: None))))
+
+
 def memory_of(key: str, config_kw: dict, plan: Plan):
     """In a --memory-of SIDE@CHUNK subprocess: the peak one fine-tuning step of that side adds, printed."""
     common.fixed_mmap_threshold()
-    torch, _ = common.require_transformers()
-    common.apply_to_torch(THREADS)
-    side = key.split("@")[0]
-    model = common.ours(config_kw, plan.chunks[0])
-    hf = common.theirs(model, plan.chunks[0]) if side == THEIRS else None
-    return common.report_memory(train_sides(model, hf, torch, plan, only=side), key)
+    _, steps = built(key.split("@")[0], config_kw, plan)
+    return common.report_memory(steps, key)
 
 
 # --- the goals and the report -------------------------------------------------------------------------------
@@ -319,6 +354,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--new-tokens", type=int, default=Plan.new_tokens, help="new tokens per generation [%(default)s]")
     p.add_argument("--repeats", type=int, default=Plan.repeats, help="timed repeats per row [%(default)s]")
+    p.add_argument("--eval-repeats", type=int, default=Plan.eval_repeats, help="timed evals per side [%(default)s]")
     p.add_argument("--train-repeats", type=int, default=Plan.train_repeats,
                    help="timed fine-tuning steps per side and chunk size [%(default)s]")
     p.add_argument("--chunks", type=int, nargs="+", default=list(Plan.chunks), help="fine-tuning chunk sizes")
@@ -327,15 +363,22 @@ def main(argv=None) -> dict:
     p.add_argument("--json", default=None, help=f"where the JSON goes [{common.default_json(NAME)}; with --quick "
                                                 f"{common.default_json(NAME + '_quick')}]")
     p.add_argument(common.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)   # "SIDE@CHUNK"
+    p.add_argument(STEPS_FLAG, dest="steps_of", help=argparse.SUPPRESS)           # "SIDE"
     args = p.parse_args(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
-    plan = QUICK if args.quick else Plan(new_tokens=args.new_tokens, repeats=args.repeats,
+    plan = QUICK if args.quick else Plan(new_tokens=args.new_tokens, repeats=args.repeats, eval_repeats=args.eval_repeats,
                                          train_repeats=args.train_repeats, chunks=tuple(args.chunks))
     config_kw = QUICK_SHAPE if args.quick else SHAPE
     if args.memory_of:
         return memory_of(args.memory_of, config_kw, plan)
+    if args.steps_of:
+        return steps_of(args.steps_of, config_kw, plan)
     torch, _ = common.require_transformers()
     common.apply_to_torch(THREADS)
+    start = time.perf_counter()
+
+    def progress(what):
+        print(f"[{time.perf_counter() - start:6.0f} s] {what}", flush=True)
 
     bandwidth = read_bandwidth(plan.bandwidth_gib)
     print(f"read bandwidth, {THREADS} threads: {bandwidth['gb_s']:.1f} GB/s (numba prange "
@@ -349,15 +392,17 @@ def main(argv=None) -> dict:
     rows = []
     for batch in (1, 8):
         rows += generation(model, hf, torch, plan, batch, bandwidth["gb_s"] * 1e9)
-        print(f"generation b={batch} done", flush=True)
+        progress(f"generation b={batch} done")
     prompt_rows, prompt_difference = prompt_processing(model, hf, torch, plan)
     rows += prompt_rows
-    print("prompt processing done", flush=True)
+    progress("prompt processing done")
     eval_rows, eval_scores = evaluation(model, hf, torch, plan)
     rows += eval_rows
-    print("eval done", flush=True)
-    train_rows, sweep = fine_tuning(model, hf, torch, plan, argv)
+    progress("eval done")
+    del hf                                                              # room for the fine-tuning processes
+    train_rows, sweep = fine_tuning(plan, argv)
     rows += train_rows
+    progress("fine-tuning done")
 
     met = goals(rows)
     state = state_bytes_per_sequence(model)
@@ -367,17 +412,21 @@ def main(argv=None) -> dict:
         f"{bandwidth['bytes'] / 2**30:.3g} GiB float32 array: numba prange {bandwidth['numba_prange_gb_s']:.1f}, "
         f"NumPy sum {bandwidth['numpy_sum_gb_s']:.1f}); weights read per decoding step {weights / 1e6:.1f} MB; "
         f"the SSM + conv state a step reads and writes, per sequence, {state / 1e6:.1f} MB (not in the limit)"),
-        f"generation: {plan.prompt_len}-token prompt, {plan.new_tokens} new tokens (tokens/s over the whole call)",
+        (f"generation: {plan.prompt_len}-token prompt, {plan.new_tokens} new tokens at b=1, {plan.new_tokens_batched} "
+        "at b=8 (tokens/s over the whole call; the warm-up generates 2)"),
         f"prompt: x transformers against its faster way; first-token logits differ by {prompt_difference:.2g}",
         "eval: ours by evaluate (models/mamba2/evaluation.py); transformers carries its state (DynamicCache) from window to window; mean nats "
         "per token: " + ", ".join(f"{s} {v['mean_nats']:.5f} over {v['tokens']}" for s, v in eval_scores.items()),
         "fine-tuning: median s per step at each chunk size: " + ", ".join(f"{k} {v}" for k, v in sweep.items()) +
-        "; peak memory added by one step after a warm-up step (resident set, each side in a fresh process)",
+        "; each side's steps in a process of its own (both in one ran out of memory), so not interleaved: a "
+        "warm-up step, then the chunk sizes in turn; peak memory added by one step after a warm-up step at the "
+        "side's best chunk (resident set, a fresh process per side)",
         f"inference rows at chunk {plan.inference_chunk}; vocabulary {c.vocab_size} padded to {c.padded_vocab_size}",
     ] + [f"goal: {g}: measured {v['measured']} (target {v['target']}): "
          f"{'met' if v['met'] else 'not met' if v['met'] is False else 'not measured'}" for g, v in met.items()]
     title = (f"Mamba-2 130M's shape ({model.varmap.num_parameters():,} parameters, float32, {THREADS} threads), "
-             f"median of {plan.repeats} ({plan.train_repeats} per chunk size for fine-tuning)"
+             f"median of {plan.repeats} ({plan.eval_repeats} for eval, {plan.train_repeats} per chunk size for "
+             "fine-tuning)"
              + (" [--quick: a tiny config]" if args.quick else ""))
     path = args.json or common.default_json(NAME + ("_quick" if args.quick else ""))
     return common.write_result(path, NAME, title, COLUMNS, [[r[k] if r[k] is not None else "-" for k in KEYS]
