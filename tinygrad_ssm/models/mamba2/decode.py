@@ -29,24 +29,8 @@ from numba import njit
 from numba.typed import List
 
 from ...autograd.tensor import Tensor
-from ...fast.claims import (
-    atomic_load,
-    atomic_store,
-    claim,
-    cycles,
-    finish,
-    relax,
-    sync_array,
-    wait_done,
-)
-from ...fast.decode_kernels import (
-    _JIT,
-    _group_norm,
-    _head_update,
-    _in_proj_rows,
-    _matvec_rows,
-    _residual_norm,
-)
+from ...fast.claims import atomic_load, atomic_store, claim, cycles, finish, relax, sync_array, wait_done
+from ...fast.decode_kernels import _JIT, _group_norm, _head_update, _in_proj_rows, _matvec_rows, _residual_norm
 from ...fast.sampling_kernels import sample_rows
 
 _EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it with a prefill forward"
