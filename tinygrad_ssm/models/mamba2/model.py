@@ -31,6 +31,7 @@ from . import generation
 from .config import Mamba2Config
 from .decode import decode_step
 from .pretrained import load_pretrained, save_pretrained
+from .quantize import DEFAULT_BLOCK, quantize_model
 
 SUPPORTED_DTYPES = ("float32", "float64")
 
@@ -330,9 +331,16 @@ class Mamba2LMHeadModel:
         int64 arrays for a list of prompts, cut after eos_token_id (see generation.generate)."""
         return generation.generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
 
+    # --- weight-only quantization (quantize.py) -----------------------------------------------------------
+    def quantize(self, weights: str, block: int = DEFAULT_BLOCK) -> Mamba2LMHeadModel:
+        """In place, like torch's module.half(): in_proj, out_proj and the head (the embedding when tied) become
+        "int8" (a float32 scale per `block` weights of a row) or "bfloat16", and their float arrays are dropped.
+        Returns the model, now for inference only (no gradients through the quantized matrices)."""
+        return quantize_model(self, weights, block)
+
     # --- checkpoints (pretrained.py) ---------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True) -> "Mamba2LMHeadModel":
+    def from_pretrained(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True) -> Mamba2LMHeadModel:
         return load_pretrained(cls, directory, dtype=dtype, backend=backend, fused=fused)
 
     def save_pretrained(self, directory):

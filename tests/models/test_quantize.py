@@ -1,0 +1,115 @@
+"""Weight-only quantization (models/mamba2/quantize.py): the formats against their definitions (and torch's
+bfloat16), the quantized model's forward against the float64 forward of the dequantized weights, the memory
+dropped, generation's tokens against the engine-op model on the dequantized weights."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
+from tinygrad_ssm.models.mamba2 import quantize as Q
+
+
+def small_model(dtype="float64", seed=0, tied=True, **overrides):
+    kw = {"d_model": 32, "n_layer": 2, "vocab_size": 50, "d_state": 8, "headdim": 8, "expand": 2, "chunk_size": 4,
+          "ngroups": 2, "tie_embeddings": tied}
+    kw.update(overrides)
+    varmap = VarMap(seed=seed)
+    model = Mamba2LMHeadModel(Mamba2Config(**kw), varmap, dtype=dtype)
+    rng = np.random.default_rng(seed)
+    for t in varmap.all_vars():  # off the init's constants so every term counts
+        t.data[...] += rng.uniform(-0.3, 0.3, t.shape).astype(t.dtype)
+    return model
+
+
+def dequantized_twin(model, fused=False, dtype="float64"):
+    """A float model holding the quantized model's weights dequantized (the spec), other parameters copied."""
+    twin = Mamba2LMHeadModel(model.config, VarMap(seed=1), dtype=dtype, fused=fused)
+    for name, t in twin.varmap.named_vars():
+        w = model.quantized[name].rows(0, t.shape[0]) if name in model.quantized else model.varmap[name].data
+        twin.varmap.set_one(name, w)
+    return twin
+
+
+@given(rows=st.integers(1, 5), blocks=st.integers(1, 4), block=st.sampled_from([1, 4, 32]),
+       scale=st.floats(1e-6, 1e3), seed=st.integers(0, 2**16))
+def test_int8_format_is_its_definition(rows, blocks, block, scale, seed):
+    w = np.random.default_rng(seed).standard_normal((rows, blocks * block)) * scale
+    w[0, :block] = 0.0                                                  # a zero block: s = 0, q = 0
+    q, s = Q.quantize_int8(w, block)
+    assert q.dtype == np.int8 and s.dtype == np.float32 and s.shape == (rows, blocks)
+    assert s[0, 0] == 0 and not q[0, :block].any() and np.abs(q).max() <= 127
+    expected_s = (np.abs(w.reshape(rows, blocks, block)).max(axis=2) / 127).astype(np.float32)
+    np.testing.assert_array_equal(s, expected_s)
+    back = Q.dequantize("int8", q, s)
+    err = np.abs(back - w).reshape(rows, blocks, block)
+    assert (err <= s.astype(np.float64)[:, :, None] * (0.5 + 1e-6) + 1e-300).all()   # round to nearest
+
+
+def test_bfloat16_format_is_torchs():
+    rng = np.random.default_rng(0)
+    w = np.concatenate([rng.standard_normal(1000).astype(np.float32) * 10.0 ** rng.integers(-20, 20, 1000),
+                        np.array([0.0, -0.0, np.inf, -np.inf, 3.3895314e38, 1.0000001, 1.0 + 2 ** -8], np.float32)])
+    bits = Q.quantize_bfloat16(w)
+    expected = torch.from_numpy(w).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(bits, expected)
+    assert np.isnan(Q.dequantize("bfloat16", Q.quantize_bfloat16(np.array([np.nan], np.float32)))).all()
+
+
+def test_bad_arguments_are_refused():
+    model = small_model()
+    with pytest.raises(ValueError, match="format must be one of"):
+        model.quantize("int4")
+    with pytest.raises(ValueError, match="not a multiple of block 7"):
+        model.quantize("int8", block=7)
+    assert model.varmap["backbone.embedding.weight"].dtype == np.float64   # nothing changed before the error
+    model.quantize("int8")
+    with pytest.raises(ValueError, match="already quantized"):
+        model.quantize("bfloat16")
+
+
+@pytest.mark.parametrize("fmt", Q.FORMATS)
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("fused", [True, False])
+def test_forward_equals_float64_forward_of_dequantized_weights(fmt, tied, fused, monkeypatch):
+    monkeypatch.setattr(Q, "ROWS_PER_BLOCK", 7)                        # several blocks of rows, a partial one
+    model = small_model(tied=tied)
+    model.fused = fused
+    for layer in model.layers:
+        layer.mixer.fused = fused
+    model.quantize(fmt, block=8)
+    ids = np.random.default_rng(1).integers(0, 50, (2, 11))
+    reference = dequantized_twin(model)(ids).data
+    np.testing.assert_allclose(model(ids).data, reference, rtol=1e-10, atol=1e-10)
+    assert float(model.loss(ids[:, :-1], ids[:, 1:]).data) == pytest.approx(
+        float(dequantized_twin(model).loss(ids[:, :-1], ids[:, 1:]).data), rel=1e-10)
+
+
+@pytest.mark.parametrize("fmt", Q.FORMATS)
+def test_float32_forward_is_the_float64_one_to_float32_rounding(fmt):
+    model = small_model(dtype="float32").quantize(fmt)
+    ids = np.random.default_rng(2).integers(0, 50, (1, 13))
+    logits = model(ids).data
+    assert logits.dtype == np.float32
+    np.testing.assert_allclose(logits, dequantized_twin(model)(ids).data, rtol=1e-4, atol=1e-4)
+
+
+def test_quantize_drops_the_float_copies():
+    model = small_model(dtype="float32", d_model=64, n_layer=3, vocab_size=512)
+    before = Q.resident_weight_bytes(model)
+    names = Q.quantized_names(model)
+    model.quantize("int8")
+    assert not any(name in model.varmap for name in names)
+    ratio = Q.resident_weight_bytes(model) / before
+    assert ratio < 0.32                                                 # 0.28 + the float32 norms / conv / dt
+    assert isinstance(model.embedding, Q.QuantizedEmbedding) and model.quantized[names[0]].data.dtype == np.int8
+
+
+@pytest.mark.parametrize("fmt", Q.FORMATS)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_generation_gives_the_engine_models_tokens_on_dequantized_weights(fmt, batch):
+    model = small_model(seed=4, d_model=64, headdim=16).quantize(fmt)
+    prompt = np.random.default_rng(4).integers(0, 50, (batch, 5))
+    reference = dequantized_twin(model, fused=False).generate(prompt, 30, temperature=0)
+    np.testing.assert_array_equal(model.generate(prompt, 30, temperature=0), reference)

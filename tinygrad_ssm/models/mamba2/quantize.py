@@ -1,0 +1,198 @@
+"""Weight-only quantization for inference: the matrices a decoded token reads (every layer's in_proj and out_proj,
+and the LM head: the embedding when tied, whose lookup then reads the quantized rows too) stored in 8 or 16 bits;
+the scan, the norms, the conv, dt / A / D and the states stay in the model's dtype.
+
+Formats (`dequantize` below is their spec, the slow twin of every kernel that reads them):
+- "int8": a row of W (out, in) in blocks of `block` consecutive weights, each with one float32 scale:
+  s = max|w| / 127 (float32; a block of zeros: s = 0), q = round(w / s) clipped to [-127, 127], int8.
+  The weight is q * s (exact in float64). Stored: q (out, in) int8, scales (out, in / block) float32.
+- "bfloat16": the upper 16 bits of the float32 weight, rounded to nearest even, stored as uint16; the weight
+  is those bits << 16 read as float32.
+
+    model.quantize("int8")          # in place (as torch's module.half()), returns the model; inference only
+
+The model's forward (prefill, eval) multiplies through dequantized blocks of rows (QuantizedLinear,
+QuantizedEmbedding: at most ROWS_PER_BLOCK rows in float at a time, never the whole LM head); decoding reads
+the quantized arrays directly (fast/quantized_kernels.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...autograd.tensor import Tensor
+
+FORMATS = ("int8", "bfloat16")
+DEFAULT_BLOCK = 32      # llama.cpp's Q8_0; 32 / 64 / 128 measured the same speed (benchmarks/bench_quantized.py)
+ROWS_PER_BLOCK = 4096   # rows dequantized at once by the forward: 4096 x 768 float32 = 12 MB, not the head's 154 MB
+
+
+def quantize_int8(w: np.ndarray, block: int = DEFAULT_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """w (out, in) float -> (q (out, in) int8, scales (out, in / block) float32), the "int8" format."""
+    out_features, in_features = w.shape
+    if in_features % block:
+        raise ValueError(f"quantize int8: in_features {in_features} is not a multiple of block {block} (choose a "
+                         f"block that divides it)")
+    blocks = np.asarray(w, np.float64).reshape(out_features, in_features // block, block)   # (out, nb, block)
+    scales = (np.abs(blocks).max(axis=2) / 127.0).astype(np.float32)                          # (out, nb)
+    s = scales.astype(np.float64)[:, :, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(s > 0, np.rint(blocks / np.where(s > 0, s, 1.0)), 0.0)
+    q = np.clip(q, -127, 127).astype(np.int8).reshape(out_features, in_features)             # (out, in)
+    return q, scales
+
+
+def quantize_bfloat16(w: np.ndarray) -> np.ndarray:
+    """w (out, in) float -> uint16 bits of bfloat16, round to nearest even (NaN stays a quiet NaN)."""
+    bits = np.ascontiguousarray(w, np.float32).view(np.uint32)
+    rounded = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(np.asarray(w, np.float32))
+    return np.where(nan, ((bits >> 16) | 0x40).astype(np.uint16), rounded)
+
+
+def dequantize(fmt: str, q: np.ndarray, scales: np.ndarray | None = None, dtype=np.float64) -> np.ndarray:
+    """The spec: q (rows, in) of format `fmt` (and its scales (rows, in / block) for int8) -> weights (rows, in)."""
+    if fmt == "bfloat16":
+        return (q.astype(np.uint32) << 16).view(np.float32).astype(dtype)
+    if fmt == "int8":
+        rows, in_features = q.shape
+        block = in_features // scales.shape[1]
+        w = q.astype(np.float64).reshape(rows, -1, block) * scales.astype(np.float64)[:, :, None]
+        return w.reshape(rows, in_features).astype(dtype)
+    raise ValueError(f"dequantize: unknown format {fmt!r}; choose one of {FORMATS}")
+
+
+class QuantizedWeight:
+    """A quantized (out, in) matrix: `data` (out, in) int8 or uint16, `scales` (out, in / block) float32 for
+    int8 (None for bfloat16). Immutable once made (the decoder keeps references to its arrays)."""
+
+    def __init__(self, fmt: str, data: np.ndarray, scales: np.ndarray | None = None):
+        self.format, self.data, self.scales = fmt, data, scales
+        self.shape = data.shape
+        self.block = None if scales is None else data.shape[1] // scales.shape[1]
+
+    @classmethod
+    def from_float(cls, w: np.ndarray, fmt: str, block: int = DEFAULT_BLOCK) -> QuantizedWeight:
+        if fmt == "int8":
+            return cls(fmt, *quantize_int8(w, block))
+        if fmt == "bfloat16":
+            return cls(fmt, quantize_bfloat16(w))
+        raise ValueError(f"quantize: unknown format {fmt!r}; choose one of {FORMATS}")
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes + (0 if self.scales is None else self.scales.nbytes)
+
+    def rows(self, start: int, stop: int, dtype=np.float64) -> np.ndarray:
+        """Rows start:stop dequantized (rows, in)."""
+        scales = None if self.scales is None else self.scales[start:stop]
+        return dequantize(self.format, self.data[start:stop], scales, dtype)
+
+    def take(self, ids: np.ndarray, dtype) -> np.ndarray:
+        """Rows ids (...) dequantized: (..., in) (an embedding lookup)."""
+        flat = np.asarray(ids).reshape(-1)
+        scales = None if self.scales is None else self.scales[flat]
+        return dequantize(self.format, self.data[flat], scales, dtype).reshape(*np.shape(ids), self.shape[1])
+
+    def kernel_form(self):
+        """What the numba decoder takes: (q, scales) for int8, the uint16 bits for bfloat16."""
+        return self.data if self.scales is None else (self.data, self.scales)
+
+    def product(self, x: np.ndarray) -> np.ndarray:
+        """x (n, in) @ W^T -> (n, out) in x's dtype, through blocks of ROWS_PER_BLOCK dequantized rows."""
+        out = np.empty((x.shape[0], self.shape[0]), x.dtype)
+        for lo in range(0, self.shape[0], ROWS_PER_BLOCK):
+            hi = min(lo + ROWS_PER_BLOCK, self.shape[0])
+            np.matmul(x, self.rows(lo, hi, x.dtype).T, out=out[:, lo:hi])
+        return out
+
+    def __repr__(self):
+        block = "" if self.block is None else f", block={self.block}"
+        return f"QuantizedWeight({self.format}, {self.shape}{block})"
+
+
+class QuantizedLinear:
+    """nn.Linear's interface (y = x W^T + b, x (..., in) -> (..., out)) on a QuantizedWeight. No gradients:
+    a quantized model is for inference."""
+
+    def __init__(self, linear, weight: QuantizedWeight):
+        self.name, self.in_features, self.out_features = linear.name, linear.in_features, linear.out_features
+        self.weight, self.bias, self.fused = weight, linear.bias, getattr(linear, "fused", False)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.shape[-1:] != (self.in_features,):
+            raise ValueError(f"QuantizedLinear {self.name!r}: input must end with in_features={self.in_features}, "
+                             f"got shape {x.shape}")
+        y = self.weight.product(x.data.reshape(-1, self.in_features))  # (n, out)
+        if self.bias is not None:
+            y += self.bias.data
+        return Tensor(y.reshape(*x.shape[:-1], self.out_features))      # (..., out)
+
+    def __repr__(self):
+        return f"QuantizedLinear({self.name!r}, {self.weight})"
+
+
+class QuantizedEmbedding:
+    """nn.Embedding's interface on a QuantizedWeight (V, d): the lookup dequantizes the rows it picks; `attend`
+    (the tied head) multiplies through blocks of rows."""
+
+    def __init__(self, embedding, weight: QuantizedWeight, dtype):
+        self.name, self.num_embeddings, self.dim = embedding.name, embedding.num_embeddings, embedding.dim
+        self.weight, self.dtype, self.fused = weight, np.dtype(dtype), getattr(embedding, "fused", False)
+
+    def __call__(self, ids) -> Tensor:
+        ids = np.asarray(ids.data if isinstance(ids, Tensor) else ids)
+        return Tensor(self.weight.take(ids, self.dtype))               # (..., d)
+
+    def attend(self, x: Tensor) -> Tensor:
+        """x (..., d) -> logits (..., V)."""
+        y = self.weight.product(x.data.reshape(-1, self.dim))           # (n, V)
+        return Tensor(y.reshape(*x.shape[:-1], self.num_embeddings))
+
+    def __repr__(self):
+        return f"QuantizedEmbedding({self.name!r}, {self.weight})"
+
+
+def quantized_names(model) -> list[str]:
+    """The parameters quantization replaces: every in_proj / out_proj weight, and the head (the embedding when
+    tied)."""
+    names = []
+    for i in range(model.config.n_layer):
+        names += [f"backbone.layers.{i}.mixer.in_proj.weight", f"backbone.layers.{i}.mixer.out_proj.weight"]
+    names.append("backbone.embedding.weight" if model.config.tie_embeddings else "lm_head.weight")
+    return names
+
+
+def quantize_model(model, fmt: str, block: int = DEFAULT_BLOCK, weights: dict | None = None):
+    """In place: replace the modules of quantized_names(model) by quantized ones and drop their float arrays
+    from the model's VarMap (what makes the memory smaller). `weights`: name -> QuantizedWeight already made
+    (a quantized checkpoint's); otherwise made from the float parameters. Returns the model."""
+    if fmt not in FORMATS:
+        raise ValueError(f"quantize: format must be one of {FORMATS}, got {fmt!r}")
+    if not isinstance(block, int) or block < 1:
+        raise ValueError(f"quantize: block must be a positive int, got {block!r}")
+    if getattr(model, "weights_format", "float") != "float":
+        raise ValueError(f"quantize: the model is already quantized ({model.weights_format}); load or build a float "
+                         f"model to quantize it again")
+    made = {}
+    for name in quantized_names(model):                                  # check everything, then change anything
+        made[name] = weights[name] if weights is not None else QuantizedWeight.from_float(
+            model.varmap[name].data, fmt, block)
+    for layer, i in zip(model.layers, range(model.config.n_layer)):
+        mixer, prefix = layer.mixer, f"backbone.layers.{i}.mixer."
+        mixer.in_proj = QuantizedLinear(mixer.in_proj, made[prefix + "in_proj.weight"])
+        mixer.out_proj = QuantizedLinear(mixer.out_proj, made[prefix + "out_proj.weight"])
+    if model.config.tie_embeddings:
+        model.embedding = QuantizedEmbedding(model.embedding, made["backbone.embedding.weight"], model.dtype)
+    else:
+        model.lm_head = QuantizedLinear(model.lm_head, made["lm_head.weight"])
+    for name in made:  # (VarMap has no public remove: its dict is the one place the float arrays are held)
+        model.varmap._vars.pop(name)
+    model.quantized, model.weights_format = made, fmt
+    model.__dict__.pop("_decode_weights", None)                         # the decoder takes the new arrays
+    return model
+
+
+def resident_weight_bytes(model) -> int:
+    """Bytes of the model's weights in memory: the float parameters left plus the quantized arrays."""
+    quantized = getattr(model, "quantized", {})
+    return sum(t.data.nbytes for t in model.varmap.all_vars()) + sum(w.nbytes for w in quantized.values())
