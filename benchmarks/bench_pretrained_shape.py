@@ -3,7 +3,7 @@ d_model 768, 24 layers, d_state 128, headdim 64, one group, expand 2, vocabulary
 of 16 (50,288 rows, as mamba2-130m's config), tied embeddings, float32, the same random weights on both sides,
 2 threads for every library (--threads N to change it).
 
-    python benchmarks/bench_pretrained_shape.py             # the full run (~15 minutes on 2 cores)
+    python benchmarks/bench_pretrained_shape.py             # the full run (16 minutes on the 2-core machine, shared)
     python benchmarks/bench_pretrained_shape.py --quick     # a tiny config, seconds: a smoke run
 
 Rows (median, min and max of interleaved repeats after a warm-up: the sides run in turn inside each repeat):
