@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 from .fast_exp import silu
+from .quantized_kernels import bfloat16_row, bfloat16_rows, int8_row, int8_rows
 from .vector_width import prefer_512_bit_vectors
 
 # sums may vectorise (no nnan/ninf); no ZeroDivisionError check (no division here can be by 0): with it, no
@@ -95,12 +97,49 @@ def _store4(out, bi, i, bias, s0, s1, s2, s3):
     out[bi, i], out[bi + 1, i], out[bi + 2, i], out[bi + 3, i] = s0 + bias, s1 + bias, s2 + bias, s3 + bias
 
 
+def weight_rows(W, lo, hi, u, bias, zero, out):
+    """out[:, lo:hi] = u (b, in) @ W[lo:hi]^T + bias[lo:hi] for any weight form the decoder holds: a float
+    array (_matvec_rows), int8 as a tuple (q, scales) or bfloat16 bits as a uint16 array (quantized_kernels).
+    Chosen by numba from W's type at compile time: the float path compiles to _matvec_rows itself."""
+    raise NotImplementedError("weight_rows is called from numba code only")
+
+
+@overload(weight_rows, jit_options={"nogil": True})
+def _weight_rows_of(W, lo, hi, u, bias, zero, out):
+    if isinstance(W, types.BaseTuple):
+        return lambda W, lo, hi, u, bias, zero, out: int8_rows(W[0], W[1], lo, hi, u, bias, zero, out)
+    if W.dtype == types.uint16:
+        return lambda W, lo, hi, u, bias, zero, out: bfloat16_rows(W, lo, hi, u, bias, zero, out)
+    return lambda W, lo, hi, u, bias, zero, out: _matvec_rows(W, lo, hi, u, bias, zero, out)
+
+
+def embedding_row(E, token, out):
+    """out (d,) = row `token` of the embedding E, in any weight form (see weight_rows)."""
+    raise NotImplementedError("embedding_row is called from numba code only")
+
+
+@overload(embedding_row, jit_options={"nogil": True})
+def _embedding_row_of(E, token, out):
+    if isinstance(E, types.BaseTuple):
+        return lambda E, token, out: int8_row(E[0], E[1], token, out)
+    if E.dtype == types.uint16:
+        return lambda E, token, out: bfloat16_row(E, token, out)
+
+    def copy(E, token, out):
+        for j in range(out.shape[0]):
+            out[j] = E[token, j]
+    return copy
+
+
 @njit(**_JIT)
 def _residual_norm(first, x, delta, emb, ids, weight, eps, u, bi):
     """Row bi: x = embedding(ids) (first layer) or x += delta (the previous block's out_proj, bias included);
     u = x / sqrt(mean(x^2) + eps) * weight (the next pre-norm)."""
-    for j in range(x.shape[1]):
-        x[bi, j] = emb[ids[bi], j] if first else x[bi, j] + delta[bi, j]
+    if first:
+        embedding_row(emb, ids[bi], x[bi])
+    else:
+        for j in range(x.shape[1]):
+            x[bi, j] = x[bi, j] + delta[bi, j]
     acc = 0.0
     for j in range(x.shape[1]):
         acc += x[bi, j] * x[bi, j]
@@ -154,7 +193,7 @@ def _conv_silu(proj, d_inner, c_lo, c_hi, conv_w, conv_b, conv_state, xbc, k):
 def _in_proj_rows(W, lo, hi, u, in_b, zero, conv_w, conv_b, conv_state, dt_bias, low, high, clamp, proj, xbc, dtv):
     """Rows [lo, hi) of z | xBC | dt = in_proj(u), then what only needs those rows: for an xBC channel the
     conv state shift, the conv and SiLU (-> xbc); for a head's dt the bias, softplus and clamp (-> dtv)."""
-    _matvec_rows(W, lo, hi, u, in_b, zero, proj)
+    weight_rows(W, lo, hi, u, in_b, zero, proj)
     d_inner, (conv_dim, k) = proj.shape[1] - conv_w.shape[0] - dt_bias.shape[0], conv_w.shape
     c_lo = max(lo, d_inner) - d_inner                                   # these rows' channels [c_lo, c_hi)
     c_hi = max(c_lo, min(hi, d_inner + conv_dim) - d_inner)             # (never below c_lo: a slice would wrap)

@@ -30,8 +30,9 @@ from numba.typed import List
 
 from ...autograd.tensor import Tensor
 from ...fast.claims import atomic_load, atomic_store, claim, cycles, finish, relax, sync_array, wait_done
-from ...fast.decode_kernels import _JIT, _group_norm, _head_update, _in_proj_rows, _matvec_rows, _residual_norm
+from ...fast.decode_kernels import _JIT, _group_norm, _head_update, _in_proj_rows, _residual_norm, weight_rows
 from ...fast.sampling_kernels import sample_rows
+from .quantize import QuantizedWeight
 
 _EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it with a prefill forward"
 
@@ -160,7 +161,7 @@ def _step(step, last_wait, args):
             if c < 0:
                 break
             lo, hi = _chunk(c, delta.shape[1], big_out, rows_out)
-            _matvec_rows(w_out, lo, hi, y, b_out, zero, delta)
+            weight_rows(w_out, lo, hi, y, b_out, zero, delta)
             finish(sync, phase)
         wait_done(sync, phase, step, n_chunks)
         if profiling:
@@ -173,7 +174,7 @@ def _step(step, last_wait, args):
         if c < 0:
             break
         lo, hi = _chunk(c, logits.shape[1], big_head, rows_head)
-        _matvec_rows(head, lo, hi, u_last, head_b, zero, logits)
+        weight_rows(head, lo, hi, u_last, head_b, zero, logits)
         finish(sync, phase)
     if last_wait:
         wait_done(sync, phase, step, n_chunks)
@@ -254,9 +255,12 @@ def _rows_per_chunk(in_features: int, itemsize: int, chunk_bytes: int | None = N
     return max(1, (CHUNK_BYTES if chunk_bytes is None else chunk_bytes) // (in_features * itemsize))
 
 
-def _chunking(n_rows: int, in_features: int, itemsize: int) -> tuple:
-    """(rows in each big chunk, rows in a small one): the big ones a multiple of the small (0: none)."""
-    small = _rows_per_chunk(in_features, itemsize)
+def _chunking(n_rows: int, in_features: int, weights) -> tuple:
+    """(rows in each big chunk, rows in a small one): the big ones a multiple of the small (0: none). Quantized
+    weights (a tuple: int8, or uint16 bits) in multiples of the 4 rows their kernels dequantize at once."""
+    quantized = isinstance(weights, tuple) or weights.dtype == np.uint16
+    small = _rows_per_chunk(in_features, 1 if isinstance(weights, tuple) else weights.itemsize)
+    small = max(4, small // 4 * 4) if quantized else small
     return int(n_rows * BIG_SHARE) // small * small, small
 
 
@@ -289,14 +293,16 @@ class _Weights:
         self.emb = take(model.embedding.weight, dtype)
         self.head = self.emb if model.lm_head is None else take(model.lm_head.weight, dtype)
         self.norm_f = take(model.norm_f.weight, dtype)
-        size = self.emb.itemsize
-        self.rows = (_chunking(c.d_in_proj, c.d_model, size), _chunking(c.d_model, c.d_inner, size),
-                     _chunking(c.padded_vocab_size, c.d_model, size),
-                     _rows_per_chunk(c.headdim * c.d_state, self.emb.itemsize, STATE_CHUNK_BYTES))  # heads
+        self.rows = (_chunking(c.d_in_proj, c.d_model, self.mats[0][0]), _chunking(c.d_model, c.d_inner,
+                     self.mats[1][0]), _chunking(c.padded_vocab_size, c.d_model, self.head),
+                     _rows_per_chunk(c.headdim * c.d_state, dtype.itemsize, STATE_CHUNK_BYTES))  # heads
         self._tensors = [t for t, _ in self.sources]
         self._arrays = [a for _, a in self.sources]
 
     def _take(self, tensor, dtype):
+        if isinstance(tensor, QuantizedWeight):                         # read as stored: fast/quantized_kernels.py
+            self.sources.append((tensor, tensor.data))
+            return tensor.kernel_form()
         a = np.ascontiguousarray(tensor.data, dtype=dtype)
         if not a.flags.writeable:                                       # a read-only array is another numba type
             a = a.copy()
