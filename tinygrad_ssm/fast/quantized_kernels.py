@@ -37,16 +37,52 @@ def int8_rows(Q, S, lo, hi, u, bias, zero, out):
 
 @njit(inline="always", **_JIT)
 def _int8_rows_n(Q, S, lo, hi, u, bias, zero, out, buf, block):
+    """Four weight rows at a time, summed straight from the int8 bytes: each weight widened and scaled once
+    (w = q s) and used for four batch rows (or one, for the last nb % 4). Indices are unsigned: numba adds no
+    wraparound select and the one long loop over a row vectorises (measured at the 50,288 x 768 head, one
+    thread, batch 1: a loop per block of 32 over slices took 18-22 ms, a slice costing a reference count;
+    this one 5.3 ms, float32 4.5-5.4 ms). A last group of fewer than 4 rows goes through buf."""
+    nb, k, width = u.shape[0], np.uint64(Q.shape[1]), np.uint64(block)
+    nb4 = nb // 4 * 4
     for i in range(lo, hi, 4):
         n = min(4, hi - i)
-        for r in range(n):
-            q, s, w = Q[i + r], S[i + r], buf[r]
-            for b in range(S.shape[1]):
-                scale = zero + s[b]                                     # in u's dtype: exact q * s in float64
-                qb, wb = q[b * block:(b + 1) * block], w[b * block:(b + 1) * block]   # views from 0: vectorise
-                for j in range(block):
-                    wb[j] = qb[j] * scale
-        rows_product(buf, n, i, u, bias, zero, out)
+        if n < 4:
+            for r in range(n):
+                q, s, w = Q[i + r], S[i + r], buf[r]
+                for j in range(k):
+                    w[j] = q[j]                                         # widened, then scaled in u's
+                    w[j] *= zero + s[j // width]                        # dtype (exact in float64)
+            rows_product(buf, n, i, u, bias, zero, out)
+            continue
+        q0, q1, q2, q3, s0, s1, s2, s3 = Q[i], Q[i + 1], Q[i + 2], Q[i + 3], S[i], S[i + 1], S[i + 2], S[i + 3]
+        for bi in range(0, nb4, 4):
+            a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = d0 = d1 = d2 = d3 = e0 = e1 = e2 = e3 = zero
+            u0, u1, u2, u3 = u[bi], u[bi + 1], u[bi + 2], u[bi + 3]
+            for j in range(k):
+                b = j // width
+                w0, w1 = q0[j] * (zero + s0[b]), q1[j] * (zero + s1[b])  # scales in u's dtype: exact
+                w2, w3 = q2[j] * (zero + s2[b]), q3[j] * (zero + s3[b])  # in float64
+                x0, x1, x2, x3 = u0[j], u1[j], u2[j], u3[j]
+                a0, a1, a2, a3 = a0 + w0 * x0, a1 + w0 * x1, a2 + w0 * x2, a3 + w0 * x3
+                c0, c1, c2, c3 = c0 + w1 * x0, c1 + w1 * x1, c2 + w1 * x2, c3 + w1 * x3
+                d0, d1, d2, d3 = d0 + w2 * x0, d1 + w2 * x1, d2 + w2 * x2, d3 + w2 * x3
+                e0, e1, e2, e3 = e0 + w3 * x0, e1 + w3 * x1, e2 + w3 * x2, e3 + w3 * x3
+            _store4(out, bi, i, bias[i], a0, a1, a2, a3)
+            _store4(out, bi, i + 1, bias[i + 1], c0, c1, c2, c3)
+            _store4(out, bi, i + 2, bias[i + 2], d0, d1, d2, d3)
+            _store4(out, bi, i + 3, bias[i + 3], e0, e1, e2, e3)
+        for bi in range(nb4, nb):
+            ub = u[bi]
+            a0 = a1 = a2 = a3 = zero
+            for j in range(k):
+                b = j // width
+                x = ub[j]
+                a0 += x * q0[j] * s0[b]
+                a1 += x * q1[j] * s1[b]
+                a2 += x * q2[j] * s2[b]
+                a3 += x * q3[j] * s3[b]
+            out[bi, i], out[bi, i + 1] = a0 + bias[i], a1 + bias[i + 1]
+            out[bi, i + 2], out[bi, i + 3] = a2 + bias[i + 2], a3 + bias[i + 3]
 
 
 @njit(**_JIT)
