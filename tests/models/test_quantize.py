@@ -113,3 +113,41 @@ def test_generation_gives_the_engine_models_tokens_on_dequantized_weights(fmt, b
     prompt = np.random.default_rng(4).integers(0, 50, (batch, 5))
     reference = dequantized_twin(model, fused=False).generate(prompt, 30, temperature=0)
     np.testing.assert_array_equal(model.generate(prompt, 30, temperature=0), reference)
+
+
+@pytest.mark.parametrize("fmt", Q.FORMATS)
+def test_save_and_load_give_the_same_quantized_model(fmt, tmp_path):
+    model = small_model(dtype="float32", tied=fmt == "int8").quantize(fmt)
+    model.save_pretrained(tmp_path)
+    loaded = Mamba2LMHeadModel.from_pretrained(tmp_path)
+    assert loaded.weights_format == fmt and set(loaded.quantized) == set(model.quantized)
+    for name, w in model.quantized.items():
+        np.testing.assert_array_equal(loaded.quantized[name].data, w.data)
+        if w.scales is not None:
+            np.testing.assert_array_equal(loaded.quantized[name].scales, w.scales)
+    ids = np.random.default_rng(0).integers(0, 50, (1, 7))
+    np.testing.assert_array_equal(loaded(ids).data, model(ids).data)
+    np.testing.assert_array_equal(loaded.generate(ids, 5, temperature=0), model.generate(ids, 5, temperature=0))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0])
+def test_a_corrupt_scale_is_refused_naming_file_and_tensor(bad, tmp_path):
+    from tinygrad_ssm.io.safetensors import load_file, save_file
+    small_model(dtype="float32").quantize("int8").save_pretrained(tmp_path)
+    arrays = load_file(tmp_path / "model.safetensors")
+    key = "backbone.layers.1.mixer.out_proj.weight.scales"
+    arrays[key][0, 0] = bad
+    save_file(tmp_path / "model.safetensors", arrays)
+    with pytest.raises(ValueError, match=rf"model.safetensors.*{key}.*NaN, infinite or negative"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_a_q_array_of_the_wrong_dtype_or_shape_is_refused(tmp_path):
+    from tinygrad_ssm.io.safetensors import load_file, save_file
+    small_model(dtype="float32").quantize("int8").save_pretrained(tmp_path)
+    arrays = load_file(tmp_path / "model.safetensors")
+    key = "backbone.layers.0.mixer.in_proj.weight"
+    for wrong in (arrays[key].astype(np.int16), arrays[key][:-1]):
+        save_file(tmp_path / "model.safetensors", {**arrays, key: wrong})
+        with pytest.raises(ValueError, match=rf"model.safetensors.*{key}.*expected I8"):
+            Mamba2LMHeadModel.from_pretrained(tmp_path)
