@@ -151,3 +151,21 @@ def test_a_q_array_of_the_wrong_dtype_or_shape_is_refused(tmp_path):
         save_file(tmp_path / "model.safetensors", {**arrays, key: wrong})
         with pytest.raises(ValueError, match=rf"model.safetensors.*{key}.*expected I8"):
             Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_cli_eval_and_generate_take_weights(tmp_path, capsys):
+    import json
+
+    from tinygrad_ssm.train import cli
+    small_model(dtype="float32", vocab_size=256, d_model=64, headdim=16).save_pretrained(tmp_path / "m")
+    (tmp_path / "text.txt").write_text("the quick brown fox jumps over the lazy dog. " * 20)
+    ppl = {}
+    for weights in ("float32", "bfloat16", "int8"):
+        assert cli.main(["eval", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "text.txt"),
+                         "--weights", weights, "--json", str(tmp_path / f"{weights}.json"), "--no-progress"]) == 0
+        ppl[weights] = json.loads((tmp_path / f"{weights}.json").read_text())["perplexity"]
+    assert ppl["int8"] != ppl["float32"] and abs(ppl["int8"] / ppl["float32"] - 1) < 0.05
+    capsys.readouterr()
+    assert cli.main(["generate", "--model", str(tmp_path / "m"), "--prompt", "the", "--max-new-tokens", "5",
+                     "--temperature", "0", "--weights", "int8"]) == 0
+    assert capsys.readouterr().out

@@ -170,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--seed", type=int, default=0, help="sampling seed [%(default)s]")
     ge.add_argument("--ignore-eos", action="store_true", help="go on past the tokenizer's end-of-text token")
     ge.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
+    ge.add_argument("--weights", choices=("float32", "bfloat16", "int8"), default=None,
+                    help="decode from 8- or 16-bit weights (quantized at load; a quantized folder loads as saved)")
 
     ev = sub.add_parser("eval", help="perplexity and bits per byte of a model on a text file or folder",
                         description="Score every token of a text with a model: perplexity, bits per token and bits "
@@ -188,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", metavar="FILE", default=None, help="also write the report as JSON (- for stdout)")
     ev.add_argument("--no-progress", action="store_true", help="no progress bar")
     ev.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
+    ev.add_argument("--weights", choices=("float32", "bfloat16", "int8"), default=None,
+                    help="decode from 8- or 16-bit weights (quantized at load; a quantized folder loads as saved)")
     return parser
 
 
@@ -304,7 +308,7 @@ def _eval_flag_problems(args) -> list[str]:
 def _load(args):
     """(model, tokenizer) of --model, or the exit status after saying what is wrong."""
     try:
-        return load_model(args.model, backend=args.backend, tokenizer=args.tokenizer), None
+        return load_model(args.model, backend=args.backend, tokenizer=args.tokenizer, weights=args.weights), None
     except (CheckpointNotFound, ValueError, OSError) as e:  # TokenizerError and PretrainedError are ValueErrors
         return None, _error(str(e))
 

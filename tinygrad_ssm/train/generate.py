@@ -70,10 +70,19 @@ def load_tokenizer_for(folder: Path, vocab_size: int, override: str | None = Non
                           eos_token_id=_config_eos(folder))
 
 
-def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | None = None, flag: str = "--model"):
-    """(model, tokenizer) of any model folder (module docstring); `tokenizer` (--tokenizer) overrides its own."""
+def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | None = None, flag: str = "--model",
+               weights: str | None = None):
+    """(model, tokenizer) of any model folder (module docstring); `tokenizer` (--tokenizer) overrides its own.
+    weights (--weights): "int8" / "bfloat16" quantize a float folder's model at load (models/mamba2/quantize.py),
+    "float32" keeps it float; None: as stored. A quantized folder loads only as its own format."""
     folder = resolve_model_folder(path, flag)
     model = Mamba2LMHeadModel.from_pretrained(folder, backend=backend)
+    stored = getattr(model, "weights_format", "float")
+    if weights is not None and stored != ("float" if weights == "float32" else weights):
+        if stored != "float":
+            raise ValueError(f"--weights {weights}: {str(folder)!r} holds {stored} weights; load it as saved "
+                             f"(leave --weights out) or give the float model's folder")
+        model.quantize(weights)
     return model, load_tokenizer_for(folder, model.config.vocab_size, tokenizer)
 
 
