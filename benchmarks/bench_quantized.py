@@ -1,0 +1,89 @@
+"""Decoding from 8-bit and bfloat16 weights (models/mamba2/quantize.py, fast/quantized_kernels.py) against float32
+at the shape of the pretrained Mamba-2 130M (bench_pretrained_shape.py's SHAPE: d_model 768, 24 layers, d_state
+128, vocabulary 50,288 rows, tied), random weights, 2 threads (--threads N).
+
+    python benchmarks/bench_quantized.py                    # generation b=1 and b=8, eval on random ids
+    python benchmarks/bench_quantized.py --quick --json     # a tiny config: a smoke run
+
+Rows per format: greedy generation tokens/s (a 16-token prompt then --new-tokens, prefill included; medians of
+interleaved repeats: the formats run in turn inside each repeat), bytes of weights a decoding step reads (every
+weight once: the float parameters left plus the quantized arrays and scales), the bandwidth limit (batch x read
+bandwidth / those bytes; read bandwidth as bench_pretrained_shape.read_bandwidth measures it), resident weight
+MB, and `evaluate`'s perplexity on --eval-tokens random ids. The issue's goals are reported, never asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import _common as common
+
+THREADS = common.threads_from_argv(default=2)
+
+import numpy as np
+from bench_pretrained_shape import QUICK_SHAPE, SHAPE, read_bandwidth
+
+from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
+from tinygrad_ssm.models.mamba2.evaluation import evaluate
+from tinygrad_ssm.models.mamba2.quantize import resident_weight_bytes
+
+FORMATS = ("float32", "bfloat16", "int8")
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--block", type=int, default=32, help="int8 scale block")
+    p.add_argument("--eval-tokens", type=int, default=2048)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json", metavar="FILE", nargs="?", const="-")
+    args = p.parse_args(argv)
+    shape = QUICK_SHAPE if args.quick else SHAPE
+    if args.quick:
+        args.new_tokens, args.repeats, args.eval_tokens = 8, 2, 256
+    config = Mamba2Config(**shape, tie_embeddings=True, chunk_size=256)
+    models = {}
+    for fmt in FORMATS:                                                 # the same random weights (seed 0)
+        model = Mamba2LMHeadModel(config, VarMap(seed=0))
+        models[fmt] = model if fmt == "float32" else model.quantize(fmt, block=args.block)
+    bandwidth = read_bandwidth(0.0625 if args.quick else 1.0)["gb_s"] * 1e9
+    result = {"benchmark": "bench_quantized", "shape": shape, "block": args.block, "threads": THREADS,
+              "read_bandwidth_gb_s": round(bandwidth / 1e9, 1), "rows": {}}
+    for batch in args.batches:
+        prompt = np.random.default_rng(batch).integers(0, shape["vocab_size"], (batch, 16))
+        sides = {fmt: (lambda m=m: m.generate(prompt, args.new_tokens, temperature=0)) for fmt, m in models.items()}
+        for run in sides.values():
+            run()                                                       # warm-up (compiles)
+        times = {fmt: [] for fmt in sides}
+        for _ in range(args.repeats):
+            for fmt, run in sides.items():
+                times[fmt].append(common.timed(run))
+        for fmt in FORMATS:
+            step_bytes = resident_weight_bytes(models[fmt])
+            result["rows"][f"{fmt} b={batch}"] = {
+                "tokens_per_s": round(batch * args.new_tokens / float(np.median(times[fmt])), 1),
+                "weight_bytes_per_step": step_bytes, "resident_mb": round(step_bytes / 1e6, 1),
+                "bandwidth_limit_tokens_per_s": round(batch * bandwidth / step_bytes, 1)}
+        base = result["rows"][f"float32 b={batch}"]["tokens_per_s"]
+        for fmt in FORMATS:
+            row = result["rows"][f"{fmt} b={batch}"]
+            row["x_float32"] = round(row["tokens_per_s"] / base, 2)
+    ids = np.random.default_rng(7).integers(0, shape["vocab_size"], args.eval_tokens)
+    result["perplexity_random_ids"] = {fmt: round(evaluate(m, ids, window=512).perplexity, 3)
+                                       for fmt, m in models.items()}
+    print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s; {THREADS} threads; block {args.block}")
+    print(f"{'':18s} {'tokens/s':>9s} {'x f32':>6s} {'MB/step':>8s} {'limit tok/s':>11s}")
+    for name, r in result["rows"].items():
+        print(f"{name:18s} {r['tokens_per_s']:9.1f} {r['x_float32']:6.2f} {r['resident_mb']:8.1f} "
+              f"{r['bandwidth_limit_tokens_per_s']:11.1f}")
+    print("perplexity (random weights, random ids):", result["perplexity_random_ids"])
+    if args.json:
+        common.dump_json(result, args.json)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)
