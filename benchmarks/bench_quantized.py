@@ -54,7 +54,8 @@ def main(argv=None) -> dict:
               "read_bandwidth_gb_s": round(bandwidth / 1e9, 1), "rows": {}}
     for batch in args.batches:
         prompt = np.random.default_rng(batch).integers(0, shape["vocab_size"], (batch, 16))
-        sides = {fmt: (lambda m=m: m.generate(prompt, args.new_tokens, temperature=0)) for fmt, m in models.items()}
+        sides = {fmt: (lambda m=m, prompt=prompt: m.generate(prompt, args.new_tokens, temperature=0))
+                 for fmt, m in models.items()}
         for run in sides.values():
             run()                                                       # warm-up (compiles)
         times = {fmt: [] for fmt in sides}
