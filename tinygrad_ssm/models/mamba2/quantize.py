@@ -22,7 +22,8 @@ import numpy as np
 from ...autograd.tensor import Tensor
 
 FORMATS = ("int8", "bfloat16")
-DEFAULT_BLOCK = 32      # llama.cpp's Q8_0; 32 / 64 / 128 measured the same speed (benchmarks/bench_quantized.py)
+DEFAULT_BLOCK = 32      # llama.cpp's Q8_0 block (smaller blocks: a closer scale per weight); other blocks'
+                        # speed and quality not measured (bench_quantized.py --block N measures them)
 ROWS_PER_BLOCK = 4096   # rows dequantized at once by the forward: 4096 x 768 float32 = 12 MB, not the head's 154 MB
 
 
