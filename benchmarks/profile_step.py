@@ -26,6 +26,9 @@ from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
 from tinygrad_ssm.optim import AdamW
 from tinygrad_ssm.autograd.function import Function
 
+SHAPES = {"small": dict(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, expand=2),
+          "130m": dict(d_model=768, n_layer=24, vocab_size=50277, d_state=128, headdim=64, expand=2,
+                       pad_vocab_size_multiple=16)}
 FUSED_OPS = ("Conv1dSilu", "GatedRMSNorm", "SplitLast", "DtSoftplus", "AddRMSNorm")
 
 
@@ -94,6 +97,8 @@ def main(argv=None) -> dict:
     p.add_argument("--chunk-size", type=int, default=64)
     p.add_argument("--backend", default="auto")
     p.add_argument("--reference", action="store_true", help="profile the engine-op path (fused=False)")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="small",
+                   help="the model: small (d_model 256, 4 layers, bytes) or 130m (Mamba-2 130M's shape, vocab 50,277)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=2,
                    help="untimed steps first: the second step still paid a one-time ~0.1 s (in the first gated norm's "
@@ -101,11 +106,10 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     times, counts, in_scan, cpu = collections.defaultdict(float), collections.Counter(), [False], collections.defaultdict(float)
     instrument(times, counts, in_scan, cpu)
-    config = Mamba2Config(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, expand=2,
-                          chunk_size=args.chunk_size)
+    config = Mamba2Config(**SHAPES[args.shape], chunk_size=args.chunk_size)
     model = Mamba2LMHeadModel(config, VarMap(seed=0), backend=args.backend, fused=not args.reference)
     opt = AdamW(model.varmap.all_vars(), lr=1e-3)
-    data = np.random.default_rng(0).integers(0, 256, (args.batch, args.seqlen + 1))
+    data = np.random.default_rng(0).integers(0, config.vocab_size, (args.batch, args.seqlen + 1))
     phases, phases_cpu = collections.defaultdict(float), collections.defaultdict(float)
 
     def step():

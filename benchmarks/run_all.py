@@ -23,6 +23,9 @@ SCRIPTS = (
     ("bench_ssd.py", "The scan: forward + backward against PyTorch's chunked SSD", []),
     ("bench_train_step.py", "A training step against transformers", ["--threads", "2"]),
     ("bench_generate.py", "Generation against transformers", ["--threads", "2"]),
+    ("bench_pretrained_shape.py", "Mamba-2 130M's shape against transformers: generation, prompt, eval, fine-tuning",
+     ["--threads", "2"]),
+    ("bench_load.py", "Loading a checkpoint: peak memory and time", []),
     ("bench_import_order.py", "The same speed whatever the user imported first", ["--threads", "2"]),
     ("bench_fused.py", "The fused mixer ops against their engine-op twins", ["--threads", "2"]),
     ("bench_step_parts.py", "The step's optimizer, embedding, loss and residual adds: kernels against NumPy",
@@ -53,6 +56,22 @@ DEV_TOOLS = (
      "LM's decoding paths (the numbers behind tests/scan/test_ssd.py and tests/models/test_mamba2.py)"),
     ("benchmarks/dev/numpy_protocols.py", "NumPy's protocols on a Tensor (np.asarray, np.exp, masks, ...) against "
      "the same work on its ndarray"),
+)
+# how to put llama.cpp beside these figures, by hand: it is not a dependency, and nothing here downloads it
+LLAMA_CPP = (
+    "llama.cpp is the fastest CPU engine for Mamba-2 we know of. To compare with it on the same weights, save the "
+    "model as a transformers folder (`tests/support/checkpoints.py`'s `write_checkpoint(\"transformers\", ...)` "
+    "writes one from any of our models; a downloaded `Mamba2ForCausalLM` folder is one already), then, in a "
+    "llama.cpp checkout built with `cmake -B build && cmake --build build -j`:",
+    "",
+    "```bash",
+    "python convert_hf_to_gguf.py MODEL_DIR --outtype f32 --outfile model-f32.gguf     # q8_0 for 8-bit weights",
+    "./build/bin/llama-bench -m model-f32.gguf -t 2 -p 512 -n 128                      # pp512 and tg128 tokens/s",
+    "```",
+    "",
+    "`-t 2` matches the two threads of the rows above; `pp512` compares with the 512-token prompt row and `tg128` "
+    "with generation at batch 1 (run `python benchmarks/bench_pretrained_shape.py --new-tokens 128` for the same "
+    "length). Run both in the same session, in turn, and compare ratios: the machine is shared.",
 )
 DOC = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "images"
@@ -247,6 +266,7 @@ def write_report(status: dict | None, quick: bool) -> Path:
             image = draw(plot)
             if image:
                 lines += [f"![{plot['title']}]({image})", ""]
+    lines += ["## Checking against llama.cpp", "", *LLAMA_CPP, ""]
     lines += ["## Run by hand (benchmarks/)", "", "Not run by run_all.py, no figures here; each prints its own "
               "report (`--help` for its options).", ""]
     lines += [f"- `python {command}`: {what}" for command, what in BY_HAND] + [""]
