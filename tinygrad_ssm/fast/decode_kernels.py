@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
@@ -100,8 +101,13 @@ def _store4(out, bi, i, bias, s0, s1, s2, s3):
 def weight_rows(W, lo, hi, u, bias, zero, out):
     """out[:, lo:hi] = u (b, in) @ W[lo:hi]^T + bias[lo:hi] for any weight form the decoder holds: a float
     array (_matvec_rows), int8 as a tuple (q, scales) or bfloat16 bits as a uint16 array (quantized_kernels).
-    Chosen by numba from W's type at compile time: the float path compiles to _matvec_rows itself."""
-    raise NotImplementedError("weight_rows is called from numba code only")
+    Chosen by numba from W's type at compile time (the overload below): the float path compiles to _matvec_rows
+    itself. This Python body is the same choice made at run time, for NUMBA_DISABLE_JIT=1 (tests/test_jit_disabled.py)."""
+    if isinstance(W, tuple):
+        return int8_rows(W[0], W[1], lo, hi, u, bias, zero, out)
+    if W.dtype == np.uint16:
+        return bfloat16_rows(W, lo, hi, u, bias, zero, out)
+    return _matvec_rows(W, lo, hi, u, bias, zero, out)
 
 
 @overload(weight_rows, jit_options={"nogil": True})
@@ -114,8 +120,12 @@ def _weight_rows_of(W, lo, hi, u, bias, zero, out):
 
 
 def embedding_row(E, token, out):
-    """out (d,) = row `token` of the embedding E, in any weight form (see weight_rows)."""
-    raise NotImplementedError("embedding_row is called from numba code only")
+    """out (d,) = row `token` of the embedding E, in any weight form (see weight_rows; this body: without the JIT)."""
+    if isinstance(E, tuple):
+        return int8_row(E[0], E[1], token, out)
+    if E.dtype == np.uint16:
+        return bfloat16_row(E, token, out)
+    out[:] = E[token]
 
 
 @overload(embedding_row, jit_options={"nogil": True})

@@ -30,7 +30,7 @@ from ...scan.sequential import ssd_step
 from . import generation
 from .config import Mamba2Config
 from .decode import decode_step
-from .pretrained import load_pretrained, save_pretrained
+from .quantized_files import load_model_folder, save_model_folder
 from .quantize import DEFAULT_BLOCK, quantize_model
 
 SUPPORTED_DTYPES = ("float32", "float64")
@@ -341,10 +341,10 @@ class Mamba2LMHeadModel:
     # --- checkpoints (pretrained.py) ---------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True) -> Mamba2LMHeadModel:
-        return load_pretrained(cls, directory, dtype=dtype, backend=backend, fused=fused)
+        return load_model_folder(cls, directory, dtype=dtype, backend=backend, fused=fused)
 
     def save_pretrained(self, directory):
-        save_pretrained(self, directory)
+        save_model_folder(self, directory)
 
     def __repr__(self):
         c = self.config

@@ -286,9 +286,6 @@ _LAYER_KEY = re.compile(r"backbone\.layers\.(\d+)\.")
 def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True):
     directory = resolve_pretrained_folder(directory)
     raw = read_config(directory)
-    if "quantization" in raw:                                           # a folder save_pretrained of a quantized
-        from .quantize import load_quantized                            # model wrote (quantize.py)
-        return load_quantized(cls, directory, raw, dtype, backend, fused)
     config, layout = parse_config(raw)
     stored = {}
     for path in _weight_files(directory):
@@ -378,9 +375,6 @@ def _same_values(file_a: SafetensorsFile, key_a: str, file_b: SafetensorsFile, k
 
 def save_pretrained(model, directory):
     """Write config.json (mamba_ssm layout) and model.safetensors into `directory` (created if needed)."""
-    if getattr(model, "quantized", None):                               # int8 / bfloat16 arrays and scales
-        from .quantize import save_quantized
-        return save_quantized(model, directory)
     directory = Path(directory)
     os.makedirs(directory, exist_ok=True)
     text = json.dumps(mamba_ssm_config(model.config), indent=2)

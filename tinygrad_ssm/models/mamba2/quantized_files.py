@@ -1,0 +1,107 @@
+"""Quantized models on disk (quantize.py gives the formats): `save_pretrained` of a quantized model writes
+config.json with a "quantization" entry, the float parameters, each quantized matrix (int8, or the bfloat16 bits as
+U16) and its scales; `from_pretrained` of such a folder checks every stored tensor before it builds the model.
+model.py chooses between this and pretrained.py by the config's "quantization" key, so neither imports the other.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ...io.atomic_write import write_atomic
+from ...io.safetensors import SafetensorsFile, save_file
+from ...registry import VarMap
+from .pretrained import (CONFIG_NAME, WEIGHTS_NAME, PretrainedError, load_pretrained, mamba_ssm_config, parse_config,
+                         read_config, resolve_pretrained_folder, save_pretrained)
+from .quantize import DEFAULT_BLOCK, FORMATS, QuantizedWeight, quantize_model, quantized_names
+
+QUANTIZATION_KEY = "quantization"   # config.json: {"weights": "int8" | "bfloat16", "block": int (int8)}
+SCALES_SUFFIX = ".scales"           # name.scales (out, in / block) float32 next to name (out, in) int8
+_STORED = {"int8": "I8", "bfloat16": "U16"}
+
+
+def save_quantized(model, directory) -> None:
+    """config.json (with "quantization") and model.safetensors: the float parameters, each quantized matrix
+    under its own name (int8, or the bfloat16 bits as U16) and, for int8, its scales under name + ".scales"."""
+    directory = Path(directory)
+    os.makedirs(directory, exist_ok=True)
+    first = next(iter(model.quantized.values()))
+    config = mamba_ssm_config(model.config) | {QUANTIZATION_KEY: {"weights": model.weights_format,
+                                                                  "block": first.block}}
+    write_atomic(directory / CONFIG_NAME, json.dumps(config, indent=2) + "\n")
+    arrays = {name: t.data for name, t in model.varmap.named_vars()}
+    for name, w in model.quantized.items():
+        arrays[name] = w.data
+        if w.scales is not None:
+            arrays[name + SCALES_SUFFIX] = w.scales
+    save_file(directory / WEIGHTS_NAME, arrays, metadata={"format": "pt"})
+
+
+def load_quantized(cls, directory, raw: dict, dtype, backend, fused):
+    """from_pretrained of a folder save_quantized wrote: every stored tensor checked (names, shapes, dtypes,
+    scales finite and >= 0) before the model is built, as pretrained.load_pretrained does."""
+    raw = dict(raw)
+    spec = raw.pop(QUANTIZATION_KEY)
+    fmt = spec.get("weights") if isinstance(spec, dict) else None
+    block = spec.get("block") if isinstance(spec, dict) else None
+    if fmt not in FORMATS or (fmt == "int8" and not (isinstance(block, int) and block >= 1)):
+        raise PretrainedError(f"from_pretrained: {directory}/config.json: {QUANTIZATION_KEY!r} must be "
+                              f'{{"weights": one of {FORMATS}, "block": a positive int for int8}}, got {spec!r}')
+    config, _ = parse_config(raw)
+    path = f"{directory}/{WEIGHTS_NAME}"
+    f = SafetensorsFile(path)
+    shapes = config.param_shapes()
+    probe = type("Probe", (), {"config": config})()
+    names = set(quantized_names(probe))
+    expected = set(shapes) | {n + SCALES_SUFFIX for n in names if fmt == "int8"}
+    if set(f.tensors) != expected:
+        raise PretrainedError(f"from_pretrained: {path!r} ({fmt} weights): missing {sorted(expected - set(f.tensors))[:5]},"
+                              f" unexpected {sorted(set(f.tensors) - expected)[:5]}")
+    made = {}
+    for name, shape in shapes.items():
+        info = f.tensors[name]
+        want = _STORED[fmt] if name in names else None
+        if tuple(info.shape) != tuple(shape) or (want is not None and info.dtype != want) or \
+                (want is None and not info.is_float):
+            raise PretrainedError(f"from_pretrained: {path!r}: tensor {name!r} has dtype {info.dtype} shape "
+                                  f"{tuple(info.shape)}, expected {want or 'a float dtype'} {tuple(shape)}")
+        if name not in names:
+            continue
+        scales = None
+        if fmt == "int8":
+            key = name + SCALES_SUFFIX
+            s_info = f.tensors[key]
+            if s_info.dtype != "F32" or shape[1] % block or tuple(s_info.shape) != (shape[0], shape[1] // block):
+                raise PretrainedError(f"from_pretrained: {path!r}: tensor {key!r} has dtype {s_info.dtype} shape "
+                                      f"{tuple(s_info.shape)}, expected F32 ({shape[0]}, {shape[1]} / block {block})")
+            scales = f.read(key)
+            if not (np.isfinite(scales).all() and (scales >= 0).all()):
+                raise PretrainedError(f"from_pretrained: {path!r}: tensor {key!r} holds a NaN, infinite or negative "
+                                      f"scale (the file is corrupt: quantize the float model again)")
+        made[name] = (name, scales)
+    model = cls(config, VarMap.uninitialised(), dtype=dtype, backend=backend, fused=fused)
+    weights = {name: QuantizedWeight(fmt, f.read(name), scales) for name, (_, scales) in made.items()}
+    for name in shapes:
+        if name not in names:
+            model.varmap.read_into(name, f, name)
+    return quantize_model(model, fmt, block or DEFAULT_BLOCK, weights=weights)
+
+
+def load_model_folder(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True):
+    """Mamba2LMHeadModel.from_pretrained: a quantized folder (its config.json has "quantization") or any other."""
+    folder = resolve_pretrained_folder(directory)
+    raw = read_config(folder)
+    if QUANTIZATION_KEY in raw:
+        return load_quantized(cls, folder, raw, dtype, backend, fused)
+    return load_pretrained(cls, folder, dtype=dtype, backend=backend, fused=fused)
+
+
+def save_model_folder(model, directory) -> None:
+    """Mamba2LMHeadModel.save_pretrained: the quantized format for a quantized model, else pretrained.py's."""
+    if getattr(model, "quantized", None):
+        save_quantized(model, directory)
+    else:
+        save_pretrained(model, directory)
