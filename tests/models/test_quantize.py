@@ -3,7 +3,6 @@ bfloat16), the quantized model's forward against the float64 forward of the dequ
 dropped, generation's tokens against the engine-op model on the dequantized weights."""
 import numpy as np
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -48,6 +47,7 @@ def test_int8_format_is_its_definition(rows, blocks, block, scale, seed):
 
 
 def test_bfloat16_format_is_torchs():
+    torch = pytest.importorskip("torch", reason="torch is an optional reference (pip install -e '.[bench]')")
     rng = np.random.default_rng(0)
     w = np.concatenate([rng.standard_normal(1000).astype(np.float32) * 10.0 ** rng.integers(-20, 20, 1000),
                         np.array([0.0, -0.0, np.inf, -np.inf, 3.3895314e38, 1.0000001, 1.0 + 2 ** -8], np.float32)])
