@@ -112,3 +112,18 @@ def test_a_long_prompt_goes_through_the_chunked_scan_with_the_head_on_its_last_p
     out = model.generate(prompt, 3, temperature=0)
     assert rows[0] == (1, model.config.d_model)                         # the prefill's head: last position only
     np.testing.assert_array_equal(out[:, 9:], models[1].generate(prompt, 3, temperature=0)[:, 9:])
+
+
+def test_a_wide_models_long_prompt_takes_the_chunked_scan(monkeypatch):
+    from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
+    assert generation.prompt_step_tokens(64) == generation.prompt_step_tokens(256) == 512
+    assert generation.prompt_step_tokens(768) == 170                   # the 130M shape: 512 // 3
+    steps = []
+    real = generation.decode_prompt
+    monkeypatch.setattr(generation, "decode_prompt", lambda *a: steps.append(a[1].shape) or real(*a))
+    wide = Mamba2LMHeadModel(Mamba2Config(d_model=512, n_layer=1, vocab_size=40, d_state=8, headdim=32),
+                             VarMap(seed=1))
+    ids = np.random.default_rng(0).integers(0, 40, (1, 300))
+    wide.generate(ids[:, :256], 1, temperature=0)                       # 256 <= 512 * 256 / 512: one step
+    wide.generate(ids, 1, temperature=0)                                # 300 > 256: the chunked scan
+    assert steps == [(1, 256)]

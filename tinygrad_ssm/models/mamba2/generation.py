@@ -1,8 +1,8 @@
 """Generation for Mamba2LMHeadModel (its generate_stream and generate): prefill the prompts, then decode.
 
-Prompt processing: a prompt of at most PROMPT_STEP_TOKENS tokens over the batch goes through one numba step of
-all its tokens (decode.decode_prompt), a longer one through the chunked scan, with the LM head on the last
-position only. A ragged batch (a list of prompts of different lengths) is prefilled one prompt at a time, the
+Prompt processing: a prompt of at most prompt_step_tokens(d_model) tokens over the batch (512 up to d_model 256,
+fewer for a wider model) goes through one numba step of all its tokens (decode.decode_prompt), a longer one
+through the chunked scan, with the LM head on the last position only. A ragged batch (a list of prompts of different lengths) is prefilled one prompt at a time, the
 same way, and the per-layer states are stacked into one batch cache.
 Decoding: with fused=True every sampling setting stays inside numba for blocks of TOKEN_BLOCK tokens
 (decode.decode_sampled, whose sampler is sample_next's twin), drawing its uniform numbers up front from the
@@ -21,10 +21,18 @@ from .decode import release as release_decoder
 from .sampling import NonFiniteLogits, check_sampling_args, sample_next
 
 # generation takes a prompt of at most this many tokens over the batch (b l) in one decoder step (decode_prompt),
-# a longer one through the chunked scan: at the benchmark's model the one step took 1.8 / 3.0 / 5.1 ms for b = 1,
-# l = 32 / 64 / 128 against the chunked forward's 6.1 / 7.5 / 9.8 ms, and 9.7 / 19.4 / 39.6 ms for b = 8 against
-# 17.1 / 25.5 / 35.7 ms
+# a longer one through the chunked scan: at the benchmark's model (d_model 256) the one step took 1.8 / 3.0 / 5.1 ms
+# for b = 1, l = 32 / 64 / 128 against the chunked forward's 6.1 / 7.5 / 9.8 ms, and 9.7 / 19.4 / 39.6 ms for b = 8
+# against 17.1 / 25.5 / 35.7 ms. A wider model's products gain more from BLAS: at the 130M shape (d_model 768,
+# b = 1) the one step won at l = 128 (0.36 against 0.43 s), tied at 256 (0.70-0.73 against 0.75 s) and lost at 512
+# (0.88 against 0.74 s, bench_pretrained_shape.py): the limit shrinks as 1 / d_model above PROMPT_STEP_WIDTH
 PROMPT_STEP_TOKENS = 512
+PROMPT_STEP_WIDTH = 256
+
+
+def prompt_step_tokens(d_model: int) -> int:
+    """The most prompt tokens (over the batch) that one decoder step takes for a model of this width."""
+    return PROMPT_STEP_TOKENS * PROMPT_STEP_WIDTH // max(d_model, PROMPT_STEP_WIDTH)
 TOKEN_BLOCK = 32  # tokens per numba call (decode_sampled): a streamed reader sees them in bursts of ~10 ms
 
 
@@ -98,7 +106,7 @@ def check_prompts(model, input_ids):
 def prefill(model, ids: np.ndarray):
     """ids (b, l) -> (a new cache at the prompt's end, logits (b, padded vocab) after its last token)."""
     cache = model.allocate_cache(ids.shape[0])
-    if model.fused and ids.size <= PROMPT_STEP_TOKENS:
+    if model.fused and ids.size <= prompt_step_tokens(model.config.d_model):
         return cache, decode_prompt(model, ids, cache)                  # (b, V) in one step, see PROMPT_STEP_...
     x = model.embedding(ids)
     for layer, state in zip(model.layers, cache.layers):
