@@ -26,12 +26,12 @@ import os
 import numba
 import numpy as np
 from numba import njit
-from numba.typed import List
 
 from ...autograd.tensor import Tensor
 from ...fast.claims import atomic_load, atomic_store, claim, cycles, finish, relax, sync_array, wait_done
 from ...fast.decode_kernels import _JIT, _group_norm, _head_update, _in_proj_rows, _residual_norm, weight_rows
 from ...fast.sampling_kernels import sample_rows
+from ...fast.typed_lists import array_list as _array_list
 from .quantize import QuantizedWeight
 
 _EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it with a prefill forward"
@@ -315,29 +315,6 @@ class _Weights:
 
 
 _DATA = operator.attrgetter("data")
-
-
-def _array_list(arrays) -> List:
-    """One array per layer as a numba typed List, whose type names the arrays' dtype and ndim only: a tuple's
-    type holds its length, and every n_layer compiled the decoder anew (15-55 s; see docs/kernels.md). Built by
-    cached functions of ours: typed List's own Python methods compile at every start (0.2 s per item type)."""
-    arrays = iter(arrays)
-    out = _new_list(next(arrays))
-    for a in arrays:
-        _list_append(out, a)
-    return out
-
-
-@njit(cache=True)
-def _new_list(first):
-    out = List()
-    out.append(first)
-    return out
-
-
-@njit(cache=True)
-def _list_append(items, a):
-    items.append(a)
 
 
 def _weights(model) -> _Weights:
