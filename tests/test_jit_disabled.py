@@ -48,11 +48,12 @@ def test_training_and_generation_run_with_the_jit_disabled(corpus, tmp_path, bac
     for a, b in zip(with_jit, without):
         assert abs(a - b) <= 1e-9 * abs(a), (with_jit, without)
 
-    texts = {}
-    for jit in (True, False):
-        proc = _run(["generate", "--checkpoint", runs[True], "--prompt", "line 1", "--max-new-tokens", "24",
-                     "--temperature", "0", "--backend", backend], jit)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        texts[jit] = proc.stdout
-    assert texts[True].startswith("line 1") and len(texts[True]) > len("line 1")
-    assert texts[False] == texts[True]
+    for weights in (None, "int8", "bfloat16"):                         # quantized: the intrinsics' NumPy twins
+        texts, quantized = {}, [] if weights is None else ["--weights", weights]
+        for jit in (True, False):
+            proc = _run(["generate", "--checkpoint", runs[True], "--prompt", "line 1", "--max-new-tokens", "24",
+                         "--temperature", "0", "--backend", backend, *quantized], jit)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            texts[jit] = proc.stdout
+        assert texts[True].startswith("line 1") and len(texts[True]) > len("line 1")
+        assert texts[False] == texts[True], weights

@@ -3,133 +3,226 @@
 - int8: q (out, in) int8 and scales (out, in / block) float32, the weight q * s;
 - bfloat16: (out, in) uint16, the weight those bits << 16 read as float32.
 
-Four weight rows at a time are dequantized into a small buffer (4 x in: 12 KB at in = 768, it stays in L1), then
-multiplied like decode_kernels' float rows: four weight rows times four batch rows share their loads. The
-weights are read from memory once, in 1 or 2 bytes, and widened in L1: the step is bandwidth-bound, and the
-widening is cheap next to the bytes it saves. In a float64 model the dequantized weights are exact (q * s has
-at most 8 + 24 significant bits; a bfloat16 is a float32), so the products are the float64 twin's up to the
-order of the sums.
+8 and 16 bits are there to read fewer bytes (a float32 decoding step is at the memory-bandwidth wall), so the
+products must widen the weights as fast as memory brings them. What stood in the way, measured on the 50,288 x
+768 LM head, batch 1, one thread, against the float32 product (_matvec_rows: 5.0-5.4 ms, 154 MB from memory):
+- numba's loops do not vectorise the widening. With a literal block of 32, LLVM unrolled it completely into 32
+  scalar `vcvtsi2ss` (16-22 ms); with a run-time block the loop vectoriser works, but it sums its vector to one
+  number at the end of every block of 32 (3.3 ms). So the block loop is written in LLVM's vectors
+  (`_block_dots`, a numba intrinsic): 32 weights loaded as one <32 x i8> (or <32 x i16>), widened at once,
+  multiplied by a batch row's 32 values into a vector sum that stays a vector until the row ends; the block's
+  scale multiplies its products once (sum_j q_j s u_j = s sum_j q_j u_j). With the head in L2: 1.7 ms.
+- Four weight rows at a time (to share the loads of u, as _matvec_blocks does) read memory 2x slower than one
+  row at a time (int8 4.2 vs 2.1 ms, bfloat16 7.7 vs 3.1): rows are read one by one, in order.
+- The products ran ahead of the hardware prefetcher: the loop prefetches PREFETCH_BYTES ahead in its row (the
+  rows that follow; a prefetch never faults, so past the matrix's end is harmless). In whole 130M-shape
+  decoding (bench_quantized.py, 2 threads, two rounds each) int8 went from 2.42 / 2.62x float32 without it to
+  2.69 / 2.92x with it; bfloat16 1.95 / 1.81x -> 1.89 / 1.93x.
+A batch row's values are re-read from L1 for every weight row; the widening is shared by 8 (or 4) batch rows.
+Columns past the last whole 32 (bfloat16 with `in` not a multiple of 32), and int8 blocks that are not a
+multiple of 32, take a plain numba loop (`_scalar_dot`) after the vectors.
+
+In a float64 work dtype the widened weights are exact (q * s has at most 8 + 24 significant bits; a bfloat16 is
+a float32), so the products equal the float64 twin's up to the order of the sums.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import config, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
 # the options of decode_kernels._JIT (not imported: decode_kernels imports this module)
 _JIT = {"cache": True, "nogil": True, "fastmath": {"reassoc", "contract"}, "error_model": "numpy"}
 
+VECTOR = 32             # weights widened at once: the int8 block of llama.cpp's Q8_0, one 256-bit load of int8
+PREFETCH_BYTES = 4096   # how far ahead of its row the block loop prefetches (measured: the docstring)
+
+
+def _block_dots(n_batch: int):
+    """An intrinsic: dots(W, S, i, u, bi, n_vectors, per_scale) -> the n_batch sums W[i, :k] . u[bi + c, :k],
+    k = 32 n_vectors; W int8 (S its scales, `per_scale` vectors of 32 to a scale: block / 32) or bfloat16 bits
+    (S None); W, S and u C-contiguous. Each sum is a vector of lanes, added into one number after the last
+    block."""
+    lanes = 16 if n_batch <= 4 else 8                                  # 8 sums of 16 lanes would not fit the
+                                                                        # registers beside the weights
+    @intrinsic
+    def dots(typingctx, W, S, i, u, bi, n_vectors, per_scale):
+        ok = (isinstance(W, types.Array) and W.layout == "C" and W.dtype in (types.int8, types.uint16)
+              and isinstance(u, types.Array) and u.layout == "C" and u.dtype in (types.float32, types.float64)
+              and (S == types.none if W.dtype == types.uint16 else isinstance(S, types.Array) and S.layout == "C"))
+        if not ok:
+            return None
+        return types.UniTuple(u.dtype, n_batch)(W, S, i, u, bi, n_vectors, per_scale), _codegen
+
+    def _codegen(context, builder, signature, args):
+        Wt, St, it, ut, bt, nt, pt = signature.args
+        intp, i32 = context.get_value_type(types.intp), ir.IntType(32)
+        T = context.get_value_type(ut.dtype)
+        itemsize = context.get_abi_sizeof(T)
+        block_t, lane_t = ir.VectorType(T, VECTOR), ir.VectorType(T, lanes)
+
+        def const(n):
+            return ir.Constant(intp, n)
+
+        def mask(values):
+            return ir.Constant(ir.VectorType(i32, len(values)), list(values))
+
+        def index(value, typ):
+            return context.cast(builder, value, typ, types.intp)
+
+        def row(array_type, array, r):                                  # pointer to array[r, 0]
+            return cgutils.get_item_pointer(context, builder, array_type, array, [r, const(0)])
+
+        W = context.make_array(Wt)(context, builder, args[0])
+        u = context.make_array(ut)(context, builder, args[3])
+        w_row, b0 = row(Wt, W, index(args[2], it)), index(args[4], bt)
+        u_rows = [row(ut, u, builder.add(b0, const(c))) for c in range(n_batch)]
+        scaled = Wt.dtype == types.int8
+        if scaled:
+            s_row = row(St, context.make_array(St)(context, builder, args[1]), index(args[2], it))
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(lane_t, [lane_t] * 3),
+                                             f"llvm.fma.v{lanes}{'f32' if itemsize == 4 else 'f64'}")
+        prefetch = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+            "llvm.prefetch.p0i8")
+        pieces = [mask(range(p, p + lanes)) for p in range(0, VECTOR, lanes)]
+        sums = [cgutils.alloca_once_value(builder, ir.Constant(lane_t, None)) for _ in range(n_batch)]
+        ahead = const(PREFETCH_BYTES // context.get_abi_sizeof(context.get_value_type(Wt.dtype)))
+        per_scale = index(args[6], pt)                                  # >= 1 (the caller's)
+        with cgutils.for_range(builder, builder.udiv(index(args[5], nt), per_scale)) as scale_loop:
+            if scaled:                                                  # (lanes,) this block's scale
+                s = context.cast(builder, builder.load(builder.gep(s_row, [scale_loop.index])), St.dtype, ut.dtype)
+                s = builder.shuffle_vector(builder.insert_element(ir.Constant(lane_t, ir.Undefined), s,
+                                                                  ir.Constant(i32, 0)),
+                                           ir.Constant(lane_t, ir.Undefined), mask([0] * lanes))
+            with cgutils.for_range(builder, per_scale) as loop:
+                col = builder.mul(builder.add(builder.mul(scale_loop.index, per_scale), loop.index), const(VECTOR))
+                builder.call(prefetch, [builder.bitcast(builder.gep(w_row, [builder.add(col, ahead)]),
+                                                        ir.IntType(8).as_pointer()),
+                                        ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                raw = builder.load(builder.bitcast(builder.gep(w_row, [col]),
+                                                   ir.VectorType(w_row.type.pointee, VECTOR).as_pointer()), align=1)
+                w = _widen(builder, raw, Wt.dtype, block_t)             # (32,) weights in u's dtype
+                w = [builder.shuffle_vector(w, w, m) for m in pieces]
+                for c in range(n_batch):
+                    x = builder.load(builder.bitcast(builder.gep(u_rows[c], [col]), block_t.as_pointer()),
+                                     align=itemsize)                   # (32,) of batch row c
+                    x = [builder.shuffle_vector(x, x, m) for m in pieces]
+                    dot = builder.fmul(w[0], x[0])                      # (lanes,) the 32 products, folded
+                    for p in range(1, len(pieces)):
+                        dot = builder.call(fma, [w[p], x[p], dot])
+                    acc = builder.load(sums[c])
+                    builder.store(builder.call(fma, [dot, s, acc]) if scaled else builder.fadd(acc, dot), sums[c])
+        out = []
+        for c in range(n_batch):
+            acc, n = builder.load(sums[c]), lanes
+            while n > 1:                                                # halves added: 16 -> 8 -> ... -> 1
+                n //= 2
+                acc = builder.fadd(builder.shuffle_vector(acc, acc, mask(range(n))),
+                                   builder.shuffle_vector(acc, acc, mask(range(n, 2 * n))))
+            out.append(builder.extract_element(acc, ir.Constant(i32, 0)))
+        return context.make_tuple(builder, signature.return_type, out)
+
+    return dots
+
+
+def _widen(builder, raw, dtype, block_t):
+    """(32,) int8 or bfloat16 bits -> (32,) floats of block_t's element type (exact either way)."""
+    if dtype == types.int8:
+        return builder.sitofp(raw, block_t)
+    bits = builder.shl(builder.zext(raw, ir.VectorType(ir.IntType(32), VECTOR)),
+                       ir.Constant(ir.VectorType(ir.IntType(32), VECTOR), [16] * VECTOR))
+    wide = builder.bitcast(bits, ir.VectorType(ir.FloatType(), VECTOR))
+    return wide if block_t.element == ir.FloatType() else builder.fpext(wide, block_t)
+
+
+@intrinsic
+def _bfloat16_value(typingctx, bits):
+    """The float32 whose upper 16 bits are `bits` (uint16), lower 16 zero."""
+    def codegen(context, builder, signature, args):
+        wide = builder.shl(builder.zext(args[0], ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
+        return builder.bitcast(wide, ir.FloatType())
+    return types.float32(bits), codegen
+
+
+_dots_8, _dots_4, _dots_1 = _block_dots(8), _block_dots(4), _block_dots(1)
+
+if config.DISABLE_JIT:                                                  # NUMBA_DISABLE_JIT=1: the same sums
+    def _python_dots(n_batch):                                          # in NumPy (intrinsics need the JIT)
+        def dots(W, S, i, u, bi, n_vectors, per_scale):
+            k = n_vectors * VECTOR
+            w = (W[i, :k] * np.repeat(S[i].astype(np.float64), per_scale * VECTOR)[:k] if S is not None
+                 else (W[i, :k].astype(np.uint32) << 16).view(np.float32))
+            return tuple(u[bi:bi + n_batch, :k] @ w.astype(u.dtype))
+        return dots
+
+    _dots_8, _dots_4, _dots_1 = _python_dots(8), _python_dots(4), _python_dots(1)
+
 
 @njit(**_JIT)
 def int8_rows(Q, S, lo, hi, u, bias, zero, out):
-    """out[:, lo:hi] = u (b, in) @ (q * s)[lo:hi]^T + bias[lo:hi]; Q (out, in) int8, S (out, in / block) f32.
-    The usual blocks (32, 64, 128) are literals: the block loop unrolls and vectorises."""
+    """out[:, lo:hi] = u (b, in) @ (q * s)[lo:hi]^T + bias[lo:hi]; Q (out, in) int8, S (out, in / block) f32."""
     block = Q.shape[1] // S.shape[1]
-    buf = np.empty((4, Q.shape[1]), u.dtype)                            # (4, in) dequantized rows, in L1
-    if block == 32:
-        _int8_rows_n(Q, S, lo, hi, u, bias, zero, out, buf, 32)
-    elif block == 64:
-        _int8_rows_n(Q, S, lo, hi, u, bias, zero, out, buf, 64)
-    elif block == 128:
-        _int8_rows_n(Q, S, lo, hi, u, bias, zero, out, buf, 128)
-    else:
-        _int8_rows_n(Q, S, lo, hi, u, bias, zero, out, buf, block)
-
-
-@njit(inline="always", **_JIT)
-def _int8_rows_n(Q, S, lo, hi, u, bias, zero, out, buf, block):
-    """Four weight rows at a time, summed straight from the int8 bytes: each weight widened and scaled once
-    (w = q s) and used for four batch rows (or one, for the last nb % 4). Indices are unsigned: numba adds no
-    wraparound select and the one long loop over a row vectorises (measured at the 50,288 x 768 head, one
-    thread, batch 1: a loop per block of 32 over slices took 18-22 ms, a slice costing a reference count;
-    this one 5.3 ms, float32 4.5-5.4 ms). A last group of fewer than 4 rows goes through buf."""
-    nb, k, width = u.shape[0], np.uint64(Q.shape[1]), np.uint64(block)
-    nb4 = nb // 4 * 4
-    for i in range(lo, hi, 4):
-        n = min(4, hi - i)
-        if n < 4:
-            for r in range(n):
-                q, s, w = Q[i + r], S[i + r], buf[r]
-                for j in range(k):
-                    w[j] = q[j]                                         # widened, then scaled in u's
-                    w[j] *= zero + s[j // width]                        # dtype (exact in float64)
-            rows_product(buf, n, i, u, bias, zero, out)
-            continue
-        q0, q1, q2, q3, s0, s1, s2, s3 = Q[i], Q[i + 1], Q[i + 2], Q[i + 3], S[i], S[i + 1], S[i + 2], S[i + 3]
-        for bi in range(0, nb4, 4):
-            a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = d0 = d1 = d2 = d3 = e0 = e1 = e2 = e3 = zero
-            u0, u1, u2, u3 = u[bi], u[bi + 1], u[bi + 2], u[bi + 3]
-            for j in range(k):
-                b = j // width
-                w0, w1 = q0[j] * (zero + s0[b]), q1[j] * (zero + s1[b])  # scales in u's dtype: exact
-                w2, w3 = q2[j] * (zero + s2[b]), q3[j] * (zero + s3[b])  # in float64
-                x0, x1, x2, x3 = u0[j], u1[j], u2[j], u3[j]
-                a0, a1, a2, a3 = a0 + w0 * x0, a1 + w0 * x1, a2 + w0 * x2, a3 + w0 * x3
-                c0, c1, c2, c3 = c0 + w1 * x0, c1 + w1 * x1, c2 + w1 * x2, c3 + w1 * x3
-                d0, d1, d2, d3 = d0 + w2 * x0, d1 + w2 * x1, d2 + w2 * x2, d3 + w2 * x3
-                e0, e1, e2, e3 = e0 + w3 * x0, e1 + w3 * x1, e2 + w3 * x2, e3 + w3 * x3
-            _store4(out, bi, i, bias[i], a0, a1, a2, a3)
-            _store4(out, bi, i + 1, bias[i + 1], c0, c1, c2, c3)
-            _store4(out, bi, i + 2, bias[i + 2], d0, d1, d2, d3)
-            _store4(out, bi, i + 3, bias[i + 3], e0, e1, e2, e3)
-        for bi in range(nb4, nb):
-            ub = u[bi]
-            a0 = a1 = a2 = a3 = zero
-            for j in range(k):
-                b = j // width
-                x = ub[j]
-                a0 += x * q0[j] * s0[b]
-                a1 += x * q1[j] * s1[b]
-                a2 += x * q2[j] * s2[b]
-                a3 += x * q3[j] * s3[b]
-            out[bi, i], out[bi, i + 1] = a0 + bias[i], a1 + bias[i + 1]
-            out[bi, i + 2], out[bi, i + 3] = a2 + bias[i + 2], a3 + bias[i + 3]
+    n_vectors = Q.shape[1] // VECTOR if block % VECTOR == 0 else 0
+    _rows(Q, S, lo, hi, u, bias, zero, out, n_vectors, max(block // VECTOR, 1))
 
 
 @njit(**_JIT)
 def bfloat16_rows(W, lo, hi, u, bias, zero, out):
     """out[:, lo:hi] = u (b, in) @ float32(W << 16)[lo:hi]^T + bias[lo:hi]; W (out, in) uint16."""
-    bits = np.empty((4, W.shape[1]), np.uint32)                        # (4, in) widened rows, in L1
-    buf = bits.view(np.float32)                                         # the same memory as float32
-    for i in range(lo, hi, 4):
-        n = min(4, hi - i)
-        for r in range(n):
-            w, b = W[i + r], bits[r]
-            for j in range(w.shape[0]):
-                b[j] = np.uint32(w[j]) << np.uint32(16)
-        rows_product(buf, n, i, u, bias, zero, out)
-
-
-@njit(**_JIT)
-def rows_product(buf, n, row0, u, bias, zero, out):
-    """out[:, row0 + r] = u (b, in) @ buf[r] + bias[row0 + r] for r < n (buf (4, in): weight rows row0...).
-    With four rows and four or more batch rows, 4 x 4 blocks (as decode_kernels._matvec_blocks); the rest one
-    sum at a time."""
-    nb, k = u.shape[0], u.shape[1]
-    batch_end = nb // 4 * 4 if n == 4 else 0
-    for bi in range(0, batch_end, 4):
-        a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = d0 = d1 = d2 = d3 = e0 = e1 = e2 = e3 = zero
-        for j in range(k):
-            w0, w1, w2, w3 = buf[0, j], buf[1, j], buf[2, j], buf[3, j]
-            u0, u1, u2, u3 = u[bi, j], u[bi + 1, j], u[bi + 2, j], u[bi + 3, j]
-            a0, a1, a2, a3 = a0 + w0 * u0, a1 + w0 * u1, a2 + w0 * u2, a3 + w0 * u3
-            c0, c1, c2, c3 = c0 + w1 * u0, c1 + w1 * u1, c2 + w1 * u2, c3 + w1 * u3
-            d0, d1, d2, d3 = d0 + w2 * u0, d1 + w2 * u1, d2 + w2 * u2, d3 + w2 * u3
-            e0, e1, e2, e3 = e0 + w3 * u0, e1 + w3 * u1, e2 + w3 * u2, e3 + w3 * u3
-        _store4(out, bi, row0, bias[row0], a0, a1, a2, a3)
-        _store4(out, bi, row0 + 1, bias[row0 + 1], c0, c1, c2, c3)
-        _store4(out, bi, row0 + 2, bias[row0 + 2], d0, d1, d2, d3)
-        _store4(out, bi, row0 + 3, bias[row0 + 3], e0, e1, e2, e3)
-    for bi in range(batch_end, nb):
-        for r in range(n):
-            acc = zero
-            for j in range(k):
-                acc += buf[r, j] * u[bi, j]
-            out[bi, row0 + r] = acc + bias[row0 + r]
+    _rows(W, None, lo, hi, u, bias, zero, out, W.shape[1] // VECTOR, 1)
 
 
 @njit(inline="always", **_JIT)
-def _store4(out, bi, i, bias, s0, s1, s2, s3):
-    out[bi, i], out[bi + 1, i], out[bi + 2, i], out[bi + 3, i] = s0 + bias, s1 + bias, s2 + bias, s3 + bias
+def _rows(W, S, lo, hi, u, bias, zero, out, n_vectors, per_scale):
+    """One weight row at a time (the weights stream in order), times batch rows in groups of 8, 4, then 1:
+    columns [0, 32 n_vectors) in vectors (_block_dots), then the rest, if any, in _scalar_dot (a loop of its
+    own: beside the vector loop it made the batch-8 products 2x slower)."""
+    nb, start = u.shape[0], n_vectors * VECTOR
+    for i in range(lo, hi):
+        bi = 0
+        while bi + 8 <= nb:
+            sums8 = _dots_8(W, S, i, u, bi, n_vectors, per_scale)
+            for c in range(8):
+                out[bi + c, i] = sums8[c] + bias[i]
+            bi += 8
+        if bi + 4 <= nb:
+            sums4 = _dots_4(W, S, i, u, bi, n_vectors, per_scale)
+            for c in range(4):
+                out[bi + c, i] = sums4[c] + bias[i]
+            bi += 4
+        for c in range(bi, nb):
+            out[c, i] = _dots_1(W, S, i, u, c, n_vectors, per_scale)[0] + bias[i]
+    if start < W.shape[1]:
+        for i in range(lo, hi):
+            for c in range(nb):
+                out[c, i] += _scalar_dot(W, S, i, u, c, start, zero)
+
+
+@njit(inline="always", **_JIT)
+def _scalar_dot(W, S, i, u, bi, start, zero):
+    """sum over columns j >= start of weight (i, j) * u[bi, j], widened one at a time."""
+    acc = zero
+    for j in range(start, W.shape[1]):
+        acc += _weight(W, S, i, j, zero) * u[bi, j]
+    return acc
+
+
+def _weight(W, S, i, j, zero):
+    """Weight (i, j) in zero's dtype: q * s for int8 (S its scales), the bfloat16 bits widened (S None). This
+    body runs without the JIT (NUMBA_DISABLE_JIT=1); numba compiles the overload below."""
+    if S is None:
+        return zero + np.array(np.uint32(W[i, j]) << np.uint32(16), np.uint32).view(np.float32)[()]
+    return (zero + W[i, j]) * S[i, j // (W.shape[1] // S.shape[1])]
+
+
+@overload(_weight, jit_options={"nogil": True})
+def _weight_of(W, S, i, j, zero):
+    if S == types.none:
+        return lambda W, S, i, j, zero: zero + _bfloat16_value(W[i, j])
+    return lambda W, S, i, j, zero: (zero + W[i, j]) * S[i, j // (W.shape[1] // S.shape[1])]
 
 
 @njit(**_JIT)
