@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from numba import njit
 
 from tinygrad_ssm.fast.decode_kernels import embedding_row, weight_rows
-from tinygrad_ssm.models.mamba2.quantize import QuantizedWeight
+from tinygrad_ssm.models.mamba2.quantize import QuantizedWeight, dequantize
 
 
 @njit(cache=False)
@@ -36,6 +36,11 @@ def _case(fmt, rows, blocks, block, batch, dtype, seed, extra=0):
     return qw, u, bias
 
 
+def _spec(qw, lo, hi, dtype=np.float64):
+    """Rows lo:hi of qw by quantize.dequantize, the formats' spec (NumPy)."""
+    return dequantize(qw.format, qw.data[lo:hi], None if qw.scales is None else qw.scales[lo:hi], dtype)
+
+
 @given(fmt=st.sampled_from(["int8", "bfloat16"]), rows=st.integers(1, 13), blocks=st.integers(1, 4),
        block=st.sampled_from([4, 32, 64, 96, 128]), batch=st.integers(1, 21), lo=st.integers(0, 12),
        extra=st.integers(0, 40), seed=st.integers(0, 2**16))
@@ -46,7 +51,7 @@ def test_quantized_rows_equal_the_dequantized_float64_product(fmt, rows, blocks,
     lo = min(lo, rows)
     out = np.full((batch, rows), np.nan)
     _rows(qw.kernel_form(), lo, rows, u, bias, 0.0, out)
-    expected = u @ qw.rows(0, rows).T + bias                            # the twin: dequantize, float64 product
+    expected = u @ _spec(qw, 0, rows).T + bias                          # the twin: dequantize, float64 product
     np.testing.assert_allclose(out[:, lo:], expected[:, lo:], rtol=1e-10, atol=1e-10)
     assert np.isnan(out[:, :lo]).all()                                  # rows outside [lo, hi) untouched
 
@@ -58,7 +63,7 @@ def test_float32_rows_are_within_float32_rounding_of_the_twin(fmt, rows, blocks,
     qw, u, bias = _case(fmt, rows, blocks, block, batch, np.float32, seed, extra)
     out = np.zeros((batch, rows), np.float32)
     _rows(qw.kernel_form(), 0, rows, u, bias, np.float32(0), out)
-    w = qw.rows(0, rows)
+    w = _spec(qw, 0, rows)
     expected = u.astype(np.float64) @ w.T + bias
     k = w.shape[1]
     bound = (k + 2) * np.finfo(np.float32).eps * (np.abs(u.astype(np.float64)) @ np.abs(w).T + np.abs(bias))
@@ -71,7 +76,7 @@ def test_embedding_row_is_the_dequantized_row(fmt, blocks, block, dtype, seed):
     qw, _, _ = _case(fmt, 6, blocks, block, 1, np.float64, seed)
     out = np.empty(blocks * block, dtype)
     _row(qw.kernel_form(), 3, out)
-    np.testing.assert_array_equal(out, qw.rows(3, 4, dtype)[0])
+    np.testing.assert_array_equal(out, _spec(qw, 3, 4, dtype)[0])
 
 
 def test_float_weights_still_take_the_float_kernel():
@@ -80,3 +85,15 @@ def test_float_weights_still_take_the_float_kernel():
     out = np.zeros((5, 9))
     _rows(W, 0, 9, u, np.zeros(9), 0.0, out)
     np.testing.assert_allclose(out, u @ W.T, rtol=1e-12, atol=1e-12)
+
+
+@given(fmt=st.sampled_from(["int8", "bfloat16"]), rows=st.integers(1, 9), blocks=st.integers(1, 4),
+       block=st.sampled_from([4, 32, 96]), extra=st.integers(0, 40), start=st.integers(0, 9),
+       dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**16))
+def test_dequantized_rows_have_the_bits_of_the_spec(fmt, rows, blocks, block, extra, start, dtype, seed):
+    """QuantizedWeight.rows (the numba kernels, used by the forward) against dequantize (NumPy, the spec):
+    the same bits, float32 and float64, any row range (empty ones too)."""
+    qw, _, _ = _case(fmt, rows, blocks, block, 1, np.float64, seed, extra)
+    got, want = qw.rows(start, rows, dtype), _spec(qw, start, rows, dtype)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

@@ -160,6 +160,9 @@ if config.DISABLE_JIT:                                                  # NUMBA_
 
     _dots_8, _dots_4, _dots_1 = _python_dots(8), _python_dots(4), _python_dots(1)
 
+    def _bfloat16_value(bits):  # noqa: F811
+        return np.array(np.uint32(bits) << np.uint32(16), np.uint32).view(np.float32)[()]
+
 
 @njit(**_JIT)
 def int8_rows(Q, S, lo, hi, u, bias, zero, out):
@@ -223,6 +226,30 @@ def _weight_of(W, S, i, j, zero):
     if S == types.none:
         return lambda W, S, i, j, zero: zero + _bfloat16_value(W[i, j])
     return lambda W, S, i, j, zero: (zero + W[i, j]) * S[i, j // (W.shape[1] // S.shape[1])]
+
+
+@njit(**_JIT)
+def int8_dequantized(Q, S, out):
+    """out (rows, in) = q * s for Q (rows, in) int8 and S (rows, in / block) float32: each product in float64,
+    where it is exact, rounded once to out's dtype: the bits of quantize.dequantize (its twin). The forward's
+    prefill and eval dequantize blocks of rows with it; a block loop of run-time length vectorises (NumPy's
+    astype and multiply took 10x as long: at the 130M shape 0.14 s of a 512-token prompt's 0.93 s)."""
+    block = np.uint64(Q.shape[1] // S.shape[1])
+    for i in range(Q.shape[0]):
+        q, s, w = Q[i], S[i], out[i]
+        for b in range(S.shape[1]):
+            scale, base = np.float64(s[b]), np.uint64(b) * block
+            for j in range(block):
+                w[base + j] = np.float64(q[base + j]) * scale
+
+
+@njit(**_JIT)
+def bfloat16_dequantized(W, out):
+    """out (rows, in) = the bfloat16 bits W (rows, in) uint16 widened (exact), in out's dtype."""
+    for i in range(W.shape[0]):
+        bits, w = W[i], out[i]
+        for j in range(W.shape[1]):
+            w[j] = _bfloat16_value(bits[j])
 
 
 @njit(**_JIT)

@@ -256,11 +256,9 @@ def _rows_per_chunk(in_features: int, itemsize: int, chunk_bytes: int | None = N
 
 
 def _chunking(n_rows: int, in_features: int, weights) -> tuple:
-    """(rows in each big chunk, rows in a small one): the big ones a multiple of the small (0: none). Quantized
-    weights (a tuple: int8, or uint16 bits) in multiples of the 4 rows their kernels dequantize at once."""
-    quantized = isinstance(weights, tuple) or weights.dtype == np.uint16
+    """(rows in each big chunk, rows in a small one): the big ones a multiple of the small (0: none). Chunks
+    hold CHUNK_BYTES of weights as stored (int8 weights, a tuple (q, scales): 1 byte each)."""
     small = _rows_per_chunk(in_features, 1 if isinstance(weights, tuple) else weights.itemsize)
-    small = max(4, small // 4 * 4) if quantized else small
     return int(n_rows * BIG_SHARE) // small * small, small
 
 
