@@ -5,7 +5,8 @@ at the shape of the pretrained Mamba-2 130M (bench_pretrained_shape.py's SHAPE: 
     python benchmarks/bench_quantized.py                    # generation b=1 and b=8, eval on random ids
     python benchmarks/bench_quantized.py --quick --json     # a tiny config: a smoke run
 
-Rows per format: greedy generation tokens/s (a 16-token prompt then --new-tokens, prefill included; medians of
+Rows per format: the time of generate(prompt of --prompt-tokens, 1) (the chunked scan through dequantized blocks
+of rows, the LM head on the last position); greedy generation tokens/s (a 16-token prompt then --new-tokens, prefill included; medians of
 interleaved repeats: the formats run in turn inside each repeat), bytes of weights a decoding step reads (every
 weight once: the float parameters left plus the quantized arrays and scales), the bandwidth limit (batch x read
 bandwidth / those bytes; read bandwidth as bench_pretrained_shape.read_bandwidth measures it), resident weight
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import _common as common
 
@@ -37,13 +39,14 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--block", type=int, default=32, help="int8 scale block")
     p.add_argument("--eval-tokens", type=int, default=2048)
+    p.add_argument("--prompt-tokens", type=int, default=512, help="the prompt row: generate(prompt, 1)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-")
     args = p.parse_args(argv)
     shape = QUICK_SHAPE if args.quick else SHAPE
     if args.quick:
-        args.new_tokens, args.repeats, args.eval_tokens = 8, 2, 256
+        args.new_tokens, args.repeats, args.eval_tokens, args.prompt_tokens = 8, 2, 256, 64
     config = Mamba2Config(**shape, tie_embeddings=True, chunk_size=256)
     models = {}
     for fmt in FORMATS:                                                 # the same random weights (seed 0)
@@ -72,15 +75,36 @@ def main(argv=None) -> dict:
         for fmt in FORMATS:
             row = result["rows"][f"{fmt} b={batch}"]
             row["x_float32"] = round(row["tokens_per_s"] / base, 2)
+    prompt = np.random.default_rng(512).integers(0, shape["vocab_size"], (1, args.prompt_tokens))
+    sides = {fmt: (lambda m=m: m.generate(prompt, 1, temperature=0)) for fmt, m in models.items()}
+    for run in sides.values():
+        run()
+    times = {fmt: [] for fmt in sides}
+    for _ in range(args.repeats):
+        for fmt, run in sides.items():
+            times[fmt].append(common.timed(run))
+    for fmt in FORMATS:                                                 # the prompt through the chunked scan
+        seconds = float(np.median(times[fmt]))
+        result["rows"][f"{fmt} prompt {args.prompt_tokens}"] = {
+            "seconds": round(seconds, 3), "tokens_per_s": round(args.prompt_tokens / seconds, 1),
+            "x_float32": round(float(np.median(times["float32"])) / seconds, 2)}
     ids = np.random.default_rng(7).integers(0, shape["vocab_size"], args.eval_tokens)
-    result["perplexity_random_ids"] = {fmt: round(evaluate(m, ids, window=512).perplexity, 3)
-                                       for fmt, m in models.items()}
+    result["perplexity_random_ids"], result["eval_tokens_per_s"] = {}, {}
+    for fmt, m in models.items():                                       # eval: the forward in windows of 512
+        evaluate(m, ids[:64], window=64)                                # warm-up (compiles the forward)
+        start = time.perf_counter()
+        result["perplexity_random_ids"][fmt] = round(evaluate(m, ids, window=512).perplexity, 3)
+        result["eval_tokens_per_s"][fmt] = round(len(ids) / (time.perf_counter() - start), 1)
     print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s; {THREADS} threads; block {args.block}")
     print(f"{'':18s} {'tokens/s':>9s} {'x f32':>6s} {'MB/step':>8s} {'limit tok/s':>11s}")
     for name, r in result["rows"].items():
-        print(f"{name:18s} {r['tokens_per_s']:9.1f} {r['x_float32']:6.2f} {r['resident_mb']:8.1f} "
-              f"{r['bandwidth_limit_tokens_per_s']:11.1f}")
+        if "resident_mb" in r:
+            print(f"{name:18s} {r['tokens_per_s']:9.1f} {r['x_float32']:6.2f} {r['resident_mb']:8.1f} "
+                  f"{r['bandwidth_limit_tokens_per_s']:11.1f}")
+        else:
+            print(f"{name:18s} {r['tokens_per_s']:9.1f} {r['x_float32']:6.2f} {'':8s} {'':11s}  ({r['seconds']} s)")
     print("perplexity (random weights, random ids):", result["perplexity_random_ids"])
+    print("eval tokens/s (one run each):", result["eval_tokens_per_s"])
     if args.json:
         common.dump_json(result, args.json)
     return result

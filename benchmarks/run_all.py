@@ -25,6 +25,8 @@ SCRIPTS = (
     ("bench_generate.py", "Generation against transformers", ["--threads", "2"]),
     ("bench_pretrained_shape.py", "Mamba-2 130M's shape against transformers: generation, prompt, eval, fine-tuning",
      ["--threads", "2"]),
+    ("bench_quantized.py", "Decoding from int8 and bfloat16 weights against float32 (130M's shape)",
+     ["--threads", "2"]),
     ("bench_load.py", "Loading a checkpoint: peak memory and time", []),
     ("bench_import_order.py", "The same speed whatever the user imported first", ["--threads", "2"]),
     ("bench_fused.py", "The fused mixer ops against their engine-op twins", ["--threads", "2"]),
@@ -110,7 +112,7 @@ def as_report(script: str, result: dict) -> dict:
     if "columns" in result:
         return result
     adapt = {"bench_ssd.py": _ssd, "bench_train_step.py": _train_step, "bench_generate.py": _generate,
-             "bench_distributed.py": _distributed}.get(script)
+             "bench_distributed.py": _distributed, "bench_quantized.py": _quantized}.get(script)
     return adapt(result) if adapt else result
 
 
@@ -181,6 +183,17 @@ def _generate(r: dict) -> dict:
                 "ylabel": "tokens/s", "logx": False, "logy": True,
                 "series": {side: [[int(name.rsplit(" ", 1)[1]), row["tokens_per_s"]] for name, row in r["rows"].items()
                                   if name.startswith(side + " batch")] for side in ("tinygrad_ssm", "transformers")}}]}
+
+
+def _quantized(r: dict) -> dict:
+    return {"title": f"d_model {r['shape']['d_model']}, {r['shape']['n_layer']} layers, int8 block {r['block']}, "
+                     f"{r['threads']} threads, read bandwidth {r['read_bandwidth_gb_s']} GB/s",
+            "columns": ["weights, task", "tokens/s", "x float32", "seconds", "MB read per step", "bandwidth limit tok/s"],
+            "rows": _rows_of(r, ["tokens_per_s", "x_float32", "seconds", "resident_mb", "bandwidth_limit_tokens_per_s"]),
+            "notes": ["perplexity on random ids (random weights): " + ", ".join(
+                          f"{k} {v}" for k, v in r["perplexity_random_ids"].items()),
+                      "eval tokens/s (windows of 512): " + ", ".join(
+                          f"{k} {v}" for k, v in r.get("eval_tokens_per_s", {}).items())], "plots": []}
 
 
 def _distributed(r: dict) -> dict:
