@@ -259,3 +259,17 @@ def test_readme_and_help_give_the_same_duration():
         text = " ".join(text.split())
         assert "about four minutes" in text, where
         assert not any(s in text for s in ("~5 minutes", "five minutes", "~4 minutes")), where
+
+
+def test_the_memory_estimate_counts_the_runs_vocabulary():
+    """A tokenizer's or a checkpoint's vocabulary (issue 23: 50,280 for GPT-NeoX's BPE) is in the estimate: a batch
+    that fits with 256 bytes is refused with 50,288 rows, and the message names the vocabulary."""
+    from tinygrad_ssm.train.checks import physical_memory_bytes, step_memory_bytes, train_config_problems
+    have = physical_memory_bytes()
+    if have is None:
+        pytest.skip("this platform does not tell its memory")
+    one = step_memory_bytes(TrainConfig(batch_size=1))
+    cfg = TrainConfig(batch_size=max(1, have // (4 * one)))            # a quarter of the memory with bytes
+    assert train_config_problems(cfg) == []
+    refused = train_config_problems(cfg, vocab_size=50288)
+    assert len(refused) == 1 and f"--n-layer {cfg.n_layer}, vocabulary 50,288) needs about" in refused[0], refused

@@ -21,7 +21,7 @@ _MIN_INT = {"steps": 1, "batch_size": 1, "seq_len": 1, "d_model": 1, "n_layer": 
 # bytes of NumPy memory per (token x unit) of a training step's forward + backward, measured with tracemalloc
 # on four model sizes (13.3 to 13.9 bytes; units: see step_memory_bytes)
 _BYTES_PER_UNIT = 14
-VOCAB = 256
+VOCAB = 256             # a byte-level run's vocabulary (a tokenizer's or a checkpoint's: the vocab_size argument)
 
 
 def flag(field: str) -> str:
@@ -37,7 +37,7 @@ def _is_real(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def step_memory_bytes(cfg) -> int:
+def step_memory_bytes(cfg, vocab_size: int = VOCAB) -> int:
     """Estimated peak bytes of one training step (activations kept for backward, and their gradients).
     Per token and layer the mixer keeps its in_proj output, the conv input/output, several d_inner-wide
     tensors and the (heads x chunk) decay matrix of the SSD scan; the head keeps logits and their softmax."""
@@ -46,17 +46,17 @@ def step_memory_bytes(cfg) -> int:
     conv_dim = d_inner + 2 * cfg.d_state
     d_in_proj = 2 * d_inner + 2 * cfg.d_state + nheads
     per_layer = d_in_proj + 2 * conv_dim + 4 * d_inner + nheads * cfg.chunk_size
-    return _BYTES_PER_UNIT * cfg.batch_size * cfg.seq_len * (cfg.n_layer * per_layer + 3 * VOCAB)
+    return _BYTES_PER_UNIT * cfg.batch_size * cfg.seq_len * (cfg.n_layer * per_layer + 3 * vocab_size)
 
 
-def parameter_memory_bytes(cfg) -> int:
+def parameter_memory_bytes(cfg, vocab_size: int = VOCAB) -> int:
     """Bytes of the weights, their gradients and AdamW's two moments (float32): 16 per parameter."""
     d_inner = 2 * cfg.d_model
     nheads = max(1, d_inner // max(1, cfg.headdim))
     conv_dim = d_inner + 2 * cfg.d_state
     d_in_proj = 2 * d_inner + 2 * cfg.d_state + nheads
     per_layer = d_in_proj * cfg.d_model + conv_dim * 5 + 3 * nheads + d_inner + d_inner * cfg.d_model + cfg.d_model
-    return 16 * (VOCAB * cfg.d_model + cfg.n_layer * per_layer + cfg.d_model)
+    return 16 * (vocab_size * cfg.d_model + cfg.n_layer * per_layer + cfg.d_model)
 
 
 def physical_memory_bytes() -> int | None:
@@ -66,11 +66,12 @@ def physical_memory_bytes() -> int | None:
         return None
 
 
-def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0, machine: bool = True) -> list[str]:
+def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0, machine: bool = True,
+                          vocab_size: int = VOCAB) -> list[str]:
     """Every problem of `cfg` (a TrainConfig), as messages naming flags. `explicit`: the fields given on the
     command line (a default warmup longer than a short run is shortened; a given one is an error).
     machine=False leaves out what depends on this machine (the backends it has, its memory): for judging
-    a saved config."""
+    a saved config. vocab_size: the embedding rows the run trains (a tokenizer's or --init-from's, padded)."""
 
     bad = []
     for field, low in _MIN_INT.items():
@@ -117,21 +118,22 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
         elif stop_at <= resumed_step:
             bad.append(f"--stop-at {stop_at} is not after the checkpoint being resumed (step {resumed_step}); "
                        f"give a step in [{resumed_step + 1}, {cfg.steps}]")
-    weights, have = parameter_memory_bytes(cfg), physical_memory_bytes() if machine else None
-    need = weights + step_memory_bytes(cfg)
+    weights, have = parameter_memory_bytes(cfg, vocab_size), physical_memory_bytes() if machine else None
+    need = weights + step_memory_bytes(cfg, vocab_size)
+    vocab = "" if vocab_size == VOCAB else f", vocabulary {vocab_size:,}"   # a tokenizer's or a checkpoint's
     if have is not None and weights > have:
-        bad.append(f"--d-model {cfg.d_model} with --n-layer {cfg.n_layer} and --d-state {cfg.d_state} makes a model "
-                   f"whose weights, gradients and optimizer state need about {weights / 2 ** 30:,.0f} GiB, more "
-                   f"than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --d-model or --n-layer")
+        bad.append(f"--d-model {cfg.d_model} with --n-layer {cfg.n_layer} and --d-state {cfg.d_state}{vocab} makes "
+                   f"a model whose weights, gradients and optimizer state need about {weights / 2 ** 30:,.0f} GiB, "
+                   f"more than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --d-model or --n-layer")
     elif have is not None and need > have:
         bad.append(f"--batch-size {cfg.batch_size} x --seq-len {cfg.seq_len} (with --d-model {cfg.d_model}, "
-                   f"--n-layer {cfg.n_layer}) needs about {need / 2 ** 30:,.0f} GiB for one training step, more "
+                   f"--n-layer {cfg.n_layer}{vocab}) needs about {need / 2 ** 30:,.0f} GiB for one training step, more "
                    f"than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --batch-size or --seq-len")
     return bad
 
 
-def check_train_config(cfg, explicit=(), stop_at=None, resumed_step: int = 0) -> None:
+def check_train_config(cfg, explicit=(), stop_at=None, resumed_step: int = 0, vocab_size: int = VOCAB) -> None:
     """Raise ValueError listing every problem (one line each), or return."""
-    bad = train_config_problems(cfg, explicit, stop_at, resumed_step)
+    bad = train_config_problems(cfg, explicit, stop_at, resumed_step, vocab_size=vocab_size)
     if bad:
         raise ValueError("; ".join(bad) if len(bad) == 1 else "\n  " + "\n  ".join(bad))

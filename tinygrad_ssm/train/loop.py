@@ -43,7 +43,7 @@ from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batch
 from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
 from .run_folder import RunFolderLock, claim_run_folder
-from .starting_point import build_model, resolve_starting_point, run_tokenizer, tokenizer_json
+from .starting_point import build_model, resolve_starting_point, run_tokenizer, run_vocab_size, tokenizer_json
 
 
 @dataclass
@@ -206,7 +206,7 @@ def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, 
         if cfg.data is not None:  # absolute, so that --resume works from any folder
             cfg.data = str(Path(cfg.data).expanduser().absolute())
         resolve_starting_point(cfg, overrides or {})
-        check_train_config(cfg, tuple(overrides or {}), stop_at, 0)
+        check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg))
         return cfg, None, None
     resume_dir = ckpt.resolve_checkpoint(resume)
     state = ckpt.load_trainer_state(resume_dir)
@@ -216,7 +216,7 @@ def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, 
             f"schedule now spans {cfg.steps} steps, so this run is not the one it would have been")
     if "out" not in (overrides or {}):
         cfg.out = str(ckpt.run_dir_of(resume_dir))
-    check_train_config(cfg, tuple(overrides or {}), stop_at, state["step"])
+    check_train_config(cfg, tuple(overrides or {}), stop_at, state["step"], vocab_size=run_vocab_size(cfg, state))
     return cfg, state, resume_dir
 
 

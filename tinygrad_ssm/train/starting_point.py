@@ -47,6 +47,18 @@ def resolve_starting_point(cfg, overrides: dict) -> None:
         cfg.tokenizer = str(Path(tok.name).absolute())
 
 
+def run_vocab_size(cfg, state: dict | None = None) -> int:
+    """The embedding rows the run trains (padded as build_model pads them): what train/checks.py's memory
+    estimate counts. After resolve_starting_point (a fresh run) or from the saved state (--resume)."""
+    if state is not None:
+        return Mamba2Config.from_dict(state["model_config"]).padded_vocab_size
+    if cfg.init_from is not None:
+        return parse_config(read_config(Path(cfg.init_from)))[0].padded_vocab_size
+    if cfg.tokenizer == BYTES:
+        return ByteTokenizer().vocab_size
+    return -(-load_tokenizer(cfg.tokenizer).vocab_size // PAD_VOCAB_MULTIPLE) * PAD_VOCAB_MULTIPLE
+
+
 def run_tokenizer(cfg, resume_dir: Path | None):
     """The tokenizer of a run: a resumed run's from its checkpoint's copy (the file it was given may be gone)."""
     if cfg.tokenizer == BYTES:
