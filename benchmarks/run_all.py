@@ -193,7 +193,11 @@ def _quantized(r: dict) -> dict:
             "notes": ["perplexity on random ids (random weights): " + ", ".join(
                           f"{k} {v}" for k, v in r["perplexity_random_ids"].items()),
                       "eval tokens/s (windows of 512): " + ", ".join(
-                          f"{k} {v}" for k, v in r.get("eval_tokens_per_s", {}).items())], "plots": []}
+                          f"{k} {v}" for k, v in r.get("eval_tokens_per_s", {}).items()),
+                      "the ratios move between runs on a shared machine (float32 at b=1 sometimes reads part of "
+                      "its weights from the caches and runs above its bandwidth limit); docs/kernels.md, "
+                      "\"Decoding from 8-bit weights\", gives every run of the session, the profile of a token, "
+                      "and the perplexity of a trained model per format (int8 +0.002%)"], "plots": []}
 
 
 def _distributed(r: dict) -> dict:
