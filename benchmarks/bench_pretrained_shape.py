@@ -9,7 +9,8 @@ of 16 (50,288 rows, as mamba2-130m's config), tied embeddings, float32, the same
 Rows (median, min and max of interleaved repeats after a warm-up: the sides run in turn inside each repeat):
 - generation, batch 1 and 8: greedy, a 16-token prompt then --new-tokens tokens; tokens/s counts the new tokens
   over the whole call (prefill included). "bandwidth limit": the tokens/s that reading the weights alone allows,
-  = batch x the machine's read bandwidth (measured here: numba prange over a 1 GiB float32 array, best of 5) /
+  = batch x the machine's read bandwidth (numba prange over a 1 GiB float32 array, read once in every repeat
+  beside the runs: the limit is the median of the rounds', "of limit" the median of each round's ratio) /
   the bytes of weights a decoding step reads (every parameter once: in_proj, conv, dt_bias, A_log, D, the norms,
   out_proj, norm_f and the tied embedding as the LM head; a batch reads them once for all its rows);
 - prompt processing: a 512-token prompt, batch 1, to the first token's logits; ours as model.generate(prompt, 1)
@@ -49,6 +50,7 @@ SHAPE = {"vocab_size": 50277, "pad_vocab_size_multiple": 16, "d_model": 768, "n_
          "headdim": 64, "ngroups": 1, "expand": 2, "d_conv": 4}
 QUICK_SHAPE = dict(common.QUICK_CONFIG, pad_vocab_size_multiple=16)
 OURS, THEIRS = "tinygrad_ssm", "transformers"
+PROBE = "read bandwidth probe"                                         # not a side: timed beside them
 STEPS_FLAG = "--steps-of"
 
 
@@ -157,11 +159,20 @@ def generation(model, hf, torch, plan: Plan, batch: int, bandwidth: float) -> li
     def ours(tokens):
         return lambda: model.generate(prompt, tokens, temperature=0)
 
-    times = interleaved({OURS: ours(n), THEIRS: theirs(n)}, plan.repeats,
-                        warmups={OURS: ours(2), THEIRS: theirs(2)})  # prefill and step compiled/warm, 2 tokens
-    limit = batch * bandwidth / weight_bytes_per_step(model)
+    # the read bandwidth is probed in every repeat beside the runs: on the shared machine it moved between 29
+    # and 56 GB/s within one session, so a figure from the start of the script can be minutes stale
+    probe = np.ones(int(plan.bandwidth_gib * 2**30) // 4, np.float32)
+    read_probe = lambda: _sum(probe)                                    # noqa: E731
+    times = interleaved({OURS: ours(n), THEIRS: theirs(n), PROBE: read_probe}, plan.repeats,
+                        warmups={OURS: ours(2), THEIRS: theirs(2), PROBE: read_probe})  # 2 tokens: compiled/warm
+    per_round = [batch * probe.nbytes / t / weight_bytes_per_step(model) for t in times.pop(PROBE)]
+    limit = float(np.median(per_round)) if per_round else batch * bandwidth / weight_bytes_per_step(model)
     task = f"generate b={batch}, {n} new"
-    return with_ratios([row(task, side, times[side], batch * n, limit=limit) for side in (OURS, THEIRS)])
+    rows = with_ratios([row(task, side, times[side], batch * n, limit=limit) for side in (OURS, THEIRS)])
+    for r, side in zip(rows, (OURS, THEIRS)):                          # of the limit measured in the same round
+        r["of_limit"] = round(float(np.median([batch * n / t / lim for t, lim in zip(times[side], per_round)])), 3)
+        r["read_gb_s_per_round"] = [round(lim * weight_bytes_per_step(model) / batch / 1e9, 1) for lim in per_round]
+    return rows
 
 
 def chunked_prefill(model, ids):
@@ -405,12 +416,15 @@ def main(argv=None) -> dict:
     progress("fine-tuning done")
 
     met = goals(rows)
+    gen_rounds = next(r["read_gb_s_per_round"] for r in rows if r["task"].startswith("generate b=1"))
     state = state_bytes_per_sequence(model)
     c = model.config
     notes = [
-        (f"read bandwidth with {THREADS} threads: {bandwidth['gb_s']:.1f} GB/s (best of 5 over a "
+        (f"read bandwidth with {THREADS} threads at the start: {bandwidth['gb_s']:.1f} GB/s (best of 5 over a "
         f"{bandwidth['bytes'] / 2**30:.3g} GiB float32 array: numba prange {bandwidth['numba_prange_gb_s']:.1f}, "
-        f"NumPy sum {bandwidth['numpy_sum_gb_s']:.1f}); weights read per decoding step {weights / 1e6:.1f} MB; "
+        f"NumPy sum {bandwidth['numpy_sum_gb_s']:.1f}); in the generation rounds, b=1: "
+        f"{', '.join(map(str, gen_rounds))} GB/s (the limits and 'of limit' use these); "
+        f"weights read per decoding step {weights / 1e6:.1f} MB; "
         f"the SSM + conv state a step reads and writes, per sequence, {state / 1e6:.1f} MB (not in the limit)"),
         (f"generation: {plan.prompt_len}-token prompt, {plan.new_tokens} new tokens at b=1, {plan.new_tokens_batched} "
         "at b=8 (tokens/s over the whole call; the warm-up generates 2)"),
