@@ -217,7 +217,7 @@ def _weight(W, S, i, j, zero):
     """Weight (i, j) in zero's dtype: q * s for int8 (S its scales), the bfloat16 bits widened (S None). This
     body runs without the JIT (NUMBA_DISABLE_JIT=1); numba compiles the overload below."""
     if S is None:
-        return zero + np.array(np.uint32(W[i, j]) << np.uint32(16), np.uint32).view(np.float32)[()]
+        return zero + _bfloat16_value(W[i, j])                          # its NumPy twin without the JIT
     return (zero + W[i, j]) * S[i, j // (W.shape[1] // S.shape[1])]
 
 
