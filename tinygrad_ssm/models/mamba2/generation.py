@@ -2,8 +2,9 @@
 
 Prompt processing: a prompt of at most prompt_step_tokens(d_model) tokens over the batch (512 up to d_model 256,
 fewer for a wider model) goes through one numba step of all its tokens (decode.decode_prompt), a longer one
-through the chunked scan, with the LM head on the last position only. A ragged batch (a list of prompts of different lengths) is prefilled one prompt at a time, the
-same way, and the per-layer states are stacked into one batch cache.
+through the chunked scan, with the LM head on the last position only. A ragged batch (a list of prompts of
+different lengths) is prefilled one prompt at a time, the same way, and the per-layer states are stacked into
+one batch cache.
 Decoding: with fused=True every sampling setting stays inside numba for blocks of TOKEN_BLOCK tokens
 (decode.decode_sampled, whose sampler is sample_next's twin), drawing its uniform numbers up front from the
 same generator in the order sample_next would, so the tokens are those of the per-token path (`step` and
@@ -33,6 +34,8 @@ PROMPT_STEP_WIDTH = 256
 def prompt_step_tokens(d_model: int) -> int:
     """The most prompt tokens (over the batch) that one decoder step takes for a model of this width."""
     return PROMPT_STEP_TOKENS * PROMPT_STEP_WIDTH // max(d_model, PROMPT_STEP_WIDTH)
+
+
 TOKEN_BLOCK = 32  # tokens per numba call (decode_sampled): a streamed reader sees them in bursts of ~10 ms
 
 

@@ -285,8 +285,7 @@ _LAYER_KEY = re.compile(r"backbone\.layers\.(\d+)\.")
 
 def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True):
     directory = resolve_pretrained_folder(directory)
-    raw = read_config(directory)
-    config, layout = parse_config(raw)
+    config, layout = parse_config(read_config(directory))
     stored = {}
     for path in _weight_files(directory):
         f = SafetensorsFile(path)  # the header only: validated against the file's size
