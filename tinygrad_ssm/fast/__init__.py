@@ -10,6 +10,7 @@
     row_blocks.py, claims.py                 work split over threads (blocks of rows; atomic counters)
     fast_exp.py, vector_width.py             an exp that vectorises; a 512-bit vector hint for one function
     blas_threads.py, heap_reuse.py           BLAS on one thread during the pool's products; glibc's heap
-                                             thresholds once a fused model is built (README: what changes)
+                                             thresholds and a pool of arrays of 32 MiB and more, once a fused
+                                             model is built (README: what changes)
 
 The scan's kernels are in tinygrad_ssm/scan/, beside its engine-op reference."""

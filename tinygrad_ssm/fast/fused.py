@@ -31,6 +31,7 @@ import numpy as np
 from ..autograd import functional as F
 from ..autograd.function import Function, gradient_slot
 from ..autograd.tensor import Tensor
+from . import heap_reuse
 from .conv_kernels import conv_dx_dw, conv_silu_forward, conv_silu_grad
 from .norm_kernels import add_rms_backward, add_rms_forward, gated_rms_backward, gated_rms_forward
 from .row_blocks import as_rows, on_threads, rows_per_block
@@ -46,7 +47,7 @@ def _gradient_destination(op: Function, i: int, dtype) -> tuple:
         rows, col = as_rows(slot, dtype)
         if np.may_share_memory(rows, slot):                              # rows of the slot's own memory
             return rows, col, slot
-    grad = np.empty(x.shape, dtype)
+    grad = heap_reuse.empty(x.shape, dtype)
     return _matrix(grad), 0, grad
 
 
@@ -81,7 +82,7 @@ class SplitLast(Function):
         if index is None or index in self.lent or self._freed or dtype != self.output_specs[index][1]:
             return None
         if self.grad is None:
-            self.grad = np.empty(self.grad_shape, dtype)
+            self.grad = heap_reuse.empty(self.grad_shape, dtype)
         a, b = self.bounds[index]
         self.lent[index] = self.grad[..., a:b]
         return self.lent[index]
@@ -116,7 +117,7 @@ def _destination(op: Function, i: int, shape: tuple, dtype) -> tuple:
     """(rows, col, gradient) for input i (see _gradient_destination); scratch when it needs no gradient."""
     if op.needs_input_grad[i]:
         return _gradient_destination(op, i, dtype)
-    return _matrix(np.empty(shape, dtype)), 0, None
+    return _matrix(heap_reuse.empty(shape, dtype)), 0, None
 
 
 # --- causal depthwise conv1d + SiLU -------------------------------------------------------------------------
@@ -137,7 +138,7 @@ class Conv1dSilu(Function):
         self.save_for_backward(x, w, b_)                                 # x as given: a view stays a view
         self.k = k
         nb, l, _ = x.shape
-        out = np.empty(x.shape, dtype)                                   # (b, l, c)
+        out = heap_reuse.empty(x.shape, dtype)                           # (b, l, c)
         if x.size == 0:
             return out
         rows, col = as_rows(x, dtype)                                    # (b l, D), x at column col
@@ -244,7 +245,7 @@ class GatedRMSNorm(Function):
         z_rows, zcol = (y_rows, ycol) if z is None else as_rows(z, dtype)
         w = weight.astype(dtype, copy=False)
         n = y_rows.shape[0]
-        out = np.empty(y.shape, dtype)
+        out = heap_reuse.empty(y.shape, dtype)
         rstd = np.empty((n, d // group), dtype)                          # (N, G)
         consts = np.array([0.0, 1.0 / group, 1.0, eps], dtype)          # see fast/norm_kernels.py
         self.save_for_backward(y, z, weight, rstd)
@@ -309,7 +310,7 @@ class AddRMSNorm(Function):
         x_rows, xcol = as_rows(x, dtype)
         m_rows, mcol = as_rows(m, dtype)
         n = x_rows.shape[0]
-        total, out = np.empty(x.shape, dtype), np.empty(x.shape, dtype)
+        total, out = heap_reuse.empty(x.shape, dtype), heap_reuse.empty(x.shape, dtype)
         rstd = np.empty(n, dtype)                                        # (N,)
         consts = np.array([0.0, 1.0 / d, 1.0, eps], dtype)              # see fast/norm_kernels.py
         w = weight.astype(dtype, copy=False)
@@ -334,7 +335,7 @@ class AddRMSNorm(Function):
         g_rows, gcol = as_rows(grad, dtype)
         t_rows, tcol = (g_rows, gcol) if grad_total is None else as_rows(grad_total, dtype)
         w = weight.astype(dtype, copy=False)
-        dx = np.empty(total.shape, dtype)
+        dx = heap_reuse.empty(total.shape, dtype)
         rows_per = rows_per_block(d, dx.itemsize)
         blocks = -(-n // rows_per)
         dw = np.zeros((blocks, d), dtype)          # per block, summed in a fixed order: the same bits every run

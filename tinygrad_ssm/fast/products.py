@@ -16,6 +16,7 @@ import numpy as np
 
 from ..autograd import functional as F
 from ..autograd.ops.linalg import Matmul, is_transposed
+from . import heap_reuse
 from .blas_threads import single_threaded_blas
 from .row_blocks import on_threads, shares
 
@@ -28,7 +29,7 @@ def rows_product(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """left (m, k) @ right (k, n) -> (m, n) C-contiguous: the output in one block per thread, blocks of rows, or
     of columns when there are too few rows (a short prompt's rows against a large vocabulary's head)."""
     m, n = left.shape[0], right.shape[1]
-    out = np.empty((m, n), np.result_type(left, right))
+    out = heap_reuse.empty((m, n), np.result_type(left, right))
     if m * left.shape[1] * n < MIN_WORK:
         return np.matmul(left, right, out=out)                       # one thread in OpenBLAS anyway
     by_rows = m >= 2 * BLOCK_MIN or m >= n

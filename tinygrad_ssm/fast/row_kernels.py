@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from . import heap_reuse
 from .fast_exp import exp, exp32
 from .row_blocks import on_threads, rows_per_block
 
@@ -141,7 +142,7 @@ def cross_entropy_rows(x: np.ndarray, targets: np.ndarray, keep: np.ndarray, gra
     n = x.shape[0]
     mx, log_s, losses = (np.empty(n, x.dtype) for _ in range(3))
     with_grad = grad_scale is not None
-    grad = np.empty(x.shape if with_grad else (0, 0), x.dtype)
+    grad = heap_reuse.empty(x.shape if with_grad else (0, 0), x.dtype)
     scale = x.dtype.type(grad_scale if with_grad else 1)
     rows, n_blocks = _row_blocks(x)
 

@@ -15,7 +15,7 @@ from ..autograd import functional as F
 from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.ops.nn import Embedding
 from ..autograd.ops.reduce import CrossEntropy
-from . import row_kernels
+from . import heap_reuse, row_kernels
 
 
 class FusedCrossEntropy(CrossEntropy):
@@ -60,7 +60,7 @@ class FusedEmbedding(Embedding):
         (ids,) = self.saved
         if not (grad.dtype in row_kernels.FLOATS and ids.dtype.kind in "iu"):
             return super().backward(grad)
-        grad_weight = np.zeros(self.weight_shape, dtype=grad.dtype)
+        grad_weight = heap_reuse.zeros(self.weight_shape, grad.dtype)
         rows = np.ascontiguousarray(grad.reshape(-1, self.weight_shape[1]))      # (n, d)
         # the ids indexed the weight in forward, so they are in [-V, V): the kernel wraps negatives as NumPy
         row_kernels.scatter_add_rows(grad_weight, ids.ravel(), rows)

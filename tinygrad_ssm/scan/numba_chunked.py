@@ -38,6 +38,7 @@ import numpy as np
 
 from . import numba_cpu
 from .numba_cpu import _contiguous, _on_threads, _rows_of
+from ..fast import heap_reuse
 from ..fast.blas_threads import refresh_libraries, single_threaded_blas
 from ..fast.claims import claim_from_end
 
@@ -291,7 +292,7 @@ class BackwardArrays:
         self.dx = into[0]
         self.dx_rows = None if self.dx is None else _rows_in_place(self.dx)
         if self.dx_rows is None:                                        # a new array (copied into into[0] after)
-            self.dx = np.empty_like(x)
+            self.dx = heap_reuse.empty(x.shape, x.dtype)
             self.dx_rows = _rows_of(self.dx)
         self.ddt = np.empty_like(dt)
         self.dA_parts, self.dD_parts = np.empty((b, h), dtype), np.empty((b, h), dtype)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..fast import heap_reuse
 from ..fast.claims import claim_from_end, sync_array
 from ..fast.row_blocks import as_rows, on_threads
 
@@ -153,9 +154,9 @@ def forward(x, dt, A, B, C, D, initial_state, chunk_size):
     dtype = x.dtype
     D_or_zeros = np.zeros(h, dtype) if D is None else D
     S0 = np.zeros((0, h, p, n), dtype) if initial_state is None else initial_state   # (0, ...): start from zeros
-    y = np.empty((b, l, h, p), dtype)
+    y = heap_reuse.empty((b, l, h, p), dtype)
     final_state = np.empty((b, h, p, n), dtype)
-    checkpoints = np.empty((b, h, c, p, n), dtype)                      # (b, h, c, p, n): c states, not l
+    checkpoints = heap_reuse.empty((b, h, c, p, n), dtype)              # (b, h, c, p, n): c states, not l
     A, D_or_zeros, S0 = _contiguous(A, D_or_zeros, S0)
     _on_threads(forward_kernel, (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, S0, B.shape[2],
                                  q, y, final_state, checkpoints), _thread_count(b * l * h * p * n))
