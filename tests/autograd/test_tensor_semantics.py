@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -121,6 +122,73 @@ def test_gradients_accumulate_across_backward_calls():
     x.grad = None  # the user resets between steps
     (x * 5.0).sum().backward()
     np.testing.assert_allclose(x.grad.data, [5.0, 5.0])
+
+
+class _Doubled(tg.Function):
+    """y = 2 a; its backward's gradient is a new array (kept in `made` by weak reference), or `returned` as it is."""
+    returned = None
+    made: list = []
+
+    def forward(self, a):
+        return a * 2
+
+    def backward(self, grad):
+        if _Doubled.returned is not None:
+            return _Doubled.returned
+        out = grad * 2
+        _Doubled.made.append(weakref.ref(out))
+        return out
+
+
+def test_a_leaf_keeps_a_gradient_only_the_walk_holds_and_copies_any_other():
+    """As torch's AccumulateGrad: the first gradient of a leaf is the op's own array when nothing else holds it
+    (no copy of a large gradient), a copy otherwise, so changing .grad never changes what anyone else holds."""
+    _Doubled.made.clear()
+    x = leaf([1.0, 2.0])
+    _Doubled.apply(x).sum().backward()
+    assert x.grad.data is _Doubled.made[-1]()
+    kept = np.array([5.0, 6.0])                                        # an array the op's owner still holds
+    _Doubled.returned = kept
+    try:
+        y = leaf([1.0, 2.0])
+        _Doubled.apply(y).sum().backward()
+    finally:
+        _Doubled.returned = None
+    assert y.grad.data is not kept
+    y.grad.data += 1
+    np.testing.assert_array_equal(kept, [5.0, 6.0])
+
+
+def test_one_gradient_array_for_two_leaves_is_never_shared_between_their_grads():
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    ((a + b) * 2.0).sum().backward()                                   # Add hands both Mul's new array
+    assert not np.shares_memory(a.grad.data, b.grad.data)
+    a.grad.data += 1
+    np.testing.assert_array_equal(b.grad.data, [2.0, 2.0])
+
+
+def test_a_gradient_the_caller_passed_is_copied_into_grad():
+    x = leaf([1.0, 2.0])
+    seed = np.array([0.5, 0.25])
+    x.backward(gradient=seed)                                          # a leaf's gradient is the seed
+    assert not np.shares_memory(x.grad.data, seed)
+    y = x * 1.0
+    y.backward(gradient=seed)
+    x.grad.data[:] = 0
+    np.testing.assert_array_equal(seed, [0.5, 0.25])
+
+
+def test_sums_of_several_uses_are_the_same_in_place_as_fresh():
+    """A leaf used three times: its gradients are summed in place into an array only the walk holds, or into a
+    fresh one when the first is shared (x + x hands one array twice); the sums equal NumPy's."""
+    _Doubled.made.clear()
+    x = leaf([1.0, 2.0])
+    (_Doubled.apply(x) + _Doubled.apply(x) + x * 3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [7.0, 7.0])
+    assert any(x.grad.data is r() for r in _Doubled.made)             # summed in place into the first
+    z = leaf([1.0, 2.0])
+    (z + z + z).sum().backward()
+    np.testing.assert_array_equal(z.grad.data, [3.0, 3.0])
 
 
 def test_backward_of_a_non_scalar_needs_a_gradient():

@@ -6,6 +6,8 @@ Broadcasting is undone here, in `unbroadcast`, for every op, so no op's backward
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .grad_mode import no_grad
@@ -52,8 +54,24 @@ def _topological_order(root: Tensor) -> tuple[list[Function], dict[int, int]]:
     return order, leaf_uses
 
 
+def _only_the_walk_holds(a: np.ndarray, references: int) -> bool:
+    """Whether nothing but the walk can see array `a`: it owns its memory (no view of another array), no other
+    array is a view of it, and nothing holds it but the `references` the caller counts (the walk's dict and
+    local names, the caller's own argument). An array NumPy does not own (a view; one made by numba, whose base
+    is its memory's keeper) never qualifies."""
+    # getrefcount also counts this function's argument and its own
+    return a.base is None and a.flags.writeable and sys.getrefcount(a) == references + 2
+
+
 def _accumulate(tensor: Tensor, grad: np.ndarray):
-    """A leaf's (or a retain_grad tensor's) .grad += grad, in the tensor's own dtype."""
+    """A leaf's (or a retain_grad tensor's) .grad += grad, in the tensor's own dtype. The first gradient is
+    kept as it is when only the walk holds it, else copied (torch's AccumulateGrad steals an incoming
+    gradient nobody else uses): copying the 154 MB gradient of a 50k-vocabulary embedding into fresh pages took
+    0.33 s of a 10.5 s step at Mamba-2 130M's shape."""
+    # references: the walk's local name for it, this function's argument
+    if tensor._grad is None and grad.dtype == tensor.dtype and _only_the_walk_holds(grad, 2):
+        tensor._grad = Tensor(grad)
+        return
     g = grad.astype(tensor.dtype, copy=True)
     tensor._grad = Tensor(g if tensor._grad is None else tensor._grad.data + g)
 
@@ -101,15 +119,26 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
                 ctx._freed = True
         else:  # no gradient reached this op's outputs (e.g. an integer index): its inputs get none from it
             input_grads = ()
-        for parent, needs, g in zip(ctx.inputs, ctx.needs_input_grad, input_grads + (None,) * len(ctx.inputs)):
-            if not needs:
+        # from here the walk names each input's gradient once (pending[i], then g, then its entry in `grads`):
+        # `_only_the_walk_holds` counts references, and a gradient the op still holds is never reused in place
+        pending = list(input_grads) + [None] * (len(ctx.inputs) - len(input_grads))
+        del input_grads, out_grads
+        for i, parent in enumerate(ctx.inputs):
+            g, pending[i] = pending[i], None
+            if not ctx.needs_input_grad[i]:
                 continue
             if g is not None:
                 g = unbroadcast(np.asarray(g), parent.shape)
                 if g.dtype != parent.dtype:
                     g = g.astype(parent.dtype)
                 previous = grads.get(id(parent))
-                grads[id(parent)] = g if previous is None else previous + g
+                if previous is None:
+                    grads[id(parent)] = g
+                elif previous.shape == g.shape and _only_the_walk_holds(previous, 2):  # `grads`, `previous`
+                    np.add(previous, g, out=previous)  # the same sum, in place: no fresh array of its size
+                else:
+                    grads[id(parent)] = previous + g
+                g = previous = None
             if parent._ctx is None:
                 uses_left[id(parent)] -= 1
                 if uses_left[id(parent)] == 0:  # every use has been walked: the leaf's gradient is final
