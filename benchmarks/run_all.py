@@ -59,21 +59,28 @@ DEV_TOOLS = (
     ("benchmarks/dev/numpy_protocols.py", "NumPy's protocols on a Tensor (np.asarray, np.exp, masks, ...) against "
      "the same work on its ndarray"),
 )
-# how to put llama.cpp beside these figures, by hand: it is not a dependency, and nothing here downloads it
+# llama.cpp beside these figures, by hand: it is not a dependency, and nothing here builds or downloads it
+LLAMA_CPP_SCRIPT = "bench_llama_cpp.py"
 LLAMA_CPP = (
-    "llama.cpp is the fastest CPU engine for Mamba-2 we know of. To compare with it on the same weights, save the "
-    "model as a transformers folder (`tests/support/checkpoints.py`'s `write_checkpoint(\"transformers\", ...)` "
-    "writes one from any of our models; a downloaded `Mamba2ForCausalLM` folder is one already), then, in a "
-    "llama.cpp checkout built with `cmake -B build && cmake --build build -j`:",
+    "llama.cpp is the fastest CPU engine for Mamba-2 we know of. `benchmarks/bench_llama_cpp.py` puts it beside "
+    "us on the same weights, with a llama.cpp build of your own (run_all.py does not run it; the table below is "
+    "that script's last result):",
     "",
     "```bash",
-    "python convert_hf_to_gguf.py MODEL_DIR --outtype f32 --outfile model-f32.gguf     # q8_0 for 8-bit weights",
-    "./build/bin/llama-bench -m model-f32.gguf -t 2 -p 512 -n 128                      # pp512 and tg128 tokens/s",
+    "python benchmarks/bench_llama_cpp.py --export DIR                 # the weights, mamba_ssm's layout",
+    "python convert_hf_to_gguf.py DIR --outtype f32 --outfile DIR/f32.gguf      # in llama.cpp's checkout;",
+    "python convert_hf_to_gguf.py DIR --outtype q8_0 --outfile DIR/q8_0.gguf    # its gguf-py importable",
+    "python benchmarks/bench_llama_cpp.py --model DIR --llama-bench PATH_TO/llama-bench",
     "```",
     "",
-    "`-t 2` matches the two threads of the rows above; `pp512` compares with the 512-token prompt row and `tg128` "
-    "with generation at batch 1 (run `python benchmarks/bench_pretrained_shape.py --new-tokens 128` for the same "
-    "length). Run both in the same session, in turn, and compare ratios: the machine is shared.",
+)
+LLAMA_CPP_AFTER = (
+    "Three runs on 2026-12-04 (this table is the second): float32 decoding 1.17-1.42x llama.cpp's speed and the "
+    "512-token prompt 1.30-1.37x; with 8-bit weights decoding 1.29-1.42x and the prompt 0.97-1.14x. Our 8-bit "
+    "prompt runs at float32's speed: the forward dequantizes blocks of weights to float32 and multiplies in float32 "
+    "(docs/kernels.md, \"Decoding from 8-bit weights\"), where llama.cpp's Q8_0 products multiply int8 by int8. The "
+    "weights came from `--export`, llama.cpp from the copy in llama-cpp-python 0.3.36's source package, built for "
+    "this CPU (GGML_NATIVE).",
 )
 DOC = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "images"
@@ -285,7 +292,16 @@ def write_report(status: dict | None, quick: bool) -> Path:
             image = draw(plot)
             if image:
                 lines += [f"![{plot['title']}]({image})", ""]
-    lines += ["## Checking against llama.cpp", "", *LLAMA_CPP, ""]
+    lines += ["## Against llama.cpp", "", f"`python benchmarks/{LLAMA_CPP_SCRIPT} --model DIR --llama-bench PATH`",
+              "", *LLAMA_CPP]
+    llama = RESULTS / f"{Path(LLAMA_CPP_SCRIPT).stem}.json"
+    if llama.exists():
+        r = json.loads(llama.read_text())
+        lines += [r["title"], "", markdown_table(r["columns"], r["rows"]), ""]
+        lines += [f"- {note}" for note in r.get("notes", [])] + [""]
+    else:
+        lines += ["No result yet.", ""]
+    lines += [*LLAMA_CPP_AFTER, ""]
     lines += ["## Run by hand (benchmarks/)", "", "Not run by run_all.py, no figures here; each prints its own "
               "report (`--help` for its options).", ""]
     lines += [f"- `python {command}`: {what}" for command, what in BY_HAND] + [""]
