@@ -49,18 +49,19 @@ def export(directory: str) -> None:
         print(f"  python convert_hf_to_gguf.py {directory} --outtype {outtype} --outfile {Path(directory) / gguf}")
 
 
-def llama_bench(binary: str, ggufs: list, threads: int) -> dict:
-    """One llama-bench run per GGUF (`-r 1`, after its warm-up): {(gguf, "tg32" | "pp512"): seconds}."""
+def llama_bench(binary: str, ggufs: list, threads: int) -> tuple:
+    """One llama-bench run per GGUF (`-r 1`, after its warm-up): ({(gguf, "tg32" | "pp512"): seconds}, the
+    build it reports)."""
     done = subprocess.run([binary, *[a for g in ggufs for a in ("-m", str(g))], "-t", str(threads), "-p", "512",
                            "-n", "32", "-r", "1", "-o", "json"], capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"{NAME}: {binary} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    out = {}
+    seconds, build = {}, None
     for test in json.loads(done.stdout):
         name = "pp512" if test["n_prompt"] else "tg32"
-        out[(Path(test["model_filename"]).name, name)] = test["avg_ns"] / 1e9
-        out["build"] = f"commit {test['build_commit']} (build {test['build_number']}), backend {test['backends']}"
-    return out
+        seconds[(Path(test["model_filename"]).name, name)] = test["avg_ns"] / 1e9
+        build = f"commit {test['build_commit']} (build {test['build_number']}), backend {test['backends']}"
+    return seconds, build
 
 
 def our_runs(model) -> dict:
@@ -99,8 +100,7 @@ def main(argv=None) -> dict | None:
     times = {(side, fmt, test): [] for side in ("ours", "llama.cpp") for fmt in FORMATS for test in TESTS}
     build = None
     for round_ in range(args.repeats):
-        theirs = llama_bench(args.llama_bench, list(ggufs.values()), args.threads or 2)
-        build = theirs["build"]
+        theirs, build = llama_bench(args.llama_bench, list(ggufs.values()), args.threads or 2)
         for fmt, gguf in ggufs.items():
             for test in TESTS:
                 times[("llama.cpp", fmt, test)].append(theirs[(gguf.name, test)])

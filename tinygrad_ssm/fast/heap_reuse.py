@@ -24,10 +24,11 @@ uses it any more (no view of it is left: its reference count says so), to a requ
 least 3/4 of its size. The pool holds at most twice the most bytes its arrays had in use at once (a step's
 blocks of several sizes are in use at different moments: with no more than the peak, the pool gave up and
 remade 4 of its 24 blocks every step): when a request needs a new block, unused ones go back to the system
-first, the least recently used first; `release_unused()` hands back all unused ones (torch.cuda.empty_cache()). At the 130M shape a fine-tuning step at 4 x 512 spent 2.8-4.2 s
-of system time zeroing such pages (perf: clear_page_erms under do_huge_pmd_anonymous_page, 18% of the
-process's CPU time) and took 12.0 s; with the pool 0.7 s and 10.5 s (`python benchmarks/profile_step.py
---shape 130m --batch 4`). The pool is on once `keep_freed_memory` has run, unless TINYGRAD_SSM_KEEP_FREED_MEMORY=0.
+first, the least recently used first; `release_unused()` hands back all unused ones (torch.cuda.empty_cache()).
+At the 130M shape a fine-tuning step at 4 x 512 spent 2.8-4.2 s of system time zeroing such pages (perf:
+clear_page_erms under do_huge_pmd_anonymous_page, 18% of the process's CPU time) and took 12.0 s; with the pool
+0.7 s and 10.5 s (`python benchmarks/profile_step.py --shape 130m --batch 4`). The pool is on once
+`keep_freed_memory` has run, unless TINYGRAD_SSM_KEEP_FREED_MEMORY=0.
 """
 from __future__ import annotations
 
@@ -75,7 +76,6 @@ def _set_thresholds() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
-
 # --- the pool of large arrays ------------------------------------------------------------------------------
 
 _blocks: list = []     # 1-d arrays, each of one dtype; the least recently handed out first
@@ -86,17 +86,23 @@ _lock = threading.Lock()
 def empty(shape, dtype) -> np.ndarray:
     """np.empty(shape, dtype), C order. With the pool on and LARGE bytes or more: a view of a block of the pool
     that no array uses any more (its contents are whatever they were)."""
-    shape, dtype = (tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)), np.dtype(dtype)
-    count = math.prod(shape)
-    if not pooling or count * dtype.itemsize < LARGE:
-        return np.empty(shape, dtype)
-    return _unused_block(count, dtype)[:count].reshape(shape)
+    return _allocate(shape, dtype, np.empty)
 
 
 def zeros(shape, dtype) -> np.ndarray:
-    """np.zeros(shape, dtype) through `empty`."""
-    out = empty(shape, dtype)
-    out.fill(0)
+    """np.zeros(shape, dtype): a pooled block filled with zeros where `empty` would pool, else np.zeros itself
+    (whose pages the system zeroes as they are first touched)."""
+    return _allocate(shape, dtype, np.zeros)
+
+
+def _allocate(shape, dtype, unpooled) -> np.ndarray:
+    shape, dtype = (tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)), np.dtype(dtype)
+    count = math.prod(shape)
+    if not pooling or count * dtype.itemsize < LARGE:
+        return unpooled(shape, dtype)
+    out = _unused_block(count, dtype)[:count].reshape(shape)
+    if unpooled is np.zeros:
+        out.fill(0)
     return out
 
 
