@@ -191,6 +191,89 @@ def test_sums_of_several_uses_are_the_same_in_place_as_fresh():
     np.testing.assert_array_equal(z.grad.data, [3.0, 3.0])
 
 
+class _Keeper:
+    """An allocator as fast/heap_reuse.py's pool: it keeps blocks and hands out views of them."""
+
+    def __init__(self):
+        self.blocks, self.other_views = [], []
+        self.another_view = False                                      # keep a second view of each new block
+
+    def view(self, values):
+        block = np.array(values, dtype=np.float64)
+        self.blocks.append(block)
+        if self.another_view:
+            self.other_views.append(block[:1])
+        return block[:]                                                # a view: base is the kept block
+
+    def references_held(self, block):
+        return 1 if any(b is block for b in self.blocks) else 0
+
+
+@pytest.fixture
+def keeper(monkeypatch):
+    from tinygrad_ssm.autograd import backward
+    k = _Keeper()
+    monkeypatch.setattr(backward, "_block_keepers", [k.references_held])
+    return k
+
+
+class _Tripled(tg.Function):
+    """y = 3 a; its backward's gradient is a view of a block of `keeper` (set by the test)."""
+    keeper = None
+
+    def forward(self, a):
+        return a * 3
+
+    def backward(self, grad):
+        return _Tripled.keeper.view(grad * 3)
+
+
+def test_the_only_view_of_a_registered_keeper_s_block_counts_as_the_walk_s_own(keeper):
+    """A gradient that is a view of a pool's block (registered with register_block_keeper) is kept as .grad and
+    summed into in place when it is the block's only view and nothing else holds it."""
+    _Tripled.keeper = keeper
+    x = leaf([1.0, 2.0])
+    _Tripled.apply(x).sum().backward()
+    assert x.grad.data.base is keeper.blocks[-1]                       # kept as it is: no copy
+    y = leaf([1.0, 2.0])
+    (_Tripled.apply(y) + _Doubled.apply(y)).sum().backward()           # the pooled gradient arrives first
+    np.testing.assert_array_equal(y.grad.data, [5.0, 5.0])
+    assert y.grad.data.base is keeper.blocks[-1]                       # summed into it: no new array
+
+
+def test_a_keeper_s_block_with_another_view_alive_is_never_changed(keeper):
+    """A view of a kept block is copied (and never summed into) while any other view of the block lives."""
+    _Tripled.keeper, keeper.another_view = keeper, True
+    y = leaf([1.0, 2.0])
+    _Tripled.apply(y).sum().backward()
+    z = leaf([1.0, 2.0])
+    (_Tripled.apply(z) + z * 2.0).sum().backward()
+    assert not any(np.shares_memory(g, b) for g in (y.grad.data, z.grad.data) for b in keeper.blocks)
+    np.testing.assert_array_equal(z.grad.data, [5.0, 5.0])
+    assert [v[0] for v in keeper.other_views] == [3.0, 3.0]            # what the other views see is unchanged
+
+
+def test_a_view_of_a_block_no_keeper_claims_is_copied(keeper):
+    """A view of memory someone else keeps (as numba's arrays are) is never the walk's, registered keepers or not."""
+    kept = []
+
+    class _Unregistered(tg.Function):
+        def forward(self, a):
+            return a * 2
+
+        def backward(self, grad):
+            kept.append(grad * 2)                                      # the block, held by someone unknown
+            return kept[-1][:]
+
+    y = leaf([1.0, 2.0])
+    (_Unregistered.apply(y) + y * 1.0).sum().backward()
+    assert not np.shares_memory(y.grad.data, kept[0])
+    np.testing.assert_array_equal(kept[0], [2.0, 2.0])
+    z = leaf([1.0, 2.0])
+    _Unregistered.apply(z).sum().backward()
+    assert not np.shares_memory(z.grad.data, kept[1])
+
+
 def test_backward_of_a_non_scalar_needs_a_gradient():
     x = leaf([1.0, 2.0, 3.0])
     y = x * x

@@ -197,3 +197,23 @@ def test_training_steps_give_the_same_bits_with_every_array_pooled(monkeypatch):
     assert blocks > 0
     assert pooled_losses == plain_losses
     assert all(np.array_equal(a, b) for a, b in zip(plain_weights, pooled_weights))
+
+
+def test_a_tied_embedding_s_two_pooled_gradients_are_summed_in_place(monkeypatch):
+    """The head's and the lookup's gradients of a tied embedding both come from the pool; the backward walk
+    (told by the pool which blocks are its own) sums one into the other and keeps it as .grad: no new array.
+    Every gradient of the pooled size is a view of a block, never a copy of one."""
+    import tinygrad_ssm as tg
+    from tinygrad_ssm.fast import heap_reuse
+    monkeypatch.setattr(heap_reuse, "_blocks", [])
+    monkeypatch.setattr(heap_reuse, "_peak_in_use", 0)
+    config = tg.Mamba2Config(d_model=32, n_layer=2, vocab_size=64, d_state=16, headdim=8, chunk_size=8)
+    model = tg.Mamba2LMHeadModel(config, tg.VarMap(seed=3), fused=True)
+    assert model.config.tie_embeddings
+    monkeypatch.setattr(heap_reuse, "pooling", True)
+    monkeypatch.setattr(heap_reuse, "LARGE", 1024)
+    data = np.random.default_rng(0).integers(0, 64, (4, 33))
+    model.loss(data[:, :-1], data[:, 1:]).backward()
+    embedding = dict(model.varmap.named_vars())["backbone.embedding.weight"]
+    assert embedding.grad.data.base is not None
+    assert any(embedding.grad.data.base is block for block in heap_reuse._blocks)

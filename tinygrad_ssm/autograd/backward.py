@@ -54,13 +54,33 @@ def _topological_order(root: Tensor) -> tuple[list[Function], dict[int, int]]:
     return order, leaf_uses
 
 
+# Allocators that hand out views of blocks they keep (fast/heap_reuse.py's pool) say here, per array, how many
+# references they hold to it (0: not theirs), so that a gradient in such a block can count as the walk's own.
+_block_keepers: list = []
+
+
+def register_block_keeper(references_held):
+    """references_held(block) -> the references the keeper holds to `block`, an array other arrays are views of;
+    0 when the block is not one of the keeper's. The walk then treats the only view of a block that nothing
+    but the keeper holds as an array it owns (sums into it in place, keeps it as .grad)."""
+    _block_keepers.append(references_held)
+
+
 def _only_the_walk_holds(a: np.ndarray, references: int) -> bool:
-    """Whether nothing but the walk can see array `a`: it owns its memory (no view of another array), no other
-    array is a view of it, and nothing holds it but the `references` the caller counts (the walk's dict and
-    local names, the caller's own argument). An array NumPy does not own (a view; one made by numba, whose base
-    is its memory's keeper) never qualifies."""
+    """Whether nothing but the walk can see array `a`: no other array is a view of it (or of its memory), and
+    nothing holds it but the `references` the caller counts (the walk's dict and local names, the caller's own
+    argument). `a` owns its memory, or is the only view of a block of a registered keeper that nothing else
+    holds. Any other view (of an array someone holds; one made by numba, whose base is its memory's keeper)
+    never qualifies."""
     # getrefcount also counts this function's argument and its own
-    return a.base is None and a.flags.writeable and sys.getrefcount(a) == references + 2
+    if not a.flags.writeable or sys.getrefcount(a) != references + 2:
+        return False
+    base = a.base
+    if base is None:
+        return True
+    held = sum(keeper(base) for keeper in _block_keepers)
+    # the block's holders when `a` is its only view: the keeper, `a`, the name `base`, getrefcount's argument
+    return held > 0 and sys.getrefcount(base) == held + 3
 
 
 def _accumulate(tensor: Tensor, grad: np.ndarray):
