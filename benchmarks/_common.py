@@ -189,6 +189,9 @@ def dump_json(result: dict, where: str) -> None:
 
 CONFIG = dict(vocab_size=256, d_model=256, n_layer=4, d_state=64, headdim=64, ngroups=1, expand=2, d_conv=4)
 QUICK_CONFIG = dict(vocab_size=256, d_model=64, n_layer=2, d_state=16, headdim=16, ngroups=1, expand=2, d_conv=4)
+# Mamba-2 130M's shape (state-spaces/mamba2-130m: vocabulary 50,277 padded to 50,288), random weights
+SHAPE_130M = dict(vocab_size=50277, pad_vocab_size_multiple=16, d_model=768, n_layer=24, d_state=128, headdim=64,
+                  ngroups=1, expand=2, d_conv=4)
 
 
 def require_transformers():

@@ -46,8 +46,7 @@ from tinygrad_ssm.models.mamba2.evaluation import evaluate
 from tinygrad_ssm.optim import AdamW
 
 NAME = "bench_pretrained_shape"
-SHAPE = {"vocab_size": 50277, "pad_vocab_size_multiple": 16, "d_model": 768, "n_layer": 24, "d_state": 128,
-         "headdim": 64, "ngroups": 1, "expand": 2, "d_conv": 4}
+SHAPE = common.SHAPE_130M
 QUICK_SHAPE = dict(common.QUICK_CONFIG, pad_vocab_size_multiple=16)
 OURS, THEIRS = "tinygrad_ssm", "transformers"
 PROBE = "read bandwidth probe"                                         # not a side: timed beside them
@@ -68,8 +67,8 @@ class Plan:
     chunks: tuple = (64, 128, 256)
     inference_chunk: int = 256    # mamba2-130m's chunk_size, for the prompt and eval rows
     repeats: int = 3
-    eval_repeats: int = 2         # a 4,096-token pass took transformers ~70 s here
-    train_repeats: int = 1        # per chunk size: a step at 4 x 512 takes each side 30-60 s here
+    eval_repeats: int = 3         # a 4,096-token pass takes transformers 15-70 s here; the ratio sits near 2
+    train_repeats: int = 2        # per chunk size: a step at 4 x 512 takes each side 10-25 s here
     bandwidth_gib: float = 1.0
 
 
@@ -163,15 +162,20 @@ def generation(model, hf, torch, plan: Plan, batch: int, bandwidth: float) -> li
     # and 56 GB/s within one session, so a figure from the start of the script can be minutes stale
     probe = np.ones(int(plan.bandwidth_gib * 2**30) // 4, np.float32)
     read_probe = lambda: _sum(probe)                                    # noqa: E731
-    times = interleaved({OURS: ours(n), THEIRS: theirs(n), PROBE: read_probe}, plan.repeats,
-                        warmups={OURS: ours(2), THEIRS: theirs(2), PROBE: read_probe})  # 2 tokens: compiled/warm
+    # ours with 1 new token (the prompt's step and the first token) beside: the call less it is the decoding
+    # steps alone, which the limit describes (a prompt's step computes for every prompt token)
+    first = f"{OURS}, 1 new"
+    times = interleaved({OURS: ours(n), THEIRS: theirs(n), first: ours(1), PROBE: read_probe}, plan.repeats,
+                        warmups={OURS: ours(2), THEIRS: theirs(2), first: ours(1), PROBE: read_probe})
     per_round = [batch * probe.nbytes / t / weight_bytes_per_step(model) for t in times.pop(PROBE)]
+    steps_alone = [batch * (n - 1) / (t - t1) for t, t1 in zip(times[OURS], times.pop(first))]  # tokens/s
     limit = float(np.median(per_round)) if per_round else batch * bandwidth / weight_bytes_per_step(model)
     task = f"generate b={batch}, {n} new"
     rows = with_ratios([row(task, side, times[side], batch * n, limit=limit) for side in (OURS, THEIRS)])
     for r, side in zip(rows, (OURS, THEIRS)):                          # of the limit measured in the same round
         r["of_limit"] = round(float(np.median([batch * n / t / lim for t, lim in zip(times[side], per_round)])), 3)
         r["read_gb_s_per_round"] = [round(lim * weight_bytes_per_step(model) / batch / 1e9, 1) for lim in per_round]
+    rows[0]["decoding_steps_of_limit"] = round(float(np.median([s / lim for s, lim in zip(steps_alone, per_round)])), 3)
     return rows
 
 
@@ -417,6 +421,7 @@ def main(argv=None) -> dict:
 
     met = goals(rows)
     gen_rounds = next(r["read_gb_s_per_round"] for r in rows if r["task"].startswith("generate b=1"))
+    steps_of_limit = {r["task"]: r["decoding_steps_of_limit"] for r in rows if "decoding_steps_of_limit" in r}
     state = state_bytes_per_sequence(model)
     c = model.config
     notes = [
@@ -427,7 +432,9 @@ def main(argv=None) -> dict:
         f"weights read per decoding step {weights / 1e6:.1f} MB; "
         f"the SSM + conv state a step reads and writes, per sequence, {state / 1e6:.1f} MB (not in the limit)"),
         (f"generation: {plan.prompt_len}-token prompt, {plan.new_tokens} new tokens at b=1, {plan.new_tokens_batched} "
-        "at b=8 (tokens/s over the whole call; the warm-up generates 2)"),
+        "at b=8 (tokens/s over the whole call; the warm-up generates 2); the decoding steps alone (the call less "
+        "a generate of 1 new token, run beside it: the prompt's step) ran at " +
+        ", ".join(f"{v} of the limit ({k})" for k, v in steps_of_limit.items())),
         f"prompt: x transformers against its faster way; first-token logits differ by {prompt_difference:.2g}",
         "eval: ours by evaluate (models/mamba2/evaluation.py); transformers carries its state (DynamicCache) from window to window; mean nats "
         "per token: " + ", ".join(f"{s} {v['mean_nats']:.5f} over {v['tokens']}" for s, v in eval_scores.items()),

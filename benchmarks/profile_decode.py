@@ -4,6 +4,7 @@ rest of the wall time per step (Python: sampling, checks, the call itself). benc
 
     python benchmarks/profile_decode.py                     # batch 1 and 8, 16-token prompt, 256 new tokens
     python benchmarks/profile_decode.py --threads 1         # the caller's thread alone (no helper)
+    python benchmarks/profile_decode.py --shape 130m --batches 1   # Mamba-2 130M's shape (bench_pretrained_shape's)
 
 Cycles are converted with the cycle counter's rate measured against perf_counter over the run.
 """
@@ -27,6 +28,8 @@ cycles = njit(lambda: _cycles())
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", choices=("small", "130m"), default="small",
+                   help="bench_generate's model, or bench_pretrained_shape's (Mamba-2 130M's shape) [small]")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     p.add_argument("--prompt-len", type=int, default=16)
     p.add_argument("--new-tokens", type=int, default=256)
@@ -34,10 +37,15 @@ def main(argv=None) -> dict:
     p.add_argument("--threads", type=int, default=None, help="NUMBA_NUM_THREADS (2: the caller and one helper)")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")
     args = p.parse_args(argv)
-    model = common.ours(common.CONFIG, 64, fused=True)
-    result = {"benchmark": "profile_decode", "config": common.CONFIG, "rows": {}}
+    if args.shape == "130m":
+        config = common.SHAPE_130M
+        model = common.ours(config, 256)
+    else:
+        config = common.CONFIG
+        model = common.ours(config, 64, fused=True)
+    result = {"benchmark": "profile_decode", "config": config, "rows": {}}
     for batch in args.batches:
-        prompt = np.random.default_rng(batch).integers(0, 256, (batch, args.prompt_len))
+        prompt = np.random.default_rng(batch).integers(0, config["vocab_size"], (batch, args.prompt_len))
         model.generate(prompt, args.new_tokens, temperature=0)              # warm-up (compiles)
         prof = decode.PROFILE = np.zeros(len(decode.PROFILE_PHASES), np.int64)
         steps = args.repeats * (args.prompt_len + args.new_tokens - 1)    # decoder steps (the prompt's too)

@@ -21,14 +21,15 @@ import time
 import tinygrad_ssm  # noqa: F401
 import numpy as np
 
+import _common as common
+
 import tinygrad_ssm.scan as K
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
 from tinygrad_ssm.optim import AdamW
 from tinygrad_ssm.autograd.function import Function
 
 SHAPES = {"small": dict(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, expand=2),
-          "130m": dict(d_model=768, n_layer=24, vocab_size=50277, d_state=128, headdim=64, expand=2,
-                       pad_vocab_size_multiple=16)}
+          "130m": common.SHAPE_130M}
 FUSED_OPS = ("Conv1dSilu", "GatedRMSNorm", "SplitLast", "DtSoftplus", "AddRMSNorm")
 
 
