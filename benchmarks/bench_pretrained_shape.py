@@ -168,14 +168,16 @@ def generation(model, hf, torch, plan: Plan, batch: int, bandwidth: float) -> li
     times = interleaved({OURS: ours(n), THEIRS: theirs(n), first: ours(1), PROBE: read_probe}, plan.repeats,
                         warmups={OURS: ours(2), THEIRS: theirs(2), first: ours(1), PROBE: read_probe})
     per_round = [batch * probe.nbytes / t / weight_bytes_per_step(model) for t in times.pop(PROBE)]
-    steps_alone = [batch * (n - 1) / (t - t1) for t, t1 in zip(times[OURS], times.pop(first))]  # tokens/s
+    steps_alone = [batch * (n - 1) / (t - t1) if t > t1 else float("nan")                 # tokens/s; nan: the
+                   for t, t1 in zip(times[OURS], times.pop(first))]                         # noise won that round
     limit = float(np.median(per_round)) if per_round else batch * bandwidth / weight_bytes_per_step(model)
     task = f"generate b={batch}, {n} new"
     rows = with_ratios([row(task, side, times[side], batch * n, limit=limit) for side in (OURS, THEIRS)])
     for r, side in zip(rows, (OURS, THEIRS)):                          # of the limit measured in the same round
         r["of_limit"] = round(float(np.median([batch * n / t / lim for t, lim in zip(times[side], per_round)])), 3)
         r["read_gb_s_per_round"] = [round(lim * weight_bytes_per_step(model) / batch / 1e9, 1) for lim in per_round]
-    rows[0]["decoding_steps_of_limit"] = round(float(np.median([s / lim for s, lim in zip(steps_alone, per_round)])), 3)
+    of_limit = [s / lim for s, lim in zip(steps_alone, per_round) if s == s]                # the rounds not nan
+    rows[0]["decoding_steps_of_limit"] = round(float(np.median(of_limit)), 3) if of_limit else None
     return rows
 
 
