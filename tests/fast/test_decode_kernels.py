@@ -222,10 +222,30 @@ def test_the_phase_profile_adds_up_to_no_more_than_the_calls_took(monkeypatch):
     assert (decode.PROFILE > 0).all() and decode.PROFILE.sum() <= took
 
 
-def test_the_product_blocks_ask_llvm_for_512_bit_vectors():
+@njit(cache=False)
+def _weight_rows(W, lo, hi, u, bias, zero, out):
+    decode_kernels.weight_rows(W, lo, hi, u, bias, zero, out)
+
+
+@given(rows=st.integers(1, 23), k=st.integers(1, 70), batch=st.integers(1, 13), lo=st.integers(0, 23),
+       hi=st.integers(0, 23), seed=st.integers(0, 2**16))
+def test_float_rows_of_any_range_equal_the_float64_product(rows, k, batch, lo, hi, seed):
+    """weight_rows on float64 weights: rows [lo, hi) of u @ W^T + bias, through the 4 x 4 blocks (which prefetch
+    the next block's rows, up to the range's end) and the single sums around them; the rest untouched."""
+    rng = np.random.default_rng(seed)
+    W, u, bias = rng.standard_normal((rows, k)), rng.standard_normal((batch, k)), rng.standard_normal(rows)
+    lo, hi = min(lo, rows), min(max(lo, hi), rows)
+    out = np.full((batch, rows), np.nan)
+    _weight_rows(W, lo, hi, u, bias, 0.0, out)
+    np.testing.assert_allclose(out[:, lo:hi], u @ W[lo:hi].T + bias[lo:hi], rtol=1e-10, atol=1e-10)
+    assert np.isnan(np.delete(out, np.s_[lo:hi], axis=1)).all()
+
+
+def test_the_product_blocks_ask_llvm_for_512_bit_vectors_and_prefetch():
     """_matvec_blocks (the batch products' inner blocks) carries the function attribute that lets LLVM use
     512-bit vectors (batch-8 decoding ran 7% faster with it on an AVX-512 Xeon), and on a CPU with AVX-512 its
-    machine code does use zmm registers; the one-row sums (batch 1) keep the default width. Compiled afresh
+    machine code does use zmm registers; the one-row sums (batch 1) keep the default width. It prefetches the
+    next block's weight rows. Compiled afresh
     here: a function loaded from numba's cache has no IR to inspect."""
     import llvmlite.binding as llvm
     fresh = dict(decode_kernels._JIT, cache=False)
@@ -234,7 +254,9 @@ def test_the_product_blocks_ask_llvm_for_512_bit_vectors():
     W, u, bias, out = np.ones((8, 32), f), np.ones((4, 32), f), np.zeros(8, f), np.zeros((4, 8), f)
     blocks(W, 0, 8, u, 4, bias, f(0), out)
     np.testing.assert_array_equal(out, 32)
-    assert PREFER_512_BIT in blocks.inspect_llvm(blocks.signatures[0])
+    ir = blocks.inspect_llvm(blocks.signatures[0])
+    assert PREFER_512_BIT in ir
+    assert "@llvm.prefetch" in ir                                      # the next block's rows (fast/prefetch.py)
     dot(W, 0, u, 0, f(0))
     assert PREFER_512_BIT not in dot.inspect_llvm(dot.signatures[0])
     if "+avx512f" in llvm.get_host_cpu_features().flatten().split(","):

@@ -9,6 +9,7 @@
     decode_kernels.py                        one decoded token           twin: Mamba2Mixer.step (fused=False)
     row_blocks.py, claims.py                 work split over threads (blocks of rows; atomic counters)
     fast_exp.py, vector_width.py             an exp that vectorises; a 512-bit vector hint for one function
+    prefetch.py                              cache-line prefetch for the decoder's weight rows
     blas_threads.py, heap_reuse.py           BLAS on one thread during the pool's products; glibc's heap
                                              thresholds and a pool of arrays of 32 MiB and more, once a fused
                                              model is built (README: what changes)

@@ -33,6 +33,8 @@ from numba import config, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from .prefetch import TO_L1, emit_prefetch
+
 # the options of decode_kernels._JIT (not imported: decode_kernels imports this module)
 _JIT = {"cache": True, "nogil": True, "fastmath": {"reassoc", "contract"}, "error_model": "numpy"}
 
@@ -84,9 +86,6 @@ def _block_dots(n_batch: int):
             s_row = row(St, context.make_array(St)(context, builder, args[1]), index(args[2], it))
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(lane_t, [lane_t] * 3),
                                              f"llvm.fma.v{lanes}{'f32' if itemsize == 4 else 'f64'}")
-        prefetch = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
-            "llvm.prefetch.p0i8")
         pieces = [mask(range(p, p + lanes)) for p in range(0, VECTOR, lanes)]
         sums = [cgutils.alloca_once_value(builder, ir.Constant(lane_t, None)) for _ in range(n_batch)]
         ahead = const(PREFETCH_BYTES // context.get_abi_sizeof(context.get_value_type(Wt.dtype)))
@@ -99,9 +98,7 @@ def _block_dots(n_batch: int):
                                            ir.Constant(lane_t, ir.Undefined), mask([0] * lanes))
             with cgutils.for_range(builder, per_scale) as loop:
                 col = builder.mul(builder.add(builder.mul(scale_loop.index, per_scale), loop.index), const(VECTOR))
-                builder.call(prefetch, [builder.bitcast(builder.gep(w_row, [builder.add(col, ahead)]),
-                                                        ir.IntType(8).as_pointer()),
-                                        ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                emit_prefetch(builder, builder.gep(w_row, [builder.add(col, ahead)]), TO_L1)
                 raw = builder.load(builder.bitcast(builder.gep(w_row, [col]),
                                                    ir.VectorType(w_row.type.pointee, VECTOR).as_pointer()), align=1)
                 w = _widen(builder, raw, Wt.dtype, block_t)             # (32,) weights in u's dtype
