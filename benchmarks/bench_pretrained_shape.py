@@ -14,9 +14,9 @@ Rows (median, min and max of interleaved repeats after a warm-up: the sides run 
   the bytes of weights a decoding step reads (every parameter once: in_proj, conv, dt_bias, A_log, D, the norms,
   out_proj, norm_f and the tied embedding as the LM head; a batch reads them once for all its rows);
 - prompt processing: a 512-token prompt, batch 1, to the first token's logits; ours as model.generate(prompt, 1)
-  runs it (a prompt of <= 512 tokens: decode.py's one-step prompt) and as generate runs a longer prompt (the
-  chunked scan, the head on the last position only); theirs as a forward with use_cache and logits_to_keep=1,
-  and as generate(max_new_tokens=1);
+  runs it (at this width a prompt over generation.prompt_step_tokens(768) = 170 tokens goes through the chunked
+  scan) and as that chunked scan called directly (the head on the last position only); theirs as a forward with
+  use_cache and logits_to_keep=1, and as generate(max_new_tokens=1);
 - eval: a 4,096-token text scored in windows of 512, the state carried from window to window (ours: `evaluate`
   of tinygrad_ssm/models/mamba2/evaluation.py; theirs: the same windows, forward(ids, cache=the previous window's
   cache, use_cache=True), torch's cross entropy over the padded vocabulary as evaluate's);
@@ -160,14 +160,20 @@ def generation(model, hf, torch, plan: Plan, batch: int, bandwidth: float) -> li
 
     # the read bandwidth is probed in every repeat beside the runs: on the shared machine it moved between 29
     # and 56 GB/s within one session, so a figure from the start of the script can be minutes stale
+    # and each probe is the best of three reads: one read alone once came out at 6 GB/s beside 33 and 34 (a
+    # neighbour's burst), which made that round's limit a fifth of the others'
     probe = np.ones(int(plan.bandwidth_gib * 2**30) // 4, np.float32)
-    read_probe = lambda: _sum(probe)                                    # noqa: E731
+    probe_seconds = []
+
+    def read_probe():
+        probe_seconds.append(min(common.timed(lambda: _sum(probe)) for _ in range(3)))
     # ours with 1 new token (the prompt's step and the first token) beside: the call less it is the decoding
     # steps alone, which the limit describes (a prompt's step computes for every prompt token)
     first = f"{OURS}, 1 new"
     times = interleaved({OURS: ours(n), THEIRS: theirs(n), first: ours(1), PROBE: read_probe}, plan.repeats,
                         warmups={OURS: ours(2), THEIRS: theirs(2), first: ours(1), PROBE: read_probe})
-    per_round = [batch * probe.nbytes / t / weight_bytes_per_step(model) for t in times.pop(PROBE)]
+    times.pop(PROBE)                                                    # the three reads' total: not used
+    per_round = [batch * probe.nbytes / t / weight_bytes_per_step(model) for t in probe_seconds[-plan.repeats:]]
     steps_alone = [batch * (n - 1) / (t - t1) if t > t1 else float("nan")                 # tokens/s; nan: the
                    for t, t1 in zip(times[OURS], times.pop(first))]                         # noise won that round
     limit = float(np.median(per_round)) if per_round else batch * bandwidth / weight_bytes_per_step(model)
@@ -291,16 +297,21 @@ def train_sides(model, hf, torch, plan: Plan, only: str | None = None) -> dict:
 
 def fine_tuning(plan: Plan, argv: list) -> tuple:
     """Each side's steps in a fresh process of its own (one process holding both sides' models, optimizer
-    states and step memory, ~7 GB ours, more theirs, ran out of memory on this 23 GB machine); so the sides
-    run one after the other here, not interleaved. Then each side's peak at its best chunk (fresh processes)."""
+    states and step memory, ~7 GB ours, more theirs, ran out of memory on this 23 GB machine). The sides take
+    turns: train_repeats rounds, each a process per side that takes a warm-up step and then one step per chunk
+    size, so each round's two sides are measured a minute or two apart (with each side's steps all in one
+    process, one side after the other, the ratio was 0.575x in one run and 0.47x in the next: the machine's
+    speed moves between the sides). Then each side's peak at its best chunk (fresh processes)."""
     times = {}
-    for side in (OURS, THEIRS):
-        done = subprocess.run([sys.executable, __file__, *argv, STEPS_FLAG, side], capture_output=True, text=True,
-                              check=False)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        if done.returncode or not lines:
-            raise SystemExit(f"{NAME}: the fine-tuning process of {side} failed:\n{done.stderr[-3000:]}")
-        times.update(json.loads(lines[-1]))
+    for _ in range(plan.train_repeats):
+        for side in (OURS, THEIRS):
+            done = subprocess.run([sys.executable, __file__, *argv, "--train-repeats", "1", STEPS_FLAG, side],
+                                  capture_output=True, text=True, check=False)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            if done.returncode or not lines:
+                raise SystemExit(f"{NAME}: the fine-tuning process of {side} failed:\n{done.stderr[-3000:]}")
+            for key, seconds in json.loads(lines[-1]).items():
+                times.setdefault(key, []).extend(seconds)
     best = {side: min((k for k in times if k.startswith(side + "@")), key=lambda k: np.median(times[k]))
             for side in (OURS, THEIRS)}
     memory = common.peak_memory_by_side(__file__, argv, list(best.values()))
@@ -441,9 +452,10 @@ def main(argv=None) -> dict:
         "eval: ours by evaluate (models/mamba2/evaluation.py); transformers carries its state (DynamicCache) from window to window; mean nats "
         "per token: " + ", ".join(f"{s} {v['mean_nats']:.5f} over {v['tokens']}" for s, v in eval_scores.items()),
         "fine-tuning: median s per step at each chunk size: " + ", ".join(f"{k} {v}" for k, v in sweep.items()) +
-        "; each side's steps in a process of its own (both in one ran out of memory), so not interleaved: a "
-        "warm-up step, then the chunk sizes in turn; peak memory added by one step after a warm-up step at the "
-        "side's best chunk (resident set, a fresh process per side)",
+        f"; the sides take turns, {plan.train_repeats} round{'s' * (plan.train_repeats != 1)} of a fresh process "
+        "per side (both in one ran out of "
+        "memory): a warm-up step, then one step per chunk size; peak memory added by one step after a warm-up "
+        "step at the side's best chunk (resident set, a fresh process per side)",
         f"inference rows at chunk {plan.inference_chunk}; vocabulary {c.vocab_size} padded to {c.padded_vocab_size}",
     ] + [f"goal: {g}: measured {v['measured']} (target {v['target']}): "
          f"{'met' if v['met'] else 'not met' if v['met'] is False else 'not measured'}" for g, v in met.items()]
