@@ -453,9 +453,8 @@ def main(argv=None) -> dict:
         "per token: " + ", ".join(f"{s} {v['mean_nats']:.5f} over {v['tokens']}" for s, v in eval_scores.items()),
         "fine-tuning: median s per step at each chunk size: " + ", ".join(f"{k} {v}" for k, v in sweep.items()) +
         f"; the sides take turns, {plan.train_repeats} round{'s' * (plan.train_repeats != 1)} of a fresh process "
-        "per side (both in one ran out of "
-        "memory): a warm-up step, then one step per chunk size; peak memory added by one step after a warm-up "
-        "step at the side's best chunk (resident set, a fresh process per side)",
+        "per side (both in one ran out of memory): a warm-up step, then one step per chunk size; peak memory "
+        "added by one step after a warm-up step at the side's best chunk (resident set, a fresh process per side)",
         f"inference rows at chunk {plan.inference_chunk}; vocabulary {c.vocab_size} padded to {c.padded_vocab_size}",
     ] + [f"goal: {g}: measured {v['measured']} (target {v['target']}): "
          f"{'met' if v['met'] else 'not met' if v['met'] is False else 'not measured'}" for g, v in met.items()]
