@@ -245,8 +245,7 @@ def test_the_product_blocks_ask_llvm_for_512_bit_vectors_and_prefetch():
     """_matvec_blocks (the batch products' inner blocks) carries the function attribute that lets LLVM use
     512-bit vectors (batch-8 decoding ran 7% faster with it on an AVX-512 Xeon), and on a CPU with AVX-512 its
     machine code does use zmm registers; the one-row sums (batch 1) keep the default width. It prefetches the
-    next block's weight rows. Compiled afresh
-    here: a function loaded from numba's cache has no IR to inspect."""
+    next block's weight rows. Compiled afresh here: a function loaded from numba's cache has no IR to inspect."""
     import llvmlite.binding as llvm
     fresh = dict(decode_kernels._JIT, cache=False)
     blocks, dot = njit(**fresh)(decode_kernels._matvec_blocks.py_func), njit(**fresh)(decode_kernels._dot.py_func)
