@@ -48,10 +48,9 @@ def main(argv=None) -> dict:
         prompt = np.random.default_rng(batch).integers(0, config["vocab_size"], (batch, args.prompt_len))
         model.generate(prompt, args.new_tokens, temperature=0)              # warm-up (compiles)
         prof = decode.PROFILE = np.zeros(len(decode.PROFILE_PHASES), np.int64)
-        # decoder steps: new_tokens - 1, and the prompt's when it is one step of all its tokens (decode_prompt;
-        # a longer prompt goes through the chunked scan, outside the decoder)
-        one_step = prompt.size <= generation.prompt_step_tokens(config["d_model"])
-        steps = args.repeats * (args.new_tokens - 1 + one_step)
+        # decoder steps: new_tokens - 1, and the prompt's when it is one step of all its tokens (a longer prompt
+        # goes through the chunked scan, outside the decoder)
+        steps = args.repeats * (args.new_tokens - 1 + generation.prompt_in_one_step(model, prompt))
         c0, t0, cpu0 = cycles(), time.perf_counter(), time.process_time()
         for _ in range(args.repeats):
             model.generate(prompt, args.new_tokens, temperature=0)

@@ -106,10 +106,15 @@ def check_prompts(model, input_ids):
     return prompts, True
 
 
+def prompt_in_one_step(model, ids: np.ndarray) -> bool:
+    """Whether prefill takes the prompt ids (b, l) as one decoder step (decode_prompt), not the chunked scan."""
+    return model.fused and ids.size <= prompt_step_tokens(model.config.d_model)
+
+
 def prefill(model, ids: np.ndarray):
     """ids (b, l) -> (a new cache at the prompt's end, logits (b, padded vocab) after its last token)."""
     cache = model.allocate_cache(ids.shape[0])
-    if model.fused and ids.size <= prompt_step_tokens(model.config.d_model):
+    if prompt_in_one_step(model, ids):
         return cache, decode_prompt(model, ids, cache)                  # (b, V) in one step, see PROMPT_STEP_...
     x = model.embedding(ids)
     for layer, state in zip(model.layers, cache.layers):
