@@ -202,6 +202,17 @@ def time_shape(shape: dict, chunk_size: int, dtype, repeats: int, torch_device: 
     return row
 
 
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+    found = {}
+    for package in ("numpy", "numba", "numba-cuda", "torch"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="a tiny shape, correctness only (runs on the simulator)")
@@ -215,11 +226,11 @@ def main(argv=None) -> int:
             raise SystemExit("gpu_check: under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1) only the correctness part "
                              "runs, on a tiny shape: add --tiny")
     elif not numba_cuda.available():
-        raise SystemExit("gpu_check: no CUDA GPU here (numba-cuda finds no device). Run it on a machine with an "
-                         "NVIDIA GPU, or the correctness part on the simulator: "
+        raise SystemExit(f"gpu_check: backend 'cuda' cannot run here: {numba_cuda.why_unavailable()}. Run it on a "
+                         "machine with an NVIDIA GPU, or the correctness part on the simulator: "
                          "NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu_check.py --tiny")
 
-    result = {"simulator": numba_cuda.simulated()}
+    result = {"simulator": numba_cuda.simulated(), "date": time.strftime("%Y-%m-%d"), "versions": versions()}
     if not numba_cuda.simulated():
         from numba import cuda
         name = cuda.get_current_device().name

@@ -1,4 +1,6 @@
-"""The CUDA kernels type and lower for the real CUDA target, with no GPU and no CUDA toolkit.
+"""The CUDA kernels type and lower for the real CUDA target, with no GPU and no CUDA toolkit; and a numba-cuda
+that cannot compile here (a NumPy it does not support) makes the backend unavailable, by name, instead of failing
+inside a forward.
 
 The simulator (tests/scan/test_ssd_cuda.py) runs the kernels as Python, so it never type-checks them: a kernel that
 mixes types, or calls what the CUDA target lacks, would pass there and fail on a GPU. Here numba-cuda's compiler
@@ -7,7 +9,12 @@ toolkit), in float32 and float64, and the float32 kernels must hold no double-pr
 numba without the simulator, so it runs in the main pytest process.
 """
 import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 if importlib.util.find_spec("numba_cuda") is None:
@@ -50,3 +57,49 @@ def test_kernels_type_and_lower_for_the_cuda_target(float_type):
         assert name in llvm_ir
         if float_type == "float32":
             assert " double " not in llvm_ir and "fadd double" not in llvm_ir, f"{name}: float64 in a float32 kernel"
+
+
+def test_the_cuda_target_compiles_with_this_numpy():
+    """The availability check's probe kernel types and lowers with the NumPy installed here."""
+    assert numba_cuda._target_fails() is None
+
+
+def test_a_numpy_numba_cuda_does_not_support_is_named_not_raised_mid_forward():
+    """On an H200 image with NumPy 2.5.2, numba-cuda 0.30.4 raised "module 'numpy' has no attribute 'row_stack'"
+    at its first kernel's compile (NumPy 2.5 removed it). The same NumPy, reproduced by removing the function
+    before numba-cuda's target loads (in a fresh process: a target once loaded stays loaded): the check says so."""
+    script = ("import numpy; numpy.__dict__.pop('row_stack', None)\n"
+              "from tinygrad_ssm.scan import cuda\n"
+              "print(cuda._target_fails())")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    run = subprocess.run([sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    if run.stdout.strip() == "None":
+        pytest.skip("this numba-cuda no longer uses np.row_stack: the NumPy 2.5 failure cannot be reproduced here")
+    assert "row_stack" in run.stdout and f"NumPy {np.__version__}" in run.stdout and "numpy<2.5" in run.stdout
+
+
+@pytest.fixture
+def a_gpu_found(monkeypatch):
+    """numba-cuda reports a GPU (it has none here); the answer of why_unavailable is recomputed on either side."""
+    monkeypatch.setattr(numba_cuda._cuda(), "is_available", lambda: True)
+    numba_cuda.why_unavailable.cache_clear()
+    yield
+    numba_cuda.why_unavailable.cache_clear()
+
+
+def test_with_a_gpu_a_target_that_cannot_compile_keeps_auto_off_the_backend(a_gpu_found, monkeypatch):
+    from tinygrad_ssm.scan import available_backends, resolve_backend, ssd
+    from tests.support.scan_inputs import make_inputs
+
+    assert numba_cuda.available() and resolve_backend("auto").name == "cuda"   # the GPU alone would make it "auto"
+    numba_cuda.why_unavailable.cache_clear()
+    monkeypatch.setattr(numba_cuda, "_target_fails", lambda: "numba-cuda X cannot compile a kernel with NumPy Y")
+    assert not numba_cuda.available() and "cuda" not in available_backends()
+    assert resolve_backend("auto").name != "cuda"
+    inputs = make_inputs(np.random.default_rng(0), b=1, l=2, h=1, p=1, g=1, n=1)
+    with pytest.raises(RuntimeError, match=r"'cuda' is not available here \(.*cannot compile a kernel with NumPy Y"):
+        ssd(**inputs, backend="cuda")

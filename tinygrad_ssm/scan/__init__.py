@@ -37,6 +37,7 @@ class Backend:
         tuple of arrays that backward needs (inputs saved as themselves, so in-place changes are caught).
     backward: (saved, dy, d_final_state) -> the gradients of (x, dt, A, B, C, D, initial_state), arrays,
         None for D / initial_state when the call had none.
+    why_unavailable: optionally () -> None where it can run, else why not and the fix (for the error that names it).
     backward_into: whether backward also takes `into=(x's, B's, C's)`: arrays (views allowed) or None, to write
         dx, dB, dC into and return instead of new arrays (see `SSD.backward`).
     """
@@ -48,6 +49,7 @@ class Backend:
     backward: Callable | None = None
     description: str = ""
     backward_into: bool = False
+    why_unavailable: Callable[[], str | None] | None = None
 
     def __post_init__(self):
         if (self.ops is None) == (self.forward is None or self.backward is None):
@@ -77,7 +79,8 @@ register_backend(Backend("scan", priority=-1, available=_always, ops=ssd_scan,
                          description="the sequential recurrence of engine ops, one step at a time: for checking"))
 from . import cuda as _numba_cuda  # noqa: E402  (imports numba.cuda only when used)
 register_backend(Backend("cuda", priority=20, available=_numba_cuda.available, forward=_numba_cuda.forward,
-                         backward=_numba_cuda.backward, description="numba-cuda kernels on an NVIDIA GPU"))
+                         backward=_numba_cuda.backward, description="numba-cuda kernels on an NVIDIA GPU",
+                         why_unavailable=_numba_cuda.why_unavailable))
 
 
 def available_backends() -> list[str]:
@@ -97,8 +100,9 @@ def resolve_backend(backend: str) -> Backend:
         raise ValueError(f"ssd: unknown backend {backend!r}; choose 'auto' or one of {sorted(BACKENDS)}")
     record = BACKENDS[backend]
     if not record.available():
-        raise RuntimeError(f"ssd: backend {backend!r} is not available here ({record.description}); "
-                           f"available: {available_backends()}")
+        why = record.why_unavailable() if record.why_unavailable else None
+        raise RuntimeError(f"ssd: backend {backend!r} is not available here ({record.description}"
+                           f"{': ' + why if why else ''}); available: {available_backends()}")
     return record
 
 
