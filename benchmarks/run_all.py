@@ -258,6 +258,30 @@ def draw(plot: dict) -> str | None:
     return f"images/{plot['file']}"
 
 
+def gpu_check_section() -> list[str]:
+    """The last `benchmarks/gpu_check.py` result (run by hand on a GPU machine), if one is in results/."""
+    path = RESULTS / "gpu_check.json"
+    lines = ["## The CUDA scan backend on a GPU", "", "`python benchmarks/gpu_check.py --json "
+             "benchmarks/results/gpu_check.json` (by hand, on a machine with an NVIDIA GPU)", ""]
+    if not path.exists():
+        return lines + ["No result yet.", ""]
+    r = json.loads(path.read_text())
+    checks = [f"{dtype} worst {max(c['max_relative_error'].values()):.1e} (tolerance {c['tolerance']:.0e}, "
+              f"{'ok' if c['ok'] else 'FAILED'})" for dtype, c in r["check"]["dtypes"].items()]
+    shape = ", ".join(f"{k}={v}" for k, v in r["timed_shape"].items())
+    lines += [f"On {r.get('device', 'a GPU')}: forward and every gradient against {r['check']['cpu_backend']} "
+              f"({'; '.join(checks)}). Times at {shape}, chunk {r['timed_chunk_size']}, arrays already on the GPU, "
+              "best of the repeats, beside the script's PyTorch chunked SSD (ssd_minimal's algorithm, autograd "
+              "backward):", ""]
+    rows = [[t["dtype"], 1e3 * t["cuda_forward_s"], 1e3 * t["torch_forward_s"],
+             t["torch_forward_s"] / t["cuda_forward_s"], 1e3 * t["cuda_forward_backward_s"],
+             1e3 * t["torch_forward_backward_s"], t["torch_forward_backward_s"] / t["cuda_forward_backward_s"],
+             t["cuda_forward_TFLOPs"]] for t in r["timings"]]
+    columns = ["dtype", "forward ms", "torch forward ms", "speedup", "fwd+bwd ms", "torch fwd+bwd ms", "speedup",
+               "forward TFLOP/s"]
+    return lines + [markdown_table(columns, rows), ""]
+
+
 def write_report(status: dict | None, quick: bool) -> Path:
     results = {}
     for script, _, _ in SCRIPTS:
@@ -302,6 +326,7 @@ def write_report(status: dict | None, quick: bool) -> Path:
     else:
         lines += ["No result yet.", ""]
     lines += [*LLAMA_CPP_AFTER, ""]
+    lines += gpu_check_section()
     lines += ["## Run by hand (benchmarks/)", "", "Not run by run_all.py, no figures here; each prints its own "
               "report (`--help` for its options).", ""]
     lines += [f"- `python {command}`: {what}" for command, what in BY_HAND] + [""]
