@@ -170,6 +170,13 @@ else:
             assert available_backends()[0] == "cuda"
         assert CUDA.priority > max(b.priority for b in BACKENDS.values() if b.name != "cuda")
 
+    def test_saved_for_backward_holds_chunk_states_not_step_states():
+        """tests/scan/test_ssd_kernels.py's contract for every kernel backend, which runs there only where "cuda"
+        is available (a GPU), so it had never run for "cuda" and failed wherever it did (its allowance had no
+        room for the c + 1 boundary states that the CUDA kernels keep): the simulator runs it here too."""
+        from tests.scan.test_ssd_kernels import test_saved_for_backward_holds_chunk_states_not_step_states as check
+        check("cuda")
+
     def test_state_too_large_for_a_thread_is_refused_by_name():
         inputs = make_inputs(np.random.default_rng(4), b=1, l=2, h=1, p=numba_cuda.MAX_STATE + 1, g=1, n=1)
         with pytest.raises(ValueError, match=r"head dim p = 257 .* at most 256"):

@@ -126,15 +126,22 @@ def test_long_sequence_float32(backend):
 
 @pytest.mark.parametrize("backend", KERNELS)
 def test_saved_for_backward_holds_chunk_states_not_step_states(backend):
-    """What the forward keeps for the backward is at most the inputs (or copies of them) and one (p, n) state
-    per head and chunk, plus a few bytes: never l states (here 8 times more than the chunk states)."""
-    inputs = make_inputs(np.random.default_rng(16), b=2, l=64, h=4, p=3, g=2, n=5)
+    """What the forward keeps for the backward is at most the inputs (or copies of them), one (p, n) state per
+    head at each chunk boundary (the CPU kernels keep the c states entering the chunks, the CUDA kernels the c + 1
+    boundaries, the final state among them), one number per head and chunk (the CUDA kernels' chunk log decays),
+    plus a few bytes: never l states (here 8 times more than the chunk states)."""
+    b, l, h, chunk = 2, 64, 4, 8
+    inputs = make_inputs(np.random.default_rng(16), b=b, l=l, h=h, p=3, g=2, n=5)
     arrays = [inputs[k] for k in NAMES]
-    y, state, saved = BACKENDS[backend].forward(*arrays, 8)
+    y, state, saved = BACKENDS[backend].forward(*arrays, chunk)
     distinct = {id(a): a for a in saved}.values()
     saved_bytes = sum(getattr(a, "nbytes", 0) for a in distinct)
-    chunk_states_bytes = 8 * state.nbytes                              # 8 chunks of 8 steps, b h p n floats each
-    assert saved_bytes <= sum(a.nbytes for a in arrays) + chunk_states_bytes + 64, (saved_bytes, chunk_states_bytes)
+    chunks = l // chunk
+    boundary_states_bytes = (chunks + 1) * state.nbytes                 # b h p n floats each
+    per_chunk_bytes = b * chunks * h * y.itemsize
+    allowed = sum(a.nbytes for a in arrays) + boundary_states_bytes + per_chunk_bytes + 64
+    assert saved_bytes <= allowed, (saved_bytes, allowed)
+    assert allowed - sum(a.nbytes for a in arrays) < l * state.nbytes / 4   # l states would not fit, by far
 
 
 # --- the numba CPU kernels' own machinery ------------------------------------------------------------------
