@@ -90,9 +90,10 @@ def _target_fails() -> str | None:
     "module 'numpy' has no attribute 'row_stack'", in the middle of the first forward. A trivial kernel typed and
     lowered to LLVM IR (no GPU, no toolkit needed) meets that failure here instead, so "auto" passes the backend
     by and `ssd(backend="cuda")` says why."""
-    from numba import types
-    from numba.cuda.compiler import compile_cuda
     try:
+        from numba import types
+        from numba.cuda.compiler import compile_cuda
+        # any compute capability will do: the probe stops at LLVM IR (7.5, the oldest that CUDA 13 builds for)
         compile_cuda(_probe_kernel, types.void, (types.float32[::1],), cc=(7, 5))
     except Exception as error:  # noqa: BLE001 - whatever breaks the compiler, the backend cannot run
         from importlib.metadata import version
