@@ -127,7 +127,7 @@ def machine() -> dict:
     except Exception:  # noqa: BLE001 - only a label
         pass
     versions = {"python": platform.python_version(), "numpy": np.__version__}
-    for name in ("numba", "torch", "transformers"):
+    for name in ("numba", "numba_cuda", "torch", "transformers"):
         try:
             versions[name] = __import__(name).__version__
         except Exception:  # noqa: BLE001 - optional

@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 import tinygrad_ssm as tg
+from _common import machine
 from tinygrad_ssm.scan import BACKENDS, SSD, available_backends, cuda as numba_cuda, ssd
 
 TIMED_SHAPE = dict(b=8, l=8192, h=24, p=64, g=1, n=128)
@@ -202,17 +203,6 @@ def time_shape(shape: dict, chunk_size: int, dtype, repeats: int, torch_device: 
     return row
 
 
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-    found = {}
-    for package in ("numpy", "numba", "numba-cuda", "torch"):
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            pass
-    return found
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="a tiny shape, correctness only (runs on the simulator)")
@@ -230,7 +220,7 @@ def main(argv=None) -> int:
                          "machine with an NVIDIA GPU, or the correctness part on the simulator: "
                          "NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu_check.py --tiny")
 
-    result = {"simulator": numba_cuda.simulated(), "date": time.strftime("%Y-%m-%d"), "versions": versions()}
+    result = {"simulator": numba_cuda.simulated(), "machine": machine()}
     if not numba_cuda.simulated():
         from numba import cuda
         name = cuda.get_current_device().name

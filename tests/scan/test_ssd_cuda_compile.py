@@ -20,7 +20,7 @@ import pytest
 if importlib.util.find_spec("numba_cuda") is None:
     pytest.skip("numba-cuda is not installed (pip install -e '.[test]' installs it)", allow_module_level=True)
 
-from tinygrad_ssm.scan import cuda as numba_cuda  # noqa: E402
+from tinygrad_ssm.scan import cuda as numba_cuda, cuda_availability  # noqa: E402
 
 if numba_cuda.simulated():
     pytest.skip("compiling for the real CUDA target needs numba imported without NUMBA_ENABLE_CUDASIM",
@@ -61,7 +61,7 @@ def test_kernels_type_and_lower_for_the_cuda_target(float_type):
 
 def test_the_cuda_target_compiles_with_this_numpy():
     """The availability check's probe kernel types and lowers with the NumPy installed here."""
-    assert numba_cuda._target_fails() is None
+    assert cuda_availability._target_fails() is None
 
 
 def test_a_numpy_numba_cuda_does_not_support_is_named_not_raised_mid_forward():
@@ -69,8 +69,8 @@ def test_a_numpy_numba_cuda_does_not_support_is_named_not_raised_mid_forward():
     at its first kernel's compile (NumPy 2.5 removed it). The same NumPy, reproduced by removing the function
     before numba-cuda's target loads (in a fresh process: a target once loaded stays loaded): the check says so."""
     script = ("import numpy; numpy.__dict__.pop('row_stack', None)\n"
-              "from tinygrad_ssm.scan import cuda\n"
-              "print(cuda._target_fails())")
+              "from tinygrad_ssm.scan import cuda_availability\n"
+              "print(cuda_availability._target_fails())")
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     env.pop("NUMBA_ENABLE_CUDASIM", None)
@@ -97,7 +97,7 @@ def test_with_a_gpu_a_target_that_cannot_compile_keeps_auto_off_the_backend(a_gp
 
     assert numba_cuda.available() and resolve_backend("auto").name == "cuda"   # the GPU alone would make it "auto"
     numba_cuda.why_unavailable.cache_clear()
-    monkeypatch.setattr(numba_cuda, "_target_fails", lambda: "numba-cuda X cannot compile a kernel with NumPy Y")
+    monkeypatch.setattr(cuda_availability, "_target_fails", lambda: "numba-cuda X cannot compile a kernel with NumPy Y")
     assert not numba_cuda.available() and "cuda" not in available_backends()
     assert resolve_backend("auto").name != "cuda"
     inputs = make_inputs(np.random.default_rng(0), b=1, l=2, h=1, p=1, g=1, n=1)
