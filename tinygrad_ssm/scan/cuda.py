@@ -33,11 +33,11 @@ device (what benchmarks/gpu_check.py times).
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 
 import numpy as np
 
+from .cuda_availability import import_numba_cuda
 from .cuda_availability import available, simulated, why_unavailable  # noqa: F401  (the backend's interface)
 
 STAGE = 16            # steps of B, C (rows) or x, dy (columns) staged in shared memory at once
@@ -49,13 +49,10 @@ cuda = None           # numba.cuda, imported on first use; a module global, as t
 
 
 def _cuda():
-    """numba-cuda's `numba.cuda` (numba-cuda replaces numba's built-in, deprecated target when installed)."""
+    """numba-cuda's `numba.cuda`, kept in this module's global `cuda` for the kernels."""
     global cuda
     if cuda is None:
-        if importlib.util.find_spec("numba_cuda") is None:  # numba alone would give its deprecated built-in target
-            raise ImportError("backend 'cuda' needs the numba-cuda package: pip install numba-cuda")
-        from numba import cuda as numba_cuda
-        cuda = numba_cuda
+        cuda = import_numba_cuda()
     return cuda
 
 

@@ -6,8 +6,17 @@ numba-cuda can compile a kernel with the NumPy installed (see `_target_fails`).
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import numpy as np
+
+
+def import_numba_cuda():
+    """numba-cuda's `numba.cuda` (numba-cuda replaces numba's built-in, deprecated target when installed)."""
+    if importlib.util.find_spec("numba_cuda") is None:  # numba alone would give its deprecated built-in target
+        raise ImportError("backend 'cuda' needs the numba-cuda package: pip install numba-cuda")
+    from numba import cuda
+    return cuda
 
 
 def simulated() -> bool:
@@ -19,9 +28,8 @@ def simulated() -> bool:
 @functools.lru_cache(maxsize=1)
 def why_unavailable() -> str | None:
     """None where the backend can run here; else why not, and what to do about it."""
-    from .cuda import _cuda
     try:
-        cuda = _cuda()
+        cuda = import_numba_cuda()
     except ImportError as error:
         return str(error)
     except Exception as error:  # noqa: BLE001 - numba.cuda itself failed to import
