@@ -184,8 +184,9 @@ def generation(model, hf, torch, plan: Plan, batch: int, bandwidth: float) -> li
         r["read_gb_s_per_round"] = [round(lim * weight_bytes_per_step(model) / batch / 1e9, 1) for lim in per_round]
     of_limit = [s / lim for s, lim in zip(steps_alone, per_round) if s == s]                # the rounds not nan
     rows[0]["decoding_steps_of_limit"] = round(float(np.median(of_limit)), 3) if of_limit else None
-    # the limit counts the weights alone; a step also reads and writes every sequence's state, so the
-    # bytes a step must move are weights + 2 b state, and no decoder can pass that bound's share of the limit
+    # the limit counts the weights alone; a step also reads and writes every sequence's state, so with
+    # the state to and from memory a step moves weights + 2 b state bytes: that bound's share of the limit is
+    # what a decoder can reach (part of the state can stay in L3 between steps, and the steps then pass it)
     weights = weight_bytes_per_step(model)
     moved = weights + 2 * batch * state_bytes_per_sequence(model)
     rows[0]["traffic_bound_of_limit"] = round(weights / moved, 3)
@@ -457,8 +458,8 @@ def main(argv=None) -> dict:
         "at b=8 (tokens/s over the whole call; the warm-up generates 2); the decoding steps alone (the call less "
         "a generate of 1 new token, run beside it: the prompt's step) ran at " +
         ", ".join(f"{v} of the limit ({k})" for k, v in steps_of_limit.items())),
-        ("the bytes a decoding step must move are the weights and, read and written, every sequence's state: "
-         "that bound is " + ", ".join(f"{bound} of the limit ({k}; the steps ran at {ran} of it)"
+        ("with every sequence's state read from memory and written back, a decoding step moves the weights and "
+         "twice the state: that bound is " + ", ".join(f"{bound} of the limit ({k}; the steps ran at {ran} of it)"
                                       for k, (bound, ran) in traffic.items())),
         f"prompt: x transformers against its faster way; first-token logits differ by {prompt_difference:.2g}",
         "eval: ours by evaluate (models/mamba2/evaluation.py); transformers carries its state (DynamicCache) from window to window; mean nats "
