@@ -67,7 +67,9 @@ def test_bpe_finds_its_eos_and_skips_it_in_text(bpe):
 
 def test_find_tokenizer_reads_the_folder_and_checks_the_vocabulary(bpe_tokenizer, tmp_path):
     (tmp_path / "tokenizer.json").write_bytes(bpe_tokenizer.read_bytes())
-    assert find_tokenizer(tmp_path, 320).vocab_size == 320
+    assert find_tokenizer(tmp_path, 320).vocab_size == 320          # exactly the model's rows: fits
+    with pytest.raises(TokenizerError, match="has 320 tokens but the model .* has a vocabulary of 319"):
+        find_tokenizer(tmp_path, 319)                                # one token more than the model has rows
     with pytest.raises(TokenizerError, match="has 320 tokens but the model .* has a vocabulary of 256"):
         find_tokenizer(tmp_path, 256)
     with pytest.raises(TokenizerError, match="holds no tokenizer.json .* vocabulary of 50280 .* --tokenizer"):
@@ -83,5 +85,8 @@ def test_bad_tokenizer_files_are_named(tmp_path):
         load_tokenizer(tmp_path)
     with pytest.raises(TokenizerError, match="has 256 tokens but .* vocabulary of 100"):
         check_fits(ByteTokenizer(), 100, "model")
+    with pytest.raises(TokenizerError, match="has 256 tokens but .* vocabulary of 255"):
+        check_fits(ByteTokenizer(), 255, "model")
+    check_fits(ByteTokenizer(), 256, "model")                         # as many rows as bytes: fits
     assert isinstance(load_tokenizer("bytes"), ByteTokenizer)
     assert np.array_equal(ByteTokenizer().encode("é"), [0xC3, 0xA9])
