@@ -173,25 +173,25 @@ def generation(model, hf, torch, plan: Plan, batch: int, bandwidth: float) -> li
     times = interleaved({OURS: ours(n), THEIRS: theirs(n), first: ours(1), PROBE: read_probe}, plan.repeats,
                         warmups={OURS: ours(2), THEIRS: theirs(2), first: ours(1), PROBE: read_probe})
     times.pop(PROBE)                                                    # the three reads' total: not used
-    per_round = [batch * probe.nbytes / t / weight_bytes_per_step(model) for t in probe_seconds[-plan.repeats:]]
+    weights = weight_bytes_per_step(model)
+    per_round = [batch * probe.nbytes / t / weights for t in probe_seconds[-plan.repeats:]]
     steps_alone = [batch * (n - 1) / (t - t1) if t > t1 else float("nan")                 # tokens/s; nan: the
                    for t, t1 in zip(times[OURS], times.pop(first))]                         # noise won that round
-    limit = float(np.median(per_round)) if per_round else batch * bandwidth / weight_bytes_per_step(model)
+    limit = float(np.median(per_round)) if per_round else batch * bandwidth / weights
     task = f"generate b={batch}, {n} new"
     rows = with_ratios([row(task, side, times[side], batch * n, limit=limit) for side in (OURS, THEIRS)])
     for r, side in zip(rows, (OURS, THEIRS)):                          # of the limit measured in the same round
         r["of_limit"] = round(float(np.median([batch * n / t / lim for t, lim in zip(times[side], per_round)])), 3)
-        r["read_gb_s_per_round"] = [round(lim * weight_bytes_per_step(model) / batch / 1e9, 1) for lim in per_round]
+        r["read_gb_s_per_round"] = [round(lim * weights / batch / 1e9, 1) for lim in per_round]
     of_limit = [s / lim for s, lim in zip(steps_alone, per_round) if s == s]                # the rounds not nan
-    rows[0]["decoding_steps_of_limit"] = round(float(np.median(of_limit)), 3) if of_limit else None
+    steps = float(np.median(of_limit)) if of_limit else None
     # the issue's limit counts the weights alone; a step also reads and writes every sequence's state, so with
     # the state to and from memory a step moves weights + 2 b state bytes: that bound's share of the limit is
     # what a decoder can reach (part of the state can stay in L3 between steps, and the steps then pass it)
-    weights = weight_bytes_per_step(model)
     moved = weights + 2 * batch * state_bytes_per_sequence(model)
+    rows[0]["decoding_steps_of_limit"] = None if steps is None else round(steps, 3)
     rows[0]["traffic_bound_of_limit"] = round(weights / moved, 3)
-    rows[0]["decoding_steps_of_traffic_bound"] = round(float(np.median(of_limit)) * moved / weights, 3) \
-        if of_limit else None
+    rows[0]["decoding_steps_of_traffic_bound"] = None if steps is None else round(steps * moved / weights, 3)
     return rows
 
 
