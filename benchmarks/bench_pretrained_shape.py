@@ -183,7 +183,7 @@ def generation(model, hf, torch, plan: Plan, batch: int, bandwidth: float) -> li
     for r, side in zip(rows, (OURS, THEIRS)):                          # of the limit measured in the same round
         r["of_limit"] = round(float(np.median([batch * n / t / lim for t, lim in zip(times[side], per_round)])), 3)
         r["read_gb_s_per_round"] = [round(lim * weights / batch / 1e9, 1) for lim in per_round]
-    of_limit = [s / lim for s, lim in zip(steps_alone, per_round) if s == s]                # the rounds not nan
+    of_limit = [s / lim for s, lim in zip(steps_alone, per_round) if not np.isnan(s)]        # the rounds not nan
     steps = float(np.median(of_limit)) if of_limit else None
     # the limit counts the weights alone; a step also reads and writes every sequence's state, so with
     # the state to and from memory a step moves weights + 2 b state bytes: that bound's share of the limit is
