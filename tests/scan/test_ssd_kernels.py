@@ -1,7 +1,7 @@
 """Every kernel backend of the registry (the scan on plain arrays, wrapped by the one SSD op) against the
 engine-op reference: forward and every gradient in float64 to 1e-10 on hypothesis-drawn shapes, float32 within
 a tolerance derived below, float64 gradcheck, extreme values, a long sequence, what the forward keeps for the
-backward; and the numba kernels' own machinery (work items on every thread, inputs read in place, gradients
+backward, the forward without a backward to come (`inference`); and the numba kernels' own machinery (work items on every thread, inputs read in place, gradients
 written into given arrays, the on-disk cache)."""
 import json
 import os
@@ -90,15 +90,17 @@ def test_gradcheck_every_input(backend, g):
 
 @pytest.mark.parametrize("backend", KERNELS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_extreme_legal_values_stay_finite(backend, dtype):
-    """dt up to 10 and A down to -100: decays of exp(-1000) underflow to 0; nothing may become inf or NaN, and in
-    float64 the result still equals the reference."""
+@pytest.mark.parametrize("chunk", [8, 32])
+def test_extreme_legal_values_stay_finite(backend, dtype, chunk):
+    """dt up to 10 and A down to -100: decays of exp(-1000) underflow to 0 (and products of many decays do, in the
+    pieces of the CPU forward); nothing may become inf or NaN, and in float64 the result still equals the
+    reference."""
     rng = np.random.default_rng(14)
     inputs = make_inputs(rng, b=2, l=29, h=4, p=3, g=2, n=4)
     inputs["dt"] = rng.uniform(0.0, 10.0, inputs["dt"].shape)
     inputs["dt"][:, ::5] = 10.0
     inputs["A"] = np.array([-100.0, -1e-3, -10.0, -100.0])
-    diffs = differences(inputs, 8, backend, dtype=dtype)
+    diffs = differences(inputs, chunk, backend, dtype=dtype)
     for name, (diff, scale) in diffs.items():
         assert np.isfinite(diff) and np.isfinite(scale), name
         if dtype == np.float64:
@@ -142,6 +144,58 @@ def test_saved_for_backward_holds_chunk_states_not_step_states(backend):
     allowed = sum(a.nbytes for a in arrays) + boundary_states_bytes + per_chunk_bytes + 64
     assert saved_bytes <= allowed, (saved_bytes, allowed)
     assert allowed - sum(a.nbytes for a in arrays) < l * state.nbytes / 4   # l states would not fit, by far
+
+
+INFERENCE_KERNELS = [pytest.param(name, marks=pytest.mark.skipif(not record.available(), reason=f"{name} is not "
+                                                                                                "available here"))
+                     for name, record in BACKENDS.items() if record.inference is not None]
+
+
+@pytest.mark.parametrize("backend", INFERENCE_KERNELS)
+@given(b=st.integers(1, 2), q=st.integers(1, 40), chunks=st.integers(0, 3), extra=st.integers(0, 20),
+       g=st.integers(1, 2), r=st.integers(1, 3), p=st.integers(1, 4), n=st.integers(1, 5), with_state=st.booleans(),
+       with_D=st.booleans(), seed=st.integers(0, 2**16))
+def test_inference_equals_the_reference_and_the_forward_float64(backend, b, q, chunks, extra, g, r, p, n, with_state,
+                                                                with_D, seed):
+    """A kernel backend's `inference` (what ssd runs when no input needs a gradient): y and final_state equal the
+    reference in float64 to 1e-10, and are the same bits as its forward's."""
+    l = max(1, chunks * q + extra)
+    inputs = make_inputs(np.random.default_rng(seed), b=b, l=l, h=g * r, p=p, g=g, n=n, initial_state=with_state)
+    if not with_D:
+        inputs["D"] = None
+    args = [inputs[k] for k in NAMES]
+    y, state = BACKENDS[backend].inference(*args, q)
+    y_ref, state_ref = ssd(**{k: tg.Tensor(v) for k, v in inputs.items() if v is not None}, chunk_size=q,
+                           backend="reference")
+    assert np.abs(y - y_ref.data).max() < 1e-10 and np.abs(state - state_ref.data).max() < 1e-10
+    forward_y, forward_state, _ = BACKENDS[backend].forward(*args, q)
+    np.testing.assert_array_equal(y, forward_y)
+    np.testing.assert_array_equal(state, forward_state)
+
+
+@pytest.mark.parametrize("backend", INFERENCE_KERNELS)
+def test_ssd_runs_inference_when_no_input_needs_a_gradient(monkeypatch, backend):
+    """ssd calls the backend's inference when no input requires a gradient or under no_grad (nothing is kept for
+    a backward that cannot come), and its forward when an input requires one, with grad mode on."""
+    import dataclasses
+    calls = []
+    record = BACKENDS[backend]
+
+    def spy(kind, fn):
+        return lambda *args: calls.append(kind) or fn(*args)
+    monkeypatch.setitem(BACKENDS, backend, dataclasses.replace(record, inference=spy("inference", record.inference),
+                                                               forward=spy("forward", record.forward)))
+    inputs = make_inputs(np.random.default_rng(18), b=1, l=9, h=2, p=2, g=1, n=3, initial_state=True)
+    plain = ssd(**{k: tg.Tensor(v) for k, v in inputs.items()}, chunk_size=4, backend=backend)
+    assert calls == ["inference"] and not plain[0].requires_grad
+    wanting = {k: tg.Tensor(v, requires_grad=k == "B") for k, v in inputs.items()}
+    recorded = ssd(**wanting, chunk_size=4, backend=backend)
+    assert calls[-1] == "forward" and recorded[0].requires_grad
+    with tg.no_grad():
+        inside = ssd(**wanting, chunk_size=4, backend=backend)
+    assert calls[-1] == "inference" and not inside[0].requires_grad
+    for got, want in zip(plain + inside, recorded + recorded):
+        np.testing.assert_array_equal(got.data, want.data)
 
 
 # --- the numba CPU kernels' own machinery ------------------------------------------------------------------
@@ -199,16 +253,37 @@ def test_numba_work_items_go_to_whichever_thread_claims_them(monkeypatch):
             np.testing.assert_array_equal(got, want)
 
 
-@given(p=st.integers(1, 13), n=st.integers(1, 9), r=st.integers(1, 3), seed=st.integers(0, 2**16))
-def test_numba_row_blocks_any_head_dim(p, n, r, seed):
-    """The kernels take the state's rows four at a time, rows k, pq + k, 2 pq + k, 3 pq + k (pq = ceil(p / 4));
-    when 4 does not divide p the last rows are padding (p = 5: pq = 2, rows 5, 6, 7 padding, so the padding sits
-    inside a block and not only at the end). Every p up to 13 and any n against the reference, g = 2, l across
-    chunks of 4 and not a multiple of them."""
-    inputs = make_inputs(np.random.default_rng(seed), b=1, l=11, h=2 * r, p=p, g=2, n=n)
-    assert numba_cpu.ROWS == 4                                          # the row functions are written for four
-    for name, (diff, _) in differences(inputs, 4, "numba_chunked", seed=seed).items():
+@given(q=st.integers(numba_cpu.PIECE - 3, 2 * numba_chunked.MAX_CHUNK), extra=st.integers(0, 20), r=st.integers(1, 7),
+       p=st.integers(1, 6), n=st.integers(1, 6), with_state=st.booleans(), seed=st.integers(0, 2**16))
+def test_numba_forward_pieces_and_head_blocks(q, extra, r, p, n, with_state, seed):
+    """The forward cuts each chunk of q = min(chunk_size, MAX_CHUNK) steps into ceil(q / PIECE) near-equal pieces
+    (two pieces of 8 and 9 for q = 17; the last chunk shorter) and a group's heads into blocks (the last block
+    may hold fewer heads, or none). Chunk sizes around and past PIECE and MAX_CHUNK, against the reference; and
+    every number of head blocks from 1 to r + 1 gives the same bits."""
+    l = 2 * min(q, numba_chunked.MAX_CHUNK) + extra
+    inputs = make_inputs(np.random.default_rng(seed), b=2, l=l, h=2 * r, p=p, g=2, n=n, initial_state=with_state)
+    for name, (diff, _) in differences(inputs, q, "numba_chunked", seed=seed).items():
         assert diff < 1e-10, (name, diff)
+    args = [inputs[k] for k in NAMES]
+    runs = []
+    with pytest.MonkeyPatch.context() as patch:
+        for blocks in range(1, r + 2):
+            patch.setattr(numba_cpu, "head_blocks", lambda *_, blocks=blocks: blocks)
+            runs.append(numba_chunked.forward(*args, q))
+    for y, state, saved in runs[1:]:
+        np.testing.assert_array_equal(y, runs[0][0])
+        np.testing.assert_array_equal(state, runs[0][1])
+        np.testing.assert_array_equal(saved[6], runs[0][2][6])          # the checkpoints
+
+
+def test_head_blocks_give_every_thread_several_items():
+    """Blocks of a group's heads per (batch, group): at least ITEMS_PER_THREAD items per thread where the heads
+    allow, at most one block per head, at least one."""
+    per = numba_cpu.ITEMS_PER_THREAD
+    assert numba_cpu.head_blocks(b=1, g=1, r=24, threads=2) == 2 * per           # the 130M shape at batch 1
+    assert numba_cpu.head_blocks(b=8, g=1, r=8, threads=2) == 1                   # 8 items already
+    assert numba_cpu.head_blocks(b=1, g=1, r=3, threads=2) == 3                   # no more blocks than heads
+    assert numba_cpu.head_blocks(b=64, g=4, r=2, threads=16) == 1
 
 
 @given(p=st.integers(2, 5), n=st.integers(2, 5), g=st.integers(1, 2), seed=st.integers(0, 2**16))
@@ -342,17 +417,17 @@ def test_numba_fresh_process_loads_the_compiled_kernels_from_the_cache():
 
 
 def test_numba_chunked_runs_scipys_blas_on_one_thread_and_restores_it():
-    """The chunked backward's products are small and run on the kernel's own threads: SciPy's OpenBLAS (the one
+    """The chunked kernels' products are small and run on the kernel's own threads: SciPy's OpenBLAS (the one
     numba's np.dot calls) is on one thread while the kernel runs and back to what it was afterwards."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
     def scipy_blas_threads():
         return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas" and "scipy" in
                 lib["filepath"] and "numpy" not in lib["filepath"]]
-    numba_chunked._on_single_threaded_blas(lambda: None)               # loads SciPy's OpenBLAS
+    numba_cpu.on_single_threaded_blas(lambda: None)                    # loads SciPy's OpenBLAS
     if not scipy_blas_threads():
         pytest.skip("SciPy's BLAS is not an OpenBLAS that threadpoolctl finds here")
     with threadpool_limits(2, user_api="blas"):
-        seen = numba_chunked._on_single_threaded_blas(scipy_blas_threads)
+        seen = numba_cpu.on_single_threaded_blas(scipy_blas_threads)
         assert set(seen) == {1}                                         # one thread inside
         assert set(scipy_blas_threads()) == {2}                         # the setting before, restored

@@ -7,8 +7,8 @@ attribute "prefer-vector-width", so a kernel that gains from wider vectors calls
 first and only it changes. Where it was measured (each against the same code without it):
 - the decoder's 4 x 4 product blocks (fast/decode_kernels._matvec_blocks): batch-8 generation 7% faster;
   its heads, its conv and batch 1's one-row sums were no faster or slower, and do not use it;
-- the scan's forward kernel (scan/numba_cpu.forward_kernel, A/B with `benchmarks/dev/ab.py --what ssd`): the same on one
-  thread (1.008x), 0.94x on two, the forward + backward 0.995x: not used.
+- the scan's forward kernel, when it was the recurrence (A/B with `benchmarks/dev/ab.py --what ssd`): the same on
+  one thread (1.008x), 0.94x on two, the forward + backward 0.995x: not used.
 A CPU without AVX-512 keeps its widest vectors; other targets ignore the attribute.
 """
 from __future__ import annotations

@@ -5,9 +5,10 @@ Every implementation of the scan is one `Backend` record in `BACKENDS`, of one o
   backward comes for free. "reference" (reference.py, the chunked algorithm a reader studies and the spec
   every kernel is tested against) and "scan" (sequential.py, the sequential recurrence, slow, for checking).
 - kernel backends (`forward` and `backward` on plain arrays): the one differentiable op `SSD` below wraps
-  them, so a new backend is two functions and a record: "numba_chunked" (numba_chunked.py, the CPU kernel:
-  numba_cpu.py's recurrence forward and a chunked backward whose small products are BLAS calls made inside the
-  kernel, via SciPy) and "cuda" (cuda.py, numba-cuda kernels on an NVIDIA GPU).
+  them, so a new backend is two functions and a record: "numba_chunked" (numba_chunked.py, the CPU kernels:
+  numba_cpu.py's chunked forward and a chunked backward, their small products BLAS calls made inside the
+  kernels, via SciPy; and a forward that keeps nothing, for when no gradient is wanted) and "cuda" (cuda.py,
+  numba-cuda kernels on an NVIDIA GPU).
 `ssd(..., backend="auto")` takes the available backend of highest priority; the model, the CLI and the tests
 all read this registry.
 """
@@ -19,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from ..autograd.function import Function, gradient_slot
+from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.tensor import Tensor
 from . import numba_chunked
 from .reference import ssd_chunked
@@ -40,6 +42,8 @@ class Backend:
     why_unavailable: optionally () -> None where it can run, else why not and the fix (for the error that names it).
     backward_into: whether backward also takes `into=(x's, B's, C's)`: arrays (views allowed) or None, to write
         dx, dB, dC into and return instead of new arrays (see `SSD.backward`).
+    inference: optionally, for a kernel backend, forward's arguments -> (y, final_state) without keeping
+        anything for a backward; `ssd` calls it when no input needs a gradient (no_grad, eval, prefill).
     """
     name: str
     priority: int
@@ -50,6 +54,7 @@ class Backend:
     description: str = ""
     backward_into: bool = False
     why_unavailable: Callable[[], str | None] | None = None
+    inference: Callable | None = None
 
     def __post_init__(self):
         if (self.ops is None) == (self.forward is None or self.backward is None):
@@ -74,6 +79,7 @@ register_backend(Backend("reference", priority=0, available=_always, ops=ssd_chu
                          description="chunked SSD of engine ops (ssd_minimal's algorithm): the spec"))
 register_backend(Backend("numba_chunked", priority=12, available=_always,
                          forward=numba_chunked.forward, backward=numba_chunked.backward, backward_into=True,
+                         inference=numba_chunked.inference,
                          description="numba CPU kernels of the chunked form, their products BLAS calls (needs SciPy)"))
 register_backend(Backend("scan", priority=-1, available=_always, ops=ssd_scan,
                          description="the sequential recurrence of engine ops, one step at a time: for checking"))
@@ -183,6 +189,10 @@ def ssd(x, dt, A, B, C, D=None, initial_state=None, chunk_size: int = 256, backe
     initial_state = None if initial_state is None else initial_state.astype(dtype)
     if run.ops is not None:
         return run.ops(x, dt, A, B, C, D, initial_state, int(chunk_size))
+    if run.inference is not None and not (is_grad_enabled() and any(t.requires_grad for t in inputs)):
+        y, final_state = run.inference(*(None if t is None else t.data for t in (x, dt, A, B, C, D, initial_state)),
+                                       int(chunk_size))
+        return Tensor(y), Tensor(final_state)                          # (b, l, h, p), (b, h, p, n)
     return SSD.apply(x, dt, A, B, C, D, initial_state, kernel=run, chunk_size=int(chunk_size))
 
 

@@ -1,6 +1,6 @@
-"""The CPU backend of the scan, "numba_chunked": numba_cpu.py's recurrence forward, its checkpoints every
-q = min(chunk_size, MAX_CHUNK) steps, and the backward chunked, as a numba kernel whose products are BLAS calls
-made inside the kernel (numba's np.dot, which needs SciPy's BLAS).
+"""The CPU backend of the scan, "numba_chunked": numba_cpu.py's chunked forward, its checkpoints every
+q = min(chunk_size, MAX_CHUNK) steps (none for `inference`), and the backward chunked, as a numba kernel whose
+products are BLAS calls made inside the kernel (numba's np.dot, which needs SciPy's BLAS).
 
 Per chunk of q steps, head i of group gi, with a_t = dt_t A_i, X_t = dt_t x_t (p,), s_t = a_1 + ... + a_t
 (inclusive, inside the chunk), seg[t, s] = a_{s+1} + ... + a_t (t >= s) and tail_s = seg[q, s], every one a sum
@@ -22,58 +22,30 @@ chunked backward, derived"):
 
 S_in is the forward's checkpoint: nothing is recomputed. Why: products of these sizes run at 100-120 GFLOP/s a
 core on OpenBLAS, the recurrence at about 35 (docs/kernels.md, "What was tried"); at the training step's shape
-this backward takes ~0.63x the recurrence's. MAX_CHUNK = 32: the (q, q) work grows with q (at 64 the prototype's
-backward was 0.80x, at 32 0.71x), and every product stays below OpenBLAS's threading threshold (m n k < 2^18),
-so it runs on the thread that calls it, as the kernel's own threads want. A chunked forward ran no faster than
-the recurrence (10.9 against 10.6 ms a layer), so the forward stays the recurrence.
+this backward takes ~0.63x the recurrence's backward. MAX_CHUNK = 32: the (q, q) work grows with q (at 64 the
+prototype's backward was 0.80x, at 32 0.71x), and every product stays below OpenBLAS's threading threshold
+(m n k < 2^18), so it runs on the thread that calls it, as the kernel's own threads want.
 
 Work items (batch, group), claimed from both ends of one counter by the caller's thread and row_blocks' pool
 (numba_cpu._on_threads); a group's heads run inside an item, so C B^T and W B, W^T C are computed once for them,
 and an item owns its rows of dB and dC. The chunk's pieces of x, dy, B and C are copied into small contiguous
-buffers (np.dot takes contiguous operands; 8 KiB each).
+buffers (np.dot takes contiguous operands; 8 KiB each; `numba_cpu._copy_piece`, which the forward shares).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import numba_cpu
-from .numba_cpu import _contiguous, _on_threads, _rows_of
+from .numba_cpu import FASTMATH, _contiguous, _copy_piece, _decays, _on_threads, _rows_of, on_single_threaded_blas
 from ..fast import heap_reuse
-from ..fast.blas_threads import refresh_libraries, single_threaded_blas
 from ..fast.claims import claim_from_end
 
 from numba import njit
 
-_scipy_blas_loaded = False
-
 MAX_CHUNK = 32
-FASTMATH = {"reassoc", "contract", "nsz"}
-
 
 _jit = njit(nogil=True, fastmath=FASTMATH, cache=True)
 _inline = njit(inline="always", fastmath=FASTMATH, cache=True)
-
-@_inline
-def _decays(dt, dtc, A, hi, row0, m, a, s_incl, tail):
-    """Chunk rows row0 .. row0 + m of head hi: a_t = dt_t A, s_t = a_0 + ... + a_t, tail_t = a_{t+1} + ... +
-    a_{m-1}, as running sums."""
-    acc = a.dtype.type(0)
-    for i in range(m):
-        a[i] = dt[row0 + i, dtc + hi] * A[hi]
-        acc += a[i]
-        s_incl[i] = acc
-    acc = a.dtype.type(0)
-    for i in range(m - 1, -1, -1):
-        tail[i] = acc
-        acc += a[i]
-
-@_inline
-def _copy_piece(rows, col, width, row0, m, i, out):
-    """out[:m] = the (m, width) piece i of rows row0 .. row0 + m (x, dy: a head's p; B, C: a group's n)."""
-    for t in range(m):
-        src = rows[row0 + t, col + i * width:col + (i + 1) * width]
-        for j in range(width):
-            out[t, j] = src[j]
 
 @_inline
 def _masked_mt_dy(M, dyq, m, out):
@@ -227,28 +199,19 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
             d_initial[bi, gi * r + j] = dstates[j]
 
 
-def _on_single_threaded_blas(run):
-    """run() with BLAS on one thread (SciPy's OpenBLAS, which the kernel's np.dot calls, among them), the thread
-    counts restored afterwards: the kernel's products are small and run on the threads that call them (past
-    m n k = 2^18, e.g. d_state 256, OpenBLAS would start threads of its own for each)."""
-    global _scipy_blas_loaded
-    if not _scipy_blas_loaded:
-        import scipy.linalg.cython_blas  # noqa: F401  (loads SciPy's OpenBLAS, as the kernel is about to)
-        refresh_libraries()                                             # so that the limit reaches it
-        _scipy_blas_loaded = True
-    with single_threaded_blas():
-        return run()
-
-
 def _chunk(l: int, chunk_size: int) -> int:
     return int(max(1, min(chunk_size, MAX_CHUNK, l)))
 
 
 def forward(x, dt, A, B, C, D, initial_state, chunk_size):
-    """The registry's kernel forward: numba_cpu's recurrence, its checkpoints every q = min(chunk_size, MAX_CHUNK)
-    steps, the chunks this backward works in (the recurrence's forward ran as fast as a chunked one, see the
-    module's docstring)."""
+    """The registry's kernel forward: numba_cpu's chunked forward, keeping the state entering every chunk of
+    q = min(chunk_size, MAX_CHUNK) steps, the chunks this backward works in."""
     return numba_cpu.forward(x, dt, A, B, C, D, initial_state, _chunk(x.shape[1], chunk_size))
+
+
+def inference(x, dt, A, B, C, D, initial_state, chunk_size):
+    """The registry's forward without a backward to come: (y, final_state), no checkpoints kept."""
+    return numba_cpu.forward(x, dt, A, B, C, D, initial_state, _chunk(x.shape[1], chunk_size), checkpoints=False)[:2]
 
 
 def backward(saved, dy, d_final_state, into=(None, None, None)):
@@ -261,7 +224,7 @@ def backward(saved, dy, d_final_state, into=(None, None, None)):
     out = BackwardArrays(x, dt, B, into)
     args = (*backward_inputs(saved, dy, d_final_state), g, int(q), *out.dx_rows, out.ddt, out.dA_parts,
             out.sums[0][0][0], out.sums[0][1], out.sums[1][0][0], out.sums[1][1], out.dD_parts, out.d_initial)
-    _on_single_threaded_blas(lambda: _on_threads(backward_kernel, args, numba_cpu._thread_count(b * l * h * p * n)))
+    on_single_threaded_blas(lambda: _on_threads(backward_kernel, args, numba_cpu._thread_count(b * l * h * p * n)))
     return out.gradients(B.shape, D.size > 0, bool(had_initial))
 
 

@@ -1,132 +1,200 @@
-"""The SSD scan's forward as a numba CPU kernel: the recurrence, float32 and float64, and the machinery the CPU
-backend's kernels share (inputs read in place as rows, work items claimed by every thread). The backward is
-numba_chunked.py's; the two make the "numba_chunked" backend.
+"""The SSD scan's forward as a numba CPU kernel, chunked, its products BLAS calls made inside the kernel (numba's
+np.dot, through SciPy's BLAS), and the machinery the CPU backend's kernels share (inputs read in place as rows,
+work items claimed by every thread). The backward is numba_chunked.py's; the two make the "numba_chunked" backend.
 
-Per batch bi and head i (group gi = i // r, r = h / g heads per group), with a_t = exp(dt_t A_i):
+Per batch bi and head i (group gi = i // r, r = h / g heads per group) the scan is
 
-    S_t = a_t S_{t-1} + dt_t x_t B_t^T        (p, n)      S_0 = initial_state (zeros if None)
-    y_t = S_t C_t + D_i x_t                   (p,)
+    S_t = exp(dt_t A_i) S_{t-1} + dt_t x_t B_t^T        (p, n)      S_0 = initial_state (zeros if None)
+    y_t = S_t C_t + D_i x_t                             (p,)
 
-Why a recurrence and not the chunked matmuls of reference.py: at p = n = 64 a step of the recurrence is 2 p n
-multiply-adds on a (p, n) state that stays in the L1 cache, and a chunked forward measured no faster
-(docs/kernels.md). Memory: the forward saves the state entering every chunk of `chunk_size` steps,
-(b, h, c, p, n) with c = ceil(l / chunk_size), never a state per step: the backward starts each chunk from it.
+computed a piece of m <= PIECE steps at a time (reference.py's chunked form, one piece): with a_t = dt_t A_i,
+X_t = dt_t x_t, s_t = a_1 + ... + a_t inside the piece and tail_t = a_{t+1} + ... + a_m (running sums, as the
+backward's), and S_in the state entering the piece,
 
-Parallel over (batch, head) work items that every thread claims from one atomic counter (`_on_threads`).
-Inside a work item the state is held as ROWS = 4 planes (see below) and each pass over it takes four rows at
-once; the math of those four rows is written once, in the plain function `output_rows_step`, which numba
-compiles inline into the kernel.
+    Y = (L o C B^T) X + exp(s) o (C S_in^T) + D x       L[t, u] = exp(a_{u+1} + ... + a_t) for t >= u, else 0
+    S_out = exp(s_m) S_in + (exp(tail) o X)^T B
+
+where L's entries are running products of the steps' decays exp(a_t), so a piece takes m exps, not m^2 / 2.
+Per step and head that is m p + 2 p n multiply-adds in three BLAS products (and C B^T's m n, once for the
+heads of a work item). The recurrence that computed it before did 2 p n, but as a multiply and two multiply-adds
+per state element with a horizontal sum per row, and took 1.3-1.7x the time of this forward without checkpoints
+(1.1-1.6x with them) at the shapes of docs/kernels.md ("The forward: chunked"). For the backward the forward
+keeps the state entering every chunk of q steps (each chunk cut into ceil(q / PIECE) near-equal pieces),
+(b, h, c, p, n) with c = ceil(l / q), never a state per step; `inference` (numba_chunked.py) keeps none.
+
+Work items (batch, group, block of the group's heads), claimed by every thread from one atomic counter
+(`_on_threads`): a piece's C B^T is computed once per item for its heads, and there are enough items for every
+thread to take several (`head_blocks`).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..fast import heap_reuse
+from ..fast.blas_threads import refresh_libraries, single_threaded_blas
 from ..fast.claims import claim_from_end, sync_array
 from ..fast.row_blocks import as_rows, on_threads
 
 import numba
 from numba import njit
 
-FASTMATH = {"reassoc", "contract", "nsz"}   # lets LLVM vectorise the dot products; keeps inf/NaN semantics
-ROWS = 4   # rows of the state per pass (the functions below are written for 4)
+FASTMATH = {"reassoc", "contract", "nsz"}   # lets LLVM vectorise the sums; keeps inf/NaN semantics
+PIECE = 16   # steps per piece of the forward: at the 130M shape (n = 128) pieces of 8, 12, 16, 24, 32, 64 took
+             # 0.82, 0.77, 0.73, 0.88, 0.84, 0.85x the recurrence's time (no checkpoints, 2 threads): the (m, m)
+             # work grows with m, and below 16 the products are too small for BLAS to run at its rate
+ITEMS_PER_THREAD = 4   # at least this many work items per thread, where the heads allow (see head_blocks)
 PARALLEL_MIN_WORK = 1 << 18   # below this many b l h p n, one thread: waking the others costs more (tens of us
                               # to ms on a busy machine) than the whole scan
 
-
-# --- the math, written once: a block of ROWS rows of the state, as plain functions --------------------------
-#
-# The state (p, n) is held as ROWS planes of pq = ceil(p / ROWS) rows, (ROWS, pq, n): row i = r pq + k is
-# S[r, k], so S.reshape(ROWS pq, n)[:p] is the (p, n) state. A pass takes the ROWS rows k, pq + k, 2 pq + k,
-# 3 pq + k of block k together: B_t and C_t are loaded once per
-# four rows, and each row's dot product is one more accumulator in flight. The rows come from separate planes
-# because LLVM vectorised the loop over n for those, but not for four adjacent rows of one (p, n) array (which
-# ran 1.5x slower than one row at a time). Rows past p (when ROWS does not divide p) are zero and stay zero:
-# their x is taken as 0, and their y is not stored.
-
-def output_rows_step(S, k, a, u, B_t, C_t):
-    """S_t[i, :] = a_t S_{t-1}[i, :] + u_i B_t in place for the ROWS rows i of block k of S (ROWS, pq, n), then
-    returns the four y_t[i] - D x_t[i] = S_t[i, :] . C_t. u: the 4-tuple of dt_t x_t[i]; B_t, C_t (n,)."""
-    u0, u1, u2, u3 = u
-    y0 = y1 = y2 = y3 = S.dtype.type(0)                                 # in the state's dtype
-    for j in range(S.shape[2]):
-        b_, c_ = B_t[j], C_t[j]
-        s0 = a * S[0, k, j] + u0 * b_
-        s1 = a * S[1, k, j] + u1 * b_
-        s2 = a * S[2, k, j] + u2 * b_
-        s3 = a * S[3, k, j] + u3 * b_
-        S[0, k, j], S[1, k, j], S[2, k, j], S[3, k, j] = s0, s1, s2, s3
-        y0 += s0 * c_
-        y1 += s1 * c_
-        y2 += s2 * c_
-        y3 += s3 * c_
-    return y0, y1, y2, y3
+_jit = njit(nogil=True, fastmath=FASTMATH, cache=True)
+_inline = njit(inline="always", fastmath=FASTMATH, cache=True)
+_scipy_blas_loaded = False
 
 
-_jit_inline = njit(inline="always", fastmath=FASTMATH, cache=True)
-_output_rows_step = _jit_inline(output_rows_step)
+# --- pieces of the chunked form, shared with the backward (numba_chunked.py) ---------------------------------
 
-@_jit_inline
-def _rows(v, k, pq):
-    """The 4-tuple v[k], v[pq + k], v[2 pq + k], v[3 pq + k] of a (p,) vector: the rows of block k, 0 past p."""
-    p, zero = v.shape[0], v.dtype.type(0)
-    return (v[k], v[pq + k] if pq + k < p else zero, v[2 * pq + k] if 2 * pq + k < p else zero,
-            v[3 * pq + k] if 3 * pq + k < p else zero)
+@_inline
+def _decays(dt, dtc, A, hi, row0, m, a, s_incl, tail):
+    """Steps row0 .. row0 + m of head hi: a_t = dt_t A, s_t = a_0 + ... + a_t, tail_t = a_{t+1} + ... +
+    a_{m-1}, as running sums (never a difference of two sums: no cancellation, no -inf)."""
+    acc = a.dtype.type(0)
+    for i in range(m):
+        a[i] = dt[row0 + i, dtc + hi] * A[hi]
+        acc += a[i]
+        s_incl[i] = acc
+    acc = a.dtype.type(0)
+    for i in range(m - 1, -1, -1):
+        tail[i] = acc
+        acc += a[i]
 
-@_jit_inline
-def _store_rows(out, k, pq, values):
-    """out[r pq + k] = values[r] for the rows r pq + k < p of block k; out (p,)."""
-    p = out.shape[0]
-    for r in range(ROWS):
-        if r * pq + k < p:
-            out[r * pq + k] = values[r]
+@_inline
+def _copy_piece(rows, col, width, row0, m, i, out):
+    """out[:m] = the (m, width) piece i of rows row0 .. row0 + m (x, dy: a head's p; B, C: a group's n): np.dot
+    takes contiguous operands."""
+    for t in range(m):
+        src = rows[row0 + t, col + i * width:col + (i + 1) * width]
+        for j in range(width):
+            out[t, j] = src[j]
 
-@_jit_inline
-def _piece(rows, col, width, row, i):
-    """Piece i (a head's p values, a group's n) of step `row` (= bi l + t) of an input read in place:
-    rows[row, col + i width : col + (i + 1) width], contiguous (see `_rows_of`)."""
-    start = col + i * width
-    return rows[row, start:start + width]
 
-@njit(nogil=True, fastmath=FASTMATH, cache=True)
-def forward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, S0, g, q, y, final_state, checkpoints, claims, share):
-    """The scan, per (batch, head) work item, one step at a time (a_t = exp(dt_t A_i), group gi = i // r):
-        S_t = a_t S_{t-1} + dt_t x_t B_t^T  (p, n);   y_t = S_t C_t + D_i x_t  (p,);   S_0 = S0.
-    Fills y (b, l, h, p), final_state (b, h, p, n) = S_l and checkpoints (b, h, c, p, n): the state entering
-    each chunk of q steps (checkpoints[:, :, 0] = S0). x, dt, B, C as rows read in place (`_rows_of`):
-    x (b, l, h, p) = x[:, xc:xc + h p], dt (b, l, h) = dt[:, dtc:dtc + h], B, C (b, l, g, n) = B[:, Bc:Bc + g n],
-    C[:, Cc:Cc + g n], reshaped; A, D (h,), S0 (b, h, p, n) or (0, h, p, n) for zeros; all C-contiguous, one
-    dtype. Each thread that runs the kernel claims work items w = bi h + hi from the counter `claims` until none
-    is left, from the front (share 0, the caller) or from the back (`_on_threads`)."""
+# --- the forward ---------------------------------------------------------------------------------------------
+
+@_inline
+def _masked_decayed_scores(scores, a, m, decays, out):
+    """out (m, m) = L^T o scores: out[u, t] = exp(a_{u+1} + ... + a_t) scores[u, t] for t >= u, 0 for t < u.
+    L's column u is column u + 1's times exp(a_{u+1}), one vector loop, so a piece takes m exps, not m^2 / 2;
+    a product of decays underflows to 0 as the exp of their sum does. decays (>= m,): scratch, L[t, u]."""
+    for u in range(m - 1, -1, -1):
+        if u + 1 < m:
+            step = np.exp(a[u + 1])
+            decays[u + 1] = step                                        # L[u + 1, u]
+            for t in range(u + 2, m):
+                decays[t] *= step                                       # L[t, u] = L[t, u + 1] exp(a_{u+1})
+        row, score = out[u], scores[u]
+        for t in range(u):
+            row[t] = 0.0
+        row[u] = score[u]
+        for t in range(u + 1, m):
+            row[t] = decays[t] * score[t]
+
+
+@_inline
+def _masked_own_inputs(LT, X, m, out):
+    """out[t] = sum_{u <= t} LT[u, t] X_u: (L o C B^T) X over the lower triangle only, so a non-finite X_u reaches
+    y_t for t >= u alone, as in the recurrence (the product over all of LT would give 0 x NaN = NaN for t < u)."""
+    for t in range(m):
+        for i in range(X.shape[1]):
+            acc = X.dtype.type(0)
+            for u in range(t + 1):
+                acc += LT[u, t] * X[u, i]
+            out[t, i] = acc
+
+
+@_jit
+def forward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, S0, g, q, blocks, y, final_state, checkpoints, claims, share):
+    """The scan per work item (batch bi, group gi, block of the group's heads), chunks of q steps in order, each
+    cut into pieces of at most PIECE steps (the module's docstring gives the math). Fills y (b, l, h, p),
+    final_state (b, h, p, n) and, when it has room (c = ceil(l / q), else 0), checkpoints (b, h, c, p, n): the
+    state entering each chunk. x, dt, B, C as rows read in place (`_rows_of`): x (b, l, h, p) = x[:, xc:xc + h p],
+    dt (b, l, h) = dt[:, dtc:dtc + h], B, C (b, l, g, n) = B[:, Bc:Bc + g n], C[:, Cc:Cc + g n], reshaped; A, D (h,),
+    S0 (b, h, p, n) or (0, h, p, n) for zeros; all C-contiguous, one dtype. blocks: head blocks per group."""
     b, l, h, p = y.shape
-    n = S0.shape[3]
+    n = final_state.shape[3]
     r = h // g
-    pq = -(-p // ROWS)
-    S = np.zeros((ROWS, pq, n), x.dtype)                            # the state as planes, rows past p zero
-    S_rows = S.reshape((ROWS * pq, n))[:p]                          # (p, n) view: row i = S[i // pq, i % pq]
+    per_block = -(-r // blocks)
+    keep = checkpoints.shape[2] > 0
+    dtype = y.dtype
+    Xq, Xd, Ex = np.empty((PIECE, p), dtype), np.empty((PIECE, p), dtype), np.empty((PIECE, p), dtype)
+    own, from_state = np.empty((PIECE, p), dtype), np.empty((PIECE, p), dtype)
+    Bq, Cq = np.empty((PIECE, n), dtype), np.empty((PIECE, n), dtype)
+    scores_flat, LT_flat = np.empty(PIECE * PIECE, dtype), np.empty(PIECE * PIECE, dtype)
+    a, s_incl, tail, decays = (np.empty(PIECE, dtype), np.empty(PIECE, dtype), np.empty(PIECE, dtype),
+                               np.empty(PIECE, dtype))
+    states, S_piece = np.empty((per_block, p, n), dtype), np.empty((p, n), dtype)
     while True:
-        w = claim_from_end(claims, b * h, share > 0)                # the next (batch, head), or -1: all taken
+        w = claim_from_end(claims, b * g * blocks, share > 0)
         if w < 0:
             break
-        bi, hi = w // h, w % h
-        gi = hi // r
-        if S0.shape[0]:
-            S_rows[:] = S0[bi, hi]
-        else:                                                       # no initial state: zeros
-            S_rows[:] = 0.0
-        for t in range(l):
-            if t % q == 0:
-                checkpoints[bi, hi, t // q] = S_rows
-            row = bi * l + t
-            dt_t = dt[row, dtc + hi]
-            a = np.exp(dt_t * A[hi])
-            B_t, C_t = _piece(B, Bc, n, row, gi), _piece(C, Cc, n, row, gi)  # (n,), (n,)
-            x_t, y_t = _piece(x, xc, p, row, hi), y[bi, t, hi]              # (p,), (p,)
-            for k in range(pq):
-                x0, x1, x2, x3 = _rows(x_t, k, pq)
-                y0, y1, y2, y3 = _output_rows_step(S, k, a, (dt_t * x0, dt_t * x1, dt_t * x2, dt_t * x3), B_t, C_t)
-                _store_rows(y_t, k, pq, (y0 + D[hi] * x0, y1 + D[hi] * x1, y2 + D[hi] * x2, y3 + D[hi] * x3))
-        final_state[bi, hi] = S_rows
+        bi, gi, blk = w // (g * blocks), w // blocks % g, w % blocks
+        h_lo = gi * r + blk * per_block
+        heads = min(per_block, gi * r + r - h_lo)                       # the last block may hold fewer, or none
+        for j in range(heads):
+            if S0.shape[0]:
+                states[j] = S0[bi, h_lo + j]
+            else:                                                       # no initial state: zeros
+                states[j] = 0.0
+        for k in range(-(-l // q)):
+            t0 = k * q
+            m_chunk = min(q, l - t0)
+            if keep:
+                for j in range(heads):
+                    checkpoints[bi, h_lo + j, k] = states[j]
+            pieces = -(-m_chunk // PIECE)
+            for piece in range(pieces):
+                start = t0 + piece * m_chunk // pieces
+                m = t0 + (piece + 1) * m_chunk // pieces - start
+                row0 = bi * l + start
+                _copy_piece(B, Bc, n, row0, m, gi, Bq)
+                _copy_piece(C, Cc, n, row0, m, gi, Cq)
+                scores, LT = scores_flat[:m * m].reshape((m, m)), LT_flat[:m * m].reshape((m, m))   # contiguous
+                np.dot(Bq[:m], Cq[:m].T, scores)                        # (m, m) B_u . C_t, for every head
+                for j in range(heads):
+                    hi = h_lo + j
+                    S = states[j]                                       # (p, n) S_in
+                    _decays(dt, dtc, A, hi, row0, m, a, s_incl, tail)
+                    _copy_piece(x, xc, p, row0, m, hi, Xq)
+                    Xd_sum = dtype.type(0)                              # not finite if some X_t is not
+                    for t in range(m):
+                        d, e_out = dt[row0 + t, dtc + hi], np.exp(tail[t])
+                        for i in range(p):
+                            Xd[t, i] = Xq[t, i] * d
+                            Ex[t, i] = Xd[t, i] * e_out
+                            Xd_sum += Xd[t, i]
+                    _masked_decayed_scores(scores, a, m, decays, LT)
+                    if np.isfinite(Xd_sum):
+                        np.dot(LT.T, Xd[:m], own[:m])                   # (m, p) the piece's own inputs
+                    else:                                               # LT's masked zeros must not multiply it
+                        _masked_own_inputs(LT, Xd, m, own)
+                    np.dot(Cq[:m], S.T, from_state[:m])                 # (m, p) C_t . S_in
+                    for t in range(m):
+                        e_in, out = np.exp(s_incl[t]), y[bi, start + t, hi]
+                        for i in range(p):
+                            out[i] = own[t, i] + e_in * from_state[t, i] + D[hi] * Xq[t, i]
+                    np.dot(Ex[:m].T, Bq[:m], S_piece)                   # (p, n) the inputs' share of S_out
+                    e_total = np.exp(s_incl[m - 1])
+                    for i in range(p):
+                        for jj in range(n):
+                            S[i, jj] = e_total * S[i, jj] + S_piece[i, jj]
+        for j in range(heads):
+            final_state[bi, h_lo + j] = states[j]
+
+
+def head_blocks(b: int, g: int, r: int, threads: int) -> int:
+    """Blocks of a group's r heads per (batch, group): enough work items for ITEMS_PER_THREAD on each thread (so a
+    thread that starts late, or runs slower, leaves the others less to wait for), never more than r. An item's
+    piece computes C B^T once for its heads: at the 130M shape (b 1, one group of 24 heads) 8 blocks of 3."""
+    return int(max(1, min(r, -(-ITEMS_PER_THREAD * threads // (b * g)))))
+
 
 def _contiguous(*arrays):
     """C-contiguous and writeable (a read-only array is another numba type: one more compilation)."""
@@ -136,7 +204,7 @@ def _contiguous(*arrays):
 def _rows_of(a: np.ndarray) -> tuple:
     """a (b, l, ...) -> (rows, col) with a.reshape(b l, w) == rows[:, col:col + w], w the size of a step: in place
     when a is a column slice of a C-contiguous array, as the model's x, B and C are (pieces of the conv's output),
-    else a contiguous copy. The kernels read a step's piece as one contiguous row slice (`_piece`)."""
+    else a contiguous copy. The kernels copy a piece's rows into small contiguous buffers (`_copy_piece`)."""
     b, l, w = a.shape[0], a.shape[1], int(np.prod(a.shape[2:]))
     rows, col = as_rows(a.reshape(b, l, w), a.dtype)
     if not rows.flags.writeable:                                        # see _contiguous
@@ -144,24 +212,40 @@ def _rows_of(a: np.ndarray) -> tuple:
     return rows, col
 
 
-def forward(x, dt, A, B, C, D, initial_state, chunk_size):
+def forward(x, dt, A, B, C, D, initial_state, chunk_size, checkpoints: bool = True):
     """The registry's kernel forward: arrays in (one float dtype, validated by `ssd`), (y, final_state, saved) out.
-    saved = (x, dt, A, B, C, D or an empty array, checkpoints, [chunk length q, whether an initial state was given])."""
+    saved = (x, dt, A, B, C, D or an empty array, the checkpoints, [chunk length q, whether an initial state was
+    given]); checkpoints=False keeps none (an empty (b, h, 0, p, n) array: for `inference`)."""
     b, l, h, p = x.shape
-    n = B.shape[3]
+    g, n = B.shape[2], B.shape[3]
     q = int(min(chunk_size, l))
-    c = -(-l // q)
+    c = -(-l // q) if checkpoints else 0
     dtype = x.dtype
     D_or_zeros = np.zeros(h, dtype) if D is None else D
     S0 = np.zeros((0, h, p, n), dtype) if initial_state is None else initial_state   # (0, ...): start from zeros
     y = heap_reuse.empty((b, l, h, p), dtype)
     final_state = np.empty((b, h, p, n), dtype)
-    checkpoints = heap_reuse.empty((b, h, c, p, n), dtype)              # (b, h, c, p, n): c states, not l
+    kept = heap_reuse.empty((b, h, c, p, n), dtype)                     # (b, h, c, p, n): c states, not l
     A, D_or_zeros, S0 = _contiguous(A, D_or_zeros, S0)
-    _on_threads(forward_kernel, (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, S0, B.shape[2],
-                                 q, y, final_state, checkpoints), _thread_count(b * l * h * p * n))
-    return y, final_state, (x, dt, A, B, C, D if D is not None else np.zeros(0, dtype), checkpoints,
+    threads = _thread_count(b * l * h * p * n)
+    args = (*_rows_of(x), *_rows_of(dt), A, *_rows_of(B), *_rows_of(C), D_or_zeros, S0, g, q,
+            head_blocks(b, g, h // g, threads), y, final_state, kept)
+    on_single_threaded_blas(lambda: _on_threads(forward_kernel, args, threads))
+    return y, final_state, (x, dt, A, B, C, D if D is not None else np.zeros(0, dtype), kept,
                             np.array([q, initial_state is not None]))
+
+
+def on_single_threaded_blas(run):
+    """run() with BLAS on one thread (SciPy's OpenBLAS, which the kernels' np.dot calls, among them), the thread
+    counts restored afterwards: the kernels' products are small and run on the threads that call them (past
+    m n k = 2^18, e.g. d_state 256, OpenBLAS would start threads of its own for each)."""
+    global _scipy_blas_loaded
+    if not _scipy_blas_loaded:
+        import scipy.linalg.cython_blas  # noqa: F401  (loads SciPy's OpenBLAS, as the kernels are about to)
+        refresh_libraries()                                             # so that the limit reaches it
+        _scipy_blas_loaded = True
+    with single_threaded_blas():
+        return run()
 
 
 def _thread_count(work: int) -> int:
