@@ -14,14 +14,16 @@ B and C broadcast over r instead of being copied per head.
 
 Exact by construction: no -inf is ever formed (exp of a masked sum, then a where), and no decay is a
 difference of cumulative sums (which cancels once the running sum is large): every decay is exp of a sum of the
-steps it spans.
+steps it spans, or (between chunks) a product of such.
 
 Causal also for non-finite values: a NaN at step t reaches no output before t, and a NaN in the gradient of
 y at step t no input gradient after t. A masked product written as (mask * values) summed over s would give
-0 * NaN = NaN for a masked term, so the two sums that a causal mask restricts (over s <= l inside a chunk,
-step 1; over chunks z <= c between chunks, step 3) mask each factor with `where` before multiplying and then
-sum (`masked_product`): the masked terms are exact zeros forwards, and backwards every gradient reaching a factor passes the same
-`where`. This costs a (q, q, p) product per chunk and head in step 1 instead of one einsum.
+0 * NaN = NaN for a masked term, so the sum that a causal mask restricts inside a chunk (over s <= l, step 1)
+masks each factor with `where` before multiplying and then sums (`masked_product`): the masked terms are exact
+zeros forwards, and backwards every gradient reaching a factor passes the same `where`. This costs a (q, q, p)
+product per chunk and head in step 1 instead of one einsum. Between chunks (step 3) the state is passed on
+chunk by chunk, which is causal as it stands (ssd_minimal's (c+1, c+1) segsum there would need the same
+masking, over (c+1)^2 states: memory quadratic in l).
 """
 from __future__ import annotations
 
@@ -96,18 +98,19 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tenso
     decay_states = L[..., -1, :]                                        # (b, g, r, c, q)
     states = F.einsum("bclgn,bgrcl,bclgrp->bcgrpn", B, decay_states, X)  # (b, c, g, r, p, n)
 
-    # 3. between chunks: the state entering chunk z is the initial state and every earlier chunk's state,
-    #    each decayed by the chunk totals in between (a (c+1, c+1) segsum over the totals)
+    # 3. between chunks: the state entering chunk z + 1 is the state entering z, decayed by z's total, plus z's
+    #    own state; one (p, n) state per head is passed on, chunk by chunk (a NaN in chunk z reaches later chunks
+    #    only, and the memory is linear in c)
     if initial_state is None:
-        initial = Tensor(np.zeros((b, 1, g, r, p, n), dtype=x.dtype))   # (b, 1, g, r, p, n)
+        state = Tensor(np.zeros((b, g, r, p, n), dtype=x.dtype))       # (b, g, r, p, n)
     else:
-        initial = F.reshape(initial_state, (b, 1, g, r, p, n))          # (b, 1, g, r, p, n)
-    states = F.cat([initial, states], axis=1)                           # (b, c + 1, g, r, p, n)
-    decay_chunk = exp_segsum(F.pad(a_cumsum[..., -1], (1, 0)))          # (b, g, r, c + 1, c + 1)
-    before = np.tri(c + 1, c + 1, 0, dtype=bool)[:, :, None, None, None, None]  # [z, c] = c <= z
-    decay = F.reshape(F.permute(decay_chunk, (0, 3, 4, 1, 2)), (b, c + 1, c + 1, g, r, 1, 1))  # (b, z, c, g, r, 1, 1)
-    new_states = F.sum(masked_product(before, decay, F.unsqueeze(states, 1)), axis=2)  # (b, c + 1, g, r, p, n)
-    states, final_state = new_states[:, :-1], new_states[:, -1]         # (b, c, g, r, p, n), (b, g, r, p, n)
+        state = F.reshape(initial_state, (b, g, r, p, n))              # (b, g, r, p, n)
+    chunk_decay = F.unsqueeze(F.unsqueeze(F.exp(a_cumsum[..., -1]), -1), -1)  # (b, g, r, c, 1, 1)
+    entering = []
+    for z in range(c):
+        entering.append(state)
+        state = state * chunk_decay[:, :, :, z] + states[:, z]         # (b, g, r, p, n)
+    states, final_state = F.stack(entering, axis=1), state              # (b, c, g, r, p, n), (b, g, r, p, n)
 
     # 4. what the entering state gives each step of its chunk: exp(a_1 + ... + a_l) S C_l
     state_decay_out = F.exp(a_cumsum)                                   # (b, g, r, c, q)
