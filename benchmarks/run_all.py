@@ -58,6 +58,9 @@ DEV_TOOLS = (
      "LM's decoding paths (the numbers behind tests/scan/test_ssd.py and tests/models/test_mamba2.py)"),
     ("benchmarks/dev/numpy_protocols.py", "NumPy's protocols on a Tensor (np.asarray, np.exp, masks, ...) against "
      "the same work on its ndarray"),
+    ("benchmarks/dev/weight_placement.py", "decoding at batch 1 with the large weights placed as allocated, each in "
+     "2 MiB-aligned huge pages, or in_proj's and out_proj's packed in one aligned block each: one process, sides "
+     "taking turns"),
 )
 # llama.cpp beside these figures, by hand: it is not a dependency, and nothing here builds or downloads it
 LLAMA_CPP_SCRIPT = "bench_llama_cpp.py"
