@@ -89,6 +89,54 @@ def test_custom_init_callable_and_its_shape_is_checked():
         vb.get((4,), "bad2", init=0.5)
 
 
+def test_reserve_block_places_variables_in_one_huge_page_aligned_block_with_the_same_values():
+    """Variables created after reserve_block lie one after another in one block that starts on a huge page
+    boundary, hold the same bits as without it (the same draws in the same order), and the block ends on a
+    huge page; a path created before keeps its array, another shape or dtype gets a plain array, and a block
+    under a huge page is not made."""
+    from tinygrad_ssm.registry import HUGE_PAGE
+    shape, paths = (700, 512), [f"layers.{i}.w" for i in range(4)]    # 4 x 1.4 MB: one block of 3 huge pages
+    plain, placed = VarMap(seed=4), VarMap(seed=4)
+    kept = placed.get(shape, paths[0], init=init.Randn(0.0, 1.0))
+    plain.get(shape, paths[0], init=init.Randn(0.0, 1.0))
+    placed.reserve_block(paths, shape)
+    arrays = [placed.get(shape, p, init=init.Randn(0.0, 1.0)).data for p in paths[1:]]
+    for p, a in zip(paths[1:], arrays):
+        np.testing.assert_array_equal(a, plain.get(shape, p, init=init.Randn(0.0, 1.0)).data)
+        assert a.flags.c_contiguous and a.flags.writeable and a.dtype == np.float32
+    assert kept.data.base is None                                       # created before: its own array
+    assert arrays[0].ctypes.data % HUGE_PAGE == 0
+    assert all(b.ctypes.data - a.ctypes.data == a.nbytes for a, b in zip(arrays, arrays[1:]))
+    block = arrays[0].base
+    assert block.nbytes - (arrays[0].ctypes.data - block.ctypes.data) >= -(-3 * arrays[0].nbytes // HUGE_PAGE) * HUGE_PAGE
+    other = VarMap(seed=4)
+    other.reserve_block(["a", "b"], shape)
+    assert other.get((512, 700), "a", init=init.Const(1.0)).data.base is None            # another shape
+    assert other.get(shape, "b", init=init.Const(1.0), dtype="float64").data.base is None  # another dtype
+    small = VarMap(seed=4)
+    small.reserve_block(["a"], (8, 8))
+    assert small.get((8, 8), "a", init=init.Const(1.0)).data.base is None
+
+
+def test_reserved_variables_of_an_uninitialised_varmap_wait_to_be_written(tmp_path):
+    """An uninitialised VarMap's reserved variables are unfilled until written, and loading writes their values
+    into the block in place."""
+    shape, paths = (700, 512), ["a", "b"]
+    source = VarMap(seed=5)
+    for p in paths:
+        source.get(shape, p, init=init.Randn(0.0, 1.0))
+    source.save(tmp_path / "w.safetensors")
+    target = VarMap.uninitialised()
+    target.reserve_block(paths, shape)
+    tensors = [target.get(shape, p, init=init.Randn(0.0, 1.0)) for p in paths]
+    assert target.unfilled() == paths
+    target.load(tmp_path / "w.safetensors")
+    assert target.unfilled() == []
+    for p, t in zip(paths, tensors):
+        assert t is target[p] and t.data.base is tensors[0].data.base   # still in the one block
+        np.testing.assert_array_equal(t.data, source[p].data)
+
+
 def test_pp_joins_with_dots_and_accepts_ints():
     vb = VarBuilder.from_varmap(VarMap())
     assert vb.prefix == "" and vb.pp("backbone").pp("layers").pp(3).prefix == "backbone.layers.3"

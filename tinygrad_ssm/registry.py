@@ -32,6 +32,9 @@ def _float_dtype(dtype, what: str) -> np.dtype:
     return dtype
 
 
+HUGE_PAGE = 2 << 20   # bytes: a transparent huge page on x86-64 Linux
+
+
 def _shape(shape, what: str) -> tuple:
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
@@ -55,6 +58,7 @@ class VarMap:
         self.rng = np.random.default_rng(seed)
         self._vars: dict[str, Tensor] = {}
         self._unfilled: set[str] | None = None  # None: variables are initialised when created
+        self._slots: dict[str, np.ndarray] = {}  # path -> its place in a reserved block (reserve_block)
 
     @classmethod
     def uninitialised(cls) -> VarMap:
@@ -137,17 +141,43 @@ class VarMap:
                              f"(e.g. init.Randn(0, 0.02) or init.Const(0)) - there is no silent default")
         if not callable(init):
             raise TypeError(f"VarMap.get {path!r}: init must be callable fn(shape, rng, dtype), got {init!r}")
+        slot = self._slots.pop(path, None)                              # a place in a reserve_block block
+        if slot is not None and (slot.shape != shape or slot.dtype != dtype):
+            slot = None
         if self._unfilled is not None:
             self._unfilled.add(path)
-            array = np.empty(shape, dtype=dtype)                        # written by read_into / set_one / load
+            array = np.empty(shape, dtype=dtype) if slot is None else slot   # written by read_into / set_one / load
         else:
-            array = np.asarray(init(shape, self.rng, dtype))
-            if array.shape != shape:
-                raise ValueError(f"VarMap.get {path!r}: init {init!r} returned shape {array.shape}, expected {shape}")
-            array = np.array(array, dtype=dtype, copy=True)
+            drawn = np.asarray(init(shape, self.rng, dtype))
+            if drawn.shape != shape:
+                raise ValueError(f"VarMap.get {path!r}: init {init!r} returned shape {drawn.shape}, expected {shape}")
+            array = np.empty(shape, dtype=dtype) if slot is None else slot
+            array[...] = drawn
         tensor = Tensor(array, requires_grad=True)
         self._vars[path] = tensor
         return tensor
+
+    def reserve_block(self, paths: Sequence[str], shape, dtype="float32") -> None:
+        """Place the variables `paths`, each of `shape` and `dtype`, one after another in one block of memory
+        that starts on a HUGE_PAGE boundary and is rounded up to whole huge pages, when `get` creates them (it
+        fills them as ever; an uninitialised VarMap leaves them to be written). Why: Linux maps a large
+        allocation in huge pages only where whole aligned ones fit inside it, so each of 24 separate in_proj
+        matrices had its ends in 4 KB pages, and decoding, which streams every weight once a token, read them
+        slower (benchmarks/dev/weight_placement.py: a step 0.93x the time with in_proj's and out_proj's packed
+        this way). Costs under a huge page per block beyond its bytes. Paths already created keep their arrays;
+        for fewer than HUGE_PAGE bytes in all nothing is reserved (plain arrays)."""
+        shape = _shape(shape, "VarMap.reserve_block")
+        dtype = _float_dtype(dtype, "VarMap.reserve_block")
+        paths = [p for p in paths if p not in self._vars]
+        size = int(np.prod(shape, dtype=np.int64))
+        nbytes = len(paths) * size * dtype.itemsize
+        if nbytes < HUGE_PAGE:
+            return
+        buffer = np.empty((-(-nbytes // HUGE_PAGE) + 1) * HUGE_PAGE, np.uint8)   # + 1: room to start on a boundary
+        start = -buffer.ctypes.data % HUGE_PAGE
+        block = buffer[start:start + nbytes].view(dtype)
+        for i, path in enumerate(paths):
+            self._slots[path] = block[i * size:(i + 1) * size].reshape(shape)
 
     def set_one(self, name: str, value):
         """Copy `value` into the existing variable `name`, in place (the same Tensor object stays registered)."""

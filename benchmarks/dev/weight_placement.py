@@ -7,11 +7,12 @@ the decoding steps alone.
     python benchmarks/dev/weight_placement.py --quick         # a smoke run: a small model, 2 rounds
 
 Placements, each a fresh copy of every large weight (so no side keeps the pages it was first given):
-- plain: np.empty, where the allocator puts it (what VarMap does today). NumPy asks the kernel for huge pages
-  over a large allocation, which covers only the whole 2 MiB pages inside it;
+- plain: np.empty, where the allocator puts it (what VarMap gives a variable outside a reserved block). NumPy
+  asks the kernel for huge pages over a large allocation, which covers only the whole 2 MiB pages inside it;
 - aligned: each weight in a buffer of its own starting on a 2 MiB boundary, rounded up to whole 2 MiB pages,
   so all of it can be in huge pages (up to 2 MiB more memory per weight);
-- packed: in_proj's matrices in one 2 MiB-aligned block, out_proj's in another, the rest aligned.
+- packed: in_proj's matrices in one 2 MiB-aligned block, out_proj's in another, the rest aligned (a fused
+  model's own placement since VarMap.reserve_block, for in_proj and out_proj).
 Prints each round, then per placement the median over rounds of its step / plain's step (and their range).
 docs/mamba2.md has what it measured. Writes JSON to --json.
 """

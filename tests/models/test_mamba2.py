@@ -347,3 +347,21 @@ def test_bad_inputs_are_named():
             Mamba2LMHeadModel(small_config(), dtype=dtype)
     with pytest.raises(ValueError, match="unknown backend 'fast'"):
         Mamba2LMHeadModel(small_config(), backend="fast")
+
+
+def test_fused_model_packs_each_projection_kind_in_one_huge_page_block():
+    """fused=True: every layer's in_proj weight lies in one block starting on a huge page boundary (out_proj's in
+    another), so the decoder streams them from huge pages (VarMap.reserve_block); the weights are the same bits
+    as fused=False's plain arrays from the same seed."""
+    from tinygrad_ssm.registry import HUGE_PAGE
+    config = Mamba2Config(d_model=256, n_layer=4, vocab_size=64, d_state=64, headdim=64, chunk_size=64)
+    fused = Mamba2LMHeadModel(config, VarMap(seed=6), fused=True)
+    plain = Mamba2LMHeadModel(config, VarMap(seed=6), fused=False)
+    for proj in ("in_proj", "out_proj"):
+        arrays = [getattr(layer.mixer, proj).weight.data for layer in fused.layers]
+        assert arrays[0].ctypes.data % HUGE_PAGE == 0
+        assert all(b.ctypes.data - a.ctypes.data == a.nbytes for a, b in zip(arrays, arrays[1:]))
+        assert all(getattr(layer.mixer, proj).weight.data.base is None for layer in plain.layers)
+    for (name, a), (other, b) in zip(fused.varmap.named_vars(), plain.varmap.named_vars()):
+        assert name == other
+        np.testing.assert_array_equal(a.data, b.data, err_msg=name)

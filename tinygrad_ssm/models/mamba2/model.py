@@ -228,6 +228,11 @@ class Mamba2LMHeadModel:
         self.varmap = varmap if varmap is not None else VarMap(seed=0)
         vb = VarBuilder.from_varmap(self.varmap, dtype=self.dtype)
         backbone = vb.pp("backbone")
+        if fused:  # the decoder streams these every token: each kind in one huge-page block (VarMap.reserve_block)
+            c = config
+            for proj, shape in (("in_proj", (c.d_in_proj, c.d_model)), ("out_proj", (c.d_model, c.d_inner))):
+                self.varmap.reserve_block([backbone.pp("layers").pp(i).pp("mixer").pp(proj).path("weight")
+                                           for i in range(c.n_layer)], shape, self.dtype)
         V = config.padded_vocab_size
         self.embedding = nn.Embedding(backbone.pp("embedding"), V, config.d_model, fused=fused)
         self.layers = [Mamba2Block(backbone.pp("layers").pp(i), config, fused) for i in range(config.n_layer)]
