@@ -35,6 +35,14 @@ def _float_dtype(dtype, what: str) -> np.dtype:
 HUGE_PAGE = 2 << 20   # bytes: a transparent huge page on x86-64 Linux
 
 
+def huge_page_buffer(nbytes: int) -> np.ndarray:
+    """nbytes as a uint8 array that starts on a HUGE_PAGE boundary, inside an allocation of whole huge pages and
+    one more (the room to start on a boundary, never touched), so that Linux can map all of it in huge pages."""
+    buffer = np.empty((-(-nbytes // HUGE_PAGE) + 1) * HUGE_PAGE, np.uint8)
+    start = -buffer.ctypes.data % HUGE_PAGE
+    return buffer[start:start + nbytes]
+
+
 def _shape(shape, what: str) -> tuple:
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
@@ -173,9 +181,7 @@ class VarMap:
         nbytes = len(paths) * size * dtype.itemsize
         if nbytes < HUGE_PAGE:
             return
-        buffer = np.empty((-(-nbytes // HUGE_PAGE) + 1) * HUGE_PAGE, np.uint8)   # + 1: room to start on a boundary
-        start = -buffer.ctypes.data % HUGE_PAGE
-        block = buffer[start:start + nbytes].view(dtype)
+        block = huge_page_buffer(nbytes).view(dtype)
         for i, path in enumerate(paths):
             self._slots[path] = block[i * size:(i + 1) * size].reshape(shape)
 

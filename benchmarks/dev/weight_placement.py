@@ -29,15 +29,7 @@ THREADS = common.threads_from_argv(default=2)
 
 import numpy as np  # noqa: E402
 
-HUGE_PAGE = 2 << 20
-
-
-def aligned_buffer(nbytes: int) -> np.ndarray:
-    """nbytes as uint8, starting on a HUGE_PAGE boundary, in a buffer of whole huge pages."""
-    pages = -(-nbytes // HUGE_PAGE)
-    buffer = np.empty((pages + 1) * HUGE_PAGE, np.uint8)
-    start = -buffer.ctypes.data % HUGE_PAGE
-    return buffer[start:start + nbytes]
+from tinygrad_ssm.registry import HUGE_PAGE, huge_page_buffer as aligned_buffer  # noqa: E402  (what reserve_block uses)
 
 
 def plain(arrays):
