@@ -4,7 +4,8 @@ products are BLAS calls made inside the kernel (numba's np.dot, which needs SciP
 
 Per chunk of q steps, head i of group gi, with a_t = dt_t A_i, X_t = dt_t x_t (p,), s_t = a_1 + ... + a_t
 (inclusive, inside the chunk), seg[t, s] = a_{s+1} + ... + a_t (t >= s) and tail_s = seg[q, s], every one a sum
-of the a it spans, built as running sums (never a difference of two sums: no cancellation, no -inf), the forward
+of the a it spans, built as running sums (never a difference of two sums: no cancellation, no -inf; exp(seg) as
+running products of the steps' decays exp(a_t), m exps a chunk, not m^2 / 2, as in the forward), the forward
 was
     M = exp(seg) o tril(C B^T)   (q, q);   Y = M X + exp(s) o (C S_in^T) + D x
     S_out = exp(s_q) S_in + (exp(tail) o X)^T B
@@ -63,8 +64,8 @@ def _masked_mt_dy(M, dyq, m, out):
 def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_final, g, q,
                     dx, dxc, ddt, dA_parts, dB, dBc, dC, dCc, dD_parts, d_initial, claims, share):
     """The chunked backward, per (batch, group) work item, chunks from the last: dx (rows, like the inputs),
-    ddt (b, l, h), d_initial (b, h, p, n), dB, dC (rows from column dBc, dCc; each item zeroes its own rows
-    first) and per-batch partial sums dA_parts, dD_parts (b, h)."""
+    ddt (b, l, h), d_initial (b, h, p, n), dB, dC (rows from column dBc, dCc; a chunk's rows summed over its
+    heads in dB_acc, dC_acc, then written once) and per-batch partial sums dA_parts, dD_parts (b, h)."""
     b, l, h = ddt.shape
     p, n = d_final.shape[2], d_final.shape[3]
     r = h // g
@@ -77,6 +78,7 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
     L, M_flat, CB_flat = np.empty((q, q), dtype), np.empty(q * q, dtype), np.empty(q * q, dtype)
     Gm_flat, Wsum_flat = np.empty(q * q, dtype), np.empty(q * q, dtype)
     dS_local = np.empty((p, n), dtype)
+    dB_acc, dC_acc = np.empty((q, n), dtype), np.empty((q, n), dtype)   # the chunk's rows of dB, dC (m, n)
     a, s_incl, tail = np.empty(q, dtype), np.empty(q, dtype), np.empty(q, dtype)
     da, from_state, decay_out = np.empty(q, dtype), np.empty(q, dtype), np.empty(q, dtype)
     dstates = np.empty((r, p, n), dtype)                            # the group's heads' dS_out
@@ -85,9 +87,6 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
         if w < 0:
             break
         bi, gi = w // g, w % g
-        for t in range(l):                                          # this item's rows of dB, dC
-            dB[bi * l + t, dBc + gi * n:dBc + (gi + 1) * n] = 0.0
-            dC[bi * l + t, dCc + gi * n:dCc + (gi + 1) * n] = 0.0
         for j in range(r):
             dstates[j] = d_final[bi, gi * r + j]
             dA_parts[bi, gi * r + j] = 0.0
@@ -102,8 +101,8 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                                Gm_flat[:m * m].reshape((m, m)), Wsum_flat[:m * m].reshape((m, m)))  # contiguous
             np.dot(Cq[:m], Bq[:m].T, CB)                            # (m, m)  C_t . B_s, for every head
             Wsum[:] = 0.0
-            dB_rows = dB[row0:row0 + m, dBc + gi * n:dBc + (gi + 1) * n]   # (m, n) this chunk's rows
-            dC_rows = dC[row0:row0 + m, dCc + gi * n:dCc + (gi + 1) * n]
+            dB_acc[:m] = 0.0
+            dC_acc[:m] = 0.0
             for j in range(r):
                 hi = gi * r + j
                 dS = dstates[j]                                     # (p, n)  dS_out of this chunk
@@ -121,14 +120,17 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                         Ed[t, i] = dyq[t, i] * e_in
                         Ex[t, i] = Xd[t, i] * e_out
                         dy_sum += dyq[t, i]
-                for t in range(m):
-                    seg = dtype.type(0)
-                    for s in range(t, -1, -1):
-                        L[t, s] = np.exp(seg)
-                        M[t, s] = L[t, s] * CB[t, s]
-                        seg += a[s]
+                for t in range(m):                                  # L[t, s] = L[t - 1, s] exp(a_t): m exps
+                    L_t, M_t, CB_t = L[t], M[t], CB[t]
+                    if t > 0:
+                        step, L_before = np.exp(a[t]), L[t - 1]
+                        for s in range(t):
+                            L_t[s] = L_before[s] * step
+                    L_t[t] = 1.0
+                    for s in range(t + 1):
+                        M_t[s] = L_t[s] * CB_t[s]
                     for s in range(t + 1, m):
-                        M[t, s] = 0.0
+                        M_t[s] = 0.0
                 np.dot(dyq[:m], Xd[:m].T, Gm)                       # G[t, s] = dy_t . X_s
                 if np.isfinite(dy_sum):
                     np.dot(M.T, dyq[:m], MTdy[:m])                  # (m, p)  M^T dy
@@ -155,10 +157,11 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                 dD_parts[bi, hi] += x_dot_dy_sum
                 for t in range(m):                                  # the per-head terms of dB and dC; v_t
                     v = dtype.type(0)
+                    dB_t, dC_t, G_t, E_t, C_t = dB_acc[t], dC_acc[t], Gq[t], Ent[t], Cq[t]
                     for jj in range(n):
-                        dB_rows[t, jj] += Gq[t, jj]
-                        dC_rows[t, jj] += Ent[t, jj]
-                        v += Ent[t, jj] * Cq[t, jj]
+                        dB_t[jj] += G_t[jj]
+                        dC_t[jj] += E_t[jj]
+                        v += E_t[jj] * C_t[jj]
                     da[t] = v                                       # v_t, summed over t >= k below
                 # the segment sums: da_k = sum_{t>=k} (sum_{s<k} dseg[t, s] + v_t) + w
                 acc = dtype.type(0)
@@ -174,10 +177,13 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                         da[s + 1] += run
                     for s in range(t + 1):
                         Wsum_t[s] += L_t[s] * G_t[s]
-                wsum = dtype.type(0)
+                np.dot(Ed[:m].T, Cq[:m], dS_local)                  # (p, n)
+                wsum = dtype.type(0)                                # <dS_out, S_in>, as dS becomes dS_in
                 for i in range(p):
+                    dS_i, S_in_i, local_i = dS[i], S_in[i], dS_local[i]
                     for jj in range(n):
-                        wsum += dS[i, jj] * S_in[i, jj]
+                        wsum += dS_i[jj] * S_in_i[jj]
+                        dS_i[jj] = e_total * dS_i[jj] + local_i[jj]
                 wsum *= e_total
                 dA_sum = dtype.type(0)
                 for t in range(m):
@@ -185,16 +191,15 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                     ddt[bi, t0 + t, hi] += A[hi] * da_t
                     dA_sum += dt[row0 + t, dtc + hi] * da_t
                 dA_parts[bi, hi] += dA_sum
-                np.dot(Ed[:m].T, Cq[:m], dS_local)                  # (p, n)
-                for i in range(p):
-                    for jj in range(n):
-                        dS[i, jj] = e_total * dS[i, jj] + dS_local[i, jj]
             np.dot(Wsum, Bq[:m], Gq[:m])                            # the group's W B and W^T C
             np.dot(Wsum.T, Cq[:m], Ent[:m])
-            for t in range(m):
+            for t in range(m):                                      # the chunk's rows of dB and dC, written once
+                dB_out = dB[row0 + t, dBc + gi * n:dBc + (gi + 1) * n]
+                dC_out = dC[row0 + t, dCc + gi * n:dCc + (gi + 1) * n]
+                dB_t, dC_t, WC_t, WB_t = dB_acc[t], dC_acc[t], Ent[t], Gq[t]
                 for jj in range(n):
-                    dC_rows[t, jj] += Gq[t, jj]
-                    dB_rows[t, jj] += Ent[t, jj]
+                    dB_out[jj] = dB_t[jj] + WC_t[jj]
+                    dC_out[jj] = dC_t[jj] + WB_t[jj]
         for j in range(r):
             d_initial[bi, gi * r + j] = dstates[j]
 
@@ -244,8 +249,7 @@ def backward_inputs(saved, dy, d_final_state) -> tuple:
 class BackwardArrays:
     """The arrays the backward kernel fills: dx (into[0]'s own memory when it can be: `dx_rows`), ddt, per-batch
     partial sums dA_parts and dD_parts (b, h), d_initial, and per dB and dC `sums` (rows (1, b l, w), col):
-    into[1] and into[2]'s memory when they can be, else new arrays. The kernel zeroes the dB and dC rows it adds
-    into."""
+    into[1] and into[2]'s memory when they can be, else new arrays. The kernel writes every row of dB and dC."""
 
     def __init__(self, x, dt, B, into):
         b, l, h, p = x.shape
@@ -265,7 +269,7 @@ class BackwardArrays:
             if rows is not None:
                 self.sums.append((rows[0][None], rows[1]))
             else:
-                self.sums.append((np.empty((1, b * l, g * n), dtype), 0))   # every row zeroed by its item
+                self.sums.append((np.empty((1, b * l, g * n), dtype), 0))   # every row written by its item
         self.d_initial = np.empty((b, h, p, n), dtype)
 
     def gradients(self, B_shape, has_D: bool, had_initial: bool) -> tuple:
