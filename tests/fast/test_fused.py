@@ -229,6 +229,30 @@ def test_conv1d_silu_equals_reference(b, l, c, k, with_bias, strided, blocks, ho
         assert_same(run(fused.conv1d_silu), run(fused.reference_conv1d_silu), [x, w, bias])
 
 
+@given(b=st.integers(1, 3), l=st.integers(1, 9), c=st.integers(1, 5), k=st.integers(1, 5), with_bias=st.booleans(),
+       blocks=BLOCKS, how=LAYOUTS, seed=st.integers(0, 2**16))
+def test_conv1d_silu_with_history_equals_reference(b, l, c, k, with_bias, blocks, how, seed):
+    """A sequence continued from a cache: the conv reads the k - 1 inputs before x where it would read zeros. With a
+    graph (gradients of x, the weights and the history), the conv of cat(history, x); without one, the conv of x
+    with its first k - 1 steps done again from a window (l < k - 1 too): both equal to the reference."""
+    r = np.random.default_rng(seed)
+    x = layout(r.standard_normal((b, l, c)), how)
+    history = r.standard_normal((b, k - 1, c))
+    w, bias = r.standard_normal((c, 1, k)), (r.standard_normal(c) if with_bias else None)
+    with block_bytes(blocks):
+        assert_same(fused.conv1d_silu, fused.reference_conv1d_silu, [x, w, bias, history])
+        with tg.no_grad():
+            args = [tg.Tensor(a) if a is not None else None for a in (x, w, bias, history)]
+            fast, slow = fused.conv1d_silu(*args).data, fused.reference_conv1d_silu(*args).data
+    np.testing.assert_allclose(fast, slow, **TOL)
+
+
+def test_conv1d_silu_rejects_a_history_of_the_wrong_shape():
+    x, w = tg.Tensor(np.ones((2, 5, 3))), tg.Tensor(np.ones((3, 1, 4)))
+    with pytest.raises(ValueError, match=r"history must be \(b, k - 1, c\) = \(2, 3, 3\)"):
+        fused.conv1d_silu(x, w, None, tg.Tensor(np.ones((2, 4, 3))))
+
+
 @pytest.mark.parametrize("blocks", [1, 40 * 8, 64 * 1024])
 def test_conv1d_silu_width_4_loops_equal_reference(blocks):
     """Width 4 runs its own loops from step 3 on (backward: up to step l - 4); blocks of 1 step, 5 steps (a block

@@ -30,13 +30,16 @@ class CausalDepthwiseConv1d:
             raise ValueError(f"CausalDepthwiseConv1d {self.name!r}: x must be (b, l, {self.channels}), got {x.shape}")
         return F.causal_conv1d(x, self.weight, self.bias)               # (b, l, c)
 
-    def silu_of(self, x: Tensor) -> Tensor:
-        """silu(self(x)), the mixer's conv and activation: one fused op, or two engine ops (fused=False)."""
+    def silu_of(self, x: Tensor, history: Tensor | None = None) -> Tensor:
+        """silu(self(x)), the mixer's conv and activation: one fused op, or two engine ops (fused=False).
+        history (b, k - 1, c): the inputs before x (a sequence continued from a cache), seen instead of zeros."""
         if not self.fused:
-            return F.silu(self(x))
+            if history is None:
+                return F.silu(self(x))
+            return F.silu(self(F.cat([history, x], axis=1)))[:, self.kernel_size - 1:]   # (b, l, c)
         if x.ndim != 3 or x.shape[2] != self.channels:
             raise ValueError(f"CausalDepthwiseConv1d {self.name!r}: x must be (b, l, {self.channels}), got {x.shape}")
-        return fused_ops.conv1d_silu(x, self.weight, self.bias)          # (b, l, c)
+        return fused_ops.conv1d_silu(x, self.weight, self.bias, history)  # (b, l, c)
 
     def step(self, state: Tensor, x_t: Tensor) -> tuple[Tensor, Tensor]:
         """One decoding step. state (b, c, k): the last k raw inputs, oldest first; x_t (b, c).

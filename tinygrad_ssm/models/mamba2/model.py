@@ -145,20 +145,18 @@ class Mamba2Mixer:
         b, l, _ = u.shape
         k = self.config.d_conv
         z, xBC, dt = self._split_in_proj(self.in_proj(u))                # (b, l, d_inner), (b, l, conv_dim), (b, l, h)
-        if state is not None:  # the conv sees the k - 1 inputs before this segment, not zeros
-            before = F.transpose(Tensor(state.conv.data[:, :, 1:]), 1, 2)  # (b, k - 1, conv_dim)
-            conv_in = F.cat([before, xBC], axis=1)                       # (b, k - 1 + l, conv_dim)
-            conv = self.conv1d.silu_of(conv_in)[:, k - 1:]               # (b, l, conv_dim)
-        else:
-            conv = self.conv1d.silu_of(xBC)                              # (b, l, conv_dim)
+        # with a state, the conv sees the k - 1 inputs before this segment, not zeros
+        before = None if state is None else F.transpose(Tensor(state.conv.data[:, :, 1:]), 1, 2)  # (b, k - 1, conv_dim)
+        conv = self.conv1d.silu_of(xBC, before)                          # (b, l, conv_dim)
         x, B, C = self._split_xBC(conv)                                  # (b, l, h, p), (b, l, g, n) x2
         dt, A = self._dt_and_A(dt)                                       # (b, l, h), (h,)
         initial = None if state is None else Tensor(state.ssm.data)
         y, final_state = ssd(x, dt, A, B, C, D=self.D, initial_state=initial,
                              chunk_size=self.config.chunk_size, backend=backend)  # (b, l, h, p), (b, h, p, n)
         if state is not None:
-            raw = conv_in.data                                           # (b, k - 1 + l, conv_dim)
-            state.conv = Tensor(np.ascontiguousarray(np.swapaxes(raw[:, -k:], 1, 2)))  # (b, conv_dim, k)
+            newest = np.swapaxes(xBC.data[:, -k:], 1, 2)                 # (b, conv_dim, min(l, k))
+            raw = np.concatenate([state.conv.data, newest], axis=2)      # (b, conv_dim, k + min(l, k))
+            state.conv = Tensor(np.ascontiguousarray(raw[:, :, -k:]))    # (b, conv_dim, k): the last k inputs
             state.ssm = Tensor(final_state.data.copy())                  # (b, h, p, n)
         y = self.norm(F.reshape(y, (b, l, self.d_inner)), z)             # (b, l, d_inner)
         return self.out_proj(y)                                          # (b, l, d_model)
