@@ -245,7 +245,9 @@ def _contiguous_state(state, name: str, expected: tuple, dtype):
 # (measured: in_proj's phase took 1.6x as long in chunks of 16 KB as of 64 KB), and the last chunk of a phase
 # leaves the other thread waiting. So a projection is claimed as two big chunks of BIG_SHARE of its rows each
 # (one per thread when both run), then the rest in chunks of CHUNK_BYTES of weights, shared as they come.
-CHUNK_BYTES = 16 << 10         # weights per small chunk of a projection's rows
+# 128 KB against 16 KB (benchmarks/dev/decode_chunking.py, 24-40 rounds a run): 0.973-0.992x the step at the
+# 130M shape, batch 1, 0.980-0.982x at batch 8; 0.987x and 0.997x on bench_generate's 14.6M model
+CHUNK_BYTES = 128 << 10        # weights per small chunk of a projection's rows
 BIG_SHARE = 0.48               # of the rows in each big chunk (b8 on 2 cores: 0.40 ~10% slower, 0.45 ~2% slower)
 STATE_CHUNK_BYTES = 32 << 10   # SSM states per small chunk of the (row, head)s (big ones first, as above): two
                                # heads of 64 x 64 float32, updated together (decode_kernels._update_heads2)
