@@ -49,8 +49,9 @@ BY_HAND = (
      "speed beside PyTorch (`NUMBA_ENABLE_CUDASIM=1 ... --tiny`: the correctness part on the simulator)"),
 )
 DEV_TOOLS = (
-    ("benchmarks/dev/ab.py --rev REV [--what step|ssd]", "this tree against another git revision (any layout), "
-     "each side in a process of its own on the public API, interleaved rounds: the ratio per part"),
+    ("benchmarks/dev/ab.py --rev REV [--what step|ssd|generate]", "this tree against another git revision (any "
+     "layout), each side in a process of its own on the public API, interleaved rounds: the ratio per part "
+     "(generate: the prompt's step and a decoding step)"),
     ("benchmarks/dev/bench_ssd_backends.py [--a A --b B] [--step]", "two scan backends of this tree interleaved in "
      "one process: kernels on arrays, engine-op backends through autograd; optionally whole training steps"),
     ("benchmarks/dev/model_step.py", "time and peak memory (tracemalloc) of one forward + backward of the LM"),
@@ -61,6 +62,8 @@ DEV_TOOLS = (
     ("benchmarks/dev/weight_placement.py", "decoding at batch 1 with the large weights placed as allocated, each in "
      "2 MiB-aligned huge pages, or in_proj's and out_proj's packed in one aligned block each: one process, sides "
      "taking turns"),
+    ("benchmarks/dev/decode_chunking.py", "the numba decoder's chunking of its projections (the small chunks' size, "
+     "the big chunks' share) switched between calls in one process, rounds beside a bandwidth probe"),
 )
 # llama.cpp beside these figures, by hand: it is not a dependency, and nothing here builds or downloads it
 LLAMA_CPP_SCRIPT = "bench_llama_cpp.py"

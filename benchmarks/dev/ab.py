@@ -1,11 +1,14 @@
-"""This tree against another git revision, in the same run: a training step (--what step) or the scan's forward +
-backward (--what ssd), each side in a process of its own, the two taking turns round after round, so that a
+"""This tree against another git revision, in the same run: a training step (--what step), the scan's forward +
+backward (--what ssd) or greedy generation's prompt step and decoding steps (--what generate), each side in a
+process of its own, the two taking turns round after round, so that a
 machine whose speed drifts (a shared one: 10% between hours) slows both alike.
 
     python benchmarks/dev/ab.py --rev HEAD~1                       # a training step at bench_train_step's shape
     python benchmarks/dev/ab.py --rev 931a76e --shape default      # ... at the default training run's shape
     python benchmarks/dev/ab.py --rev HEAD~1 --what ssd            # tg.ssd forward + backward, the step's shape
     python benchmarks/dev/ab.py --rev HEAD~1 --what ssd --ssd-shape 1,64,2,8,1,8 --rounds 2   # a smoke run
+    python benchmarks/dev/ab.py --rev HEAD~1 --what generate       # Mamba-2 130M's shape, 16-token prompt, batch 1
+    python benchmarks/dev/ab.py --rev HEAD~1 --what generate --model small --batch 8 --prompt-len 32
     python benchmarks/dev/ab.py --rev HEAD~1 --quick               # tiny shapes, 2 rounds: does it run
 
 The other revision's tree comes from `git archive REV` into a folder of the system's temporary directory named
@@ -17,7 +20,9 @@ tinygrad_ssm from there. It measures only through the public API, which both lay
 than any layout change. Both processes start, build their work and run --warmup untimed repetitions; then each
 round asks one side, then the other (the order alternating by round), for one untimed repetition (the caches
 the other side left) and --reps timed ones. Per part (step: forward with the loss, backward, optimizer, the
-whole step; ssd: forward, backward of sum(y * dy) + sum(final_state * d_final), both) the table gives each
+whole step; ssd: forward, backward of sum(y * dy) + sum(final_state * d_final), both; generate: the prompt's step
+as generate(prompt, 1), generate(prompt, --new-tokens), and a decoding step as their difference over
+--new-tokens - 1) the table gives each
 side's median over rounds of its round medians, in wall time, and this tree / REV: the median over rounds of
 the ratio of the round medians (its range over rounds beside it), in wall time and in the process's CPU time
 (all threads; less disturbed by other jobs). Writes JSON (default benchmarks/results/ab_<what>.json).
@@ -43,7 +48,16 @@ STEP_SHAPES = {  # name: (n_layer, batch, seq_len, lr)
 }
 SSD_SHAPE = "8,512,8,64,1,64"        # b, l, h, p, g, n: the training step's scan (one layer)
 QUICK_SSD_SHAPE = "1,64,2,8,1,8"
-PARTS = {"step": ("forward + loss", "backward", "optimizer", "step"), "ssd": ("forward", "backward", "both")}
+PARTS = {"step": ("forward + loss", "backward", "optimizer", "step"), "ssd": ("forward", "backward", "both"),
+         "generate": ("prompt: generate(prompt, 1)", "a decoding step", "generate(prompt, new tokens)")}
+GEN_MODELS = {  # --what generate: Mamba2Config's arguments (tied embeddings, float32, random weights)
+    "130m": dict(vocab_size=50277, pad_vocab_size_multiple=16, d_model=768, n_layer=24, d_state=128, headdim=64,
+                 ngroups=1, expand=2, d_conv=4, chunk_size=256),          # _common.SHAPE_130M
+    "small": dict(vocab_size=256, d_model=256, n_layer=4, d_state=64, headdim=64, ngroups=1, expand=2, d_conv=4,
+                  chunk_size=64),                                         # bench_generate's (_common.CONFIG)
+    "quick": dict(vocab_size=256, d_model=64, n_layer=2, d_state=16, headdim=16, ngroups=1, expand=2, d_conv=4,
+                  chunk_size=16),
+}
 
 # One side: run in the side's tree; reads the spec (JSON) from argv, builds the work, warms up, then answers
 # each "round" line on stdin with one JSON line of timings ("AB " first: other output is ignored).
@@ -113,7 +127,25 @@ def ssd_work():
     return rep, check
 
 
-rep, check = step_work() if spec["what"] == "step" else ssd_work()
+def generate_work():
+    config = tg.Mamba2Config(**spec["gen_model"], tie_embeddings=True)
+    model = tg.Mamba2LMHeadModel(config, tg.VarMap(seed=0), dtype="float32")
+    ids = np.random.default_rng(1).integers(0, config.vocab_size, (spec["batch"], spec["prompt_len"]))
+    n, last = spec["new_tokens"], {}
+
+    def rep():
+        w0, c0 = clocks()
+        model.generate(ids, 1, temperature=0)
+        w1, c1 = clocks()
+        last["tokens"] = model.generate(ids, n, temperature=0)
+        w2, c2 = clocks()
+        per_step = ((w2 - w1) - (w1 - w0)) / (n - 1), ((c2 - c1) - (c1 - c0)) / (n - 1)
+        return {"prompt: generate(prompt, 1)": (w1 - w0, c1 - c0), "a decoding step": per_step,
+                "generate(prompt, new tokens)": (w2 - w1, c2 - c1)}
+    return rep, lambda: {"tokens": np.asarray(last["tokens"]).tolist()}
+
+
+rep, check = {"step": step_work, "ssd": ssd_work, "generate": generate_work}[spec["what"]]()
 for _ in range(spec["warmup"]):
     rep()
 say({"file": tg.__file__, **check()})
@@ -203,11 +235,15 @@ def main(argv=None) -> dict:
     p.add_argument("--what", choices=sorted(PARTS), default="step", help="[%(default)s]")
     p.add_argument("--shape", choices=[s for s in STEP_SHAPES if s != "quick"], default="bench",
                    help="step: the model and batch [%(default)s]")
-    p.add_argument("--batch", type=int, help="step: batch size (instead of the shape's)")
+    p.add_argument("--batch", type=int, help="step: batch size (instead of the shape's); generate: [1]")
     p.add_argument("--seqlen", type=int, help="step: sequence length (instead of the shape's)")
     p.add_argument("--n-layer", type=int, help="step: layers (instead of the shape's)")
     p.add_argument("--d-model", type=int, default=256, help="step: [%(default)s]")
     p.add_argument("--ssd-shape", default=SSD_SHAPE, help="ssd: b,l,h,p,g,n [%(default)s]")
+    p.add_argument("--model", choices=[m for m in GEN_MODELS if m != "quick"], default="130m",
+                   help="generate: the model's shape [%(default)s]")
+    p.add_argument("--prompt-len", type=int, default=16, help="generate: prompt tokens per row [%(default)s]")
+    p.add_argument("--new-tokens", type=int, default=33, help="generate: new tokens per call [%(default)s]")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="ssd: [%(default)s]")
     p.add_argument("--chunk", type=int, default=64, help="chunk_size [%(default)s]")
     p.add_argument("--backend", default="auto", help="the scan backend (a name both revisions have) [%(default)s]")
@@ -222,11 +258,17 @@ def main(argv=None) -> dict:
     if args.quick:
         args.rounds, args.reps, args.warmup = 2, 2, 1
     n_layer, batch, seq_len, lr = STEP_SHAPES["quick" if args.quick else args.shape]
+    if args.what == "generate" and args.new_tokens < 2:
+        raise SystemExit(f"ab.py: --new-tokens must be at least 2 (a decoding step is the difference of "
+                         f"generate(prompt, N) and generate(prompt, 1)), got {args.new_tokens}")
+    batch = batch if args.what == "step" else 1
     spec = dict(what=args.what, n_layer=args.n_layer or n_layer, batch=args.batch or batch,
                 seq_len=args.seqlen or seq_len, lr=lr, d_model=64 if args.quick else args.d_model,
                 ssd_shape=[int(v) for v in (QUICK_SSD_SHAPE if args.quick and args.ssd_shape == SSD_SHAPE
                                             else args.ssd_shape).split(",")],
-                dtype=args.dtype, chunk=args.chunk, backend=args.backend, warmup=args.warmup, reps=args.reps)
+                dtype=args.dtype, chunk=args.chunk, backend=args.backend, warmup=args.warmup, reps=args.reps,
+                gen_model=GEN_MODELS["quick" if args.quick else args.model], prompt_len=args.prompt_len,
+                new_tokens=args.new_tokens)
     if len(spec["ssd_shape"]) != 6:
         raise SystemExit(f"ab.py: --ssd-shape wants b,l,h,p,g,n, got {args.ssd_shape!r}")
     env = dict(os.environ)
@@ -273,11 +315,19 @@ def main(argv=None) -> dict:
                  f"AdamW")
         first = {n: hello[n].get("first_losses") for n in hello}
         check = f"first losses: {old_label} {first['old']}, this tree {first['new']}"
-    else:
+    elif args.what == "ssd":
         shape = "b,l,h,p,g,n = {}, {}".format(",".join(map(str, spec["ssd_shape"])), spec["dtype"])
         check = f"outputs and gradients agree to {agreement:.1e} (relative to each array's largest)"
-    title = (f"{'A training step' if args.what == 'step' else 'The scan (tg.ssd)'}, this tree against {old_label}: "
-             f"{shape}, chunk {spec['chunk']}, backend {spec['backend']}; {args.rounds} rounds of {args.reps} after "
+    else:
+        name = "quick" if args.quick else args.model
+        model = "Mamba-2 130M's shape" if name == "130m" else f"the {name} model"
+        shape = (f"{model}, batch {spec['batch']}, a {spec['prompt_len']}-token prompt, greedy, "
+                 f"{spec['new_tokens']} new tokens")
+        same = hello["old"]["tokens"] == hello["new"]["tokens"]
+        check = f"the two sides generated {'the same' if same else 'DIFFERENT'} tokens"
+    what = {"step": "A training step", "ssd": "The scan (tg.ssd)", "generate": "Generation"}[args.what]
+    settings = "" if args.what == "generate" else f", chunk {spec['chunk']}, backend {spec['backend']}"
+    title = (f"{what}, this tree against {old_label}: {shape}{settings}; {args.rounds} rounds of {args.reps} after "
              f"{args.warmup}")
     notes = ["ms: each side's median over rounds of its round medians; this / REV: the median over rounds of the "
              "ratio of the round medians (wall time, and the process's CPU time over all threads)", check]
