@@ -39,7 +39,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))          # benchmarks/: the private helpers
-from _common import RESULTS, ROOT, write_result  # noqa: E402
+from _common import CONFIG, QUICK_CONFIG, RESULTS, ROOT, SHAPE_130M, write_result  # noqa: E402
 
 STEP_SHAPES = {  # name: (n_layer, batch, seq_len, lr)
     "bench": (4, 8, 512, 1e-3),      # bench_train_step.py's model and batch
@@ -51,12 +51,9 @@ QUICK_SSD_SHAPE = "1,64,2,8,1,8"
 PARTS = {"step": ("forward + loss", "backward", "optimizer", "step"), "ssd": ("forward", "backward", "both"),
          "generate": ("prompt: generate(prompt, 1)", "a decoding step", "generate(prompt, new tokens)")}
 GEN_MODELS = {  # --what generate: Mamba2Config's arguments (tied embeddings, float32, random weights)
-    "130m": dict(vocab_size=50277, pad_vocab_size_multiple=16, d_model=768, n_layer=24, d_state=128, headdim=64,
-                 ngroups=1, expand=2, d_conv=4, chunk_size=256),          # _common.SHAPE_130M
-    "small": dict(vocab_size=256, d_model=256, n_layer=4, d_state=64, headdim=64, ngroups=1, expand=2, d_conv=4,
-                  chunk_size=64),                                         # bench_generate's (_common.CONFIG)
-    "quick": dict(vocab_size=256, d_model=64, n_layer=2, d_state=16, headdim=16, ngroups=1, expand=2, d_conv=4,
-                  chunk_size=16),
+    "130m": dict(SHAPE_130M, chunk_size=256),                           # bench_pretrained_shape's
+    "small": dict(CONFIG, chunk_size=64),                               # bench_generate's
+    "quick": dict(QUICK_CONFIG, chunk_size=16),
 }
 
 # One side: run in the side's tree; reads the spec (JSON) from argv, builds the work, warms up, then answers

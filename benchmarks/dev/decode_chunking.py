@@ -34,6 +34,7 @@ from tinygrad_ssm.models.mamba2 import decode  # noqa: E402
 
 FAST_GB_S = 50.0
 
+
 def settings_of(chunk_kb: list, shares: list) -> list:
     return [{"CHUNK_BYTES": kb << 10, "BIG_SHARE": share} for share, kb in itertools.product(shares, chunk_kb)]
 
