@@ -300,11 +300,18 @@ def write_report(status: dict | None, quick: bool) -> Path:
              "in the same run, since the machine is shared and noisy. Never asserted in tests.", ""]
     if quick:
         lines += ["**This is a `--quick` smoke run: few sizes and repeats; the figures are not the report's.**", ""]
-    machine = next((r["machine"] for r in results.values() if "machine" in r), None)
-    if machine:
-        versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
-        lines += ["## The machine", "", f"- CPU: {machine['cpu']}, {machine['cores']} cores",
-                  f"- BLAS: {machine['blas']}", f"- {versions}", f"- {machine['platform']}, {machine['date']}", ""]
+    # the result files may come from different machines (the shared machine changes between sessions): each
+    # section says its own, and this list gives each machine's details once, newest run first
+    machines = sorted((r["machine"] for r in results.values() if "cpu" in r.get("machine", {})),
+                      key=lambda m: m["date"], reverse=True)
+    if machines:
+        lines += ["## The machines", ""]
+        for cpu in dict.fromkeys(m["cpu"] for m in machines):
+            m = next(m for m in machines if m["cpu"] == cpu)              # its newest run
+            versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
+            lines += [f"- {cpu}, {m['cores']} cores; BLAS {m['blas']}; {versions}; {m['platform']} "
+                      f"(its newest run: {m['date']})"]
+        lines += [""]
     for script, title, _ in SCRIPTS:
         if not (Path(__file__).parent / script).exists():
             continue
@@ -314,6 +321,9 @@ def write_report(status: dict | None, quick: bool) -> Path:
             why = status.get(script, "not run") if status else "no result file"
             lines += [f"No result ({why}).", ""]
             continue
+        machine = r.get("machine", {})
+        if "cpu" in machine:
+            lines += [f"Measured on {machine['cpu']} ({machine['cores']} cores), {machine['date']}.", ""]
         lines += [r.get("title", ""), "", markdown_table(r["columns"], r["rows"]), ""]
         for extra in r.get("extra_tables", []):
             lines += [extra["title"], "", markdown_table(extra["columns"], extra["rows"]), ""]
