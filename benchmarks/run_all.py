@@ -81,12 +81,16 @@ LLAMA_CPP = (
     "",
 )
 LLAMA_CPP_AFTER = (
-    "Three runs on 2026-12-04 (this table is the second): float32 decoding 1.17-1.42x llama.cpp's speed and the "
-    "512-token prompt 1.30-1.37x; with 8-bit weights decoding 1.29-1.42x and the prompt 0.97-1.14x. Our 8-bit "
-    "prompt runs at float32's speed: the forward dequantizes blocks of weights to float32 and multiplies in float32 "
-    "(docs/kernels.md, \"Decoding from 8-bit weights\"), where llama.cpp's Q8_0 products multiply int8 by int8. The "
-    "weights came from `--export`, llama.cpp from the copy in llama-cpp-python 0.3.36's source package, built for "
-    "this CPU (GGML_NATIVE).",
+    "Three runs on 2026-12-05 on a Xeon with 2 MB of L2 a core (this table is the first): float32 decoding "
+    "1.14-1.17x llama.cpp's speed and the 512-token prompt 1.69-1.82x; with 8-bit weights decoding 1.65-1.70x and "
+    "the prompt 1.54-1.60x. Three runs on 2026-12-04 on an AMD EPYC: float32 1.17-1.42x and 1.30-1.37x, 8-bit "
+    "1.29-1.42x and 0.97-1.14x. Our 8-bit prompt runs at float32's speed: the forward dequantizes blocks of weights "
+    "to float32 and multiplies in float32 (docs/kernels.md, \"Decoding from 8-bit weights\"), where llama.cpp's Q8_0 "
+    "products multiply int8 by int8. The weights came from `--export`, llama.cpp from the copy in llama-cpp-python "
+    "0.3.36's source package, built for the CPU: on the EPYC with GGML_NATIVE; on the Xeon, whose -march=native "
+    "build died of an illegal instruction in its Q8_0 path (AMX, which the CPU lists but this VM does not run), with "
+    "GGML_NATIVE=OFF and its AVX-512 options on (GGML_AVX512, _VBMI, _VNNI, _BF16, GGML_AVX_VNNI), AMX off; "
+    "float32 ran at the native build's speed (pp512 637-683 against 647-654 tokens/s, tg32 48.4 against 47.8-48.6).",
 )
 DOC = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "images"
