@@ -231,8 +231,9 @@ def _weight_rows(W, lo, hi, u, bias, zero, out):
        hi=st.integers(0, 23), seed=st.integers(0, 2**16))
 def test_float_rows_of_any_range_equal_the_float64_product(rows, k, batch, lo, hi, seed):
     """weight_rows on float64 weights: rows [lo, hi) of u @ W^T + bias, through the 4 x 4 blocks (which prefetch
-    the next block's rows, up to the range's end), four weight rows against each batch row the blocks leave
-    (_matvec_fours) and the single sums after them; the rest untouched."""
+    the next block's rows, up to the range's end, and take the batch rows left over with the same four weight
+    rows), or four weight rows against each batch row below 4 (_matvec_fours), and the single sums after them;
+    the rest untouched."""
     rng = np.random.default_rng(seed)
     W, u, bias = rng.standard_normal((rows, k)), rng.standard_normal((batch, k)), rng.standard_normal(rows)
     lo, hi = min(lo, rows), min(max(lo, hi), rows)

@@ -68,22 +68,22 @@ def _matvec_rows(W, lo, hi, u, bias, zero, out):
     if nb >= 4:
         _matvec_blocks(W, lo, rows_end, u, bias, zero, out)
     else:
-        _matvec_fours(W, lo, rows_end, u, 0, nb, bias, zero, out)
+        _matvec_fours(W, lo, rows_end, u, bias, zero, out)
     for r in range(rows_end, hi):
         for bi in range(nb):
             out[bi, r] = _dot(W, r, u, bi, zero) + bias[r]
 
 
 @njit(**_JIT)
-def _matvec_fours(W, lo, hi, u, b_lo, b_hi, bias, zero, out):
-    """_matvec_rows for weight rows [lo, hi) (a multiple of 4) and batch rows [b_lo, b_hi): four weight rows
+def _matvec_fours(W, lo, hi, u, bias, zero, out):
+    """_matvec_rows for weight rows [lo, hi) (a multiple of 4) and every batch row (fewer than 4): four weight rows
     summed side by side against one batch row, then the same four (now in L1) against the next. Against one
     row at a time (_dot), on a Xeon with 2 MB of L2 a core, it streams more of the memory's bandwidth (one
     thread, the 130M shape's 24 in_proj and 24 out_proj matrices in turn: 15.7 GB/s against 11.9, a plain
     sum over the same matrices 16.7): a decoding step at batch 1 and the 130M shape took 0.825x the time
     (`benchmarks/dev/ab.py --what generate`). 512-bit vectors, or eight rows side by side: the same time."""
     for i in range(lo, hi, 4):
-        for bi in range(b_lo, b_hi):
+        for bi in range(u.shape[0]):
             _four_sums(W, i, u, bi, bias, zero, out)
 
 
@@ -105,8 +105,8 @@ def _matvec_blocks(W, lo, hi, u, bias, zero, out):
     (_four_sums: a 17-token prompt had read its weights twice, 46.9 ms a step against 41.8 for 20 tokens at the
     130M shape). Four weight rows times four batch rows share their loads (16 sums at once; measured against
     two rows by four, one thread, a 1160 x 256 float32 in_proj at batch 8: 53 vs 66 us from L2, 68 vs 77 us
-    streamed from L3). Vectors of 512
-    bits where the CPU has them (fast/vector_width.py); the one-row sums keep 256 (batch 1 ran 6% slower).
+    streamed from L3). Vectors of 512 bits where the CPU has them (fast/vector_width.py); batch 1's sums keep
+    256 (one row at a time ran 6% slower with 512, four rows no faster: _matvec_fours).
     While a block's rows are used for the batch rows, the next block's rows are prefetched into L2, a share
     before each group of four batch rows: the hardware's prefetcher, which follows one stream well, fell behind
     the four rows read side by side (a 16-token prompt's step at the 130M shape, batch 1, 2 threads: 0.83-0.91x
