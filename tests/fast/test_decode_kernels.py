@@ -232,8 +232,8 @@ def _weight_rows(W, lo, hi, u, bias, zero, out):
 def test_float_rows_of_any_range_equal_the_float64_product(rows, k, batch, lo, hi, seed):
     """weight_rows on float64 weights: rows [lo, hi) of u @ W^T + bias, through the 4 x 4 blocks (which prefetch
     the next block's rows, up to the range's end, and take the batch rows left over with the same four weight
-    rows), or four weight rows against each batch row below 4 (_matvec_fours), and the single sums after them;
-    the rest untouched."""
+    rows), or below batch 4 two weight rows from the range's two halves against each batch row (_matvec_halves),
+    and the single sums after them; the rest untouched."""
     rng = np.random.default_rng(seed)
     W, u, bias = rng.standard_normal((rows, k)), rng.standard_normal((batch, k)), rng.standard_normal(rows)
     lo, hi = min(lo, rows), min(max(lo, hi), rows)
@@ -244,16 +244,18 @@ def test_float_rows_of_any_range_equal_the_float64_product(rows, k, batch, lo, h
 
 
 @pytest.mark.parametrize("batch", range(1, 10))
-def test_float_rows_at_every_batch_remainder_equal_the_float64_product(batch):
+@pytest.mark.parametrize("lo, hi", [(1, 11), (1, 10)])
+def test_float_rows_at_every_batch_remainder_equal_the_float64_product(batch, lo, hi):
     """Every batch size up to two blocks and a remainder, deterministically (the drawn test above takes 15
-    examples in CI): weight rows [1, 11) are two blocks of four and two single rows; the batch rows are 4 x 4
-    blocks and 0-3 rows left over (_four_sums inside the blocks), or all through _matvec_fours below 4."""
+    examples in CI): weight rows [1, 11) are two blocks of four and two single rows, or two halves of five;
+    [1, 10) two blocks and one single row, or two halves of four and one single row; the batch rows are 4 x 4
+    blocks and 0-3 rows left over (_four_sums inside the blocks), or all through _matvec_halves below 4."""
     rng = np.random.default_rng(batch)
     W, u, bias = rng.standard_normal((12, 37)), rng.standard_normal((batch, 37)), rng.standard_normal(12)
     out = np.full((batch, 12), np.nan)
-    _weight_rows(W, 1, 11, u, bias, 0.0, out)
-    np.testing.assert_allclose(out[:, 1:11], u @ W[1:11].T + bias[1:11], rtol=1e-10, atol=1e-10)
-    assert np.isnan(out[:, [0, 11]]).all()
+    _weight_rows(W, lo, hi, u, bias, 0.0, out)
+    np.testing.assert_allclose(out[:, lo:hi], u @ W[lo:hi].T + bias[lo:hi], rtol=1e-10, atol=1e-10)
+    assert np.isnan(np.delete(out, np.s_[lo:hi], axis=1)).all()
 
 
 def test_the_product_blocks_ask_llvm_for_512_bit_vectors_and_prefetch():
