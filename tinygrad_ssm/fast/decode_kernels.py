@@ -120,8 +120,9 @@ def _matvec_blocks(W, lo, hi, u, bias, zero, out):
     (_four_sums: a 17-token prompt had read its weights twice, 46.9 ms a step against 41.8 for 20 tokens at the
     130M shape). Four weight rows times four batch rows share their loads (16 sums at once; measured against
     two rows by four, one thread, a 1160 x 256 float32 in_proj at batch 8: 53 vs 66 us from L2, 68 vs 77 us
-    streamed from L3). Vectors of 512 bits where the CPU has them (fast/vector_width.py); batch 1's sums keep
-    256 (one row at a time ran 6% slower with 512, four adjacent rows no faster).
+    streamed from L3). Vectors of 512 bits where the CPU has them (fast/vector_width.py); the sums below batch 4
+    keep 256 (one row at a time ran 6% slower with 512, four adjacent rows no faster, two adjacent rows
+    streamed 29-30 GB/s against 35.5-36.4 with 256 on a 1 GiB matrix).
     While a block's rows are used for the batch rows, the next block's rows are prefetched into L2, a share
     before each group of four batch rows: the hardware's prefetcher, which follows one stream well, fell behind
     the four rows read side by side (a 16-token prompt's step at the 130M shape, batch 1, 2 threads: 0.83-0.91x
