@@ -85,21 +85,26 @@ def _matvec_halves(W, lo, hi, u, bias, zero, out):
     side by side (four streams restarting every row) and 36.3 for a plain sum; 1536 columns 34.2 against 32.0
     (and 31.7 for two adjacent rows). A decoding step at batch 1, the 130M shape: 0.956x the time of four
     adjacent rows (`benchmarks/dev/ab.py --what generate`; batch 2 0.986x, 3 0.995x); one row at a time (_dot)
-    streamed 24.8 GB/s."""
+    streamed 24.8 GB/s. The bias is added in a pass of its own after the sums: added as each pair is stored, a
+    batch-1 step took 1.03x the time (ab.py, three runs of 10 rounds: 0.966-0.971x without it in the loop; the
+    sums' loop compiles to the same instructions either way, the rows' ends do not)."""
     half = (hi - lo) // 2
     for i in range(lo, lo + half):
         for bi in range(u.shape[0]):
-            _two_sums(W, i, i + half, u, bi, bias, zero, out)
+            _two_sums(W, i, i + half, u, bi, zero, out)
+    for i in range(lo, hi):
+        for bi in range(u.shape[0]):
+            out[bi, i] += bias[i]
 
 
 @njit(inline="always", **_JIT)
-def _two_sums(W, i, k, u, bi, bias, zero, out):
-    """out[bi, i], out[bi, k] = W[i] . u[bi] + bias[i], W[k] . u[bi] + bias[k]: two weight rows side by side."""
+def _two_sums(W, i, k, u, bi, zero, out):
+    """out[bi, i], out[bi, k] = W[i] . u[bi], W[k] . u[bi]: two weight rows side by side."""
     a0 = a1 = zero
     for j in range(W.shape[1]):
         x = u[bi, j]
         a0, a1 = a0 + W[i, j] * x, a1 + W[k, j] * x
-    out[bi, i], out[bi, k] = a0 + bias[i], a1 + bias[k]
+    out[bi, i], out[bi, k] = a0, a1
 
 
 @njit(inline="always", **_JIT)
