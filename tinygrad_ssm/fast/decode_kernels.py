@@ -85,9 +85,9 @@ def _matvec_halves(W, lo, hi, u, bias, zero, out):
     side by side (four streams restarting every row) and 36.3 for a plain sum; 1536 columns 34.2 against 32.0
     (and 31.7 for two adjacent rows). A decoding step at batch 1, the 130M shape: 0.956x the time of four
     adjacent rows (`benchmarks/dev/ab.py --what generate`; batch 2 0.986x, 3 0.995x); one row at a time (_dot)
-    streamed 24.8 GB/s. The bias is added in a pass of its own after the sums: added as each pair is stored, a
-    batch-1 step took 1.03x the time (ab.py, three runs of 10 rounds: 0.966-0.971x without it in the loop; the
-    sums' loop compiles to the same instructions either way, the rows' ends do not)."""
+    streamed 24.8 GB/s. The bias is added in a pass of its own after the sums: against adding it as each pair is
+    stored, a batch-1 step 0.966-0.982x the time in five runs of ab.py (10 rounds each), 1.01x in a sixth; the
+    sums' loop compiles to the same instructions either way (what differs is at the rows' ends)."""
     half = (hi - lo) // 2
     for i in range(lo, lo + half):
         for bi in range(u.shape[0]):
