@@ -64,6 +64,8 @@ DEV_TOOLS = (
      "taking turns"),
     ("benchmarks/dev/decode_chunking.py", "the numba decoder's chunking of its projections (the small chunks' size, "
      "the big chunks' share) switched between calls in one process, rounds beside a bandwidth probe"),
+    ("benchmarks/dev/decode_ceiling.py", "how close batch-1 decoding can come to the bandwidth limit with the "
+     "decoder's own kernels: its weights and states streamed with no phases, beside its real step and the probe"),
 )
 # llama.cpp beside these figures, by hand: it is not a dependency, and nothing here builds or downloads it
 LLAMA_CPP_SCRIPT = "bench_llama_cpp.py"
