@@ -3,9 +3,10 @@ the decoder's weight arrays streamed by its product kernel (decode_kernels.weigh
 states updated by its state kernel (_update_heads2), each thread taking the same half of every projection, of
 the heads and of the LM head with no phases at all (it never waits for the other thread, so nothing of the
 step's order is kept: the outputs are not a model's, only the memory traffic and the arithmetic are a step's).
-Beside it, in the same rounds: the decoder's real step (generate from a one-token prompt, N new tokens over
-N - 1 steps) and a read of a 1 GiB array (the probe of bench_pretrained_shape.py, whose limit this is: the bytes
-of weights a step reads / the probe's bandwidth).
+Beside it, in the same rounds: the decoder's real step (from a one-token prompt, generate(N new) less
+generate(1 new), over the N - 1 steps left) and a read of a 1 GiB array (the probe of bench_pretrained_shape.py,
+whose limit this is: the bytes of weights a step reads / the probe's bandwidth). The phase-free passes are timed
+as the decoder's steps run, N - 1 of them in a row over the same arrays.
 
     python benchmarks/dev/decode_ceiling.py                 # Mamba-2 130M's shape, 2 threads, 15 rounds
     python benchmarks/dev/decode_ceiling.py --quick         # the small model, 2 rounds: a smoke run
@@ -86,17 +87,25 @@ def main(argv=None) -> dict:
     coef = np.array([0.9, 0.01, 0.9, 0.01], dtype)                      # decay, dt of two heads
 
     def phase_free(with_states):
-        return lambda: phase_free_step(in_w, out_w, w.head, in_b, out_b, head_b, ssms, with_states, u, y, proj,
-                                       delta, logits, coef)
+        """Seconds a pass, over as many passes in a row as the decoder's timed steps (its steps, too, follow
+        one another over the same arrays: what the last one left in L3 is there for the next)."""
+        passes = args.new_tokens - 1
+        return lambda: common.timed(lambda: [phase_free_step(in_w, out_w, w.head, in_b, out_b, head_b, ssms,
+                                                             with_states, u, y, proj, delta, logits, coef)
+                                             for _ in range(passes)]) / passes
 
     def decoder_step():
-        return common.timed(lambda: model.generate(ids, args.new_tokens, temperature=0)) / (args.new_tokens - 1)
+        """Seconds a step: generate(N new tokens) runs N steps (the prompt's, which gives the first token, and
+        N - 1 more); less generate(1 new token), the prompt's step alone, that leaves the N - 1."""
+        n = args.new_tokens
+        return (common.timed(lambda: model.generate(ids, n, temperature=0)) -
+                common.timed(lambda: model.generate(ids, 1, temperature=0))) / (n - 1)
 
     weights = weight_bytes_per_step(model)
     probe = np.ones((2**28 if not args.quick else 2**22), np.float32)  # 1 GiB (16 MiB for --quick), resident
     _sum(probe)
-    sides = {"phase-free: weights": lambda: common.timed(phase_free(False)),
-             "phase-free: weights + states": lambda: common.timed(phase_free(True)),
+    sides = {"phase-free: weights": phase_free(False),
+             "phase-free: weights + states": phase_free(True),
              "the decoder's step": decoder_step}
     for side in sides.values():                                         # warm-ups (phase_free_step compiles)
         side()

@@ -2,8 +2,9 @@
 decode.CHUNK_BYTES (the small chunks' weights) and decode.BIG_SHARE (the two big chunks' share of the rows)
 switched between calls in one process, the settings taking turns round after round (in order, then reversed),
 each round beside a read of a 1 GiB array (the machine's read bandwidth at that moment). Greedy decoding from a
-one-token prompt: a round's step is generate(N new) over N - 1 (the prompt's step is one token's; N = 33, or
---new-tokens: more for a small model, whose 33 tokens take ~7 ms).
+one-token prompt: a round's step is generate(N new) less generate(1 new) (the prompt's step, which gives the
+first token), over the N - 1 steps left (N = 33, or --new-tokens: more for a small model, whose 33 tokens take
+~7 ms).
 
     python benchmarks/dev/decode_chunking.py                            # 130M's shape, batch 1, 16 and 128 KB
     python benchmarks/dev/decode_chunking.py --batch 8 --chunk-kb 16 64 128 --shares 0.48 0.44
@@ -44,7 +45,8 @@ def step_seconds(model, ids, setting: dict, new_tokens: int) -> float:
     for name, value in setting.items():
         setattr(decode, name, value)
     model.__dict__.pop("_decode_weights", None)
-    return common.timed(lambda: model.generate(ids, new_tokens, temperature=0)) / (new_tokens - 1)
+    return (common.timed(lambda: model.generate(ids, new_tokens, temperature=0)) -
+            common.timed(lambda: model.generate(ids, 1, temperature=0))) / (new_tokens - 1)
 
 
 def main(argv=None) -> dict:
