@@ -107,3 +107,26 @@ def test_generation_prefills_a_long_prompt_and_steps_a_short_one_to_the_same_tok
     for limit in (9, 10):                                           # the chunked-scan prefill, then the decoder
         monkeypatch.setattr("tinygrad_ssm.models.mamba2.generation.PROMPT_STEP_TOKENS", limit)
         np.testing.assert_array_equal(fast.generate(prompt, 4, temperature=0), want)
+
+
+def test_sessions_on_the_same_weights_call_the_entry_points_the_first_one_found():
+    """The first generate finds the compiled entry points of the prompt's step and of the token blocks (numba's
+    dispatch types every argument at each call); later sessions on the same weights, with another batch, prompt
+    length and sampling, call them directly and still give the engine's tokens. A session made while PROFILE is
+    set calls the dispatchers (its profile array is the caller's)."""
+    fast, slow = twin_models(seed=4, vocab_size=30)
+    weights = decode._weights(fast)
+    assert weights.entry_points == {}
+    one = np.random.default_rng(4).integers(0, 30, (1, 3))
+    np.testing.assert_array_equal(fast.generate(one, 5, temperature=0), slow.generate(one, 5, temperature=0))
+    assert set(weights.entry_points) == {decode._lead, decode._sampled}
+    assert all(entry is not dispatcher for dispatcher, entry in weights.entry_points.items())
+    three = np.random.default_rng(5).integers(0, 30, (3, 6))
+    for kw in ({"temperature": 0}, {"temperature": 1.0, "top_k": 5, "seed": 3}):
+        np.testing.assert_array_equal(fast.generate(three, 7, **kw), slow.generate(three, 7, **kw))
+    assert decode._weights(fast) is weights and len(weights.entry_points) == 2
+    cache = fast.allocate_cache(1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(decode, "PROFILE", np.zeros(len(decode.PROFILE_PHASES), np.int64))
+        assert not decode._session(fast, cache, 1).typed_as_before
+    decode.release(cache)

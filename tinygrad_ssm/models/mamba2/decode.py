@@ -298,6 +298,9 @@ class _Weights:
                      _rows_per_chunk(c.headdim * c.d_state, dtype.itemsize, STATE_CHUNK_BYTES))  # heads
         self._tensors = [t for t, _ in self.sources]
         self._arrays = [a for _, a in self.sources]
+        # {numba function: its compiled entry point} for the steps' arguments, found by the first session that
+        # calls it (see _Session.call): every session on these weights passes arguments of the same types
+        self.entry_points = {}
 
     def _take(self, tensor, dtype):
         if isinstance(tensor, QuantizedWeight):                         # read as stored: fast/quantized_kernels.py
@@ -362,7 +365,7 @@ class _Session:
                      float(c.rms_norm_eps), c.ngroups, low, high, (low, high) != (0.0, math.inf), dtype.type(0),
                      w.rows, BIG_SHARE, np.zeros(0, np.int64) if PROFILE is None else PROFILE)
         self.step_count = 0
-        self.lead = _lead
+        self.typed_as_before = PROFILE is None                          # the profile's array is the caller's
 
     def matches(self, cache, batch: int, weights: _Weights) -> bool:
         return (self.weights is weights and self.batch == batch and
@@ -384,9 +387,7 @@ class _Session:
     def step(self, ids: np.ndarray) -> np.ndarray:
         self.ids[:] = ids
         self._start_helper()
-        self.lead(self.control, self.step_count, self.args)
-        if self.lead is _lead:
-            self.lead = _compiled(_lead, (self.control, self.step_count, self.args))
+        self.call(_lead, (self.control, self.step_count, self.args))
         self.step_count += 1
         return self.logits.copy()
 
@@ -396,11 +397,28 @@ class _Session:
         self._start_helper()
         n = uniforms.shape[0]
         tokens = np.empty((n, self.batch), np.int64)
-        m = _sampled(self.control, self.step_count, self.args, vocab, float(temperature),
-                     0 if top_k is None else int(top_k), 1.0 if top_p is None else float(top_p), uniforms, tokens)
+        m = self.call(_sampled, (self.control, self.step_count, self.args, int(vocab), float(temperature),
+                                 0 if top_k is None else int(top_k), 1.0 if top_p is None else float(top_p),
+                                 uniforms, tokens))
         steps = min(m + 1, n)
         self.step_count += steps
         return tokens[:m], steps
+
+    def call(self, dispatcher, args):
+        """dispatcher(*args) through its compiled entry point, without numba's dispatch: that types every
+        argument at each call, ~240 us for a step's tuple of typed lists (against ~5 us for the entry point), a
+        step's worth of a small model's time at every prompt and every block of tokens. Any session on these
+        weights passes the same types: its arrays are made here, C-contiguous and writable, in the model's dtype
+        (the cache's states as _contiguous_state makes them), the scalars as Python ints, floats and bools.
+        The first call of each function goes through the dispatcher, and so does every call while PROFILE is
+        set (its array is the caller's)."""
+        entry = self.weights.entry_points.get(dispatcher) if self.typed_as_before else None
+        if entry is not None:
+            return entry(*args)
+        result = dispatcher(*args)
+        if self.typed_as_before:
+            self.weights.entry_points[dispatcher] = _compiled(dispatcher, args)
+        return result
 
     def close(self):
         self.control[1] = 1                                             # helpers leave at their next look
@@ -410,8 +428,8 @@ class _Session:
 
 
 def _compiled(dispatcher, args):
-    """The function numba compiled for these argument types, to call without its type dispatch (half of the
-    ~12 us a call with ~60 arrays costs); the dispatcher itself where numba does not expose it."""
+    """The function numba compiled for these argument types, to call without its type dispatch (see
+    _Session.call); the dispatcher itself where numba does not expose it (NUMBA_DISABLE_JIT=1)."""
     try:
         return dispatcher.overloads[tuple(numba.typeof(a) for a in args)].entry_point
     except (KeyError, AttributeError, TypeError):
@@ -467,7 +485,7 @@ def decode_prompt(model, ids: np.ndarray, cache) -> np.ndarray:
     session.ids[:] = ids.T.ravel()                                      # token-major (l b,)
     try:
         session._start_helper()
-        _lead(session.control, 0, session.args)
+        session.call(_lead, (session.control, 0, session.args))
     finally:
         session.close()
     for t in session._cache_tensors(cache):
