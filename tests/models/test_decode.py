@@ -112,8 +112,8 @@ def test_generation_prefills_a_long_prompt_and_steps_a_short_one_to_the_same_tok
 def test_sessions_on_the_same_weights_call_the_entry_points_the_first_one_found():
     """The first generate finds the compiled entry points of the prompt's step and of the token blocks (numba's
     dispatch types every argument at each call); later sessions on the same weights, with another batch, prompt
-    length and sampling, call them directly and still give the engine's tokens. A session made while PROFILE is
-    set calls the dispatchers (its profile array is the caller's)."""
+    length and sampling, call them directly and still give the engine's tokens. PROFILE must be an array of the
+    type the entry points were compiled for."""
     fast, slow = twin_models(seed=4, vocab_size=30)
     weights = decode._weights(fast)
     assert weights.entry_points == {}
@@ -125,8 +125,10 @@ def test_sessions_on_the_same_weights_call_the_entry_points_the_first_one_found(
     for kw in ({"temperature": 0}, {"temperature": 1.0, "top_k": 5, "seed": 3}):
         np.testing.assert_array_equal(fast.generate(three, 7, **kw), slow.generate(three, 7, **kw))
     assert decode._weights(fast) is weights and len(weights.entry_points) == 2
-    cache = fast.allocate_cache(1)
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(decode, "PROFILE", np.zeros(len(decode.PROFILE_PHASES), np.int32))
+        with pytest.raises(ValueError, match=r"decode.PROFILE must be None or a writable np.zeros\(6, np.int64\)"):
+            fast.generate(one, 3, temperature=0)
         mp.setattr(decode, "PROFILE", np.zeros(len(decode.PROFILE_PHASES), np.int64))
-        assert not decode._session(fast, cache, 1).typed_as_before
-    decode.release(cache)
+        np.testing.assert_array_equal(fast.generate(one, 5, temperature=0), slow.generate(one, 5, temperature=0))
+        assert (decode.PROFILE > 0).any()                               # counted through the entry points

@@ -363,9 +363,8 @@ class _Session:
                      _array_list(convs), _array_list(ssms), bufs,
                      np.zeros((tokens * batch, c.nheads)), np.zeros((tokens * batch, c.nheads)),
                      float(c.rms_norm_eps), c.ngroups, low, high, (low, high) != (0.0, math.inf), dtype.type(0),
-                     w.rows, BIG_SHARE, np.zeros(0, np.int64) if PROFILE is None else PROFILE)
+                     w.rows, BIG_SHARE, np.zeros(0, np.int64) if PROFILE is None else _profile_array(PROFILE))
         self.step_count = 0
-        self.typed_as_before = PROFILE is None                          # the profile's array is the caller's
 
     def matches(self, cache, batch: int, weights: _Weights) -> bool:
         return (self.weights is weights and self.batch == batch and
@@ -409,15 +408,13 @@ class _Session:
         argument at each call, ~240 us for a step's tuple of typed lists (against ~5 us for the entry point), a
         step's worth of a small model's time at every prompt and every block of tokens. Any session on these
         weights passes the same types: its arrays are made here, C-contiguous and writable, in the model's dtype
-        (the cache's states as _contiguous_state makes them), the scalars as Python ints, floats and bools.
-        The first call of each function goes through the dispatcher, and so does every call while PROFILE is
-        set (its array is the caller's)."""
-        entry = self.weights.entry_points.get(dispatcher) if self.typed_as_before else None
+        (the cache's states as _contiguous_state makes them, PROFILE as _profile_array checks it), the scalars
+        as Python ints, floats and bools. The first call of each function goes through the dispatcher."""
+        entry = self.weights.entry_points.get(dispatcher)
         if entry is not None:
             return entry(*args)
         result = dispatcher(*args)
-        if self.typed_as_before:
-            self.weights.entry_points[dispatcher] = _compiled(dispatcher, args)
+        self.weights.entry_points[dispatcher] = _compiled(dispatcher, args)
         return result
 
     def close(self):
@@ -425,6 +422,16 @@ class _Session:
         self.control[2] = 0
 
     __del__ = close
+
+
+def _profile_array(profile):
+    """PROFILE, checked: the step adds its cycles to it in place, and its type is the step's (see _Session.call)."""
+    if not (isinstance(profile, np.ndarray) and profile.dtype == np.int64 and profile.shape == (len(PROFILE_PHASES),)
+            and profile.flags.c_contiguous and profile.flags.writeable):
+        raise ValueError(f"decode.PROFILE must be None or a writable np.zeros({len(PROFILE_PHASES)}, np.int64) "
+                         f"(one count per PROFILE_PHASES), got {type(profile).__name__} "
+                         f"{getattr(profile, 'dtype', '')} {getattr(profile, 'shape', '')}")
+    return profile
 
 
 def _compiled(dispatcher, args):
