@@ -298,9 +298,7 @@ class _Weights:
                      _rows_per_chunk(c.headdim * c.d_state, dtype.itemsize, STATE_CHUNK_BYTES))  # heads
         self._tensors = [t for t, _ in self.sources]
         self._arrays = [a for _, a in self.sources]
-        # {numba function: its compiled entry point} for the steps' arguments, found by the first session that
-        # calls it (see _Session.call): every session on these weights passes arguments of the same types
-        self.entry_points = {}
+        self.entry_points = {}                                          # {numba function: entry point}, _Session.call
 
     def _take(self, tensor, dtype):
         if isinstance(tensor, QuantizedWeight):                         # read as stored: fast/quantized_kernels.py
@@ -413,7 +411,7 @@ class _Session:
         entry = self.weights.entry_points.get(dispatcher)
         if entry is not None:
             return entry(*args)
-        result = dispatcher(*args)
+        result = dispatcher(*args)                                      # compiles or loads; then its entry point
         self.weights.entry_points[dispatcher] = _compiled(dispatcher, args)
         return result
 
