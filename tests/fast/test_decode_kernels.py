@@ -19,7 +19,7 @@ from tinygrad_ssm.fast.fast_exp import exp as fast_exp
 from tinygrad_ssm.fast.fast_exp import exp32, silu
 from tinygrad_ssm.fast.sampling_kernels import sample_rows
 from tinygrad_ssm.fast.vector_width import PREFER_512_BIT
-from tinygrad_ssm.models.mamba2 import decode
+from tinygrad_ssm.models.mamba2 import decode, decode_step
 from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits, sample_next
 
 
@@ -154,7 +154,7 @@ def test_chunks_tile_the_rows_once(n_rows, small, share):
     """Two big chunks (a multiple of the small size, or none; half each for the norms), then small ones: [0, n_rows)
     exactly, in order."""
     big = int(n_rows * share) // small * small
-    bounds = [decode._chunk(c, n_rows, big, small) for c in range(decode._n_chunks(n_rows, big, small))]
+    bounds = [decode_step._chunk(c, n_rows, big, small) for c in range(decode_step._n_chunks(n_rows, big, small))]
     assert bounds[0][0] == 0 and bounds[-1][1] == n_rows
     assert all(lo < hi for lo, hi in bounds) and all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
     assert all(hi - lo == big for lo, hi in bounds[:2]) if big else all(hi - lo <= small for lo, hi in bounds)
