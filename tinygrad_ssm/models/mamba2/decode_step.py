@@ -61,7 +61,7 @@ def _step(step, last_wait, args):
     nb, n_layer = x.shape[0], len(in_w)
     nbs, h = ssms[0].shape[0], dtv.shape[1]                             # sequences, heads
     tokens = nb // nbs                                                  # per sequence: 1, or a prompt's
-    big_heads = int(nbs * h * big_share) // heads_per_chunk * heads_per_chunk  # as _chunking does
+    big_heads = int(nbs * h * big_share) // heads_per_chunk * heads_per_chunk  # as decode._chunking does
     # the norms' rows in two halves: a row is less work than a claim when the threads contend (~1 us); measured
     # against 45% chunks and then single rows, both norm phases took 2-3 us less a token at batch 8
     big_rows, big_groups = nb // 2, nb * ngroups // 2
