@@ -127,3 +127,26 @@ def test_a_wide_models_long_prompt_takes_the_chunked_scan(monkeypatch):
     wide.generate(ids[:, :256], 1, temperature=0)                       # 256 <= 512 * 256 / 512: one step
     wide.generate(ids, 1, temperature=0)                                # 300 > 256: the chunked scan
     assert steps == [(1, 256)]
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_vocab_size_keeps_sampling_below_it(fused):
+    """A transformers config states its vocabulary padded past the tokenizer's (50,288 rows for 50,280 tokens):
+    vocab_size=n samples only ids below n, at every setting, in the decoder and the engine's step alike; the
+    same draws without it reach the rows past n."""
+    model = twin_models(seed=3, vocab_size=40)[0 if fused else 1]
+    prompts = np.random.default_rng(3).integers(0, 40, (4, 3))
+    for kw in ({"temperature": 2.0, "seed": 1}, {"temperature": 2.0, "top_k": 30, "seed": 2},
+               {"temperature": 2.0, "top_p": 0.99, "seed": 3}):
+        limited = model.generate(prompts, 40, vocab_size=25, **kw)[:, 3:]
+        free = model.generate(prompts, 40, **kw)[:, 3:]
+        assert limited.max() < 25 and free.max() >= 25
+    greedy = model.generate(prompts, 5, temperature=0, vocab_size=1)[:, 3:]
+    assert (greedy == 0).all()
+
+
+@pytest.mark.parametrize("vocab_size", [0, -1, 2.5, True, "8"])
+def test_a_bad_vocab_size_is_named(vocab_size):
+    model = twin_models(seed=0, vocab_size=40)[0]
+    with pytest.raises(ValueError, match="vocab_size must be None or an int >= 1"):
+        model.generate(np.array([[1, 2]]), 2, vocab_size=vocab_size)

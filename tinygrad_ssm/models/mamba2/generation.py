@@ -40,7 +40,8 @@ TOKEN_BLOCK = 32  # tokens per numba call (decode_sampled): a streamed reader se
 
 
 def generate_stream(model, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                    top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None):
+                    top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                    vocab_size: int | None = None):
     """Mamba2LMHeadModel.generate_stream: yields the next token ids (b,) int64 one step at a time.
 
     input_ids: (b, l) or (l,) ints, or a list of 1-D int sequences of any lengths (a ragged batch: each row
@@ -48,8 +49,10 @@ def generate_stream(model, input_ids, max_new_tokens: int, temperature: float = 
     of one). Sampling draws one uniform number per row and step from np.random.default_rng(seed), rows in
     order within a step (sample_next's rng.random((b, 1))): row i of a batch of b takes the step's i-th number.
     eos_token_id: a row that has produced it is finished and holds it in every later yield; the stream ends
-    after the step where every row is finished, or after max_new_tokens steps. Arguments are checked at the
-    call, not at the first next()."""
+    after the step where every row is finished, or after max_new_tokens steps. vocab_size: sample only ids
+    below it (a tokenizer's size, where the checkpoint's vocabulary is padded past it, as a transformers
+    config states it padded); by default the model's vocabulary, without its padding rows. Arguments are
+    checked at the call, not at the first next()."""
     prompts, _ = check_prompts(model, input_ids)
     if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -58,17 +61,24 @@ def generate_stream(model, input_ids, max_new_tokens: int, temperature: float = 
     if eos_token_id is not None and (not isinstance(eos_token_id, (int, np.integer)) or isinstance(eos_token_id, bool)
                                      or not 0 <= eos_token_id < V):
         raise ValueError(f"generate: eos_token_id must be None or an int in [0, {V}), got {eos_token_id!r}")
+    vocab = min(model.config.vocab_size, V)                              # the ids sampled: [0, vocab)
+    if vocab_size is not None:
+        if not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, bool) or vocab_size < 1:
+            raise ValueError(f"generate: vocab_size must be None or an int >= 1, got {vocab_size!r}")
+        vocab = min(vocab, int(vocab_size))
     return _stream(model, prompts, int(max_new_tokens), temperature, top_k, top_p, np.random.default_rng(seed),
-                   None if eos_token_id is None else int(eos_token_id))
+                   None if eos_token_id is None else int(eos_token_id), vocab)
 
 
 def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None):
+             top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
+             vocab_size: int | None = None):
     """Mamba2LMHeadModel.generate: the prompts followed by their new tokens. An array (b, l) or (l,) gives
     (b, l + steps) int64 (steps = max_new_tokens, fewer when every row met eos_token_id; a finished row holds
     it to the end); a list of prompts gives a list of 1-D int64 arrays, each cut after its first EOS (kept)."""
     prompts, ragged = check_prompts(model, input_ids)
-    new = list(generate_stream(model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id))
+    new = list(generate_stream(model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id,
+                               vocab_size))
     new = np.stack(new) if new else np.zeros((0, len(prompts) if ragged else prompts.shape[0]), np.int64)
     if not ragged:                                                       # (steps, b)
         return np.concatenate([prompts.astype(np.int64), new.T], axis=1)
@@ -135,8 +145,7 @@ def prefill_ragged(model, prompts: list):
     return cache, np.concatenate(logits)                                 # (b, V)
 
 
-def _stream(model, prompts, max_new_tokens: int, temperature, top_k, top_p, rng, eos):
-    vocab = min(model.config.vocab_size, model.config.padded_vocab_size)
+def _stream(model, prompts, max_new_tokens: int, temperature, top_k, top_p, rng, eos, vocab: int):
     if max_new_tokens == 0:
         return
     # no_grad only around the work: a generator must not leave grad mode off while it is suspended
