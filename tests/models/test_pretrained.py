@@ -207,6 +207,15 @@ def test_missing_key_is_named(tmp_path):
         Mamba2LMHeadModel.from_pretrained(tmp_path)
 
 
+def test_a_repository_folder_whose_ref_names_no_snapshot_is_not_resolved(tmp_path):
+    repo = tmp_path / "models--org--name"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "snapshots" / "abc").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("def\n")                       # a commit with no snapshot here
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        Mamba2LMHeadModel.from_pretrained(repo)
+
+
 def test_shape_that_disagrees_with_the_config_is_named(tmp_path):
     _edit_weights(tmp_path, lambda w: w.update({"backbone.layers.0.mixer.D": np.ones(5, np.float32)}))
     message = r"'backbone.layers.0.mixer.D' has shape \(5,\) but the config gives \(4,\)"
@@ -222,6 +231,10 @@ def test_unexpected_key_is_named(tmp_path):
 
 @pytest.mark.parametrize("config,message", [
     ({"hidden": 3}, "unknown config layout"),
+    ({"model_type": "mamba2", "num_hidden_layers": 1, "vocab_size": 56},
+     r"config.json \(transformers layout: model_type 'mamba2'\) has no 'hidden_size'"),
+    ({"n_layer": 1, "vocab_size": 50, "ssm_cfg": {"layer": "Mamba2"}},
+     r"config.json \(mamba_ssm layout: it has 'ssm_cfg'\) has no 'd_model'"),
     ({"d_model": 16, "n_layer": 1, "vocab_size": 50, "ssm_cfg": {}}, "'ssm_cfg.layer' is 'Mamba1'"),
     ({"d_model": 16, "n_layer": 1, "ssm_cfg": {"layer": "Mamba2"}}, "has no 'vocab_size'"),
     ({"d_model": 16, "n_layer": 1, "vocab_size": 50, "ssm_cfg": {"layer": "Mamba2", "d_sate": 4}}, "d_sate"),
@@ -272,6 +285,8 @@ def test_every_layout_loads_to_the_logits_of_the_model_written(tmp_path, layout,
         assert path.parent.name == "snapshots" and (repo / "refs" / "main").read_text() == path.name
         for file in path.iterdir():
             assert file.is_symlink() and file.resolve().parent == (repo / "blobs").resolve(), file
+        # the repository folder itself (models--org--name): the snapshot its refs/main names
+        assert np.array_equal(Mamba2LMHeadModel.from_pretrained(repo, dtype="float64")(IDS).data, model(IDS).data)
 
 
 @pytest.mark.parametrize("row", [0, 23, -1])

@@ -126,6 +126,10 @@ def parse_config(raw: dict) -> tuple[Mamba2Config, str]:
         return _parse_mamba_ssm(raw), "mamba_ssm"
     if "hidden_size" in raw:
         return _parse_transformers(raw), "transformers"
+    if raw.get("model_type") == "mamba2":                               # transformers' layout, its size left out
+        _require(raw, "hidden_size", "config.json (transformers layout: model_type 'mamba2')")
+    if "ssm_cfg" in raw:                                                # mamba_ssm's
+        _require(raw, "d_model", "config.json (mamba_ssm layout: it has 'ssm_cfg')")
     raise PretrainedError(f"from_pretrained: unknown config layout: neither 'd_model' (mamba_ssm) nor 'hidden_size' "
                           f"(transformers) in config.json (keys: {sorted(raw)})")
 
@@ -261,10 +265,26 @@ def _lies_in(path: Path, roots) -> bool:
     return any(path.parent == root for root in roots)
 
 
+def hub_snapshot(directory: Path) -> Path | None:
+    """A Hugging Face cache's repository folder (models--<org>--<name>/, holding refs/main and snapshots/) ->
+    the snapshot refs/main names; None for any other folder."""
+    ref = directory / "refs" / "main"
+    if not (ref.is_file() and (directory / "snapshots").is_dir()):
+        return None
+    try:
+        commit = ref.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    snapshot = directory / "snapshots" / commit
+    return snapshot if commit and "/" not in commit and snapshot.is_dir() else None
+
+
 def resolve_pretrained_folder(directory) -> Path:
-    """A from_pretrained folder as given, or a training run folder / checkpoint (-> the newest checkpoint,
-    as the CLI's --checkpoint resolves it)."""
+    """A from_pretrained folder as given, a Hugging Face cache's repository folder (-> the snapshot its
+    refs/main names), or a training run folder / checkpoint (-> the newest checkpoint, as the CLI's
+    --checkpoint resolves it)."""
     directory = Path(directory).expanduser()
+    directory = hub_snapshot(directory) or directory
     if (directory / CONFIG_NAME).exists() or not directory.is_dir():
         return directory
     if (directory / CHECKPOINTS_DIR).is_dir():
@@ -319,7 +339,10 @@ def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fuse
         info = stored[key].tensors[key]
         if tuple(info.shape) != tuple(shape):
             raise PretrainedError(f"from_pretrained: weight {key!r} has shape {tuple(info.shape)} but the config "
-                                  f"gives {tuple(shape)} ({CONFIG_NAME} does not describe these weights)")
+                                  f"gives {tuple(shape)} ({CONFIG_NAME} does not describe these weights: it gives "
+                                  f"d_model {config.d_model}, expand {config.expand}, d_state {config.d_state}, "
+                                  f"ngroups {config.ngroups}, headdim {config.headdim}, d_conv {config.d_conv}, "
+                                  f"vocab {config.padded_vocab_size}; a key it leaves out takes its default)")
         if not info.is_float:
             raise PretrainedError(f"from_pretrained: weight {key!r} has dtype {info.dtype}, not floating point")
     if config.tie_embeddings and HEAD in stored:
