@@ -53,11 +53,24 @@ def test_bpe_stream_equals_the_text(bpe, text):
     assert "".join(pieces) == text and all("\ufffd" not in p for p in pieces)
 
 
-@given(ids=st.lists(st.integers(1, 319), max_size=30), context=st.lists(st.integers(1, 319), max_size=6))
+@given(ids=st.lists(st.integers(1, 330), max_size=30), context=st.lists(st.integers(1, 319), max_size=6))
 def test_bpe_stream_of_any_ids_equals_decoding_them_with_their_context(bpe, ids, context):
+    """Ids past the vocabulary (320: a padded one's rows) included."""
     whole, before = bpe.decode(context + ids), bpe.decode(context)
     if whole.startswith(before):  # (a byte-level BPE: always, unless the context ends inside a character)
         assert "".join(_streamed(bpe, ids, context)) == whole[len(before):]
+
+
+def test_bpe_ids_past_the_vocabulary_are_replaced_where_they_stand_and_the_stream_goes_on(bpe):
+    """A padded vocabulary's id (past the tokenizer's 320) is one U+FFFD in its place, and the text after it
+    streams as it comes (it was appended at the end, and the stream held everything back from there on)."""
+    first, second = bpe.encode("def f(a"), bpe.encode(", b):")
+    ids = [*first, 325, *second, 330, *bpe.encode(" x")]
+    assert bpe.decode(ids) == "def f(a\ufffd, b):\ufffd x"
+    stream = TextStream(bpe)
+    pieces = [stream.push(i) for i in ids]
+    assert "".join(pieces) == bpe.decode(ids) and stream.finish() == ""
+    assert "".join(pieces[:len(first) + 1 + len(second)]) == "def f(a\ufffd, b):"
 
 
 def test_bpe_finds_its_eos_and_skips_it_in_text(bpe):
@@ -88,5 +101,8 @@ def test_bad_tokenizer_files_are_named(tmp_path):
     with pytest.raises(TokenizerError, match="has 256 tokens but .* vocabulary of 255"):
         check_fits(ByteTokenizer(), 255, "model")
     check_fits(ByteTokenizer(), 256, "model")                         # as many rows as bytes: fits
+    check_fits(ByteTokenizer(), 256 + 128, "model")                   # and rows of padding past them
+    with pytest.raises(TokenizerError, match="has 256 tokens but .* vocabulary of 3008: 2752 of its ids"):
+        check_fits(ByteTokenizer(), 3008, "model")                    # --tokenizer bytes on a BPE model
     assert isinstance(load_tokenizer("bytes"), ByteTokenizer)
     assert np.array_equal(ByteTokenizer().encode("é"), [0xC3, 0xA9])

@@ -62,6 +62,9 @@ class ByteTokenizer:
     def fingerprint(self) -> str:
         return BYTES
 
+    def token_text(self, token_id: int) -> str:
+        return self.decode([token_id])
+
     def __repr__(self):
         return "ByteTokenizer()"
 
@@ -120,10 +123,19 @@ class FileTokenizer:
         return self.encode(data.decode("utf-8", errors="replace"))
 
     def decode(self, ids) -> str:
-        ids = [int(i) for i in ids]
-        known = [i for i in ids if 0 <= i < self.vocab_size]
-        text = self._tok.decode(known, skip_special_tokens=True)
-        return text + "\ufffd" * (len(ids) - len(known))                 # a padded vocabulary's ids: no text
+        """An id past the vocabulary (a padded vocabulary's) becomes U+FFFD where it stands."""
+        pieces, run = [], []
+        for i in (int(i) for i in ids):
+            if 0 <= i < self.vocab_size:
+                run.append(i)
+            else:
+                pieces.append(self._tok.decode(run, skip_special_tokens=True) + "\ufffd")
+                run = []
+        return "".join(pieces) + self._tok.decode(run, skip_special_tokens=True)
+
+    def token_text(self, token_id: int) -> str:
+        """The token as the vocabulary writes it, special tokens too (<|endoftext|>), which decode skips."""
+        return self._tok.decode([int(token_id)], skip_special_tokens=False)
 
     def fingerprint(self) -> str:
         """Changes when the tokenizer does: a resumed run must tokenize its data as before."""
@@ -173,12 +185,21 @@ def find_tokenizer(model_dir: str | Path, vocab_size: int, *, override: str | No
     return tok
 
 
+PADDING_ROWS = 128  # the most rows a checkpoint's vocabulary has past its tokenizer's (padding to a multiple)
+
+
 def check_fits(tok, vocab_size: int, where) -> None:
-    """A tokenizer whose ids the model cannot embed is refused, naming both sizes."""
+    """A tokenizer whose ids the model cannot embed, or one far smaller than the model's vocabulary (more of
+    its ids than padding would have no text: `--tokenizer bytes` on a BPE model), is refused, naming both sizes."""
     if tok.vocab_size > vocab_size:
         raise TokenizerError(f"the tokenizer {tok.name!r} has {tok.vocab_size} tokens but the model in "
                              f"{str(where)!r} has a vocabulary of {vocab_size}: they were not trained together; "
                              f"pass the model's own tokenizer with --tokenizer")
+    if vocab_size - tok.vocab_size > PADDING_ROWS:
+        raise TokenizerError(f"the tokenizer {tok.name!r} has {tok.vocab_size} tokens but the model in "
+                             f"{str(where)!r} has a vocabulary of {vocab_size}: {vocab_size - tok.vocab_size} of "
+                             f"its ids would have no text (padding adds fewer than {PADDING_ROWS}), so they were "
+                             f"not trained together; pass the model's own tokenizer with --tokenizer")
 
 
 class TextStream:
