@@ -222,3 +222,15 @@ def test_eval_batches_are_fixed_non_overlapping_windows():
     assert np.all(np.diff(starts) >= 50)  # no byte is counted twice
     short = list(eval_batches(data[:120], 4, 50, max_batches=3))  # room for 2 windows only
     assert len(short) == 1 and short[0][0].shape == (2, 50)
+
+
+def test_a_tokenized_corpus_describes_its_bytes_and_its_tokens(corpus, bpe_tokenizer):
+    from tinygrad_ssm.tokenizer import FileTokenizer
+    from tinygrad_ssm.train.data import tokenize
+
+    raw = load_corpus(corpus, val_fraction=0.25)
+    tokens = tokenize(raw, FileTokenizer(bpe_tokenizer))
+    assert f"({len(raw.train):,} bytes)" in raw.describe() and "tokens" not in raw.describe()
+    described = tokens.describe()
+    assert f"({len(raw.train):,} bytes, {len(tokens.train):,} tokens)" in described
+    assert f"({len(raw.val):,} bytes, {len(tokens.val):,} tokens)" in described

@@ -146,6 +146,52 @@ def test_generate_into_a_closed_pipe_is_one_line(one_step_run):
     assert "standard output" in line and "Broken pipe" in line
 
 
+def test_generate_into_a_closed_pipe_with_its_errors_keeps_its_status(one_step_run):
+    """`generate 2>&1 | head -c 5`: the error line itself cannot be written; the status still says why."""
+    proc = subprocess.Popen([sys.executable, "-m", "tinygrad_ssm", "generate", "--checkpoint", str(one_step_run),
+                             "--max-new-tokens", "100000"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=_env())
+    proc.stdout.read(5)
+    proc.stdout.close()
+    assert proc.wait(timeout=300) == cli.EXIT_IO
+
+
+def test_train_into_a_closed_pipe_names_standard_output_not_the_run_folder(one_step_run, tmp_path):
+    """`train | head -1`: the run's files are fine, standard output is not."""
+    run = _copy(one_step_run, tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "-m", "tinygrad_ssm", "train", "--resume", str(run), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == cli.EXIT_IO
+    line = _one_line(err)
+    assert "standard output" in line and "Broken pipe" in line and "run folder" not in line, line
+    assert "the last checkpoint" in line and "is intact" in line
+
+
+@pytest.mark.parametrize("where", ["missing_folder", "a_folder"])
+def test_eval_json_that_cannot_be_written_is_refused_before_scoring(one_step_run, tmp_path, monkeypatch, capsys,
+                                                                   where):
+    import tinygrad_ssm.train.cli as cli_module
+
+    monkeypatch.setattr(cli_module, "score", lambda *a, **k: pytest.fail("scored before --json was checked"))
+    target = tmp_path / "nodir" / "x.json" if where == "missing_folder" else tmp_path
+    assert cli.main(["eval", "--checkpoint", str(one_step_run), "--json", str(target)]) == cli.EXIT_USAGE
+    line = _one_line(capsys.readouterr().err)
+    assert f"--json {str(target)!r}" in line and ("does not exist" in line or "is a folder" in line), line
+
+
+def test_an_atomic_write_names_the_file_asked_for(tmp_path):
+    from tinygrad_ssm.io.atomic_write import write_atomic
+
+    for path, cause in ((tmp_path / "nodir" / "x.json", errno.ENOENT), (tmp_path, errno.EISDIR)):
+        with pytest.raises(OSError) as caught:
+            write_atomic(path, "{}")
+        assert caught.value.filename == str(path) and caught.value.errno == cause
+    assert sorted(p.name for p in tmp_path.iterdir()) == []              # no temporary file left behind
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 def test_generate_into_a_full_device_is_one_line(one_step_run):
     with open("/dev/full", "w") as full:

@@ -3,6 +3,7 @@ lead out of its run, and damaged resume state (missing or wrong-typed fields, a 
 log line) that fails clearly, or, for the torn log line, does not block the resume."""
 import json
 import shutil
+from pathlib import Path
 import subprocess
 import sys
 import textwrap
@@ -69,6 +70,26 @@ def test_a_new_run_refuses_a_foreign_non_empty_folder(corpus, tmp_path, capsys):
         == ["log.jsonl", "notes.txt"]
     with pytest.raises(RunFolderError, match="is a file"):
         claim_run_folder(folder / "notes.txt")
+
+
+def test_out_as_a_dangling_symlink_is_refused_naming_its_target(tmp_path):
+    link = tmp_path / "runs"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(RunFolderError, match=r"--out .*runs' is a symlink to .*gone', which does not exist"):
+        claim_run_folder(link)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"] and not (tmp_path / "gone").exists()
+
+
+def test_resume_takes_the_data_path_however_it_is_spelled(run, monkeypatch, tmp_path):
+    """The run saved --data absolute; --resume with the same file given relative (or through ..) continues it,
+    and another file is still refused."""
+    saved = Path(json.loads((ckpt.resolve_checkpoint(run) / ckpt.STATE_FILE).read_text())["train_config"]["data"])
+    monkeypatch.chdir(saved.parent)
+    for i, spelling in enumerate((saved.name, f"../{saved.parent.name}/{saved.name}")):
+        copy = shutil.copytree(run, tmp_path / f"copy{i}", symlinks=True)
+        assert resume(copy, overrides={"data": spelling}).status == "done"
+    with pytest.raises(ValueError, match=r"--data \(saved .*, given 'elsewhere.txt'\)"):
+        resume(run, overrides={"data": "elsewhere.txt"})
 
 
 def test_a_new_run_may_reuse_a_folder_of_ours_without_a_checkpoint(corpus, tmp_path):

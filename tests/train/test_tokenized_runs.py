@@ -15,7 +15,7 @@ from tinygrad_ssm.models.mamba2.evaluation import evaluate
 from tinygrad_ssm.tokenizer import FileTokenizer
 from tinygrad_ssm.train import cli
 from tinygrad_ssm.train.data import BatchSampler, load_corpus, tokenize
-from tinygrad_ssm.train.generate import escape_controls, load_model
+from tinygrad_ssm.train.generate import escape_controls, load_model, stream_text
 from tinygrad_ssm.train.loop import TrainConfig, train
 
 SETTINGS = dict(TINY, dtype="float64", steps=2)
@@ -152,6 +152,45 @@ def test_generate_and_eval_read_every_layout_with_its_tokenizer(layout, bpe_toke
     assert json.loads(out[out.index("{"):])["mean_nats"] == pytest.approx(plain, rel=1e-6)
 
 
+def test_a_padded_vocabularys_rows_are_never_sampled_and_the_cache_repository_folder_is_read(bpe_tokenizer, tmp_path,
+                                                                                             capsys):
+    """A transformers config states its vocabulary padded (here 336 rows for the tokenizer's 320): generate
+    samples only ids the tokenizer has, even where a padding row's logit is the largest. And --model may name a
+    Hugging Face cache's repository folder (models--org--name), read at the snapshot its refs/main names."""
+    config = Mamba2Config(d_model=32, n_layer=1, vocab_size=336, d_state=16, headdim=16, chunk_size=16,
+                          pad_vocab_size_multiple=16, tie_embeddings=False)
+    model = Mamba2LMHeadModel(config, VarMap(seed=4))
+    model.lm_head.weight.data[320:] = 50 * model.lm_head.weight.data[:16]  # padding rows: the likeliest logits
+    snapshot = write_checkpoint("hf_cache", tmp_path / "cache", model, tokenizer_json=bpe_tokenizer)
+    tok = FileTokenizer(bpe_tokenizer)
+    ids = tok.encode("line 7: the")
+    assert model.generate(ids[None], 10, temperature=0)[0, len(ids):].max() >= 320   # without the limit
+    expected = model.generate(ids[None], 10, temperature=0, vocab_size=320)[0, len(ids):]
+    cut = list(expected).index(0) if 0 in expected else len(expected)
+    for folder in (snapshot, snapshot.parents[1]):                    # the snapshot, the repository folder
+        assert cli.main(["generate", "--model", str(folder), "--prompt", "line 7: the", "--max-new-tokens", "10",
+                         "--temperature", "0"]) == cli.EXIT_OK
+        assert capsys.readouterr().out == escape_controls("line 7: the" + tok.decode(expected[:cut])) + "\n"
+
+
+class _Stub:
+    """A model whose generate_stream yields given ids, as Mamba2LMHeadModel's does (b = 1)."""
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def generate_stream(self, prompt, max_new_tokens, vocab_size=None, **sampling):
+        return (np.array([i]) for i in self.ids[:max_new_tokens])
+
+
+def test_ignore_eos_writes_each_eos_as_its_token_between_documents(bpe_tokenizer):
+    tok = FileTokenizer(bpe_tokenizer)
+    first, second = list(tok.encode("ab cd")), list(tok.encode("ef"))
+    stub = _Stub([*first, 0, *second])
+    assert "".join(stream_text(stub, "x", 20, tok)) == "ab cd"                       # stops at the EOS
+    assert "".join(stream_text(stub, "x", 20, tok, stop_at_eos=False)) == "ab cd<|endoftext|>ef"
+
+
 def test_batch_file_gives_each_prompt_its_own_text(bpe_run, tmp_path, capsys):
     prompts = ["line 3", "line 250: the quick brown", 'a "quoted"\nprompt']
     (tmp_path / "prompts.jsonl").write_text("\n".join(json.dumps({"prompt": p}) for p in prompts) + "\n")
@@ -162,7 +201,11 @@ def test_batch_file_gives_each_prompt_its_own_text(bpe_run, tmp_path, capsys):
         alone.append(capsys.readouterr().out)
     assert cli.main(["generate", "--model", str(bpe_run), "--batch-file", str(tmp_path / "prompts.jsonl"),
                      "--max-new-tokens", "9", "--temperature", "0"]) == cli.EXIT_OK
-    assert capsys.readouterr().out == "".join(f"=== {i}/3 ===\n{text}" for i, text in enumerate(alone, 1))
+    assert capsys.readouterr().out == "".join(f"=== {i}/3, line {i} ===\n{text}" for i, text in enumerate(alone, 1))
+    (tmp_path / "prompts.txt").write_text("\n".join(["", *prompts[:2], "  ", ""]))   # blank lines: skipped
+    assert cli.main(["generate", "--model", str(bpe_run), "--batch-file", str(tmp_path / "prompts.txt"),
+                     "--max-new-tokens", "9", "--temperature", "0"]) == cli.EXIT_OK
+    assert capsys.readouterr().out == f"=== 1/2, line 2 ===\n{alone[0]}=== 2/2, line 3 ===\n{alone[1]}"
     (tmp_path / "bad.jsonl").write_text('{"prompt": "ok"}\n[1, 2]\n')
     assert cli.main(["generate", "--model", str(bpe_run), "--batch-file", str(tmp_path / "bad.jsonl")]) == \
         cli.EXIT_USAGE

@@ -11,7 +11,10 @@ def write_atomic(path, data: bytes | str) -> None:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    except OSError as error:                                    # no such folder, not writable: name the file asked for
+        raise OSError(error.errno, error.strerror, path) from error
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes it private; these are ordinary files
         with os.fdopen(fd, "wb") as f:
@@ -22,8 +25,8 @@ def write_atomic(path, data: bytes | str) -> None:
     except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(error, OSError) and error.errno is not None and error.filename is None:
-            raise OSError(error.errno, error.strerror, path) from error  # a write or fsync: name its file
+        if isinstance(error, OSError) and error.errno is not None:
+            raise OSError(error.errno, error.strerror, path) from error  # name the file asked for, not the temp
         raise
     _sync_directory(directory)
 

@@ -42,38 +42,10 @@ from .data import DataError
 from .generate import (escape_controls, generate_batch, load_model, read_batch_file, resolve_model_folder,
                        stream_text)
 from .loop import TrainingDiverged, train
+from .output_errors import io_cause, say_error, silence_stdout, stdout_name
 from .scoring import describe, read_eval_text, score, trained_val_bpb
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_IO, EXIT_INTERRUPTED = 0, 1, 2, 74, 130  # 74: sysexits' EX_IOERR
-
-_IO_CAUSES = {"ENOSPC": "the disk is full", "EFBIG": "the file size limit (ulimit -f) is reached",
-              "EROFS": "the file system is read-only", "EACCES": "permission denied",
-              "EPERM": "operation not permitted", "EDQUOT": "the disk quota is exceeded",
-              "EPIPE": "the reader closed the pipe"}
-
-
-def _io_cause(e: OSError) -> str:
-    name = errno.errorcode.get(e.errno or 0, "")
-    text = os.strerror(e.errno) if e.errno else str(e)
-    return f"{text} ({_IO_CAUSES[name]})" if name in _IO_CAUSES else text
-
-
-def _stdout_name() -> str:
-    try:
-        target = os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
-    except (OSError, ValueError, AttributeError):
-        return "standard output"
-    return f"standard output ({target})" if target.startswith("/") else "standard output (a pipe)"
-
-
-def _silence_stdout() -> None:
-    """After a failed write to stdout, point it at /dev/null: Python's flush at exit must not fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
 
 _D = TrainConfig()  # the defaults, shown in --help
 
@@ -86,7 +58,7 @@ _TRAIN_FLAGS = [
     ("--val-fraction", "val_fraction", float, f"fraction of the files kept for validation [{_D.val_fraction}]"),
     ("--steps", "steps", int, f"total optimizer steps; also the length of the cosine schedule [{_D.steps}]"),
     ("--batch-size", "batch_size", int, f"sequences per step [{_D.batch_size}]"),
-    ("--seq-len", "seq_len", int, f"bytes per sequence [{_D.seq_len}]"),
+    ("--seq-len", "seq_len", int, f"bytes per sequence (tokens with a --tokenizer) [{_D.seq_len}]"),
     ("--d-model", "d_model", int, f"model width [{_D.d_model}]"),
     ("--n-layer", "n_layer", int, f"number of Mamba-2 blocks [{_D.n_layer}]"),
     ("--d-state", "d_state", int, f"SSM state size per head [{_D.d_state}]"),
@@ -108,7 +80,8 @@ _TRAIN_FLAGS = [
     ("--checkpoint-every", "checkpoint_every", int, f"write a checkpoint every this many steps (and at the end) "
                                                     f"[{_D.checkpoint_every}]"),
     ("--keep-checkpoints", "keep_checkpoints", int, f"how many recent checkpoints to keep [{_D.keep_checkpoints}]"),
-    ("--sample-bytes", "sample_bytes", int, f"bytes generated for the sample at the end [{_D.sample_bytes}]"),
+    ("--sample-bytes", "sample_bytes", int, f"bytes generated for the sample at the end (tokens with a "
+                                             f"--tokenizer) [{_D.sample_bytes}]"),
     ("--sample-prompt", "sample_prompt", str, "text the sample at the end continues [the first line of the "
                                               "validation text, so it suits any --data]"),
 ]
@@ -159,8 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--prompt", default="", help="text to continue [none: the model starts a fresh line (bytes) "
                                                  "or a document (after the EOS token)]")
     ge.add_argument("--batch-file", metavar="FILE", default=None,
-                    help="generate for every prompt in FILE at once (one prompt per line; a .jsonl file: one "
-                         "{\"prompt\": ...} per line, for prompts with newlines); the results are printed in order")
+                    help="generate for every prompt in FILE at once (one prompt per line, blank lines skipped; a "
+                         ".jsonl file: one {\"prompt\": ...} per line, for prompts with newlines); the results are "
+                         "printed in order, each headed by its number and line")
     ge.add_argument("--max-new-tokens", type=int, default=300, help="tokens to generate [%(default)s]")
     ge.add_argument("--temperature", type=float, default=0.8,
                     help="divide the logits by this; 0 means greedy [%(default)s]")
@@ -258,14 +232,18 @@ def _train(args) -> int:
 
 def _train_io_error(e: OSError, args) -> int:
     folder = args.out or args.resume
-    where = e.filename or (f"a file in the run folder {folder}" if folder else "a file of the run")
+    if e.filename is None and e.errno == errno.EPIPE:                # `train | head`: the run's files are fine
+        where = f"to {stdout_name()}"
+        silence_stdout()
+    else:
+        where = e.filename or (f"a file in the run folder {folder}" if folder else "a file of the run")
     last = "no checkpoint had been written yet"
     if folder:
         try:
             last = f"the last checkpoint {resolve_checkpoint(Path(folder))} is intact"
         except (OSError, ValueError):
             pass
-    print(f"error: cannot write {where}: {_io_cause(e)}; {last}", file=sys.stderr)
+    say_error(f"cannot write {where}: {io_cause(e)}; training stopped, {last}")
     return EXIT_IO
 
 
@@ -302,6 +280,15 @@ def _eval_flag_problems(args) -> list[str]:
         bad.append(f"--window must be >= 1, got {args.window}")
     if args.max_tokens is not None and args.max_tokens < 1:
         bad.append(f"--max-tokens must be >= 1 (leave it out for the whole text), got {args.max_tokens}")
+    if args.json not in (None, "-"):                                   # checked before the text is scored
+        path = Path(args.json).expanduser()
+        folder = path.parent if str(path.parent) else Path(".")
+        if path.is_dir():
+            bad.append(f"--json {args.json!r} is a folder; give the path of the file to write")
+        elif not folder.is_dir():
+            bad.append(f"--json {args.json!r}: the folder {str(folder)!r} does not exist")
+        elif not os.access(folder, os.W_OK | os.X_OK):
+            bad.append(f"--json {args.json!r}: the folder {str(folder)!r} is not writable")
     return bad
 
 
@@ -323,7 +310,7 @@ def _generate(args) -> int:
     if problem:
         return _error(problem)
     try:
-        prompts = read_batch_file(args.batch_file) if args.batch_file is not None else None
+        prompts = read_batch_file(args.batch_file) if args.batch_file is not None else None   # (prompts, lines)
     except (OSError, ValueError) as e:
         return _error(str(e))
     loaded, code = _load(args)
@@ -340,10 +327,9 @@ def _generate(args) -> int:
     except TokenizerError as e:
         return _error(str(e))
     except OSError as e:  # `generate | head`, `generate > /dev/full`: one line, not a traceback
-        where = _stdout_name() if e.filename is None else e.filename
-        _silence_stdout()
-        print(f"error: cannot write to {where}: {_io_cause(e)}; "
-              f"generation stopped", file=sys.stderr)
+        where = stdout_name() if e.filename is None else e.filename
+        silence_stdout()
+        say_error(f"cannot write to {where}: {io_cause(e)}; generation stopped")
         return EXIT_IO
 
 
@@ -372,7 +358,8 @@ def _stream(model, tokenizer, args, out) -> int:
     return EXIT_OK
 
 
-def _generate_batch(model, tokenizer, prompts: list[str], args, out) -> int:
+def _generate_batch(model, tokenizer, batch: tuple[list[str], list[int]], args, out) -> int:
+    prompts, line_numbers = batch
     try:
         texts = generate_batch(model, prompts, args.max_new_tokens, tokenizer, **_sampling(args))
     except KeyboardInterrupt:
@@ -380,8 +367,8 @@ def _generate_batch(model, tokenizer, prompts: list[str], args, out) -> int:
     except NonFiniteLogits as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED
-    for i, (prompt, text) in enumerate(zip(prompts, texts), 1):
-        out.write(f"=== {i}/{len(prompts)} ===\n{escape_controls(prompt + text)}\n")
+    for i, (prompt, text, line) in enumerate(zip(prompts, texts, line_numbers), 1):
+        out.write(f"=== {i}/{len(prompts)}, line {line} ===\n{escape_controls(prompt + text)}\n")
     out.flush()
     return EXIT_OK
 
@@ -414,7 +401,10 @@ def _eval(args) -> int:
             else:
                 write_atomic(Path(args.json), text)
     except OSError as e:
-        print(f"error: cannot write {e.filename or _stdout_name()}: {_io_cause(e)}", file=sys.stderr)
+        where = e.filename or stdout_name()
+        if e.filename is None:
+            silence_stdout()
+        say_error(f"cannot write {where}: {io_cause(e)}")
         return EXIT_IO
     return EXIT_OK if np.isfinite(report["mean_nats"]) else EXIT_DIVERGED
 

@@ -102,8 +102,14 @@ class Corpus:
 
     def describe(self) -> str:
         skipped = f", {len(self.skipped_files)} binary files skipped" if self.skipped_files else ""
-        return (f"{self.source}: {len(self.train_files)} train files ({len(self.train):,} bytes), "
-                f"{len(self.val_files)} validation files ({len(self.val):,} bytes){skipped}")
+        train, val = self._size(self.train, self.train_tokens_per_byte), self._size(self.val, self.val_tokens_per_byte)
+        return (f"{self.source}: {len(self.train_files)} train files ({train}), {len(self.val_files)} validation "
+                f"files ({val}){skipped}")
+
+    def _size(self, stream: np.ndarray, tokens_per_byte: float) -> str:
+        if stream.dtype == np.uint8:                                     # bytes: not tokenized
+            return f"{len(stream):,} bytes"
+        return f"{round(len(stream) / tokens_per_byte):,} bytes, {len(stream):,} tokens"
 
 
 def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,

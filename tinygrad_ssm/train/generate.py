@@ -19,16 +19,19 @@ import numpy as np
 from ..io.checkpoints import (CHECKPOINTS_DIR, STATE_FILE, CheckpointNotFound, resolve_checkpoint)
 from ..io.file_checks import require_regular_file
 from ..models.mamba2 import Mamba2LMHeadModel
+from ..models.mamba2.pretrained import hub_snapshot
 from ..tokenizer import BYTES, ByteTokenizer, TextStream, TokenizerError, find_tokenizer
 
 EMPTY_PROMPT_BYTES = b"\n"  # a byte model needs at least one byte of context; a newline starts a fresh line
 
 
 def resolve_model_folder(path: str | os.PathLike, flag: str = "--model") -> Path:
-    """The folder from_pretrained reads: a run folder's newest checkpoint, or the folder itself."""
+    """The folder from_pretrained reads: a run folder's newest checkpoint, the snapshot a Hugging Face cache's
+    repository folder names in refs/main, or the folder itself."""
     p = Path(path).expanduser()
     if not p.exists():
         raise CheckpointNotFound(f"{flag} {str(p)!r} does not exist")
+    p = hub_snapshot(p) or p
     try:
         folder = resolve_checkpoint(p)
     except CheckpointNotFound:
@@ -112,16 +115,29 @@ def prompt_ids(prompt: str | bytes, tokenizer=None) -> np.ndarray:
 def stream_text(model, prompt: str | bytes, max_new_tokens: int, tokenizer=None, *, stop_at_eos: bool = True,
                 **sampling) -> Iterator[str]:
     """Yield decoded text pieces as tokens are generated (never half a character, never an exception for
-    invalid UTF-8); stops at the tokenizer's EOS unless stop_at_eos is False. sampling: temperature, top_k,
-    top_p, seed (Mamba2LMHeadModel.generate_stream)."""
+    invalid UTF-8); stops at the tokenizer's EOS unless stop_at_eos is False (then each EOS is written as
+    its token, e.g. <|endoftext|>, between the documents). sampling: temperature, top_k, top_p, seed
+    (Mamba2LMHeadModel.generate_stream)."""
     tokenizer = tokenizer or ByteTokenizer()
     ids = prompt_ids(prompt, tokenizer)
-    eos = tokenizer.eos_token_id if stop_at_eos else None
-    stream = TextStream(tokenizer, ids)
-    for token in model.generate_stream(ids[None], max_new_tokens, **sampling):
-        token = int(np.asarray(token).reshape(-1)[0])
+    # only ids the tokenizer has: a transformers config states its vocabulary padded past the tokenizer's
+    tokens = (int(np.asarray(t).reshape(-1)[0]) for t in
+              model.generate_stream(ids[None], max_new_tokens, vocab_size=tokenizer.vocab_size, **sampling))
+    yield from _text_of(tokenizer, ids, tokens, stop_at_eos)
+
+
+def _text_of(tokenizer, prompt: np.ndarray, tokens, stop_at_eos: bool) -> Iterator[str]:
+    """The text of generated ids after the prompt's, in pieces (TextStream): up to the first EOS, or with each
+    EOS as its token's text, the text after it decoded as a new document."""
+    eos = tokenizer.eos_token_id
+    stream = TextStream(tokenizer, prompt)
+    for token in tokens:
         if token == eos:
-            break
+            if stop_at_eos:
+                break
+            yield stream.finish() + tokenizer.token_text(token)
+            stream = TextStream(tokenizer)
+            continue
         piece = stream.push(token)
         if piece:
             yield piece
@@ -147,17 +163,14 @@ def generate_batch(model, prompts: list[str], max_new_tokens: int, tokenizer=Non
     tokenizer = tokenizer or ByteTokenizer()
     ids = [prompt_ids(p, tokenizer) for p in prompts]
     eos = tokenizer.eos_token_id if stop_at_eos else None
-    rows = model.generate(ids, max_new_tokens, eos_token_id=eos, **sampling)
-    texts = []
-    for prompt, row in zip(ids, rows):
-        new = [int(t) for t in row[len(prompt):] if eos is None or int(t) != eos]
-        stream = TextStream(tokenizer, prompt)
-        texts.append("".join(stream.push(t) for t in new) + stream.finish())
-    return texts
+    rows = model.generate(ids, max_new_tokens, eos_token_id=eos, vocab_size=tokenizer.vocab_size, **sampling)
+    return ["".join(_text_of(tokenizer, prompt, (int(t) for t in row[len(prompt):]), stop_at_eos))
+            for prompt, row in zip(ids, rows)]
 
 
-def read_batch_file(path: str) -> list[str]:
-    """--batch-file: one prompt per line (empty lines skipped), or JSON lines {"prompt": ...} for a .jsonl file."""
+def read_batch_file(path: str) -> tuple[list[str], list[int]]:
+    """--batch-file: one prompt per line (blank lines skipped), or JSON lines {"prompt": ...} for a .jsonl file.
+    Returns the prompts and the line each came from (1-based)."""
     p = Path(path).expanduser()
     require_regular_file(p, "--batch-file", ValueError)
     try:
@@ -165,9 +178,10 @@ def read_batch_file(path: str) -> list[str]:
     except UnicodeDecodeError as e:
         raise ValueError(f"--batch-file {str(p)!r} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     if p.suffix != ".jsonl":
-        prompts = [line for line in lines if line.strip()]
+        numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+        prompts, line_numbers = [line for _, line in numbered], [n for n, _ in numbered]
     else:
-        prompts = []
+        prompts, line_numbers = [], []
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -178,6 +192,7 @@ def read_batch_file(path: str) -> list[str]:
             if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
                 raise ValueError(f'--batch-file {str(p)!r} line {n} must be an object {{"prompt": "text"}}')
             prompts.append(record["prompt"])
+            line_numbers.append(n)
     if not prompts:
         raise ValueError(f"--batch-file {str(p)!r} holds no prompt")
-    return prompts
+    return prompts, line_numbers

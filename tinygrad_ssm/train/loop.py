@@ -43,7 +43,8 @@ from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batch
 from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
 from .run_folder import RunFolderLock, claim_run_folder
-from .starting_point import build_model, resolve_starting_point, run_tokenizer, run_vocab_size, tokenizer_json
+from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_tokenizer, run_vocab_size,
+                             tokenizer_json)
 
 
 @dataclass
@@ -210,7 +211,7 @@ def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, 
         return cfg, None, None
     resume_dir = ckpt.resolve_checkpoint(resume)
     state = ckpt.load_trainer_state(resume_dir)
-    cfg = _resume_config(state["train_config"], overrides or {})
+    cfg = _resume_config(state["train_config"], paths_as_saved(overrides or {}, state["train_config"]))
     if cfg.steps != state["train_config"]["steps"]:
         say(f"note: --steps changed from {state['train_config']['steps']} to {cfg.steps}: the learning-rate "
             f"schedule now spans {cfg.steps} steps, so this run is not the one it would have been")

@@ -47,6 +47,28 @@ def resolve_starting_point(cfg, overrides: dict) -> None:
         cfg.tokenizer = str(Path(tok.name).absolute())
 
 
+def paths_as_saved(overrides: dict, saved: dict) -> dict:
+    """--resume's flags with --data, --init-from and --tokenizer spelled as the saved run spells them when
+    they name the same file or folder (resolved as a fresh run resolves them: `corpus` given, /abs/corpus
+    saved), so that the comparison is of places, not of spellings. A flag that names another place, or none
+    any more, is left as given."""
+    out = dict(overrides)
+    resolvers = {"data": lambda v: Path(v).expanduser(),
+                 "init_from": lambda v: resolve_model_folder(v, "--init-from"),
+                 "tokenizer": lambda v: Path(load_tokenizer(v).name)}
+    for field, resolve in resolvers.items():
+        given, kept = out.get(field), saved.get(field)
+        if given is None or kept is None or given == kept or BYTES in (given, kept):
+            continue
+        try:
+            same = resolve(given).resolve() == Path(kept).resolve()
+        except (OSError, ValueError):                                    # gone, or not a tokenizer: as given
+            continue
+        if same:
+            out[field] = kept
+    return out
+
+
 def run_vocab_size(cfg, state: dict | None = None) -> int:
     """The embedding rows the run trains (padded as build_model pads them): what train/checks.py's memory
     estimate counts. After resolve_starting_point (a fresh run) or from the saved state (--resume)."""
