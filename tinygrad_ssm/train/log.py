@@ -28,7 +28,7 @@ class RunLog:
         # O_NOFOLLOW: a log.jsonl that is a symbolic link is never written through (it could lead out of the run)
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        except OSError as e:
+        except OSError:
             if os.path.islink(self.path):
                 raise RunLogError(f"{str(self.path)!r} is a symbolic link; the run's log is never written through "
                                   f"a link: remove it, or choose another --out") from None

@@ -193,7 +193,7 @@ def claim_run_folder(out: str | os.PathLike, resuming_from: str | os.PathLike | 
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise RunFolderError(f"--out {str(out)!r} is a non-empty folder that is not a run folder (it holds "
                                  f"{shown}"
-                                 f"{f'' if marker is not None else f', and no {MARKER_FILE}'}); a run writes "
+                                 f"{'' if marker is not None else f', and no {MARKER_FILE}'}); a run writes "
                                  f"checkpoints and logs there, so choose a new or empty folder for --out")
     out.mkdir(parents=True, exist_ok=True)
     run_id = run_id or (marker or {}).get("run_id") or uuid.uuid4().hex
