@@ -1,5 +1,5 @@
-"""The Tensor's PyTorch semantics, one test per rule: what is recorded, who gets .grad, accumulation, the
-freed graph, detach, no_grad / enable_grad, the version counter, dtype promotion, fan-out, deep graphs."""
+"""The Tensor's PyTorch semantics, one test per rule: what is recorded, who gets .grad (its accumulation:
+test_grad_accumulation.py), the freed graph, detach, no_grad / enable_grad, the version counter, dtype promotion, fan-out, deep graphs."""
 from __future__ import annotations
 
 import sys
@@ -113,16 +113,6 @@ def test_retain_grad_is_a_no_op_on_a_leaf_and_an_error_without_requires_grad():
 
 
 # --- backward -------------------------------------------------------------------------------------------
-
-def test_gradients_accumulate_across_backward_calls():
-    x = leaf([1.0, 2.0])
-    (x * x).sum().backward()
-    (x * x).sum().backward()
-    np.testing.assert_allclose(x.grad.data, 4 * x.data)
-    x.grad = None  # the user resets between steps
-    (x * 5.0).sum().backward()
-    np.testing.assert_allclose(x.grad.data, [5.0, 5.0])
-
 
 class _Doubled(tg.Function):
     """y = 2 a; its backward's gradient is a new array (kept in `made` by weak reference), or `returned` as it is."""
