@@ -145,6 +145,13 @@ def test_vocab_size_keeps_sampling_below_it(fused):
     assert (greedy == 0).all()
 
 
+@pytest.mark.parametrize("seed", ["x", -1, 1.5, True])
+def test_a_bad_seed_is_named(seed):
+    model = twin_models(seed=0, vocab_size=40)[0]
+    with pytest.raises(ValueError, match="seed must be None or an int >= 0"):
+        model.generate(np.array([[1, 2]]), 2, seed=seed)
+
+
 @pytest.mark.parametrize("vocab_size", [0, -1, 2.5, True, "8"])
 def test_a_bad_vocab_size_is_named(vocab_size):
     model = twin_models(seed=0, vocab_size=40)[0]

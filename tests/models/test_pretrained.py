@@ -207,13 +207,30 @@ def test_missing_key_is_named(tmp_path):
         Mamba2LMHeadModel.from_pretrained(tmp_path)
 
 
-def test_a_repository_folder_whose_ref_names_no_snapshot_is_not_resolved(tmp_path):
+def test_a_repository_folder_whose_ref_names_no_snapshot_lists_its_snapshots(tmp_path):
+    """A download pinned to a revision leaves no refs/main, or one naming another commit."""
     repo = tmp_path / "models--org--name"
-    (repo / "refs").mkdir(parents=True)
+    (repo / "blobs").mkdir(parents=True)
     (repo / "snapshots" / "abc").mkdir(parents=True)
-    (repo / "refs" / "main").write_text("def\n")                       # a commit with no snapshot here
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match=r"repository folder that has no refs/main; pass one of its "
+                                                r"snapshots instead: .*snapshots/abc"):
         Mamba2LMHeadModel.from_pretrained(repo)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("def\n")                       # a commit with no snapshot here
+    with pytest.raises(FileNotFoundError, match=r"has refs/main 'def', which is not in snapshots/"):
+        Mamba2LMHeadModel.from_pretrained(repo)
+
+
+def test_a_file_a_missing_folder_and_a_file_to_save_onto_are_named(tmp_path):
+    small_model().save_pretrained(tmp_path / "m")
+    with pytest.raises(FileNotFoundError, match="config.json' is a file; give the folder that holds"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path / "m" / "config.json")
+    with pytest.raises(FileNotFoundError, match="'org/name' does not exist; .* downloads nothing"):
+        Mamba2LMHeadModel.from_pretrained("org/name")                  # a hub id is not fetched
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(PretrainedError, match="notes.txt' is a file; give a folder"):
+        small_model().save_pretrained(tmp_path / "notes.txt")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_shape_that_disagrees_with_the_config_is_named(tmp_path):
@@ -246,6 +263,18 @@ def test_bad_config_is_named(tmp_path, config, message):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(PretrainedError, match=message):
         Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_a_shape_that_does_not_fit_names_the_sizes_as_the_layout_spells_them(tmp_path):
+    """A transformers config without state_size takes transformers' default (128), which these weights do not
+    have: the error gives the sizes under the file's own keys."""
+    model = small_model()
+    write_checkpoint("transformers", tmp_path / "t", model)
+    config = json.loads((tmp_path / "t" / "config.json").read_text())
+    del config["state_size"]
+    (tmp_path / "t" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PretrainedError, match=r"it gives hidden_size 16, state_size 128, n_groups \d+, head_dim"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path / "t")
 
 
 def test_missing_files(tmp_path):

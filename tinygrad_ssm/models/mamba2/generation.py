@@ -50,13 +50,16 @@ def generate_stream(model, input_ids, max_new_tokens: int, temperature: float = 
     order within a step (sample_next's rng.random((b, 1))): row i of a batch of b takes the step's i-th number.
     eos_token_id: a row that has produced it is finished and holds it in every later yield; the stream ends
     after the step where every row is finished, or after max_new_tokens steps. vocab_size: sample only ids
-    below it (a tokenizer's size, where the checkpoint's vocabulary is padded past it, as a transformers
-    config states it padded); by default the model's vocabulary, without its padding rows. Arguments are
-    checked at the call, not at the first next()."""
+    below it; by default config.vocab_size, which leaves out the padding rows of a mamba_ssm config
+    (pad_vocab_size_multiple) but not those of a transformers one (it states the padded count: 50,288 rows for
+    GPT-NeoX's 50,280 tokens), so pass the tokenizer's size there. Arguments are checked at the call, not at
+    the first next()."""
     prompts, _ = check_prompts(model, input_ids)
     if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     check_sampling_args(temperature, top_k, top_p)
+    if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0):
+        raise ValueError(f"generate: seed must be None or an int >= 0, got {seed!r}")
     V = model.config.padded_vocab_size
     if eos_token_id is not None and (not isinstance(eos_token_id, (int, np.integer)) or isinstance(eos_token_id, bool)
                                      or not 0 <= eos_token_id < V):

@@ -259,7 +259,9 @@ class Mamba2LMHeadModel:
 
     def __call__(self, input_ids, cache: Mamba2Cache | None = None) -> Tensor:
         """input_ids (b, l) ints -> logits (b, l, padded vocab). With `cache` (see allocate_cache), the input
-        continues from the cached states and leaves them at its end (prefill)."""
+        continues from the cached states and leaves them at its end (prefill). The cached states are arrays,
+        not part of the graph: a loss on a later segment sends no gradient into the segments before it
+        (truncated backpropagation through time; for the gradient of the whole text, one forward over it)."""
         ids = self._check_ids(input_ids, 2, "Mamba2LMHeadModel")
         if cache is not None and cache.batch_size != ids.shape[0]:
             raise ValueError(f"Mamba2LMHeadModel: cache is for batch {cache.batch_size}, input_ids {ids.shape}")

@@ -266,17 +266,25 @@ def _lies_in(path: Path, roots) -> bool:
 
 
 def hub_snapshot(directory: Path) -> Path | None:
-    """A Hugging Face cache's repository folder (models--<org>--<name>/, holding refs/main and snapshots/) ->
-    the snapshot refs/main names; None for any other folder."""
-    ref = directory / "refs" / "main"
-    if not (ref.is_file() and (directory / "snapshots").is_dir()):
+    """A Hugging Face cache's repository folder (models--<org>--<name>/: snapshots/ beside refs/ or blobs/) ->
+    the snapshot refs/main names; None for any other folder. A repository folder whose refs/main is missing or
+    names no snapshot here (a download pinned to a revision) is a FileNotFoundError listing its snapshots."""
+    snapshots = directory / "snapshots"
+    if (directory / CONFIG_NAME).exists() or not snapshots.is_dir() or not any(
+            (directory / name).is_dir() for name in ("refs", "blobs")):
         return None
+    ref = directory / "refs" / "main"
     try:
         commit = ref.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
-        return None
-    snapshot = directory / "snapshots" / commit
-    return snapshot if commit and "/" not in commit and snapshot.is_dir() else None
+        commit = None
+    snapshot = snapshots / commit if commit and "/" not in commit else None
+    if snapshot is not None and snapshot.is_dir():
+        return snapshot
+    have = sorted(p.name for p in snapshots.iterdir() if p.is_dir())
+    why = "has no refs/main" if commit is None else f"has refs/main {commit!r}, which is not in snapshots/"
+    raise FileNotFoundError(f"{str(directory)!r} is a Hugging Face cache's repository folder that {why}; pass one "
+                            f"of its snapshots instead: {', '.join(str(snapshots / h) for h in have) or '(none)'}")
 
 
 def resolve_pretrained_folder(directory) -> Path:
@@ -284,12 +292,28 @@ def resolve_pretrained_folder(directory) -> Path:
     refs/main names), or a training run folder / checkpoint (-> the newest checkpoint, as the CLI's
     --checkpoint resolves it)."""
     directory = Path(directory).expanduser()
+    if not directory.exists():
+        raise FileNotFoundError(f"from_pretrained: {str(directory)!r} does not exist; give a folder on disk (the "
+                                f"package downloads nothing: fetch a hub model with `huggingface-cli download "
+                                f"ORG/NAME --local-dir DIR` first)")
+    if not directory.is_dir():
+        raise FileNotFoundError(f"from_pretrained: {str(directory)!r} is a file; give the folder that holds "
+                                f"{CONFIG_NAME} and the weights")
     directory = hub_snapshot(directory) or directory
-    if (directory / CONFIG_NAME).exists() or not directory.is_dir():
+    if (directory / CONFIG_NAME).exists():
         return directory
     if (directory / CHECKPOINTS_DIR).is_dir():
         return resolve_checkpoint(directory)  # CheckpointNotFound (a FileNotFoundError) names what is wrong
     return directory
+
+
+def _size_keys(config: Mamba2Config, layout: str) -> list:
+    """(key as the layout's config.json spells it, value) of the sizes that decide the weights' shapes."""
+    ssm = "" if layout == "transformers" else "ssm_cfg."
+    names = (("hidden_size", "state_size", "n_groups", "head_dim", "conv_kernel") if layout == "transformers" else
+             ("d_model", ssm + "d_state", ssm + "ngroups", ssm + "headdim", ssm + "d_conv"))
+    values = (config.d_model, config.d_state, config.ngroups, config.headdim, config.d_conv)
+    return [*zip(names, values), (ssm + "expand", config.expand), ("vocab_size", config.vocab_size)]
 
 
 def _stored_name(name: str, layout: str) -> str:
@@ -338,11 +362,10 @@ def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fuse
     for key, (_, shape) in wanted.items():
         info = stored[key].tensors[key]
         if tuple(info.shape) != tuple(shape):
+            sizes = ", ".join(f"{name} {value}" for name, value in _size_keys(config, layout))
             raise PretrainedError(f"from_pretrained: weight {key!r} has shape {tuple(info.shape)} but the config "
                                   f"gives {tuple(shape)} ({CONFIG_NAME} does not describe these weights: it gives "
-                                  f"d_model {config.d_model}, expand {config.expand}, d_state {config.d_state}, "
-                                  f"ngroups {config.ngroups}, headdim {config.headdim}, d_conv {config.d_conv}, "
-                                  f"vocab {config.padded_vocab_size}; a key it leaves out takes its default)")
+                                  f"{sizes}; a key it leaves out takes its default)")
         if not info.is_float:
             raise PretrainedError(f"from_pretrained: weight {key!r} has dtype {info.dtype}, not floating point")
     if config.tie_embeddings and HEAD in stored:
@@ -398,6 +421,9 @@ def _same_values(file_a: SafetensorsFile, key_a: str, file_b: SafetensorsFile, k
 def save_pretrained(model, directory):
     """Write config.json (mamba_ssm layout) and model.safetensors into `directory` (created if needed)."""
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise PretrainedError(f"save_pretrained: {str(directory)!r} is a file; give a folder (it is created if "
+                              f"needed) for {CONFIG_NAME} and {WEIGHTS_NAME}")
     os.makedirs(directory, exist_ok=True)
     text = json.dumps(mamba_ssm_config(model.config), indent=2)
     write_atomic(directory / CONFIG_NAME, text + "\n")
