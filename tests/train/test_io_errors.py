@@ -170,16 +170,20 @@ def test_train_into_a_closed_pipe_names_standard_output_not_the_run_folder(one_s
     assert "the last checkpoint" in line and "is intact" in line
 
 
-@pytest.mark.parametrize("where", ["missing_folder", "a_folder"])
+@pytest.mark.parametrize("where", ["missing_folder", "a_folder", "under_a_file", "empty"])
 def test_eval_json_that_cannot_be_written_is_refused_before_scoring(one_step_run, tmp_path, monkeypatch, capsys,
                                                                    where):
     import tinygrad_ssm.train.cli as cli_module
 
     monkeypatch.setattr(cli_module, "score", lambda *a, **k: pytest.fail("scored before --json was checked"))
-    target = tmp_path / "nodir" / "x.json" if where == "missing_folder" else tmp_path
-    assert cli.main(["eval", "--checkpoint", str(one_step_run), "--json", str(target)]) == cli.EXIT_USAGE
+    (tmp_path / "notes.txt").write_text("mine")
+    target = {"missing_folder": str(tmp_path / "nodir" / "x.json"), "a_folder": str(tmp_path),
+              "under_a_file": str(tmp_path / "notes.txt" / "x.json"), "empty": ""}[where]
+    assert cli.main(["eval", "--checkpoint", str(one_step_run), "--json", target]) == cli.EXIT_USAGE
     line = _one_line(capsys.readouterr().err)
-    assert f"--json {str(target)!r}" in line and ("does not exist" in line or "is a folder" in line), line
+    why = {"missing_folder": "does not exist", "a_folder": "is a folder", "under_a_file": "is a file, not a folder",
+           "empty": "is a folder"}[where]
+    assert f"--json {target!r}" in line and why in line, line
 
 
 def test_an_atomic_write_names_the_file_asked_for(tmp_path):

@@ -75,9 +75,13 @@ def test_a_new_run_refuses_a_foreign_non_empty_folder(corpus, tmp_path, capsys):
 def test_out_as_a_dangling_symlink_is_refused_naming_its_target(tmp_path):
     link = tmp_path / "runs"
     link.symlink_to(tmp_path / "gone")
-    with pytest.raises(RunFolderError, match=r"--out .*runs' is a symlink to .*gone', which does not exist"):
-        claim_run_folder(link)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"] and not (tmp_path / "gone").exists()
+    for out in (link, link / "run" / "x"):                             # --out, or a folder above it
+        with pytest.raises(RunFolderError, match=r"--out .*: .*runs' is a symlink to .*gone', which does not exist"):
+            claim_run_folder(out)
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(RunFolderError, match=r"notes.txt' is a file, not a folder; choose another --out"):
+        claim_run_folder(tmp_path / "notes.txt" / "run")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "runs"] and not (tmp_path / "gone").exists()
 
 
 def test_resume_takes_the_data_path_however_it_is_spelled(run, monkeypatch, tmp_path):

@@ -58,7 +58,7 @@ _TRAIN_FLAGS = [
     ("--val-fraction", "val_fraction", float, f"fraction of the files kept for validation [{_D.val_fraction}]"),
     ("--steps", "steps", int, f"total optimizer steps; also the length of the cosine schedule [{_D.steps}]"),
     ("--batch-size", "batch_size", int, f"sequences per step [{_D.batch_size}]"),
-    ("--seq-len", "seq_len", int, f"bytes per sequence (tokens with a --tokenizer) [{_D.seq_len}]"),
+    ("--seq-len", "seq_len", int, f"bytes per sequence (tokens when the run has a tokenizer) [{_D.seq_len}]"),
     ("--d-model", "d_model", int, f"model width [{_D.d_model}]"),
     ("--n-layer", "n_layer", int, f"number of Mamba-2 blocks [{_D.n_layer}]"),
     ("--d-state", "d_state", int, f"SSM state size per head [{_D.d_state}]"),
@@ -80,24 +80,26 @@ _TRAIN_FLAGS = [
     ("--checkpoint-every", "checkpoint_every", int, f"write a checkpoint every this many steps (and at the end) "
                                                     f"[{_D.checkpoint_every}]"),
     ("--keep-checkpoints", "keep_checkpoints", int, f"how many recent checkpoints to keep [{_D.keep_checkpoints}]"),
-    ("--sample-bytes", "sample_bytes", int, f"bytes generated for the sample at the end (tokens with a "
-                                             f"--tokenizer) [{_D.sample_bytes}]"),
+    ("--sample-bytes", "sample_bytes", int, f"bytes generated for the sample at the end (tokens when the run "
+                                             f"has a tokenizer) [{_D.sample_bytes}]"),
     ("--sample-prompt", "sample_prompt", str, "text the sample at the end continues [the first line of the "
                                               "validation text, so it suits any --data]"),
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tinygrad-ssm", description="A byte-level Mamba-2 language model on "
-                                     "a NumPy autograd engine.", epilog=f"exit status: {EXIT_OK} ok, "
+    parser = argparse.ArgumentParser(prog="tinygrad-ssm", description="Mamba-2 language models on a NumPy "
+                                     "autograd engine: train, generate, eval.", epilog=f"exit status: {EXIT_OK} ok, "
                                      f"{EXIT_DIVERGED} diverged, {EXIT_USAGE} bad input, {EXIT_INTERRUPTED} Ctrl-C")
     sub = parser.add_subparsers(dest="command", metavar="{train,generate,eval}")
     sub.required = True
 
-    tr = sub.add_parser("train", help="train a byte-level Mamba-2 model (defaults: about four minutes on 2 cores)",
-                        description="Train a byte-level Mamba-2 language model with AdamW, warmup + cosine "
-                                    "decay and gradient clipping. Defaults are in brackets; with them a run "
-                                    "takes about four minutes on 2 cores.")
+    tr = sub.add_parser("train", help="train a Mamba-2 model, byte-level unless a tokenizer is given, or fine-tune "
+                                      "one (--init-from) (defaults: about four minutes on 2 cores)",
+                        description="Train a Mamba-2 language model (on bytes, or on the ids of --tokenizer or of "
+                                    "--init-from's tokenizer) with AdamW, warmup + cosine decay and gradient "
+                                    "clipping. Defaults are in brackets; with them a run takes about four "
+                                    "minutes on 2 cores.")
     for flag, field, typ, text in _TRAIN_FLAGS:
         metavar = {"data": "PATH", "out": "DIR", "backend": "NAME", "sample_prompt": "TEXT"}.get(
             field, "N" if typ is int else "X")
@@ -282,9 +284,11 @@ def _eval_flag_problems(args) -> list[str]:
         bad.append(f"--max-tokens must be >= 1 (leave it out for the whole text), got {args.max_tokens}")
     if args.json not in (None, "-"):                                   # checked before the text is scored
         path = Path(args.json).expanduser()
-        folder = path.parent if str(path.parent) else Path(".")
-        if path.is_dir():
-            bad.append(f"--json {args.json!r} is a folder; give the path of the file to write")
+        folder = path.parent
+        if not args.json or path.is_dir():
+            bad.append(f"--json {args.json!r} is a folder; give the path of the file to write (or - for stdout)")
+        elif folder.exists() and not folder.is_dir():
+            bad.append(f"--json {args.json!r}: {str(folder)!r} is a file, not a folder")
         elif not folder.is_dir():
             bad.append(f"--json {args.json!r}: the folder {str(folder)!r} does not exist")
         elif not os.access(folder, os.W_OK | os.X_OK):

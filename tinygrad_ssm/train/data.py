@@ -101,15 +101,19 @@ class Corpus:
     val_text: bytes | None = None  # the validation bytes of a tokenized corpus (its sample prompt)
 
     def describe(self) -> str:
-        skipped = f", {len(self.skipped_files)} binary files skipped" if self.skipped_files else ""
+        skipped = f", {_count(len(self.skipped_files), 'binary file')} skipped" if self.skipped_files else ""
         train, val = self._size(self.train, self.train_tokens_per_byte), self._size(self.val, self.val_tokens_per_byte)
-        return (f"{self.source}: {len(self.train_files)} train files ({train}), {len(self.val_files)} validation "
-                f"files ({val}){skipped}")
+        return (f"{self.source}: {_count(len(self.train_files), 'train file')} ({train}), "
+                f"{_count(len(self.val_files), 'validation file')} ({val}){skipped}")
 
     def _size(self, stream: np.ndarray, tokens_per_byte: float) -> str:
         if stream.dtype == np.uint8:                                     # bytes: not tokenized
             return f"{len(stream):,} bytes"
         return f"{round(len(stream) / tokens_per_byte):,} bytes, {len(stream):,} tokens"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,

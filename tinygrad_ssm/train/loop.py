@@ -291,10 +291,12 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
     if world.size > 1:  # every rank starts from rank 0's weights and moments, fresh or resumed
 
         broadcast_weights_and_optimizers(run.model.varmap, run.optimizers, world)
-    say(f"model: {run.model.varmap.num_parameters():,} parameters (d_model {cfg.d_model}, {cfg.n_layer} layers, "
-        f"d_state {cfg.d_state}, headdim {cfg.headdim}"
-        f"{f'; from {cfg.init_from}' if cfg.init_from and state is None else ''}); {cfg.steps} steps of "
-        f"{cfg.batch_size} x {cfg.seq_len} {'bytes' if tokenizer.name == 'bytes' else 'tokens'}{f' over {world.size} MPI ranks' if world.size > 1 else ''}; out {out}")
+    layers, steps = f"{cfg.n_layer} layer{'s' * (cfg.n_layer != 1)}", f"{cfg.steps} step{'s' * (cfg.steps != 1)}"
+    origin = f"; from {cfg.init_from}" if cfg.init_from and state is None else ""
+    unit, ranks = "bytes" if tokenizer.name == "bytes" else "tokens", f" over {world.size} MPI ranks" if world.size > 1 else ""
+    say(f"model: {run.model.varmap.num_parameters():,} parameters (d_model {cfg.d_model}, {layers}, d_state "
+        f"{cfg.d_state}, headdim {cfg.headdim}{origin}); {steps} of {cfg.batch_size} x {cfg.seq_len} {unit}{ranks}; "
+        f"out {out}")
     return run
 
 

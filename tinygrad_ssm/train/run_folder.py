@@ -173,9 +173,13 @@ def claim_run_folder(out: str | os.PathLike, resuming_from: str | os.PathLike | 
     None: the marker's, or a new one); `settings`: the run's TrainConfig as a dict, for the marker.
     Returns the lock, whose `run_id` is the run's. Raises RunFolderError naming the folder and the fix."""
     out = Path(out)
-    if os.path.islink(out) and not out.exists():
-        raise RunFolderError(f"--out {str(out)!r} is a symlink to {os.readlink(out)!r}, which does not exist; a run "
-                             f"does not write through a link it cannot check: choose a new folder for --out")
+    for place in (*reversed(out.parents), out):                        # the folders it will make, and itself
+        if os.path.islink(place) and not place.exists():
+            raise RunFolderError(f"--out {str(out)!r}: {str(place)!r} is a symlink to {os.readlink(place)!r}, which "
+                                 f"does not exist; a run does not write through a link it cannot check: choose "
+                                 f"another --out")
+        if place != out and place.exists() and not place.is_dir():
+            raise RunFolderError(f"--out {str(out)!r}: {str(place)!r} is a file, not a folder; choose another --out")
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out {str(out)!r} is a file, not a folder; choose a folder path for --out")
     same_run = resuming_from is not None and out.exists() and os.path.samefile(out, resuming_from)
