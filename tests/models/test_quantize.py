@@ -106,6 +106,15 @@ def test_quantize_drops_the_float_copies():
     assert isinstance(model.embedding, Q.QuantizedEmbedding) and model.quantized[names[0]].data.dtype == np.int8
 
 
+def test_repr_counts_the_quantized_parameters_and_says_so():
+    model = small_model()
+    before = model.varmap.num_parameters()
+    assert f"{before:,} parameters, float64" in repr(model)
+    model.quantize("int8")
+    quantized = sum(int(np.prod(w.shape)) for w in model.quantized.values())
+    assert f"{before:,} parameters ({quantized:,} of them int8, inference only)" in repr(model)
+
+
 @pytest.mark.parametrize("fmt", Q.FORMATS)
 @pytest.mark.parametrize("batch", [1, 3])
 def test_generation_gives_the_engine_models_tokens_on_dequantized_weights(fmt, batch):

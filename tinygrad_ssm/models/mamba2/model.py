@@ -356,5 +356,10 @@ class Mamba2LMHeadModel:
 
     def __repr__(self):
         c = self.config
+        quantized = getattr(self, "quantized", {})                      # name -> QuantizedWeight (quantize.py)
+        n_quantized = sum(int(np.prod(w.shape)) for w in quantized.values())
+        count = f"{self.varmap.num_parameters() + n_quantized:,} parameters"
+        if quantized:
+            count += f" ({n_quantized:,} of them {self.weights_format}, inference only)"
         return (f"Mamba2LMHeadModel(d_model={c.d_model}, n_layer={c.n_layer}, vocab={c.vocab_size} "
-                f"(padded {c.padded_vocab_size}), {self.varmap.num_parameters():,} parameters, {self.dtype})")
+                f"(padded {c.padded_vocab_size}), {count}, {self.dtype})")
