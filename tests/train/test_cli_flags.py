@@ -44,6 +44,7 @@ def run_train(corpus, out, *flags):
     (["--min-lr", "1"], "--min-lr must be in [0, --lr = 0.004], got 1.0"),
     (["--backend", "nope"], "--backend must be 'auto' or one of"),
     (["--steps", "3", "--warmup-steps", "5"], "--warmup-steps 5 is longer than the whole run (--steps 3)"),
+    (["--dtype", "float16"], "--dtype must be float32 or float64, got 'float16'"),
     (["--stop-at", "0"], "--stop-at must be a step >= 1, got 0"),
     (["--stop-at", "-2"], "--stop-at must be a step >= 1, got -2"),
     (["--steps", "3", "--stop-at", "5"], "--stop-at 5 is past the end of the run (--steps 3)"),
@@ -86,6 +87,11 @@ def test_stop_at_must_come_after_the_resumed_step(corpus, tmp_path, capsys):
     assert "--stop-at 2 is not after the checkpoint being resumed (step 2)" in capsys.readouterr().err
     assert cli.main(["train", "--resume", str(out), "--stop-at", "4", "--no-progress"]) == cli.EXIT_USAGE
     assert "--stop-at 4 is past the end of the run (--steps 3)" in capsys.readouterr().err
+    state = sorted((out / "checkpoints").rglob("*.json"))
+    before = [p.read_bytes() for p in state]
+    assert cli.main(["train", "--resume", str(out), "--steps", "1", "--no-progress"]) == cli.EXIT_USAGE
+    assert "--steps 1 is before the checkpoint being resumed (step 2)" in capsys.readouterr().err
+    assert [p.read_bytes() for p in state] == before                    # the checkpoint left as it was
     with pytest.raises(ValueError, match="--stop-at must be a step >= 1, got 0"):  # the API says the same
         train(TrainConfig(data=str(corpus), out=str(tmp_path / "api")), stop_at=0, progress=False)
 
@@ -257,8 +263,8 @@ def test_readme_and_help_give_the_same_duration():
              "train --help": sub.choices["train"].format_help(), "module docstring": cli.__doc__}
     for where, text in texts.items():
         text = " ".join(text.split())
-        assert "about four minutes" in text, where
-        assert not any(s in text for s in ("~5 minutes", "five minutes", "~4 minutes")), where
+        assert "about three minutes" in text, where
+        assert not any(s in text for s in ("~5 minutes", "five minutes", "four minutes", "~4 minutes")), where
 
 
 def test_the_memory_estimate_counts_the_runs_vocabulary():

@@ -69,7 +69,7 @@ def test_eval_equals_one_plain_forward_whatever_the_window(bpe_run, corpus, caps
         assert cli.main(["eval", "--model", str(bpe_run), "--data", str(corpus), "--window", window, "--json", "-",
                          "--no-progress"]) == cli.EXIT_OK
         out = capsys.readouterr().out
-        report = json.loads(out[out.index("{"):])
+        report = json.loads(out)
         assert report["tokens"] == len(ids) - 1 and report["mean_nats"] == pytest.approx(plain32, rel=1e-6)
         first_token_bytes = len(tok.decode(ids[:1]).encode())
         assert report["bits_per_byte"] == pytest.approx(report["mean_nats"] * report["tokens"] / np.log(2) /
@@ -149,7 +149,7 @@ def test_generate_and_eval_read_every_layout_with_its_tokenizer(layout, bpe_toke
     out = capsys.readouterr().out
     text_ids = tok.encode_bytes(corpus.read_bytes())[:201]
     plain = float(model.loss(text_ids[None, :-1], text_ids[None, 1:]).data)
-    assert json.loads(out[out.index("{"):])["mean_nats"] == pytest.approx(plain, rel=1e-6)
+    assert json.loads(out)["mean_nats"] == pytest.approx(plain, rel=1e-6)
 
 
 def test_a_padded_vocabularys_rows_are_never_sampled_and_the_cache_repository_folder_is_read(bpe_tokenizer, tmp_path,

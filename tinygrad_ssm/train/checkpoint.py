@@ -86,6 +86,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
         raise CheckpointWriteRefused(f"{str(final)!r} exists and is not a checkpoint of this run (run id "
                                      f"{run_id}); it was left as it is: move it away, or choose another --out")
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is an ordinary folder, as its files are 0644
     try:
         model.save_pretrained(tmp)
         if tokenizer_json is not None:

@@ -104,6 +104,8 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
         bad.append(f"--data must be a path, got {cfg.data!r}")
     if stop_at is not None and (not _is_int(stop_at) or stop_at < 1):
         bad.append(f"--stop-at must be a step >= 1, got {stop_at!r}")
+    if cfg.dtype not in ("float32", "float64"):
+        bad.append(f"--dtype must be float32 or float64, got {cfg.dtype!r}")
     if bad:  # the checks below combine settings that are each fine
         return bad
     if (2 * cfg.d_model) % cfg.headdim:
@@ -111,7 +113,10 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
     if "warmup_steps" in explicit and cfg.warmup_steps > cfg.steps:
         bad.append(f"--warmup-steps {cfg.warmup_steps} is longer than the whole run (--steps {cfg.steps}): the "
                    f"learning rate would never reach --lr; give at most {cfg.steps}")
-    if stop_at is not None:
+    if cfg.steps < resumed_step:                                      # a run cannot go back
+        bad.append(f"--steps {cfg.steps} is before the checkpoint being resumed (step {resumed_step}); give "
+                   f"--steps {resumed_step} or more (the step the run ends at)")
+    elif stop_at is not None:
         if stop_at > cfg.steps:
             bad.append(f"--stop-at {stop_at} is past the end of the run (--steps {cfg.steps}); give a step in "
                        f"[1, {cfg.steps}] or raise --steps")

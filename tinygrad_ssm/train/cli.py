@@ -1,7 +1,7 @@
 """`python -m tinygrad_ssm` / `tinygrad-ssm`: train a Mamba-2 model (bytes, or a tokenizer's ids), fine-tune one,
 generate text from it, score a text with it.
 
-    python -m tinygrad_ssm train                      # about four minutes on 2 cores, on the standard library
+    python -m tinygrad_ssm train                      # about three minutes on 2 cores, on the standard library
     python -m tinygrad_ssm train --resume runs/NAME   # continue a run (bit-identical to never stopping)
     python -m tinygrad_ssm generate --model runs/NAME --prompt "def " --max-new-tokens 300
     python -m tinygrad_ssm eval --model DIR --data FILE               # perplexity, bits per byte
@@ -95,10 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     tr = sub.add_parser("train", help="train a Mamba-2 model, byte-level unless a tokenizer is given, or fine-tune "
-                                      "one (--init-from) (defaults: about four minutes on 2 cores)",
+                                      "one (--init-from) (defaults: about three minutes on 2 cores)",
                         description="Train a Mamba-2 language model (on bytes, or on the ids of --tokenizer or of "
                                     "--init-from's tokenizer) with AdamW, warmup + cosine decay and gradient "
-                                    "clipping. Defaults are in brackets; with them a run takes about four "
+                                    "clipping. Defaults are in brackets; with them a run takes about three "
                                     "minutes on 2 cores.")
     for flag, field, typ, text in _TRAIN_FLAGS:
         metavar = {"data": "PATH", "out": "DIR", "backend": "NAME", "sample_prompt": "TEXT"}.get(
@@ -126,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Generate text from a model folder: a training run, a checkpoint, a "
                                     "save_pretrained / mamba_ssm / transformers folder, a Hugging Face cache snapshot "
                                     "or a sharded checkpoint. Its tokenizer.json is used (bytes for the package's "
-                                    "own byte-level runs); invalid UTF-8 is shown as U+FFFD.")
+                                    "own byte-level runs); invalid UTF-8 is shown as U+FFFD, and control "
+                                    "characters other than newline and tab as \\xNN escapes, so that a sample "
+                                    "cannot drive the terminal.")
     ge.add_argument("--model", "--checkpoint", dest="model", required=True, metavar="DIR",
                     help="model folder (a run folder: its newest checkpoint)")
     ge.add_argument("--tokenizer", metavar="PATH", default=None,
@@ -163,7 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--reset-state", action="store_true",
                     help="start every window from a zero state (how training validates) instead of carrying it")
     ev.add_argument("--max-tokens", type=int, default=None, help="score only the first N tokens [all]")
-    ev.add_argument("--json", metavar="FILE", default=None, help="also write the report as JSON (- for stdout)")
+    ev.add_argument("--json", metavar="FILE", default=None, help="also write the report as JSON (- for stdout, "
+                                                                 "which then holds the JSON alone: the report "
+                                                                 "goes to stderr)")
     ev.add_argument("--no-progress", action="store_true", help="no progress bar")
     ev.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
     ev.add_argument("--weights", choices=("float32", "bfloat16", "int8"), default=None,
@@ -227,7 +231,7 @@ def _train(args) -> int:
         return EXIT_INTERRUPTED
     except OSError as e:  # disk full, file size limit, read-only folder: one line, not a traceback
         return _train_io_error(e, args)
-    if result.status == "done":
+    if result.status == "done" and world.is_root:                       # one report for the job
         print(_next_steps(result))
     return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_OK
 
@@ -397,7 +401,9 @@ def _eval(args) -> int:
         return EXIT_INTERRUPTED
     report["model"] = str(folder)
     try:
-        print(describe(report, trained_val_bpb(folder) if args.data is None else None))
+        # with --json -, stdout is the JSON alone (a program reads it), the report goes to stderr
+        print(describe(report, trained_val_bpb(folder) if args.data is None else None),
+              file=sys.stderr if args.json == "-" else sys.stdout)
         if args.json is not None:
             text = json.dumps(report, indent=1) + "\n"
             if args.json == "-":

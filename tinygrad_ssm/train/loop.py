@@ -475,8 +475,8 @@ def summary(r: TrainResult) -> str:
         "",
         f"final validation: {r.val_bpb:.3f} bits per byte (unigram entropy of the validation text: "
         f"{r.unigram_bits:.3f})",
-        f"tokens: {r.tokens:,} in {r.train_s:.1f} s of training ({r.tokens_per_s:,.0f} tokens/s); "
-        f"wall time {r.wall_s:.1f} s",
+        f"tokens: {r.tokens:,} in {r.train_s:.1f} s of training ({r.tokens_per_s:,.0f} tokens/s; both over every "
+        f"session of the run); this session's wall time {r.wall_s:.1f} s",
         f"checkpoint: {r.checkpoint}",
     ]
     lines.append(f"curves: {r.plot}" if r.plot is not None else f"no loss plot: {plot_unavailable_reason()}")

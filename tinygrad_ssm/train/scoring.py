@@ -35,8 +35,9 @@ def read_eval_text(path: str | None, folder: Path) -> EvalText:
             raise DataError(f"eval: {str(folder)!r} is not a checkpoint of a tinygrad_ssm run, so it has no "
                             f"validation split of its own; give --data PATH (a text file or a folder)")
         corpus = load_corpus(trained.data, seed=trained.data_seed, val_fraction=trained.val_fraction)
-        return EvalText(corpus.val.tobytes(), f"the validation split of {corpus.source} ({len(corpus.val_files)} "
-                                              f"files, as the run split it)")
+        files = f"{len(corpus.val_files)} file{'s' * (len(corpus.val_files) != 1)}"
+        return EvalText(corpus.val.tobytes(), f"the validation split of {corpus.source} ({files}, as the run split "
+                                              f"it)")
     root = Path(path).expanduser()
     if root.is_file():
         return EvalText(_read(root), str(root))
@@ -90,8 +91,8 @@ def describe(report: dict, trained_val_bpb: float | None = None) -> str:
              f"{report['seconds']:.1f} s ({report['tokens_per_s'] or 0:,.0f} tokens/s)"]
     if trained_val_bpb is not None:
         lines.append(f"training reported {trained_val_bpb:.4f} bits per byte on its fixed validation windows "
-                     f"(a sample of windows of --seq-len, each from a zero state: --window SEQ_LEN --reset-state "
-                     f"scores the same way)")
+                     f"(a sample of windows of --seq-len, each from a zero state; --window SEQ_LEN --reset-state "
+                     f"scores every window that way, so it comes close, not equal)")
     return "\n".join(lines)
 
 
