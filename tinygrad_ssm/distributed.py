@@ -10,7 +10,7 @@ weights stay identical without ever being sent. PyTorch DDP's refinements, both 
   the backward. Buckets are launched strictly in index order, so every rank issues the same collectives
   in the same order (MPI requires it), whatever order its hooks fire in.
 
-mpi4py is optional (`pip install "tinygrad_ssm[distributed]"`, which also brings the mpich wheel and its
+mpi4py is optional (`pip install -e ".[distributed]"` in a checkout, which also brings the mpich wheel and its
 `mpiexec`). Nothing imports it unless `init()` is called; `launcher_world_size()` only reads the environment.
 
     from tinygrad_ssm import distributed as dist
@@ -37,7 +37,8 @@ from .optim.optimizer import named_parameters
 
 # environment variables that MPI launchers set in every process they start: MPICH/Intel MPI (hydra), Open MPI
 _WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-INSTALL_HINT = 'pip install "tinygrad_ssm[distributed]" (mpi4py and the mpich wheel, which brings mpiexec)'
+INSTALL_HINT = ('pip install -e ".[distributed]" in the package\'s checkout (mpi4py and the mpich wheel, which '
+                'brings mpiexec)')
 
 
 class DistributedError(RuntimeError):
