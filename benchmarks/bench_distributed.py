@@ -67,10 +67,11 @@ def bare_allreduce(args) -> None:
     import numpy as np
 
     from tinygrad_ssm import distributed as dist
+    from tinygrad_ssm.tokenizer import ByteTokenizer
     from tinygrad_ssm.train.loop import TrainConfig, build_model
 
     world = dist.init()
-    model = build_model(TrainConfig(d_model=args.d_model, n_layer=args.n_layer))
+    model = build_model(TrainConfig(d_model=args.d_model, n_layer=args.n_layer), ByteTokenizer())
     reducer = dist.GradientAllreducer(model.varmap, world, overlap=False)
     times = []
     for _ in range(args.repeats + 2):

@@ -2,7 +2,8 @@
 the plots (PNG, matplotlib), from the JSON files the scripts write (layout: benchmarks/_common.py).
 
     python benchmarks/run_all.py            # everything (under 15 minutes on 2 cores)
-    python benchmarks/run_all.py --quick    # a one-minute smoke run of every script (the report says so)
+    python benchmarks/run_all.py --quick    # a smoke run of every script (~4 minutes on 2 cores), written to a
+                                            # temporary folder: the committed results and report stay as they are
     python benchmarks/run_all.py --report-only   # rewrite docs/benchmarks.md from the JSON already there
 
 A script whose optional reference (torch, transformers, mpi4py) is missing still runs its own side.
@@ -13,6 +14,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -96,6 +98,7 @@ LLAMA_CPP_AFTER = (
 )
 DOC = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "images"
+OUT = RESULTS   # where the scripts write their JSON; --quick: a temporary folder, with its report and images
 
 
 def run_scripts(quick: bool) -> dict:
@@ -107,7 +110,7 @@ def run_scripts(quick: bool) -> dict:
             status[script] = "missing"
             continue
         name = Path(script).stem
-        cmd = [sys.executable, str(here / script), *extra, "--json", str(RESULTS / f"{name}.json")]
+        cmd = [sys.executable, str(here / script), *extra, "--json", str(OUT / f"{name}.json")]
         if quick:
             cmd += QUICK.get(script, ["--quick"])
         print(f"[{i}/{len(SCRIPTS)}] {script}: {title} ...", flush=True)
@@ -272,7 +275,7 @@ def draw(plot: dict) -> str | None:
 
 def gpu_check_section() -> list[str]:
     """The last `benchmarks/gpu_check.py` result (run by hand on a GPU machine), if one is in results/."""
-    path = RESULTS / "gpu_check.json"
+    path = OUT / "gpu_check.json"
     lines = ["## The CUDA scan backend on a GPU", "", "`python benchmarks/gpu_check.py --json "
              "benchmarks/results/gpu_check.json` (by hand, on a machine with an NVIDIA GPU)", ""]
     if not path.exists():
@@ -297,7 +300,7 @@ def gpu_check_section() -> list[str]:
 def write_report(status: dict | None, quick: bool) -> Path:
     results = {}
     for script, _, _ in SCRIPTS:
-        path = RESULTS / f"{Path(script).stem}.json"
+        path = OUT / f"{Path(script).stem}.json"
         if path.exists():
             results[script] = as_report(script, json.loads(path.read_text()))
     lines = ["# Benchmarks", "",
@@ -327,6 +330,8 @@ def write_report(status: dict | None, quick: bool) -> Path:
             why = status.get(script, "not run") if status else "no result file"
             lines += [f"No result ({why}).", ""]
             continue
+        if status and isinstance(status.get(script), str):              # failed or missing this time
+            lines += [f"**This run of the script {status[script]}: the table is its last result's.**", ""]
         machine = r.get("machine", {})
         if "cpu" in machine:
             lines += [f"Measured on {machine['cpu']} ({machine['cores']} cores), {machine['date']}.", ""]
@@ -340,7 +345,7 @@ def write_report(status: dict | None, quick: bool) -> Path:
                 lines += [f"![{plot['title']}]({image})", ""]
     lines += ["## Against llama.cpp", "", f"`python benchmarks/{LLAMA_CPP_SCRIPT} --model DIR --llama-bench PATH`",
               "", *LLAMA_CPP]
-    llama = RESULTS / f"{Path(LLAMA_CPP_SCRIPT).stem}.json"
+    llama = OUT / f"{Path(LLAMA_CPP_SCRIPT).stem}.json"
     if llama.exists():
         r = json.loads(llama.read_text())
         lines += [r["title"], "", markdown_table(r["columns"], r["rows"]), ""]
@@ -360,10 +365,18 @@ def write_report(status: dict | None, quick: bool) -> Path:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a one-minute smoke run of every script")
+    global OUT, DOC, IMAGES
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser.add_argument("--quick", action="store_true", help="a smoke run of every script (~4 minutes on 2 cores), "
+                        "its JSON, report and plots in a temporary folder (the committed ones are not touched)")
     parser.add_argument("--report-only", action="store_true", help="only rewrite docs/benchmarks.md")
     args = parser.parse_args(argv)
+    if args.quick and args.report_only:
+        parser.error("--quick and --report-only exclude each other (--report-only rewrites the committed report)")
+    if args.quick:
+        OUT = Path(tempfile.mkdtemp(prefix="run_all_quick_"))
+        DOC, IMAGES = OUT / "benchmarks.md", OUT / "images"
+        print(f"--quick: results, report and plots go to {OUT}")
     start = time.perf_counter()
     status = None if args.report_only else run_scripts(args.quick)
     doc = write_report(status, args.quick)

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: 
 import numpy as np
 import tinygrad_ssm as tg
 from tests.scan.test_ssd import numpy_scan, make_inputs, LENGTHS, Q
-from tests.models.test_mamba2 import tiny_model
+from tests.support.models import small_model as tiny_model
 from tinygrad_ssm.scan import ssd
 worst = {}
 def note(k, v): worst[k] = max(worst.get(k, 0), v)
