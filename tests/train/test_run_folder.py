@@ -170,3 +170,10 @@ def test_a_broken_line_inside_the_log_is_named(run):
     (run / "log.jsonl").write_text("".join(lines))
     with pytest.raises(RunLogError, match=r"log.jsonl' line 2 is not a log record \('garbage'\)"):
         resume(run)
+
+
+def test_a_runs_checkpoints_folder_resolves_to_its_newest_checkpoint(run, capsys):
+    newest = ckpt.resolve_checkpoint(run)
+    assert ckpt.resolve_checkpoint(run / "checkpoints") == newest
+    assert cli.main(["generate", "--model", str(run / "checkpoints"), "--max-new-tokens", "3"]) == cli.EXIT_OK
+    capsys.readouterr()

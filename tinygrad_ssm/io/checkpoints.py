@@ -31,7 +31,8 @@ class CheckpointNotFound(FileNotFoundError):
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """A checkpoint folder, or a run folder (-> its newest checkpoint). Raises CheckpointNotFound.
+    """A checkpoint folder, or a run folder or its checkpoints/ folder (-> its newest checkpoint). Raises
+    CheckpointNotFound.
 
     LATEST may only name a checkpoint folder beside it (step-NNNNNN): a pointer holding a path could send a
     resume (which writes into the checkpoint's run folder) into some other folder."""
@@ -40,6 +41,8 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
         raise CheckpointNotFound(f"checkpoint path {str(p)!r} does not exist")
     if (p / STATE_FILE).exists():
         return p
+    if p.name == CHECKPOINTS_DIR and (p / LATEST_FILE).exists():        # run/checkpoints: the run's newest
+        p = p.parent
     latest = p / CHECKPOINTS_DIR / LATEST_FILE
     if latest.exists():
         require_regular_file(latest, "checkpoint pointer", CheckpointNotFound)
