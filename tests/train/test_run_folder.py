@@ -177,3 +177,13 @@ def test_a_runs_checkpoints_folder_resolves_to_its_newest_checkpoint(run, capsys
     assert ckpt.resolve_checkpoint(run / "checkpoints") == newest
     assert cli.main(["generate", "--model", str(run / "checkpoints"), "--max-new-tokens", "3"]) == cli.EXIT_OK
     capsys.readouterr()
+
+
+def test_resuming_a_run_stopped_before_its_first_checkpoint_says_so(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    claim_run_folder(out).release()                                    # a run of ours that saved nothing yet
+    assert cli.main(["train", "--resume", str(out), "--no-progress"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "stopped before its first checkpoint" in err and f"start it again with --out {out}" in err
+    assert cli.main(["train", "--resume", str(tmp_path), "--no-progress"]) == cli.EXIT_USAGE   # not a run
+    assert "is neither a checkpoint folder" in capsys.readouterr().err

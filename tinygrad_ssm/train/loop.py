@@ -42,7 +42,7 @@ from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batch
                    tokenize, unigram_entropy_bits)
 from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
-from .run_folder import RunFolderLock, claim_run_folder
+from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
 from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_tokenizer, run_vocab_size,
                              tokenizer_json)
 
@@ -209,7 +209,15 @@ def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, 
         resolve_starting_point(cfg, overrides or {})
         check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg))
         return cfg, None, None
-    resume_dir = ckpt.resolve_checkpoint(resume)
+    try:
+        resume_dir = ckpt.resolve_checkpoint(resume)
+    except ckpt.CheckpointNotFound:
+        folder = Path(resume).expanduser()
+        if (folder / MARKER_FILE).is_file() and not (folder / ckpt.CHECKPOINTS_DIR).exists():   # ours, unsaved
+            raise ckpt.CheckpointNotFound(f"--resume {resume}: this run stopped before its first checkpoint "
+                                          f"(one every --checkpoint-every steps), so there is nothing to resume; "
+                                          f"start it again with --out {resume} and its flags") from None
+        raise
     state = ckpt.load_trainer_state(resume_dir)
     cfg = _resume_config(state["train_config"], paths_as_saved(overrides or {}, state["train_config"]))
     if cfg.steps != state["train_config"]["steps"]:
