@@ -172,7 +172,9 @@ def test_cli_eval_and_generate_take_weights(tmp_path, capsys):
     for weights in ("float32", "bfloat16", "int8"):
         assert cli.main(["eval", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "text.txt"),
                          "--weights", weights, "--json", str(tmp_path / f"{weights}.json"), "--no-progress"]) == 0
-        ppl[weights] = json.loads((tmp_path / f"{weights}.json").read_text())["perplexity"]
+        report = json.loads((tmp_path / f"{weights}.json").read_text())
+        ppl[weights] = report["perplexity"]
+        assert report["weights"] == ("float" if weights == "float32" else weights)
     assert ppl["int8"] != ppl["float32"] and abs(ppl["int8"] / ppl["float32"] - 1) < 0.05
     capsys.readouterr()
     assert cli.main(["generate", "--model", str(tmp_path / "m"), "--prompt", "the", "--max-new-tokens", "5",

@@ -400,6 +400,8 @@ def _eval(args) -> int:
         print("stopped by Ctrl-C", file=sys.stderr)
         return EXIT_INTERRUPTED
     report["model"] = str(folder)
+    # the weights as scored: "float" (the model's dtype) or the quantized format (--weights, or as saved)
+    report["weights"] = getattr(model, "weights_format", "float")
     try:
         # with --json -, stdout is the JSON alone (a program reads it), the report goes to stderr
         print(describe(report, trained_val_bpb(folder) if args.data is None else None),
