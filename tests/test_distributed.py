@@ -214,3 +214,17 @@ def test_the_own_loop_example_of_docs_distributed_md_runs_on_two_ranks(tmp_path)
     proc = mpirun(2, [tmp_path / "own_loop.py"], timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 0 of 2: ok" in proc.stdout and "rank 1 of 2: ok" in proc.stdout, proc.stdout
+
+
+@needs_mpi
+def test_a_launcher_size_that_mpi_does_not_see_is_refused(corpus, tmp_path):
+    """PMI_SIZE=2 left in the environment (or another MPI's mpiexec): MPI sees one process, so two lone copies
+    would each train into one folder; refused, naming the variable, before anything is written."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "PMI_SIZE": "2"}
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "tinygrad_ssm", "train", *TINY, "--data", str(corpus), "--steps", "1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "PMI_SIZE=2 says a launcher started 2 processes, but MPI sees this one alone" in proc.stderr
+    assert not out.exists()

@@ -153,6 +153,13 @@ def init(required: bool = True) -> World:
                                    f"install it with: {INSTALL_HINT}") from e
         return SINGLE
     comm = MPI.COMM_WORLD
+    launched = launcher_world_size()
+    if launched > 1 and comm.Get_size() == 1:                           # N lone copies would clash in one folder
+        var = next(v for v in _WORLD_SIZE_VARS if os.environ.get(v, "").isdigit())
+        raise DistributedError(f"{var}={os.environ[var]} says a launcher started {launched} processes, but MPI "
+                               f"sees this one alone: started by another MPI's mpiexec than mpi4py's, or {var} is "
+                               f"left over in the environment; use the mpiexec of mpi4py's MPI (the mpich wheel's, "
+                               f"beside this Python) or unset {var}")
     _world = World(comm.Get_rank(), comm.Get_size(), comm)
     return _world
 
