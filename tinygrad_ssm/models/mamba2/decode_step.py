@@ -38,6 +38,20 @@ def _mark(prof, kind, since):
     return now
 
 
+@njit(**_JIT)
+def _product_phase(sync, phase, step, W, u, bias, zero, out, big, small):
+    """Phase `phase` of a projection: claim its chunks of W's rows (_chunk) until none is left, each
+    out[:, lo:hi] = u @ W[lo:hi]^T + bias[lo:hi]. Returns the phase's chunk count (for wait_done)."""
+    n_chunks = _n_chunks(out.shape[1], big, small)
+    while True:
+        c = claim(sync, phase, step, n_chunks)
+        if c < 0:
+            return n_chunks
+        lo, hi = _chunk(c, out.shape[1], big, small)
+        weight_rows(W, lo, hi, u, bias, zero, out)
+        finish(sync, phase)
+
+
 PROFILE_PHASES = ("residual + norm", "in_proj + conv + dt", "state update + gate", "group norm", "out_proj",
                   "lm head")
 
@@ -132,27 +146,13 @@ def _step(step, last_wait, args):
         if profiling:
             t = _mark(prof, 3, t)
         phase += 1
-        n_chunks = _n_chunks(delta.shape[1], big_out, rows_out)
-        while True:                                                     # out_proj: blocks of rows
-            c = claim(sync, phase, step, n_chunks)
-            if c < 0:
-                break
-            lo, hi = _chunk(c, delta.shape[1], big_out, rows_out)
-            weight_rows(w_out, lo, hi, y, b_out, zero, delta)
-            finish(sync, phase)
+        n_chunks = _product_phase(sync, phase, step, w_out, y, b_out, zero, delta, big_out, rows_out)   # out_proj
         wait_done(sync, phase, step, n_chunks)
         if profiling:
             t = _mark(prof, 4, t)
         phase += 1
     u_last = u[nb - logits.shape[0]:]                                   # (b, d_model) the last token's rows
-    n_chunks = _n_chunks(logits.shape[1], big_head, rows_head)
-    while True:                                                         # the head: blocks of vocabulary rows
-        c = claim(sync, phase, step, n_chunks)
-        if c < 0:
-            break
-        lo, hi = _chunk(c, logits.shape[1], big_head, rows_head)
-        weight_rows(head, lo, hi, u_last, head_b, zero, logits)
-        finish(sync, phase)
+    n_chunks = _product_phase(sync, phase, step, head, u_last, head_b, zero, logits, big_head, rows_head)
     if last_wait:
         wait_done(sync, phase, step, n_chunks)
         if profiling:
