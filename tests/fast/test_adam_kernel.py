@@ -51,12 +51,12 @@ def test_adam_kernel_takes_contiguous_arrays_of_one_dtype_only():
     assert not adam_kernel.takes(p.astype(np.float16), *(a.astype(np.float16) for a in (p, p)), g.astype(np.float16))
 
 
-@pytest.mark.parametrize("grad_dtype", [np.float64, np.float32])
-def test_adam_with_arrays_the_kernel_does_not_take_runs_the_reference(grad_dtype):
-    """A float32 parameter with a float64 gradient, and a parameter that is a transposed view."""
+def test_adam_with_arrays_the_kernel_does_not_take_runs_the_reference():
+    """A parameter that is a transposed view (a .grad of another dtype than its tensor's is refused when
+    assigned, and backward gives each tensor its own dtype)."""
     rng = np.random.default_rng(0)
     start = rng.standard_normal((6, 5)).astype(np.float32).T                         # F-ordered (5, 6)
-    grads = [rng.standard_normal((5, 6)).astype(grad_dtype) for _ in range(3)]
+    grads = [rng.standard_normal((5, 6)).astype(np.float32) for _ in range(3)]
     got = trajectory(optim.AdamW, start, grads, dict(lr=0.1), fused=True)
     expected = trajectory(optim.AdamW, start, grads, dict(lr=0.1), fused=False)
     for g, e in zip(got, expected):

@@ -210,8 +210,10 @@ def test_zero_grad_lr_and_parameter_forms():
     assert len(optim.Adam(vm).params) == 3  # a VarMap works too
     with pytest.raises(ValueError, match="duplicate parameter names"):
         optim.Adam([("a", vm["W"]), ("a", vm["b"])])
-    with pytest.raises(ValueError, match="must be a leaf tensor that requires grad"):
+    with pytest.raises(ValueError, match="'a' is the result of an op, not a leaf tensor"):
         optim.Adam([("a", vm["W"] * 2)])
+    with pytest.raises(TypeError, match=r"got one Tensor; pass it in a list: \[tensor\]"):
+        optim.SGD(vm["W"], lr=0.1)  # iterating it would have walked its rows
     with pytest.raises(ValueError, match="betas"):
         optim.Adam(vm, betas=(1.0, 0.9))
 
@@ -295,3 +297,61 @@ def test_warmup_cosine():
         optim.WarmupCosine(1.0, 20, 10)
     with pytest.raises(ValueError, match="min_lr"):
         optim.WarmupCosine(1.0, 0, 10, min_lr=2.0)
+
+
+def test_a_frozen_parameter_is_skipped_until_unfrozen_as_in_torch():
+    """AdamW(varmap) refused a VarMap with a frozen parameter; torch.optim takes it and skips it while it has
+    no gradient."""
+    vm, x, y = problem()
+    vm["b"].requires_grad_(False)
+    opt = optim.AdamW(vm, lr=0.1)
+    frozen_before = vm["b"].data.copy()
+    loss_of(vm, x, y).backward()
+    assert optim.clip_grad_norm_(vm, 1e9) > 0
+    opt.step()
+    assert np.array_equal(vm["b"].data, frozen_before) and "b" not in opt.state
+    vm["b"].requires_grad_(True)
+    opt.zero_grad()
+    loss_of(vm, x, y).backward()
+    opt.step()
+    assert not np.array_equal(vm["b"].data, frozen_before) and int(opt.state["b"]["step"]) == 1
+
+
+def test_clip_grad_norm_takes_one_tensor_as_torch():
+    p = tg.Tensor(np.zeros(3), requires_grad=True)
+    p.grad = tg.Tensor(np.full(3, 10.0))
+    assert optim.clip_grad_norm_(p, 1.0) == pytest.approx(np.sqrt(300.0))
+    assert np.linalg.norm(p.grad.data) == pytest.approx(1.0, rel=1e-5)
+
+
+def test_sgd_momentum_set_after_construction_starts_its_buffer_as_torch():
+    """It raised KeyError('momentum_buffer'): the buffer was only made for a momentum given to __init__."""
+    torch = pytest.importorskip("torch")
+    a = tg.Tensor(np.array([1.0, -2.0]), requires_grad=True)
+    ta = torch.tensor([1.0, -2.0], dtype=torch.float64, requires_grad=True)
+    ours, theirs = optim.SGD([("a", a)], lr=0.1), torch.optim.SGD([ta], lr=0.1)
+    for step in range(4):
+        if step == 2:
+            ours.momentum = theirs.param_groups[0]["momentum"] = 0.9
+        ours.zero_grad(), theirs.zero_grad()
+        (a * a * a).sum().backward(), (ta * ta * ta).sum().backward()
+        ours.step(), theirs.step()
+    np.testing.assert_allclose(a.data, ta.detach().numpy(), rtol=1e-14)
+
+
+@pytest.mark.parametrize("slot, value, problem", [
+    ("exp_avg_sq", [-1.0, -1.0], "must be >= 0"), ("exp_avg", [np.nan, 0.0], "must be finite numbers"),
+    ("exp_avg", [np.inf, 0.0], "must be finite numbers"), ("step", -3, "step must be >= 0"),
+])
+def test_load_state_dict_refuses_damaged_moments(slot, value, problem):
+    """Damaged hyper-parameters were refused but damaged moments loaded, and the next step wrote NaN."""
+    a = tg.Tensor(np.ones(2), requires_grad=True)
+    opt = optim.AdamW([("a", a)], lr=0.1)
+    (a * a).sum().backward()
+    opt.step()
+    saved = opt.state_dict()
+    saved[f"state/a/{slot}"] = np.array(value)
+    fresh = optim.AdamW([("a", tg.Tensor(np.ones(2), requires_grad=True))], lr=0.1)
+    with pytest.raises(ValueError, match=f"'state/a/{slot}': .*{problem}"):
+        fresh.load_state_dict(saved)
+    assert fresh.state == {}

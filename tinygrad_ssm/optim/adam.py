@@ -22,6 +22,7 @@ from .optimizer import Optimizer
 class Adam(Optimizer):
     hparam_names = ("lr", "beta1", "beta2", "eps", "weight_decay")
     slot_names = ("exp_avg", "exp_avg_sq")
+    nonnegative_slots = ("exp_avg_sq",)
     decoupled_weight_decay = False
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,

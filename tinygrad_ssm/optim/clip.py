@@ -6,6 +6,7 @@ import numbers
 
 import numpy as np
 
+from ..autograd.tensor import Tensor
 from .optimizer import named_parameters
 
 
@@ -20,6 +21,8 @@ def clip_grad_norm_(params, max_norm: float, error_if_nonfinite: bool = False) -
             or max_norm < 0:
         raise ValueError(f"clip_grad_norm_: max_norm must be a finite number >= 0, got {max_norm!r}; to not "
                          f"clip, do not call clip_grad_norm_")
+    if isinstance(params, Tensor):  # one tensor, as torch accepts
+        params = [params]
     grads = [(name, p.grad) for name, p in named_parameters(params, "clip_grad_norm_") if p.grad is not None]
     if not grads:
         return 0.0

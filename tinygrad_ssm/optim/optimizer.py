@@ -20,7 +20,12 @@ from ..autograd.tensor import Tensor, no_grad
 
 
 def named_parameters(params, who: str) -> list[tuple[str, Tensor]]:
-    """VarMap, [(name, tensor)] or [tensor] -> [(name, tensor)]. Bare tensors are named "param.<i>"."""
+    """VarMap, [(name, tensor)] or [tensor] -> [(name, tensor)]. Bare tensors are named "param.<i>".
+    A frozen parameter (requires_grad False) is accepted, as torch.optim accepts it: it gets no gradient, so
+    step() skips it until it is unfrozen."""
+    if isinstance(params, Tensor):  # iterating it would walk its rows
+        raise TypeError(f"{who}: params must be a VarMap, (name, Tensor) pairs or Tensors, got one Tensor; "
+                        f"pass it in a list: [tensor]")
     if hasattr(params, "named_vars"):
         params = params.named_vars()
     params = list(params)
@@ -29,8 +34,9 @@ def named_parameters(params, who: str) -> list[tuple[str, Tensor]]:
         name, tensor = p if isinstance(p, tuple) else (f"param.{i}", p)
         if not isinstance(tensor, Tensor) or not isinstance(name, str):
             raise TypeError(f"{who}: params must be a VarMap, (name, Tensor) pairs or Tensors; item {i} is {p!r:.80}")
-        if not tensor.requires_grad or not tensor.is_leaf:
-            raise ValueError(f"{who}: parameter {name!r} must be a leaf tensor that requires grad")
+        if not tensor.is_leaf:
+            raise ValueError(f"{who}: parameter {name!r} is the result of an op, not a leaf tensor: pass the "
+                             f"leaves it was computed from (torch: can't optimize a non-leaf Tensor)")
         named.append((name, tensor))
     names = [n for n, _ in named]
     if len(set(names)) != len(names):
@@ -67,6 +73,7 @@ class Optimizer:
 
     hparam_names: tuple = ("lr",)
     slot_names: tuple = ()
+    nonnegative_slots: tuple = ()  # slots that can never be negative (Adam's exp_avg_sq): checked on load
 
     def __init__(self, params, lr: float):
         self.params = named_parameters(params, type(self).__name__)
@@ -146,6 +153,14 @@ class Optimizer:
                 problems.append(f"{key!r}: step must be a 0-d integer, got {value.dtype} {value.shape}")
             elif slot != "step" and value.shape != shapes[name]:
                 problems.append(f"{key!r}: shape {value.shape} but the parameter has shape {shapes[name]}")
+            elif slot != "step" and (value.dtype.kind not in "iuf" or not np.all(np.isfinite(value))):
+                problems.append(f"{key!r}: must be finite numbers (a step from it would write NaN into the "
+                                f"weights); the saved state is damaged, load another one")
+            elif slot in self.nonnegative_slots and np.any(value < 0):
+                problems.append(f"{key!r}: must be >= 0 (a mean of squares); the saved state is damaged, load "
+                                f"another one")
+            elif slot == "step" and value < 0:
+                problems.append(f"{key!r}: step must be >= 0, got {int(value)}")
             else:
                 state.setdefault(name, {})[slot] = value
         problems += [f"missing key 'hparams/{k}'" for k in self.hparam_names

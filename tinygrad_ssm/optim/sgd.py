@@ -19,15 +19,20 @@ class SGD(Optimizer):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("SGD: nesterov momentum requires a momentum and zero dampening")
         self.nesterov = nesterov
-        self.slot_names = ("momentum_buffer",) if momentum else ()
+
+    @property
+    def slot_names(self) -> tuple:  # the buffer exists once there is momentum (it may be set after construction)
+        return ("momentum_buffer",) if self.momentum else ()
 
     def _update(self, param, grad, state):
         p = param.data
         if self.weight_decay:
             grad = grad + self.weight_decay * p
         if self.momentum:
-            buf = state["momentum_buffer"]
-            if state["step"] == 1:
+            buf = state.get("momentum_buffer")
+            if buf is None:  # momentum set after this parameter's first steps: its buffer starts now
+                buf = state["momentum_buffer"] = grad.astype(p.dtype, copy=True)
+            elif state["step"] == 1:
                 np.copyto(buf, grad)
             else:
                 buf *= self.momentum
