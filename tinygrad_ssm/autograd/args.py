@@ -35,16 +35,17 @@ def _describe(x) -> str:
 
 def as_tensor(op: str, argument: str, x, like: Tensor | None = None) -> Tensor:
     """A tensor argument: a Tensor as is; a Python or NumPy number takes the dtype of the tensor it meets
-    (`like`: a scalar never upcasts float32); an array or a (nested) list becomes a tensor of its own dtype.
+    (`like`: a scalar never upcasts float32, an integer never widens int32); an array or a (nested) list becomes a tensor of its own dtype.
     Anything else (a str, None, objects, complex numbers, a ragged list) is a TypeError naming op and argument."""
     if isinstance(x, Tensor):
         return x
     if isinstance(x, (bool, np.bool_)):
         return Tensor(np.asarray(x))
     if isinstance(x, (int, float, np.integer, np.floating)):
-        if like is not None and is_float(like.dtype):
-            return Tensor(np.asarray(x, dtype=like.dtype))
         is_integral = isinstance(x, (numbers.Integral, np.integer))
+        # torch: int32_tensor + 1 stays int32 (a number never widens a tensor of its kind)
+        if like is not None and (is_float(like.dtype) or (is_integral and like.dtype.kind in "iu")):
+            return Tensor(np.asarray(x, dtype=like.dtype))
         return Tensor(np.asarray(x, dtype=np.int64 if is_integral else DEFAULT_FLOAT))
     if not isinstance(x, (np.ndarray, list, tuple, np.generic, complex)):
         raise TypeError(f"{op}: {argument} must be a Tensor, an array or a number, got {_describe(x)}")

@@ -45,12 +45,13 @@ def _topological_order(root: Tensor) -> tuple[list[Function], dict[int, int]]:
             continue
         visited.add(id(ctx))
         stack.append((ctx, True))
-        for parent, needs in zip(ctx.inputs, ctx.needs_input_grad):  # the graph as recorded at forward time
+        # the graph as recorded at forward time (input_creators), whatever detach_() did to an input since
+        for parent, creator, needs in zip(ctx.inputs, ctx.input_creators, ctx.needs_input_grad):
             if needs:
-                if parent._ctx is None:
+                if creator is None:
                     leaf_uses[id(parent)] = leaf_uses.get(id(parent), 0) + 1
-                elif id(parent._ctx) not in visited:
-                    stack.append((parent._ctx, False))
+                elif id(creator) not in visited:
+                    stack.append((creator, False))
     return order, leaf_uses
 
 
@@ -166,7 +167,7 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
                 else:
                     grads[id(parent)] = previous + g
                 g = previous = None
-            if parent._ctx is None:
+            if ctx.input_creators[i] is None:
                 uses_left[id(parent)] -= 1
                 if uses_left[id(parent)] == 0:  # every use has been walked: the leaf's gradient is final
                     final = grads.pop(id(parent), None)

@@ -38,7 +38,11 @@ def ones_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
 
 
 def arange(start, stop=None, step=1, dtype=None) -> Tensor:
-    return Tensor(np.arange(start, stop, step, dtype=dtype))
+    """np.arange; from Python floats float32, as torch.arange (NumPy would give float64)."""
+    values = np.arange(start, stop, step, dtype=dtype)
+    if dtype is None and values.dtype == np.float64 and not any(isinstance(v, np.floating) for v in (start, stop, step)):
+        values = values.astype(DEFAULT_FLOAT)
+    return Tensor(values)
 
 
 def randn(*shape, dtype=DEFAULT_FLOAT, requires_grad=False, rng=None) -> Tensor:

@@ -17,6 +17,14 @@ def is_float(dtype) -> bool:
     return np.dtype(dtype).kind == "f"
 
 
+def promoted(*dtypes) -> np.dtype:
+    """The dtype tensors of these dtypes meet in (cat, where, matmul, the binary ops): torch's category rule,
+    an integer or bool tensor meeting a float one takes the float type (NumPy would make int64 + float32
+    float64); otherwise NumPy's result_type (float32 + float64 is float64, int32 + int64 int64)."""
+    floats = [d for d in dtypes if is_float(d)]
+    return np.result_type(*floats) if floats else np.result_type(*dtypes)
+
+
 def _check_numeric(op: str, argument: str, data, array: np.ndarray):
     """Tensors hold bool, integer or floating point numbers. Anything else (a str, None, objects, complex
     numbers) is refused here, with the op and the argument named, instead of failing later inside NumPy."""

@@ -33,6 +33,7 @@ class Function:
         self.saved: tuple = ()
         self.inputs: tuple = ()
         self.needs_input_grad: tuple = ()
+        self.input_creators: tuple = ()  # each input's _ctx when this op ran (None: a leaf)
         self._checked_versions: list = []  # (version box, version at forward time, shape, dtype)
         self._freed = False
         self.outputs: tuple = ()       # weak references to the output tensors
@@ -61,6 +62,8 @@ class Function:
         if record:
             ctx.inputs = inputs
             ctx.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
+            # the op that made each input, as it is now: a later detach_() of an input leaves this graph whole
+            ctx.input_creators = tuple(t._ctx if isinstance(t, Tensor) else None for t in inputs)
             ctx._remember_versions(outs)
             # weak references: strong ones would make a cycle (out -> _ctx -> out) that only the cyclic GC
             # frees, so whole graphs would pile up. An output nobody holds any more got no gradient.

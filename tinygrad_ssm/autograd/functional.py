@@ -13,7 +13,8 @@ from .ops import linalg as L
 from .ops import movement as M
 from .ops import nn as N
 from .ops import reduce as R
-from .tensor import Tensor, is_float
+from .dtypes import is_float, promoted
+from .tensor import Tensor
 
 # Every differentiable op, by name, in the order defined below: `@op` adds a function here. Each one has an
 # entry in tests/support/op_specs.py, the table every op test reads (its completeness test fails otherwise).
@@ -32,11 +33,9 @@ def _binary(op_name: str, fn, a, b):
     like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
     a, b = A.as_tensor(op_name, "a", a, like), A.as_tensor(op_name, "b", b, like)
     A.broadcast_shape(op_name, f"shapes {A.shape_text(a, b)}", a.shape, b.shape)
-    # an integer tensor meeting a float one takes its dtype (torch's rule; NumPy would give float64)
-    if is_float(a.dtype) and not is_float(b.dtype):
-        b = Tensor(b.data.astype(a.dtype))
-    elif is_float(b.dtype) and not is_float(a.dtype):
-        a = Tensor(a.data.astype(b.dtype))
+    if is_float(a.dtype) != is_float(b.dtype):  # an integer tensor meeting a float one takes its dtype
+        dtype = promoted(a.dtype, b.dtype)
+        a, b = (t if t.dtype == dtype else Tensor(t.data.astype(dtype)) for t in (a, b))
     return fn.apply(a, b)
 
 
@@ -114,7 +113,7 @@ def where(condition, x, y):
     A.broadcast_shape("where", f"condition {condition.shape}, x {x.shape} and y {y.shape}", condition.shape, x.shape,
                       y.shape)
     if x.dtype != y.dtype:
-        dtype = np.result_type(x.dtype, y.dtype)
+        dtype = promoted(x.dtype, y.dtype)
         x, y = cast(x, dtype), cast(y, dtype)
     return E.Where.apply(condition, x, y)
 
@@ -238,7 +237,7 @@ def apply_matmul(function: type, a, b):
         raise ValueError(f"matmul: inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}")
     batch = A.broadcast_shape("matmul", f"batch dimensions of {A.shape_text(a, b)}", a2.shape[:-2], b2.shape[:-2])
     if a2.dtype != b2.dtype:
-        dtype = np.result_type(a2.dtype, b2.dtype)
+        dtype = promoted(a2.dtype, b2.dtype)
         a2, b2 = cast(a2, dtype), cast(b2, dtype)
     out = function.apply(a2, b2)
     if a.ndim == 1 or b.ndim == 1:
@@ -386,7 +385,7 @@ def stack(tensors, axis=0):
 
 
 def _same_dtype(tensors):
-    dtype = np.result_type(*[t.dtype for t in tensors])
+    dtype = promoted(*[t.dtype for t in tensors])
     return [cast(t, dtype) for t in tensors]
 
 

@@ -179,6 +179,9 @@ class Tensor:
             value = value if isinstance(value, Tensor) else Tensor(value)
             if value.shape != self.shape:
                 raise ValueError(f"grad: assigned grad has shape {value.shape} but the tensor has shape {self.shape}")
+            if value.dtype != self.dtype:  # later gradients are summed into it, in its dtype (torch refuses too)
+                raise TypeError(f"grad: assigned grad has dtype {value.dtype} but the tensor has dtype {self.dtype}; "
+                                f"convert it first (e.g. grad.astype('{self.dtype}'))")
             value = value.detach()
         self._grad = value
 
@@ -190,6 +193,8 @@ class Tensor:
         return out
 
     def detach_(self) -> "Tensor":
+        """Cut this tensor from the graph in place: it becomes a leaf that does not require grad. Ops that
+        already used it keep the graph they recorded (as torch's detach_)."""
         self._ctx = None
         self.requires_grad = False
         return self
@@ -225,7 +230,11 @@ class Tensor:
         if not self.data.flags.writeable:  # expand / broadcast_to: many elements share one memory location
             raise RuntimeError(f"{op}: this tensor is a read-only view (from expand or broadcast_to: several of "
                                f"its elements are one memory location); write to a copy instead (t * 1)")
-        update()
+        try:
+            update()
+        except TypeError as e:  # NumPy's casting refused: e.g. int_tensor.add_(1.5)
+            raise TypeError(f"{op}: the result cannot be stored in place in this {self.dtype} tensor ({e}); "
+                            f"convert the tensor first (t.double()) or use the out-of-place op") from None
         self._bump()
         return self
 
@@ -234,6 +243,12 @@ class Tensor:
         the out-of-place ops): as a new tensor it would be float32, so float64_tensor.mul_(0.1) multiplied
         by 0.10000000149 and t[0] = 0.1 stored 0.10000000149."""
         if isinstance(other, Tensor):
+            if other.requires_grad and is_grad_enabled():
+                # torch records such a write in the graph; this engine records no in-place op, so the value's
+                # gradient would be dropped without a word
+                raise RuntimeError(f"{op}: the value requires grad, and an in-place write is not recorded in the "
+                                   f"graph: its gradient would be lost. Build the tensor out of place (F.cat, F.stack, "
+                                   f"F.where, F.pad), or write value.detach() if no gradient should flow through it")
             return other.data
         if isinstance(other, np.ndarray):
             array = other
@@ -285,9 +300,7 @@ class Tensor:
         return self._inplace("fill_", lambda: self.data.fill(value))
 
     def copy_(self, src):
-        src = self._operand(src, "copy_")
-        if src.shape != self.shape:
-            raise ValueError(f"copy_: source shape {src.shape} differs from destination shape {self.shape}")
+        src = self._same_shape_operand(src, "copy_")  # broadcast to this tensor's shape, as torch's copy_
         return self._inplace("copy_", lambda: np.copyto(self.data, src, casting="same_kind"))
 
     def __setitem__(self, index, value):
@@ -383,7 +396,16 @@ class Tensor:
 
     def matmul(self, o): return F.matmul(self, o)
     def reshape(self, *shape): return F.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
-    view = reshape
+
+    def view(self, *shape):
+        """reshape that must not copy (torch's view): NumPy copies when the strides cannot express the new shape
+        (a transpose flattened), and a write to that copy would not reach this tensor."""
+        out = self.reshape(*shape)
+        if out.data.size and not np.may_share_memory(out.data, self.data):
+            raise RuntimeError(f"view: shape {self.shape} with strides {self.data.strides} cannot be viewed as "
+                               f"{out.shape} without a copy; use .reshape(...) instead")
+        return out
+
     def flatten(self, start=0, end=-1): return F.flatten(self, start, end)
     def permute(self, *axes): return F.permute(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
     def transpose(self, axis0=-2, axis1=-1): return F.transpose(self, axis0, axis1)

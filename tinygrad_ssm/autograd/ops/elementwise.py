@@ -50,7 +50,9 @@ class Div(Function):
 
 
 class Pow(Function):
-    """a ** b. d/da = b * a^(b-1); d/db = a^b * log(a) (only defined for a > 0; 0 where a^b is 0)."""
+    """a ** b. d/da = b * a^(b-1), taken as 0 where b == 0 (a^0 is 1 for every a, even a = 0 where the
+    formula reads 0 * 0^-1); d/db = a^b * log(a), taken as 0 where a == 0 and b >= 0 (a^b is then constant
+    in b) and NaN for a < 0, where log(a) is not real: torch's rules."""
 
     def forward(self, a, b):
         out = a ** b
@@ -59,11 +61,12 @@ class Pow(Function):
 
     def backward(self, grad):
         a, b, out = self.saved
-        grad_a = grad * b * a ** (b - 1) if self.needs_input_grad[0] else None
-        grad_b = None
-        if self.needs_input_grad[1]:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                grad_b = grad * np.where(out == 0, 0.0, out * np.log(np.where(a > 0, a, 1)))
+        grad_a = grad_b = None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if self.needs_input_grad[0]:
+                grad_a = np.where(b == 0, 0.0, grad * b * a ** (b - 1))
+            if self.needs_input_grad[1]:
+                grad_b = np.where((a == 0) & (b >= 0), 0.0, grad * out * np.log(a))
         return grad_a, grad_b
 
 

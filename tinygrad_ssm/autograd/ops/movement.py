@@ -121,13 +121,12 @@ class Pad(Function):
 
 
 class Flip(Function):
-    """np.flip is a view with negative strides (of a 0-d array, a scalar copy)."""
+    """A reversed copy, as torch.flip (np.flip alone is a view with negative strides: a write to the result
+    would change the input)."""
 
     def forward(self, a, axis=()):
         self.axis = axis
-        out = np.asarray(np.flip(a, axis))
-        self.is_view = np.may_share_memory(out, a)
-        return out
+        return np.flip(a, axis).copy()
 
     def backward(self, grad):
         return np.flip(grad, self.axis)

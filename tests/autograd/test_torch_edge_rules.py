@@ -1,0 +1,140 @@
+"""Rules at the edges, each found by comparing with torch: in-place writes of values that require grad, the .grad
+setter's dtype, copy_'s broadcast, view without a copy, flip's copy, detach_ after a use, pow at 0 and below."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tinygrad_ssm as tg
+from tinygrad_ssm import Tensor, no_grad
+from tinygrad_ssm.autograd import functional as F
+
+from tests.support.tensors import leaf
+
+
+# --- writes into a tensor: a value that requires grad is refused, not silently cut from the graph -------------
+
+@pytest.mark.parametrize("write", [
+    lambda buf, v: buf.__setitem__(slice(0, 2), v), lambda buf, v: buf[:2].copy_(v),
+    lambda buf, v: buf[:2].add_(v), lambda buf, v: buf[:2].mul_(v), lambda buf, v: buf[:2].fill_(v[0]),
+], ids=["setitem", "copy_", "add_", "mul_", "fill_"])
+def test_writing_a_value_that_requires_grad_is_refused(write):
+    """buf[0:2] = w * 2 stored the numbers and dropped w's gradient (torch records the write: w.grad 20, 30)."""
+    w = leaf([2.0, 3.0])
+    buf = Tensor(np.zeros(3))
+    with pytest.raises(RuntimeError, match="the value requires grad.*gradient would be lost.*value.detach"):
+        write(buf, w * 2)
+    assert np.array_equal(buf.data, np.zeros(3))
+    with no_grad():  # nothing is recorded there, so nothing is lost
+        write(buf, w * 2)
+    write(buf, (w * 2).detach())  # the caller says no gradient flows
+
+
+def test_assigned_grad_must_have_the_tensors_dtype():
+    """A float32 .grad on a float64 tensor was kept, and later gradients were summed into it in float32."""
+    p = leaf([1.0, 2.0])
+    with pytest.raises(TypeError, match="grad: assigned grad has dtype float32 but the tensor has dtype float64"):
+        p.grad = Tensor(np.zeros(2, np.float32))
+    p.grad = Tensor(np.zeros(2))
+    (p * (1 + 1e-10)).sum().backward()
+    assert p.grad.dtype == np.float64 and p.grad.data[0] == 1 + 1e-10
+
+
+def test_an_in_place_op_that_cannot_cast_names_the_op():
+    t = Tensor(np.arange(3))
+    with pytest.raises(TypeError, match=r"add_: the result cannot be stored in place in this int64 tensor .*t.double\(\)"):
+        t.add_(1.5)
+    assert np.array_equal(t.data, [0, 1, 2]) and t._version[0] == 0
+
+
+def test_copy_broadcasts_its_source_as_torch():
+    t = Tensor(np.zeros((2, 3)))
+    t.copy_(Tensor(np.arange(3.0)))
+    assert np.array_equal(t.data, [[0, 1, 2], [0, 1, 2]])
+    with pytest.raises(ValueError, match="copy_: shapes .* broadcast to .* in-place op keeps the tensor's shape"):
+        Tensor(np.zeros(3)).copy_(Tensor(np.zeros((2, 3))))
+
+
+def test_view_never_copies():
+    """x.T.view(-1) returned a copy, so a write to it did not reach x (torch raises)."""
+    x = Tensor(np.arange(6.0).reshape(2, 3))
+    with pytest.raises(RuntimeError, match=r"view: shape \(3, 2\) .* cannot be viewed as \(6,\) without a copy; "
+                                           r"use .reshape"):
+        x.T.view(-1)
+    v = x.view(3, 2)
+    v[0, 0] = 99.0
+    assert x.data[0, 0] == 99.0
+    assert x.T.reshape(-1).shape == (6,)  # reshape may copy
+
+
+def test_flip_is_a_copy_as_torch():
+    """flip returned NumPy's view, so writing to the result changed the input."""
+    x = Tensor(np.array([1.0, 2.0, 3.0]))
+    y = x.flip(0)
+    y.add_(10.0)
+    assert np.array_equal(x.data, [1.0, 2.0, 3.0]) and np.array_equal(y.data, [13.0, 12.0, 11.0])
+    assert x._version[0] == 0
+
+
+def test_detach_in_place_after_a_use_keeps_the_recorded_graph():
+    """y.detach_() after loss = f(y) made backward stop at y: x got no gradient and y one (torch: x.grad = e^x)."""
+    x = leaf([1.0, 2.0])
+    y = x.exp()
+    loss = y.sum()
+    y.detach_()
+    loss.backward()
+    np.testing.assert_allclose(x.grad.data, np.exp([1.0, 2.0]), rtol=1e-15)
+    assert y.grad is None and not y.requires_grad and y.is_leaf
+    z = (y * x).sum()  # a graph made after detach_ sees y as a constant
+    x.grad = None
+    z.backward()
+    np.testing.assert_allclose(x.grad.data, np.exp([1.0, 2.0]), rtol=1e-15)
+
+
+# --- pow where its formulas meet 0 * inf or log of a negative number ----------------------------------------
+
+def test_pow_gradient_at_exponent_zero_is_zero():
+    """x ** 0 gave NaN at x = 0 (0 * 0^-1), so a polynomial basis sum(x ** k) had a NaN gradient."""
+    x = leaf([0.0, 1.0, 2.0])
+    F.stack([x ** k for k in range(3)]).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [1.0, 3.0, 5.0])
+
+
+def test_pow_gradients_match_torch_at_zero_and_negative_bases():
+    torch = pytest.importorskip("torch")
+    bases = np.array([-2.0, -1.0, 0.0, 0.0, 0.0, 0.5, 2.0])
+    exponents = np.array([2.0, 3.0, 0.0, 2.0, -1.0, 0.0, 1.5])
+    a, b = leaf(bases), leaf(exponents)
+    ta = torch.tensor(bases, requires_grad=True)
+    tb = torch.tensor(exponents, requires_grad=True)
+    with np.errstate(divide="ignore"):
+        (a ** b).backward(np.ones(7))
+    (ta ** tb).backward(torch.ones(7, dtype=torch.float64))
+    np.testing.assert_array_equal(a.grad.data, ta.grad.numpy())  # NaN where torch has NaN (log of a < 0)
+    np.testing.assert_array_equal(b.grad.data, tb.grad.numpy())
+    assert np.isnan(b.grad.data[:2]).all() and b.grad.data[2] == 0
+
+
+# --- dtype promotion: every op that meets two dtypes follows the one rule, as torch -------------------------
+
+def test_every_op_that_meets_two_dtypes_follows_torchs_rule():
+    """where, cat, stack and matmul used NumPy's result_type (int64 with float32 gave float64), int32 + 1 became
+    int64, and arange over Python floats gave float64 against its docstring's float32."""
+    torch = pytest.importorskip("torch")
+    ints, floats = np.array([1, 2]), np.array([0.5, 1.5], np.float32)
+    cases = {
+        "where": (F.where(np.array([True, False]), Tensor(ints), 0.5),
+                  torch.where(torch.tensor([True, False]), torch.tensor(ints), 0.5)),
+        "cat": (F.cat([Tensor(floats), Tensor(ints)]), torch.cat([torch.tensor(floats), torch.tensor(ints)])),
+        "stack": (F.stack([Tensor(ints), Tensor(floats)]), torch.stack([torch.tensor(ints), torch.tensor(floats)])),
+        "int32 + 1": (Tensor(ints.astype(np.int32)) + 1, torch.tensor(ints.astype(np.int32)) + 1),
+        "uint8 * 2": (Tensor(ints.astype(np.uint8)) * 2, torch.tensor(ints.astype(np.uint8)) * 2),
+        "int32 + 1.5": (Tensor(ints.astype(np.int32)) + 1.5, torch.tensor(ints.astype(np.int32)) + 1.5),
+        "bool + 1": (Tensor(np.array([True])) + 1, torch.tensor([True]) + 1),
+        "arange of floats": (tg.arange(0, 1, 0.25), torch.arange(0, 1, 0.25)),
+        "arange of ints": (tg.arange(3), torch.arange(3)),
+    }
+    for name, (ours, theirs) in cases.items():
+        assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch."), name
+        np.testing.assert_array_equal(ours.data, theirs.numpy(), err_msg=name)
+    assert (Tensor(floats) @ Tensor(np.eye(2, dtype=np.int64))).dtype == np.float32  # torch refuses; the rule holds
