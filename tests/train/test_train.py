@@ -113,6 +113,30 @@ def test_keyboard_interrupt_writes_a_checkpoint(slice_file, tmp_path):
     assert ckpt.load_trainer_state(result.checkpoint)["step"] == 2
 
 
+def test_ctrl_c_while_the_last_checkpoint_is_written_waits_for_it(slice_file, tmp_path, monkeypatch):
+    """The final save ran after the Ctrl-C handler was gone: a Ctrl-C then (a 1.5 GB write at the 130M shape
+    takes seconds) stopped the write, and every step since the last checkpoint was lost."""
+    messages, real_save = [], ckpt.save_checkpoint
+
+    def save_with_ctrl_c_inside(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+        return real_save(*args, **kwargs)
+
+    def ctrl_c_at_step_3(info):
+        if info.step == 3:
+            monkeypatch.setattr(ckpt, "save_checkpoint", save_with_ctrl_c_inside)
+            signal.raise_signal(signal.SIGINT)
+
+    before = signal.getsignal(signal.SIGINT)
+    result = train(tiny(slice_file, tmp_path, steps=10, checkpoint_every=100), progress=False,
+                   say=messages.append, callback=ctrl_c_at_step_3)
+    assert result.status == "interrupted" and result.checkpoint.name == "step-000003"
+    assert ckpt.load_trainer_state(ckpt.resolve_checkpoint(tmp_path))["step"] == 3
+    assert sum("the checkpoint is being written; stopping as soon as it is complete" in m for m in messages) == 1
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 def test_nan_loss_stops_and_leaves_the_last_checkpoint_untouched(slice_file, tmp_path):
     snapshot = {}
 

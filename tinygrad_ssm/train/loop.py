@@ -7,9 +7,9 @@ that decides the next step: weights, optimizer moments, step, sampler state (its
 resumed run continues bit for bit.
 
 Stopping: Ctrl-C finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
-Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done). A NaN or infinite
-loss or gradient norm raises TrainingDiverged before the update is applied, and writes nothing, so the
-last good checkpoint stays as it was.
+Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done; a Ctrl-C during that
+write waits for it: train/sigint.py). A NaN or infinite loss or gradient norm raises TrainingDiverged before
+the update is applied, and writes nothing, so the last good checkpoint stays as it was.
 
 Under MPI (`mpiexec -n N python -m tinygrad_ssm train`, see distributed.py and docs/distributed.md) every rank
 draws the same global batch and keeps its own 1/N of the rows; the gradients are averaged over the ranks
@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
 import sys
-import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batch
 from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
+from .sigint import FinishTheSave, StopOnSigint
 from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_tokenizer, run_vocab_size,
                              tokenizer_json)
 
@@ -76,29 +75,6 @@ class TrainResult:
 
 class TrainingDiverged(RuntimeError):
     """The loss or the gradient norm became NaN or infinite; nothing was written after the last good step."""
-
-
-class _StopOnSigint:
-    """First Ctrl-C: set `.requested` (the loop stops after the current step). Second: KeyboardInterrupt."""
-
-    def __init__(self, say: Callable[[str], None]):
-        self.requested, self._say, self._previous = False, say, None
-
-    def _handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        self._say("Ctrl-C: stopping after this step and writing a checkpoint (Ctrl-C again to stop now)")
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-        return False
 
 
 def default_out_dir() -> str:
@@ -393,7 +369,8 @@ def _after_step(run: _Run, record: dict, bar, say) -> None:
 def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
     """The end: a last checkpoint, the curves, the summary and (when done) a sample; files on rank 0 only."""
     if run.step > 0 and (run.saved_step != run.step or status == "done"):
-        run.save()
+        with FinishTheSave(say):
+            run.save()
     plot = plot_curves(run.log.records(), run.out / PLOT_FILE, run.val_unigram) if run.world.is_root else None
     result = TrainResult(status, run.step, run.out, run.last_ckpt, run.val_bpb, run.loss_val, run.tokens,
                          time.perf_counter() - t_begin, run.train_s,
@@ -450,7 +427,7 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
 
             run.reducer = GradientAllreducer(run.model.varmap, world, overlap=overlap)
         with progress_bar(total=run.cfg.steps, initial=run.step, disable=not (progress and world.is_root),
-                          unit="step", dynamic_ncols=True, file=sys.stderr) as bar, _StopOnSigint(say) as sigint:
+                          unit="step", dynamic_ncols=True, file=sys.stderr) as bar, StopOnSigint(say) as sigint:
             try:
                 status = _loop(run, stop_at, callback, bar, sigint, say)
             except KeyboardInterrupt:
