@@ -234,3 +234,26 @@ def test_a_tokenized_corpus_describes_its_bytes_and_its_tokens(corpus, bpe_token
     described = tokens.describe()
     assert f"({len(raw.train):,} bytes, {len(tokens.train):,} tokens)" in described
     assert f"({len(raw.val):,} bytes, {len(tokens.val):,} tokens)" in described
+
+
+def test_a_run_folder_inside_the_data_folder_is_left_out(tmp_path):
+    """`--data .` with the default --out puts runs/ inside the data: its log, config and checkpoints became
+    training text, and the run could not be resumed (its corpus had changed)."""
+    files = {f"f{i}.txt": f"text {i}\n".encode() * 50 for i in range(6)}
+    files["runs/r1/tinygrad_ssm_run.json"] = b'{"created_by": "tinygrad_ssm"}'
+    files["runs/r1/log.jsonl"] = b'{"step": 1}\n'
+    files["notes/runs.txt"] = b"a folder without the marker is data\n"
+    c = load_corpus(_write(tmp_path, files), seed=0, val_fraction=0.2)
+    assert set(names_of(c)) == {n for n in files if not n.startswith("runs/")}
+    assert c.run_folders == ("runs/r1",) and "1 run folder left out (runs/r1)" in c.describe()
+
+
+def test_linked_folders_are_read_once_and_a_link_back_up_does_not_loop(tmp_path):
+    """A linked subfolder was skipped without a word (os.walk does not follow links) while linked files were read."""
+    elsewhere = _write(tmp_path / "elsewhere", {"a.txt": b"linked text\n" * 20, "b.txt": b"more\n" * 20})
+    data = _write(tmp_path / "data", {"own.txt": b"own text\n" * 20})
+    (data / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (data / "again").symlink_to(elsewhere, target_is_directory=True)  # the same real folder: read once
+    (elsewhere / "up").symlink_to(data, target_is_directory=True)     # a cycle
+    c = load_corpus(data, seed=0, val_fraction=0.3)
+    assert sorted(names_of(c)) == ["again/a.txt", "again/b.txt", "own.txt"]

@@ -29,6 +29,8 @@ from typing import Iterator
 
 import numpy as np
 
+from .run_folder import MARKER_FILE as RUN_MARKER_FILE
+
 DEFAULT_VAL_FRACTION = 0.05
 EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"})
 _BINARY_SNIFF_BYTES = 8192
@@ -59,11 +61,25 @@ def stdlib_sources(root: Path | None = None) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
-def folder_files(root: Path) -> list[Path]:
-    """Every regular, non-hidden file under `root` (recursively), sorted by relative path."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
+def folder_files(root: Path, run_folders: list | None = None) -> list[Path]:
+    """Every regular, non-hidden file under `root` (recursively, through linked folders too, each real folder
+    once), sorted by relative path. A run folder of this package (its marker file says so: `--data .` with the
+    default --out puts runs/ inside) holds logs and checkpoints, not text: it is left out, and its relative
+    path appended to `run_folders`."""
+    found, seen = [], {os.path.realpath(root)}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        kept = []
+        for d in sorted(dirnames):
+            real = os.path.realpath(os.path.join(dirpath, d))
+            if d.startswith(".") or d == "__pycache__" or real in seen:  # a link back up would loop
+                continue
+            seen.add(real)
+            if os.path.isfile(os.path.join(real, RUN_MARKER_FILE)):
+                if run_folders is not None:
+                    run_folders.append((Path(dirpath) / d).relative_to(root).as_posix())
+                continue
+            kept.append(d)
+        dirnames[:] = kept
         found.extend(Path(dirpath) / f for f in filenames if not f.startswith("."))
     return sorted((p for p in found if p.is_file()), key=lambda p: p.relative_to(root).as_posix())
 
@@ -96,12 +112,15 @@ class Corpus:
     train_files: tuple[str, ...]
     val_files: tuple[str, ...]
     skipped_files: tuple[str, ...] = field(default=())  # binary files left out of a --data folder
+    run_folders: tuple[str, ...] = field(default=())  # this package's run folders left out of a --data folder
     train_tokens_per_byte: float = 1.0  # bits per token x this = bits per byte
     val_tokens_per_byte: float = 1.0
     val_text: bytes | None = None  # the validation bytes of a tokenized corpus (its sample prompt)
 
     def describe(self) -> str:
         skipped = f", {_count(len(self.skipped_files), 'binary file')} skipped" if self.skipped_files else ""
+        if self.run_folders:
+            skipped += f", {_count(len(self.run_folders), 'run folder')} left out ({', '.join(self.run_folders[:3])})"
         train, val = self._size(self.train, self.train_tokens_per_byte), self._size(self.val, self.val_tokens_per_byte)
         return (f"{self.source}: {_count(len(self.train_files), 'train file')} ({train}), "
                 f"{_count(len(self.val_files), 'validation file')} ({val}){skipped}")
@@ -125,6 +144,7 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
     """
     if not 0.0 < val_fraction < 1.0:
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    run_folders: list[str] = []
     if path is None:
         root = default_corpus_root()
         files = stdlib_sources(root)
@@ -138,7 +158,7 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
         if not root.exists():
             raise DataError(f"--data path {str(root)!r} does not exist")
         if root.is_dir():
-            files = folder_files(root)
+            files = folder_files(root, run_folders)
             if not files:
                 raise DataError(f"--data folder {str(root)!r} contains no files")
         elif root.is_file():
@@ -160,7 +180,8 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
         raise DataError(f"corpus {source!r} contains no text: {why}")
     if len(texts) == 1:
         split = _split_single_file(root / names[0], texts[0], val_fraction)
-        return Corpus(source, split.train, split.val, split.train_files, split.val_files, tuple(skipped))
+        return Corpus(source, split.train, split.val, split.train_files, split.val_files, tuple(skipped),
+                      tuple(run_folders))
 
     # sorted above; now a seeded shuffle so that validation files are a fair sample of the whole tree
     order = np.random.default_rng(seed).permutation(len(texts))
@@ -173,6 +194,7 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
         train_files=tuple(names[i] for i in train_idx),
         val_files=tuple(names[i] for i in val_idx),
         skipped_files=tuple(skipped),
+        run_folders=tuple(run_folders),
     )
 
 
