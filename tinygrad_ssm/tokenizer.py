@@ -14,6 +14,7 @@ at the end comes out as U+FFFD, never as an exception.
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from pathlib import Path
 
@@ -46,6 +47,10 @@ class ByteTokenizer:
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
         return self.encode(data)
+
+    def encode_bytes_with_ends(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """encode_bytes, and where each token ends in `data` (bytes): here token i ends at byte i + 1."""
+        return self.encode(data), np.arange(1, len(data) + 1)
 
     def decode(self, ids) -> str:
         """Invalid UTF-8 and ids past 255 (a padded vocabulary's) become U+FFFD."""
@@ -119,8 +124,18 @@ class FileTokenizer:
         return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int64)   # (n,)
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
-        """A file's bytes: decoded as UTF-8 (an invalid byte becomes U+FFFD, which the BPE encodes)."""
-        return self.encode(data.decode("utf-8", errors="replace"))
+        """A file's bytes: decoded as UTF-8 (each invalid byte becomes one U+FFFD, which the BPE encodes)."""
+        return self.encode(_utf8_text(data))
+
+    def encode_bytes_with_ends(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """encode_bytes, and where each token ends in `data`, in bytes (bits per byte count a file's own bytes:
+        not U+FFFD's three for an invalid one, nor an empty string for a special token written in the text). A
+        token that ends inside a character (a byte-level BPE may split one) counts up to the character's end."""
+        text = _utf8_text(data)
+        encoding = self._tok.encode(text, add_special_tokens=False)
+        ends_in_chars = np.asarray([end for _, end in encoding.offsets], dtype=np.int64)       # (n,)
+        bytes_before = np.concatenate([[0], np.cumsum(_utf8_lengths(data, text))])         # (chars + 1,)
+        return np.asarray(encoding.ids, dtype=np.int64), bytes_before[ends_in_chars]
 
     def decode(self, ids) -> str:
         """An id past the vocabulary (a padded vocabulary's) becomes U+FFFD where it stands."""
@@ -147,6 +162,22 @@ class FileTokenizer:
 
     def __repr__(self):
         return f"FileTokenizer({self.name!r}, vocab {self.vocab_size}, eos {self.eos_token_id})"
+
+
+def _utf8_text(data: bytes) -> str:
+    """`data` as UTF-8 text, each byte that is not valid UTF-8 one U+FFFD (so characters map to bytes one by one)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return re.sub("[\udc80-\udcff]", "\ufffd", data.decode("utf-8", errors="surrogateescape"))
+
+
+def _utf8_lengths(data: bytes, text: str) -> np.ndarray:
+    """How many of `data`'s bytes each character of `_utf8_text(data)` stands for (an invalid byte's U+FFFD: 1)."""
+    escaped = data.decode("utf-8", errors="surrogateescape")
+    points = np.frombuffer(escaped.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)   # (chars,)
+    invalid = (points >= 0xDC80) & (points <= 0xDCFF)
+    return np.where(invalid, 1, 1 + (points >= 0x80) + (points >= 0x800) + (points >= 0x10000))
 
 
 def load_tokenizer(spec: str | Path, eos_token_id: int | None = None):

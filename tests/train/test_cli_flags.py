@@ -3,6 +3,7 @@ any work, guards the terminal against control bytes, stops on non-finite logits 
 newcomer where the run is and what to do next."""
 import argparse
 import io
+import json
 import os
 import shlex
 import threading
@@ -279,3 +280,46 @@ def test_the_memory_estimate_counts_the_runs_vocabulary():
     assert train_config_problems(cfg) == []
     refused = train_config_problems(cfg, vocab_size=50288)
     assert len(refused) == 1 and f"--n-layer {cfg.n_layer}, vocabulary 50,288) needs about" in refused[0], refused
+
+
+def test_eval_of_a_runs_own_split_refuses_data_changed_since_training(corpus, tmp_path, capsys):
+    """Without --data, eval rebuilt the run's validation split from its --data folder as it is now: with files
+    added it scored a training file as "the validation split"; with the data gone it blamed a --data flag the
+    user never gave."""
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = corpus.read_bytes().splitlines(keepends=True)
+    for i in range(6):
+        (data / f"part{i}.txt").write_bytes(b"".join(lines[i * 50:(i + 1) * 50]))
+    assert run_train(data, tmp_path / "run", "--steps", "1", "--val-fraction", "0.2") == cli.EXIT_OK
+    capsys.readouterr()
+    assert cli.main(["eval", "--model", str(tmp_path / "run"), "--no-progress"]) == cli.EXIT_OK
+    assert "the validation split of" in capsys.readouterr().out
+    (data / "part6.txt").write_bytes(b"".join(lines[:40]))
+    assert cli.main(["eval", "--model", str(tmp_path / "run"), "--no-progress"]) == cli.EXIT_USAGE
+    assert f"the data this run trained on ('{data}') has changed since" in capsys.readouterr().err
+    for f in data.iterdir():
+        f.unlink()
+    data.rmdir()
+    assert cli.main(["eval", "--model", str(tmp_path / "run"), "--no-progress"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"the data this run trained on ('{data}') cannot be read now" in err and "give --data PATH" in err
+
+
+def test_eval_json_replaces_only_its_own_reports(stopped_run, corpus, tmp_path, capsys):
+    """--json FILE overwrote any file: the text being scored, or the model's config.json."""
+    text = tmp_path / "notes.txt"
+    text.write_bytes(corpus.read_bytes()[:3000])
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    for target in (text, link):
+        before = target.read_bytes() if target.exists() else None
+        assert cli.main(["eval", "--model", str(stopped_run), "--data", str(text), "--json", str(target),
+                         "--no-progress"]) == cli.EXIT_USAGE
+        assert "exists and is not a report eval wrote; give a new file name" in capsys.readouterr().err
+        assert (target.read_bytes() if target.exists() else None) == before and target.is_symlink() == (target == link)
+    report = tmp_path / "report.json"
+    for window in ("64", "32"):  # the second run replaces the first one's report
+        assert cli.main(["eval", "--model", str(stopped_run), "--data", str(text), "--json", str(report),
+                         "--window", window, "--no-progress"]) == cli.EXIT_OK
+        assert json.loads(report.read_text())["window"] == int(window)

@@ -76,6 +76,26 @@ def test_eval_equals_one_plain_forward_whatever_the_window(bpe_run, corpus, caps
                                                         (len(corpus.read_bytes()) - first_token_bytes))
 
 
+def test_eval_counts_the_files_own_bytes_with_or_without_max_tokens(bpe_run, tmp_path, capsys):
+    """With --max-tokens the bytes were counted by decoding the ids: an invalid byte counted as U+FFFD's three,
+    a special token written in the text as none, so bits per byte changed though every token was scored."""
+    text = tmp_path / "mixed.txt"
+    text.write_bytes(b"line 1: caf\xe9 and \xff\xfe <|endoftext|> then \xe2\x9c\x93 done\n" * 20)
+    reports = []
+    for extra in ([], ["--max-tokens", "100000"]):
+        assert cli.main(["eval", "--model", str(bpe_run), "--data", str(text), "--json", "-", "--no-progress",
+                         *extra]) == cli.EXIT_OK
+        reports.append(json.loads(capsys.readouterr().out))
+    assert reports[0]["bytes"] == reports[1]["bytes"] == len(text.read_bytes()) - len(b"line")  # "line": token 0
+    assert reports[0]["bits_per_byte"] == reports[1]["bits_per_byte"]
+    tok = load_model(bpe_run)[1]
+    ids, ends = tok.encode_bytes_with_ends(text.read_bytes())
+    assert cli.main(["eval", "--model", str(bpe_run), "--data", str(text), "--json", "-", "--no-progress",
+                     "--max-tokens", "30"]) == cli.EXIT_OK
+    assert json.loads(capsys.readouterr().out)["bytes"] == ends[30] - ends[0]
+    assert len(b"".join(tok.token_text(i).encode() for i in ids[:1])) == ends[0] == 4
+
+
 def test_eval_defaults_to_the_runs_validation_split(bpe_run, capsys):
     assert cli.main(["eval", "--model", str(bpe_run), "--no-progress"]) == cli.EXIT_OK
     out = capsys.readouterr().out

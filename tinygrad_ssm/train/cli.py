@@ -43,7 +43,7 @@ from .generate import (escape_controls, generate_batch, load_model, read_batch_f
                        stream_text)
 from .loop import TrainingDiverged, train
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name
-from .scoring import describe, read_eval_text, score, trained_val_bpb
+from .scoring import REPORT_MARK, REPORT_MARK_VALUE, describe, is_eval_report, read_eval_text, score, trained_val_bpb
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_IO, EXIT_INTERRUPTED = 0, 1, 2, 74, 130  # 74: sysexits' EX_IOERR
 
@@ -165,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--reset-state", action="store_true",
                     help="start every window from a zero state (how training validates) instead of carrying it")
     ev.add_argument("--max-tokens", type=int, default=None, help="score only the first N tokens [all]")
-    ev.add_argument("--json", metavar="FILE", default=None, help="also write the report as JSON (- for stdout, "
+    ev.add_argument("--json", metavar="FILE", default=None, help="also write the report as JSON, to a new file or "
+                                                                 "over an earlier report of eval's (- for stdout, "
                                                                  "which then holds the JSON alone: the report "
                                                                  "goes to stderr)")
     ev.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -297,6 +298,9 @@ def _eval_flag_problems(args) -> list[str]:
             bad.append(f"--json {args.json!r}: the folder {str(folder)!r} does not exist")
         elif not os.access(folder, os.W_OK | os.X_OK):
             bad.append(f"--json {args.json!r}: the folder {str(folder)!r} is not writable")
+        elif (path.exists() or path.is_symlink()) and not is_eval_report(path):  # e.g. the text, a config.json
+            bad.append(f"--json {args.json!r} exists and is not a report eval wrote; give a new file name (eval "
+                       f"replaces only its own reports)")
     return bad
 
 
@@ -391,7 +395,7 @@ def _eval(args) -> int:
     model, tokenizer = loaded
     folder = resolve_model_folder(args.model)
     try:
-        text = read_eval_text(args.data, folder)
+        text = read_eval_text(args.data, folder, tokenizer)
         report = score(model, tokenizer, text, window=args.window, carry_state=not args.reset_state,
                        max_tokens=args.max_tokens, progress=not args.no_progress)
     except DataError as e:
@@ -400,6 +404,7 @@ def _eval(args) -> int:
         print("stopped by Ctrl-C", file=sys.stderr)
         return EXIT_INTERRUPTED
     report["model"] = str(folder)
+    report[REPORT_MARK] = REPORT_MARK_VALUE  # what lets a later eval --json replace this file
     # the weights as scored: "float" (the model's dtype) or the quantized format (--weights, or as saved)
     report["weights"] = getattr(model, "weights_format", "float")
     try:

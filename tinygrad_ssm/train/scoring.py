@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,21 +21,49 @@ from .data import DataError, _looks_binary, _read, folder_files, load_corpus
 from .generate import _run_tokenizer
 
 
+REPORT_MARK, REPORT_MARK_VALUE = "written_by", "tinygrad_ssm eval"  # a key of every report eval --json writes
+
+
+def is_eval_report(path: Path) -> bool:
+    """Whether `path` is a report eval --json wrote (a regular file, not a link, holding our mark): the only
+    existing file eval may replace."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
+            return False
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and report.get(REPORT_MARK) == REPORT_MARK_VALUE
+
+
 @dataclass(frozen=True)
 class EvalText:
     data: bytes
     source: str  # what the user is told was scored
 
 
-def read_eval_text(path: str | None, folder: Path) -> EvalText:
+def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
     """--data (a file, or a folder's text files in sorted order, binary ones skipped); without it, the
-    validation split of the run the checkpoint `folder` belongs to (the same files training validated on)."""
+    validation split of the run the checkpoint `folder` belongs to (the same files training validated on,
+    checked against the fingerprint the checkpoint saved: a changed data folder would split differently)."""
     if path is None:
-        trained = _saved_train_config(folder)
-        if trained is None:
+        state = _saved_trainer_state(folder)
+        if state is None:
             raise DataError(f"eval: {str(folder)!r} is not a checkpoint of a tinygrad_ssm run, so it has no "
                             f"validation split of its own; give --data PATH (a text file or a folder)")
-        corpus = load_corpus(trained.data, seed=trained.data_seed, val_fraction=trained.val_fraction)
+        trained = TrainConfig.from_dict(state["train_config"])
+        where = "the standard library" if trained.data is None else repr(trained.data)
+        try:
+            corpus = load_corpus(trained.data, seed=trained.data_seed, val_fraction=trained.val_fraction)
+        except DataError as e:
+            raise DataError(f"eval: the data this run trained on ({where}) cannot be read now ({e}); give --data "
+                            f"PATH to score another text") from None
+        val = corpus.val if tokenizer.name == "bytes" else tokenizer.encode_bytes(corpus.val.tobytes()).astype(np.int32)
+        saved = state["data_fingerprint"]
+        if (saved.get("val_bytes"), saved.get("val_crc32")) != (len(val), zlib.crc32(val.tobytes())):
+            raise DataError(f"eval: the data this run trained on ({where}) has changed since (files added, removed "
+                            f"or edited), so its validation split is not the run's any more; give --data PATH to "
+                            f"score a text of your choice")
         files = f"{len(corpus.val_files)} file{'s' * (len(corpus.val_files) != 1)}"
         return EvalText(corpus.val.tobytes(), f"the validation split of {corpus.source} ({files}, as the run split "
                                               f"it)")
@@ -50,11 +79,10 @@ def read_eval_text(path: str | None, folder: Path) -> EvalText:
     return EvalText(b"".join(texts), f"{root} ({len(texts)} text files)")
 
 
-def _saved_train_config(folder: Path) -> TrainConfig | None:
+def _saved_trainer_state(folder: Path) -> dict | None:
     if _run_tokenizer(folder) is None:
         return None
-    state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
-    return TrainConfig.from_dict(state["train_config"])
+    return json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
 
 
 def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: bool = True,
@@ -62,14 +90,13 @@ def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: b
     """Tokenize, score, and return the report (the JSON `eval --json` writes)."""
     from tqdm import tqdm
 
-    ids = tokenizer.encode_bytes(text.data)                              # (n,)
+    ids, ends = tokenizer.encode_bytes_with_ends(text.data)              # (n,), (n,): where each token ends
     if max_tokens is not None:
         ids = ids[:max_tokens + 1]
     if len(ids) < 2:
         raise DataError(f"eval: {text.source} holds {len(ids)} token(s); at least 2 are needed (one to predict "
                         f"from, one to predict)")
-    scored_bytes = len(tokenizer.decode(ids[1:]).encode("utf-8")) if max_tokens is not None else \
-        len(text.data) - len(tokenizer.decode(ids[:1]).encode("utf-8"))
+    scored_bytes = int(ends[len(ids) - 1] - ends[0])                     # the text's bytes after the first token
     start = time.perf_counter()
     with tqdm(total=len(ids) - 1, unit="tok", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
         result = evaluate(model, ids, window, carry_state=carry_state, progress=bar.update)
