@@ -3,6 +3,7 @@ to decoding generate's ids), eval (equal to one plain forward), fine-tune with -
 checkpoint's weights exactly, resumable like any run)."""
 import json
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -143,6 +144,15 @@ def test_init_from_refuses_model_flags_and_a_tokenizer_that_does_not_fit(bpe_run
     assert not (tmp_path / "x").exists()
     assert cli.main(["generate", "--model", str(bpe_run), "--tokenizer", "bytes"]) == cli.EXIT_OK  # 256 <= 320
     capsys.readouterr()
+    quantized = Mamba2LMHeadModel.from_pretrained(bpe_run)
+    quantized.quantize("int8")
+    quantized.save_pretrained(tmp_path / "q8")  # it crashed with a traceback, after a false warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli.main([*base[:2], str(tmp_path / "q8"), *base[3:], "--tokenizer", "bytes"]) == cli.EXIT_USAGE
+    assert "holds quantized weights (int8), for inference only; fine-tune from the float checkpoint" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused(stopped_run, bpe_tokenizer, capsys):

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..io.checkpoints import CheckpointNotFound
 from ..models.mamba2 import Mamba2Config, Mamba2LMHeadModel
 from ..models.mamba2.pretrained import parse_config, read_config
+from ..models.mamba2.quantized_files import QUANTIZATION_KEY
 from ..registry import VarMap
 from ..tokenizer import (BYTES, TOKENIZER_FILE, ByteTokenizer, FileTokenizer, check_fits, load_tokenizer)
 from .checkpoint import non_finite_problems
@@ -35,7 +36,13 @@ def resolve_starting_point(cfg, overrides: dict) -> None:
             raise ValueError(f"--init-from {cfg.init_from!r} takes the model's shape from the checkpoint; leave out "
                              f"{', '.join(given)}")
         folder = resolve_model_folder(cfg.init_from, "--init-from").absolute()
-        config, _ = parse_config(read_config(folder))
+        raw = read_config(folder)
+        if QUANTIZATION_KEY in raw:  # its matrices are int8 / bfloat16 codes, not parameters a step can update
+            kind = raw[QUANTIZATION_KEY].get("weights") if isinstance(raw[QUANTIZATION_KEY], dict) else "?"
+            raise ValueError(f"--init-from {str(folder)!r} holds quantized weights ({kind}), for "
+                             f"inference only; fine-tune from the float checkpoint it was made from, then quantize "
+                             f"the result")
+        config, _ = parse_config(raw)
         cfg.init_from = str(folder)
         for field in MODEL_SHAPE_FIELDS:
             setattr(cfg, field, getattr(config, field))
