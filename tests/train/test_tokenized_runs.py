@@ -103,6 +103,24 @@ def test_eval_defaults_to_the_runs_validation_split(bpe_run, capsys):
     assert "validation split" in out and "training reported" in out
 
 
+def test_fine_tuning_keeps_the_models_end_of_text_token(bpe_tokenizer, corpus, tmp_path, capsys):
+    """A transformers folder states its EOS in config.json (or tokenizer_config.json): the checkpoints copied
+    only tokenizer.json, so generate from the fine-tuned run stopped at another token or none."""
+    config = Mamba2Config(d_model=32, n_layer=1, vocab_size=320, d_state=16, headdim=16, chunk_size=16)
+    folder = write_checkpoint("transformers", tmp_path / "hf", Mamba2LMHeadModel(config, VarMap(seed=3)),
+                              tokenizer_json=bpe_tokenizer)
+    hf_config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**hf_config, "eos_token_id": 7}))
+    assert load_model(folder)[1].eos_token_id == 7  # not <|endoftext|>'s 0: the config says 7
+    settings = {k: v for k, v in SETTINGS.items() if k not in ("d_model", "n_layer", "d_state", "headdim")}
+    run = tmp_path / "run"
+    assert train(TrainConfig(**settings, data=str(corpus), out=str(run), init_from=str(folder)), progress=False,
+                 say=quiet).status == "done"
+    assert load_model(run)[1].eos_token_id == 7
+    assert train(resume=str(run), overrides={"steps": 3}, progress=False, say=quiet).status == "done"
+    assert load_model(run)[1].eos_token_id == 7
+
+
 def _first_batch_loss(model, cfg, corpus_path, tok) -> float:
     corpus = tokenize(load_corpus(str(corpus_path), seed=cfg.data_seed, val_fraction=cfg.val_fraction), tok)
     x, y = BatchSampler(corpus.train, cfg.batch_size, cfg.seq_len, seed=cfg.seed).next_batch()

@@ -22,7 +22,6 @@ from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR
                               resolve_checkpoint, run_dir_of)
 from ..io.file_checks import require_regular_file
 from ..io.safetensors import load_file, save_file
-from ..tokenizer import TOKENIZER_FILE
 from .checks import train_config_problems
 from .config import TrainConfig
 
@@ -66,10 +65,11 @@ class CheckpointWriteRefused(FileExistsError):
 
 
 def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_state: dict, trainer_state: dict,
-                    keep: int = 2, tokenizer_json: str | None = None) -> Path:
+                    keep: int = 2, tokenizer_files: dict | None = None) -> Path:
     """Write checkpoint `step` of the run in `run_dir` atomically; returns its folder. `trainer_state["run_id"]`
     (the run family's id) is what pruning checks: only checkpoints that carry it are ever deleted or replaced.
-    tokenizer_json: the run's tokenizer (a copy in every checkpoint: generate, eval and --resume read it there)."""
+    tokenizer_files: the run's tokenizer, file name -> text (a copy in every checkpoint: generate, eval and
+    --resume read it there)."""
     run_dir = Path(run_dir)
     bad = non_finite_problems([*model.varmap.named_vars(), *optimizer_state.items()])
     if bad:  # never written: it would become LATEST, and push the last finite checkpoint out when pruning
@@ -89,8 +89,8 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is an ordinary folder, as its files are 0644
     try:
         model.save_pretrained(tmp)
-        if tokenizer_json is not None:
-            write_atomic(tmp / TOKENIZER_FILE, tokenizer_json)
+        for name, text in (tokenizer_files or {}).items():
+            write_atomic(tmp / name, text)
         save_file(tmp / OPTIMIZER_FILE, optimizer_state, metadata={"format": "tinygrad_ssm optimizer"})
         state = {"format_version": FORMAT_VERSION, "step": step, **trainer_state}
         write_atomic(tmp / STATE_FILE, json.dumps(state, indent=1))

@@ -54,7 +54,7 @@ def _run_tokenizer(folder: Path) -> str | None:
     return config.get("tokenizer", BYTES) if isinstance(config, dict) else None
 
 
-def _config_eos(folder: Path) -> int | None:
+def config_eos(folder: Path) -> int | None:
     """config.json's eos_token_id (the transformers layout states it)."""
     try:
         eos = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("eos_token_id")
@@ -70,7 +70,7 @@ def load_tokenizer_for(folder: Path, vocab_size: int, override: str | None = Non
         raise TokenizerError(f"{str(folder)!r} was trained with the tokenizer {trained_with!r} but holds no "
                              f"tokenizer.json; pass --tokenizer PATH with that file")
     return find_tokenizer(folder, vocab_size, override=override, is_our_run=trained_with == BYTES,
-                          eos_token_id=_config_eos(folder))
+                          eos_token_id=config_eos(folder))
 
 
 def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | None = None, flag: str = "--model",

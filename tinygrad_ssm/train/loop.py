@@ -43,7 +43,7 @@ from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progre
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
 from .sigint import FinishTheSave, StopOnSigint
 from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_tokenizer, run_vocab_size,
-                             tokenizer_json)
+                             tokenizer_files)
 
 
 @dataclass
@@ -170,7 +170,7 @@ class _Run:
                          "world_size": self.world.size, **({"run_id": self.run_id} if self.run_id else {})}
         self.last_ckpt = ckpt.save_checkpoint(self.out, self.step, self.model, _optimizer_state(self.optimizers),
                                               trainer_state, keep=self.cfg.keep_checkpoints,
-                                              tokenizer_json=tokenizer_json(self.tokenizer))
+                                              tokenizer_files=tokenizer_files(self.tokenizer))
         self.saved_step = self.step
         return self.last_ckpt
 

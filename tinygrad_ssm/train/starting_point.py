@@ -12,6 +12,7 @@ fine-tuning with --init-from, or the run's own checkpoint on --resume).
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from ..io.checkpoints import CheckpointNotFound
@@ -19,9 +20,10 @@ from ..models.mamba2 import Mamba2Config, Mamba2LMHeadModel
 from ..models.mamba2.pretrained import parse_config, read_config
 from ..models.mamba2.quantized_files import QUANTIZATION_KEY
 from ..registry import VarMap
-from ..tokenizer import (BYTES, TOKENIZER_FILE, ByteTokenizer, FileTokenizer, check_fits, load_tokenizer)
+from ..tokenizer import (BYTES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, ByteTokenizer, FileTokenizer, check_fits,
+                         load_tokenizer)
 from .checkpoint import non_finite_problems
-from .generate import load_tokenizer_for, resolve_model_folder
+from .generate import config_eos, load_tokenizer_for, resolve_model_folder
 
 MODEL_SHAPE_FIELDS = ("d_model", "n_layer", "d_state", "headdim")  # what --init-from's checkpoint decides
 PAD_VOCAB_MULTIPLE = 16  # a tokenizer's vocabulary is padded to this for the model's embedding (as mamba_ssm does)
@@ -93,6 +95,10 @@ def run_tokenizer(cfg, resume_dir: Path | None):
     if cfg.tokenizer == BYTES:
         return ByteTokenizer()
     if resume_dir is None:
+        init_folder = Path(cfg.init_from) if cfg.init_from is not None else None
+        if init_folder is not None and Path(cfg.tokenizer).parent == init_folder:  # --init-from's own tokenizer
+            # with the EOS generate reads there: a transformers config.json's eos_token_id comes first
+            return FileTokenizer(cfg.tokenizer, eos_token_id=config_eos(init_folder))
         return load_tokenizer(cfg.tokenizer)
     copy = Path(resume_dir) / TOKENIZER_FILE
     if not copy.is_file():
@@ -123,6 +129,13 @@ def build_model(cfg, tokenizer, state: dict | None = None):
     return Mamba2LMHeadModel(config, varmap=VarMap(seed=cfg.seed), dtype=cfg.dtype, backend=cfg.backend)
 
 
-def tokenizer_json(tokenizer) -> str | None:
-    """What a checkpoint stores of its run's tokenizer: the tokenizer.json's text, None for bytes."""
-    return None if tokenizer.name == BYTES else tokenizer.to_str()
+def tokenizer_files(tokenizer) -> dict[str, str]:
+    """What a checkpoint stores of its run's tokenizer (file name -> text): the tokenizer.json as read, and a
+    tokenizer_config.json naming its EOS token, which may have come from beside the file or from the --init-from
+    folder's config.json (FileTokenizer finds it there again); nothing for bytes."""
+    if tokenizer.name == BYTES:
+        return {}
+    files = {TOKENIZER_FILE: tokenizer.to_str()}
+    if tokenizer.eos_token_id is not None:
+        files[TOKENIZER_CONFIG_FILE] = json.dumps({"eos_token": tokenizer.token_text(tokenizer.eos_token_id)}) + "\n"
+    return files
