@@ -172,6 +172,15 @@ def _utf8_text(data: bytes) -> str:
         return re.sub("[\udc80-\udcff]", "\ufffd", data.decode("utf-8", errors="surrogateescape"))
 
 
+def invalid_utf8_bytes(data: bytes) -> int:
+    """How many bytes of `data` are not valid UTF-8 (a tokenizer.json's BPE reads each as U+FFFD)."""
+    try:
+        data.decode("utf-8")
+        return 0
+    except UnicodeDecodeError:
+        return len(re.findall("[\udc80-\udcff]", data.decode("utf-8", errors="surrogateescape")))
+
+
 def _utf8_lengths(data: bytes, text: str) -> np.ndarray:
     """How many of `data`'s bytes each character of `_utf8_text(data)` stands for (an invalid byte's U+FFFD: 1)."""
     escaped = data.decode("utf-8", errors="surrogateescape")

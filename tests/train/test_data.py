@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tinygrad_ssm.tokenizer import FileTokenizer
 from tinygrad_ssm.train import data as D
 from tinygrad_ssm.train.data import (BatchSampler, DataError, bits_per_byte, eval_batches, load_corpus,
                                unigram_entropy_bits)
@@ -225,7 +226,6 @@ def test_eval_batches_are_fixed_non_overlapping_windows():
 
 
 def test_a_tokenized_corpus_describes_its_bytes_and_its_tokens(corpus, bpe_tokenizer):
-    from tinygrad_ssm.tokenizer import FileTokenizer
     from tinygrad_ssm.train.data import tokenize
 
     raw = load_corpus(corpus, val_fraction=0.25)
@@ -257,3 +257,25 @@ def test_linked_folders_are_read_once_and_a_link_back_up_does_not_loop(tmp_path)
     (elsewhere / "up").symlink_to(data, target_is_directory=True)     # a cycle
     c = load_corpus(data, seed=0, val_fraction=0.3)
     assert sorted(names_of(c)) == ["again/a.txt", "again/b.txt", "own.txt"]
+
+
+def test_a_split_too_short_for_one_sequence_names_its_unit_files_and_fixes(tmp_path):
+    """It said "bytes" of a tokenized split and offered only a bigger corpus or a smaller --seq-len, where a
+    folder's validation split (whole files) is fixed by --val-fraction or --data-seed."""
+    c = load_corpus(_write(tmp_path, {"big.txt": b"x" * 5000, "tiny.txt": b"y" * 5}), seed=3, val_fraction=0.5)
+    assert c.val_files == ("tiny.txt",)
+    with pytest.raises(DataError, match=r"the validation split of .* \(1 file: tiny.txt\) has 5 bytes; a sequence "
+                                        r"of --seq-len 32 needs at least 33 \(use a larger --val-fraction, another "
+                                        r"--data-seed"):
+        D.check_length(c.val, 32, "validation", c.source, c.val_files)
+    with pytest.raises(DataError, match=r"the training split of 'x' has 4 tokens; .* \(use a bigger corpus"):
+        D.check_length(np.arange(4, dtype=np.int32), 32, "training", "x")
+
+
+def test_bytes_that_are_not_utf8_are_counted_when_a_tokenizer_reads_them(tmp_path, bpe_tokenizer):
+    """A Latin-1 file trained a BPE on U+FFFD in place of its accents without a word."""
+    folder = _write(tmp_path, {"latin1.txt": "Le caf\u00e9 est tr\u00e8s bon.\n".encode("latin-1") * 200,
+                               "utf8.txt": "d\u00e9j\u00e0 vu\n".encode() * 200})
+    corpus = D.tokenize(load_corpus(folder, seed=0, val_fraction=0.5), FileTokenizer(bpe_tokenizer))
+    assert corpus.invalid_utf8_bytes == 400
+    assert "400 bytes not UTF-8, each read as U+FFFD by the tokenizer" in corpus.describe()

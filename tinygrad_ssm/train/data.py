@@ -29,6 +29,7 @@ from typing import Iterator
 
 import numpy as np
 
+from ..tokenizer import invalid_utf8_bytes
 from .run_folder import MARKER_FILE as RUN_MARKER_FILE
 
 DEFAULT_VAL_FRACTION = 0.05
@@ -113,6 +114,7 @@ class Corpus:
     val_files: tuple[str, ...]
     skipped_files: tuple[str, ...] = field(default=())  # binary files left out of a --data folder
     run_folders: tuple[str, ...] = field(default=())  # this package's run folders left out of a --data folder
+    invalid_utf8_bytes: int = 0  # bytes a tokenizer.json read as U+FFFD (not UTF-8), said in describe()
     train_tokens_per_byte: float = 1.0  # bits per token x this = bits per byte
     val_tokens_per_byte: float = 1.0
     val_text: bytes | None = None  # the validation bytes of a tokenized corpus (its sample prompt)
@@ -121,6 +123,9 @@ class Corpus:
         skipped = f", {_count(len(self.skipped_files), 'binary file')} skipped" if self.skipped_files else ""
         if self.run_folders:
             skipped += f", {_count(len(self.run_folders), 'run folder')} left out ({', '.join(self.run_folders[:3])})"
+        if self.invalid_utf8_bytes:
+            skipped += (f"; {_count(self.invalid_utf8_bytes, 'byte')} not UTF-8, each read as U+FFFD by the "
+                        f"tokenizer (convert the files to UTF-8 to keep their characters)")
         train, val = self._size(self.train, self.train_tokens_per_byte), self._size(self.val, self.val_tokens_per_byte)
         return (f"{self.source}: {_count(len(self.train_files), 'train file')} ({train}), "
                 f"{_count(len(self.val_files), 'validation file')} ({val}){skipped}")
@@ -214,9 +219,11 @@ def tokenize(corpus: Corpus, tokenizer) -> Corpus:
     train, val = tokenizer.encode_bytes(corpus.train.tobytes()), tokenizer.encode_bytes(corpus.val.tobytes())
     if max(int(train.max(initial=0)), int(val.max(initial=0))) >= np.iinfo(np.int32).max:
         raise DataError(f"the tokenizer {tokenizer.name!r} gave ids beyond int32")
+    invalid = invalid_utf8_bytes(corpus.train.tobytes()) + invalid_utf8_bytes(corpus.val.tobytes())
     return replace(corpus, train=train.astype(np.int32), val=val.astype(np.int32),
                    train_tokens_per_byte=len(train) / max(len(corpus.train), 1),
-                   val_tokens_per_byte=len(val) / max(len(corpus.val), 1), val_text=corpus.val.tobytes())
+                   val_tokens_per_byte=len(val) / max(len(corpus.val), 1), val_text=corpus.val.tobytes(),
+                   invalid_utf8_bytes=invalid)
 
 
 def _concat(chunks) -> np.ndarray:
@@ -242,12 +249,18 @@ def sample_prompt_from(data: np.ndarray, max_bytes: int = 24) -> str:
     return line[:max_bytes].decode("utf-8", errors="ignore") or "\n"
 
 
-def check_length(data: np.ndarray, seq_len: int, what: str, source: str) -> None:
-    need = seq_len + 1  # one window = seq_len inputs + the next byte as the last target
+def check_length(data: np.ndarray, seq_len: int, what: str, source: str, files: tuple = ()) -> None:
+    """At least one window of seq_len + 1 in `data` (bytes, or token ids), else a DataError with the fixes."""
+    need = seq_len + 1  # one window = seq_len inputs + the next token as the last target
     if len(data) < need:
-        raise DataError(f"the {what} split of {source!r} has {len(data):,} bytes; a sequence of "
-                        f"--seq-len {seq_len} needs at least {need:,} (use a bigger corpus or a smaller "
-                        f"--seq-len)")
+        unit = "bytes" if data.dtype == np.uint8 else "tokens"
+        held = f" ({_count(len(files), 'file')}: {', '.join(files[:3])}{', ...' if len(files) > 3 else ''})" \
+            if files else ""
+        fixes = "a bigger corpus or a smaller --seq-len"
+        if what == "validation":  # a folder's split is whole files, a single file's its last val_fraction
+            fixes = f"a larger --val-fraction, another --data-seed (a folder's split is whole files), {fixes}"
+        raise DataError(f"the {what} split of {source!r}{held} has {len(data):,} {unit}; a sequence of "
+                        f"--seq-len {seq_len} needs at least {need:,} (use {fixes})")
 
 
 # ----------------------------------------------------------------------------------------------------------
