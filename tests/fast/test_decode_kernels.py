@@ -14,6 +14,7 @@ from numba import njit
 
 from tests.support.decode import assert_steps_agree, twin_models
 from tests.support.numba_functions import elementwise
+from tinygrad_ssm import Tensor
 from tinygrad_ssm.fast import claims, decode_kernels
 from tinygrad_ssm.fast.fast_exp import exp as fast_exp
 from tinygrad_ssm.fast.fast_exp import exp32, silu
@@ -82,6 +83,11 @@ def test_weights_changed_between_steps_are_used():
     fast.layers[1].mixer.D.data = fast.layers[1].mixer.D.data + 1.0
     np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10, atol=1e-10)
     assert decode._weights(fast) is not prepared
+    # replaced on its module (torch's `module.weight = nn.Parameter(...)`): the decoder kept the old tensor's array
+    for model in (fast, slow):
+        new_weight = Tensor(model.layers[1].mixer.out_proj.weight.data * -2.0)
+        model.layers[1].mixer.out_proj.weight = new_weight
+    np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10, atol=1e-10)
 
 
 def test_a_cache_refilled_by_a_prefill_is_read_again():

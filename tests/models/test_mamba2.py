@@ -342,6 +342,18 @@ def test_bad_inputs_are_named():
         model.loss(np.array([[1, 2]]), np.array([[1, 2, 3]]))
     with pytest.raises(ValueError, match="cache is for batch 2"):
         model.step(np.array([1, 2, 3]), model.allocate_cache(2))
+    # another model's cache with fewer layers: zip skipped the layers past its end, and the logits were wrong
+    shallow = Mamba2LMHeadModel(small_config(n_layer=1), VarMap(seed=1))
+    for fused in (True, False):
+        deep = Mamba2LMHeadModel(small_config(), VarMap(seed=0), fused=fused)
+        with pytest.raises(ValueError, match=rf"cache holds 1 layers' states, this model has {deep.config.n_layer} "
+                                             r"layers; allocate it with this model's allocate_cache"):
+            deep(np.array([[1, 2]]), shallow.allocate_cache(1))
+        with pytest.raises(ValueError, match="cache holds 1 layers' states"):
+            deep.step(np.array([1]), shallow.allocate_cache(1))
+        with pytest.raises(TypeError, match=r"step: cache must be a Mamba2Cache \(model.allocate_cache\(batch\)\), "
+                                            r"got NoneType"):
+            deep.step(np.array([1]), None)
     for dtype in ("float16", "bfloat16"):
         with pytest.raises(ValueError, match="dtype must be one of"):
             Mamba2LMHeadModel(small_config(), dtype=dtype)

@@ -80,52 +80,53 @@ def _chunking(n_rows: int, in_features: int, weights) -> tuple:
 class _Weights:
     """The arrays a step reads, in the kernel's layout. A parameter already C-contiguous in the model's dtype
     is used as is (the same array: in-place updates, like an optimizer step, are seen at once); `fresh` tells
-    whether every parameter still holds the array taken here (else rebuild: cheap, a few views)."""
+    whether every module still holds a parameter whose array is the one taken here (a parameter replaced on its
+    module, `lin.weight = Tensor(...)`, or its .data rebound: rebuild, cheap, a few views)."""
 
     def __init__(self, model):
         c, dtype = model.config, model.dtype
-        self.sources, self.copied = [], False
+        self.sources, self.copied = [], False                           # (module, attribute name, array taken)
         layers = [layer.mixer for layer in model.layers]
-        take = self._take
+        take = lambda module, name: self._take(module, name, dtype)
         zeros = lambda size: np.zeros(size, dtype)
-        self.mats = (_array_list(take(m.in_proj.weight, dtype) for m in layers),
-                     _array_list(take(m.out_proj.weight, dtype) for m in layers),
-                     _array_list(take(m.conv1d.weight, dtype).reshape(c.conv_dim, c.d_conv) for m in layers))
-        self.vecs = (_array_list(take(layer.norm.weight, dtype) for layer in model.layers),
-                     _array_list(zeros(c.d_in_proj) if m.in_proj.bias is None else take(m.in_proj.bias, dtype)
+        self.mats = (_array_list(take(m.in_proj, "weight") for m in layers),
+                     _array_list(take(m.out_proj, "weight") for m in layers),
+                     _array_list(take(m.conv1d, "weight").reshape(c.conv_dim, c.d_conv) for m in layers))
+        self.vecs = (_array_list(take(layer.norm, "weight") for layer in model.layers),
+                     _array_list(zeros(c.d_in_proj) if m.in_proj.bias is None else take(m.in_proj, "bias")
                                  for m in layers),
-                     _array_list(zeros(c.conv_dim) if m.conv1d.bias is None else take(m.conv1d.bias, dtype)
+                     _array_list(zeros(c.conv_dim) if m.conv1d.bias is None else take(m.conv1d, "bias")
                                  for m in layers),
-                     _array_list(take(m.dt_bias, dtype) for m in layers),
-                     _array_list(take(m.A_log, dtype) for m in layers),
-                     _array_list(take(m.D, dtype) for m in layers),
-                     _array_list(take(m.norm.weight, dtype) for m in layers),
-                     _array_list(zeros(c.d_model) if m.out_proj.bias is None else take(m.out_proj.bias, dtype)
+                     _array_list(take(m, "dt_bias") for m in layers),
+                     _array_list(take(m, "A_log") for m in layers),
+                     _array_list(take(m, "D") for m in layers),
+                     _array_list(take(m.norm, "weight") for m in layers),
+                     _array_list(zeros(c.d_model) if m.out_proj.bias is None else take(m.out_proj, "bias")
                                  for m in layers),
                      zeros(c.padded_vocab_size))                       # the head has no bias
-        self.emb = take(model.embedding.weight, dtype)
-        self.head = self.emb if model.lm_head is None else take(model.lm_head.weight, dtype)
-        self.norm_f = take(model.norm_f.weight, dtype)
+        self.emb = take(model.embedding, "weight")
+        self.head = self.emb if model.lm_head is None else take(model.lm_head, "weight")
+        self.norm_f = take(model.norm_f, "weight")
         self.rows = (_chunking(c.d_in_proj, c.d_model, self.mats[0][0]), _chunking(c.d_model, c.d_inner,
                      self.mats[1][0]), _chunking(c.padded_vocab_size, c.d_model, self.head),
                      _rows_per_chunk(c.headdim * c.d_state, dtype.itemsize, STATE_CHUNK_BYTES))  # heads
-        self._tensors = [t for t, _ in self.sources]
-        self._arrays = [a for _, a in self.sources]
+        self._modules, self._names, self._arrays = (list(column) for column in zip(*self.sources))
         self.entry_points = {}                                          # {numba function: entry point}, _Session.call
 
-    def _take(self, tensor, dtype):
+    def _take(self, module, name: str, dtype):
+        tensor = getattr(module, name)
+        self.sources.append((module, name, tensor.data))
         if isinstance(tensor, QuantizedWeight):                         # read as stored: fast/quantized_kernels.py
-            self.sources.append((tensor, tensor.data))
             return tensor.kernel_form()
         a = np.ascontiguousarray(tensor.data, dtype=dtype)
         if not a.flags.writeable:                                       # a read-only array is another numba type
             a = a.copy()
         self.copied |= a is not tensor.data
-        self.sources.append((tensor, tensor.data))
         return a
 
     def fresh(self) -> bool:
-        return not self.copied and all(map(operator.is_, map(_DATA, self._tensors), self._arrays))
+        current = map(_DATA, map(getattr, self._modules, self._names))  # each module's parameter as it is now
+        return not self.copied and all(map(operator.is_, current, self._arrays))
 
 
 _DATA = operator.attrgetter("data")

@@ -263,8 +263,8 @@ class Mamba2LMHeadModel:
         not part of the graph: a loss on a later segment sends no gradient into the segments before it
         (truncated backpropagation through time; for the gradient of the whole text, one forward over it)."""
         ids = self._check_ids(input_ids, 2, "Mamba2LMHeadModel")
-        if cache is not None and cache.batch_size != ids.shape[0]:
-            raise ValueError(f"Mamba2LMHeadModel: cache is for batch {cache.batch_size}, input_ids {ids.shape}")
+        if cache is not None:
+            self._check_cache(cache, ids, "Mamba2LMHeadModel")
         x = self.embedding(ids)                                          # (b, l, d_model)
         states = [None] * len(self.layers) if cache is None else cache.layers
         if self.fused:
@@ -306,12 +306,23 @@ class Mamba2LMHeadModel:
             raise ValueError(f"allocate_cache: batch must be a positive int, got {batch!r}")
         return Mamba2Cache([layer.mixer.allocate_state(int(batch), self.dtype) for layer in self.layers])
 
+    def _check_cache(self, cache, ids: np.ndarray, who: str):
+        """A cache this model allocated: one state per layer (zip would skip the layers past a shorter cache's
+        end, and the logits would silently be another model's), for the batch of `ids`."""
+        if not isinstance(cache, Mamba2Cache):
+            raise TypeError(f"{who}: cache must be a Mamba2Cache (model.allocate_cache(batch)), got "
+                            f"{type(cache).__name__}")
+        if len(cache.layers) != len(self.layers):
+            raise ValueError(f"{who}: cache holds {len(cache.layers)} layers' states, this model has "
+                             f"{len(self.layers)} layers; allocate it with this model's allocate_cache")
+        if cache.batch_size != ids.shape[0]:
+            raise ValueError(f"{who}: cache is for batch {cache.batch_size}, input_ids has shape {ids.shape}")
+
     @no_grad()
     def step(self, input_ids, cache: Mamba2Cache) -> Tensor:
         """One token per sequence: input_ids (b,) -> logits (b, padded vocab); the cache advances by one."""
         ids = self._check_ids(input_ids, 1, "Mamba2LMHeadModel.step")
-        if cache.batch_size != ids.shape[0]:
-            raise ValueError(f"step: cache is for batch {cache.batch_size}, input_ids has shape {ids.shape}")
+        self._check_cache(cache, ids, "step")
         if self.fused:  # one numba call per layer, in place on the cache (decode.py)
             logits = decode_step(self, ids, cache)
             cache.seqlen_offset += 1
