@@ -35,7 +35,7 @@ logit = st.one_of(st.floats(-30, 30), st.sampled_from([0.0, 0.0, 1.5, -2.0, -mat
 
 @given(rows=st.lists(st.lists(logit, min_size=6, max_size=6), min_size=1, max_size=4),
        vocab=st.integers(1, 6), dtype=st.sampled_from([np.float64, np.float32]),
-       temperature=st.sampled_from([0.0, 0.3, 1.0, 2.5]), top_k=st.one_of(st.none(), st.integers(1, 7)),
+       temperature=st.sampled_from([0.0, 1e-310, 0.3, 1.0, 2.5]), top_k=st.one_of(st.none(), st.integers(1, 7)),
        top_p=st.one_of(st.none(), st.floats(0.01, 1.0), st.sampled_from([0.25, 0.5, 0.75])), data=st.data())
 def test_the_numba_sampler_draws_sample_nexts_ids(rows, vocab, dtype, temperature, top_k, top_p, data):
     logits = np.array(rows, dtype)                                      # (b, 6): columns past vocab are padding
@@ -82,3 +82,14 @@ def test_top_p_on_tied_tokens_keeps_the_share_of_them_it_reaches(top_p):
         assert ids[0] == want[0]
         seen.add(int(ids[0]))
     assert seen == set(range(int(top_p * 4)))
+
+
+@pytest.mark.parametrize("temperature", [1e-310, 5e-324, 1e-300])
+def test_a_tiny_temperature_draws_the_largest_logit_on_both_samplers(temperature):
+    """logits / 1e-310 overflowed to inf, inf - inf turned every weight NaN, and both samplers drew token 0 for
+    ever; the temperature's limit at 0 is the argmax (a uniform draw among tied largest logits)."""
+    logits = np.array([[1.0, 3.0, 2.0], [5.0, -1.0, 5.0], [-2.0, -1e300, -3.0]])
+    uniforms = np.array([0.3, 0.9, 0.5])
+    want = np.array([1, 2, 0])
+    np.testing.assert_array_equal(sample_next(logits, FixedUniforms(uniforms), temperature), want)
+    np.testing.assert_array_equal(numba_ids(logits, 3, temperature, None, None, uniforms)[0], want)

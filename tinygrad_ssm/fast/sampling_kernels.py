@@ -30,8 +30,8 @@ def sample_row(row, vocab, temperature, top_k, top_p, u, w):
     if temperature == 0:
         return arg                                                      # np.argmax's: the first largest
     top = -math.inf                                                     # the largest (a top-k filter keeps it)
-    for v in range(vocab):
-        w[v] = np.float64(row[v]) / temperature                          # (vocab,) scaled logits
+    for v in range(vocab):                                              # (vocab,) scaled, the largest first
+        w[v] = (np.float64(row[v]) - np.float64(best)) / temperature     # subtracted (sample_next says why)
         top = max(top, w[v])
     if 0 < top_k < vocab:
         kth = _kth_largest(w, top_k)

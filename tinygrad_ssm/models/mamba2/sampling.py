@@ -40,7 +40,10 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
                               f"not finite, so there is nothing to sample from")
     if temperature == 0:
         return np.argmax(logits, axis=-1).astype(np.int64)
-    logits = logits / temperature
+    # the largest logit subtracted before the division: logits / 1e-310 overflowed to inf, inf - inf made every
+    # weight NaN, and the draw returned token 0; this way a tiny temperature tends to the argmax, as it should
+    with np.errstate(over="ignore"):                                    # to -inf: weight 0, as meant
+        logits = (logits - logits.max(axis=-1, keepdims=True)) / temperature  # (b, V) <= 0, the largest 0
     if top_k is not None and top_k < logits.shape[-1]:
         kth = np.partition(logits, -top_k, axis=-1)[:, -top_k][:, None]  # (b, 1) the k-th largest
         logits = np.where(logits >= kth, logits, -np.inf)
