@@ -79,6 +79,9 @@ def test_a_clean_config_loads_without_warnings(tmp_path, layout):
     ("transformers", "time_step_limit", [0.0, "inf"], "'time_step_limit' must be a pair of numbers"),
     ("transformers", "tie_word_embeddings", 0, "'tie_word_embeddings' must be a bool"),
     ("transformers", "hidden_size", "16", "'hidden_size' must be a positive int"),
+    # rules between fields: they named d_inner's terms and headdim / ngroups as Mamba2Config spells them
+    ("transformers", "head_dim", 7, "'hidden_size' = 32 must be divisible by 'head_dim' = 7"),
+    ("transformers", "n_groups", 3, "must be divisible by 'n_groups' = 3"),
 ])
 def test_wrong_typed_or_non_finite_values_are_named_by_the_files_key(tmp_path, layout, key, value, message):
     saved(tmp_path, layout)

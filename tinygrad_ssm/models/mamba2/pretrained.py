@@ -199,9 +199,9 @@ def _build(kwargs: dict, where: str, names: dict) -> Mamba2Config:
         return Mamba2Config(**kwargs)
     except (TypeError, ValueError) as e:
         message = str(e).removeprefix("Mamba2Config: ")
-        field = message.split(" ", 1)[0]
-        if field in names:
-            message = f"{names[field]!r}" + message[len(field):]
+        # every field the message names, in one pass (d_inner = expand * d_model ... by headdim = 7)
+        fields = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+        message = fields.sub(lambda m: repr(names[m.group(1)]), message)
         raise PretrainedError(f"from_pretrained: {where}: {message}") from None
 
 
