@@ -336,6 +336,8 @@ def test_bad_inputs_are_named():
     model = small_model()
     with pytest.raises(ValueError, match=r"input_ids must be integers of shape \(b, l\)"):
         model(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match=r"with b >= 1 and l >= 1, got dtype int64 shape \(0, 3\)"):
+        model(np.zeros((0, 3), np.int64))  # a ZeroDivisionError deep in the scan before
     with pytest.raises(ValueError, match=r"input_ids must be in \[0, 56\)"):
         model(np.array([[1, 56]]))
     with pytest.raises(ValueError, match="targets"):

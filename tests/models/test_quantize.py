@@ -61,8 +61,11 @@ def test_bad_arguments_are_refused():
     model = small_model()
     with pytest.raises(ValueError, match="format must be one of"):
         model.quantize("int4")
-    with pytest.raises(ValueError, match="not a multiple of block 7"):
+    with pytest.raises(ValueError, match=r"block 7 does not divide the input sizes of the quantized matrices \(d_model "
+                                         r"32, d_inner 64\); leave block out to take 32"):
         model.quantize("int8", block=7)
+    with pytest.raises(ValueError, match="block must be a positive int, got True"):  # a bool is no block
+        model.quantize("int8", block=True)
     assert model.varmap["backbone.embedding.weight"].dtype == np.float64   # nothing changed before the error
     model.quantize("int8")
     with pytest.raises(ValueError, match="already quantized"):
@@ -180,3 +183,32 @@ def test_cli_eval_and_generate_take_weights(tmp_path, capsys):
     assert cli.main(["generate", "--model", str(tmp_path / "m"), "--prompt", "the", "--max-new-tokens", "5",
                      "--temperature", "0", "--weights", "int8"]) == 0
     assert capsys.readouterr().out
+
+
+def test_int8_takes_a_block_that_fits_any_model_and_the_cli_too(tmp_path, capsys):
+    """d_model 48: the default block 32 did not divide it, and --weights int8 told the user to choose a block,
+    which the CLI has no flag for."""
+    from tinygrad_ssm.train import cli
+    small_model(dtype="float32", vocab_size=256, d_model=48, headdim=8).save_pretrained(tmp_path / "m")
+    chosen = Mamba2LMHeadModel.from_pretrained(tmp_path / "m").quantize("int8")
+    assert Q.default_block(chosen.config) == 24 and {w.block for w in chosen.quantized.values()} == {24}
+    given = Mamba2LMHeadModel.from_pretrained(tmp_path / "m").quantize("int8", block=24)
+    ids = np.array([[3, 1, 4]])
+    np.testing.assert_array_equal(chosen(ids).data, given(ids).data)
+    assert cli.main(["generate", "--model", str(tmp_path / "m"), "--weights", "int8", "--prompt", "hi",
+                     "--max-new-tokens", "3", "--temperature", "0"]) == cli.EXIT_OK
+    assert capsys.readouterr().out.startswith("hi")
+
+
+def test_saving_a_model_whose_varmap_another_model_quantized_is_refused(tmp_path):
+    """Quantizing drops float arrays from the VarMap: a second model on it saved a folder without them, and the
+    error came only when loading."""
+    varmap = VarMap(seed=0)
+    config = small_model().config
+    a, b = Mamba2LMHeadModel(config, varmap), Mamba2LMHeadModel(config, varmap, fused=False)
+    a.quantize("int8")
+    with pytest.raises(ValueError, match="the model's VarMap lacks backbone.layers.0.mixer.in_proj.weight.*another "
+                                         "model on the same VarMap was quantized"):
+        b.save_pretrained(tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    a.save_pretrained(tmp_path / "a")  # the quantized one saves its own format

@@ -31,7 +31,7 @@ from . import generation
 from .config import Mamba2Config
 from .decode import decode_step
 from .quantized_files import load_model_folder, save_model_folder
-from .quantize import DEFAULT_BLOCK, quantize_model
+from .quantize import quantize_model
 
 SUPPORTED_DTYPES = ("float32", "float64")
 
@@ -242,9 +242,9 @@ class Mamba2LMHeadModel:
     def _check_ids(self, input_ids, ndim: int, what: str) -> np.ndarray:
         ids = np.asarray(input_ids.data if isinstance(input_ids, Tensor) else input_ids)
         shape_text = "(b, l)" if ndim == 2 else "(b,)"
-        if ids.ndim != ndim or not np.issubdtype(ids.dtype, np.integer) or (ndim == 2 and ids.shape[1] < 1):
-            raise ValueError(f"{what}: input_ids must be integers of shape {shape_text} with l >= 1, "
-                             f"got dtype {ids.dtype} shape {ids.shape}")
+        if ids.ndim != ndim or not np.issubdtype(ids.dtype, np.integer) or 0 in ids.shape:
+            raise ValueError(f"{what}: input_ids must be integers of shape {shape_text} with "
+                             f"{'b >= 1 and l >= 1' if ndim == 2 else 'b >= 1'}, got dtype {ids.dtype} shape {ids.shape}")
         V = self.config.padded_vocab_size
         if ids.size and (ids.min() < 0 or ids.max() >= V):
             raise ValueError(f"{what}: input_ids must be in [0, {V}), got min {ids.min()} max {ids.max()}")
@@ -351,10 +351,11 @@ class Mamba2LMHeadModel:
                                    vocab_size)
 
     # --- weight-only quantization (quantize.py) -----------------------------------------------------------
-    def quantize(self, weights: str, block: int = DEFAULT_BLOCK) -> Mamba2LMHeadModel:
+    def quantize(self, weights: str, block: int | None = None) -> Mamba2LMHeadModel:
         """In place, like torch's module.half(): in_proj, out_proj and the head (the embedding when tied) become
-        "int8" (a float32 scale per `block` weights of a row) or "bfloat16", and their float arrays are dropped.
-        Returns the model, now for inference only (no gradients through the quantized matrices)."""
+        "int8" (a float32 scale per `block` weights of a row; None: 32, or the largest block below that divides
+        d_model and d_inner) or "bfloat16", and their float arrays are dropped. Returns the model, now for
+        inference only (no gradients through the quantized matrices)."""
         return quantize_model(self, weights, block)
 
     # --- checkpoints (pretrained.py) ---------------------------------------------------------------------

@@ -17,6 +17,8 @@ the quantized arrays directly (fast/quantized_kernels.py).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...autograd.tensor import Tensor
@@ -177,14 +179,28 @@ def quantized_names(model) -> list[str]:
     return names
 
 
-def quantize_model(model, fmt: str, block: int = DEFAULT_BLOCK, weights: dict | None = None):
+def default_block(config) -> int:
+    """DEFAULT_BLOCK when it divides every quantized matrix's input size (d_model, d_inner), else the largest
+    block below it that does (d_model 48: 24), so that --weights int8 works on any model."""
+    sizes = math.gcd(config.d_model, config.d_inner)
+    return next(b for b in range(DEFAULT_BLOCK, 0, -1) if sizes % b == 0)
+
+
+def quantize_model(model, fmt: str, block: int | None = None, weights: dict | None = None):
     """In place: replace the modules of quantized_names(model) by quantized ones and drop their float arrays
     from the model's VarMap (what makes the memory smaller). `weights`: name -> QuantizedWeight already made
-    (a quantized checkpoint's); otherwise made from the float parameters. Returns the model."""
+    (a quantized checkpoint's); otherwise made from the float parameters, int8 in blocks of `block` weights
+    (None: default_block). Returns the model."""
     if fmt not in FORMATS:
         raise ValueError(f"quantize: format must be one of {FORMATS}, got {fmt!r}")
-    if not isinstance(block, int) or block < 1:
+    if block is None:
+        block = default_block(model.config)
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
         raise ValueError(f"quantize: block must be a positive int, got {block!r}")
+    if fmt == "int8" and (model.config.d_model % block or model.config.d_inner % block):
+        raise ValueError(f"quantize: block {block} does not divide the input sizes of the quantized matrices "
+                         f"(d_model {model.config.d_model}, d_inner {model.config.d_inner}); leave block out to "
+                         f"take {default_block(model.config)}, the largest up to {DEFAULT_BLOCK} that does")
     if getattr(model, "weights_format", "float") != "float":
         raise ValueError(f"quantize: the model is already quantized ({model.weights_format}); load or build a float "
                          f"model to quantize it again")

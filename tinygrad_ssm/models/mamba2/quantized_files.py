@@ -16,7 +16,7 @@ from ...io.safetensors import SafetensorsFile, save_file
 from ...registry import VarMap
 from .pretrained import (CONFIG_NAME, WEIGHTS_NAME, PretrainedError, load_pretrained, mamba_ssm_config, parse_config,
                          read_config, resolve_pretrained_folder, save_pretrained)
-from .quantize import DEFAULT_BLOCK, FORMATS, QuantizedWeight, quantize_model, quantized_names
+from .quantize import FORMATS, QuantizedWeight, quantize_model, quantized_names
 
 QUANTIZATION_KEY = "quantization"   # config.json: {"weights": "int8" | "bfloat16", "block": int (int8)}
 SCALES_SUFFIX = ".scales"           # name.scales (out, in / block) float32 next to name (out, in) int8
@@ -87,7 +87,7 @@ def load_quantized(cls, directory, raw: dict, dtype, backend, fused):
     for name in shapes:
         if name not in names:
             model.varmap.read_into(name, f, name)
-    return quantize_model(model, fmt, block or DEFAULT_BLOCK, weights=weights)
+    return quantize_model(model, fmt, block, weights=weights)
 
 
 def load_model_folder(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True):
@@ -103,5 +103,11 @@ def save_model_folder(model, directory) -> None:
     """Mamba2LMHeadModel.save_pretrained: the quantized format for a quantized model, else pretrained.py's."""
     if getattr(model, "quantized", None):
         save_quantized(model, directory)
-    else:
-        save_pretrained(model, directory)
+        return
+    # a float model writes its VarMap: quantizing another model on the same VarMap dropped float arrays from it
+    missing = [name for name in quantized_names(model) if name not in model.varmap]
+    if missing:
+        raise ValueError(f"save_pretrained: the model's VarMap lacks {', '.join(missing[:3])}"
+                         f"{', ...' if len(missing) > 3 else ''} ({len(missing)} weights): another model on the same "
+                         f"VarMap was quantized, which drops their float arrays from it; nothing was written")
+    save_pretrained(model, directory)
