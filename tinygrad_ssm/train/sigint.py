@@ -7,40 +7,15 @@ import threading
 from typing import Callable
 
 
-class StopOnSigint:
-    """First Ctrl-C: set `.requested` (the loop stops after the current step). Second: KeyboardInterrupt."""
+class _OnSigint:
+    """Inside `with`, Ctrl-C calls `_handler` instead of raising KeyboardInterrupt; the handler before is put back
+    at the end. Signals reach the main thread only: elsewhere nothing is installed."""
 
     def __init__(self, say: Callable[[str], None]):
-        self.requested, self._say, self._previous = False, say, None
+        self._say, self._previous = say, None
 
-    def _handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        self._say("Ctrl-C: stopping after this step and writing a checkpoint (Ctrl-C again to stop now)")
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-        return False
-
-
-class FinishTheSave:
-    """While the last checkpoint is written: Ctrl-C waits for it (an interrupted write leaves no checkpoint, and
-    the steps since the last one are lost), saying so once."""
-
-    def __init__(self, say: Callable[[str], None]):
-        self._say, self._previous, self._said = say, None, False
-
-    def _handler(self, signum, frame):
-        if not self._said:
-            self._said = True
-            self._say("Ctrl-C: the checkpoint is being written; stopping as soon as it is complete")
+    def _handler(self, signum, frame):  # pragma: no cover - each subclass has its own
+        raise NotImplementedError
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -51,3 +26,27 @@ class FinishTheSave:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
         return False
+
+
+class StopOnSigint(_OnSigint):
+    """First Ctrl-C: set `.requested` (the loop stops after the current step). Second: KeyboardInterrupt."""
+
+    requested = False
+
+    def _handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self._say("Ctrl-C: stopping after this step and writing a checkpoint (Ctrl-C again to stop now)")
+
+
+class FinishTheSave(_OnSigint):
+    """While the last checkpoint is written: Ctrl-C waits for it (an interrupted write leaves no checkpoint, and
+    the steps since the last one are lost), saying so once."""
+
+    said = False
+
+    def _handler(self, signum, frame):
+        if not self.said:
+            self.said = True
+            self._say("Ctrl-C: the checkpoint is being written; stopping as soon as it is complete")
