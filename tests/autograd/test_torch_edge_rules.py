@@ -138,3 +138,17 @@ def test_every_op_that_meets_two_dtypes_follows_torchs_rule():
         assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch."), name
         np.testing.assert_array_equal(ours.data, theirs.numpy(), err_msg=name)
     assert (Tensor(floats) @ Tensor(np.eye(2, dtype=np.int64))).dtype == np.float32  # torch refuses; the rule holds
+
+
+def test_a_zero_dim_tensor_does_not_widen_a_tensor_of_its_kind_and_gets_its_own_gradient():
+    """float32 tensor * 0-d float64 tensor was float64 (torch: float32, the 0-d operand counts like a number)."""
+    torch = pytest.importorskip("torch")
+    x = np.array([0.5, -1.25, 2.0], np.float32)
+    scale = leaf(np.array(1.1))                                          # 0-d float64, requires grad
+    t_scale = torch.tensor(1.1, dtype=torch.float64, requires_grad=True)
+    out, t_out = Tensor(x) * scale, torch.tensor(x) * t_scale
+    assert out.dtype == np.float32 and t_out.dtype == torch.float32
+    np.testing.assert_array_equal(out.data, t_out.detach().numpy())
+    out.sum().backward(), t_out.sum().backward()
+    assert scale.grad.dtype == np.float64 and scale.grad.data == pytest.approx(t_scale.grad.item(), rel=1e-7)
+    assert (Tensor(np.array([1, 2], np.int32)) + Tensor(np.array(3))).dtype == np.int32   # int64 0-d, as torch

@@ -36,6 +36,8 @@ def _binary(op_name: str, fn, a, b):
     if is_float(a.dtype) != is_float(b.dtype):  # an integer tensor meeting a float one takes its dtype
         dtype = promoted(a.dtype, b.dtype)
         a, b = (t if t.dtype == dtype else Tensor(t.data.astype(dtype)) for t in (a, b))
+    elif a.dtype != b.dtype and (a.ndim == 0) != (b.ndim == 0) and (a.dtype.kind == "b") == (b.dtype.kind == "b"):
+        a, b = (cast(a, b.dtype), b) if a.ndim == 0 else (a, cast(b, a.dtype))  # torch: a 0-d tensor never widens
     return fn.apply(a, b)
 
 

@@ -243,8 +243,9 @@ class Mamba2LMHeadModel:
         ids = np.asarray(input_ids.data if isinstance(input_ids, Tensor) else input_ids)
         shape_text = "(b, l)" if ndim == 2 else "(b,)"
         if ids.ndim != ndim or not np.issubdtype(ids.dtype, np.integer) or 0 in ids.shape:
-            raise ValueError(f"{what}: input_ids must be integers of shape {shape_text} with "
-                             f"{'b >= 1 and l >= 1' if ndim == 2 else 'b >= 1'}, got dtype {ids.dtype} shape {ids.shape}")
+            sizes = "b >= 1 and l >= 1" if ndim == 2 else "b >= 1"
+            raise ValueError(f"{what}: input_ids must be integers of shape {shape_text} with {sizes}, got dtype "
+                             f"{ids.dtype} shape {ids.shape}")
         V = self.config.padded_vocab_size
         if ids.size and (ids.min() < 0 or ids.max() >= V):
             raise ValueError(f"{what}: input_ids must be in [0, {V}), got min {ids.min()} max {ids.max()}")
