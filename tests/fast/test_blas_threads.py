@@ -95,3 +95,24 @@ def test_whatever_the_import_order_a_product_runs_blas_on_one_thread_and_the_imp
         assert result["env_changed"] == [], (first, result)
         assert result["inside"] and all(set(threads) == {1} for threads in result["inside"]), (first, result)
         assert set(result["restored"]) == {2}, (first, result)
+
+
+def test_importing_the_scan_and_building_a_model_leave_the_environment_alone():
+    """threadpoolctl's import sets KMP_DUPLICATE_LIB_OK in os.environ: `from tinygrad_ssm import ssd` imported it
+    (through the CPU scan), before any fast path had run; now the first BLAS limit does, as the README says."""
+    probe = textwrap.dedent("""
+        import json, os
+        import numpy as np
+        before = dict(os.environ)
+        import tinygrad_ssm as tg
+        from tinygrad_ssm import ssd
+        model = tg.Mamba2LMHeadModel(tg.Mamba2Config(d_model=32, n_layer=1, vocab_size=50, d_state=8, headdim=16))
+        changed = sorted(set(os.environ.items()) ^ set(before.items()))
+        from tinygrad_ssm.fast import products
+        products.rows_product(np.ones((512, 256)), np.ones((256, 512)))
+        print(json.dumps(dict(changed=changed, after_a_product=os.environ.get("KMP_DUPLICATE_LIB_OK"))))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "KMP_DUPLICATE_LIB_OK"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+    result = json.loads(out.splitlines()[-1])
+    assert result == {"changed": [], "after_a_product": "True"}

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from threadpoolctl import ThreadpoolController
+if TYPE_CHECKING:
+    from threadpoolctl import ThreadpoolController
 
 _lock = threading.Lock()
 _controller: ThreadpoolController | None = None
@@ -29,12 +31,19 @@ _depth = 0                               # how deep the owner is in nested singl
 _limiter = None                          # what restores the thread counts when the owner leaves
 
 
+def _new_controller() -> ThreadpoolController:
+    # imported here, when a limit is first needed: threadpoolctl's import sets KMP_DUPLICATE_LIB_OK in os.environ
+    # (README, "What the fast paths change"), which importing the package or the scan alone must not do
+    from threadpoolctl import ThreadpoolController
+    return ThreadpoolController()
+
+
 def refresh_libraries() -> None:
     """Look for the BLAS libraries loaded in the process again (threadpoolctl finds them once, when first asked):
     call after loading one, as the scan's chunked backward does with SciPy's."""
     global _controller
     with _lock:
-        _controller = ThreadpoolController()
+        _controller = _new_controller()
 
 
 @contextmanager
@@ -45,7 +54,7 @@ def single_threaded_blas():
     with _lock:
         if _owner is None:
             if _controller is None:
-                _controller = ThreadpoolController()
+                _controller = _new_controller()
             _owner, _limiter = me, _controller.limit(limits=1, user_api="blas")
         owns = _owner is me
         if owns:
