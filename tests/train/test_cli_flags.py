@@ -323,3 +323,23 @@ def test_eval_json_replaces_only_its_own_reports(stopped_run, corpus, tmp_path, 
         assert cli.main(["eval", "--model", str(stopped_run), "--data", str(text), "--json", str(report),
                          "--window", window, "--no-progress"]) == cli.EXIT_OK
         assert json.loads(report.read_text())["window"] == int(window)
+
+
+def test_eval_json_leaves_a_file_that_appeared_while_scoring(stopped_run, corpus, tmp_path, capsys, monkeypatch):
+    """The check ran before scoring, the write after it: a user's file created meanwhile was replaced."""
+    from tinygrad_ssm.train import scoring
+    text, report = tmp_path / "notes.txt", tmp_path / "report.json"
+    text.write_bytes(corpus.read_bytes()[:2000])
+    real_score = scoring.score
+
+    def score_while_the_user_writes(*args, **kwargs):
+        report.write_text("USER FILE")
+        return real_score(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "score", score_while_the_user_writes)
+    assert cli.main(["eval", "--model", str(stopped_run), "--data", str(text), "--json", str(report),
+                     "--no-progress"]) == cli.EXIT_IO
+    assert "a file that is not eval's report appeared there while scoring; it was left as it is" in \
+        capsys.readouterr().err
+    assert report.read_text() == "USER FILE" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt",
+                                                                                                "report.json"]

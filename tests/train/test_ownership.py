@@ -159,3 +159,62 @@ def test_no_write_follows_a_symlink_out_of_the_run_folder(run, target, tmp_path,
     except (RunFolderError, FileNotFoundError, ValueError) as e:
         assert "symbolic link" in str(e) or "does not exist" in str(e) or "not the name" in str(e), e
     assert (snapshot(guarded) if guarded.is_dir() else guarded.read_bytes()) == before
+
+
+@pytest.mark.parametrize("where", ["a checkpoints folder of the user's", "a plain folder"])
+def test_resuming_a_checkpoint_copied_out_of_its_run_writes_nothing_of_the_users(run, tmp_path, capsys, where):
+    """The folder around a copied checkpoint became the run folder: its loss.png, log.jsonl, run.lock and LATEST
+    were overwritten and a marker written, though no marker proved it a run's."""
+    mine = tmp_path / "proj"
+    checkpoint = (mine / "checkpoints" / "best") if where.startswith("a checkpoints") else mine / "model"
+    shutil.copytree(run / "checkpoints" / "step-000002", checkpoint)
+    (mine / "loss.png").write_text("MY PLOT")
+    (mine / "log.jsonl").write_text('{"step": 9, "note": "keep me"}\n')
+    before = snapshot(mine)
+    assert cli.main(["train", "--resume", str(checkpoint), "--steps", "3", "--no-progress"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "is not a run folder of this package (no tinygrad_ssm_run.json)" in err and "--init-from" in err
+    assert snapshot(mine) == before
+
+
+def test_a_checkpoint_without_latest_is_named_and_never_overwritten_by_a_new_run(run, corpus, capsys):
+    """A full disk at the LATEST write left a complete checkpoint without its pointer: --resume said there was
+    no checkpoint, and a new run in the folder took the checkpoint for its own, rewrote it and pruned it."""
+    (run / "checkpoints" / "LATEST").unlink()
+    before = snapshot(run / "checkpoints")
+    assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE
+    assert f"holds the checkpoint folders ['step-000001', 'step-000002']: give one of them, e.g. " \
+           f"'{run / 'checkpoints' / 'step-000002'}'" in capsys.readouterr().err
+    assert new_run(corpus, run, "--seed", "5") == cli.EXIT_USAGE
+    assert f"continue it with --resume {run / 'checkpoints' / 'step-000002'}" in capsys.readouterr().err
+    assert snapshot(run / "checkpoints") == before
+    assert cli.main(["train", "--resume", str(run / "checkpoints" / "step-000002"), "--no-progress"]) == cli.EXIT_OK
+
+
+def test_a_checkpoint_whose_counters_disagree_is_refused(run, capsys):
+    """trainer_state's step edited to 1 in step-000002: it resumed "at step 1", rewrote the checkpoint it came
+    from and then pruned it."""
+    state_file = run / "checkpoints" / "step-000002" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**state, "step": 1}))
+    before = snapshot(run)
+    assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE
+    assert "its 'step' is 1, but the folder's name says 2, the sampler's batches_drawn says 2" in \
+        capsys.readouterr().err
+    assert snapshot(run) == before
+
+
+def test_an_optimizer_file_of_another_step_is_refused(run, capsys):
+    shutil.copyfile(run / "checkpoints" / "step-000001" / "optimizer.safetensors",
+                    run / "checkpoints" / "step-000002" / "optimizer.safetensors")
+    log_before = (run / "log.jsonl").read_bytes()
+    assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE
+    assert "does not belong to step 2: its parameters' step counts are [1]" in capsys.readouterr().err
+    assert (run / "log.jsonl").read_bytes() == log_before
+
+
+def test_a_fifo_in_place_of_the_log_is_refused_not_waited_on(run, capsys):
+    (run / "log.jsonl").unlink()
+    os.mkfifo(run / "log.jsonl")
+    assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE  # it blocked for ever
+    assert "log.jsonl' is not a regular file as a run makes it" in capsys.readouterr().err

@@ -5,9 +5,10 @@ import os
 import tempfile
 
 
-def write_atomic(path, data: bytes | str) -> None:
+def write_atomic(path, data: bytes | str, replace: bool = True) -> None:
     """Write `data` to a temporary file beside `path`, sync it to disk, then rename it over `path`:
-    readers see the old file or the new one, never a mix. str is written as UTF-8."""
+    readers see the old file or the new one, never a mix. str is written as UTF-8. replace=False: `path` must
+    not exist (FileExistsError if a file appeared there meanwhile; it is left as it is)."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     payload = data.encode("utf-8") if isinstance(data, str) else data
@@ -21,7 +22,11 @@ def write_atomic(path, data: bytes | str) -> None:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:  # a hard link is made only where no name is: what appeared at path since it was checked stays
+            os.link(tmp, path)
+            os.unlink(tmp)
     except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -50,16 +50,22 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
         if not CHECKPOINT_NAME.fullmatch(name):
             raise CheckpointNotFound(f"{str(latest)!r} holds {name[:80]!r}, not the name of a checkpoint folder "
                                      f"beside it (step-NNNNNN); write the newest complete checkpoint's name "
-                                     f"into it (its folders: {_checkpoint_names(p)})")
+                                     f"into it (its folders: {checkpoint_names(p)})")
         if (p / CHECKPOINTS_DIR / name / STATE_FILE).is_file():
             return p / CHECKPOINTS_DIR / name
         raise CheckpointNotFound(f"{str(latest)!r} names {name!r}, which is not a complete checkpoint "
-                                 f"(its folders: {_checkpoint_names(p)})")
+                                 f"(its folders: {checkpoint_names(p)})")
+    saved = checkpoint_names(p)
+    if saved:  # LATEST is written after the folder: a failed write (a full disk) leaves a checkpoint without it
+        raise CheckpointNotFound(f"{str(p)!r} is a run folder without {CHECKPOINTS_DIR}/{LATEST_FILE} (which names "
+                                 f"the newest complete checkpoint), but it holds the checkpoint folders {saved}: "
+                                 f"give one of them, e.g. {str(p / CHECKPOINTS_DIR / saved[-1])!r}")
     raise CheckpointNotFound(f"{str(p)!r} is neither a checkpoint folder (no {STATE_FILE}) nor a run folder "
                              f"(no {CHECKPOINTS_DIR}/{LATEST_FILE})")
 
 
-def _checkpoint_names(run: Path) -> list[str]:
+def checkpoint_names(run: Path) -> list[str]:
+    """The checkpoint folders (step-NNNNNN) of a run folder, oldest first; each got its name once complete."""
     root = run / CHECKPOINTS_DIR
     return sorted(q.name for q in root.iterdir() if q.is_dir() and CHECKPOINT_NAME.fullmatch(q.name)) \
         if root.is_dir() else []

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..io.atomic_write import write_atomic
 from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR, FORMAT_VERSION,  # noqa: F401
-                              LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, CheckpointNotFound, _checkpoint_names,
+                              LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, CheckpointNotFound, checkpoint_names,
                               resolve_checkpoint, run_dir_of)
 from ..io.file_checks import require_regular_file
 from ..io.safetensors import load_file, save_file
@@ -57,7 +57,7 @@ def check_loaded_state(checkpoint_dir: Path, file: str, tensors) -> None:
         path = Path(checkpoint_dir) / file
         shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
         raise CheckpointNotFound(f"{str(path)!r} is damaged: {shown}; resume from another checkpoint "
-                                 f"(checkpoints of this run: {_checkpoint_names(run_dir_of(checkpoint_dir))})")
+                                 f"(checkpoints of this run: {checkpoint_names(run_dir_of(checkpoint_dir))})")
 
 
 class CheckpointWriteRefused(FileExistsError):
@@ -171,7 +171,7 @@ def load_trainer_state(checkpoint_dir: Path) -> dict:
         try:
             require_regular_file(checkpoint_dir / name, "checkpoint file", CheckpointNotFound)
         except CheckpointNotFound as e:
-            others = _checkpoint_names(run_dir_of(checkpoint_dir))
+            others = checkpoint_names(run_dir_of(checkpoint_dir))
             raise CheckpointNotFound(f"{e}: the checkpoint {str(checkpoint_dir)!r} is incomplete; resume from "
                                      f"another one (checkpoints of this run: {others})") from None
     path = checkpoint_dir / STATE_FILE
@@ -197,7 +197,23 @@ def load_trainer_state(checkpoint_dir: Path) -> dict:
     if bad:
         raise CheckpointNotFound(f"{str(path)!r} is damaged: its 'train_config' is not a valid run "
                                  f"({'; '.join(bad)}); resume from another checkpoint")
+    counters = {"the folder's name": int(checkpoint_dir.name[5:]) if CHECKPOINT_NAME.fullmatch(checkpoint_dir.name)
+                else None, "the sampler's batches_drawn": state["sampler"].get("batches_drawn")}
+    disagree = [f"{what} says {n}" for what, n in counters.items() if n is not None and n != state["step"]]
+    if disagree:  # resumed as it was, the run would rewrite and then prune the checkpoint it came from
+        raise CheckpointNotFound(f"{str(path)!r} is damaged: its 'step' is {state['step']}, but "
+                                 f"{', '.join(disagree)}; resume from another checkpoint")
     return state
+
+
+def check_optimizer_steps(checkpoint_dir: Path, step: int, moments: dict) -> None:
+    """Each parameter's AdamW step count is at most the checkpoint's step, and the largest is that step (every
+    parameter with a gradient is updated at every step): a moment file from another checkpoint fails here."""
+    counts = {int(v) for k, v in moments.items() if k.endswith("/step")}
+    if counts and (max(counts) != step or min(counts) < 0):
+        raise CheckpointNotFound(f"{str(Path(checkpoint_dir) / OPTIMIZER_FILE)!r} does not belong to step {step}: "
+                                 f"its parameters' step counts are {sorted(counts)[:5]}; resume from another "
+                                 f"checkpoint")
 
 
 def load_optimizer_state(checkpoint_dir: Path) -> dict:

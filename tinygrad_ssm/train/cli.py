@@ -32,8 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import distributed
-from ..io.atomic_write import write_atomic
-from ..io.checkpoints import CheckpointNotFound, resolve_checkpoint
+from ..io.checkpoints import CHECKPOINTS_DIR, CheckpointNotFound, checkpoint_names, resolve_checkpoint
 from ..models.mamba2.sampling import NonFiniteLogits
 from ..scan import available_backends
 from ..tokenizer import TokenizerError
@@ -43,7 +42,8 @@ from .generate import (escape_controls, generate_batch, load_model, read_batch_f
                        stream_text)
 from .loop import TrainingDiverged, train
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name
-from .scoring import REPORT_MARK, REPORT_MARK_VALUE, describe, is_eval_report, read_eval_text, score, trained_val_bpb
+from .scoring import (REPORT_MARK, REPORT_MARK_VALUE, describe, is_eval_report, read_eval_text, score, trained_val_bpb,
+                      write_report)
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_IO, EXIT_INTERRUPTED = 0, 1, 2, 74, 130  # 74: sysexits' EX_IOERR
 
@@ -249,7 +249,10 @@ def _train_io_error(e: OSError, args) -> int:
         try:
             last = f"the last checkpoint {resolve_checkpoint(Path(folder))} is intact"
         except (OSError, ValueError):
-            pass
+            saved = checkpoint_names(Path(folder))  # complete, but LATEST was not written (a full disk)
+            if saved:
+                newest = Path(folder) / CHECKPOINTS_DIR / saved[-1]
+                last = f"the checkpoint {newest} is complete (continue with --resume {newest})"
     say_error(f"cannot write {where}: {io_cause(e)}; training stopped, {last}")
     return EXIT_IO
 
@@ -416,7 +419,11 @@ def _eval(args) -> int:
             if args.json == "-":
                 sys.stdout.write(text)
             else:
-                write_atomic(Path(args.json), text)
+                write_report(Path(args.json), text)
+    except FileExistsError:
+        say_error(f"--json {args.json!r}: a file that is not eval's report appeared there while scoring; it was "
+                  f"left as it is and the JSON not written (the report is above)")
+        return EXIT_IO
     except OSError as e:
         where = e.filename or stdout_name()
         if e.filename is None:

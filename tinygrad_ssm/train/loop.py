@@ -292,6 +292,7 @@ def _restore(run: _Run, state: dict, resume_dir: Path | None) -> None:
         ckpt.check_loaded_state(resume_dir, "model.safetensors", run.model.varmap.named_vars())
         moments = ckpt.load_optimizer_state(resume_dir)
         ckpt.check_loaded_state(resume_dir, ckpt.OPTIMIZER_FILE, moments.items())
+        ckpt.check_optimizer_steps(resume_dir, state["step"], moments)
         _load_optimizer_state(run.optimizers, moments)
         run.log.truncate_after(state["step"])
     run.sampler.load_state_dict(state["sampler"])

@@ -26,7 +26,7 @@ import weakref
 from pathlib import Path
 
 from ..io.atomic_write import _sync_directory
-from ..io.checkpoints import CHECKPOINTS_DIR, LATEST_FILE
+from ..io.checkpoints import CHECKPOINT_NAME, CHECKPOINTS_DIR, LATEST_FILE
 from .log import LOG_FILE, PLOT_FILE
 
 LOCK_FILE = "run.lock"
@@ -117,9 +117,17 @@ def _link_message(out: Path, name: str) -> str:
 
 
 def _check_no_links(out: Path) -> None:
+    """Each of the run's own names is absent, or what the run made there: no link, and a file where a file goes
+    (a FIFO named log.jsonl would block the resume that reads it, forever)."""
     for name in sorted(OUR_FILES) + [f"{CHECKPOINTS_DIR}/{LATEST_FILE}"]:
-        if os.path.islink(out / name):
+        place = out / name
+        if os.path.islink(place):
             raise RunFolderError(_link_message(out, name))
+        kind_ok = place.is_dir() if name == CHECKPOINTS_DIR else place.is_file()
+        if os.path.lexists(place) and not kind_ok:
+            raise RunFolderError(f"{str(place)!r} is not a regular {'folder' if name == CHECKPOINTS_DIR else 'file'}"
+                                 f" as a run makes it (a FIFO, a device, ...); a run reads and writes it, so move it "
+                                 f"away or choose another --out")
 
 
 def read_marker(out: Path) -> dict | None:
@@ -187,11 +195,23 @@ def claim_run_folder(out: str | os.PathLike, resuming_from: str | os.PathLike | 
     if out.is_dir():
         _check_no_links(out)
         marker = read_marker(out)
+    if same_run and marker is None:  # a checkpoint copied out of its run: the folder around it is the user's
+        raise RunFolderError(f"--resume: {str(out)!r}, where the checkpoint's run would go on (its log, plot and "
+                             f"new checkpoints), is not a run folder of this package (no {MARKER_FILE}); resume "
+                             f"the checkpoint inside its own run folder (RUN/{CHECKPOINTS_DIR}/step-N), or start "
+                             f"from its weights with --init-from")
     if not same_run and out.is_dir():
         entries = sorted(p.name for p in out.iterdir())
-        if (out / CHECKPOINTS_DIR / LATEST_FILE).exists():
+        checkpoints = out / CHECKPOINTS_DIR
+        saved = sorted(p.name for p in checkpoints.iterdir() if CHECKPOINT_NAME.fullmatch(p.name)) \
+            if checkpoints.is_dir() else []
+        if (checkpoints / LATEST_FILE).exists():
             raise RunFolderError(f"{str(out)!r} already holds a run; continue it with --resume {out} "
                                  f"or choose another --out")
+        if saved and marker is not None:  # a run's checkpoint whose LATEST was never written (a full disk)
+            raise RunFolderError(f"{str(out)!r} already holds a run (its checkpoints {saved}, with no "
+                                 f"{CHECKPOINTS_DIR}/{LATEST_FILE}); continue it with --resume "
+                                 f"{checkpoints / saved[-1]} or choose another --out")
         foreign = [name for name in entries if name not in OUR_FILES or marker is None]
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")

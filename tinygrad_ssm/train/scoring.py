@@ -6,6 +6,7 @@ measure that compares models with different tokenizers, and what training report
 """
 from __future__ import annotations
 
+import errno
 import json
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..io.atomic_write import write_atomic
 from ..models.mamba2.evaluation import evaluate
 from .config import TrainConfig
 from .data import DataError, _looks_binary, _read, folder_files, load_corpus
@@ -34,6 +36,15 @@ def is_eval_report(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(report, dict) and report.get(REPORT_MARK) == REPORT_MARK_VALUE
+
+
+def write_report(path: Path, text: str) -> None:
+    """eval --json FILE: a new file, or over an earlier report, checked again here (a file may have appeared at
+    that path while scoring: FileExistsError, and it is left as it is)."""
+    existing = path.exists() or path.is_symlink()
+    if existing and not is_eval_report(path):
+        raise FileExistsError(errno.EEXIST, "exists", str(path))
+    write_atomic(path, text, replace=existing)
 
 
 @dataclass(frozen=True)
