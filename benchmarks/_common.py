@@ -157,6 +157,36 @@ def _cell(value) -> str:
     return str(value)
 
 
+WRITTEN_BY = "tinygrad_ssm benchmarks"  # the mark that lets a later run replace a --json file of its own
+
+
+def save_json(path, result: dict, indent: int = 1) -> None:
+    """Write a result JSON where `--json` points: a new file, a file of benchmarks/results (the project's own), or
+    one these scripts wrote (it carries WRITTEN_BY); never through a symbolic link. Anything else of the user's at
+    that path is refused (SystemExit naming it), and left as it is."""
+    from tinygrad_ssm.io.atomic_write import write_atomic
+    path = Path(path)
+    text = json.dumps({**result, "written_by": WRITTEN_BY}, indent=indent, default=float) + "\n"
+    existing = path.exists() or path.is_symlink()
+    if existing and not (not path.is_symlink() and path.is_file() and
+                         (path.resolve().parent == RESULTS.resolve() or _written_by_us(path))):
+        raise SystemExit(f"--json {str(path)!r} exists and is not a result these scripts wrote (or is a link); "
+                         f"give a new file name")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        write_atomic(path, text, replace=existing)
+    except FileExistsError:
+        raise SystemExit(f"--json {str(path)!r}: a file appeared there while the benchmark ran; it was left as it "
+                         f"is and the result not written") from None
+
+
+def _written_by_us(path: Path) -> bool:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("written_by") == WRITTEN_BY
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def write_result(path, name: str, title: str, columns, rows, notes=(), plots=(), **extra) -> dict:
     """Print the table and write the result JSON (see the module docstring)."""
     result = {"name": name, "title": title, "columns": list(columns), "rows": [list(r) for r in rows],
@@ -164,9 +194,7 @@ def write_result(path, name: str, title: str, columns, rows, notes=(), plots=(),
     print(f"\n{title}\n{format_table(columns, rows)}")
     for note in notes:
         print(f"  {note}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1, default=float))
+    save_json(path, result)
     print(f"wrote {path}")
     return result
 
@@ -177,12 +205,10 @@ def default_json(name: str) -> str:
 
 def dump_json(result: dict, where: str) -> None:
     """`--json FILE` (or `-` for stdout) of the scripts that print their own table."""
-    text = json.dumps(result, indent=2)
     if where == "-":
-        print(text)
+        print(json.dumps(result, indent=2))
         return
-    Path(where).parent.mkdir(parents=True, exist_ok=True)
-    Path(where).write_text(text + "\n")
+    save_json(where, result, indent=2)
 
 
 # --- 3. the transformers twin -------------------------------------------------------------------------------

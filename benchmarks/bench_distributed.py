@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import save_json
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -132,7 +134,7 @@ def main() -> None:
     print(f"bare allreduce of {b['parameters']:,} float32 gradients ({b['megabytes']:.1f} MB, {b['buckets']} "
           f"buckets), 2 ranks: {b['allreduce_s'] * 1e3:.2f} ms")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        save_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tinygrad_ssm as tg                                                           # noqa: E402
 from tinygrad_ssm.scan import available_backends, ssd                           # noqa: E402
+from _common import save_json                                                     # noqa: E402
 
 try:
     import torch
@@ -275,10 +276,8 @@ def main(argv=None):
             [report["scaling"][l][name]["median_s"] for l in ran]), 1)[0])
     print("fitted exponent of time ~ l^k: " + ", ".join(f"{k} {v:.2f}" for k, v in report["fitted_exponent"].items()))
 
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1))
-    print(f"wrote {path}")
+    save_json(args.json, report)
+    print(f"wrote {args.json}")
     return report
 
 

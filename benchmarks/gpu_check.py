@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 import tinygrad_ssm as tg
-from _common import machine
+from _common import machine, save_json
 from tinygrad_ssm.scan import BACKENDS, SSD, available_backends, cuda as numba_cuda, ssd
 
 TIMED_SHAPE = dict(b=8, l=8192, h=24, p=64, g=1, n=128)
@@ -248,8 +248,7 @@ def main(argv=None) -> int:
                   f"{1e3 * row.get('torch_forward_s', float('nan')):13.2f} "
                   f"{1e3 * row.get('torch_forward_backward_s', float('nan')):17.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        save_json(args.json, result)
     print(json.dumps(result))
     return 0 if ok else 1
 
