@@ -332,3 +332,28 @@ def test_a_tied_head_is_compared_piece_by_piece_to_its_last_row(tmp_path, monkey
     save_file(tmp_path / "model.safetensors", {**weights, "lm_head.weight": head})
     with pytest.raises(PretrainedError, match="differs from the embedding"):
         Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_save_pretrained_replaces_a_model_folder_only_and_never_saves_nan(tmp_path):
+    """It replaced a user's config.json and model.safetensors (a folder of something else), and saved NaN weights
+    that from_pretrained then loaded without a word."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"mine": 1}')
+    (mine / "model.safetensors").write_text("w")
+    with pytest.raises(PretrainedError, match="holds config.json and model.safetensors of something other than a "
+                                              "Mamba-2 model .*left as they are"):
+        small_model().save_pretrained(mine)
+    assert (mine / "config.json").read_text() == '{"mine": 1}' and (mine / "model.safetensors").read_text() == "w"
+    link = tmp_path / "linked"
+    link.mkdir()
+    (link / "config.json").symlink_to(mine / "config.json")
+    with pytest.raises(PretrainedError, match="config.json' is a symbolic link"):
+        small_model().save_pretrained(link)
+    model = small_model()
+    model.save_pretrained(tmp_path / "m")
+    model.save_pretrained(tmp_path / "m")  # a model folder is re-saved, as transformers does
+    model.varmap["backbone.norm_f.weight"].data[0] = np.nan
+    with pytest.raises(PretrainedError, match=r"backbone.norm_f.weight hold NaN or inf; nothing was written"):
+        model.save_pretrained(tmp_path / "nan")
+    assert not (tmp_path / "nan").exists()

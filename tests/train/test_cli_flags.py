@@ -173,8 +173,9 @@ def test_bad_sample_prompt_is_named(corpus, tmp_path, capsys):
 def nan_model_folder(tmp_path):
     model = Mamba2LMHeadModel(Mamba2Config(d_model=16, n_layer=1, vocab_size=256, d_state=4, headdim=8,
                                            chunk_size=8), VarMap(seed=0))
-    model.varmap["backbone.norm_f.weight"].data[:] = np.nan
     model.save_pretrained(tmp_path / "nan")
+    model.varmap["backbone.norm_f.weight"].data[:] = np.nan  # as another tool may have saved it (save_pretrained
+    model.varmap.save(tmp_path / "nan" / "model.safetensors")  # refuses): the file's weights themselves
     return tmp_path / "nan"
 
 

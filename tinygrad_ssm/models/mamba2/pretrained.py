@@ -424,7 +424,32 @@ def save_pretrained(model, directory):
     if directory.exists() and not directory.is_dir():
         raise PretrainedError(f"save_pretrained: {str(directory)!r} is a file; give a folder (it is created if "
                               f"needed) for {CONFIG_NAME} and {WEIGHTS_NAME}")
+    _check_replaceable(directory)
+    bad = [name for name, t in model.varmap.named_vars() if not np.isfinite(t.data).all()]
+    if bad:  # a folder from_pretrained would load without a word, every logit NaN
+        raise PretrainedError(f"save_pretrained: the weights {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} "
+                              f"hold NaN or inf; nothing was written to {str(directory)!r}")
     os.makedirs(directory, exist_ok=True)
     text = json.dumps(mamba_ssm_config(model.config), indent=2)
     write_atomic(directory / CONFIG_NAME, text + "\n")
     model.varmap.save(directory / WEIGHTS_NAME, metadata={"format": "pt"})
+
+
+def _check_replaceable(directory: Path) -> None:
+    """save_pretrained replaces config.json and model.safetensors in a model folder (as transformers does), never
+    a link, nor the files of a folder whose config.json is not a Mamba-2 model's: those are the user's."""
+    names = (CONFIG_NAME, WEIGHTS_NAME)
+    links = [name for name in names if (directory / name).is_symlink()]
+    if links:
+        raise PretrainedError(f"save_pretrained: {str(directory / links[0])!r} is a symbolic link; nothing is "
+                              f"written through a link: remove it, or save into another folder")
+    if not any(os.path.lexists(directory / name) for name in names):
+        return
+    try:
+        with warnings.catch_warnings():  # a key it ignores is still a Mamba-2 model's config
+            warnings.simplefilter("ignore")
+            parse_config(read_config(directory))
+    except (OSError, ValueError) as e:
+        held = " and ".join(name for name in names if os.path.lexists(directory / name))
+        raise PretrainedError(f"save_pretrained: {str(directory)!r} holds {held} of something other than a Mamba-2 "
+                              f"model ({e}); they were left as they are: save into another folder") from None
