@@ -251,6 +251,10 @@ def test_conv1d_silu_rejects_a_history_of_the_wrong_shape():
     x, w = tg.Tensor(np.ones((2, 5, 3))), tg.Tensor(np.ones((3, 1, 4)))
     with pytest.raises(ValueError, match=r"history must be \(b, k - 1, c\) = \(2, 3, 3\)"):
         fused.conv1d_silu(x, w, None, tg.Tensor(np.ones((2, 4, 3))))
+    for is_fused in (True, False):  # the layer's engine path cut a shorter output instead
+        conv = tg.nn.CausalDepthwiseConv1d(tg.VarBuilder(tg.VarMap(seed=0)), 3, 4, fused=is_fused)
+        with pytest.raises(ValueError, match=r"history must be \(b, k - 1, c\) = \(2, 3, 3\), got \(2, 2, 3\)"):
+            conv.silu_of(x, tg.Tensor(np.ones((2, 2, 3))))
 
 
 @pytest.mark.parametrize("blocks", [1, 40 * 8, 64 * 1024])

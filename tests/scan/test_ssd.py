@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 import tinygrad_ssm as tg
 from tests.support.gradcheck import gradcheck
 from tests.support.scan_inputs import make_inputs, numpy_scan
-from tinygrad_ssm.scan import reference, ssd
+from tinygrad_ssm.scan import available_backends, reference, ssd
 
 Q = 8                                    # chunk length in these tests
 LENGTHS = [1, Q - 1, Q, Q + 1, 3 * Q + 5]
@@ -143,6 +143,9 @@ def test_dtypes_and_auto_backend():
     (dict(D=np.zeros(5)), r"D must have shape"),
     (dict(initial_state=np.zeros((2, 4, 3, 4))), r"initial_state must have shape \(b, h, p, n\)"),
     (dict(x=np.zeros((2, 11, 4, 3), dtype=np.int64)), r"x must be a floating point"),
+    # a raw numba TypingError before (longdouble passed the floating point check)
+    (dict(B=np.zeros((2, 11, 2, 5), dtype=np.longdouble)), r"B has dtype float128; the scan takes float16, float32 "
+                                                           r"or float64: cast it"),
 ])
 def test_bad_arguments_name_the_argument_and_shape(change, message):
     inputs = {**make_inputs(np.random.default_rng(7)), **change}
@@ -216,3 +219,12 @@ def test_registry_auto_takes_the_available_backend_of_highest_priority():
             register_backend(Backend("never-here", priority=0, available=lambda: True, ops=lambda *a: None))
     finally:
         del BACKENDS["never-here"]
+
+
+def test_an_empty_batch_gives_empty_outputs_on_every_backend():
+    """b = 0 raised ZeroDivisionError in the numba CPU backend (its blocks of heads divided by b g)."""
+    inputs = make_inputs(np.random.default_rng(3), b=0, initial_state=False)
+    del inputs["initial_state"]
+    for backend in available_backends():
+        y, final = ssd(**{k: tg.Tensor(v) for k, v in inputs.items()}, chunk_size=4, backend=backend)
+        assert y.shape == inputs["x"].shape and final.shape[0] == 0, backend

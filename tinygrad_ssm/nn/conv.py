@@ -33,12 +33,16 @@ class CausalDepthwiseConv1d:
     def silu_of(self, x: Tensor, history: Tensor | None = None) -> Tensor:
         """silu(self(x)), the mixer's conv and activation: one fused op, or two engine ops (fused=False).
         history (b, k - 1, c): the inputs before x (a sequence continued from a cache), seen instead of zeros."""
+        if x.ndim != 3 or x.shape[2] != self.channels:
+            raise ValueError(f"CausalDepthwiseConv1d {self.name!r}: x must be (b, l, {self.channels}), got {x.shape}")
+        expected = (x.shape[0], self.kernel_size - 1, self.channels)
+        if history is not None and tuple(history.shape) != expected:  # the engine path cut a shorter output
+            raise ValueError(f"CausalDepthwiseConv1d {self.name!r}: history must be (b, k - 1, c) = {expected}, got "
+                             f"{tuple(history.shape)}")
         if not self.fused:
             if history is None:
                 return F.silu(self(x))
             return F.silu(self(F.cat([history, x], axis=1)))[:, self.kernel_size - 1:]   # (b, l, c)
-        if x.ndim != 3 or x.shape[2] != self.channels:
-            raise ValueError(f"CausalDepthwiseConv1d {self.name!r}: x must be (b, l, {self.channels}), got {x.shape}")
         return fused_ops.conv1d_silu(x, self.weight, self.bias, history)  # (b, l, c)
 
     def step(self, state: Tensor, x_t: Tensor) -> tuple[Tensor, Tensor]:

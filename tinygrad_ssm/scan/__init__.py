@@ -137,6 +137,9 @@ def _tensor(name: str, value) -> Tensor:
     t = value if isinstance(value, Tensor) else Tensor(np.asarray(value))
     if t.dtype.kind != "f":
         raise TypeError(f"ssd: {name} must be a floating point tensor, got dtype {t.dtype}")
+    if t.dtype.itemsize > 8:  # NumPy's longdouble: no numba type, and the kernels compute in float32 or float64
+        raise TypeError(f"ssd: {name} has dtype {t.dtype}; the scan takes float16, float32 or float64: cast it "
+                        f"(e.g. {name}.astype('float64'))")
     return t
 
 

@@ -197,7 +197,7 @@ def head_blocks(b: int, g: int, r: int, threads: int) -> int:
     """Blocks of a group's r heads per (batch, group): enough work items for ITEMS_PER_THREAD on each thread (so a
     thread that starts late, or runs slower, leaves the others less to wait for), never more than r. An item's
     piece computes C B^T once for its heads: at the 130M shape (b 1, one group of 24 heads) 8 blocks of 3."""
-    return int(max(1, min(r, -(-ITEMS_PER_THREAD * threads // (b * g)))))
+    return int(max(1, min(r, -(-ITEMS_PER_THREAD * threads // max(b * g, 1)))))   # b = 0: an empty scan
 
 
 def _contiguous(*arrays):
