@@ -8,7 +8,7 @@ first token), over the N - 1 steps left (N = 33, or --new-tokens: more for a sma
 
     python benchmarks/dev/decode_chunking.py                            # 130M's shape, batch 1, 16 and 128 KB
     python benchmarks/dev/decode_chunking.py --batch 8 --chunk-kb 16 64 128 --shares 0.48 0.44
-    python benchmarks/dev/decode_chunking.py --shape small --new-tokens 257   # bench_generate's 14.6M model
+    python benchmarks/dev/decode_chunking.py --shape small --new-tokens 257   # bench_generate's 1.8M model
     python benchmarks/dev/decode_chunking.py --quick                    # a smoke run: small model, 2 rounds
 
 Prints each round (the probe's GB/s, then every setting's ms a step), then per setting the median over rounds of

@@ -59,7 +59,7 @@ def _contiguous_state(state, name: str, expected: tuple, dtype):
 # leaves the other thread waiting. So a projection is claimed as two big chunks of BIG_SHARE of its rows each
 # (one per thread when both run), then the rest in chunks of CHUNK_BYTES of weights, shared as they come.
 # 128 KB against 16 KB (benchmarks/dev/decode_chunking.py, 24-40 rounds a run): 0.973-0.992x the step at the
-# 130M shape, batch 1, 0.980-0.982x at batch 8; 0.987x and 0.997x on bench_generate's 14.6M model
+# 130M shape, batch 1, 0.980-0.982x at batch 8; 0.987x and 0.997x on bench_generate's 1.8M-parameter model
 CHUNK_BYTES = 128 << 10        # weights per small chunk of a projection's rows
 BIG_SHARE = 0.48               # of the rows in each big chunk (b8 on 2 cores: 0.40 ~10% slower, 0.45 ~2% slower)
 STATE_CHUNK_BYTES = 32 << 10   # SSM states per small chunk of the (row, head)s (big ones first, as above): two
