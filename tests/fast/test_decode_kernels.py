@@ -304,3 +304,25 @@ def test_models_of_any_layer_count_share_one_compilation(dtype):
     for overrides in ({"n_layer": 3}, {"n_layer": 1, "d_model": 8, "d_state": 2, "vocab_size": 17}):
         twin_models(dtype=dtype, seed=1, **overrides)[0].generate(prompt, 3, temperature=0)
         assert [set(f.signatures) for f in functions] == compiled
+
+
+def test_a_step_after_one_interrupted_as_it_returned_does_its_work(monkeypatch):
+    """A Ctrl-C lands as the numba call returns: the step had run, but its step number was not counted, so the
+    next step reused it, found every chunk already claimed, and left the cache as it was."""
+    fast, slow = twin_models(seed=8)
+    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
+    fast.step(np.array([1, 2]), cache_f), slow.step(np.array([1, 2]), cache_s)
+    real_call = decode._Session.call
+
+    def returns_then_interrupted(self, dispatcher, args):
+        real_call(self, dispatcher, args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(decode._Session, "call", returns_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fast.step(np.array([3, 4]), cache_f)
+    monkeypatch.undo()
+    slow.step(np.array([3, 4]), cache_s)                                # the interrupted step had run
+    for token in ([5, 6], [7, 8]):
+        np.testing.assert_allclose(fast.step(np.array(token), cache_f).data, slow.step(np.array(token), cache_s).data,
+                                   rtol=1e-10, atol=1e-10)

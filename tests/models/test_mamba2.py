@@ -379,3 +379,21 @@ def test_fused_model_packs_each_projection_kind_in_one_huge_page_block():
     for (name, a), (other, b) in zip(fused.varmap.named_vars(), plain.varmap.named_vars()):
         assert name == other
         np.testing.assert_array_equal(a.data, b.data, err_msg=name)
+
+
+def test_a_model_and_a_cache_that_decoded_still_pickle_and_deepcopy():
+    """The fused decoder kept numba's typed lists on the model and the cache: after one generate neither could be
+    pickled or deep-copied (a spawned process could not take the model)."""
+    import copy
+    import pickle
+    model = Mamba2LMHeadModel(small_config(), VarMap(seed=0))
+    ids = np.array([[1, 2, 3]])
+    tokens = model.generate(ids, 4, temperature=0)
+    for twin in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+        np.testing.assert_array_equal(twin.generate(ids, 4, temperature=0), tokens)
+    cache = model.allocate_cache(1)
+    model.step(np.array([1]), cache)
+    copies = [pickle.loads(pickle.dumps(cache)), copy.deepcopy(cache)]
+    expected = model.step(np.array([2]), cache).data
+    for twin in copies:
+        np.testing.assert_array_equal(model.step(np.array([2]), twin).data, expected)

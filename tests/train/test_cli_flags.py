@@ -17,7 +17,7 @@ from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
 from tinygrad_ssm.tokenizer import ByteTokenizer
 from tinygrad_ssm.train import cli
 from tinygrad_ssm.train.data import DataError, load_corpus, sample_prompt_from
-from tinygrad_ssm.train.generate import escape_controls
+from tinygrad_ssm.train.generate import escape_controls, read_batch_file
 from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits, sample_next
 from tinygrad_ssm.train.log import progress_bar
 from tinygrad_ssm.train.loop import TrainConfig, TrainResult, summary
@@ -344,3 +344,12 @@ def test_eval_json_leaves_a_file_that_appeared_while_scoring(stopped_run, corpus
         capsys.readouterr().err
     assert report.read_text() == "USER FILE" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt",
                                                                                                 "report.json"]
+
+
+@pytest.mark.parametrize("suffix,body", [(".txt", b"hello\r\nworld\r\n"), (".jsonl", b'{"prompt": "hello"}\n')])
+def test_a_batch_files_byte_order_mark_is_not_part_of_its_first_prompt(tmp_path, suffix, body):
+    """Notepad's "UTF-8 with BOM": the mark went into the first prompt of a text file (and a .jsonl was refused)."""
+    path = tmp_path / f"prompts{suffix}"
+    path.write_bytes(b"\xef\xbb\xbf" + body)
+    prompts, lines = read_batch_file(str(path))
+    assert prompts[0] == "hello" and lines[0] == 1

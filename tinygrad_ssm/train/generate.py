@@ -174,7 +174,7 @@ def read_batch_file(path: str) -> tuple[list[str], list[int]]:
     p = Path(path).expanduser()
     require_regular_file(p, "--batch-file", ValueError)
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        lines = p.read_text(encoding="utf-8-sig").splitlines()  # a byte order mark (Notepad's UTF-8) is no text
     except UnicodeDecodeError as e:
         raise ValueError(f"--batch-file {str(p)!r} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     if p.suffix != ".jsonl":

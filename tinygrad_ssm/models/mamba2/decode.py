@@ -198,8 +198,10 @@ class _Session:
     def step(self, ids: np.ndarray) -> np.ndarray:
         self.ids[:] = ids
         self._start_helper()
-        self.call(_lead, (self.control, self.step_count, self.args))
-        self.step_count += 1
+        try:
+            self.call(_lead, (self.control, self.step_count, self.args))
+        finally:  # a Ctrl-C lands as the call returns: the step ran, and its number's claims are spent (a next
+            self.step_count += 1  # step under the same number would find every chunk claimed and do nothing)
         return self.logits.copy()
 
     def sampled(self, ids: np.ndarray, vocab: int, temperature, top_k, top_p, uniforms: np.ndarray):
@@ -208,11 +210,14 @@ class _Session:
         self._start_helper()
         n = uniforms.shape[0]
         tokens = np.empty((n, self.batch), np.int64)
-        m = self.call(_sampled, (self.control, self.step_count, self.args, int(vocab), float(temperature),
-                                 0 if top_k is None else int(top_k), 1.0 if top_p is None else float(top_p),
-                                 uniforms, tokens))
-        steps = min(m + 1, n)
-        self.step_count += steps
+        m = None
+        try:
+            m = self.call(_sampled, (self.control, self.step_count, self.args, int(vocab), float(temperature),
+                                     0 if top_k is None else int(top_k), 1.0 if top_p is None else float(top_p),
+                                     uniforms, tokens))
+        finally:  # interrupted: as many step numbers as could have been used (see step)
+            steps = n if m is None else min(m + 1, n)
+            self.step_count += steps
         return tokens[:m], steps
 
     def call(self, dispatcher, args):

@@ -85,6 +85,9 @@ class Mamba2Cache:
     layers: list   # one LayerState per layer
     seqlen_offset: int = 0   # tokens seen so far
 
+    def __getstate__(self):  # pickle, deepcopy: the fused decoder's session (numba's lists) is rebuilt when needed
+        return {k: v for k, v in self.__dict__.items() if k != "_decode_session"}
+
     @property
     def batch_size(self) -> int:
         return self.layers[0].ssm.shape[0]
@@ -239,6 +242,9 @@ class Mamba2LMHeadModel:
                                                                        fused=fused)
 
     # --- full sequences ------------------------------------------------------------------------------------
+    def __getstate__(self):  # pickle, deepcopy (a spawned process): the decoder's prepared weights are rebuilt
+        return {k: v for k, v in self.__dict__.items() if k != "_decode_weights"}
+
     def _check_ids(self, input_ids, ndim: int, what: str) -> np.ndarray:
         ids = np.asarray(input_ids.data if isinstance(input_ids, Tensor) else input_ids)
         shape_text = "(b, l)" if ndim == 2 else "(b,)"
