@@ -42,7 +42,8 @@ def test_assigned_grad_must_have_the_tensors_dtype():
 
 def test_an_in_place_op_that_cannot_cast_names_the_op():
     t = Tensor(np.arange(3))
-    with pytest.raises(TypeError, match=r"add_: the result cannot be stored in place in this int64 tensor .*t.double\(\)"):
+    with pytest.raises(TypeError, match=r"add_: the result cannot be stored in place in this int64 tensor .*"
+                                        r"t.double\(\)"):
         t.add_(1.5)
     assert np.array_equal(t.data, [0, 1, 2]) and t._version[0] == 0
 

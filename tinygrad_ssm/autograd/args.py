@@ -35,8 +35,9 @@ def _describe(x) -> str:
 
 def as_tensor(op: str, argument: str, x, like: Tensor | None = None) -> Tensor:
     """A tensor argument: a Tensor as is; a Python or NumPy number takes the dtype of the tensor it meets
-    (`like`: a scalar never upcasts float32, an integer never widens int32); an array or a (nested) list becomes a tensor of its own dtype.
-    Anything else (a str, None, objects, complex numbers, a ragged list) is a TypeError naming op and argument."""
+    (`like`: a scalar never upcasts float32, an integer never widens int32); an array or a (nested) list
+    becomes a tensor of its own dtype. Anything else (a str, None, objects, complex numbers, a ragged list) is
+    a TypeError naming op and argument."""
     if isinstance(x, Tensor):
         return x
     if isinstance(x, (bool, np.bool_)):

@@ -40,7 +40,8 @@ def ones_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
 def arange(start, stop=None, step=1, dtype=None) -> Tensor:
     """np.arange; from Python floats float32, as torch.arange (NumPy would give float64)."""
     values = np.arange(start, stop, step, dtype=dtype)
-    if dtype is None and values.dtype == np.float64 and not any(isinstance(v, np.floating) for v in (start, stop, step)):
+    from_python_floats = not any(isinstance(v, np.floating) for v in (start, stop, step))
+    if dtype is None and values.dtype == np.float64 and from_python_floats:
         values = values.astype(DEFAULT_FLOAT)
     return Tensor(values)
 

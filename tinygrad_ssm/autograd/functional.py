@@ -27,9 +27,8 @@ def op(fn):
     return fn
 
 
-# --- dtype rules -----------------------------------------------------------------------------------------
-
 def _binary(op_name: str, fn, a, b):
+    """A binary op's checks and dtype rules (torch's: a number or 0-d tensor never widens a tensor of its kind)."""
     like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
     a, b = A.as_tensor(op_name, "a", a, like), A.as_tensor(op_name, "b", b, like)
     A.broadcast_shape(op_name, f"shapes {A.shape_text(a, b)}", a.shape, b.shape)

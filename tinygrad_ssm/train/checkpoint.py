@@ -14,13 +14,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import numpy as np
 
 from ..io.atomic_write import write_atomic
 from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR, FORMAT_VERSION,  # noqa: F401
                               LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, CheckpointNotFound, checkpoint_names,
                               resolve_checkpoint, run_dir_of)
 from ..io.file_checks import require_regular_file
+from ..io.finite import non_finite_problems  # noqa: F401 (loop.py and starting_point.py take it from here)
 from ..io.safetensors import load_file, save_file
 from .checks import train_config_problems
 from .config import TrainConfig
@@ -28,25 +28,6 @@ from .config import TrainConfig
 
 class NonFiniteCheckpoint(ValueError):
     """The weights or optimizer moments to be saved hold NaN or inf (or a negative second moment)."""
-
-
-def non_finite_problems(tensors) -> list[str]:
-    """One sentence per (name, array) of weights or optimizer state that is not fit to save or resume from:
-    a NaN or inf anywhere, or a negative value in a second moment (exp_avg_sq, a mean of squares)."""
-    bad = []
-    for name, a in tensors:
-        a = np.asarray(a if isinstance(a, (np.ndarray, np.generic, int, float)) else a.data)  # a Tensor: its array
-        if a.dtype.kind in "fc":
-            n = int(a.size - np.count_nonzero(np.isfinite(a)))
-            if n:
-                bad.append(f"tensor {name!r} holds {n} non-finite value(s) (NaN or inf) of {a.size}")
-                continue
-        if name.endswith("exp_avg_sq") and a.dtype.kind in "fi":
-            n = int(np.count_nonzero(a < 0))
-            if n:
-                bad.append(f"tensor {name!r} holds {n} negative value(s) of {a.size} (a second moment is a mean "
-                           f"of squares, never negative)")
-    return bad
 
 
 def check_loaded_state(checkpoint_dir: Path, file: str, tensors) -> None:

@@ -18,8 +18,8 @@ class TrainConfig:
     chunk 64, the fastest at seq_len 128; 3 layers of d_model 256 with d_state 64, since in a few minutes a
     model this small sees about two bytes per parameter, so fewer layers and more steps win (2 layers fell
     behind); 660 steps, what fitted in about four minutes on a fresh clone, install and compilation included,
-    when they were chosen (about three today: the step got faster; validation about 1.68 bits per byte). The runs behind these choices, and the default run's figures
-    through the package's history: CHANGELOG.md.
+    when they were chosen (about three today: the step got faster; validation about 1.68 bits per byte). The
+    runs behind these choices, and the default run's figures through the package's history: CHANGELOG.md.
     """
 
     # data

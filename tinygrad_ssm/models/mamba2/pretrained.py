@@ -25,6 +25,7 @@ import numpy as np
 from ...io.atomic_write import write_atomic
 from ...io.checkpoints import CHECKPOINTS_DIR, resolve_checkpoint
 from ...io.file_checks import require_regular_file
+from ...io.finite import non_finite_problems
 from ...io.safetensors import CheckpointError, SafetensorsFile
 from ...registry import VarMap
 from .config import Mamba2Config
@@ -425,10 +426,9 @@ def save_pretrained(model, directory):
         raise PretrainedError(f"save_pretrained: {str(directory)!r} is a file; give a folder (it is created if "
                               f"needed) for {CONFIG_NAME} and {WEIGHTS_NAME}")
     _check_replaceable(directory)
-    bad = [name for name, t in model.varmap.named_vars() if not np.isfinite(t.data).all()]
+    bad = non_finite_problems(model.varmap.named_vars())
     if bad:  # a folder from_pretrained would load without a word, every logit NaN
-        raise PretrainedError(f"save_pretrained: the weights {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} "
-                              f"hold NaN or inf; nothing was written to {str(directory)!r}")
+        raise PretrainedError(f"save_pretrained: {'; '.join(bad[:3])}; nothing was written to {str(directory)!r}")
     os.makedirs(directory, exist_ok=True)
     text = json.dumps(mamba_ssm_config(model.config), indent=2)
     write_atomic(directory / CONFIG_NAME, text + "\n")

@@ -1,0 +1,24 @@
+"""Whether arrays are fit to be saved as weights or optimizer state: what a checkpoint (train/checkpoint.py) and
+`save_pretrained` check before they write, so that nothing saved is called good with a NaN in it."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def non_finite_problems(tensors) -> list[str]:
+    """One sentence per (name, array) of weights or optimizer state that is not fit to save or resume from:
+    a NaN or inf anywhere, or a negative value in a second moment (exp_avg_sq, a mean of squares)."""
+    bad = []
+    for name, a in tensors:
+        a = np.asarray(a if isinstance(a, (np.ndarray, np.generic, int, float)) else a.data)  # a Tensor: its array
+        if a.dtype.kind in "fc":
+            n = int(a.size - np.count_nonzero(np.isfinite(a)))
+            if n:
+                bad.append(f"tensor {name!r} holds {n} non-finite value(s) (NaN or inf) of {a.size}")
+                continue
+        if name.endswith("exp_avg_sq") and a.dtype.kind in "fi":
+            n = int(np.count_nonzero(a < 0))
+            if n:
+                bad.append(f"tensor {name!r} holds {n} negative value(s) of {a.size} (a second moment is a mean "
+                           f"of squares, never negative)")
+    return bad
