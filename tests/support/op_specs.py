@@ -14,9 +14,10 @@ Per op:
            require grad): the sweeps over every op (bad argument types in tests/autograd/test_ops_errors.py, views and
            the version counter in tests/autograd/test_views.py) call it.
 A variant is a pytest parameter of its own, so each keeps the full hypothesis budget. The strategies are in
-tests/support/strategies.py, the gradient cases and forward checks in tests/support/op_checks.py, the references in
-tests/support/op_references.py. `test_every_op_has_a_complete_spec` (tests/autograd/test_op_specs.py) fails when an op of
-functional.OPS has no entry, or an entry lacks a part.
+tests/support/strategies.py, the gradient cases and forward checks in tests/support/op_checks.py (the shape ops'
+in tests/support/shape_checks.py), the references in tests/support/op_references.py.
+`test_every_op_has_a_complete_spec` (tests/autograd/test_op_specs.py) fails when an op of functional.OPS has no
+entry, or an entry lacks a part.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from . import op_checks as C
+from . import shape_checks as S
 from .op_references import (causal_conv1d_ref, cross_entropy_ref, cumsum_ref, einsum_ref, log_softmax_ref,
                            logsumexp_ref, matmul_ref, rms_norm_ref, sigmoid_ref, softmax_ref, softplus_ref)
 from .strategies import EINSUM_SPECS, away_from_zero, positive, smooth
@@ -223,52 +225,52 @@ spec("einsum", grad={s: C.einsum_grad(s) for s in EINSUM_SPECS},
 
 # --- shape ----------------------------------------------------------------------------------------------
 
-spec("reshape", grad=C.reshape_grad, forward=C.reshape_forward,
+spec("reshape", grad=S.reshape_grad, forward=S.reshape_forward,
      torch=[([randn(2, 3, 4)], lambda x: F.reshape(x, (4, -1)), lambda x: x.reshape(4, -1))],
      float32=lambda: F.reshape(f32(2, 3), (3, 2)), example=lambda: (f64(2, 3), (3, 2)))
-spec("flatten", grad=C.flatten_grad, forward=C.flatten_forward,
+spec("flatten", grad=S.flatten_grad, forward=S.flatten_forward,
      torch=[([randn(2, 3, 4)], lambda x: F.flatten(x, 1, 2), lambda x: torch.flatten(x, 1, 2))],
      float32=lambda: F.flatten(f32(2, 3)), example=lambda: (f64(2, 3),))
-spec("permute", grad=C.permute_grad, forward=C.permute_forward,
+spec("permute", grad=S.permute_grad, forward=S.permute_forward,
      torch=[([randn(2, 3, 4)], lambda x: F.permute(x, (2, 0, 1)), lambda x: x.permute(2, 0, 1))],
      float32=lambda: F.permute(f32(2, 3), (1, 0)), example=lambda: (f64(2, 3), (1, 0)))
-spec("transpose", grad=C.transpose_grad, forward=C.transpose_forward,
+spec("transpose", grad=S.transpose_grad, forward=S.transpose_forward,
      torch=[([randn(2, 3, 4)], lambda x: F.transpose(x, 0, -1), lambda x: x.transpose(0, -1))],
      float32=lambda: F.transpose(f32(2, 3)), example=lambda: (f64(2, 3),))
-spec("expand", grad=C.expand_grad, forward=C.expand_forward,
+spec("expand", grad=S.expand_grad, forward=S.expand_forward,
      torch=[([randn(3, 1)], lambda x: F.expand(x, (2, 3, 4)), lambda x: x.expand(2, 3, 4))],
      float32=lambda: F.expand(f32(1, 3), (2, 3)), example=lambda: (f64(1, 3), (2, 3)))
-spec("unsqueeze", grad=C.unsqueeze_grad, forward=C.unsqueeze_forward,
+spec("unsqueeze", grad=S.unsqueeze_grad, forward=S.unsqueeze_forward,
      torch=[([randn(2, 3)], lambda x: F.unsqueeze(x, -2), lambda x: x.unsqueeze(-2))],
      float32=lambda: F.unsqueeze(f32(3), 0), example=lambda: (f64(2, 3), 1))
-spec("squeeze", grad=C.squeeze_grad, forward=C.squeeze_forward,
+spec("squeeze", grad=S.squeeze_grad, forward=S.squeeze_forward,
      torch=[([randn(2, 1, 3, 1)], lambda x: F.squeeze(x, (1, 3)), lambda x: x.squeeze((1, 3))),
             ([randn(1, 3, 1)], F.squeeze, lambda x: torch.squeeze(x))],
      float32=lambda: F.squeeze(f32(1, 3)), example=lambda: (f64(1, 3),))
 _rows = np.array([2, 0, 2, 2])  # repeats: the gradient scatter-adds
 _mask = _rng.random((4, 3)) > 0.4
-spec("getitem", grad=C.getitem_grad,
-     forward={**{name: C.getitem_forward(name) for name in C.GETITEM_CASES}, "basic indices": C.getitem_basic_forward},
+spec("getitem", grad=S.getitem_grad,
+     forward={**{name: S.getitem_forward(name) for name in S.GETITEM_CASES}, "basic indices": S.getitem_basic_forward},
      torch=[([randn(4, 3)], (lambda i: lambda x: x[i])(index), (lambda i: lambda x: x[to_torch(i)])(index))
             for index in ((1, slice(None, None, 2)), (Ellipsis, None, 1), _rows, (_rows, slice(1, 3)),
                           (_rows, np.array([0, 1, 2, 1])), _mask)],
      float32=lambda: f32(3)[np.array([0, 0])], example=lambda: (f64(2, 3), (0, slice(None))))
-spec("cat", grad=C.cat_grad, forward=C.cat_forward,
+spec("cat", grad=S.cat_grad, forward=S.cat_forward,
      torch=[([randn(2, 3), randn(2, 1), randn(2, 2)], lambda *xs: F.cat(xs, 1), lambda *xs: torch.cat(xs, 1))],
      float32=lambda: F.cat([f32(2), f32(3)]), example=lambda: ([f64(2, 3), f64(1, 3)], 0))
-spec("stack", grad=C.stack_grad, forward=C.stack_forward,
+spec("stack", grad=S.stack_grad, forward=S.stack_forward,
      torch=[([randn(2, 3), randn(2, 3)], lambda *xs: F.stack(xs, -1), lambda *xs: torch.stack(xs, -1))],
      float32=lambda: F.stack([f32(2), f32(2)]), example=lambda: ([f64(2, 3), f64(2, 3)], 0))
-spec("split", grad=C.split_grad, forward=C.split_forward,
+spec("split", grad=S.split_grad, forward=S.split_forward,
      torch=[([randn(5, 2)], (lambda s: lambda x: F.cat([q * (i + 1.0) for i, q in enumerate(F.split(x, s))]))(sections),
              (lambda s: lambda x: torch.cat([q * (i + 1.0) for i, q in enumerate(torch.split(x, s))]))(sections))
             for sections in (2, [1, 3, 1])],
      float32=lambda: F.split(f32(4), 2)[1], example=lambda: (f64(4, 3), 2))
-spec("pad", grad=C.pad_grad, forward=C.pad_forward,
+spec("pad", grad=S.pad_grad, forward=S.pad_forward,
      torch=[([randn(2, 3, 4)], lambda x: F.pad(x, (1, 2, 0, 1), value=-1.0),
              lambda x: TF.pad(x, (1, 2, 0, 1), value=-1.0))],
      float32=lambda: F.pad(f32(3), (1, 1), value=2.0), example=lambda: (f64(2, 3), (1, 1)))
-spec("flip", grad=C.flip_grad, forward=C.flip_forward,
+spec("flip", grad=S.flip_grad, forward=S.flip_forward,
      torch=[([randn(2, 3, 4)], lambda x: F.flip(x, (0, 2)), lambda x: torch.flip(x, (0, 2)))],
      float32=lambda: F.flip(f32(3), 0), example=lambda: (f64(2, 3), 0))
 for _name, _lower, _shape in (("tril", True, (2, 3, 4)), ("triu", False, (4, 3))):
