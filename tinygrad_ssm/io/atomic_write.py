@@ -1,8 +1,50 @@
-"""Writing a file so that a crash never leaves half of it in place of a good one."""
+"""Writing a file so that a crash never leaves half of it in place of a good one.
+
+Temporary files and folders are created here rather than with `tempfile.mkstemp`/`mkdtemp`: those make them
+private (0600/0700) whatever the umask, and a checkpoint is an ordinary file. Created exclusively (O_EXCL,
+never through a link someone left at the name) with mode 0666 / 0777 less the umask, as `open()` and
+`mkdir` give; a file that replaces another keeps that one's permission bits, as an overwrite in place would."""
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
+import stat
+
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def new_temporary_file(directory, name: str, suffix: str = ".tmp") -> tuple[int, str]:
+    """(fd open for writing, path) of a new file `.NAME.RANDOM.tmp` in `directory`, mode 0666 less the umask."""
+    for _ in range(100):
+        path = os.path.join(os.fspath(directory), f".{name}.{secrets.token_hex(4)}{suffix}")
+        try:
+            return os.open(path, _NEW_FILE, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file for {name!r} in {os.fspath(directory)!r}")
+
+
+def new_temporary_folder(directory, name: str, suffix: str = ".tmp") -> str:
+    """The path of a new, empty folder `.NAME.RANDOM.tmp` in `directory`, mode 0777 less the umask."""
+    for _ in range(100):
+        path = os.path.join(os.fspath(directory), f".{name}.{secrets.token_hex(4)}{suffix}")
+        try:
+            os.mkdir(path, 0o777)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary folder for {name!r} in {os.fspath(directory)!r}")
+
+
+def keep_mode_of(fd: int, path) -> None:
+    """Give the file open at `fd` the permission bits of the regular file at `path`, if there is one (a link
+    or anything else there gives nothing: the new file keeps the umask's mode)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(st.st_mode):
+        os.fchmod(fd, stat.S_IMODE(st.st_mode))
 
 
 def write_atomic(path, data: bytes | str, replace: bool = True) -> None:
@@ -13,11 +55,12 @@ def write_atomic(path, data: bytes | str, replace: bool = True) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+        fd, tmp = new_temporary_file(directory, os.path.basename(path))
     except OSError as error:                                    # no such folder, not writable: name the file asked for
         raise OSError(error.errno, error.strerror, path) from error
     try:
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; these are ordinary files
+        if replace:
+            keep_mode_of(fd, path)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
@@ -28,7 +71,7 @@ def write_atomic(path, data: bytes | str, replace: bool = True) -> None:
             os.link(tmp, path)
             os.unlink(tmp)
     except BaseException as error:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
         if isinstance(error, OSError) and error.errno is not None:
             raise OSError(error.errno, error.strerror, path) from error  # name the file asked for, not the temp

@@ -11,11 +11,10 @@ import math
 import numbers
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 
-from ..io.atomic_write import write_atomic
+from ..io.atomic_write import new_temporary_folder, write_atomic
 from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR, FORMAT_VERSION,  # noqa: F401
                               LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, CheckpointNotFound, checkpoint_names,
                               resolve_checkpoint, run_dir_of)
@@ -66,8 +65,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
     if os.path.lexists(final) and (run_id is None or _run_id_of(final) != run_id):
         raise CheckpointWriteRefused(f"{str(final)!r} exists and is not a checkpoint of this run (run id "
                                      f"{run_id}); it was left as it is: move it away, or choose another --out")
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".tmp"))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is an ordinary folder, as its files are 0644
+    tmp = Path(new_temporary_folder(root, final.name))  # 0777 less the umask, as its files are 0666 less it
     try:
         model.save_pretrained(tmp)
         for name, text in (tokenizer_files or {}).items():
@@ -76,7 +74,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
         state = {"format_version": FORMAT_VERSION, "step": step, **trainer_state}
         write_atomic(tmp / STATE_FILE, json.dumps(state, indent=1))
         if final.exists():  # re-writing a step of this run (a resumed run passing an old checkpoint): swap it out
-            old = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}.", suffix=".old"))
+            old = Path(new_temporary_folder(root, final.name, suffix=".old"))
             os.replace(final, old / final.name)
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)

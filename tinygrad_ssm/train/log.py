@@ -4,10 +4,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
-from ..io.atomic_write import write_atomic
+from ..io.atomic_write import keep_mode_of, new_temporary_file, write_atomic
 
 LOG_FILE = "log.jsonl"
 PLOT_FILE = "loss.png"
@@ -27,7 +26,7 @@ class RunLog:
     def append(self, record: dict) -> None:
         # O_NOFOLLOW: a log.jsonl that is a symbolic link is never written through (it could lead out of the run)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
         except OSError:
             if os.path.islink(self.path):
                 raise RunLogError(f"{str(self.path)!r} is a symbolic link; the run's log is never written through "
@@ -111,9 +110,9 @@ def plot_curves(records: list[dict], path: str | os.PathLike, unigram_bits: floa
     path = Path(path)
     # a unique temporary file created here (O_EXCL: never a link someone left at a fixed name), then renamed over
     # the plot (os.replace replaces a link itself, never its target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = new_temporary_file(path.parent, path.name)
     try:
-        os.chmod(tmp, 0o644)
+        keep_mode_of(fd, path)
         with os.fdopen(fd, "wb") as f:
             fig.savefig(f, format="png")
         os.replace(tmp, path)

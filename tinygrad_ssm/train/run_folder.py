@@ -20,12 +20,11 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 import uuid
 import weakref
 from pathlib import Path
 
-from ..io.atomic_write import _sync_directory
+from ..io.atomic_write import _sync_directory, keep_mode_of, new_temporary_file
 from ..io.checkpoints import CHECKPOINT_NAME, CHECKPOINTS_DIR, LATEST_FILE
 from .log import LOG_FILE, PLOT_FILE
 
@@ -87,7 +86,7 @@ def lock_run_folder(out: str | os.PathLike) -> RunFolderLock:
     path = out / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
-                     0o644)
+                     0o666)
     except OSError:
         if os.path.islink(path):
             raise RunFolderError(_link_message(out, LOCK_FILE)) from None
@@ -157,9 +156,10 @@ def _write_marker(out: Path, run_id: str, settings: dict | None, replace: bool) 
     """Atomically: a complete temporary file beside it, then link()ed to its name (never over an existing file)
     or, when `replace` (the folder is already ours), os.replace()d over the old marker."""
     text = json.dumps({"format": MARKER_FORMAT, "run_id": run_id, "train_config": settings}, indent=1) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{MARKER_FILE}.", suffix=".tmp", dir=out)
+    fd, tmp = new_temporary_file(out, MARKER_FILE)
     try:
-        os.chmod(tmp, 0o644)
+        if replace:
+            keep_mode_of(fd, out / MARKER_FILE)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
