@@ -264,7 +264,7 @@ def test_mismatched_load_lists_every_key_with_shapes_and_changes_nothing(tmp_pat
         assert np.array_equal(vm[name].data, array)
     missing, unexpected, mismatched = vm.load(path, strict=False)
     assert missing == ["layers.0.bias", "norm.weight"] and unexpected == ["head.weight"]
-    assert mismatched == [("embedding.weight", (12, 4), (10, 4))]
+    assert mismatched == [("embedding.weight", (12, 4), (10, 4), "shape")]
     assert np.array_equal(vm["layers.0.weight"].data, other["layers.0.weight"].data)  # the match was loaded
     assert np.array_equal(vm["embedding.weight"].data, before["embedding.weight"])
 
@@ -450,7 +450,7 @@ def test_integer_tensor_under_a_variable_name_is_a_mismatch(tmp_path):
     with pytest.raises(CheckpointError, match=r"norm\.weight: file \(4,\) vs variable \(4,\) \(stored dtype I64 is not floating point\)"):
         vm.load(path)
     result = vm.load(path, strict=False)
-    assert result.mismatched == [("norm.weight", (4,), (4,))] and len(result.missing) == 3
+    assert result.mismatched == [("norm.weight", (4,), (4,), "stored dtype I64 is not floating point")] and len(result.missing) == 3
 
 
 # --- an uninitialised map, filled from a checkpoint in place --------------------------------------------------

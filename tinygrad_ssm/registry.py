@@ -45,13 +45,38 @@ def huge_page_buffer(nbytes: int) -> np.ndarray:
 
 def _shape(shape, what: str) -> tuple:
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) and d >= 0 for d in shape):
         raise ValueError(f"{what}: shape must be non-negative ints, got {shape}")
     return tuple(int(d) for d in shape)
 
 
+def _check_name(name, what: str, noun: str = "name") -> str:
+    """A variable's name: dot-separated parts, none empty; '__metadata__' is the safetensors header's own key."""
+    if not isinstance(name, str) or name == "" or name == "__metadata__" or "" in name.split("."):
+        raise ValueError(f"{what}: the {noun} must be a non-empty string of dot-separated parts, none empty and "
+                         f"not '__metadata__' (safetensors keeps that key), got {name!r}")
+    return name
+
+
+def _real_values(value, target_dtype, what: str) -> np.ndarray:
+    """`value` as an array of `target_dtype`: real numbers only (no strings, complex, objects), and no finite
+    value turned into an infinity by the cast (1e300 into float32), each refused naming `what`."""
+    array = np.asarray(value)
+    if array.dtype.kind not in "fiub":
+        raise TypeError(f"{what}: need real numbers, got an array of dtype {array.dtype}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = array.astype(target_dtype, copy=False)
+    if array.dtype.kind == "f" and not np.isfinite(cast).all():
+        made = ~np.isfinite(cast) & np.isfinite(array)
+        if made.any():
+            raise ValueError(f"{what}: the value {array.reshape(-1)[np.argmax(made.reshape(-1))]} is beyond the range "
+                             f"of {np.dtype(target_dtype)}")
+    return cast
+
+
 class LoadResult(NamedTuple):
-    """What `VarMap.load(strict=False)` could not load: names, and (name, file shape, variable shape)."""
+    """What `VarMap.load(strict=False)` could not load: names, and (name, file shape, variable shape, why) with
+    why "shape" or the stored dtype's problem."""
     missing: list
     unexpected: list
     mismatched: list
@@ -135,6 +160,7 @@ class VarMap:
     def get(self, shape, path: str, init: InitFn | None = None, dtype="float32") -> Tensor:
         """The variable `path`: created with `init` (drawing from `self.rng`) on first request, the same
         tensor afterwards. A later request with another shape or dtype is an error naming the path."""
+        _check_name(path, "VarMap.get")
         shape = _shape(shape, f"VarMap.get {path!r}")
         dtype = _float_dtype(dtype, f"VarMap.get {path!r}")
         existing = self._vars.get(path)
@@ -157,6 +183,9 @@ class VarMap:
             array = np.empty(shape, dtype=dtype) if slot is None else slot   # written by read_into / set_one / load
         else:
             drawn = np.asarray(init(shape, self.rng, dtype))
+            if drawn.dtype.kind not in "fiub":
+                raise TypeError(f"VarMap.get {path!r}: init {init!r} returned an array of dtype {drawn.dtype}, "
+                                f"not real numbers")
             if drawn.shape != shape:
                 raise ValueError(f"VarMap.get {path!r}: init {init!r} returned shape {drawn.shape}, expected {shape}")
             array = np.empty(shape, dtype=dtype) if slot is None else slot
@@ -190,16 +219,19 @@ class VarMap:
         if name not in self._vars:
             raise KeyError(f"cannot find {name} in VarMap")
         target = self._vars[name]
-        array = np.asarray(value.data if isinstance(value, Tensor) else value)
+        if value is None:
+            raise TypeError(f"set_one {name!r}: need an array or Tensor of shape {target.shape}, got None")
+        array = _real_values(value.data if isinstance(value, Tensor) else value, target.dtype, f"set_one {name!r}")
         if array.shape != target.shape:
             raise ValueError(f"set_one {name!r}: value has shape {array.shape}, variable has shape {target.shape}")
         with no_grad():
-            target.copy_(array.astype(target.dtype, copy=False))
+            target.copy_(array)
         self._filled(name)
 
     def read_into(self, name: str, stored: SafetensorsFile, key: str | None = None):
         """Read tensor `key` (default: `name`) of the safetensors file `stored` straight into the variable
-        `name`'s array, converting its dtype piece by piece (F16 / BF16 are upcast): no full-size temporary."""
+        `name`'s array, converting its dtype piece by piece (F16 / BF16 are upcast): no full-size temporary.
+        Only floating-point tensors are read, as by `load`."""
         if name not in self._vars:
             raise KeyError(f"cannot find {name} in VarMap")
         target, key = self._vars[name], name if key is None else key
@@ -207,6 +239,9 @@ class VarMap:
         if info.shape != target.shape:
             raise ValueError(f"read_into {name!r}: {stored.path!r} stores {key!r} with shape {info.shape}, the "
                              f"variable has shape {target.shape}")
+        if info.not_float_reason() is not None:
+            raise CheckpointError(f"read_into {name!r}: {stored.path!r} stores {key!r} with "
+                                  f"{info.not_float_reason()}")
         with no_grad():  # an in-place write like copy_: checked the same way and the version bumped
             target._inplace("read_into", lambda: stored.read_into(key, target.data))
         self._filled(name)
@@ -222,34 +257,35 @@ class VarMap:
         save_file(path, {name: t.data for name, t in self._vars.items()}, metadata)
 
     def load(self, path, strict: bool = True):
-        """Fill the existing variables in place from a safetensors file (BF16/F16 are upcast).
+        """Fill the existing variables in place from a safetensors file: BF16/F16 are upcast, F64 into a float32
+        variable rounds (as torch's load_state_dict); a value beyond the variable's dtype's range is refused.
 
         Everything is checked before anything is written: on any error the variables are unchanged.
         strict=True raises one CheckpointError listing every missing, unexpected and mismatched key with
         shapes; strict=False loads the keys that match and returns LoadResult(missing, unexpected, mismatched)."""
         path = os.fspath(path)
-        stored = SafetensorsFile(path)
-        missing = [name for name in self._vars if name not in stored]
-        unexpected = [name for name in stored.tensors if name not in self._vars]
-        mismatched, loadable = [], []
-        for name, var in self._vars.items():
-            info = stored.tensors.get(name)
-            if info is None:
-                continue
-            if info.shape != var.shape or not info.is_float:
-                mismatched.append((name, info.shape, var.shape) if info.is_float else
-                                  (name, info.shape, var.shape, info.dtype))
-            else:
-                loadable.append(name)
-        if strict and (missing or unexpected or mismatched):
-            raise CheckpointError(_load_report(path, missing, unexpected, mismatched, len(self)))
-        arrays = {name: stored.read(name, self._vars[name].dtype) for name in loadable}  # all read, then write
+        with SafetensorsFile(path) as stored:
+            missing = [name for name in self._vars if name not in stored]
+            unexpected = [name for name in stored.tensors if name not in self._vars]
+            mismatched, loadable = [], []
+            for name, var in self._vars.items():
+                info = stored.tensors.get(name)
+                if info is None:
+                    continue
+                why = info.not_float_reason() or ("shape" if info.shape != var.shape else None)
+                if why is None:
+                    loadable.append(name)
+                else:
+                    mismatched.append((name, info.shape, var.shape, why))
+            if strict and (missing or unexpected or mismatched):
+                raise CheckpointError(_load_report(path, missing, unexpected, mismatched, len(self)))
+            arrays = {name: stored.read(name, self._vars[name].dtype) for name in loadable}  # all read, then write
         with no_grad():
             for name, array in arrays.items():
                 self._vars[name].copy_(array)
                 self._filled(name)
         if not strict:
-            return LoadResult(missing, unexpected, [m[:3] for m in mismatched])
+            return LoadResult(missing, unexpected, mismatched)
         return None
 
 
@@ -257,9 +293,9 @@ def _load_report(path, missing, unexpected, mismatched, n_vars) -> str:
     lines = [f"load {path!r}: the file does not match the VarMap ({n_vars} variables); nothing was loaded"]
     if mismatched:
         lines.append(f"  mismatched ({len(mismatched)}):")
-        for m in mismatched:
-            extra = f" (stored dtype {m[3]} is not floating point)" if len(m) > 3 else ""
-            lines.append(f"    {m[0]}: file {m[1]} vs variable {m[2]}{extra}")
+        for name, stored_shape, shape, why in mismatched:
+            extra = "" if why == "shape" else f" ({why})"
+            lines.append(f"    {name}: file {stored_shape} vs variable {shape}{extra}")
     if missing:
         lines.append(f"  missing from the file ({len(missing)}): {', '.join(missing)}")
     if unexpected:
@@ -351,10 +387,11 @@ class VarBuilder:
 
     def pp(self, prefix) -> "VarBuilder":
         """A builder whose names start with this one's prefix then `prefix` (ints allowed: `vb.pp(3)`)."""
-        prefix = str(prefix)
-        if prefix == "" or prefix.startswith(".") or prefix.endswith("."):
-            raise ValueError(f"VarBuilder.pp: prefix must be a non-empty name without leading/trailing dots, "
-                             f"got {prefix!r}")
+        if isinstance(prefix, (int, np.integer)) and not isinstance(prefix, (bool, np.bool_)) and prefix >= 0:
+            prefix = str(int(prefix))
+        if not isinstance(prefix, str):
+            raise TypeError(f"VarBuilder.pp: prefix must be a str or an int >= 0 (a layer's index), got {prefix!r}")
+        _check_name(prefix, "VarBuilder.pp", "prefix")
         return VarBuilder(self._source, self.path(prefix), self.dtype)
 
     push_prefix = pp
@@ -369,8 +406,7 @@ class VarBuilder:
     def get(self, shape, name: str, init: InitFn | None = None, dtype=None) -> Tensor:
         """The tensor `<prefix>.<name>` of this shape; `init` creates it in a VarMap on first request
         (a safetensors source ignores it). `dtype` overrides the builder's for this one tensor."""
-        if not isinstance(name, str) or name == "":
-            raise ValueError(f"VarBuilder.get: name must be a non-empty string, got {name!r}")
+        _check_name(name, "VarBuilder.get")
         path = self.path(name)
         shape = _shape(shape, f"VarBuilder.get {path!r}")
         dtype = self.dtype if dtype is None else _float_dtype(dtype, f"VarBuilder.get {path!r}")

@@ -92,3 +92,31 @@ def test_clip_grad_norm_zero_limit_zeroes_the_gradients():
     total = optim.clip_grad_norm_(vm.all_vars(), 0.0)
     assert total == pytest.approx(math.sqrt(15))
     assert all(np.all(p.grad.data == 0) for p in vm.all_vars())
+
+
+def float32_adam():
+    vm = VarMap(seed=0)
+    VarBuilder.from_varmap(vm, "float32").get((2,), "w", init=init.Randn(0, 1))
+    opt = optim.AdamW(vm)
+    for t in vm.all_vars():
+        t.grad = np.ones(t.shape, t.dtype)
+    opt.step()
+    return opt
+
+
+@pytest.mark.parametrize("key, value, problem", [
+    ("state/w/step", np.array(2 ** 64 - 1, np.uint64), r"step must be >= 0 and fit int64"),
+    ("state/w/exp_avg_sq", np.array([1e300, 1.0]), r"must be finite numbers in float32"),
+    ("hparams/lr", np.array([1e-3]), r"'hparams/lr': must be 0-d \(one number\), got shape \(1,\)"),
+])
+def test_load_state_dict_checks_values_as_they_will_be_kept(key, value, problem):
+    """A uint64 step of 2**64-1 passed `>= 0` and wrapped to -1 in int64 (the next step divided by zero); a
+    float64 moment of 1e300 passed the finiteness check and became inf in float32."""
+    opt = float32_adam()
+    state = opt.state_dict()
+    before = {k: v.copy() for k, v in state.items()}
+    state[key] = value
+    with pytest.raises(ValueError, match=problem):
+        opt.load_state_dict(state)
+    after = opt.state_dict()
+    assert after.keys() == before.keys() and all(np.array_equal(after[k], before[k]) for k in before)

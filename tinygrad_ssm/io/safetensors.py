@@ -5,15 +5,19 @@ Format: 8 bytes little-endian header length n, then n bytes of JSON
 then the raw little-endian data (offsets count from the end of the header).
 
 We read the format ourselves (NumPy has no bfloat16, so the library's NumPy API cannot read BF16 files),
-validate the whole header against the file's size before reading a byte of data, and write through the
-safetensors library into a temporary file that replaces the target only once it is complete and synced.
+validate the whole header against the file's size before reading a byte of data (as strictly as the library:
+the tensors cover the data section exactly), keep the file open from then on (a file replaced or moved after
+it was opened is not read in its place: the library maps it once), and write through the safetensors library
+into a temporary file that replaces the target only once it is complete and synced.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import stat
 import struct
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +25,7 @@ import numpy as np
 from .atomic_write import write_atomic
 from .file_checks import require_regular_file
 
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the library's own limit: a larger header means a corrupt file
+MAX_HEADER_BYTES = 100_000_000  # the library's own limit (safetensors' MAX_HEADER_SIZE): larger means corrupt
 
 # safetensors dtype tag -> little-endian NumPy dtype; BF16 is stored as raw uint16 and widened on read
 _DTYPES = {
@@ -31,6 +35,9 @@ _DTYPES = {
     "BOOL": np.dtype("?"),
 }
 FLOAT_TAGS = ("F64", "F32", "F16", "BF16")
+# tags of the format that NumPy cannot hold, with their bytes per element: a file may carry them beside the
+# tensors we want, so the file opens and only reading one of these is refused (as the library's safe_open)
+_UNREADABLE = {"F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "C64": 8}
 READ_PIECE_BYTES = 1 << 20  # read_into's conversion buffer: small next to a weight, large next to a read's overhead
 
 
@@ -50,6 +57,12 @@ class TensorInfo:
     def is_float(self) -> bool:
         return self.dtype in FLOAT_TAGS
 
+    def not_float_reason(self) -> str | None:
+        """None for a float tensor we read, else why it cannot fill a float variable, in words."""
+        if self.dtype in _UNREADABLE:
+            return f"stored dtype {self.dtype} cannot be read (the float dtypes read: {', '.join(FLOAT_TAGS)})"
+        return None if self.is_float else f"stored dtype {self.dtype} is not floating point"
+
 
 def bf16_to_float32(raw: np.ndarray) -> np.ndarray:
     """bfloat16 bits (uint16) -> float32: bfloat16 is the top half of a float32, so shift into the high bits."""
@@ -59,11 +72,34 @@ def bf16_to_float32(raw: np.ndarray) -> np.ndarray:
 class SafetensorsFile:
     """A validated safetensors file: `.tensors` (name -> TensorInfo, file order), `.metadata`, `read(name)`.
     Opening checks the header completely (JSON, dtypes, shapes, offsets inside the file, sizes that match
-    the shapes, no overlaps), so a corrupt or truncated file fails here, naming the file, before any read."""
+    the shapes, the data section covered with no gap or overlap), so a corrupt or truncated file fails here,
+    naming the file, before any read. The file stays open until `close()` (or the end of a `with` block, or
+    garbage collection): every read is of the file that was validated, even if its path is replaced since."""
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        self.tensors, self.metadata, self._data_start = _parse_header(self.path)
+        require_regular_file(self.path, "safetensors file", CheckpointError)  # a FIFO would block the open
+        self._file = open(self.path, "rb", buffering=0)                  # unbuffered: reads land in place
+        self._lock = threading.Lock()                                   # reads seek: one at a time
+        try:
+            self.tensors, self.metadata, self._data_start = _parse_header(self.path, self._file)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        file = getattr(self, "_file", None)
+        if file is not None:
+            file.close()
 
     def keys(self):
         return list(self.tensors)
@@ -80,7 +116,7 @@ class SafetensorsFile:
     def read(self, name: str, dtype=None) -> np.ndarray:
         """The stored array (a fresh, writable copy), BF16 widened to float32, then cast to `dtype` if given."""
         info = self.info(name)
-        native = np.float32 if info.dtype == "BF16" else _DTYPES[info.dtype].newbyteorder("=")
+        native = self._native(info)
         return self.read_into(name, np.empty(info.shape, dtype=native if dtype is None else np.dtype(dtype)))
 
     def read_into(self, name: str, out: np.ndarray) -> np.ndarray:
@@ -106,15 +142,27 @@ class SafetensorsFile:
         if not info.shape or not 0 <= start <= stop <= info.shape[0]:
             raise ValueError(f"read_rows {name!r}: need 0 <= start <= stop <= rows of {self.path!r}'s shape "
                              f"{info.shape}, got {start}:{stop}")
-        native = np.float32 if info.dtype == "BF16" else _DTYPES[info.dtype].newbyteorder("=")
+        native = self._native(info)
         out = np.empty((stop - start, *info.shape[1:]), dtype=native if dtype is None else np.dtype(dtype))
         return self._read_elements(info, out, first=start * math.prod(info.shape[1:]))
 
+    def _native(self, info: TensorInfo) -> np.dtype:
+        """The NumPy dtype a stored tensor is read as (BF16 as float32); a dtype NumPy cannot hold is refused."""
+        if info.dtype in _UNREADABLE:
+            raise CheckpointError(f"{self.path!r}: tensor {info.name!r} has dtype {info.dtype}, which NumPy cannot "
+                                  f"hold (readable: {', '.join(_DTYPES)})")
+        return np.dtype(np.float32) if info.dtype == "BF16" else _DTYPES[info.dtype].newbyteorder("=")
+
     def _read_elements(self, info: TensorInfo, out: np.ndarray, first: int) -> np.ndarray:
-        """Fill the contiguous `out` with the stored elements first, first + 1, ... (flat, C order), converted."""
+        """Fill the contiguous `out` with the stored elements first, first + 1, ... (flat, C order), converted.
+        A conversion that turns a finite stored value into an infinity (F64 1e300 into float32) is refused."""
         name, flat = info.name, out.reshape(-1)                         # (n,) a view: out is contiguous
+        self._native(info)
         stored = _DTYPES[info.dtype]
-        with open(self.path, "rb", buffering=0) as f:                   # unbuffered: the bytes land in place
+        with self._lock:
+            if self._file.closed:
+                raise ValueError(f"{self.path!r} was closed; open it again (SafetensorsFile) to read {name!r}")
+            f = self._file
             f.seek(self._data_start + info.begin + first * stored.itemsize)
             if stored == out.dtype and info.dtype != "BF16":             # the same bytes: no conversion
                 self._read_exactly(f, flat.view(np.uint8), name)
@@ -129,7 +177,9 @@ class SafetensorsFile:
                     np.left_shift(piece, 16, out=into.view(np.uint32), dtype=np.uint32)
                 else:
                     values = bf16_to_float32(piece) if info.dtype == "BF16" else piece
-                    np.copyto(into, values, casting="unsafe")           # astype's conversion
+                    with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below
+                        np.copyto(into, values, casting="unsafe")       # astype's conversion
+                    _check_no_overflow(values, into, lambda: f"{self.path!r}: tensor {name!r}", out.dtype)
         return out
 
     def _read_exactly(self, f, target: np.ndarray, name: str) -> None:
@@ -141,44 +191,65 @@ class SafetensorsFile:
             done += n
 
 
-def _parse_header(path: str):
+def _check_no_overflow(stored: np.ndarray, converted: np.ndarray, where, dtype) -> None:
+    """Refuse a conversion that made an infinity of a finite value (a narrowing cast past the dtype's range)."""
+    if converted.dtype.kind != "f" or np.isfinite(converted).all():
+        return
+    made = ~np.isfinite(converted) & np.isfinite(stored)                # (n,) bool
+    if made.any():
+        at = int(np.argmax(made))
+        raise CheckpointError(f"{where()} holds {stored[at]}, beyond the range of {np.dtype(dtype)} (it would load "
+                              f"as {converted[at]}): load it into a wider dtype")
+
+
+def _parse_header(path: str, f):
     def bad(why: str):
         return CheckpointError(f"{path!r} is not a valid safetensors file: {why}")
 
-    size = require_regular_file(path, "safetensors file", CheckpointError)  # a FIFO would block the read
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise bad(f"it is {size} bytes long, shorter than the 8-byte header length (truncated?)")
-        (n,) = struct.unpack("<Q", head)
-        if n > MAX_HEADER_BYTES or 8 + n > size:
-            raise bad(f"the header claims {n} bytes but the file has {size - 8} after the length "
-                      f"(truncated or corrupt)")
-        header_bytes = f.read(n)
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode):  # replaced by something else between the check and the open
+        raise bad("it is not a regular file")
+    size = st.st_size
+    head = f.read(8)
+    if len(head) < 8:
+        raise bad(f"it is {size} bytes long, shorter than the 8-byte header length (truncated?)")
+    (n,) = struct.unpack("<Q", head)
+    if n > MAX_HEADER_BYTES:
+        raise bad(f"the header length field says {n:,} bytes, over the format's limit of {MAX_HEADER_BYTES:,} "
+                  f"(a corrupt file, or not a safetensors file)")
+    if 8 + n > size:
+        raise bad(f"the header claims {n} bytes but the file has {size - 8} after the length (truncated)")
+    header_bytes = f.read(n)
     try:
-        header = json.loads(header_bytes.decode("utf-8"), object_pairs_hook=_refuse_duplicate_keys)
-    except _DuplicateKey as e:  # JSON keeps the last of two equal keys: which tensor is meant is ambiguous
-        raise bad(f"the header names {e.args[0]!r} twice") from None
+        header = json.loads(header_bytes.decode("utf-8"), object_pairs_hook=_note_duplicate_keys)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise bad(f"the header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise bad("the header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
+    if isinstance(header, _Duplicated):  # JSON keeps the last of two equal keys: which tensor is meant is ambiguous
+        raise bad(f"the header names {header.duplicate!r} twice")
+    metadata = header.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata
     if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                  for k, v in metadata.items()):
-        raise bad("__metadata__ must map strings to strings")
+        raise bad(f"__metadata__ must map strings to strings, got {metadata!r:.200}")
+    if isinstance(metadata, _Duplicated):
+        raise bad(f"__metadata__ names {metadata.duplicate!r} twice")
     data_size = size - 8 - n
     tensors = {}
     for name, entry in header.items():
+        if isinstance(entry, _Duplicated):
+            raise bad(f"entry {name!r} gives {entry.duplicate!r} twice")
         try:
             tag, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise bad(f"entry {name!r} needs dtype, shape and data_offsets [begin, end], got {entry!r}") from None
-        if not isinstance(tag, str) or tag not in _DTYPES:
+        if not isinstance(tag, str) or (tag not in _DTYPES and tag not in _UNREADABLE):
             raise bad(f"tensor {name!r} has dtype {tag!r}, which is not supported (supported: {', '.join(_DTYPES)})")
         if not all(_is_index(d) for d in shape) or not all(_is_index(o) for o in (begin, end)):
             raise bad(f"tensor {name!r}: shape {list(shape)} and data_offsets {[begin, end]} must be integers >= 0")
-        expected = math.prod(shape) * _DTYPES[tag].itemsize  # Python ints: [2**32, 2**32] cannot wrap around
+        itemsize = _UNREADABLE[tag] if tag in _UNREADABLE else _DTYPES[tag].itemsize
+        expected = math.prod(shape) * itemsize  # Python ints: [2**32, 2**32] cannot wrap around
         if not 0 <= begin <= end or end - begin != expected:
             raise bad(f"tensor {name!r} ({tag}, shape {list(shape)}) needs {expected} bytes, "
                       f"offsets give {end - begin}")
@@ -186,22 +257,36 @@ def _parse_header(path: str):
             raise bad(f"tensor {name!r} ends at data byte {end} but the file holds only {data_size} data bytes "
                       f"(truncated)")
         tensors[name] = TensorInfo(name, tag, shape, begin, end)
-    spans = sorted((t.begin, t.end, t.name) for t in tensors.values() if t.end > t.begin)
-    for (_, end0, name0), (begin1, _, name1) in zip(spans, spans[1:]):
-        if begin1 < end0:
-            raise bad(f"tensors {name0!r} and {name1!r} overlap")
+    _check_covered(tensors, data_size, bad)
     return tensors, metadata, 8 + n
 
 
-class _DuplicateKey(Exception):
-    pass
+def _check_covered(tensors: dict, data_size: int, bad) -> None:
+    """The tensors, in the order of their offsets, must follow one another from data byte 0 to the file's end,
+    as the library writes them and requires them (no overlap, no gap, nothing after the last)."""
+    at, previous = 0, None
+    for t in sorted(tensors.values(), key=lambda t: (t.begin, t.end)):
+        if t.begin < at:
+            raise bad(f"tensors {previous!r} and {t.name!r} overlap")
+        if t.begin > at:
+            raise bad(f"data bytes {at}..{t.begin} belong to no tensor (a gap before {t.name!r})")
+        at, previous = t.end, t.name
+    if at != data_size:
+        raise bad(f"{data_size - at} bytes follow the last tensor's data (the tensors cover {at} of the file's "
+                  f"{data_size} data bytes)")
 
 
-def _refuse_duplicate_keys(pairs):
+class _Duplicated(dict):
+    """A JSON object that named a key twice (`duplicate`): refused where its place in the header is known."""
+    duplicate = None
+
+
+def _note_duplicate_keys(pairs):
     seen = {}
     for key, value in pairs:
         if key in seen:
-            raise _DuplicateKey(key)
+            seen = _Duplicated(seen)
+            seen.duplicate = key
         seen[key] = value
     return seen
 
@@ -213,8 +298,8 @@ def _is_index(value) -> bool:
 
 def load_file(path, dtype=None) -> dict:
     """Every tensor of a safetensors file as name -> ndarray (BF16 widened to float32; `dtype` casts all)."""
-    f = SafetensorsFile(path)
-    return {name: f.read(name, dtype) for name in f.tensors}
+    with SafetensorsFile(path) as f:
+        return {name: f.read(name, dtype) for name in f.tensors}
 
 
 def save_file(path, arrays: dict, metadata: dict | None = None):
@@ -222,12 +307,21 @@ def save_file(path, arrays: dict, metadata: dict | None = None):
     disk, then renamed over `path` (a crash leaves either the old file or the new one, never half of one)."""
     path = os.fspath(path)
     if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise TypeError(f"save {path!r}: metadata must be a dict of str -> str, got {type(metadata).__name__}")
         bad = {k: v for k, v in metadata.items() if not (isinstance(k, str) and isinstance(v, str))}
         if bad:
             raise TypeError(f"save {path!r}: metadata must map str -> str, got {bad!r}")
+    readable = {dtype.newbyteorder("="): tag for tag, dtype in _DTYPES.items() if tag != "BF16"}
     for name, array in arrays.items():
         if not isinstance(name, str) or not isinstance(array, np.ndarray):
             raise TypeError(f"save {path!r}: need str -> np.ndarray, got {name!r} -> {type(array).__name__}")
+        if name == "__metadata__":
+            raise ValueError(f"save {path!r}: a tensor may not be named '__metadata__' (the format's header keeps "
+                             f"that key for the metadata): rename it")
+        if array.dtype.newbyteorder("=") not in readable:
+            raise TypeError(f"save {path!r}: tensor {name!r} has dtype {array.dtype}, which a safetensors file read "
+                            f"by this package cannot hold (dtypes: {', '.join(str(d) for d in readable)})")
     from safetensors.numpy import save as encode  # imported here: only writing needs the library
 
     # (not np.ascontiguousarray: it turns a 0-d array into shape (1,))

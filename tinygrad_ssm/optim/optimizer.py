@@ -132,11 +132,15 @@ class Optimizer:
         parameter names or slots, shapes, missing keys): on error nothing changes."""
         who = f"{type(self).__name__}.load_state_dict"
         shapes = {name: p.shape for name, p in self.params}
+        dtypes = {name: p.dtype for name, p in self.params}
         hparams, state, problems = {}, {}, []
         for key, value in state_dict.items():
             value = np.asarray(value)
             kind, _, rest = key.partition("/")
-            if kind == "hparams" and rest in self.hparam_names and value.shape == ():
+            if kind == "hparams" and rest in self.hparam_names and value.shape != ():
+                problems.append(f"{key!r}: must be 0-d (one number), got shape {value.shape}")
+                continue
+            if kind == "hparams" and rest in self.hparam_names:
                 if value.dtype.kind not in "iuf":
                     problems.append(f"{key!r}: must be a number, got dtype {value.dtype}")
                     continue
@@ -151,18 +155,24 @@ class Optimizer:
                 problems.append(f"unexpected key {key!r}")
             elif slot == "step" and (value.shape != () or value.dtype.kind not in "iu"):
                 problems.append(f"{key!r}: step must be a 0-d integer, got {value.dtype} {value.shape}")
+            elif slot == "step" and not 0 <= int(value) <= np.iinfo(np.int64).max:
+                problems.append(f"{key!r}: step must be >= 0 and fit int64, got {int(value)}")
             elif slot != "step" and value.shape != shapes[name]:
                 problems.append(f"{key!r}: shape {value.shape} but the parameter has shape {shapes[name]}")
-            elif slot != "step" and (value.dtype.kind not in "iuf" or not np.all(np.isfinite(value))):
-                problems.append(f"{key!r}: must be finite numbers (a step from it would write NaN into the "
-                                f"weights); the saved state is damaged, load another one")
-            elif slot in self.nonnegative_slots and np.any(value < 0):
-                problems.append(f"{key!r}: must be >= 0 (a mean of squares); the saved state is damaged, load "
-                                f"another one")
-            elif slot == "step" and value < 0:
-                problems.append(f"{key!r}: step must be >= 0, got {int(value)}")
+            elif slot != "step" and value.dtype.kind not in "iuf":
+                problems.append(f"{key!r}: must be real numbers, got dtype {value.dtype}")
             else:
-                state.setdefault(name, {})[slot] = value
+                if slot != "step":  # checked as it will be kept: float64 1e300 is finite, as float32 it is not
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        value = value.astype(dtypes[name])
+                if slot != "step" and not np.all(np.isfinite(value)):
+                    problems.append(f"{key!r}: must be finite numbers in {dtypes[name]} (a step from it would "
+                                    f"write NaN into the weights); the saved state is damaged, load another one")
+                elif slot in self.nonnegative_slots and np.any(value < 0):
+                    problems.append(f"{key!r}: must be >= 0 (a mean of squares); the saved state is damaged, "
+                                    f"load another one")
+                else:
+                    state.setdefault(name, {})[slot] = value
         problems += [f"missing key 'hparams/{k}'" for k in self.hparam_names
                      if k not in hparams and f"hparams/{k}" not in state_dict]
         for name, slots in state.items():
@@ -171,7 +181,6 @@ class Optimizer:
                 problems.append(f"parameter {name!r}: missing {', '.join(absent)}")
         if problems:
             raise ValueError(f"{who}: the state does not fit this optimizer's parameters:\n  " + "\n  ".join(problems))
-        dtypes = {name: p.dtype for name, p in self.params}
         for k, v in hparams.items():
             setattr(self, k, v)
         self.state = {name: {slot: np.array(v, dtype=np.int64 if slot == "step" else dtypes[name])

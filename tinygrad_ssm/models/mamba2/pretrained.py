@@ -367,8 +367,8 @@ def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fuse
             raise PretrainedError(f"from_pretrained: weight {key!r} has shape {tuple(info.shape)} but the config "
                                   f"gives {tuple(shape)} ({CONFIG_NAME} does not describe these weights: it gives "
                                   f"{sizes}; a key it leaves out takes its default)")
-        if not info.is_float:
-            raise PretrainedError(f"from_pretrained: weight {key!r} has dtype {info.dtype}, not floating point")
+        if info.not_float_reason() is not None:
+            raise PretrainedError(f"from_pretrained: weight {key!r} in {stored[key].path!r}: {info.not_float_reason()}")
     if config.tie_embeddings and HEAD in stored:
         _check_tied_copy(stored, _stored_name("backbone.embedding.weight", layout), directory, tie_key)
     # built without drawing random weights (np.empty), then each stored tensor is read straight into its

@@ -1,0 +1,83 @@
+"""What the registry takes in, checked as candle's VarMap checks it: names of dot-separated parts (never the
+safetensors header's own '__metadata__'), shapes of ints, initialisers and values of real numbers, no value made
+infinite by a narrowing cast; `read_into` refuses what `load` refuses; `load(strict=False)` says why each
+mismatched key was not loaded."""
+import numpy as np
+import pytest
+
+from tinygrad_ssm import VarBuilder, VarMap
+from tinygrad_ssm.io.safetensors import CheckpointError, SafetensorsFile, save_file
+from tinygrad_ssm.nn import init
+
+
+@pytest.mark.parametrize("name", ["", ".x", "x.", "a..b", "__metadata__"])
+def test_names_with_empty_parts_or_the_reserved_key_are_refused(name):
+    vm = VarMap()
+    with pytest.raises(ValueError, match="dot-separated parts"):
+        vm.get((2,), name, init=init.Const(0.0))
+    with pytest.raises(ValueError, match="dot-separated parts"):
+        VarBuilder.from_varmap(vm).get((2,), name, init=init.Const(0.0))
+    assert len(vm) == 0
+
+
+@pytest.mark.parametrize("prefix, error", [(None, TypeError), (1.5, TypeError), (True, TypeError), (-1, TypeError),
+                                           ("a..b", ValueError), ("", ValueError)])
+def test_pp_takes_names_and_layer_indices_only(prefix, error):
+    vb = VarBuilder.from_varmap(VarMap())
+    with pytest.raises(error, match="VarBuilder.pp"):
+        vb.pp(prefix)
+    assert vb.pp(np.int64(3)).pp("mixer").path("D") == "3.mixer.D"
+
+
+def test_a_bool_is_not_a_size():
+    with pytest.raises(ValueError, match=r"shape must be non-negative ints, got \(True, 2\)"):
+        VarMap().get((True, 2), "w", init=init.Const(0.0))
+
+
+@pytest.mark.parametrize("drawn", [np.array([1 + 2j, 3]), np.array(["1.5", "2"])])
+def test_an_init_that_returns_no_real_numbers_is_refused(drawn):
+    vm = VarMap()
+    with pytest.raises(TypeError, match=rf"VarMap.get 'w': init .* returned an array of dtype {drawn.dtype}"):
+        vm.get((2,), "w", init=lambda shape, rng, dtype: drawn)
+    assert "w" not in vm
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (np.array(["1.5", "nan"]), TypeError, "need real numbers, got an array of dtype <U3"),
+    (np.array([1 + 1j, 0]), TypeError, "need real numbers, got an array of dtype complex128"),
+    (None, TypeError, r"need an array or Tensor of shape \(2,\), got None"),
+    (np.array([1e300, 0.0]), ValueError, "the value 1e\\+300 is beyond the range of float32"),
+])
+def test_set_one_takes_real_values_within_the_dtypes_range(value, error, message):
+    vm = VarMap()
+    w = vm.get((2,), "w", init=init.Const(0.5))
+    with pytest.raises(error, match=message):
+        vm.set_one("w", value)
+    assert w.data.tolist() == [0.5, 0.5]
+    vm.set_one("w", np.array([np.inf, 1.0]))  # an infinity given is a value, not an overflow
+    assert w.data.tolist() == [np.inf, 1.0]
+
+
+def test_read_into_refuses_an_integer_tensor_as_load_does(tmp_path):
+    path = tmp_path / "ints.safetensors"
+    save_file(path, {"w": np.array([3, -1, 7])})
+    vm = VarMap()
+    w = vm.get((3,), "w", init=init.Const(0.0))
+    with pytest.raises(CheckpointError, match=r"read_into 'w'.*stored dtype I64 is not floating point"):
+        vm.read_into("w", SafetensorsFile(path))
+    assert w.data.tolist() == [0, 0, 0]
+    assert vm.load(path, strict=False).mismatched == [("w", (3,), (3,), "stored dtype I64 is not floating point")]
+
+
+def test_load_refuses_a_value_past_the_variables_range_and_changes_nothing(tmp_path):
+    path = tmp_path / "wide.safetensors"
+    save_file(path, {"a": np.array([1.0, 2.0]), "b": np.array([1.0, 1e300])})
+    vm = VarMap()
+    a, b = vm.get((2,), "a", init=init.Const(0.0)), vm.get((2,), "b", init=init.Const(0.0))
+    version = a._version
+    with pytest.raises(CheckpointError, match=r"wide\.safetensors.*'b' holds 1e\+300, beyond the range of float32"):
+        vm.load(path)
+    assert a.data.tolist() == b.data.tolist() == [0, 0] and a._version == version
+    save_file(path, {"a": np.array([1.0, 1 + 1e-12]), "b": np.array([0.5, 0.25])})
+    vm.load(path)  # F64 into float32 rounds, as torch's load_state_dict
+    assert a.data.tolist() == [1.0, 1.0] and b.data.tolist() == [0.5, 0.25]
