@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tinygrad_ssm import Mamba2LMHeadModel
+from tinygrad_ssm.io.safetensors import save_file
 from tinygrad_ssm.train import checkpoint as ckpt
 from tinygrad_ssm.models.mamba2.pretrained import IgnoredConfigKeysWarning, PretrainedError
 
@@ -42,6 +43,7 @@ def saved(tmp_path, layout="mamba_ssm", **kw):
                                                 ("mamba_ssm", "norm_epsilon", "norm_epsilom"),
                                                 ("transformers", "tie_word_embeddings", "tie_word_embedding"),
                                                 ("transformers", "layer_norm_epsilon", "layer_norm_eps1lon")])
+@pytest.mark.filterwarnings("ignore:save_pretrained.*RMSNorm epsilon")  # 1e-3, so that the key is written
 def test_a_misspelt_key_is_refused_naming_the_key_it_resembles(tmp_path, layout, right, wrong):
     saved(tmp_path, layout, tie_embeddings=False, rms_norm_eps=1e-3)
     config = json.loads((tmp_path / "config.json").read_text())
@@ -174,3 +176,76 @@ def test_from_pretrained_accepts_a_training_run_folder(tmp_path):
     (run / "checkpoints" / "LATEST").write_text("step-000009\n")
     with pytest.raises(FileNotFoundError, match="step-000009"):
         Mamba2LMHeadModel.from_pretrained(run)
+
+
+def _sharded(tmp_path):
+    """A saved small model, its weights split into two shards with their index; (model, index dict, names)."""
+    model = saved(tmp_path, dtype="float32")
+    weights = {n: t.data for n, t in model.varmap.named_vars()}
+    names = sorted(weights)
+    (tmp_path / "model.safetensors").unlink()
+    shard = {n: f"model-0000{1 + (i >= 5)}-of-00002.safetensors" for i, n in enumerate(names)}
+    for file in sorted(set(shard.values())):
+        save_file(tmp_path / file, {n: weights[n] for n in names if shard[n] == file})
+    return model, shard, names
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m, names: m.update({names[0]: m[names[-1]]}), rf"names the wrong shard for: .* \(in model-00001"),
+    (lambda m, names: m.update({"backbone.layers.9.mixer.D": m[names[0]]}), "lists tensors no shard holds: "
+                                                                             r"backbone\.layers\.9\.mixer\.D"),
+    (lambda m, names: m.pop(names[2]), "leaves out tensors the shards hold"),
+    (lambda m, names: m.clear(), r"'weight_map' is empty"),
+])
+def test_a_shard_index_that_does_not_describe_its_shards_is_refused(tmp_path, edit, message):
+    """transformers reads each key from the file its index names, so a stale index fails there; it loaded here."""
+    model, shard, names = _sharded(tmp_path)
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": shard}))
+    assert np.array_equal(Mamba2LMHeadModel.from_pretrained(tmp_path)(IDS).data, model(IDS).data)
+    edit(shard, names)
+    index.write_text(json.dumps({"weight_map": shard}))
+    with pytest.raises(PretrainedError, match=r"model\.safetensors\.index\.json':? " + message):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_a_missing_shard_or_weight_map_names_the_index(tmp_path):
+    _, shard, _ = _sharded(tmp_path)
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}}))
+    with pytest.raises(PretrainedError, match=r"index\.json' is not a JSON object with a 'weight_map'"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+    index.write_text(json.dumps({"weight_map": shard}))
+    (tmp_path / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(PretrainedError, match=r"index\.json' names shard\(s\) missing from the folder: "
+                                              r"model-00002-of-00002\.safetensors"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("key, value", [("norm_before_gate", True), ("rms_norm", False)])
+def test_keys_transformers_does_not_read_are_ignored_as_it_ignores_them(tmp_path, key, value):
+    """Mamba-Codestral's config.json says "norm_before_gate": true; transformers' Mamba2 computes gate-first
+    whatever it says (and never reads rms_norm), so the same weights give the same logits with or without it."""
+    model = saved(tmp_path, "transformers", dtype="float32")
+    edit_config(tmp_path, **{key: value})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = Mamba2LMHeadModel.from_pretrained(tmp_path)
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+    edit_config(tmp_path, hidden_act="gelu")
+    with pytest.raises(PretrainedError, match=r"'hidden_act' = 'gelu' is not supported \(only 'silu'\)"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_saving_an_epsilon_mamba_ssm_cannot_hold_warns(tmp_path):
+    model = small_model(dtype="float32")                                  # epsilon 1e-5: nothing to warn about
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.save_pretrained(tmp_path / "default")
+    (tmp_path / "hf").mkdir()
+    write_transformers_dir(tmp_path / "hf", model)
+    edit_config(tmp_path / "hf", layer_norm_epsilon=1e-3)
+    with pytest.warns(UserWarning, match="RMSNorm epsilon is 0.001, not mamba_ssm's 1e-5") as caught:
+        Mamba2LMHeadModel.from_pretrained(tmp_path / "hf").save_pretrained(tmp_path / "out")
+    assert caught[0].filename == __file__  # it points at the caller's line
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["norm_epsilon"] == 1e-3

@@ -56,7 +56,7 @@ _HF_FIELDS = {
 _MAMBA_SSM_KEYS = ("d_model", "d_intermediate", "n_layer", "vocab_size", "ssm_cfg", "attn_layer_idx", "attn_cfg",
                    "rms_norm", "residual_in_fp32", "fused_add_norm", "pad_vocab_size_multiple", "tie_embeddings",
                    "norm_epsilon")
-_HF_OTHER_KEYS = (  # transformers' Mamba2Config and PretrainedConfig keys that do not change the logits
+_HF_OTHER_KEYS = (  # transformers' Mamba2Config and PretrainedConfig keys that do not change its logits
     "num_heads", "hidden_act", "rms_norm", "norm_before_gate", "initializer_range", "residual_in_fp32",
     "rescale_prenorm_residual", "time_step_rank", "use_cache", "pad_token_id", "bos_token_id", "eos_token_id",
     "model_type", "architectures", "transformers_version", "dtype", "torch_dtype", "_name_or_path",
@@ -177,11 +177,12 @@ def _parse_mamba_ssm(raw: dict) -> Mamba2Config:
 def _parse_transformers(raw: dict) -> Mamba2Config:
     where = "config.json (transformers layout)"
     check_config_keys(raw, tuple(_HF_FIELDS) + _HF_OTHER_KEYS, where)
-    if raw.get("norm_before_gate", False) is not False:
-        raise PretrainedError(f"from_pretrained: {where}: 'norm_before_gate' = {raw['norm_before_gate']!r} is not "
-                              f"supported (only false)")
-    if raw.get("rms_norm", True) is not True or raw.get("hidden_act", "silu") not in ("silu", "swish"):
-        raise PretrainedError(f"from_pretrained: {where}: only rms_norm = true and hidden_act = 'silu' are supported")
+    # 'norm_before_gate' and 'rms_norm' are not read by transformers' Mamba2 (its gated norm is always gate first,
+    # then RMSNorm: norm_before_gate=False is written into its code), so a value there does not change what it
+    # computes: Mamba-Codestral's config.json says "norm_before_gate": true. They are ignored here too.
+    if raw.get("hidden_act", "silu") not in ("silu", "swish"):
+        raise PretrainedError(f"from_pretrained: {where}: 'hidden_act' = {raw['hidden_act']!r} is not supported "
+                              f"(only 'silu')")
     kwargs = {}
     for key, (field, default) in _HF_FIELDS.items():
         kwargs[field] = _require(raw, key, where) if default is None else raw.get(key, default)
@@ -223,20 +224,23 @@ def mamba_ssm_config(config: Mamba2Config) -> dict:
 
 # --- weights ------------------------------------------------------------------------------------------------
 
-def _weight_files(directory: Path) -> list[Path]:
+def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:
+    """(the safetensors files to read, the index's weight_map: tensor name -> file name; None for one file)."""
     single, index = directory / WEIGHTS_NAME, directory / INDEX_NAME
     if single.exists():
-        return [single]
+        return [single], None
     if index.exists():
         require_regular_file(index, "from_pretrained: weight index", PretrainedError)
         try:
             with open(index, encoding="utf-8") as f:
-                weight_map = json.load(f).get("weight_map", {})
-        except (ValueError, AttributeError) as e:
+                weight_map = json.load(f)["weight_map"]
+        except (ValueError, KeyError, TypeError) as e:
             raise PretrainedError(f"from_pretrained: {str(index)!r} is not a JSON object with a 'weight_map' "
-                                  f"({e})") from None
+                                  f"({type(e).__name__}: {e})") from None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise PretrainedError(f"from_pretrained: {str(index)!r}: 'weight_map' must map names to file names")
+        if not weight_map:
+            raise PretrainedError(f"from_pretrained: {str(index)!r}: 'weight_map' is empty (it names no weights)")
         names = sorted(set(weight_map.values()))
         files = [directory / name for name in names]
         roots = _allowed_roots(directory)
@@ -246,9 +250,31 @@ def _weight_files(directory: Path) -> list[Path]:
             raise PretrainedError(f"from_pretrained: {str(index)!r} names files outside its folder: {outside[:3]}"
                                   f" (each must be a file name in the folder; a symlink may lead only into the "
                                   f"folder itself or, in a Hugging Face cache, into its repository's blobs/)")
-        return files
+        absent = [name for name, f in zip(names, files) if not f.exists()]
+        if absent:
+            raise PretrainedError(f"from_pretrained: {str(index)!r} names shard(s) missing from the folder: "
+                                  f"{', '.join(absent[:3])} (an incomplete download? fetch the folder again)")
+        return files, weight_map
     raise FileNotFoundError(f"from_pretrained: {str(directory)!r} has neither {WEIGHTS_NAME} nor {INDEX_NAME} "
                             f"(only safetensors is read: no pickle)")
+
+
+def _check_index(directory: Path, weight_map: dict, stored: dict) -> None:
+    """The index must say where each tensor is (as transformers reads it: each key from the file the index
+    names, so a stale index is a missing key there): a key in no shard, or in another shard than named, and a
+    stored tensor the index leaves out, are named."""
+    index = str(directory / INDEX_NAME)
+    nowhere = [key for key in weight_map if key not in stored]
+    elsewhere = [key for key, name in weight_map.items()
+                 if key in stored and Path(stored[key].path).name != name]
+    unlisted = [key for key in stored if key not in weight_map]
+    for keys, what in ((nowhere, "lists tensors no shard holds"), (elsewhere, "names the wrong shard for"),
+                       (unlisted, "leaves out tensors the shards hold")):
+        if keys:
+            where = [f"{k} (in {Path(stored[k].path).name})" if k in stored else k for k in keys[:3]]
+            raise PretrainedError(f"from_pretrained: {index!r} {what}: {', '.join(where)}"
+                                  f"{', ...' if len(keys) > 3 else ''}; the index does not describe these shards "
+                                  f"(fetch the folder again)")
 
 
 def _allowed_roots(directory: Path) -> tuple[Path, ...]:
@@ -332,12 +358,15 @@ def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fuse
     directory = resolve_pretrained_folder(directory)
     config, layout = parse_config(read_config(directory))
     stored = {}
-    for path in _weight_files(directory):
+    files, weight_map = _weight_files(directory)
+    for path in files:
         f = SafetensorsFile(path)  # the header only: validated against the file's size
         for name in f.tensors:
             if name in stored:
                 raise CheckpointError(f"from_pretrained: {name!r} is stored twice ({stored[name].path!r}, {f.path!r})")
             stored[name] = f
+    if weight_map is not None:
+        _check_index(directory, weight_map, stored)
     # every size in the config is checked against the stored headers before anything is allocated: a config
     # with d_model = 10**9 fails here, not after trying to allocate hundreds of GiB; n_layer first, as
     # param_shapes lists every layer's weights
@@ -420,7 +449,10 @@ def _same_values(file_a: SafetensorsFile, key_a: str, file_b: SafetensorsFile, k
 
 
 def save_pretrained(model, directory):
-    """Write config.json (mamba_ssm layout) and model.safetensors into `directory` (created if needed)."""
+    """Write config.json (mamba_ssm layout) and model.safetensors into `directory` (created if needed). A model
+    whose RMSNorm epsilon is not mamba_ssm's 1e-5 (a transformers checkpoint may set layer_norm_epsilon) gets a
+    'norm_epsilon' key, which this package reads and mamba_ssm's MambaConfig refuses (it hard-codes 1e-5, so it
+    could not compute that model): a warning says so."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise PretrainedError(f"save_pretrained: {str(directory)!r} is a file; give a folder (it is created if "
@@ -430,7 +462,12 @@ def save_pretrained(model, directory):
     if bad:  # a folder from_pretrained would load without a word, every logit NaN
         raise PretrainedError(f"save_pretrained: {'; '.join(bad[:3])}; nothing was written to {str(directory)!r}")
     os.makedirs(directory, exist_ok=True)
-    text = json.dumps(mamba_ssm_config(model.config), indent=2)
+    config = mamba_ssm_config(model.config)
+    if "norm_epsilon" in config:
+        warnings.warn(f"save_pretrained: {str(directory)!r}: the model's RMSNorm epsilon is {config['norm_epsilon']}, "
+                      f"not mamba_ssm's 1e-5: config.json gets 'norm_epsilon', which tinygrad_ssm reads and mamba_ssm "
+                      f"does not (its MambaConfig refuses the key)", UserWarning, stacklevel=4)
+    text = json.dumps(config, indent=2)
     write_atomic(directory / CONFIG_NAME, text + "\n")
     model.varmap.save(directory / WEIGHTS_NAME, metadata={"format": "pt"})
 
