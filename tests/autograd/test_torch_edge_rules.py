@@ -116,6 +116,39 @@ def test_pow_gradients_match_torch_at_zero_and_negative_bases():
     assert np.isnan(b.grad.data[:2]).all() and b.grad.data[2] == 0
 
 
+@pytest.mark.parametrize("name", ["abs", "relu"])
+def test_abs_and_relu_gradients_at_nan_and_zero_match_torch(name):
+    """abs'(NaN) was NaN (torch's sgn gives 0) and relu'(NaN) 0 (torch's threshold_backward passes it)."""
+    torch = pytest.importorskip("torch")
+    values = [np.nan, 0.0, -0.0, 1.0, -1.0, np.inf, -np.inf]
+    x, tx = leaf(values), torch.tensor(values, requires_grad=True)
+    getattr(F, name)(x).backward(np.ones(len(values)))
+    getattr(torch, name)(tx).backward(torch.ones(len(values), dtype=torch.float64))
+    np.testing.assert_array_equal(x.grad.data, tx.grad.numpy())
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_over_no_classes_with_every_target_ignored_matches_torch(reduction):
+    """It raised NumPy's IndexError (index 0 out of bounds) forward and backward; torch gives nan / 0 / zeros."""
+    torch = pytest.importorskip("torch")
+    logits = leaf(np.zeros((3, 0)))
+    loss = F.cross_entropy(logits, np.full(3, -100), reduction=reduction)
+    theirs = torch.nn.functional.cross_entropy(torch.zeros(3, 0, dtype=torch.float64), torch.full((3,), -100),
+                                               reduction=reduction)
+    np.testing.assert_array_equal(loss.data, theirs.numpy())
+    (loss.sum() if reduction == "none" else loss).backward()
+    assert logits.grad.shape == (3, 0)
+
+
+def test_numpy_scalar_arguments_do_not_widen_float32():
+    """eps=np.float64(1e-5) made rms_norm's float32 output float64, as did clip's np.float64 bounds (a Python
+    number never widens a tensor, and neither does a NumPy scalar in an operator)."""
+    x = Tensor(np.ones((2, 4), np.float32), requires_grad=True)
+    assert F.rms_norm(x, Tensor(np.ones(4, np.float32)), eps=np.float64(1e-5)).dtype == np.float32
+    assert F.clip(x, np.float64(0), np.float64(0.5)).dtype == np.float32
+    assert F.pad(x, (1, 1), value=np.float64(2)).dtype == np.float32
+
+
 # --- dtype promotion: every op that meets two dtypes follows the one rule, as torch -------------------------
 
 def test_every_op_that_meets_two_dtypes_follows_torchs_rule():

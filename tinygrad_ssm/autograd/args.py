@@ -91,13 +91,14 @@ def tensor_list(op: str, tensors) -> list[Tensor]:
 
 
 def number(op: str, argument: str, value, allow_none: bool = False):
-    """A Python or NumPy real number (a bound, a beta, an eps, a fill value)."""
+    """A Python or NumPy real number (a bound, a beta, an eps, a fill value), returned as a Python int or float:
+    a NumPy float64 scalar would widen a float32 tensor it meets, where a Python number never does."""
     if value is None and allow_none:
         return None
     if not is_real_number(value):
         raise TypeError(f"{op}: {argument} must be a real number{' or None' if allow_none else ''}, "
                         f"got {_describe(value)}")
-    return value
+    return int(value) if isinstance(value, (int, np.integer)) else float(value)
 
 
 def is_real_number(value) -> bool:

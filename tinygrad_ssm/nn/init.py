@@ -26,8 +26,9 @@ def fans(shape) -> tuple[int, int]:
     return shape[1] * receptive, shape[0] * receptive
 
 
-def calculate_gain(nonlinearity: str = "leaky_relu", a: float = 0.0) -> float:
-    """torch.nn.init.calculate_gain for the nonlinearities a Kaiming init is used with."""
+def calculate_gain(nonlinearity: str = "leaky_relu", a: float | None = None) -> float:
+    """torch.nn.init.calculate_gain for the nonlinearities a Kaiming init is used with; `a` is leaky_relu's
+    negative slope, 0.01 when not given (torch's `param=None`; the Kaiming inits pass their own a, 0 by default)."""
     if nonlinearity in ("linear", "identity", "sigmoid", "conv1d", "conv2d", "conv3d"):
         return 1.0
     if nonlinearity == "tanh":
@@ -35,6 +36,7 @@ def calculate_gain(nonlinearity: str = "leaky_relu", a: float = 0.0) -> float:
     if nonlinearity == "relu":
         return math.sqrt(2.0)
     if nonlinearity == "leaky_relu":
+        a = 0.01 if a is None else a
         return math.sqrt(2.0 / (1 + a * a))
     if nonlinearity == "selu":
         return 3.0 / 4
@@ -95,6 +97,12 @@ class _Kaiming(Init):
             raise ValueError(f"init.{type(self).__name__}: fan must be 'fan_in' or 'fan_out', got {fan!r}")
         calculate_gain(nonlinearity, a)  # validate now, not at first use
         self.a, self.fan, self.nonlinearity = a, fan, nonlinearity
+
+    def __call__(self, shape, rng: np.random.Generator, dtype) -> np.ndarray:
+        if 0 in tuple(shape):  # nothing to draw, whatever the fans (torch: "a no-op", Linear(0, 3) included)
+            fans(shape)
+            return np.empty(shape, dtype=dtype)
+        return super().__call__(shape, rng, dtype)
 
     def std(self, shape) -> float:
         fan_in, fan_out = fans(shape)

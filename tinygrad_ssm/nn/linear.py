@@ -31,7 +31,7 @@ class Linear:
         # one 2-d matmul over all leading axes: its weight gradient is a single (out, in) product, not a
         # per-batch stack summed afterwards
         matmul = products.matmul if self.fused else F.matmul
-        y = matmul(F.reshape(x, (-1, self.in_features)), self.weight.T)  # (n, out)
+        y = matmul(F.reshape(x, (math.prod(lead), self.in_features)), self.weight.T)  # (n, out)
         if self.bias is not None:
             y = y + self.bias
         return F.reshape(y, (*lead, self.out_features))                 # (..., out)

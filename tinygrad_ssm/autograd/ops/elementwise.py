@@ -170,7 +170,7 @@ class Abs(Function):
 
     def backward(self, grad):
         (a,) = self.saved
-        return grad * np.sign(a)  # 0 at 0, as torch
+        return grad * np.where(np.isnan(a), 0, np.sign(a))  # 0 at 0 and at NaN, as torch's sgn
 
 
 class Tanh(Function):
@@ -237,7 +237,7 @@ class Relu(Function):
 
     def backward(self, grad):
         (a,) = self.saved
-        return grad * (a > 0)
+        return grad * ~(a <= 0)  # passes at NaN, as torch's threshold_backward (0 only where a <= 0)
 
 
 class Clip(Function):

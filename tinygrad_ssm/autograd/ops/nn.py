@@ -71,5 +71,5 @@ class RMSNorm(Function):
         grad_x = r * (d_xhat - x_hat * np.sum(d_xhat * x_hat, axis=-1, keepdims=True) / max(x_hat.shape[-1], 1))
         grad_weight = None
         if weight is not None and self.needs_input_grad[1]:
-            grad_weight = (grad * x_hat).reshape(-1, x_hat.shape[-1]).sum(axis=0)
+            grad_weight = (grad * x_hat).sum(axis=tuple(range(x_hat.ndim - 1)))   # (d,) every leading axis
         return grad_x, grad_weight

@@ -130,8 +130,10 @@ class CrossEntropy(Function):
         """(N,) losses, 0 where a row is not kept."""
         log_probs = _log_softmax(logits, axis=-1)                      # (N, C)
         rows = np.arange(len(targets))
-        # where, not * keep: an ignored row may read a -inf log-probability, and -inf * 0 is nan
-        losses = np.where(keep, -log_probs[rows, targets], 0)          # (N,)
+        # where, not * keep: an ignored row may read a -inf log-probability, and -inf * 0 is nan; with no
+        # classes every row is ignored (a target would be out of range) and there is nothing to read
+        picked = log_probs[rows, targets] if log_probs.shape[-1] else np.zeros(len(targets), log_probs.dtype)
+        losses = np.where(keep, -picked, 0)                             # (N,)
         self.save_for_backward(log_probs, targets, keep)
         return losses
 
@@ -142,7 +144,8 @@ class CrossEntropy(Function):
     def backward(self, grad):
         log_probs, targets, keep = self.saved
         d_logits = np.exp(log_probs)                                    # softmax (N, C)
-        d_logits[np.arange(len(targets)), targets] -= 1
+        if d_logits.shape[-1]:                                          # (no classes: nothing to subtract from)
+            d_logits[np.arange(len(targets)), targets] -= 1
         d_logits *= keep[:, None]
         return d_logits * self._scale(grad), None
 
