@@ -2,11 +2,15 @@
 step t must not reach an output before t (y[:, :t] stays finite; y from t on and final_state may be NaN), and
 the backward is causal the other way round: a NaN in the gradient of y at step t must not reach the gradients
 of the inputs after t. The chunked form used to break both: its masked products multiply a masked 0 by the
-NaN of a later step (0 * NaN = NaN), inside each chunk and between chunks."""
+NaN of a later step (0 * NaN = NaN), inside each chunk and between chunks. And a non-finite input at step t
+reaches exactly the gradients that depend on it, as in the recurrence's own backward (`numpy_scan_gradients`):
+the products C B^T inside a chunk (and, backwards, W B and W^T C) used to multiply the masked zeros of every
+(l, s) pair by a NaN in B or C, making dC before t and dB after t NaN."""
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
-from tests.support.scan_inputs import make_inputs, numpy_scan
+from tests.support.scan_inputs import make_inputs, numpy_scan, numpy_scan_gradients
 from tinygrad_ssm.autograd.tensor import Tensor
 from tinygrad_ssm.scan import BACKENDS, ssd
 
@@ -22,9 +26,9 @@ def _backend(name):
     return name
 
 
-def _run(inputs, backend, dy=None):
+def _run(inputs, backend, dy=None, chunk_size=Q):
     tensors = {k: (Tensor(v, requires_grad=True) if v is not None else None) for k, v in inputs.items()}
-    y, final_state = ssd(**tensors, chunk_size=Q, backend=backend)
+    y, final_state = ssd(**tensors, chunk_size=chunk_size, backend=backend)
     if dy is not None:
         y.backward(dy)
     grads = {k: np.asarray(t.grad.data) for k, t in tensors.items() if t is not None and t.grad is not None}
@@ -67,3 +71,49 @@ def test_finite_input_gives_finite_results(backend):
     inputs = make_inputs(np.random.default_rng(7), l=L)
     y, state, grads = _run(inputs, _backend(backend), np.ones(inputs["x"].shape))
     assert np.isfinite(y).all() and np.isfinite(state).all() and all(np.isfinite(g).all() for g in grads.values())
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("which", ["x", "dt", "B", "C"])
+@pytest.mark.parametrize("t", STEPS)
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+@pytest.mark.parametrize("loss", ["every step", "steps before t"])
+def test_a_non_finite_input_at_step_t_reaches_only_the_gradients_that_depend_on_it(backend, which, t, value, loss):
+    inputs = make_inputs(np.random.default_rng(200 + t), l=L)
+    inputs[which][0, t, 1] = value                  # batch 0, step t, one head (x, dt) or one group (B, C)
+    dy = np.random.default_rng(t).standard_normal(inputs["x"].shape)
+    if loss == "steps before t":                    # y[:, :t] is finite: its gradients are finite where they
+        dy[:, t:] = 0.0                             # do not read the value (dC before t, say)
+    _assert_gradients_as_the_recurrences(inputs, _backend(backend), dy, f"{value} in {which} at step {t}", Q)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@given(b=st.integers(1, 2), q=st.integers(1, 9), l=st.integers(1, 30), g=st.integers(1, 2), r=st.integers(1, 3),
+       p=st.integers(1, 4), n=st.integers(1, 5), which=st.sampled_from(["x", "dt", "B", "C"]),
+       value=st.sampled_from([np.nan, np.inf, -np.inf]), where=st.floats(0, 1, exclude_max=True),
+       prefix_loss=st.booleans(), seed=st.integers(0, 2**16))
+def test_non_finite_inputs_on_drawn_shapes(backend, b, q, l, g, r, p, n, which, value, where, prefix_loss, seed):
+    """The same on drawn shapes and chunk sizes (the value in a random entry): every backend's gradients are the
+    recurrence's, non-finite exactly where it is, equal to 1e-10 elsewhere."""
+    inputs = make_inputs(np.random.default_rng(seed), b=b, l=l, h=g * r, p=p, g=g, n=n)
+    flat = inputs[which].reshape(-1)
+    index = int(where * flat.size)
+    flat[index] = value
+    t = np.unravel_index(index, inputs[which].shape)[1]
+    dy = np.random.default_rng(seed + 1).standard_normal(inputs["x"].shape)
+    if prefix_loss:
+        dy[:, t:] = 0.0
+    _assert_gradients_as_the_recurrences(inputs, _backend(backend), dy, f"{value} in {which} at step {t}", q)
+
+
+def _assert_gradients_as_the_recurrences(inputs, backend, dy, what, chunk_size):
+    _, _, grads = _run(inputs, backend, dy, chunk_size)
+    exact = numpy_scan_gradients(**inputs, dy=dy)   # the recurrence's backward: NaN exactly where it depends
+    for name, want in exact.items():
+        got = grads[name]
+        same_pattern = np.array_equal(np.isfinite(got), np.isfinite(want))
+        assert same_pattern, \
+            f"{backend}: {what}: d{name} is not finite where the recurrence's is " \
+            f"(at {np.argwhere(np.isfinite(want) & ~np.isfinite(got))[:4].tolist()}), or the other way round"
+        finite = np.isfinite(want)
+        assert np.abs(got[finite] - want[finite]).max(initial=0.0) < 1e-10, f"{backend}: d{name}"

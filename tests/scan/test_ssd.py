@@ -139,6 +139,8 @@ def test_dtypes_and_auto_backend():
     (dict(A=np.zeros(3)), r"A must have shape \(h,\)"),
     (dict(B=np.zeros((2, 10, 2, 5))), r"B must have shape \(b, l, g, n\)"),
     (dict(B=np.zeros((2, 11, 3, 5)), C=np.zeros((2, 11, 3, 5))), r"h = 4 .* divisible by .* g = 3"),
+    (dict(B=np.zeros((2, 11, 0, 5)), C=np.zeros((2, 11, 0, 5))), r"groups g \(B's axis 2, B \(2, 11, 0, 5\)\) must "
+                                                                 r"be at least 1, got 0"),
     (dict(C=np.zeros((2, 11, 2, 4))), r"C must have shape"),
     (dict(D=np.zeros(5)), r"D must have shape"),
     (dict(initial_state=np.zeros((2, 4, 3, 4))), r"initial_state must have shape \(b, h, p, n\)"),
@@ -151,6 +153,19 @@ def test_bad_arguments_name_the_argument_and_shape(change, message):
     inputs = {**make_inputs(np.random.default_rng(7)), **change}
     with pytest.raises((ValueError, TypeError), match=message):
         ssd(**inputs)
+
+
+def test_mamba_ssms_positional_chunk_size_is_named_not_taken_for_D():
+    """mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, ...) puts chunk_size 6th, where ssd has D:
+    the error names the two orders instead of "D must be a floating point tensor, got dtype int64"."""
+    inputs = make_inputs(np.random.default_rng(8))
+    args = [inputs[k] for k in ("x", "dt", "A", "B", "C")]
+    with pytest.raises(TypeError, match=r"D = 64 is an int.*mamba_chunk_scan_combined\(x, dt, A, B, C, chunk_size, "
+                                        r"D=None, ...\); it is ssd\(x, dt, A, B, C, D=None, initial_state=None, "
+                                        r"chunk_size=256, backend='auto'\): pass chunk_size=64 by name"):
+        ssd(*args, 64)
+    with pytest.raises(TypeError, match=r"D = 64 is an int"):
+        ssd(*args, np.int64(64))
 
 
 def test_bad_chunk_size_and_backend():

@@ -80,7 +80,7 @@ else:
         weights = np.random.default_rng(99)
         w_y, w_state = weights.standard_normal(y.shape), weights.standard_normal(state.shape)
         ((y * w_y.astype(dtype)).sum() + (state * w_state.astype(dtype)).sum()).backward()
-        return y.data, state.data, {k: tensors[k].grad.data for k in names}
+        return y.data, state.data, {k: None if tensors[k].grad is None else tensors[k].grad.data for k in names}
 
     _cuda_results = {}
 
@@ -181,3 +181,51 @@ else:
         inputs = make_inputs(np.random.default_rng(4), b=1, l=2, h=1, p=numba_cuda.MAX_STATE + 1, g=1, n=1)
         with pytest.raises(ValueError, match=r"head dim p = 257 .* at most 256"):
             CUDA.forward(*inputs.values(), Q)
+
+    @pytest.mark.parametrize("sizes", [dict(b=0), dict(h=0, g=1), dict(p=0), dict(n=0)])
+    def test_an_empty_state_gives_what_the_cpu_backends_give_without_a_launch(sizes, monkeypatch):
+        """b, h, p or n = 0: no kernel launches (CUDA refuses a zero-size grid; p or n = 0 divided by zero);
+        y = D x and the gradients (zeros but dx and dD) have the shapes and values of numba_chunked's."""
+        monkeypatch.setattr(numba_cuda, "kernels", lambda *a: pytest.fail("a kernel was compiled or launched"))
+        inputs = make_inputs(np.random.default_rng(8), **{**dict(b=1, l=5, h=2, p=2, g=1, n=3), **sizes})
+        (y_e, s_e, g_e), (y_g, s_g, g_g) = forward_and_gradients(inputs, "numba_chunked"), forward_and_gradients(
+            inputs, "cuda")
+        assert y_g.shape == y_e.shape and s_g.shape == s_e.shape and np.array_equal(y_g, y_e)
+        for name, grad in g_g.items():     # (numba_chunked gives dD None for h = 0, where D has no entry)
+            expected = g_e[name] if g_e[name] is not None else np.zeros(inputs[name].shape)
+            assert grad.shape == expected.shape and np.abs(grad - expected).max(initial=0.0) < 1e-12, name
+
+    @pytest.mark.parametrize("which, t, value, prefix_loss", [("B", 4, np.inf, True), ("B", 2, np.nan, False),
+                                                             ("C", 2, np.nan, False), ("C", 4, np.inf, True),
+                                                             ("x", 3, np.nan, False), ("dt", 4, np.nan, True)])
+    def test_a_non_finite_input_reaches_only_the_gradients_that_depend_on_it(which, t, value, prefix_loss):
+        """tests/scan/test_causality.py's check for the cuda kernels: gradients non-finite exactly where the
+        recurrence's are, equal to it to 1e-10 elsewhere (chunks of 3 over l = 7: t = 2 a chunk's last step)."""
+        from tests.support.scan_inputs import numpy_scan_gradients
+        inputs = make_inputs(np.random.default_rng(t), b=1, l=7, h=2, p=2, g=1, n=2)
+        inputs[which][0, t, 0] = value
+        dy = np.random.default_rng(1).standard_normal(inputs["x"].shape)
+        if prefix_loss:
+            dy[:, t:] = 0.0
+        tensors = {k: tg.Tensor(v, requires_grad=True) for k, v in inputs.items()}
+        y, _ = SSD.apply(*tensors.values(), kernel=CUDA, chunk_size=3)
+        y.backward(dy)
+        for name, want in numpy_scan_gradients(**inputs, dy=dy).items():
+            if name == "dt":                # see the next test
+                continue
+            got, finite = tensors[name].grad.data, np.isfinite(want)
+            assert np.array_equal(np.isfinite(got), finite), f"{value} in {which} at {t}: d{name}"
+            assert np.abs(got[finite] - want[finite]).max(initial=0.0) < 1e-10, f"d{name}"
+
+    @pytest.mark.xfail(strict=True, reason="cuda's da_t is a reverse sum over every later step (the identity of "
+                       "cuda.py's docstring): a NaN in B or x at step t makes ddt NaN at every step, not only where "
+                       "the recurrence's is")
+    def test_a_non_finite_b_leaves_ddt_finite_before_it():
+        from tests.support.scan_inputs import numpy_scan_gradients
+        inputs = make_inputs(np.random.default_rng(2), b=1, l=7, h=2, p=2, g=1, n=2)
+        inputs["B"][0, 4, 0] = np.nan
+        tensors = {k: tg.Tensor(v, requires_grad=True) for k, v in inputs.items()}
+        y, _ = SSD.apply(*tensors.values(), kernel=CUDA, chunk_size=3)
+        y.backward(np.ones(y.shape))
+        want = numpy_scan_gradients(**inputs)["dt"]
+        assert np.array_equal(np.isfinite(tensors["dt"].grad.data), np.isfinite(want))

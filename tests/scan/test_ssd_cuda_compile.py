@@ -103,3 +103,38 @@ def test_with_a_gpu_a_target_that_cannot_compile_keeps_auto_off_the_backend(a_gp
     inputs = make_inputs(np.random.default_rng(0), b=1, l=2, h=1, p=1, g=1, n=1)
     with pytest.raises(RuntimeError, match=r"'cuda' is not available here \(.*cannot compile a kernel with NumPy Y"):
         ssd(**inputs, backend="cuda")
+
+
+@pytest.mark.parametrize("float_type, n, p", [("float64", 5, 3), ("float64", 191, 7), ("float32", 9, 256)])
+def test_static_shared_bytes_are_the_compiled_kernels(float_type, n, p):
+    """cuda.static_shared_bytes, which _check_sizes holds to CUDA's 48 KiB, is what each compiled kernel declares
+    (its addrspace(3) globals); kernels it leaves out declare none."""
+    import re
+    kernels, ft = numba_cuda.kernels(float_type, n, p), getattr(types, float_type)
+    expected = numba_cuda.static_shared_bytes(np.dtype(float_type).itemsize, n, p)
+    for name, arguments in SIGNATURES.items():
+        signature = tuple(types.int64 if a == "i" else types.Array(ft, a, "C") for a in arguments)
+        llvm_ir = compile_cuda(kernels[name].py_func, types.void, signature, cc=(9, 0)).library.get_llvm_str()
+        size = {"double": 8, "float": 4}
+        declared = sum(int(count) * size[t] for count, t in
+                       re.findall(r"addrspace\(3\) global \[(\d+) x (double|float)\]", llvm_ir))
+        assert declared == expected.get(name, 0), name
+
+
+@pytest.mark.parametrize("dtype, p, n, kernel", [(np.float64, 64, 192, "chunk_outputs"),
+                                                 (np.float64, 192, 64, "chunk_grad_columns")])
+def test_sizes_over_48_kib_of_shared_memory_are_refused_by_name(dtype, p, n, kernel):
+    """float64 n = 192: the row kernels' tiles take 49,408 bytes, over CUDA's 49,152 static limit (ptxas or the
+    launch fails on a GPU); the size check refuses it first, naming p, n, the dtype, the limit and the ways out.
+    float32 at p = n = 256 and float64 at 191 fit."""
+    with pytest.raises(ValueError, match=rf"float64 with head dim p = {p} and state size n = {n} needs 49,408 bytes "
+                                         rf"of static shared memory in kernel {kernel}, over CUDA's limit of 49,152 "
+                                         r"bytes \(48 KiB\) a block; use float32 or backend 'numba_chunked'"):
+        numba_cuda._check_sizes(1, 1, p, n, dtype)
+    numba_cuda._check_sizes(1, 1, 256, 256, np.float32)
+    numba_cuda._check_sizes(1, 1, 191, 191, np.float64)
+
+
+def test_empty_sizes_are_refused_by_the_device_functions():
+    with pytest.raises(ValueError, match=r"b, h, p and n must be at least 1 .* got b = 1, h = 2, p = 0, n = 3"):
+        numba_cuda._check_sizes(1, 2, 0, 3, np.float32)

@@ -156,12 +156,21 @@ def ssd(x, dt, A, B, C, D=None, initial_state=None, chunk_size: int = 256, backe
 
     x (b, l, h, p); dt (b, l, h), already softplus'd; A (h,); B, C (b, l, g, n), h divisible by g;
     D (h,) or None; initial_state (b, h, p, n) or None. Returns (y (b, l, h, p), final_state (b, h, p, n)).
-    chunk_size bounds the chunks of the chunked backends (they split l into equal chunks no longer than it).
+    chunk_size bounds the chunks of the chunked backends: "reference" and "cuda" cut l into c = ceil(l / chunk_size)
+    chunks of ceil(l / c) steps (the last shorter, or zero-padded in "reference"); "numba_chunked" into chunks of
+    min(chunk_size, 32, l) steps, the last shorter; "scan" ignores it. The results do not depend on it (up to rounding).
+    The argument order is not mamba_ssm's mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, ...):
+    pass chunk_size by name.
     Gradients reach every tensor input. Everything is computed in the widest input dtype, float32 at least
     (dt, A and their cumulative sums must not be lower)."""
     run = resolve_backend(backend)
     if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool) or chunk_size < 1:
         raise ValueError(f"ssd: chunk_size must be a positive int, got {chunk_size!r}")
+    if isinstance(D, (int, np.integer)) and not isinstance(D, bool):
+        raise TypeError(f"ssd: D = {int(D)} is an int, not a tensor of shape (h,): ssd's argument order differs from "
+                        f"mamba_ssm's mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, ...); it is "
+                        f"ssd(x, dt, A, B, C, D=None, initial_state=None, chunk_size=256, backend='auto'): pass "
+                        f"chunk_size={int(D)} by name")
     x, dt, A, B, C = (_tensor(name, v) for name, v in zip("x dt A B C".split(), (x, dt, A, B, C)))
     D = None if D is None else _tensor("D", D)
     initial_state = None if initial_state is None else _tensor("initial_state", initial_state)
@@ -176,7 +185,9 @@ def ssd(x, dt, A, B, C, D=None, initial_state=None, chunk_size: int = 256, backe
     if B.ndim != 4 or B.shape[:2] != (b, l):
         raise ValueError(f"ssd: B must have shape (b, l, g, n) with (b, l) = {(b, l)} from x, got {tuple(B.shape)}")
     g, n = B.shape[2], B.shape[3]
-    if g < 1 or h % g:
+    if g < 1:
+        raise ValueError(f"ssd: the number of groups g (B's axis 2, B {tuple(B.shape)}) must be at least 1, got 0")
+    if h % g:
         raise ValueError(f"ssd: the number of heads h = {h} (x {tuple(x.shape)}) must be divisible by the number "
                          f"of groups g = {g} (B {tuple(B.shape)})")
     _check_shape("C", C, (b, l, g, n), "(b, l, g, n) like B")

@@ -43,6 +43,7 @@ from .cuda_availability import available, simulated, why_unavailable  # noqa: F4
 STAGE = 16            # steps of B, C (rows) or x, dy (columns) staged in shared memory at once
 MAX_TILE = 128        # threads per block at most (p rows or n columns)
 MAX_STATE = 256       # p and n at most: a thread keeps a row (n) or a column (p) of the state in local memory
+SHARED_LIMIT = 48 * 1024   # bytes of static shared memory a block may have (more needs dynamic shared memory)
 
 
 cuda = None           # numba.cuda, imported on first use; a module global, as the simulator swaps it in kernels
@@ -54,6 +55,14 @@ def _cuda():
     if cuda is None:
         cuda = import_numba_cuda()
     return cuda
+
+
+def static_shared_bytes(itemsize: int, n: int, p: int) -> dict[str, int]:
+    """Bytes of static shared memory of each kernel below that has any: STAGE steps of B, C (n wide) or x, dy (p
+    wide) and of dt, exp(a). tests/scan/test_ssd_cuda_compile.py holds these to the compiled kernels'."""
+    tiles = {"chunk_states": (1, n, 2), "chunk_outputs": (2, n, 2), "chunk_grad_states": (1, n, 1),
+             "chunk_grad_rows": (2, n, 2), "chunk_grad_columns": (2, p, 2)}   # (wide tiles, width, step tiles)
+    return {name: (wide * STAGE * width + steps * STAGE) * itemsize for name, (wide, width, steps) in tiles.items()}
 
 
 @functools.lru_cache(maxsize=None)
@@ -371,10 +380,19 @@ def chunk_geometry(l: int, chunk_size: int) -> tuple[int, int]:
     return c, -(-l // c)
 
 
-def _check_sizes(b: int, h: int, p: int, n: int):
+def _check_sizes(b: int, h: int, p: int, n: int, dtype):
+    if min(b, h, p, n) < 1:
+        raise ValueError(f"ssd backend 'cuda': b, h, p and n must be at least 1 to launch the kernels, got b = {b}, "
+                         f"h = {h}, p = {p}, n = {n} (forward and backward return empty results without launching)")
     if p > MAX_STATE or n > MAX_STATE:
         raise ValueError(f"ssd backend 'cuda': head dim p = {p} and state size n = {n} must be at most "
-                         f"{MAX_STATE} (a thread keeps a row or column of the state); use backend 'reference'")
+                         f"{MAX_STATE} (a thread keeps a row or column of the state); use backend 'numba_chunked'")
+    shared = static_shared_bytes(np.dtype(dtype).itemsize, n, p)
+    kernel = max(shared, key=shared.get)
+    if shared[kernel] > SHARED_LIMIT:
+        raise ValueError(f"ssd backend 'cuda': {np.dtype(dtype)} with head dim p = {p} and state size n = {n} needs "
+                         f"{shared[kernel]:,} bytes of static shared memory in kernel {kernel}, over CUDA's limit of "
+                         f"{SHARED_LIMIT:,} bytes (48 KiB) a block; use float32 or backend 'numba_chunked'")
     if b * h > 65535:
         raise ValueError(f"ssd backend 'cuda': batch * heads = {b * h} must be at most 65535 (grid dimension y)")
 
@@ -392,7 +410,7 @@ def forward_device(x, dt, A, B, C, D, initial_state, chunk_size: int):
     cuda = _cuda()
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
-    _check_sizes(b, h, p, n)
+    _check_sizes(b, h, p, n, x.dtype)
     c, q = chunk_geometry(l, chunk_size)
     k = kernels(str(x.dtype), n, p)
     local_states = cuda.device_array((c, b, h, p, n), x.dtype)
@@ -416,6 +434,7 @@ def backward_device(x, dt, A, B, C, D, boundary, chunk_log_decay, dy, d_final, c
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     r, dtype = h // g, x.dtype
+    _check_sizes(b, h, p, n, dtype)
     c, q = chunk_geometry(l, chunk_size)
     k = kernels(str(dtype), n, p)
     rows, row_block = _row_grid(c, b, h, p)
@@ -448,19 +467,30 @@ def forward(x, dt, A, B, C, D, initial_state, chunk_size):
     n = B.shape[3]
     D_or_zeros = np.zeros(h, x.dtype) if D is None else D
     start = np.zeros((b, h, p, n), x.dtype) if initial_state is None else initial_state
-    on_device = [cuda.to_device(np.ascontiguousarray(a, dtype=x.dtype)) for a in (x, dt, A, B, C, D_or_zeros, start)]
-    y, boundary, chunk_log_decay = forward_device(*on_device, chunk_size)
-    boundary_host = boundary.copy_to_host()                              # (c + 1, b, h, p, n)
-    saved = (x, dt, A, B, C, D_or_zeros, boundary_host, chunk_log_decay.copy_to_host(),
+    if min(b, h, p, n) == 0:          # an empty state (CUDA refuses a zero-size grid): y = D x, nothing launched
+        c = chunk_geometry(l, chunk_size)[0]
+        y, boundary_host = x * D_or_zeros[:, None], np.zeros((c + 1, b, h, p, n), x.dtype)
+        chunk_log_decay = np.zeros((b, c, h), x.dtype)
+    else:
+        on_device = [cuda.to_device(np.ascontiguousarray(a, dtype=x.dtype))
+                     for a in (x, dt, A, B, C, D_or_zeros, start)]
+        y, boundary, chunk_log_decay = (a.copy_to_host() for a in forward_device(*on_device, chunk_size))
+        boundary_host = boundary                                         # (c + 1, b, h, p, n)
+    saved = (x, dt, A, B, C, D_or_zeros, boundary_host, chunk_log_decay,
              np.array(initial_state is not None), np.array(D is not None), np.array(chunk_size))
     final_state = boundary_host[-1].copy()
-    return y.copy_to_host(), final_state, saved
+    return y, final_state, saved
 
 
 def backward(saved, dy, d_final):
     """Backend.backward: (saved, dy, d final_state) -> (dx, ddt, dA, dB, dC, dD | None, d_initial | None)."""
     cuda = _cuda()
     x, dt, A, B, C, D, boundary, chunk_log_decay, had_initial, had_D, chunk_size = saved
+    b, l, h, p = x.shape
+    if min(b, h, p, B.shape[3]) == 0:   # an empty state: only y = D x has gradients; nothing launched
+        dD = np.einsum("blhp,blhp->h", x, dy) if had_D else None
+        d_initial = np.zeros(boundary.shape[1:], x.dtype) if had_initial else None
+        return dy * D[:, None], np.zeros_like(dt), np.zeros_like(A), np.zeros_like(B), np.zeros_like(C), dD, d_initial
     on_device = [cuda.to_device(np.ascontiguousarray(a, dtype=x.dtype))
                  for a in (x, dt, A, B, C, D, boundary, chunk_log_decay, dy, d_final)]
     dx, ddt, dA_partial, dB, dC, dD_partial, grad_boundary = backward_device(*on_device, int(chunk_size))

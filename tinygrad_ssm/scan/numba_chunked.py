@@ -37,7 +37,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import numba_cpu
-from .numba_cpu import FASTMATH, _contiguous, _copy_piece, _decays, _on_threads, _rows_of, on_single_threaded_blas
+from .numba_cpu import (FASTMATH, _contiguous, _copy_piece, _decays, _finite, _on_threads, _rows_of,
+                        on_single_threaded_blas)
 from ..fast import heap_reuse
 from ..fast.claims import claim_from_end
 
@@ -49,15 +50,37 @@ _jit = njit(nogil=True, fastmath=FASTMATH, cache=True)
 _inline = njit(inline="always", fastmath=FASTMATH, cache=True)
 
 @_inline
-def _masked_mt_dy(M, dyq, m, out):
-    """out[s] = sum_{t >= s} M[t, s] dy_t: M^T dy over the lower triangle only, so a non-finite dy_t reaches dX_s
+def _lower_t_dot(M, V, m, out):
+    """out[s] = sum_{t >= s} M[t, s] V_t: M^T V over the lower triangle only, so a non-finite V_t reaches out_s
     for s <= t alone, as in the recurrence (the product over all of M would give 0 x NaN = NaN for s > t)."""
     for s in range(m):
-        for i in range(dyq.shape[1]):
-            acc = dyq.dtype.type(0)
+        for i in range(V.shape[1]):
+            acc = V.dtype.type(0)
             for t in range(s, m):
-                acc += M[t, s] * dyq[t, i]
+                acc += M[t, s] * V[t, i]
             out[s, i] = acc
+
+
+@_inline
+def _lower_dot(M, V, m, out):
+    """out[t] = sum_{s <= t} M[t, s] V_s: M V over the lower triangle only (a non-finite V_s reaches out_t for
+    t >= s alone)."""
+    for t in range(m):
+        for i in range(V.shape[1]):
+            acc = V.dtype.type(0)
+            for s in range(t + 1):
+                acc += M[t, s] * V[s, i]
+            out[t, i] = acc
+
+
+@_inline
+def _sum_of(V, m):
+    """The sum of V's first m rows: not finite exactly when one of them holds a non-finite value."""
+    acc = V.dtype.type(0)
+    for t in range(m):
+        for i in range(V.shape[1]):
+            acc += V[t, i]
+    return acc
 
 
 @_jit
@@ -132,10 +155,10 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                     for s in range(t + 1, m):
                         M_t[s] = 0.0
                 np.dot(dyq[:m], Xd[:m].T, Gm)                       # G[t, s] = dy_t . X_s
-                if np.isfinite(dy_sum):
+                if _finite(dy_sum):
                     np.dot(M.T, dyq[:m], MTdy[:m])                  # (m, p)  M^T dy
                 else:                                               # a non-finite dy_t: M's masked zeros must
-                    _masked_mt_dy(M, dyq, m, MTdy)                  # not multiply it (0 x NaN is NaN)
+                    _lower_t_dot(M, dyq, m, MTdy)                   # not multiply it (0 x NaN is NaN)
                 np.dot(Bq[:m], dS.T, dXq[:m])                       # (m, p)  B dS_out^T
                 np.dot(Ed[:m], S_in, Ent[:m])                       # (m, n)  exp(s) dy S_in: dC's, v's term
                 np.dot(Ex[:m], dS, Gq[:m])                          # (m, n)  exp(tail) X dS_out: dB's term
@@ -191,8 +214,12 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                     ddt[bi, t0 + t, hi] += A[hi] * da_t
                     dA_sum += dt[row0 + t, dtc + hi] * da_t
                 dA_parts[bi, hi] += dA_sum
-            np.dot(Wsum, Bq[:m], Gq[:m])                            # the group's W B and W^T C
-            np.dot(Wsum.T, Cq[:m], Ent[:m])
+            if _finite(_sum_of(Bq, m) + _sum_of(Cq, m)):             # the group's W B and W^T C
+                np.dot(Wsum, Bq[:m], Gq[:m])
+                np.dot(Wsum.T, Cq[:m], Ent[:m])
+            else:                                                   # a non-finite B_s or C_t: W's zeros above
+                _lower_dot(Wsum, Bq, m, Gq)                         # the diagonal must not multiply it (dC_t
+                _lower_t_dot(Wsum, Cq, m, Ent)                      # reads B_s for s <= t only, dB_s C_t for t >= s)
             for t in range(m):                                      # the chunk's rows of dB and dC, written once
                 dB_out = dB[row0 + t, dBc + gi * n:dBc + (gi + 1) * n]
                 dC_out = dC[row0 + t, dCc + gi * n:dCc + (gi + 1) * n]

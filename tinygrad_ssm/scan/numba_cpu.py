@@ -54,6 +54,13 @@ _scipy_blas_loaded = False
 # --- pieces of the chunked form, shared with the backward (numba_chunked.py) ---------------------------------
 
 @_inline
+def _finite(v):
+    """Whether v is finite, as a comparison: under FASTMATH's reassoc, np.isfinite(u + w) was folded to True (its
+    v - v == 0 test reassociated to 0), so a NaN sum read as finite (tests/scan/test_causality.py caught it)."""
+    return abs(v) < np.inf
+
+
+@_inline
 def _decays(dt, dtc, A, hi, row0, m, a, s_incl, tail):
     """Steps row0 .. row0 + m of head hi: a_t = dt_t A, s_t = a_0 + ... + a_t, tail_t = a_{t+1} + ... +
     a_{m-1}, as running sums (never a difference of two sums: no cancellation, no -inf)."""
@@ -175,7 +182,7 @@ def forward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, S0, g, q, blocks, y, fina
                             Ex[t, i] = Xd[t, i] * e_out
                             Xd_sum += Xd[t, i]
                     _masked_decayed_scores(scores, a, m, decays, LT)
-                    if np.isfinite(Xd_sum):
+                    if _finite(Xd_sum):
                         np.dot(LT.T, Xd[:m], own[:m])                   # (m, p) the piece's own inputs
                     else:                                               # LT's masked zeros must not multiply it
                         _masked_own_inputs(LT, Xd, m, own)

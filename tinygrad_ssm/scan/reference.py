@@ -20,9 +20,11 @@ Causal also for non-finite values: a NaN at step t reaches no output before t, a
 y at step t no input gradient after t. A masked product written as (mask * values) summed over s would give
 0 * NaN = NaN for a masked term, so the sum that a causal mask restricts inside a chunk (over s <= l, step 1)
 masks each factor with `where` before multiplying and then sums (`masked_product`): the masked terms are exact
-zeros forwards, and backwards every gradient reaching a factor passes the same `where`. This costs a (q, q, p)
-product per chunk and head in step 1 instead of one einsum. Between chunks (step 3) the state is passed on
-chunk by chunk, which is causal as it stands (ssd_minimal's (c+1, c+1) segsum there would need the same
+zeros forwards, and backwards every gradient reaching a factor passes the same `where`. C_l . B_s itself is
+masked so too (its einsum over every (l, s) pair, masked afterwards, gave backwards 0 * NaN: a NaN in B at step s
+made dC NaN at every step of the chunk, a NaN in C at l dB at every step). This costs a (q, q, n) product per
+chunk and group and a (q, q, p) product per chunk and head in step 1 instead of one einsum. Between chunks
+(step 3) the state is passed on chunk by chunk, which is causal as it stands (ssd_minimal's (c+1, c+1) segsum there would need the same
 masking, over (c+1)^2 states: memory quadratic in l).
 """
 from __future__ import annotations
@@ -87,7 +89,9 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tenso
     # 1. inside each chunk (the diagonal blocks): y_l = sum_{s<=l} (C_l . B_s) exp(a_{s+1} + ... + a_l) X_s
     L = exp_segsum(a)                                                   # (b, g, r, c, q, q)
     causal = np.tri(q, q, 0, dtype=bool)                                # (q, q): [l, s] = s <= l
-    CB = F.unsqueeze(F.einsum("bclgn,bcsgn->bgcls", C, B), 2)           # (b, g, 1, c, q, q)
+    Cl = F.unsqueeze(F.permute(C, (0, 3, 1, 2, 4)), 4)                  # (b, g, c, q, 1, n)  C_l
+    Bs = F.unsqueeze(F.permute(B, (0, 3, 1, 2, 4)), 3)                  # (b, g, c, 1, q, n)  B_s
+    CB = F.unsqueeze(F.sum(masked_product(causal[:, :, None], Cl, Bs), axis=-1), 2)  # (b, g, 1, c, q, q)  C_l.B_s
     M = masked_product(causal, CB, L)                                   # (b, g, r, c, q, q)  masked C.B L
     Xs = F.unsqueeze(F.permute(X, (0, 3, 4, 1, 2, 5)), 4)               # (b, g, r, c, 1, q, p)  X_s
     Y_diag = F.sum(masked_product(causal[:, :, None], F.unsqueeze(M, -1), Xs), axis=5)  # (b, g, r, c, q, p)
