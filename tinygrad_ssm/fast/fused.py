@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from ..autograd import args as A
 from ..autograd import functional as F
 from ..autograd.function import Function, gradient_slot
 from ..autograd.grad_mode import is_grad_enabled
@@ -181,25 +182,29 @@ class Conv1dSilu(Function):
         return grad_x, dw.sum(axis=0)[kp - k:].T, grad_bias
 
 
-def _conv_weight(weight: Tensor) -> Tensor:
-    return F.reshape(weight, (weight.shape[0], weight.shape[2])) if weight.ndim == 3 else weight
-
-
 def conv1d_silu(x: Tensor, weight: Tensor, bias: Tensor | None = None, history: Tensor | None = None) -> Tensor:
     """silu(causal_conv1d(x, weight, bias)): x (b, l, c), weight (c, 1, k) or (c, k), bias (c,) or None.
     history (b, k - 1, c) or None: the inputs before x (a sequence continued from a cache), which the conv reads
     where it would read zeros. When a graph is recorded that is the conv of cat(history, x) from its step k - 1
     on (reference_conv1d_silu); otherwise (eval, prefill) the conv of x alone, its first k - 1 steps done again
     from a small window with the history in place: no (b, k - 1 + l, c) copy of x (at the 130M shape the cat was
-    1.2% of eval)."""
-    weight = _conv_weight(weight)
-    if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[2]:
-        raise ValueError(f"conv1d_silu: need x (b, l, c) and weight (c, 1, k) or (c, k) with the same c, got "
-                         f"x {x.shape} and weight {weight.shape}")
-    k = weight.shape[1]
-    if history is not None and history.shape != (x.shape[0], k - 1, x.shape[2]):
-        raise ValueError(f"conv1d_silu: history must be (b, k - 1, c) = {(x.shape[0], k - 1, x.shape[2])} for x "
-                         f"{x.shape} and weight {weight.shape}, got {history.shape}")
+    1.2% of eval). Every argument is checked here, before a kernel runs: the kernels index them unchecked."""
+    x, weight = A.as_tensor("conv1d_silu", "x", x), A.as_tensor("conv1d_silu", "weight", weight)
+    bias = None if bias is None else A.as_tensor("conv1d_silu", "bias", bias)
+    history = None if history is None else A.as_tensor("conv1d_silu", "history", history)
+    given = weight.shape                                   # for the messages, before the (c, 1, k) -> (c, k) reshape
+    if weight.ndim == 3 and weight.shape[1] == 1:
+        weight = F.reshape(weight, (weight.shape[0], weight.shape[2]))
+    if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[2] or weight.shape[1] == 0:
+        raise ValueError(f"conv1d_silu: need x (b, l, c) and weight (c, 1, k) or (c, k) with the same c and k >= 1, "
+                         f"got x {x.shape} and weight {given}")
+    c, k = x.shape[2], weight.shape[1]
+    if bias is not None and bias.shape != (c,):
+        raise ValueError(f"conv1d_silu: bias must have shape ({c},), one per channel of x {x.shape} and weight "
+                         f"{given}, got {bias.shape}; pass a bias of shape ({c},) or None")
+    if history is not None and history.shape != (x.shape[0], k - 1, c):
+        raise ValueError(f"conv1d_silu: history must be (b, k - 1, c) = {(x.shape[0], k - 1, c)} for x "
+                         f"{x.shape} and weight {given}, got {history.shape}")
 
     def conv(inputs):
         return Conv1dSilu.apply(inputs, weight, bias) if bias is not None else Conv1dSilu.apply(inputs, weight)
