@@ -55,3 +55,43 @@ def test_conv1d_silu_takes_arrays_and_refuses_what_a_tensor_cannot_hold():
                                   fused.conv1d_silu(tg.Tensor(x), tg.Tensor(w), tg.Tensor(b)).data)
     with pytest.raises(TypeError, match="conv1d_silu: bias must be a Tensor, an array or a number, got str"):
         fused.conv1d_silu(x, w, "zeros")
+
+
+# --- dt softplus, the norms ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt_shape,bias_shape", [((2, 3), (5,)), ((2, 3), (2, 3)), ((2, 3), (1,)), ((2, 3), ()),
+                                                 ((), (1,)), ((4,), (4, 1))])
+def test_dt_softplus_names_a_bias_that_is_not_one_per_head(dt_shape, bias_shape):
+    """A bias (5,) for dt (2, 3) got NumPy's 'operands could not be broadcast together'; a bias that broadcasts
+    (1,) or () gave a gradient of dt's shape for it. Now one bias per head, refused otherwise by name."""
+    with pytest.raises(ValueError, match=rf"dt_softplus: need dt \(\.\.\., h\) and bias \(h,\), one per head, got dt "
+                                         rf"{re_shape(dt_shape)} and bias {re_shape(bias_shape)}; pass a bias of shape"):
+        fused.dt_softplus(T(dt_shape), T(bias_shape))
+
+
+def test_dt_softplus_names_bounds_that_are_not_numbers():
+    with pytest.raises(TypeError, match="dt_softplus: high must be a real number, got NoneType"):
+        fused.dt_softplus(T((2, 3)), T(3), 0.0, None)
+
+
+@pytest.mark.parametrize("y_shape,z_shape,w_shape,group", [((), None, (1,), 1), ((2, 6), (2, 5), (6,), 3),
+                                                           ((2, 6), None, (6, 1), 6), ((2, 6), None, (6,), 4)])
+def test_gated_rms_norm_names_every_shape(y_shape, z_shape, w_shape, group):
+    z = None if z_shape is None else T(z_shape)
+    with pytest.raises(ValueError, match=rf"gated_rms_norm: need y .*; got y {re_shape(y_shape)}, z "
+                                         rf"{None if z_shape is None else re_shape(z_shape)}, weight {re_shape(w_shape)}, "
+                                         rf"group_size {group}$"):
+        fused.gated_rms_norm(T(y_shape), z, T(w_shape), group)
+
+
+def test_gated_rms_norm_refuses_a_group_size_that_is_not_an_int():
+    with pytest.raises(TypeError, match="gated_rms_norm: group_size must be an int, got float"):
+        fused.gated_rms_norm(T((2, 6)), None, T(6), 3.0)
+
+
+@pytest.mark.parametrize("x_shape,m_shape,w_shape", [((), (), (1,)), ((2, 6), (2, 5), (6,)), ((2, 6), (2, 6), (5,)),
+                                                     ((2, 6), (2, 6), ())])
+def test_add_rms_norm_names_every_shape(x_shape, m_shape, w_shape):
+    with pytest.raises(ValueError, match=rf"add_rms_norm: need .*; got x {re_shape(x_shape)}, m {re_shape(m_shape)}, "
+                                         rf"weight {re_shape(w_shape)}$"):
+        fused.add_rms_norm(T(x_shape), T(m_shape), T(w_shape))

@@ -250,6 +250,12 @@ class DtSoftplus(Function):
 
 
 def dt_softplus(dt: Tensor, bias: Tensor, low: float = 0.0, high: float = math.inf) -> Tensor:
+    """clip(softplus(dt + bias), low, high): dt (..., h), bias (h,) (one per head; not broadcast further)."""
+    dt, bias = A.as_tensor("dt_softplus", "dt", dt), A.as_tensor("dt_softplus", "bias", bias)
+    low, high = A.number("dt_softplus", "low", low), A.number("dt_softplus", "high", high)
+    if dt.ndim == 0 or bias.shape != dt.shape[-1:]:
+        raise ValueError(f"dt_softplus: need dt (..., h) and bias (h,), one per head, got dt {dt.shape} and bias "
+                         f"{bias.shape}; pass a bias of shape {dt.shape[-1:] or '(h,)'}")
     return DtSoftplus.apply(dt, bias, low=float(low), high=float(high))
 
 
@@ -316,8 +322,12 @@ class GatedRMSNorm(Function):
 def gated_rms_norm(y: Tensor, z: Tensor | None, weight: Tensor, group_size: int, eps: float = 1e-5) -> Tensor:
     """rms_norm over each group of group_size channels of y * silu(z) (of y when z is None), times weight.
     With group_size = d and z None it is the plain RMSNorm."""
-    d = y.shape[-1]
-    if weight.shape != (d,) or group_size <= 0 or d % group_size or (z is not None and z.shape != y.shape):
+    y, weight = A.as_tensor("gated_rms_norm", "y", y), A.as_tensor("gated_rms_norm", "weight", weight)
+    z = None if z is None else A.as_tensor("gated_rms_norm", "z", z)
+    group_size, eps = A.integer("gated_rms_norm", "group_size", group_size), A.number("gated_rms_norm", "eps", eps)
+    d = y.shape[-1] if y.ndim else None
+    if (d is None or weight.shape != (d,) or group_size <= 0 or d % group_size
+            or (z is not None and z.shape != y.shape)):
         raise ValueError(f"gated_rms_norm: need y (..., d), z None or y's shape, weight (d,), d divisible by "
                          f"group_size; got y {y.shape}, z {None if z is None else z.shape}, weight {weight.shape}, "
                          f"group_size {group_size}")
@@ -381,8 +391,9 @@ class AddRMSNorm(Function):
 
 def add_rms_norm(x: Tensor, m: Tensor, weight: Tensor, eps: float = 1e-5, return_total: bool = True):
     """(x + m, rms_norm(x + m) * weight) in one op, or the norm alone with return_total=False."""
-    d = x.shape[-1]
-    if m.shape != x.shape or weight.shape != (d,):
+    x, m = A.as_tensor("add_rms_norm", "x", x), A.as_tensor("add_rms_norm", "m", m)
+    weight, eps = A.as_tensor("add_rms_norm", "weight", weight), A.number("add_rms_norm", "eps", eps)
+    if x.ndim == 0 or m.shape != x.shape or weight.shape != x.shape[-1:]:
         raise ValueError(f"add_rms_norm: need x (..., d), m x's shape, weight (d,); got x {x.shape}, m {m.shape}, "
                          f"weight {weight.shape}")
     return AddRMSNorm.apply(x, m, weight, eps=float(eps), return_total=bool(return_total))
