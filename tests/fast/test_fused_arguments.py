@@ -64,8 +64,9 @@ def test_conv1d_silu_takes_arrays_and_refuses_what_a_tensor_cannot_hold():
 def test_dt_softplus_names_a_bias_that_is_not_one_per_head(dt_shape, bias_shape):
     """A bias (5,) for dt (2, 3) got NumPy's 'operands could not be broadcast together'; a bias that broadcasts
     (1,) or () gave a gradient of dt's shape for it. Now one bias per head, refused otherwise by name."""
-    with pytest.raises(ValueError, match=rf"dt_softplus: need dt \(\.\.\., h\) and bias \(h,\), one per head, got dt "
-                                         rf"{re_shape(dt_shape)} and bias {re_shape(bias_shape)}; pass a bias of shape"):
+    message = (rf"dt_softplus: need dt \(\.\.\., h\) and bias \(h,\), one per head, "
+               rf"got dt {re_shape(dt_shape)} and bias {re_shape(bias_shape)}; pass a bias of shape")
+    with pytest.raises(ValueError, match=message):
         fused.dt_softplus(T(dt_shape), T(bias_shape))
 
 
@@ -78,9 +79,10 @@ def test_dt_softplus_names_bounds_that_are_not_numbers():
                                                            ((2, 6), None, (6, 1), 6), ((2, 6), None, (6,), 4)])
 def test_gated_rms_norm_names_every_shape(y_shape, z_shape, w_shape, group):
     z = None if z_shape is None else T(z_shape)
-    with pytest.raises(ValueError, match=rf"gated_rms_norm: need y .*; got y {re_shape(y_shape)}, z "
-                                         rf"{None if z_shape is None else re_shape(z_shape)}, weight {re_shape(w_shape)}, "
-                                         rf"group_size {group}$"):
+    z_text = None if z_shape is None else re_shape(z_shape)
+    message = (rf"gated_rms_norm: need y .*; got y {re_shape(y_shape)}, z {z_text}, weight {re_shape(w_shape)}, "
+               rf"group_size {group}$")
+    with pytest.raises(ValueError, match=message):
         fused.gated_rms_norm(T(y_shape), z, T(w_shape), group)
 
 
