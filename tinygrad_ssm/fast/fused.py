@@ -21,6 +21,11 @@ array (`SplitLast.gradient_slot`, the engine's gradient_slot hook), so the split
 it. Weight gradients are summed per block in a fixed order: the same bits whichever thread ran which block
 (resume is bit-identical). The kernels keep the input dtype (a float32 model stays float32) and recompute cheap
 intermediates in backward instead of saving them, so a fused op holds less memory than its composition.
+
+Arguments and dtypes: each op checks every argument's shape before a kernel runs (the kernels index unchecked),
+as its twin does. The kernels take float32 and float64 operands, in the dtype the twin gives; any other dtype
+(integers, bools, float16) runs the twin itself, so an op's output dtype is always its twin's
+(tests/fast/test_fused_dtypes.py holds the two over a grid of dtypes).
 """
 from __future__ import annotations
 
@@ -51,6 +56,17 @@ def _gradient_destination(op: Function, i: int, dtype) -> tuple:
             return rows, col, slot
     grad = heap_reuse.empty(x.shape, dtype)
     return _matrix(grad), 0, grad
+
+
+KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _kernels_take(*tensors) -> bool:
+    """Whether an op's operands (None: an argument not given) are all float32 or float64, which the kernels
+    compute in. Any other dtype (integers, bools, float16, which numba has no arithmetic for) runs the op's twin:
+    its dtype rules (integers become float32, as F.silu) and its results, as the fused matmul, cross entropy and
+    embedding fall back to their engine ops."""
+    return all(t is None or t.dtype in KERNEL_DTYPES for t in tensors)
 
 
 def _matrix(a: np.ndarray) -> np.ndarray:
@@ -205,6 +221,8 @@ def conv1d_silu(x: Tensor, weight: Tensor, bias: Tensor | None = None, history: 
     if history is not None and history.shape != (x.shape[0], k - 1, c):
         raise ValueError(f"conv1d_silu: history must be (b, k - 1, c) = {(x.shape[0], k - 1, c)} for x "
                          f"{x.shape} and weight {given}, got {history.shape}")
+    if not _kernels_take(x, weight, bias, history):
+        return reference_conv1d_silu(x, weight, bias, history)
 
     def conv(inputs):
         return Conv1dSilu.apply(inputs, weight, bias) if bias is not None else Conv1dSilu.apply(inputs, weight)
@@ -212,6 +230,9 @@ def conv1d_silu(x: Tensor, weight: Tensor, bias: Tensor | None = None, history: 
         return conv(x)
     if is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, history)):
         return conv(F.cat([history, x], axis=1))[:, k - 1:]          # (b, l, c)
+    dtype = np.result_type(history.dtype, x.dtype, weight.dtype)        # cat(history, x)'s conv: the twin's dtype
+    if dtype != np.result_type(x.dtype, weight.dtype):
+        weight = Tensor(weight.data.astype(dtype))                   # no graph: a float64 history widens x's conv too
     out = conv(x)                                                     # (b, l, c) as if zeros came before x
     m = min(x.shape[1], k - 1)
     if m:
@@ -256,6 +277,8 @@ def dt_softplus(dt: Tensor, bias: Tensor, low: float = 0.0, high: float = math.i
     if dt.ndim == 0 or bias.shape != dt.shape[-1:]:
         raise ValueError(f"dt_softplus: need dt (..., h) and bias (h,), one per head, got dt {dt.shape} and bias "
                          f"{bias.shape}; pass a bias of shape {dt.shape[-1:] or '(h,)'}")
+    if not _kernels_take(dt, bias):
+        return reference_dt_softplus(dt, bias, low, high)
     return DtSoftplus.apply(dt, bias, low=float(low), high=float(high))
 
 
@@ -331,6 +354,8 @@ def gated_rms_norm(y: Tensor, z: Tensor | None, weight: Tensor, group_size: int,
         raise ValueError(f"gated_rms_norm: need y (..., d), z None or y's shape, weight (d,), d divisible by "
                          f"group_size; got y {y.shape}, z {None if z is None else z.shape}, weight {weight.shape}, "
                          f"group_size {group_size}")
+    if not _kernels_take(y, z, weight):
+        return reference_gated_rms_norm(y, z, weight, group_size, eps)
     return GatedRMSNorm.apply(y, z, weight, group=int(group_size), eps=float(eps))
 
 
@@ -396,6 +421,10 @@ def add_rms_norm(x: Tensor, m: Tensor, weight: Tensor, eps: float = 1e-5, return
     if x.ndim == 0 or m.shape != x.shape or weight.shape != x.shape[-1:]:
         raise ValueError(f"add_rms_norm: need x (..., d), m x's shape, weight (d,); got x {x.shape}, m {m.shape}, "
                          f"weight {weight.shape}")
+    # the twin's sum x + m keeps their dtype where a wider weight widens only the norm: the kernels write both in one
+    total = np.result_type(x.dtype, m.dtype)
+    if not _kernels_take(x, m, weight) or np.result_type(total, weight.dtype) != total:
+        return reference_add_rms_norm(x, m, weight, eps, return_total)
     return AddRMSNorm.apply(x, m, weight, eps=float(eps), return_total=bool(return_total))
 
 
