@@ -21,6 +21,11 @@ array (`SplitLast.gradient_slot`, the engine's gradient_slot hook), so the split
 it. Weight gradients are summed per block in a fixed order: the same bits whichever thread ran which block
 (resume is bit-identical). The kernels keep the input dtype (a float32 model stays float32) and recompute cheap
 intermediates in backward instead of saving them, so a fused op holds less memory than its composition.
+
+Arguments and dtypes: each op checks every argument's shape before a kernel runs (the kernels index unchecked),
+as its twin does. The kernels take float32 and float64 operands, in the dtype the twin gives; any other dtype
+(integers, bools, float16) runs the twin itself, so an op's output dtype is always its twin's
+(tests/fast/test_fused_dtypes.py holds the two over a grid of dtypes).
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ import math
 
 import numpy as np
 
+from ..autograd import args as A
 from ..autograd import functional as F
 from ..autograd.function import Function, gradient_slot
 from ..autograd.grad_mode import is_grad_enabled
@@ -50,6 +56,17 @@ def _gradient_destination(op: Function, i: int, dtype) -> tuple:
             return rows, col, slot
     grad = heap_reuse.empty(x.shape, dtype)
     return _matrix(grad), 0, grad
+
+
+KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _kernels_take(*tensors) -> bool:
+    """Whether an op's operands (None: an argument not given) are all float32 or float64, which the kernels
+    compute in. Any other dtype (integers, bools, float16, which numba has no arithmetic for) runs the op's twin:
+    its dtype rules (integers become float32, as F.silu) and its results, as the fused matmul, cross entropy and
+    embedding fall back to their engine ops."""
+    return all(t is None or t.dtype in KERNEL_DTYPES for t in tensors)
 
 
 def _matrix(a: np.ndarray) -> np.ndarray:
@@ -181,25 +198,31 @@ class Conv1dSilu(Function):
         return grad_x, dw.sum(axis=0)[kp - k:].T, grad_bias
 
 
-def _conv_weight(weight: Tensor) -> Tensor:
-    return F.reshape(weight, (weight.shape[0], weight.shape[2])) if weight.ndim == 3 else weight
-
-
 def conv1d_silu(x: Tensor, weight: Tensor, bias: Tensor | None = None, history: Tensor | None = None) -> Tensor:
     """silu(causal_conv1d(x, weight, bias)): x (b, l, c), weight (c, 1, k) or (c, k), bias (c,) or None.
     history (b, k - 1, c) or None: the inputs before x (a sequence continued from a cache), which the conv reads
     where it would read zeros. When a graph is recorded that is the conv of cat(history, x) from its step k - 1
     on (reference_conv1d_silu); otherwise (eval, prefill) the conv of x alone, its first k - 1 steps done again
     from a small window with the history in place: no (b, k - 1 + l, c) copy of x (at the 130M shape the cat was
-    1.2% of eval)."""
-    weight = _conv_weight(weight)
-    if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[2]:
-        raise ValueError(f"conv1d_silu: need x (b, l, c) and weight (c, 1, k) or (c, k) with the same c, got "
-                         f"x {x.shape} and weight {weight.shape}")
-    k = weight.shape[1]
-    if history is not None and history.shape != (x.shape[0], k - 1, x.shape[2]):
-        raise ValueError(f"conv1d_silu: history must be (b, k - 1, c) = {(x.shape[0], k - 1, x.shape[2])} for x "
-                         f"{x.shape} and weight {weight.shape}, got {history.shape}")
+    1.2% of eval). Every argument is checked here, before a kernel runs: the kernels index them unchecked."""
+    x, weight = A.as_tensor("conv1d_silu", "x", x), A.as_tensor("conv1d_silu", "weight", weight)
+    bias = None if bias is None else A.as_tensor("conv1d_silu", "bias", bias)
+    history = None if history is None else A.as_tensor("conv1d_silu", "history", history)
+    given = weight.shape                                   # for the messages, before the (c, 1, k) -> (c, k) reshape
+    if weight.ndim == 3 and weight.shape[1] == 1:
+        weight = F.reshape(weight, (weight.shape[0], weight.shape[2]))
+    if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[2] or weight.shape[1] == 0:
+        raise ValueError(f"conv1d_silu: need x (b, l, c) and weight (c, 1, k) or (c, k) with the same c and k >= 1, "
+                         f"got x {x.shape} and weight {given}")
+    c, k = x.shape[2], weight.shape[1]
+    if bias is not None and bias.shape != (c,):
+        raise ValueError(f"conv1d_silu: bias must have shape ({c},), one per channel of x {x.shape} and weight "
+                         f"{given}, got {bias.shape}; pass a bias of shape ({c},) or None")
+    if history is not None and history.shape != (x.shape[0], k - 1, c):
+        raise ValueError(f"conv1d_silu: history must be (b, k - 1, c) = {(x.shape[0], k - 1, c)} for x "
+                         f"{x.shape} and weight {given}, got {history.shape}")
+    if not _kernels_take(x, weight, bias, history):
+        return reference_conv1d_silu(x, weight, bias, history)
 
     def conv(inputs):
         return Conv1dSilu.apply(inputs, weight, bias) if bias is not None else Conv1dSilu.apply(inputs, weight)
@@ -207,6 +230,9 @@ def conv1d_silu(x: Tensor, weight: Tensor, bias: Tensor | None = None, history: 
         return conv(x)
     if is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, history)):
         return conv(F.cat([history, x], axis=1))[:, k - 1:]          # (b, l, c)
+    dtype = np.result_type(history.dtype, x.dtype, weight.dtype)        # cat(history, x)'s conv: the twin's dtype
+    if dtype != np.result_type(x.dtype, weight.dtype):
+        weight = Tensor(weight.data.astype(dtype))                   # no graph: a float64 history widens x's conv too
     out = conv(x)                                                     # (b, l, c) as if zeros came before x
     m = min(x.shape[1], k - 1)
     if m:
@@ -245,6 +271,14 @@ class DtSoftplus(Function):
 
 
 def dt_softplus(dt: Tensor, bias: Tensor, low: float = 0.0, high: float = math.inf) -> Tensor:
+    """clip(softplus(dt + bias), low, high): dt (..., h), bias (h,) (one per head; not broadcast further)."""
+    dt, bias = A.as_tensor("dt_softplus", "dt", dt), A.as_tensor("dt_softplus", "bias", bias)
+    low, high = A.number("dt_softplus", "low", low), A.number("dt_softplus", "high", high)
+    if dt.ndim == 0 or bias.shape != dt.shape[-1:]:
+        raise ValueError(f"dt_softplus: need dt (..., h) and bias (h,), one per head, got dt {dt.shape} and bias "
+                         f"{bias.shape}; pass a bias of shape {dt.shape[-1:] or '(h,)'}")
+    if not _kernels_take(dt, bias):
+        return reference_dt_softplus(dt, bias, low, high)
     return DtSoftplus.apply(dt, bias, low=float(low), high=float(high))
 
 
@@ -311,11 +345,17 @@ class GatedRMSNorm(Function):
 def gated_rms_norm(y: Tensor, z: Tensor | None, weight: Tensor, group_size: int, eps: float = 1e-5) -> Tensor:
     """rms_norm over each group of group_size channels of y * silu(z) (of y when z is None), times weight.
     With group_size = d and z None it is the plain RMSNorm."""
-    d = y.shape[-1]
-    if weight.shape != (d,) or group_size <= 0 or d % group_size or (z is not None and z.shape != y.shape):
+    y, weight = A.as_tensor("gated_rms_norm", "y", y), A.as_tensor("gated_rms_norm", "weight", weight)
+    z = None if z is None else A.as_tensor("gated_rms_norm", "z", z)
+    group_size, eps = A.integer("gated_rms_norm", "group_size", group_size), A.number("gated_rms_norm", "eps", eps)
+    d = y.shape[-1] if y.ndim else None
+    if (d is None or weight.shape != (d,) or group_size <= 0 or d % group_size
+            or (z is not None and z.shape != y.shape)):
         raise ValueError(f"gated_rms_norm: need y (..., d), z None or y's shape, weight (d,), d divisible by "
                          f"group_size; got y {y.shape}, z {None if z is None else z.shape}, weight {weight.shape}, "
                          f"group_size {group_size}")
+    if not _kernels_take(y, z, weight):
+        return reference_gated_rms_norm(y, z, weight, group_size, eps)
     return GatedRMSNorm.apply(y, z, weight, group=int(group_size), eps=float(eps))
 
 
@@ -376,10 +416,15 @@ class AddRMSNorm(Function):
 
 def add_rms_norm(x: Tensor, m: Tensor, weight: Tensor, eps: float = 1e-5, return_total: bool = True):
     """(x + m, rms_norm(x + m) * weight) in one op, or the norm alone with return_total=False."""
-    d = x.shape[-1]
-    if m.shape != x.shape or weight.shape != (d,):
+    x, m = A.as_tensor("add_rms_norm", "x", x), A.as_tensor("add_rms_norm", "m", m)
+    weight, eps = A.as_tensor("add_rms_norm", "weight", weight), A.number("add_rms_norm", "eps", eps)
+    if x.ndim == 0 or m.shape != x.shape or weight.shape != x.shape[-1:]:
         raise ValueError(f"add_rms_norm: need x (..., d), m x's shape, weight (d,); got x {x.shape}, m {m.shape}, "
                          f"weight {weight.shape}")
+    # the twin's sum x + m keeps their dtype where a wider weight widens only the norm: the kernels write both in one
+    total = np.result_type(x.dtype, m.dtype)
+    if not _kernels_take(x, m, weight) or np.result_type(total, weight.dtype) != total:
+        return reference_add_rms_norm(x, m, weight, eps, return_total)
     return AddRMSNorm.apply(x, m, weight, eps=float(eps), return_total=bool(return_total))
 
 
