@@ -186,3 +186,40 @@ def test_a_zero_dim_tensor_does_not_widen_a_tensor_of_its_kind_and_gets_its_own_
     out.sum().backward(), t_out.sum().backward()
     assert scale.grad.dtype == np.float64 and scale.grad.data == pytest.approx(t_scale.grad.item(), rel=1e-7)
     assert (Tensor(np.array([1, 2], np.int32)) + Tensor(np.array(3))).dtype == np.int32   # int64 0-d, as torch
+
+
+# --- a backward's gradients: one per input, each in a shape its input broadcasts to ----------------------------
+
+def _op_whose_backward_returns(make_grads):
+    from tinygrad_ssm.autograd.function import Function
+
+    class Scale(Function):
+        def forward(self, x):
+            return 2 * x
+
+        def backward(self, grad):
+            return make_grads(2 * grad)
+    return Scale
+
+
+@pytest.mark.parametrize("make_grads", [lambda g: g.T, lambda g: g.reshape(-1), lambda g: g.reshape(1, -1),
+                                        lambda g: g[:1]])
+def test_a_gradient_no_broadcast_could_make_is_refused_naming_the_op(make_grads):
+    """A backward that returned g.T for a (3, 2) input was reshaped into a scrambled gradient without a word;
+    torch: "returned an invalid gradient at index 0"."""
+    x = leaf(np.arange(6.0).reshape(3, 2))
+    y = _op_whose_backward_returns(make_grads).apply(x)
+    with pytest.raises(RuntimeError, match=r"Scale\.backward returned an invalid gradient for input 0: got a "
+                                           r"gradient of shape .* for an input of shape \(3, 2\)"):
+        y.backward(np.arange(6.0).reshape(3, 2))
+
+
+def test_a_broadcast_gradient_is_summed_and_extra_gradients_are_refused():
+    x = leaf(np.ones((3, 2)))
+    _op_whose_backward_returns(lambda g: np.stack([g, g])).apply(x).backward(np.ones((3, 2)))
+    np.testing.assert_array_equal(x.grad.data, np.full((3, 2), 4.0))  # (2, 3, 2) summed over its leading axis
+    y = _op_whose_backward_returns(lambda g: (g, None)).apply(leaf(np.ones(2)))
+    y.backward(np.ones(2))                                               # a trailing None is no gradient
+    y = _op_whose_backward_returns(lambda g: (g, g)).apply(leaf(np.ones(2)))
+    with pytest.raises(RuntimeError, match=r"Scale\.backward returned 2 gradients for 1 tensor input\(s\)"):
+        y.backward(np.ones(2))

@@ -34,6 +34,7 @@ def test_save_and_load_round_trip(tmp_path):
     assert np.abs(reference(IDS).data - loaded64(IDS).data).max() < 1e-10
 
 
+@pytest.mark.filterwarnings("ignore:save_pretrained.*RMSNorm epsilon")  # an epsilon of 1e-6 on purpose
 def test_round_trip_untied_head_and_custom_eps(tmp_path):
     model = small_model(tie_embeddings=False, rms_norm_eps=1e-6, bias=True, dt_limit=(0.001, 1.0))
     model.save_pretrained(tmp_path)
@@ -75,6 +76,7 @@ def test_transformers_layout_reads_every_config_field(tmp_path, tied):
     assert np.array_equal(loaded(IDS).data, model(IDS).data)
 
 
+@pytest.mark.filterwarnings("ignore:save_pretrained.*RMSNorm epsilon")  # an epsilon of 1e-6 on purpose
 @pytest.mark.parametrize("tied", [True, False])
 def test_mamba_ssm_layout_round_trips_every_config_field(tmp_path, tied):
     settings = {**NON_DEFAULT, "A_init_range": (2.0, 8.0), "pad_vocab_size_multiple": 16}

@@ -15,13 +15,20 @@ from .function import Function
 from .tensor import Tensor
 
 
+class GradientShapeError(RuntimeError):
+    """An op's backward returned a gradient that no broadcasting of its input could have made."""
+
+
 def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
     """Sum `grad` back to `shape`: the one place where broadcasting is undone, for every op.
     Leading axes that broadcasting added are summed away; axes where the input had size 1 are summed
-    with keepdims."""
+    with keepdims. A gradient of any other shape (transposed, flattened, smaller) is refused, as torch refuses
+    it: reshaping it would silently scramble the gradient."""
     if grad.shape == shape:
         return grad
     extra = grad.ndim - len(shape)
+    if extra < 0 or any(g != n and n != 1 for g, n in zip(grad.shape[extra:], shape)):
+        raise GradientShapeError(f"got a gradient of shape {grad.shape} for an input of shape {shape}")
     if extra > 0:
         grad = grad.sum(axis=tuple(range(extra)))
     stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
@@ -142,6 +149,10 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
             input_grads = ctx.backward(*out_grads)
             if not isinstance(input_grads, tuple):
                 input_grads = (input_grads,)
+            if any(g is not None for g in input_grads[len(ctx.inputs):]):  # one per tensor input (None for none)
+                raise RuntimeError(f"{type(ctx).__name__}.backward returned {len(input_grads)} gradients for "
+                                   f"{len(ctx.inputs)} tensor input(s); return one per tensor input of forward, "
+                                   f"None where there is none")
             if not retain_graph and ctx.saved:  # as torch: only an op that saved arrays can't run twice
                 ctx.saved = ()
                 ctx._freed = True
@@ -156,7 +167,12 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
             if not ctx.needs_input_grad[i]:
                 continue
             if g is not None:
-                g = unbroadcast(np.asarray(g), parent.shape)
+                try:
+                    g = unbroadcast(np.asarray(g), parent.shape)
+                except GradientShapeError as e:
+                    raise GradientShapeError(f"{type(ctx).__name__}.backward returned an invalid gradient for "
+                                             f"input {i}: {e}; return the gradient in the input's shape (or in "
+                                             f"a shape the input broadcasts to)") from None
                 if g.dtype != parent.dtype:
                     g = g.astype(parent.dtype)
                 previous = grads.get(id(parent))
