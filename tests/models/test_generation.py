@@ -157,3 +157,14 @@ def test_a_bad_vocab_size_is_named(vocab_size):
     model = twin_models(seed=0, vocab_size=40)[0]
     with pytest.raises(ValueError, match="vocab_size must be None or an int >= 1"):
         model.generate(np.array([[1, 2]]), 2, vocab_size=vocab_size)
+
+
+@pytest.mark.parametrize("kw, message", [({"temperature": True}, "temperature must be a number >= 0"),
+                                         ({"temperature": False}, "temperature must be a number >= 0"),
+                                         ({"top_p": True}, "top_p must be None or in"),
+                                         ({"top_k": True}, "top_k must be None or an int >= 1")])
+def test_a_bool_sampling_setting_is_refused(kw, message):
+    """True is an int in Python: temperature=True was read as 1.0 while top_k=True was refused."""
+    model = twin_models(seed=0, vocab_size=40)[0]
+    with pytest.raises(ValueError, match=message):
+        model.generate(np.array([[1, 2]]), 2, **kw)
