@@ -9,7 +9,10 @@
 A generated token need not end on a character boundary (a byte model emits one byte of a three-byte
 character at a time; a byte-level BPE token may hold half of an emoji). TextStream therefore prints text only
 once it decodes without a trailing U+FFFD, so a stream never shows half a character; what is still invalid
-at the end comes out as U+FFFD, never as an exception.
+at the end comes out as U+FFFD, never as an exception. A byte-fallback tokenizer (Llama's <0xE2> tokens) decodes
+a whole run of byte tokens at once, as U+FFFD for each of them when the run is not valid UTF-8, so a later byte
+can change the text of earlier ones: TextStream holds a run back until a token that is not a byte ends it, and
+prints only text that the decode of everything so far starts with. Joined, a stream is the decode of all ids.
 
 Special tokens are added as transformers' tokenizer(text) adds them: by the tokenizer.json's own post_processor
 (a Llama/Mistral `TemplateProcessing` "<s> $A" puts BOS first; GPT-NeoX's ByteLevel one adds nothing).
@@ -47,6 +50,7 @@ class ByteTokenizer:
     vocab_size = 256
     eos_token_id = None
     adds_special_tokens = False
+    byte_fallback_ids = skipped_ids = frozenset()   # (FileTokenizer's, for TextStream)
 
     def encode(self, text: str | bytes) -> np.ndarray:
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
@@ -111,9 +115,23 @@ class FileTokenizer:
         self.special_config = self._read_special_config()
         self.eos_token_id = eos_token_id if eos_token_id is not None else self._find_eos()
         self.adds_special_tokens = int(self._tok.num_special_tokens_to_add(False)) > 0
+        self.byte_fallback_ids, self.skipped_ids = self._stream_ids()
         if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
             raise TokenizerError(f"the EOS token id {self.eos_token_id} is outside {str(self.path)!r}'s vocabulary "
                                  f"of {self.vocab_size}")
+
+    def _stream_ids(self) -> tuple[frozenset, frozenset]:
+        """The ids of a byte-fallback BPE's byte tokens (<0x00>..<0xFF>), whose runs the ByteFallback decoder
+        decodes together, and the special tokens' ids, which decode skips (TextStream reads both)."""
+        try:
+            model = json.loads(self._json).get("model") or {}
+        except (ValueError, AttributeError):
+            model = {}
+        byte_ids = frozenset()
+        if isinstance(model, dict) and model.get("byte_fallback"):
+            byte_ids = frozenset(i for i in (self._tok.token_to_id(f"<0x{b:02X}>") for b in range(256)) if i is not None)
+        skipped = frozenset(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
+        return byte_ids, skipped
 
     def _read_special_config(self) -> dict:
         """The special-token keys (SPECIAL_CONFIG_KEYS) of the tokenizer_config.json beside the file, as stated."""
@@ -287,8 +305,22 @@ class TextStream:
     def _flush(self, final: bool) -> str:
         before = self.tokenizer.decode(self.ids[:self.printed])
         text = self.tokenizer.decode(self.ids)                           # the same with the pending ids
-        if len(text) <= len(before) or (text.endswith("\ufffd") and not final):
-            return ""                                                     # nothing new, or half a character
+        if not text.startswith(before):  # the new ids changed text already out: only where they continue a
+            text = before + self.tokenizer.decode(self.ids[self.printed:])  # prompt's byte run, made invalid
+        if not final and (len(text) <= len(before) or text.endswith("\ufffd") or self._in_byte_run()):
+            return ""                            # nothing new, half a character, or a byte run that may change
         del self.ids[:self.printed]                                      # the newly printed ids: the next context
         self.printed = len(self.ids)
         return text[len(before):]
+
+    def _in_byte_run(self) -> bool:
+        """Whether the pending ids end in a byte-fallback token (special tokens, which decode skips, aside): the
+        next one may extend the run, and an invalid run decodes as U+FFFD for each of its bytes."""
+        byte_ids = getattr(self.tokenizer, "byte_fallback_ids", ())
+        if not byte_ids:
+            return False
+        skipped = getattr(self.tokenizer, "skipped_ids", ())
+        for i in reversed(self.ids[self.printed:]):
+            if i not in skipped:
+                return i in byte_ids
+        return False

@@ -3,8 +3,9 @@
 Any folder from_pretrained reads is a model folder (a run folder: its newest checkpoint; a checkpoint; a
 save_pretrained, mamba_ssm or transformers folder; a Hugging Face cache snapshot; a sharded checkpoint). Its
 tokenizer is the folder's tokenizer.json, or bytes for the package's own byte-level runs (tokenizer.py).
-Text is streamed through TextStream, which holds back the ids of a character still incomplete: a stream
-never shows half a UTF-8 character, and invalid UTF-8 comes out as U+FFFD, never as an exception.
+Text is streamed through TextStream, which holds back the ids of a character still incomplete (and a
+byte-fallback tokenizer's run of byte tokens until it ends): a stream never shows half a UTF-8 character,
+joined it is the decode of all the ids, and invalid UTF-8 comes out as U+FFFD, never as an exception.
 """
 from __future__ import annotations
 
