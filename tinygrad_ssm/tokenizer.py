@@ -2,14 +2,23 @@
 `tokenizers` library (GPT-NeoX's BPE of the real Mamba-2 checkpoints, or any other it reads).
 
     tok = find_tokenizer("path/to/mamba2-130m")          # the folder's tokenizer.json, or bytes for our runs
-    ids = tok.encode("def main():")                      # (n,) int64
+    ids = tok.encode("def main():")                      # (n,) int64, with the special tokens the file adds
     stream = TextStream(tok, ids)                        # generated ids in, finished text out
     text = "".join(stream.push(i) for i in new_ids) + stream.finish()
 
 A generated token need not end on a character boundary (a byte model emits one byte of a three-byte
 character at a time; a byte-level BPE token may hold half of an emoji). TextStream therefore prints text only
 once it decodes without a trailing U+FFFD, so a stream never shows half a character; what is still invalid
-at the end comes out as U+FFFD, never as an exception.
+at the end comes out as U+FFFD, never as an exception. A byte-fallback tokenizer (Llama's <0xE2> tokens) decodes
+a whole run of byte tokens at once, as U+FFFD for each of them when the run is not valid UTF-8, so a later byte
+can change the text of earlier ones: TextStream holds a run back until a token that is not a byte ends it, and
+prints only text that the decode of everything so far starts with. Joined, a stream is the decode of all ids.
+
+Special tokens are added as transformers' tokenizer(text) adds them: by the tokenizer.json's own post_processor
+(a Llama/Mistral `TemplateProcessing` "<s> $A" puts BOS first; GPT-NeoX's ByteLevel one adds nothing).
+transformers 5.24 reads a folder's tokenizer.json that way whatever tokenizer_config.json's add_bos_token /
+add_eos_token say (from_pretrained drops those flags when there is a tokenizer.json; tests/test_tokenizer.py
+checks it against AutoTokenizer), so they change nothing here either.
 """
 from __future__ import annotations
 
@@ -40,6 +49,8 @@ class ByteTokenizer:
     name = BYTES
     vocab_size = 256
     eos_token_id = None
+    adds_special_tokens = False
+    byte_fallback_ids = skipped_ids = frozenset()   # (FileTokenizer's, for TextStream)
 
     def encode(self, text: str | bytes) -> np.ndarray:
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
@@ -74,9 +85,13 @@ class ByteTokenizer:
         return "ByteTokenizer()"
 
 
+SPECIAL_CONFIG_KEYS = ("bos_token", "eos_token", "add_bos_token", "add_eos_token")  # kept in a checkpoint's copy
+
+
 class FileTokenizer:
-    """A tokenizer.json through the `tokenizers` library. encode adds no special tokens (a prompt is text);
-    decode skips them (an EOS is where generation stops, not text)."""
+    """A tokenizer.json through the `tokenizers` library. encode adds the special tokens its post_processor adds
+    (a BOS for a Llama-style tokenizer, nothing for GPT-NeoX's), as transformers' tokenizer(text) does; decode
+    skips them (a BOS or an EOS is no text)."""
 
     def __init__(self, path: str | Path, eos_token_id: int | None = None):
         try:
@@ -97,23 +112,43 @@ class FileTokenizer:
                                  f"{e}") from None
         self.name = str(self.path)
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+        self.special_config = self._read_special_config()
         self.eos_token_id = eos_token_id if eos_token_id is not None else self._find_eos()
+        self.adds_special_tokens = int(self._tok.num_special_tokens_to_add(False)) > 0
+        self.byte_fallback_ids, self.skipped_ids = self._stream_ids()
         if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
             raise TokenizerError(f"the EOS token id {self.eos_token_id} is outside {str(self.path)!r}'s vocabulary "
                                  f"of {self.vocab_size}")
 
+    def _stream_ids(self) -> tuple[frozenset, frozenset]:
+        """The ids of a byte-fallback BPE's byte tokens (<0x00>..<0xFF>), whose runs the ByteFallback decoder
+        decodes together, and the special tokens' ids, which decode skips (TextStream reads both)."""
+        try:
+            model = json.loads(self._json).get("model") or {}
+        except (ValueError, AttributeError):
+            model = {}
+        byte_ids = frozenset()
+        if isinstance(model, dict) and model.get("byte_fallback"):
+            byte_ids = frozenset(i for i in (self._tok.token_to_id(f"<0x{b:02X}>") for b in range(256)) if i is not None)
+        skipped = frozenset(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
+        return byte_ids, skipped
+
+    def _read_special_config(self) -> dict:
+        """The special-token keys (SPECIAL_CONFIG_KEYS) of the tokenizer_config.json beside the file, as stated."""
+        config = self.path.parent / TOKENIZER_CONFIG_FILE
+        try:
+            stated = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
+        except (OSError, ValueError):
+            stated = {}
+        return {k: stated[k] for k in SPECIAL_CONFIG_KEYS if isinstance(stated, dict) and k in stated}
+
     def _find_eos(self) -> int | None:
         """tokenizer_config.json's eos_token beside the file, else a usual EOS name in the vocabulary."""
         names = list(EOS_NAMES)
-        config = self.path.parent / TOKENIZER_CONFIG_FILE
-        if config.is_file():
-            try:
-                eos = json.loads(config.read_text(encoding="utf-8")).get("eos_token")
-            except (OSError, ValueError, AttributeError):
-                eos = None
-            eos = eos.get("content") if isinstance(eos, dict) else eos
-            if isinstance(eos, str):
-                names.insert(0, eos)
+        eos = self.special_config.get("eos_token")
+        eos = eos.get("content") if isinstance(eos, dict) else eos
+        if isinstance(eos, str):
+            names.insert(0, eos)
         for name in names:
             token_id = self._tok.token_to_id(name)
             if token_id is not None:
@@ -121,7 +156,8 @@ class FileTokenizer:
         return None
 
     def encode(self, text: str) -> np.ndarray:
-        return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int64)   # (n,)
+        """(n,) int64: transformers' tokenizer(text)["input_ids"] (the special tokens the post_processor adds)."""
+        return np.asarray(self._tok.encode(text).ids, dtype=np.int64)
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """A file's bytes: decoded as UTF-8 (each invalid byte becomes one U+FFFD, which the BPE encodes)."""
@@ -130,10 +166,13 @@ class FileTokenizer:
     def encode_bytes_with_ends(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
         """encode_bytes, and where each token ends in `data`, in bytes (bits per byte count a file's own bytes:
         not U+FFFD's three for an invalid one, nor an empty string for a special token written in the text). A
-        token that ends inside a character (a byte-level BPE may split one) counts up to the character's end."""
+        token that ends inside a character (a byte-level BPE may split one) counts up to the character's end. A
+        special token the post_processor adds (a BOS first, an EOS last) covers no bytes: it ends where the token
+        before it does (0 for a BOS), though the library gives its offsets as (0, 0)."""
         text = _utf8_text(data)
-        encoding = self._tok.encode(text, add_special_tokens=False)
-        ends_in_chars = np.asarray([end for _, end in encoding.offsets], dtype=np.int64)       # (n,)
+        encoding = self._tok.encode(text)
+        ends_in_chars = np.maximum.accumulate(np.asarray([end for _, end in encoding.offsets] or [0],
+                                                         dtype=np.int64))[:len(encoding.ids)]  # (n,)
         bytes_before = np.concatenate([[0], np.cumsum(_utf8_lengths(data, text))])         # (chars + 1,)
         return np.asarray(encoding.ids, dtype=np.int64), bytes_before[ends_in_chars]
 
@@ -153,8 +192,11 @@ class FileTokenizer:
         return self._tok.decode([int(token_id)], skip_special_tokens=False)
 
     def fingerprint(self) -> str:
-        """Changes when the tokenizer does: a resumed run must tokenize its data as before."""
-        return f"crc32:{zlib.crc32(self._json.encode('utf-8')):08x}"
+        """Changes when the tokenizer does: a resumed run must tokenize its data as before. A tokenizer that adds
+        special tokens is marked (its data gained them when encode began to add them); one that adds none keeps the
+        fingerprint it had before, so its runs resume."""
+        crc = f"crc32:{zlib.crc32(self._json.encode('utf-8')):08x}"
+        return f"{crc}+special-tokens" if self.adds_special_tokens else crc
 
     def to_str(self) -> str:
         """The tokenizer.json's text, as read."""
@@ -263,8 +305,22 @@ class TextStream:
     def _flush(self, final: bool) -> str:
         before = self.tokenizer.decode(self.ids[:self.printed])
         text = self.tokenizer.decode(self.ids)                           # the same with the pending ids
-        if len(text) <= len(before) or (text.endswith("\ufffd") and not final):
-            return ""                                                     # nothing new, or half a character
+        if not text.startswith(before):  # the new ids changed text already out: only where they continue a
+            text = before + self.tokenizer.decode(self.ids[self.printed:])  # prompt's byte run, made invalid
+        if not final and (len(text) <= len(before) or text.endswith("\ufffd") or self._in_byte_run()):
+            return ""                            # nothing new, half a character, or a byte run that may change
         del self.ids[:self.printed]                                      # the newly printed ids: the next context
         self.printed = len(self.ids)
         return text[len(before):]
+
+    def _in_byte_run(self) -> bool:
+        """Whether the pending ids end in a byte-fallback token (special tokens, which decode skips, aside): the
+        next one may extend the run, and an invalid run decodes as U+FFFD for each of its bytes."""
+        byte_ids = getattr(self.tokenizer, "byte_fallback_ids", ())
+        if not byte_ids:
+            return False
+        skipped = getattr(self.tokenizer, "skipped_ids", ())
+        for i in reversed(self.ids[self.printed:]):
+            if i not in skipped:
+                return i in byte_ids
+        return False

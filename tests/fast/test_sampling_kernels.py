@@ -73,7 +73,8 @@ def test_the_numba_sampler_on_a_real_vocabulary_matches_the_generator_stream():
 @pytest.mark.parametrize("top_p", [0.25, 0.5, 0.75])
 def test_top_p_on_tied_tokens_keeps_the_share_of_them_it_reaches(top_p):
     """Four equal logits: the kept tokens are those whose weight ahead is below top_p of the total (exactly 1,
-    2 or 3 of them: `ahead < top_p total` is decided by an equality here), whatever the uniform number."""
+    2 or 3 of them: `ahead < top_p total` is decided by an equality here), whatever the uniform number; the
+    higher ids are kept first (transformers' order: a stable ascending sort, the lowest removed first)."""
     logits = np.zeros((1, 4))
     seen = set()
     for u in np.linspace(0, 1, 41, endpoint=False):
@@ -81,7 +82,7 @@ def test_top_p_on_tied_tokens_keeps_the_share_of_them_it_reaches(top_p):
         ids, _ = numba_ids(logits, 4, 1.0, None, top_p, np.array([u]))
         assert ids[0] == want[0]
         seen.add(int(ids[0]))
-    assert seen == set(range(int(top_p * 4)))
+    assert seen == set(range(4 - int(top_p * 4), 4))
 
 
 @pytest.mark.parametrize("temperature", [1e-310, 5e-324, 1e-300])
@@ -93,3 +94,57 @@ def test_a_tiny_temperature_draws_the_largest_logit_on_both_samplers(temperature
     want = np.array([1, 2, 0])
     np.testing.assert_array_equal(sample_next(logits, FixedUniforms(uniforms), temperature), want)
     np.testing.assert_array_equal(numba_ids(logits, 3, temperature, None, None, uniforms)[0], want)
+
+
+class GridUniforms:
+    """Uniform numbers spread evenly over [0, 1), one a row: every token of probability > 1/n is drawn."""
+
+    def random(self, shape):
+        return ((np.arange(shape[0]) + 0.5) / shape[0]).reshape(shape)
+
+
+def transformers_kept(logits, temperature, top_k, top_p):
+    """The ids transformers' warpers (temperature, top-k, top-p, in generate's order) leave finite."""
+    torch = pytest.importorskip("torch", reason="torch is an optional reference")
+    lp = pytest.importorskip("transformers.generation.logits_process",
+                             reason="transformers is an optional reference")
+    scores = torch.tensor(logits[None], dtype=torch.float64)
+    if temperature != 1.0:
+        scores = lp.TemperatureLogitsWarper(temperature)(None, scores)
+    if top_k is not None:
+        scores = lp.TopKLogitsWarper(top_k)(None, scores)
+    if top_p is not None and top_p < 1:
+        scores = lp.TopPLogitsWarper(top_p)(None, scores)
+    return set(torch.nonzero(torch.isfinite(scores[0])).flatten().tolist())
+
+
+@pytest.mark.parametrize("logits, top_p", [(np.log([0.5, 0.25, 0.25]), 0.75), (np.log([0.25, 0.25, 0.5]), 0.75),
+                                           (np.log([0.4, 0.3, 0.3]), 0.5), (np.zeros(4), 0.5),
+                                           (np.array([1.0, 0.0, 1.0, 0.0, 1.0]), 0.3)])
+def test_top_p_keeps_the_tied_tokens_transformers_keeps(logits, top_p):
+    """Among tokens of equal probability at the nucleus' edge the higher id stays (transformers sorts ascending,
+    stably, and removes from the bottom): [0.5, 0.25, 0.25] at top_p 0.75 keeps ids 0 and 2, not 0 and 1."""
+    n = 4000
+    rows = np.repeat(logits[None], n, axis=0)
+    drawn = set(sample_next(rows, GridUniforms(), 1.0, None, top_p).tolist())
+    ids, bad = numba_ids(rows, len(logits), 1.0, None, top_p, GridUniforms().random((n, 1))[:, 0])
+    assert bad == -1 and set(ids.tolist()) == drawn
+    assert drawn == transformers_kept(logits, 1.0, None, top_p)
+
+
+@given(logits=st.lists(st.sampled_from([-2.0, -1.0, 0.0, 0.0, 1.0, 2.5]), min_size=2, max_size=8),
+       temperature=st.sampled_from([0.5, 1.0, 1.5]), top_k=st.one_of(st.none(), st.integers(1, 4)),
+       top_p=st.one_of(st.none(), st.sampled_from([0.1, 0.3, 0.5, 0.8, 0.95])))
+def test_the_drawable_ids_are_those_transformers_warpers_keep(logits, temperature, top_k, top_p):
+    """Small-integer logits (many ties): the set of ids either sampler can draw is the set transformers keeps."""
+    logits = np.array(logits)
+    n = 2000
+    rows = np.repeat(logits[None], n, axis=0)
+    drawn = set(sample_next(rows, GridUniforms(), temperature, top_k, top_p).tolist())
+    ids, _ = numba_ids(rows, len(logits), temperature, top_k, top_p, GridUniforms().random((n, 1))[:, 0])
+    assert set(ids.tolist()) == drawn
+    kept = transformers_kept(logits, temperature, top_k, top_p)
+    # a kept token of probability below 1/n may go undrawn: compare to those the grid reaches
+    probs = np.exp(logits / temperature - np.max(logits / temperature))
+    probs = np.where(np.isin(np.arange(len(logits)), list(kept)), probs, 0)
+    assert drawn == {i for i in kept if probs[i] / probs.sum() > 2 / n}

@@ -92,11 +92,40 @@ def test_bad_prompts_are_named_by_their_row(prompts, message):
         fast.generate(prompts, 3)
 
 
-@pytest.mark.parametrize("eos", [-1, 40, 1.5, True])
+@pytest.mark.parametrize("eos", [-1, 40, 1.5, True, [], [1, 40], [1, True], "3", {3}])
 def test_a_bad_eos_token_id_is_named(eos):
     fast, _ = twin_models(seed=1)
-    with pytest.raises(ValueError, match=r"eos_token_id must be None or an int in \[0, 40\)"):
+    with pytest.raises(ValueError, match=r"eos_token_id must be None, an int in \[0, 40\) or a non-empty sequence"):
         fast.generate_stream([[1, 2]], 3, eos_token_id=eos)
+    with pytest.raises(ValueError, match=r"eos_token_id must be None, an int in \[0, 40\)"):
+        fast.generate([[1, 2]], 3, eos_token_id=eos)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_list_of_eos_ids_ends_each_row_at_the_first_of_any_and_holds_it(fused):
+    """transformers stops a row at any id of a list eos_token_id (a generation_config.json may list several): a
+    finished row holds the EOS it produced, and generate's ragged rows are cut after it."""
+    models = twin_models(seed=6, vocab_size=30)
+    model = models[0] if fused else models[1]
+    prompts = [[1, 2, 3], [4], [7, 8, 9, 10, 11]]
+    new = [row[len(p):] for row, p in zip(alone(model, prompts, 12, temperature=0), prompts)]
+    eos = [int(new[0][2]), int(new[1][1]), 29]                       # rows 0 and 1 meet different ones
+    firsts = [next((i for i, t in enumerate(row) if t in eos), None) for row in new]
+    stream = np.stack(list(model.generate_stream(prompts, 12, temperature=0, eos_token_id=eos)))   # (steps, b)
+    for r, row in enumerate(stream.T):
+        f = firsts[r]
+        if f is None:
+            np.testing.assert_array_equal(row, new[r][:len(row)])
+            continue
+        np.testing.assert_array_equal(row[:f + 1], new[r][:f + 1])
+        assert (row[f:] == new[r][f]).all()                             # holds the one it produced
+    if None not in firsts:
+        assert len(stream) == max(firsts) + 1
+    got = model.generate(prompts, 12, temperature=0, eos_token_id=np.array(eos))
+    for g, p, row, f in zip(got, prompts, new, firsts):
+        np.testing.assert_array_equal(g, np.concatenate([p, row if f is None else row[:f + 1]]))
+    single = model.generate(prompts, 12, temperature=0, eos_token_id=(eos[0],))
+    np.testing.assert_array_equal(single[0], model.generate(prompts, 12, temperature=0, eos_token_id=eos[0])[0])
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -157,3 +186,14 @@ def test_a_bad_vocab_size_is_named(vocab_size):
     model = twin_models(seed=0, vocab_size=40)[0]
     with pytest.raises(ValueError, match="vocab_size must be None or an int >= 1"):
         model.generate(np.array([[1, 2]]), 2, vocab_size=vocab_size)
+
+
+@pytest.mark.parametrize("kw, message", [({"temperature": True}, "temperature must be a number >= 0"),
+                                         ({"temperature": False}, "temperature must be a number >= 0"),
+                                         ({"top_p": True}, "top_p must be None or in"),
+                                         ({"top_k": True}, "top_k must be None or an int >= 1")])
+def test_a_bool_sampling_setting_is_refused(kw, message):
+    """True is an int in Python: temperature=True was read as 1.0 while top_k=True was refused."""
+    model = twin_models(seed=0, vocab_size=40)[0]
+    with pytest.raises(ValueError, match=message):
+        model.generate(np.array([[1, 2]]), 2, **kw)

@@ -38,8 +38,9 @@ from ..scan import available_backends
 from ..tokenizer import TokenizerError
 from .config import TrainConfig
 from .data import DataError
-from .generate import (escape_controls, generate_batch, load_model, read_batch_file, resolve_model_folder,
-                       stream_text)
+from .generate import (escape_controls, generate_batch, load_model, not_utf8, read_batch_file,
+                       resolve_model_folder, stream_text)
+from .generation_config import DEFAULT_TEMPERATURE, sampling_settings, stop_ids
 from .loop import TrainingDiverged, train
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name
 from .scoring import (REPORT_MARK, REPORT_MARK_VALUE, describe, is_eval_report, read_eval_text, score, trained_val_bpb,
@@ -140,13 +141,18 @@ def build_parser() -> argparse.ArgumentParser:
                          ".jsonl file: one {\"prompt\": ...} per line, for prompts with newlines); the results are "
                          "printed in order, each headed by its number and line")
     ge.add_argument("--max-new-tokens", type=int, default=300, help="tokens to generate [%(default)s]")
-    ge.add_argument("--temperature", type=float, default=0.8,
-                    help="divide the logits by this; 0 means greedy [%(default)s]")
-    ge.add_argument("--top-k", type=int, default=None, help="sample only among the k likeliest tokens [off]")
-    ge.add_argument("--top-p", type=float, default=None,
-                    help="sample only within the smallest set of tokens with probability >= p [off]")
+    ge.add_argument("--temperature", type=float, default=None,
+                    help=f"divide the logits by this; 0 means greedy [{DEFAULT_TEMPERATURE}; with none of "
+                         f"--temperature/--top-k/--top-p given, the model folder's generation_config.json's "
+                         f"do_sample, temperature, top_k and top_p where it states them]")
+    ge.add_argument("--top-k", type=int, default=None, help="sample only among the k likeliest tokens [off, or "
+                                                            "as for --temperature]")
+    ge.add_argument("--top-p", type=float, default=None, help="sample only within the smallest set of tokens with "
+                                                              "probability >= p [off, or as for --temperature]")
     ge.add_argument("--seed", type=int, default=0, help="sampling seed [%(default)s]")
-    ge.add_argument("--ignore-eos", action="store_true", help="go on past the tokenizer's end-of-text token")
+    ge.add_argument("--ignore-eos", action="store_true", help="go on past the end-of-text tokens (the tokenizer's "
+                                                              "and generation_config.json's or config.json's "
+                                                              "eos_token_id, all of a list)")
     ge.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
     ge.add_argument("--weights", choices=("float32", "bfloat16", "int8"), default=None,
                     help="decode from 8- or 16-bit weights (quantized at load; a quantized folder loads as saved)")
@@ -181,18 +187,6 @@ def _error(message: str) -> int:
     return EXIT_USAGE
 
 
-def _not_utf8(flag: str, text: str) -> str | None:
-    """A message when `text` (from argv) holds bytes that are not UTF-8 (Python keeps them as lone surrogates)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        char = ord(text[e.start])
-        byte = f"the byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}"
-        return (f"{flag} holds {byte} (character {e.start}), which is not valid UTF-8; give {flag} as UTF-8 "
-                f"text")
-    return None
-
-
 def _next_steps(result) -> str:
     run = shlex.quote(str(result.out))
     lines = ["", f"run folder: {result.out}", "next:",
@@ -207,8 +201,8 @@ def _train(args) -> int:
 
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                  if getattr(args, f.name, None) is not None}
-    if args.sample_prompt is not None and _not_utf8("--sample-prompt", args.sample_prompt):
-        return _error(_not_utf8("--sample-prompt", args.sample_prompt))
+    if args.sample_prompt is not None and not_utf8("--sample-prompt", args.sample_prompt):
+        return _error(not_utf8("--sample-prompt", args.sample_prompt))
 
     try:  # mpiexec -n N (N > 1) means MPI even without --distributed: N lone copies would clash in one folder
         world = distributed.init() if args.distributed or distributed.launcher_world_size() > 1 else distributed.SINGLE
@@ -262,7 +256,7 @@ def _generate_flag_problems(args) -> list[str]:
     bad = []
     if args.max_new_tokens < 0:
         bad.append(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-    if not math.isfinite(args.temperature) or args.temperature < 0:
+    if args.temperature is not None and (not math.isfinite(args.temperature) or args.temperature < 0):
         bad.append(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}")
     if args.top_k is not None and args.top_k < 1:
         bad.append(f"--top-k must be >= 1 (leave it out for no limit), got {args.top_k}")
@@ -271,8 +265,8 @@ def _generate_flag_problems(args) -> list[str]:
     if args.seed < 0:
         bad.append(f"--seed must be >= 0, got {args.seed}")
     bad += _backend_problems(args)
-    if _not_utf8("--prompt", args.prompt):
-        bad.append(_not_utf8("--prompt", args.prompt))
+    if not_utf8("--prompt", args.prompt):
+        bad.append(not_utf8("--prompt", args.prompt))
     if args.batch_file is not None and args.prompt:
         bad.append("--prompt and --batch-file exclude each other (put the prompt into the file)")
     return bad
@@ -348,16 +342,19 @@ def _generate(args) -> int:
         return EXIT_IO
 
 
-def _sampling(args) -> dict:
-    return {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
-            "stop_at_eos": not args.ignore_eos}
+def _sampling(args, model, tokenizer) -> dict:
+    defaults = getattr(model, "generation_defaults", None)             # load_model's (generation_config.py)
+    given = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    return {**sampling_settings(given, defaults), "seed": args.seed, "stop_at_eos": not args.ignore_eos,
+            "eos_token_ids": stop_ids(tokenizer, defaults)}
 
 
 def _stream(model, tokenizer, args, out) -> int:
     out.write(escape_controls(args.prompt))
     out.flush()
     try:
-        for piece in stream_text(model, args.prompt, args.max_new_tokens, tokenizer, **_sampling(args)):
+        for piece in stream_text(model, args.prompt, args.max_new_tokens, tokenizer,
+                                 **_sampling(args, model, tokenizer)):
             out.write(escape_controls(piece))  # a control byte must not drive the terminal
             out.flush()
     except KeyboardInterrupt:
@@ -376,7 +373,7 @@ def _stream(model, tokenizer, args, out) -> int:
 def _generate_batch(model, tokenizer, batch: tuple[list[str], list[int]], args, out) -> int:
     prompts, line_numbers = batch
     try:
-        texts = generate_batch(model, prompts, args.max_new_tokens, tokenizer, **_sampling(args))
+        texts = generate_batch(model, prompts, args.max_new_tokens, tokenizer, **_sampling(args, model, tokenizer))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except NonFiniteLogits as e:
@@ -436,7 +433,7 @@ def _eval(args) -> int:
 def _argument_problem(args) -> str | None:
     """The first problem with the flags that the subcommand checks before any work, or None."""
     if args.command == "train":
-        return args.sample_prompt is not None and _not_utf8("--sample-prompt", args.sample_prompt) or None
+        return args.sample_prompt is not None and not_utf8("--sample-prompt", args.sample_prompt) or None
     bad = _generate_flag_problems(args) if args.command == "generate" else _eval_flag_problems(args)
     return "; ".join(bad) if bad else None
 

@@ -3,8 +3,9 @@
 Any folder from_pretrained reads is a model folder (a run folder: its newest checkpoint; a checkpoint; a
 save_pretrained, mamba_ssm or transformers folder; a Hugging Face cache snapshot; a sharded checkpoint). Its
 tokenizer is the folder's tokenizer.json, or bytes for the package's own byte-level runs (tokenizer.py).
-Text is streamed through TextStream, which holds back the ids of a character still incomplete: a stream
-never shows half a UTF-8 character, and invalid UTF-8 comes out as U+FFFD, never as an exception.
+Text is streamed through TextStream, which holds back the ids of a character still incomplete (and a
+byte-fallback tokenizer's run of byte tokens until it ends): a stream never shows half a UTF-8 character,
+joined it is the decode of all the ids, and invalid UTF-8 comes out as U+FFFD, never as an exception.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ..io.file_checks import require_regular_file
 from ..models.mamba2 import Mamba2LMHeadModel
 from ..models.mamba2.pretrained import hub_snapshot
 from ..tokenizer import BYTES, ByteTokenizer, TextStream, TokenizerError, find_tokenizer
+from .generation_config import read_generation_defaults
 
 EMPTY_PROMPT_BYTES = b"\n"  # a byte model needs at least one byte of context; a newline starts a fresh line
 
@@ -77,9 +79,11 @@ def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | 
                weights: str | None = None):
     """(model, tokenizer) of any model folder (module docstring); `tokenizer` (--tokenizer) overrides its own.
     weights (--weights): "int8" / "bfloat16" quantize a float folder's model at load (models/mamba2/quantize.py),
-    "float32" keeps it float; None: as stored. A quantized folder loads only as its own format."""
+    "float32" keeps it float; None: as stored. A quantized folder loads only as its own format. The model's
+    `generation_defaults` are the folder's stop ids and sampling settings (generation_config.py)."""
     folder = resolve_model_folder(path, flag)
     model = Mamba2LMHeadModel.from_pretrained(folder, backend=backend)
+    model.generation_defaults = read_generation_defaults(folder, model.config.padded_vocab_size)
     stored = getattr(model, "weights_format", "float")
     if weights is not None and stored != ("float" if weights == "float32" else weights):
         if stored != "float":
@@ -96,9 +100,22 @@ def escape_controls(text: str) -> str:
                    (f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}") for ch in text)
 
 
+def not_utf8(flag: str, text: str) -> str | None:
+    """A message when `text` (from argv) holds bytes that are not UTF-8 (Python keeps them as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        char = ord(text[e.start])
+        byte = f"the byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}"
+        return (f"{flag} holds {byte} (character {e.start}), which is not valid UTF-8; give {flag} as UTF-8 "
+                f"text")
+    return None
+
+
 def prompt_ids(prompt: str | bytes, tokenizer=None) -> np.ndarray:
-    """(l,) int64 ids of the prompt. An empty prompt: a newline for bytes, the EOS token (a document's start) for
-    a tokenizer that has one."""
+    """(l,) int64 ids of the prompt, as transformers' tokenizer(prompt) gives them (with the BOS a Llama-style
+    tokenizer.json adds). An empty prompt: a newline for bytes, the tokenizer's own special tokens where it adds
+    some ([BOS]), else the EOS token (a document's start) for a tokenizer that has one."""
     tokenizer = tokenizer or ByteTokenizer()
     if isinstance(tokenizer, ByteTokenizer):
         ids = tokenizer.encode(prompt)
@@ -112,27 +129,37 @@ def prompt_ids(prompt: str | bytes, tokenizer=None) -> np.ndarray:
     return np.array([tokenizer.eos_token_id], np.int64)
 
 
+def _stops(tokenizer, eos_token_ids) -> tuple[int, ...]:
+    """The ids that end a document: eos_token_ids as given, else the tokenizer's EOS (none for bytes)."""
+    if eos_token_ids is not None:
+        return tuple(int(i) for i in eos_token_ids)
+    return () if tokenizer.eos_token_id is None else (int(tokenizer.eos_token_id),)
+
+
 def stream_text(model, prompt: str | bytes, max_new_tokens: int, tokenizer=None, *, stop_at_eos: bool = True,
-                **sampling) -> Iterator[str]:
+                eos_token_ids=None, **sampling) -> Iterator[str]:
     """Yield decoded text pieces as tokens are generated (never half a character, never an exception for
-    invalid UTF-8); stops at the tokenizer's EOS unless stop_at_eos is False (then each EOS is written as
-    its token, e.g. <|endoftext|>, between the documents). sampling: temperature, top_k, top_p, seed
+    invalid UTF-8); stops at an EOS (eos_token_ids, by default the tokenizer's EOS; the CLI adds the model
+    folder's, generation_config.stop_ids) unless stop_at_eos is False (then each EOS is written as its token,
+    e.g. <|endoftext|>, between the documents). sampling: temperature, top_k, top_p, seed
     (Mamba2LMHeadModel.generate_stream)."""
     tokenizer = tokenizer or ByteTokenizer()
     ids = prompt_ids(prompt, tokenizer)
+    stops = _stops(tokenizer, eos_token_ids)
     # only ids the tokenizer has: a transformers config states its vocabulary padded past the tokenizer's
     tokens = (int(np.asarray(t).reshape(-1)[0]) for t in
               model.generate_stream(ids[None], max_new_tokens, vocab_size=tokenizer.vocab_size, **sampling))
-    yield from _text_of(tokenizer, ids, tokens, stop_at_eos)
+    yield from _text_of(tokenizer, ids, tokens, stop_at_eos, stops)
 
 
-def _text_of(tokenizer, prompt: np.ndarray, tokens, stop_at_eos: bool) -> Iterator[str]:
-    """The text of generated ids after the prompt's, in pieces (TextStream): up to the first EOS, or with each
-    EOS as its token's text, the text after it decoded as a new document."""
-    eos = tokenizer.eos_token_id
+def _text_of(tokenizer, prompt: np.ndarray, tokens, stop_at_eos: bool, stops=None) -> Iterator[str]:
+    """The text of generated ids after the prompt's, in pieces (TextStream): up to the first EOS (an id of
+    `stops`, by default the tokenizer's EOS), or with each EOS as its token's text, the text after it decoded as
+    a new document."""
+    stops = frozenset(_stops(tokenizer, stops))
     stream = TextStream(tokenizer, prompt)
     for token in tokens:
-        if token == eos:
+        if token in stops:
             if stop_at_eos:
                 break
             yield stream.finish() + tokenizer.token_text(token)
@@ -157,14 +184,16 @@ def sample_text(model, prompt: str | bytes, max_new_tokens: int, on_piece: Calla
 
 
 def generate_batch(model, prompts: list[str], max_new_tokens: int, tokenizer=None, *, stop_at_eos: bool = True,
-                   **sampling) -> list[str]:
+                   eos_token_ids=None, **sampling) -> list[str]:
     """The continuations of many prompts (of any lengths), decoded together: one batch of b sequences, each
-    prefilled from its own prompt (Mamba2LMHeadModel.generate on a list). Returns one text per prompt."""
+    prefilled from its own prompt (Mamba2LMHeadModel.generate on a list), each ended at an EOS as stream_text
+    ends. Returns one text per prompt."""
     tokenizer = tokenizer or ByteTokenizer()
     ids = [prompt_ids(p, tokenizer) for p in prompts]
-    eos = tokenizer.eos_token_id if stop_at_eos else None
+    stops = _stops(tokenizer, eos_token_ids)
+    eos = list(stops) if stop_at_eos and stops else None
     rows = model.generate(ids, max_new_tokens, eos_token_id=eos, vocab_size=tokenizer.vocab_size, **sampling)
-    return ["".join(_text_of(tokenizer, prompt, (int(t) for t in row[len(prompt):]), stop_at_eos))
+    return ["".join(_text_of(tokenizer, prompt, (int(t) for t in row[len(prompt):]), stop_at_eos, stops))
             for prompt, row in zip(ids, rows)]
 
 

@@ -223,6 +223,12 @@ def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = S
     check_length(corpus.train, cfg.seq_len, "training", corpus.source, corpus.train_files)
     check_length(corpus.val, cfg.seq_len, "validation", corpus.source, corpus.val_files)
     fingerprint = _fingerprint(corpus, tokenizer)
+    saved = state["data_fingerprint"] if state is not None else fingerprint
+    if saved != fingerprint and {**saved, "tokenizer": None} == {**fingerprint, "tokenizer": None}:
+        raise ValueError(f"--resume: the tokenizer {tokenizer.name!r} now tokenizes the data otherwise than when "
+                         f"this run began (saved {saved.get('tokenizer')}, now {fingerprint.get('tokenizer')}): its "
+                         f"special tokens (a BOS) are added as transformers adds them; start a new run, or fine-tune "
+                         f"the checkpoint with --init-from")
     if state is not None and state["data_fingerprint"] != fingerprint:
         raise ValueError(f"--resume: the corpus {corpus.source!r} is not the one this run was trained on "
                          f"(saved {state['data_fingerprint']}, now {fingerprint})")

@@ -130,12 +130,17 @@ def build_model(cfg, tokenizer, state: dict | None = None):
 
 
 def tokenizer_files(tokenizer) -> dict[str, str]:
-    """What a checkpoint stores of its run's tokenizer (file name -> text): the tokenizer.json as read, and a
-    tokenizer_config.json naming its EOS token, which may have come from beside the file or from the --init-from
-    folder's config.json (FileTokenizer finds it there again); nothing for bytes."""
+    """What a checkpoint stores of its run's tokenizer (file name -> text): the tokenizer.json as read (its
+    post_processor decides which special tokens encode adds, a BOS for a Llama-style one, here and in
+    transformers), and a tokenizer_config.json with the special-token keys of the one beside the file
+    (bos_token, add_bos_token, ...) and its EOS token, which may have come from beside the file or from the
+    --init-from folder's config.json (FileTokenizer finds it there again); nothing for bytes."""
     if tokenizer.name == BYTES:
         return {}
     files = {TOKENIZER_FILE: tokenizer.to_str()}
+    config = dict(tokenizer.special_config)
     if tokenizer.eos_token_id is not None:
-        files[TOKENIZER_CONFIG_FILE] = json.dumps({"eos_token": tokenizer.token_text(tokenizer.eos_token_id)}) + "\n"
+        config["eos_token"] = tokenizer.token_text(tokenizer.eos_token_id)
+    if config:
+        files[TOKENIZER_CONFIG_FILE] = json.dumps(config) + "\n"
     return files

@@ -40,7 +40,7 @@ TOKEN_BLOCK = 32  # tokens per numba call (decode_sampled): a streamed reader se
 
 
 def generate_stream(model, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                    top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                    top_p: float | None = None, seed: int | None = None, eos_token_id=None,
                     vocab_size: int | None = None):
     """Mamba2LMHeadModel.generate_stream: yields the next token ids (b,) int64 one step at a time.
 
@@ -48,7 +48,8 @@ def generate_stream(model, input_ids, max_new_tokens: int, temperature: float = 
     gives exactly the tokens its prompt gives alone, whenever its draws are the same: greedy, top_k=1, a batch
     of one). Sampling draws one uniform number per row and step from np.random.default_rng(seed), rows in
     order within a step (sample_next's rng.random((b, 1))): row i of a batch of b takes the step's i-th number.
-    eos_token_id: a row that has produced it is finished and holds it in every later yield; the stream ends
+    eos_token_id: an id or a sequence of ids (a transformers generation_config.json may list several); a row
+    that has produced any of them is finished and holds the one it produced in every later yield; the stream ends
     after the step where every row is finished, or after max_new_tokens steps. vocab_size: sample only ids
     below it; by default config.vocab_size, which leaves out the padding rows of a mamba_ssm config
     (pad_vocab_size_multiple) but not those of a transformers one (it states the padded count: 50,288 rows for
@@ -60,25 +61,38 @@ def generate_stream(model, input_ids, max_new_tokens: int, temperature: float = 
     check_sampling_args(temperature, top_k, top_p)
     if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0):
         raise ValueError(f"generate: seed must be None or an int >= 0, got {seed!r}")
+    eos = eos_ids(eos_token_id, model.config.padded_vocab_size)
     V = model.config.padded_vocab_size
-    if eos_token_id is not None and (not isinstance(eos_token_id, (int, np.integer)) or isinstance(eos_token_id, bool)
-                                     or not 0 <= eos_token_id < V):
-        raise ValueError(f"generate: eos_token_id must be None or an int in [0, {V}), got {eos_token_id!r}")
     vocab = min(model.config.vocab_size, V)                              # the ids sampled: [0, vocab)
     if vocab_size is not None:
         if not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, bool) or vocab_size < 1:
             raise ValueError(f"generate: vocab_size must be None or an int >= 1, got {vocab_size!r}")
         vocab = min(vocab, int(vocab_size))
     return _stream(model, prompts, int(max_new_tokens), temperature, top_k, top_p, np.random.default_rng(seed),
-                   None if eos_token_id is None else int(eos_token_id), vocab)
+                   eos, vocab)
+
+
+def eos_ids(eos_token_id, V: int) -> np.ndarray | None:
+    """eos_token_id (None, an int, or a non-empty sequence of ints, each in [0, V)) as an int64 array, or None."""
+    if eos_token_id is None:
+        return None
+    single = isinstance(eos_token_id, (int, np.integer))
+    values = [eos_token_id] if single else list(eos_token_id) if isinstance(eos_token_id, (list, tuple, np.ndarray)) \
+        else None
+    if not values or not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and 0 <= v < V
+                             for v in values):
+        raise ValueError(f"generate: eos_token_id must be None, an int in [0, {V}) or a non-empty sequence of "
+                         f"them, got {eos_token_id!r}")
+    return np.asarray(values, np.int64)
 
 
 def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
+             top_p: float | None = None, seed: int | None = None, eos_token_id=None,
              vocab_size: int | None = None):
     """Mamba2LMHeadModel.generate: the prompts followed by their new tokens. An array (b, l) or (l,) gives
-    (b, l + steps) int64 (steps = max_new_tokens, fewer when every row met eos_token_id; a finished row holds
-    it to the end); a list of prompts gives a list of 1-D int64 arrays, each cut after its first EOS (kept)."""
+    (b, l + steps) int64 (steps = max_new_tokens, fewer when every row met an id of eos_token_id, an int or a
+    sequence of ints; a finished row holds the one it produced to the end); a list of prompts gives a list of
+    1-D int64 arrays, each cut after its first EOS (kept)."""
     prompts, ragged = check_prompts(model, input_ids)
     new = list(generate_stream(model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id,
                                vocab_size))
@@ -86,9 +100,11 @@ def generate(model, input_ids, max_new_tokens: int, temperature: float = 1.0, to
     if not ragged:                                                       # (steps, b)
         return np.concatenate([prompts.astype(np.int64), new.T], axis=1)
     rows = []
+    eos = eos_ids(eos_token_id, model.config.padded_vocab_size)
     for prompt, row in zip(prompts, new.T):
-        if eos_token_id is not None and (row == eos_token_id).any():
-            row = row[:int(np.argmax(row == eos_token_id)) + 1]
+        ended = np.isin(row, eos) if eos is not None else np.zeros(len(row), bool)
+        if ended.any():
+            row = row[:int(np.argmax(ended)) + 1]
         rows.append(np.concatenate([prompt, row]))
     return rows
 
@@ -154,13 +170,16 @@ def _stream(model, prompts, max_new_tokens: int, temperature, top_k, top_p, rng,
     # no_grad only around the work: a generator must not leave grad mode off while it is suspended
     with no_grad():
         cache, logits = prefill_ragged(model, prompts) if isinstance(prompts, list) else prefill(model, prompts)
-    finished = np.zeros(logits.shape[0], bool)                           # (b,) rows that produced eos
+    finished = np.zeros(logits.shape[0], bool)                           # (b,) rows that produced an eos id
+    held = np.zeros(logits.shape[0], np.int64)                           # (b,) the eos id each finished row made
 
-    def emit(token):                                                     # the yield: finished rows hold eos
+    def emit(token):                                                     # the yield: finished rows hold their eos
         if eos is None:
             return token
-        out = np.where(finished, eos, token)
-        finished[:] |= out == eos
+        out = np.where(finished, held, token)
+        ended = (out[:, None] == eos).any(axis=-1) & ~finished            # (b,) eos (k,): a (b, k) compare
+        held[ended] = out[ended]
+        finished[:] |= ended
         return out
 
     # inside numba for blocks of tokens, unless `step` was replaced on the model (a test's probe, a wrapper)

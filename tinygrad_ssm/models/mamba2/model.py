@@ -341,19 +341,21 @@ class Mamba2LMHeadModel:
         return self._head(x)                                             # (b, V)
 
     def generate_stream(self, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                        top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                        top_p: float | None = None, seed: int | None = None, eos_token_id=None,
                         vocab_size: int | None = None):
         """Yield the next token ids (b,) one step at a time. input_ids: (b, l), (l,), or a list of prompts of
         any lengths; sampling only considers the real vocabulary (not the padding rows; vocab_size: only ids
-        below it, e.g. the tokenizer's size); eos_token_id ends a row (see generation.generate_stream)."""
+        below it, e.g. the tokenizer's size); eos_token_id (an int, or a sequence of ints: any of them) ends a row
+        (see generation.generate_stream)."""
         return generation.generate_stream(self, input_ids, max_new_tokens, temperature, top_k, top_p, seed,
                                           eos_token_id, vocab_size)
 
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, eos_token_id=None,
                  vocab_size: int | None = None):
         """The prompts followed by their sampled ids: (b, l + max_new_tokens) int64 for an array, a list of 1-D
-        int64 arrays for a list of prompts, cut after eos_token_id (see generation.generate)."""
+        int64 arrays for a list of prompts, cut after the first id of eos_token_id (an int or a sequence of ints;
+        see generation.generate)."""
         return generation.generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id,
                                    vocab_size)
 

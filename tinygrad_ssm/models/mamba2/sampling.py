@@ -11,11 +11,11 @@ class NonFiniteLogits(FloatingPointError):
 
 
 def check_sampling_args(temperature, top_k, top_p):
-    if not isinstance(temperature, numbers.Real) or not temperature >= 0:
+    if not isinstance(temperature, numbers.Real) or isinstance(temperature, bool) or not temperature >= 0:
         raise ValueError(f"generate: temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
     if top_k is not None and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1):
         raise ValueError(f"generate: top_k must be None or an int >= 1, got {top_k!r}")
-    if top_p is not None and (not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
+    if top_p is not None and (not isinstance(top_p, numbers.Real) or isinstance(top_p, bool) or not 0 < top_p <= 1):
         raise ValueError(f"generate: top_p must be None or in (0, 1], got {top_p!r}")
 
 
@@ -23,7 +23,8 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
                 top_k: int | None = None, top_p: float | None = None) -> np.ndarray:
     """logits (b, V) -> token ids (b,) int64. temperature 0 is greedy (argmax). top_k keeps the k most likely
     tokens; top_p keeps the smallest set of most likely tokens whose probability reaches top_p (the most
-    likely token always stays). Sampling draws one uniform number per row from `rng` (rng.random((b, 1)));
+    likely token always stays; among tokens of equal probability the higher id is kept first, as transformers'
+    TopPLogitsWarper's stable ascending sort does). Sampling draws one uniform number per row from `rng` (rng.random((b, 1)));
     fast/sampling_kernels.py is the numba twin, given those numbers."""
     if temperature == 0:
         ids = np.argmax(logits, axis=-1)                                # (b,) a NaN counts as the largest
@@ -51,7 +52,8 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
     # twin (fast/sampling_kernels.py) repeats these steps in this order and gets the same bits
     weights = np.exp(logits - logits.max(axis=-1, keepdims=True))      # (b, V)
     if top_p is not None and top_p < 1:
-        order = np.argsort(-weights, axis=-1, kind="stable")             # (b, V) most likely first
+        # most likely first, ties by the higher id: the reverse of a stable ascending sort (transformers')
+        order = np.argsort(weights, axis=-1, kind="stable")[:, ::-1]     # (b, V)
         sorted_weights = np.take_along_axis(weights, order, axis=-1)
         running = np.cumsum(sorted_weights, axis=-1)                     # (b, V)
         ahead = np.concatenate([np.zeros_like(running[:, :1]), running[:, :-1]], axis=-1)  # the tokens before

@@ -1,0 +1,144 @@
+"""generate reads a model folder's generation_config.json as transformers does: it stops at every id of its
+eos_token_id (a list, else config.json's, and the tokenizer's EOS), and takes its sampling settings when none of
+--temperature, --top-k, --top-p is given."""
+import json
+
+import numpy as np
+import pytest
+
+from tests.support.checkpoints import write_checkpoint
+from tinygrad_ssm import VarMap
+from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
+from tinygrad_ssm.tokenizer import FileTokenizer
+from tinygrad_ssm.train import cli
+from tinygrad_ssm.train.generate import escape_controls
+from tinygrad_ssm.train.generation_config import (DEFAULT_TEMPERATURE, GenerationDefaults, read_generation_defaults,
+                                                  sampling_settings, stop_ids)
+
+PROMPT = "line 7: the"
+
+
+@pytest.fixture
+def folder(bpe_tokenizer, tmp_path):
+    """A transformers-layout checkpoint (config.json's eos_token_id 0) with the test's BPE tokenizer.json."""
+    config = Mamba2Config(d_model=32, n_layer=1, vocab_size=320, d_state=16, headdim=16, chunk_size=16,
+                          pad_vocab_size_multiple=16)
+    model = Mamba2LMHeadModel(config, VarMap(seed=3))
+    path = write_checkpoint("transformers", tmp_path / "m", model, tokenizer_json=bpe_tokenizer)
+    stated = json.loads((path / "config.json").read_text())
+    _write(path / "config.json", {**stated, "eos_token_id": 0, "bos_token_id": 0})
+    return path, model
+
+
+def _write(path, data):
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def _generate(folder, capsys, *flags) -> str:
+    assert cli.main(["generate", "--model", str(folder), "--prompt", PROMPT, "--max-new-tokens", "12",
+                     *flags]) == cli.EXIT_OK
+    return capsys.readouterr().out
+
+
+def test_the_stop_ids_come_from_generation_config_else_config_json(folder):
+    path, _ = folder
+    assert read_generation_defaults(path, 320).eos_token_ids == (0,)              # config.json's
+    _write(path / "generation_config.json", {"eos_token_id": [5, 0, 7], "pad_token_id": 1})
+    defaults = read_generation_defaults(path, 320)
+    assert defaults.eos_token_ids == (5, 0, 7) and defaults.sampling == {}
+    tok = FileTokenizer(path / "tokenizer.json")
+    assert stop_ids(tok, defaults) == (0, 5, 7)                                   # the tokenizer's EOS first
+    _write(path / "generation_config.json", {"eos_token_id": 9})
+    assert read_generation_defaults(path, 320).eos_token_ids == (9,)
+
+
+@pytest.mark.parametrize("stated, sampling", [
+    ({"do_sample": False, "temperature": 0.5}, {"temperature": 0.0}),
+    ({"do_sample": True, "temperature": 0.6, "top_k": 0, "top_p": 1.0}, {"temperature": 0.6, "top_k": None,
+                                                                         "top_p": None}),
+    ({"top_k": 7, "top_p": 0.9}, {"top_k": 7, "top_p": 0.9}),
+    ({"eos_token_id": 3}, {}),
+])
+def test_the_sampling_settings_stated_apply_when_no_flag_is_given(folder, stated, sampling):
+    path, _ = folder
+    _write(path / "generation_config.json", stated)
+    defaults = read_generation_defaults(path, 320)
+    assert defaults.sampling == sampling
+    none = {"temperature": None, "top_k": None, "top_p": None}
+    assert sampling_settings(none, defaults) == {"temperature": DEFAULT_TEMPERATURE, "top_k": None, "top_p": None,
+                                                 **sampling}
+    # one flag given: the CLI's defaults for the others, not the file's
+    assert sampling_settings({**none, "top_k": 3}, defaults) == {"temperature": DEFAULT_TEMPERATURE, "top_k": 3,
+                                                                 "top_p": None}
+
+
+@pytest.mark.parametrize("stated, message", [
+    ({"eos_token_id": [1, 400]}, r"generation_config.json': eos_token_id must be an id or a list of ids in \[0, 320\)"),
+    ({"eos_token_id": []}, "eos_token_id must be an id or a list of ids"),
+    ({"temperature": -1}, "generation_config.json': temperature must be a number >= 0, got -1; fix it, or give "
+                          "--temperature"),
+    ({"top_k": 2.5}, "top_k must be an int >= 0"),
+    ({"top_p": 0}, r"top_p must be in \(0, 1\]"),
+    ({"do_sample": "no"}, "do_sample must be true or false"),
+    ([1, 2], "must hold a JSON object"),
+])
+def test_a_bad_generation_config_is_named_with_its_key(folder, stated, message, capsys):
+    path, _ = folder
+    _write(path / "generation_config.json", stated)
+    with pytest.raises(ValueError, match=message):
+        read_generation_defaults(path, 320)
+    assert cli.main(["generate", "--model", str(path), "--prompt", "x"]) == cli.EXIT_USAGE
+    assert "generation_config.json" in capsys.readouterr().err
+
+
+def test_generate_stops_at_any_eos_of_the_folder_and_the_batch_file_too(folder, capsys, tmp_path):
+    path, model = folder
+    tok = FileTokenizer(path / "tokenizer.json")
+    ids = tok.encode(PROMPT)
+    free = model.generate(ids[None], 12, temperature=0, vocab_size=320)[0, len(ids):]
+    free = free[:list(free).index(0)] if 0 in free else free
+    assert len(free) > 4, "the test needs a longer greedy continuation"
+    stop = int(free[3])
+    first = list(free).index(stop)
+    _write(path / "generation_config.json", {"eos_token_id": [0, stop]})
+    want = escape_controls(PROMPT + tok.decode(free[:first])) + "\n"
+    assert _generate(path, capsys, "--temperature", "0") == want
+    (tmp_path / "prompts.txt").write_text(PROMPT + "\n")
+    assert cli.main(["generate", "--model", str(path), "--batch-file", str(tmp_path / "prompts.txt"),
+                     "--max-new-tokens", "12", "--temperature", "0"]) == cli.EXIT_OK
+    assert capsys.readouterr().out == f"=== 1/1, line 1 ===\n{want}"
+    ignored = _generate(path, capsys, "--temperature", "0", "--ignore-eos")
+    assert ignored.startswith(escape_controls(PROMPT + tok.decode(free[:first]) + tok.token_text(stop)))
+
+
+def test_generation_configs_greedy_applies_without_flags(folder, capsys):
+    path, _ = folder
+    greedy = _generate(path, capsys, "--temperature", "0")
+    assert _generate(path, capsys, "--seed", "1") != greedy               # the CLI samples by default
+    _write(path / "generation_config.json", {"do_sample": False})
+    assert _generate(path, capsys, "--seed", "1") == greedy
+    assert _generate(path, capsys, "--seed", "1", "--top-k", "1000") != greedy   # a flag: the CLI's defaults
+
+
+def test_the_cli_stops_where_transformers_generate_stops(folder, capsys):
+    """transformers' generate with the folder's defaults (generation_config.json: eos_token_id a list, do_sample
+    false): the same ids up to its first EOS; the CLI prints their text and stops there."""
+    torch = pytest.importorskip("torch", reason="torch is an optional reference")
+    transformers = pytest.importorskip("transformers", reason="transformers is an optional reference")
+    path, model = folder
+    tok = FileTokenizer(path / "tokenizer.json")
+    ids = tok.encode(PROMPT)
+    free = model.generate(ids[None], 12, temperature=0, vocab_size=320)[0, len(ids):]
+    stop = int(free[2])
+    _write(path / "generation_config.json", {"eos_token_id": [0, stop], "do_sample": False, "pad_token_id": 1})
+    theirs = transformers.Mamba2ForCausalLM.from_pretrained(str(path)).eval()
+    with torch.no_grad():
+        out = theirs.generate(torch.tensor(ids[None]), max_new_tokens=12)[0, len(ids):].tolist()
+    assert out[-1] in (0, stop) and not set(out[:-1]) & {0, stop}
+    np.testing.assert_array_equal(out, free[:len(out)])
+    assert _generate(path, capsys) == escape_controls(PROMPT + tok.decode(out[:-1])) + "\n"
+
+
+def test_defaults_of_a_folder_without_files_are_the_clis(tmp_path):
+    assert read_generation_defaults(tmp_path, 10) == GenerationDefaults()
+    assert sampling_settings({"temperature": None, "top_k": None, "top_p": None}, None)["temperature"] == 0.8

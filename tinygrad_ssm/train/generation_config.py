@@ -1,0 +1,106 @@
+"""What a model folder says about generating from it, as transformers reads it: the ids that end a document and
+the sampling settings of generation_config.json.
+
+- Stop ids: generation_config.json's eos_token_id (an int or a list: transformers stops at any of them), else
+  config.json's; `generate` stops at these and at the tokenizer's own EOS token.
+- Sampling: the settings generation_config.json states (do_sample false: greedy; temperature, top_k, top_p)
+  apply when none of --temperature, --top-k, --top-p is given; any one of them given, the CLI's own defaults
+  (temperature DEFAULT_TEMPERATURE, no top-k, no top-p) fill in the others, as for a folder without the file.
+"""
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GENERATION_CONFIG_FILE = "generation_config.json"
+DEFAULT_TEMPERATURE = 0.8  # generate's --temperature when neither the flags nor generation_config.json set one
+SAMPLING_FLAGS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p"}
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    eos_token_ids: tuple[int, ...] = ()                     # from generation_config.json, else config.json
+    sampling: dict = field(default_factory=dict)            # the sampling keys generation_config.json states
+
+
+def _read_json(path: Path) -> dict | None:
+    """The file's object, None when there is no file; an unreadable one is refused, naming it."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{str(path)!r} is not a JSON file transformers can read ({e}); fix or delete it") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{str(path)!r} must hold a JSON object, got {type(data).__name__}; fix or delete it")
+    return data
+
+
+def _eos_ids(value, where: str, vocab_size: int) -> tuple[int, ...]:
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < vocab_size for v in values):
+        raise ValueError(f"{where} eos_token_id must be an id or a list of ids in [0, {vocab_size}) (the model's "
+                         f"vocabulary), got {value!r}; fix it or remove the key")
+    return tuple(dict.fromkeys(values))
+
+
+def _sampling(config: dict, where: str) -> dict:
+    """generate's keyword arguments for the sampling keys `config` states (transformers' meanings: top_k 0 and
+    top_p 1.0 filter nothing; do_sample false is greedy whatever the others say)."""
+    def number(key, ok, want):
+        value = config[key]
+        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not ok(value):
+            raise ValueError(f"{where} {key} must be {want}, got {value!r}; fix it, or give "
+                             f"{SAMPLING_FLAGS[key]} (the file's sampling settings then do not apply)")
+        return value
+
+    out = {}
+    if "do_sample" in config and not isinstance(config["do_sample"], bool):
+        raise ValueError(f"{where} do_sample must be true or false, got {config['do_sample']!r}")
+    if "temperature" in config and config["temperature"] is not None:
+        out["temperature"] = float(number("temperature", lambda v: math.isfinite(v) and v >= 0, "a number >= 0"))
+    if "top_k" in config and config["top_k"] is not None:
+        k = number("top_k", lambda v: v == int(v) and v >= 0, "an int >= 0 (0: no limit)")
+        out["top_k"] = int(k) or None
+    if "top_p" in config and config["top_p"] is not None:
+        p = number("top_p", lambda v: 0 < v <= 1, "in (0, 1] (1.0: no limit)")
+        out["top_p"] = None if p == 1 else float(p)
+    if config.get("do_sample") is False:
+        out = {"temperature": 0.0}
+    return out
+
+
+def read_generation_defaults(folder: Path, vocab_size: int) -> GenerationDefaults:
+    """The stop ids and sampling settings of a model folder (module docstring); vocab_size: the model's rows."""
+    folder = Path(folder)
+    generation = _read_json(folder / GENERATION_CONFIG_FILE) or {}
+    where = f"{str(folder / GENERATION_CONFIG_FILE)!r}:"
+    eos = ()
+    if generation.get("eos_token_id") is not None:
+        eos = _eos_ids(generation["eos_token_id"], where, vocab_size)
+    else:
+        try:
+            model_config = _read_json(folder / "config.json") or {}
+        except ValueError:
+            model_config = {}                                  # from_pretrained names a bad config.json itself
+        if model_config.get("eos_token_id") is not None:
+            eos = _eos_ids(model_config["eos_token_id"], f"{str(folder / 'config.json')!r}:", vocab_size)
+    return GenerationDefaults(eos, _sampling(generation, where))
+
+
+def stop_ids(tokenizer, defaults: GenerationDefaults | None) -> tuple[int, ...]:
+    """The ids that end a document: the tokenizer's EOS token, then the folder's (GenerationDefaults)."""
+    own = () if tokenizer.eos_token_id is None else (int(tokenizer.eos_token_id),)
+    return tuple(dict.fromkeys(own + (defaults.eos_token_ids if defaults is not None else ())))
+
+
+def sampling_settings(given: dict, defaults: GenerationDefaults | None) -> dict:
+    """temperature, top_k, top_p for generate: `given` (the flags, None where left out) when any is given, the
+    CLI's defaults filling in; else the folder's generation_config.json settings over the CLI's defaults."""
+    base = {"temperature": DEFAULT_TEMPERATURE, "top_k": None, "top_p": None}
+    if any(v is not None for v in given.values()):
+        return {k: given.get(k) if given.get(k) is not None else v for k, v in base.items()}
+    return {**base, **(defaults.sampling if defaults is not None else {})}
