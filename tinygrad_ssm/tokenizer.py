@@ -78,16 +78,19 @@ class FileTokenizer:
     """A tokenizer.json through the `tokenizers` library. encode adds no special tokens (a prompt is text);
     decode skips them (an EOS is where generation stops, not text)."""
 
-    def __init__(self, path: str | Path, eos_token_id: int | None = None):
+    def __init__(self, path: str | Path, eos_token_id: int | None = None, text: str | None = None):
+        """`text`: the tokenizer.json's text, already read (e.g. sent by MPI rank 0); `path` then only names it,
+        and `eos_token_id` is taken as given (nothing is looked up beside the path)."""
         try:
             from tokenizers import Tokenizer
         except ImportError as e:  # a core dependency; only a broken install lacks it
             raise TokenizerError(f"reading {str(path)!r} needs the tokenizers library (pip install tokenizers): "
                                  f"{e}") from None
         self.path = Path(path)
-        require_regular_file(self.path, "tokenizer", TokenizerError)
+        if text is None:
+            require_regular_file(self.path, "tokenizer", TokenizerError)
         try:
-            self._json = self.path.read_text(encoding="utf-8")          # kept as read: a checkpoint copies it
+            self._json = self.path.read_text(encoding="utf-8") if text is None else text   # a checkpoint copies it
             self._tok = Tokenizer.from_str(self._json)
         except UnicodeDecodeError as e:
             raise TokenizerError(f"{str(self.path)!r} is not UTF-8 text (byte {e.start}): not a tokenizer.json") \
@@ -97,7 +100,7 @@ class FileTokenizer:
                                  f"{e}") from None
         self.name = str(self.path)
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
-        self.eos_token_id = eos_token_id if eos_token_id is not None else self._find_eos()
+        self.eos_token_id = eos_token_id if eos_token_id is not None or text is not None else self._find_eos()
         if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
             raise TokenizerError(f"the EOS token id {self.eos_token_id} is outside {str(self.path)!r}'s vocabulary "
                                  f"of {self.vocab_size}")

@@ -42,7 +42,7 @@ from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
 from .sigint import FinishTheSave, StopOnSigint
-from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_tokenizer, run_vocab_size,
+from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_vocab_size, shared_tokenizer,
                              tokenizer_files)
 
 
@@ -250,7 +250,7 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
     error about paths or sizes happens here, before any work, and under MPI on every rank at once."""
 
     cfg, state, resume_dir = _resolve_on_root(cfg, resume, overrides, stop_at, say, world)
-    tokenizer = world.agree(run_tokenizer, cfg, resume_dir)
+    tokenizer = shared_tokenizer(cfg, resume_dir, world)  # rank 0's, sent to the others
     corpus, fingerprint = world.agree(_load_data, cfg, state, tokenizer, world)
     model = world.agree(build_model, cfg, tokenizer, state)  # before the run folder: a bad --init-from changes nothing
     out, lock = world.agree(_make_run_folder, cfg, resume_dir, world, state)
