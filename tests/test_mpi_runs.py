@@ -2,6 +2,8 @@
 MPI path). The helpers and the skip without mpi4py are tests/test_distributed.py's."""
 import shutil
 
+import pytest
+
 from tests.test_distributed import TINY, mpirun, needs_mpi  # noqa: F401 - mpirun's environment
 
 
@@ -24,3 +26,17 @@ def test_a_tokenized_run_resumes_on_two_ranks_without_the_tokenizer_file(corpus,
     replaced = mpirun(2, ["-m", "tinygrad_ssm", "train", "--resume", run, "--no-progress"])
     assert replaced.returncode == 0, replaced.stderr[-3000:]
     assert "final validation" in replaced.stdout
+
+
+@needs_mpi
+@pytest.mark.parametrize("command", [["generate", "--max-new-tokens", "5", "--prompt", "a"], ["eval", "--json"]])
+def test_generate_and_eval_under_mpiexec_are_refused_once(stopped_run, tmp_path, command):
+    """They run in one process: under mpiexec -n 2 every rank ran the whole command (the output twice; two
+    writers of one --json file, and a false error from the one that lost)."""
+    if command[-1] == "--json":
+        command = [*command, tmp_path / "report.json"]
+    proc = mpirun(2, ["-m", "tinygrad_ssm", command[0], "--model", stopped_run, *command[1:]])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    message = f"error: `{command[0]}` runs in one process, but mpiexec started 2"
+    assert proc.stderr.count(message) == 1 and "without mpiexec" in proc.stderr, proc.stderr
+    assert proc.stdout == "" and not (tmp_path / "report.json").exists()

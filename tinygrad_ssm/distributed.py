@@ -37,6 +37,7 @@ from .optim.optimizer import named_parameters
 
 # environment variables that MPI launchers set in every process they start: MPICH/Intel MPI (hydra), Open MPI
 _WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
 INSTALL_HINT = ('pip install -e ".[distributed]" in the package\'s checkout (mpi4py and the mpich wheel, which '
                 'brings mpiexec)')
 
@@ -59,6 +60,14 @@ def launcher_world_size() -> int:
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
     return 1
+
+
+def launcher_rank() -> int:
+    """This process's rank as the MPI launcher's environment states it (before or without MPI); 0 otherwise."""
+    for var in _RANK_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
 
 
 @dataclass(frozen=True)

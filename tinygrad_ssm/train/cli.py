@@ -41,6 +41,7 @@ from .data import DataError
 from .generate import (escape_controls, generate_batch, load_model, read_batch_file, resolve_model_folder,
                        stream_text)
 from .loop import TrainingDiverged, train
+from .mpi_cli import refuse_single_process_commands
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name
 from .scoring import (REPORT_MARK, REPORT_MARK_VALUE, describe, is_eval_report, read_eval_text, score, trained_val_bpb,
                       write_report)
@@ -487,7 +488,7 @@ def _agree_on_arguments(parser, argv) -> tuple[object, int | None]:
 def main(argv=None) -> int:
     parser = build_parser()
     if distributed.launcher_world_size() > 1:
-        args, code = _agree_on_arguments(parser, argv)
+        args, code = refuse_single_process_commands(*_agree_on_arguments(parser, argv), EXIT_USAGE)
         if code is not None:
             return code
     else:
