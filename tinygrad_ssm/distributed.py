@@ -110,6 +110,32 @@ class World:
             raise error
         return result
 
+    def on_root(self, fn, *args, **kwargs):
+        """fn on rank 0 alone (e.g. writing a file), its JSON-serialisable result sent to every rank. If it raised an
+        OSError or a ValueError, every other rank raises one alike (FileExistsError, OSError with the errno and
+        file name, or ValueError, with rank 0's message), so all ranks stop together and the job ends as one
+        process would; rank 0 re-raises its own. Anything else propagates on rank 0 alone (train() aborts the job)."""
+        result, error = None, None
+        if self.is_root:
+            try:
+                result = fn(*args, **kwargs)
+            except (OSError, ValueError) as e:
+                error = e
+        if self.size > 1:
+            about = None if error is None else [isinstance(error, FileExistsError), isinstance(error, OSError),
+                                                error.errno if isinstance(error, OSError) else None,
+                                                getattr(error, "strerror", None), getattr(error, "filename", None),
+                                                str(error)]
+            result, about = self.broadcast_json([result, about] if self.is_root else None)
+            if about is not None and not self.is_root:
+                exists, is_os, number, text, filename, message = about
+                error = (FileExistsError(message) if exists else OSError(number, text, filename) if number is not None
+                         else OSError(message) if is_os else ValueError(message))
+        if error is not None:
+            error.raised_on_every_rank = True  # train() lets it end this rank normally: no rank is waiting
+            raise error
+        return result
+
     def abort(self, error: BaseException, code: int = 1) -> None:
         """Print this rank's error and end the whole job (MPI_Abort): no rank is left waiting in a collective."""
         who = f"[rank {self.rank} of {self.size}]"

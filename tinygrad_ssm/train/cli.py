@@ -222,17 +222,15 @@ def _train(args) -> int:
         if not world.is_root:  # every rank stops; rank 0 says why, naming any other rank that failed
             return EXIT_USAGE
         return _error(str(e))
-    except distributed.RanksDiverged as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_DIVERGED
-    except (TrainingDiverged, NonFiniteLogits) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (distributed.RanksDiverged, TrainingDiverged, NonFiniteLogits) as e:
+        if world.is_root:  # every rank stopped alike: rank 0 says why, once
+            print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED
     except KeyboardInterrupt:
         print("stopped by Ctrl-C", file=sys.stderr)
         return EXIT_INTERRUPTED
     except OSError as e:  # disk full, file size limit, read-only folder: one line, not a traceback
-        return _train_io_error(e, args)
+        return _train_io_error(e, args) if world.is_root else EXIT_IO   # rank 0's failed save, said once
     if result.status == "done" and world.is_root:                       # one report for the job
         print(_next_steps(result))
     return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_OK

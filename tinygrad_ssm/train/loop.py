@@ -160,19 +160,20 @@ class _Run:
     stop_requested: bool = False  # under MPI: some rank got Ctrl-C; all stop after the same step
     run_id: str | None = None  # the run family's id (train/run_folder.py): pruning deletes only its checkpoints
 
-    def save(self) -> Path | None:
-        if not self.world.is_root:  # rank 0 alone writes; every rank holds the same weights
-            self.saved_step = self.step
-            return None
+    def save(self) -> Path:
+        """Under MPI: first the ranks' weights compared (RanksDiverged: nothing of diverged ranks is saved); rank 0
+        alone writes, and every rank learns the checkpoint's path, or rank 0's write error (raised on every rank)."""
+        self.last_ckpt, self.saved_step = Path(self.world.on_root(self._write)), self.step
+        return self.last_ckpt
+
+    def _write(self) -> str:
         trainer_state = {"tokens": self.tokens, "train_s": self.train_s, "val_bpb": self.val_bpb,
                          "train_config": self.cfg.to_dict(), "model_config": self.model.config.to_dict(),
                          "sampler": self.sampler.state_dict(), "data_fingerprint": self.fingerprint,
                          "world_size": self.world.size, **({"run_id": self.run_id} if self.run_id else {})}
-        self.last_ckpt = ckpt.save_checkpoint(self.out, self.step, self.model, _optimizer_state(self.optimizers),
-                                              trainer_state, keep=self.cfg.keep_checkpoints,
-                                              tokenizer_files=tokenizer_files(self.tokenizer))
-        self.saved_step = self.step
-        return self.last_ckpt
+        return str(ckpt.save_checkpoint(self.out, self.step, self.model, _optimizer_state(self.optimizers),
+                                        trainer_state, keep=self.cfg.keep_checkpoints,
+                                        tokenizer_files=tokenizer_files(self.tokenizer)))
 
 
 def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, dict | None, Path | None]:
@@ -211,8 +212,9 @@ def _resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):
     resolved = world.agree(lambda: _resolve_config(cfg, resume, overrides, stop_at, say) if world.is_root else None)
     if world.size == 1:
         return resolved
-    cfg_dict, state = world.broadcast_json([resolved[0].to_dict(), resolved[1]] if world.is_root else None)
-    return TrainConfig.from_dict(cfg_dict), state, resolved[2] if world.is_root else None
+    cfg_dict, state, resume_dir = world.broadcast_json(
+        [resolved[0].to_dict(), resolved[1], resolved[2] and str(resolved[2])] if world.is_root else None)
+    return TrainConfig.from_dict(cfg_dict), state, resolved[2] if world.is_root else resume_dir and Path(resume_dir)
 
 
 def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = SINGLE) -> tuple[Corpus, dict]:
