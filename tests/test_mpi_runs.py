@@ -1,10 +1,12 @@
 """Training runs under `mpiexec -n 2` as a user meets them: resuming, stopping, failing, saving (QA walk of the
 MPI path). The helpers and the skip without mpi4py are tests/test_distributed.py's."""
+import re
 import shutil
 
 import pytest
 
-from tests.test_distributed import TINY, mpirun, needs_mpi  # noqa: F401 - mpirun's environment
+from tests.test_distributed import SCRIPTS, TINY, mpirun, needs_mpi  # noqa: F401 - mpirun's environment
+from tinygrad_ssm.train.cli import EXIT_DIVERGED, EXIT_IO
 
 
 @needs_mpi
@@ -40,3 +42,41 @@ def test_generate_and_eval_under_mpiexec_are_refused_once(stopped_run, tmp_path,
     message = f"error: `{command[0]}` runs in one process, but mpiexec started 2"
     assert proc.stderr.count(message) == 1 and "without mpiexec" in proc.stderr, proc.stderr
     assert proc.stdout == "" and not (tmp_path / "report.json").exists()
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode", ["corrupt-save", "corrupt-stop"])
+def test_weights_that_differ_are_caught_before_every_save(corpus, tmp_path, mode):
+    """Not only at validation steps: a checkpoint every step (validation every 10) and --stop-at's save compare
+    the ranks' weights first, so the checkpoint of diverged ranks is never written."""
+    proc = mpirun(2, [SCRIPTS / "faulty_run.py", mode, corpus, tmp_path / "run"], timeout=90)
+    assert proc.returncode == EXIT_DIVERGED, proc.stderr[-3000:]
+    assert "after step 2 the weights of rank(s) [1] differ from rank 0's" in proc.stderr, proc.stderr
+    saved = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*"))
+    assert saved == (["step-000001"] if mode == "corrupt-save" else []), saved   # step 1 was before the change
+
+
+@needs_mpi
+def test_a_diverged_run_names_the_last_checkpoint_once_and_alike_on_every_rank(corpus, tmp_path):
+    run = tmp_path / "run"
+    proc = mpirun(2, ["-m", "tinygrad_ssm", "train", *TINY, "--data", corpus, "--steps", "20", "--lr", "1e25",
+                      "--min-lr", "1e24", "--warmup-steps", "3", "--checkpoint-every", "1", "--out", run])
+    assert proc.returncode == EXIT_DIVERGED, proc.stderr[-3000:]
+    assert proc.stderr.count("error: training diverged") == 1, proc.stderr          # rank 0 alone says it
+    assert f"the last good checkpoint {run}/checkpoints/step-000001 was left untouched" in proc.stderr
+    api = mpirun(2, [SCRIPTS / "faulty_run.py", "diverge", corpus, tmp_path / "api"], timeout=90)
+    said = dict(re.findall(r"rank (\d): (training diverged: .*?--warmup-steps\.)", api.stderr))  # lines may interleave
+    assert said.keys() == {"0", "1"} and said["0"] == said["1"], api.stderr   # rank 1 knows the checkpoint too
+    assert "step-000001 was left untouched" in said["1"], said
+
+
+@needs_mpi
+def test_a_failed_save_on_rank_0_ends_every_rank_as_one_process_does(corpus, tmp_path):
+    """ulimit -f reached on rank 0: one line naming the file and exit 74, as alone (was MPI_Abort, exit 1)."""
+    run = tmp_path / "run"
+    proc = mpirun(2, [SCRIPTS / "cli_file_size_limit.py", 100 * 1024, "train", *TINY, "--data", corpus, "--steps", "4",
+                      "--checkpoint-every", "2", "--out", run])
+    assert proc.returncode == EXIT_IO, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "cannot write" in lines[0] and "step-000002" in lines[0], proc.stderr
+    assert "File too large" in lines[0] and "Traceback" not in proc.stderr and "abort" not in proc.stderr.lower()

@@ -163,6 +163,7 @@ class _Run:
     def save(self) -> Path:
         """Under MPI: first the ranks' weights compared (RanksDiverged: nothing of diverged ranks is saved); rank 0
         alone writes, and every rank learns the checkpoint's path, or rank 0's write error (raised on every rank)."""
+        check_same_weights(self.model.varmap, self.world, self.step)
         self.last_ckpt, self.saved_step = Path(self.world.on_root(self._write)), self.step
         return self.last_ckpt
 
