@@ -238,13 +238,20 @@ class GradientAllreducer:
     With overlap, hooks on the parameters copy each final gradient into its bucket during backward and
     start the bucket's Iallreduce when it is full; `finish()` then sends what is left, waits, and writes the
     means back into .grad. Without overlap everything happens in `finish()`. One backward per step with
-    overlap (a second backward before `finish()` raises: accumulate with overlap=False).
+    overlap (a second backward before `finish()` raises: accumulate with overlap=False). With overlap a
+    gradient is sent when backward() makes it final: the averaged gradients are in .grad only after `finish()`,
+    so change them after it (as after Horovod's synchronize()); a .grad replaced (or changed by a tensor op) between
+    backward() and finish() makes finish() raise instead of dropping the change. Without overlap, what .grad holds
+    when finish() is called is what is averaged.
     `last_finish_s`: seconds `finish()` took, i.e. the communication the backward did not hide;
     `last_launched_early`: how many of the buckets the backward had already sent when `finish()` began."""
 
     def __init__(self, params, world: World, bucket_bytes: int = 1 << 20, overlap: bool = True):
 
         named = named_parameters(params, "GradientAllreducer")
+        if not named:
+            raise ValueError("GradientAllreducer: no parameters to average (an empty VarMap or list); pass the model's "
+                             "VarMap, e.g. GradientAllreducer(model.varmap, world), once its layers are built")
         self.world, self.overlap, self.buckets, self._where = world, overlap, [], {}
         current = []
         for name, p in reversed(named):  # the last layers' gradients are final first in the backward walk
@@ -259,13 +266,13 @@ class GradientAllreducer:
                 self._where[id(p)] = (b, i)
         self._handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
                          for _, p in named] if overlap and world.size > 1 else []
-        self._next, self._seen, self.last_finish_s, self.last_launched_early = 0, set(), 0.0, 0
+        self._next, self._seen, self.last_finish_s, self.last_launched_early = 0, {}, 0.0, 0
 
     def _grad_ready(self, leaf) -> None:
         if id(leaf) in self._seen:
             raise RuntimeError("GradientAllreducer(overlap=True): a second backward before finish(); to accumulate "
                                "gradients over several backwards, use overlap=False")
-        self._seen.add(id(leaf))
+        self._seen[id(leaf)] = (leaf.grad, None if leaf.grad is None else leaf.grad._version[0])  # as sent
         b, i = self._where[id(leaf)]
         bucket = self.buckets[b]
         bucket.put(i, leaf.grad)
@@ -297,14 +304,35 @@ class GradientAllreducer:
                     bucket.pending -= 1
         self._launch_ready()
         MPI.Request.Waitall([b.request for b in self.buckets])
+        changed = self._changed_since_sent()
         for bucket in self.buckets:
             values = bucket.buffer[:bucket.n_values] / self.world.size  # the mean over ranks, a fresh array
             for i, (_, p) in enumerate(bucket.named):
                 has_grad = bucket.buffer[bucket.n_values + i] > 0
                 p.grad = values[bucket.offsets[i]:bucket.offsets[i + 1]].reshape(p.shape) if has_grad else None
             bucket.pending, bucket.request = len(bucket.named), None
-        self._next, self._seen = 0, set()
+        self._next, self._seen = 0, {}
         self.last_finish_s = time.perf_counter() - t0
+        if changed:
+            raise RuntimeError(
+                f"GradientAllreducer(overlap=True): the .grad of {', '.join(changed[:3])}"
+                f"{f' and {len(changed) - 3} more' if len(changed) > 3 else ''} was replaced or changed after "
+                f"backward() had sent it to the other ranks, before finish(): with overlap each gradient is sent "
+                f"during backward(), so that change was not averaged (every .grad now holds the mean of the "
+                f"gradients as backward() left them). Change the averaged gradients after finish() (as after "
+                f"Horovod's synchronize()), or use overlap=False to change the local ones before they are averaged")
+
+    def _changed_since_sent(self) -> list[str]:
+        """The parameters whose .grad is another tensor, or a tensor changed in place by a tensor op, than the one
+        their hook sent (free: identity and version counter; a write into .grad.data itself is not seen)."""
+        out = []
+        for bucket in self.buckets:
+            for name, p in bucket.named:
+                if id(p) in self._seen:
+                    sent, version = self._seen[id(p)]
+                    if p.grad is not sent or (sent is not None and sent._version[0] != version):
+                        out.append(name)
+        return out
 
     def close(self) -> None:
         """Remove the hooks."""
