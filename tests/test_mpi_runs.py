@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from tests.test_distributed import SCRIPTS, TINY, mpirun, needs_mpi  # noqa: F401 - mpirun's environment
+from tinygrad_ssm import distributed as dist
 from tinygrad_ssm.train.cli import EXIT_DIVERGED, EXIT_IO
 
 
@@ -80,3 +81,13 @@ def test_a_failed_save_on_rank_0_ends_every_rank_as_one_process_does(corpus, tmp
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "cannot write" in lines[0] and "step-000002" in lines[0], proc.stderr
     assert "File too large" in lines[0] and "Traceback" not in proc.stderr and "abort" not in proc.stderr.lower()
+
+
+@needs_mpi
+def test_rank_and_world_size_before_init_under_a_launcher_raise(monkeypatch):
+    proc = mpirun(2, [SCRIPTS / "before_init.py"], timeout=60)
+    assert proc.returncode == 0 and "before init ok" in proc.stdout, proc.stderr[-3000:] + proc.stdout
+    monkeypatch.setattr(dist, "_world", None)          # alone, without a launcher: 0 and 1, as before
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    assert (dist.rank(), dist.world_size()) == (0, 1)

@@ -199,12 +199,27 @@ def init(required: bool = True) -> World:
     return _world
 
 
+def _current() -> World:
+    """The World of init(); alone (no launcher, or a launcher of 1) the single-process World. Under a launcher of
+    N > 1 before init() a DistributedError (as Horovod's "has not been initialized"): 0 / 1 would be wrong there."""
+    if _world is not None:
+        return _world
+    launched = launcher_world_size()
+    if launched > 1:
+        raise DistributedError(f"tinygrad_ssm.distributed has not been initialized, but a launcher started {launched} "
+                               f"processes: call world = tinygrad_ssm.distributed.init() first (then rank() and "
+                               f"world_size() are this process's), or pass world.rank / world.size on")
+    return SINGLE
+
+
 def rank() -> int:
-    return (_world or SINGLE).rank
+    """This process's rank (0 alone); under mpiexec -n N (N > 1) only after init()."""
+    return _current().rank
 
 
 def world_size() -> int:
-    return (_world or SINGLE).size
+    """The number of ranks (1 alone); under mpiexec -n N (N > 1) only after init()."""
+    return _current().size
 
 
 # ----------------------------------------------------------------------------------------------------------
