@@ -91,3 +91,12 @@ def test_rank_and_world_size_before_init_under_a_launcher_raise(monkeypatch):
     for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
     assert (dist.rank(), dist.world_size()) == (0, 1)
+
+
+@needs_mpi
+def test_train_without_a_world_under_mpiexec_is_refused(corpus, tmp_path):
+    proc = mpirun(2, [SCRIPTS / "train_without_world.py", corpus, tmp_path / "run"], timeout=60)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    message = "DistributedError: train(): a launcher (mpiexec) started 2 processes, but world= is the single"
+    assert proc.stdout.count(message) == 2 and "world=tinygrad_ssm.distributed.init()" in proc.stdout, proc.stdout
+    assert not (tmp_path / "run").exists()

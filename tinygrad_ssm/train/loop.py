@@ -30,8 +30,8 @@ import numpy as np
 
 from .. import optim
 from ..autograd.grad_mode import no_grad
-from ..distributed import (SINGLE, GradientAllreducer, RanksDiverged, World, broadcast_weights_and_optimizers,
-                           check_same_weights)
+from ..distributed import (SINGLE, DistributedError, GradientAllreducer, RanksDiverged, World,
+                           broadcast_weights_and_optimizers, check_same_weights, launcher_world_size)
 from ..optim import AdamW
 from . import checkpoint as ckpt
 from .checks import check_train_config
@@ -418,11 +418,16 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
     overrides: settings given on the command line; with `resume` they are checked against the saved run.
     stop_at: stop (with a checkpoint) once this many steps are done; the schedule still spans `cfg.steps`.
     callback: called with a StepInfo after every step (tests use it to interrupt or to corrupt weights).
-    world: `distributed.init()` to train data-parallel over MPI ranks (launched with mpiexec); `overlap`
+    world: `distributed.init()` to train data-parallel over MPI ranks (launched with mpiexec; required there:
+    the default single-process World under mpiexec -n N, N > 1, raises DistributedError); `overlap`
     starts each gradient bucket's allreduce during the backward (False: all of them after it).
     """
     from tqdm import tqdm
 
+    if world.size == 1 and launcher_world_size() > 1:  # N lone copies would train into one folder
+        raise DistributedError(f"train(): a launcher (mpiexec) started {launcher_world_size()} processes, but world= is "
+                               f"the single-process default, so each would train alone; pass "
+                               f"world=tinygrad_ssm.distributed.init() (or start one process, without mpiexec)")
     t_begin = time.perf_counter()
     say = (say or (lambda m: tqdm.write(m, file=sys.stdout))) if world.is_root else (lambda m: None)
     try:
