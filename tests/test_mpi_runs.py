@@ -100,3 +100,15 @@ def test_train_without_a_world_under_mpiexec_is_refused(corpus, tmp_path):
     message = "DistributedError: train(): a launcher (mpiexec) started 2 processes, but world= is the single"
     assert proc.stdout.count(message) == 2 and "world=tinygrad_ssm.distributed.init()" in proc.stdout, proc.stdout
     assert not (tmp_path / "run").exists()
+
+
+@needs_mpi
+def test_ctrl_c_on_rank_1_is_said_by_rank_0_and_a_second_one_after_the_stop_ends_the_job(corpus, tmp_path):
+    once = mpirun(2, [SCRIPTS / "ctrl_c.py", "once", corpus, tmp_path / "once"], timeout=90)
+    assert once.returncode == 130, once.stderr[-3000:]
+    assert "Ctrl-C on rank 1 of 2: every rank stops after step 3" in once.stdout, once.stdout
+    assert "rank 0: interrupted at step 3" in once.stdout and "rank 1: interrupted at step 3" in once.stdout
+    twice = mpirun(2, [SCRIPTS / "ctrl_c.py", "twice", corpus, tmp_path / "twice"], timeout=90)
+    assert twice.returncode == 130, twice.stderr[-3000:]           # was 2, without a word
+    assert "[rank 1 of 2] stopped by Ctrl-C: aborting the whole MPI job now" in twice.stderr, twice.stderr
+    assert "Traceback" not in twice.stderr

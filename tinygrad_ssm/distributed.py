@@ -140,8 +140,12 @@ class World:
         """Print this rank's error and end the whole job (MPI_Abort): no rank is left waiting in a collective."""
         who = f"[rank {self.rank} of {self.size}]"
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        for part in (f"{who} error: {type(error).__name__}: {error}\n", f"{who} aborting the whole MPI job\n",
-                     f"{who} {text}"):  # the message first: a launcher may drop the tail when the job ends
+        parts = (f"{who} error: {type(error).__name__}: {error}\n", f"{who} aborting the whole MPI job\n",
+                 f"{who} {text}")
+        if isinstance(error, KeyboardInterrupt):  # the user's own stop: no traceback
+            parts = (f"{who} stopped by Ctrl-C: aborting the whole MPI job now (checkpoints are written atomically: "
+                     f"the last one is intact)\n",)
+        for part in parts:  # the message first: a launcher may drop the tail when the job ends
             sys.stderr.write(part)
             sys.stderr.flush()
         time.sleep(1.0)  # let the launcher forward this text first: MPI_Abort tears the job down at once

@@ -8,7 +8,8 @@ resumed run continues bit for bit.
 
 Stopping: Ctrl-C finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
 Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done; a Ctrl-C during that
-write waits for it: train/sigint.py). A NaN or infinite loss or gradient norm raises TrainingDiverged before
+write waits for it: train/sigint.py). Under MPI the handler stays until the run's end, any rank's first Ctrl-C
+stops every rank after the same step (rank 0 says which rank asked), and a second one aborts the job (exit 130). A NaN or infinite loss or gradient norm raises TrainingDiverged before
 the update is applied, and writes nothing, so the last good checkpoint stays as it was.
 
 Under MPI (`mpiexec -n N python -m tinygrad_ssm train`, see distributed.py and docs/distributed.md) every rank
@@ -158,6 +159,7 @@ class _Run:
     rate: float | None = None  # smoothed tokens/s, for the progress bar
     in_update: bool = False  # True while AdamW writes the weights: a checkpoint now would be half-updated
     stop_requested: bool = False  # under MPI: some rank got Ctrl-C; all stop after the same step
+    stop_ranks: tuple = ()  # under MPI: the ranks that got it
     run_id: str | None = None  # the run family's id (train/run_folder.py): pruning deletes only its checkpoints
 
     def save(self) -> Path:
@@ -316,8 +318,9 @@ def _step(run: _Run, stop_requested: bool = False) -> dict:
     loss = run.model.loss(x, y)
     run.loss_val = float(loss.data)
     if run.world.size > 1:
-        loss_sum, stops = run.world.sum([run.loss_val, stop_requested])
-        run.loss_val, run.stop_requested = loss_sum / run.world.size, stops > 0
+        sums = run.world.sum([run.loss_val, *(np.arange(run.world.size) == run.world.rank) * stop_requested])
+        run.loss_val, run.stop_ranks = sums[0] / run.world.size, tuple(np.flatnonzero(sums[1:]).tolist())
+        run.stop_requested = bool(run.stop_ranks)
     if not math.isfinite(run.loss_val):
         raise TrainingDiverged(_diverged(f"loss is {run.loss_val}", run.step + 1, lr, run.last_ckpt))
     loss.backward()
@@ -391,6 +394,7 @@ def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
         say(summary(result))
     if run.lock is not None:
         run.lock.release()
+    run.world.sum([0.0])  # under MPI every rank ends with rank 0, its Ctrl-C handler still in place
     return result
 
 
@@ -400,6 +404,9 @@ def _loop(run: _Run, stop_at, callback, bar, sigint, say) -> str:
         if run.world.size == 1 and sigint.requested:
             return "interrupted"
         if run.stop_requested:  # agreed by every rank in the last step
+            if 0 not in run.stop_ranks:  # rank 0 printed its own Ctrl-C; another rank's is said here
+                say(f"Ctrl-C on rank {', '.join(map(str, run.stop_ranks))} of {run.world.size}: every rank stops "
+                    f"after step {run.step} and a checkpoint is written (Ctrl-C again to stop now)")
             return "interrupted"
         if stop_at is not None and run.step >= stop_at:
             return "stopped"
@@ -435,21 +442,22 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
         if world.size > 1:
 
             run.reducer = GradientAllreducer(run.model.varmap, world, overlap=overlap)
-        with progress_bar(total=run.cfg.steps, initial=run.step, disable=not (progress and world.is_root),
-                          unit="step", dynamic_ncols=True, file=sys.stderr) as bar, StopOnSigint(say) as sigint:
-            try:
-                status = _loop(run, stop_at, callback, bar, sigint, say)
-            except KeyboardInterrupt:
-                if run.in_update:  # weights are half-updated: saving them would poison the run
-                    say(f"stopped during a weight update at step {run.step + 1}; nothing saved "
-                        f"(last checkpoint: {run.last_ckpt})")
-                    raise
-                if world.size > 1:  # the ranks may be anywhere (one inside an allreduce): abort the job
-                    say(f"second Ctrl-C under MPI: stopping every rank now; nothing saved "
-                        f"(last checkpoint: {run.last_ckpt})")
-                    raise
-                status = "interrupted"
-        return _finish(run, status, t_begin, say)
+        with StopOnSigint(say) as sigint:  # until the end: a Ctrl-C after the agreed stop is a second one
+            with progress_bar(total=run.cfg.steps, initial=run.step, disable=not (progress and world.is_root),
+                              unit="step", dynamic_ncols=True, file=sys.stderr) as bar:
+                try:
+                    status = _loop(run, stop_at, callback, bar, sigint, say)
+                except KeyboardInterrupt:
+                    if run.in_update:  # weights are half-updated: saving them would poison the run
+                        say(f"stopped during a weight update at step {run.step + 1}; nothing saved "
+                            f"(last checkpoint: {run.last_ckpt})")
+                        raise
+                    if world.size > 1:  # the ranks may be anywhere (one inside an allreduce): abort the job
+                        say(f"second Ctrl-C under MPI: stopping every rank now; nothing saved "
+                            f"(last checkpoint: {run.last_ckpt})")
+                        raise
+                    status = "interrupted"
+            return _finish(run, status, t_begin, say)
     except BaseException as e:
         every_rank = isinstance(e, (TrainingDiverged, RanksDiverged)) or getattr(e, "raised_on_every_rank", False)
         if world.size > 1 and not every_rank:  # one rank's error ends the whole job: none is left waiting
