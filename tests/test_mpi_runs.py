@@ -21,6 +21,7 @@ def test_a_tokenized_run_resumes_on_two_ranks_without_the_tokenizer_file(corpus,
     first = mpirun(2, ["-m", "tinygrad_ssm", "train", *TINY, "--data", corpus, "--tokenizer", tok, "--steps", "2",
                        "--stop-at", "1", "--out", run])
     assert first.returncode == 0, first.stderr[-3000:]
+    assert f"continue with: mpiexec -n 2 python -m tinygrad_ssm train --resume {run}" in first.stdout, first.stdout
     tok.unlink()
     gone = mpirun(2, ["-m", "tinygrad_ssm", "train", "--resume", run, "--no-progress", "--stop-at", "2"])
     assert gone.returncode == 0, gone.stderr[-3000:]
@@ -29,6 +30,8 @@ def test_a_tokenized_run_resumes_on_two_ranks_without_the_tokenizer_file(corpus,
     replaced = mpirun(2, ["-m", "tinygrad_ssm", "train", "--resume", run, "--no-progress"])
     assert replaced.returncode == 0, replaced.stderr[-3000:]
     assert "final validation" in replaced.stdout
+    assert f"  mpiexec -n 2 python -m tinygrad_ssm train --resume {run} --steps 4" in replaced.stdout, replaced.stdout
+    assert f"  python -m tinygrad_ssm generate --model {run}" in replaced.stdout   # one process (it refuses N)
 
 
 @needs_mpi
@@ -112,3 +115,26 @@ def test_ctrl_c_on_rank_1_is_said_by_rank_0_and_a_second_one_after_the_stop_ends
     assert twice.returncode == 130, twice.stderr[-3000:]           # was 2, without a word
     assert "[rank 1 of 2] stopped by Ctrl-C: aborting the whole MPI job now" in twice.stderr, twice.stderr
     assert "Traceback" not in twice.stderr
+
+
+@needs_mpi
+def test_resuming_a_batch_the_ranks_cannot_share_names_the_rank_counts_that_can(corpus, tmp_path):
+    from tests.support.training import TINY as SETTINGS, quiet
+    from tinygrad_ssm.train.loop import TrainConfig, train
+
+    run = tmp_path / "run"
+    train(TrainConfig(**{**SETTINGS, "batch_size": 3}, steps=2, data=str(corpus), out=str(run)), stop_at=1,
+          progress=False, say=quiet)
+    proc = mpirun(2, ["-m", "tinygrad_ssm", "train", "--resume", run, "--no-progress"])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.count("this run's global batch is 3 sequences (its --batch-size, kept in the checkpoint") == 1
+    assert "resume it with a number of ranks that divides it: 1 or 3" in proc.stderr, proc.stderr
+
+
+@needs_mpi
+def test_another_corpus_on_rank_1_shows_both_fingerprints(corpus, tmp_path):
+    proc = mpirun(2, [SCRIPTS / "other_corpus.py", "train", *TINY, "--data", corpus, "--steps", "2",
+                      "--out", tmp_path / "run"])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    said = re.search(r"rank 1 reads another corpus .*?\(rank 1: (\{.*?\}); rank 0: (\{.*?\})\)", proc.stderr)
+    assert said and "'train_crc32': 12345" in said[1] and "'train_crc32': 12345" not in said[2], proc.stderr

@@ -41,7 +41,7 @@ from .data import DataError
 from .generate import (escape_controls, generate_batch, load_model, read_batch_file, resolve_model_folder,
                        stream_text)
 from .loop import TrainingDiverged, train
-from .mpi_cli import refuse_single_process_commands
+from .mpi_cli import python_cmd, refuse_single_process_commands
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name
 from .scoring import (REPORT_MARK, REPORT_MARK_VALUE, describe, is_eval_report, read_eval_text, score, trained_val_bpb,
                       write_report)
@@ -199,7 +199,7 @@ def _next_steps(result) -> str:
     lines = ["", f"run folder: {result.out}", "next:",
              f"  python -m tinygrad_ssm generate --model {run} --max-new-tokens 300   # text from the model",
              f"  python -m tinygrad_ssm eval --model {run}   # its validation split, every token in context",
-             f"  python -m tinygrad_ssm train --resume {run} --steps {2 * result.step}   # train on, to step "
+             f"  {python_cmd()} -m tinygrad_ssm train --resume {run} --steps {2 * result.step}   # train on, to step "
              f"{2 * result.step}"]
     return "\n".join(lines)  # (the plot's path, or why there is none, is in the summary just above)
 

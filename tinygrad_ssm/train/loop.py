@@ -41,6 +41,7 @@ from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batch
                    tokenize, unigram_entropy_bits)
 from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
+from .mpi_cli import python_cmd
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
 from .sigint import FinishTheSave, StopOnSigint
 from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_vocab_size, shared_tokenizer,
@@ -222,6 +223,12 @@ def _resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):
 
 def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = SINGLE) -> tuple[Corpus, dict]:
     if cfg.batch_size % world.size:
+        counts = " or ".join(str(n) for n in range(1, cfg.batch_size + 1) if cfg.batch_size % n == 0)
+        if state is not None:  # the batch is the run's: the number of ranks must fit it
+            raise ValueError(f"--resume: this run's global batch is {cfg.batch_size} sequences (its --batch-size, kept "
+                             f"in the checkpoint; a resumed run keeps it), which {world.size} MPI ranks cannot share "
+                             f"evenly; resume it with a number of ranks that divides it: {counts} (mpiexec -n N; 1: "
+                             f"without mpiexec)")
         raise ValueError(f"--batch-size {cfg.batch_size} (the global batch) must be divisible by the number of "
                          f"MPI ranks, {world.size}: each rank trains on batch_size / ranks sequences")
     corpus = tokenize(load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction), tokenizer)
@@ -231,9 +238,11 @@ def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = S
     if state is not None and state["data_fingerprint"] != fingerprint:
         raise ValueError(f"--resume: the corpus {corpus.source!r} is not the one this run was trained on "
                          f"(saved {state['data_fingerprint']}, now {fingerprint})")
-    if world.size > 1 and world.broadcast_json(fingerprint) != fingerprint:
+    root_fingerprint = world.broadcast_json(fingerprint)
+    if root_fingerprint != fingerprint:
         raise ValueError(f"rank {world.rank} reads another corpus from {corpus.source!r} than rank 0 "
-                         f"({fingerprint}); every machine needs the same --data")
+                         f"(rank {world.rank}: {fingerprint}; rank 0: {root_fingerprint}); every machine needs "
+                         f"the same --data")
     return corpus, fingerprint
 
 
@@ -384,7 +393,7 @@ def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
                          run.tokens / run.train_s if run.train_s else 0.0, run.val_unigram, plot)
     if status != "done":
         say(f"stopped at step {run.step}/{run.cfg.steps}; checkpoint {run.last_ckpt}\n"
-            f"continue with: python -m tinygrad_ssm train --resume {run.out}")
+            f"continue with: {python_cmd(run.world.size)} -m tinygrad_ssm train --resume {run.out}")
     elif run.world.is_root:
 
         val_text = run.corpus.val if run.corpus.val_text is None else np.frombuffer(run.corpus.val_text, np.uint8)
@@ -432,8 +441,8 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
     from tqdm import tqdm
 
     if world.size == 1 and launcher_world_size() > 1:  # N lone copies would train into one folder
-        raise DistributedError(f"train(): a launcher (mpiexec) started {launcher_world_size()} processes, but world= is "
-                               f"the single-process default, so each would train alone; pass "
+        raise DistributedError(f"train(): a launcher (mpiexec) started {launcher_world_size()} processes, but world= "
+                               f"is the single-process default, so each would train alone; pass "
                                f"world=tinygrad_ssm.distributed.init() (or start one process, without mpiexec)")
     t_begin = time.perf_counter()
     say = (say or (lambda m: tqdm.write(m, file=sys.stdout))) if world.is_root else (lambda m: None)

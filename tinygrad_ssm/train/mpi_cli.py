@@ -29,6 +29,9 @@ def refuse_single_process_commands(args, code: int | None, exit_usage: int) -> t
     return None, exit_usage
 
 
-def launch_prefix(world_size: int) -> str:
-    """How a command that continues a run of `world_size` ranks starts: `mpiexec -n N python` or `python`."""
+def python_cmd(world_size: int | None = None) -> str:
+    """How a command that continues a run of `world_size` ranks (None: this job's) starts: `mpiexec -n N python`
+    under MPI, else `python`."""
+    if world_size is None:
+        world_size = distributed._world.size if distributed._world is not None else 1
     return f"mpiexec -n {world_size} python" if world_size > 1 else "python"
