@@ -113,8 +113,9 @@ def test_ctrl_c_on_rank_1_is_said_by_rank_0_and_a_second_one_after_the_stop_ends
     assert "rank 0: interrupted at step 3" in once.stdout and "rank 1: interrupted at step 3" in once.stdout
     twice = mpirun(2, [SCRIPTS / "ctrl_c.py", "twice", corpus, tmp_path / "twice"], timeout=90)
     assert twice.returncode == 130, twice.stderr[-3000:]           # was 2, without a word
-    assert "[rank 1 of 2] stopped by Ctrl-C: aborting the whole MPI job now" in twice.stderr, twice.stderr
-    assert "Traceback" not in twice.stderr
+    said = twice.stderr.find("[rank 1 of 2] stopped by Ctrl-C: aborting the whole MPI job now")
+    assert said >= 0, twice.stderr   # first: MPICH may still print the KeyboardInterrupt as the job is torn down
+    assert "Traceback" not in twice.stderr[:said], twice.stderr
 
 
 @needs_mpi

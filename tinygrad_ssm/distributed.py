@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 import zlib
@@ -139,6 +141,8 @@ class World:
     def abort(self, error: BaseException, code: int = 1) -> None:
         """Print this rank's error and end the whole job (MPI_Abort): no rank is left waiting in a collective."""
         who = f"[rank {self.rank} of {self.size}]"
+        if threading.current_thread() is threading.main_thread():  # the job is ending: a Ctrl-C (the launcher
+            signal.signal(signal.SIGINT, signal.SIG_IGN)            # passes one on) must not cut this short
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         parts = (f"{who} error: {type(error).__name__}: {error}\n", f"{who} aborting the whole MPI job\n",
                  f"{who} {text}")
