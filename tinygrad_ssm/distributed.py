@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 import zlib
@@ -37,6 +39,7 @@ from .optim.optimizer import named_parameters
 
 # environment variables that MPI launchers set in every process they start: MPICH/Intel MPI (hydra), Open MPI
 _WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
 INSTALL_HINT = ('pip install -e ".[distributed]" in the package\'s checkout (mpi4py and the mpich wheel, which '
                 'brings mpiexec)')
 
@@ -59,6 +62,14 @@ def launcher_world_size() -> int:
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
     return 1
+
+
+def launcher_rank() -> int:
+    """This process's rank as the MPI launcher's environment states it (before or without MPI); 0 otherwise."""
+    for var in _RANK_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
 
 
 @dataclass(frozen=True)
@@ -101,12 +112,44 @@ class World:
             raise error
         return result
 
+    def on_root(self, fn, *args, **kwargs):
+        """fn on rank 0 alone (e.g. writing a file), its JSON-serialisable result sent to every rank. If it raised an
+        OSError or a ValueError, every other rank raises one alike (FileExistsError, OSError with the errno and
+        file name, or ValueError, with rank 0's message), so all ranks stop together and the job ends as one
+        process would; rank 0 re-raises its own. Anything else propagates on rank 0 alone (train() aborts the job)."""
+        result, error = None, None
+        if self.is_root:
+            try:
+                result = fn(*args, **kwargs)
+            except (OSError, ValueError) as e:
+                error = e
+        if self.size > 1:
+            about = None if error is None else [isinstance(error, FileExistsError), isinstance(error, OSError),
+                                                error.errno if isinstance(error, OSError) else None,
+                                                getattr(error, "strerror", None), getattr(error, "filename", None),
+                                                str(error)]
+            result, about = self.broadcast_json([result, about] if self.is_root else None)
+            if about is not None and not self.is_root:
+                exists, is_os, number, text, filename, message = about
+                error = (FileExistsError(message) if exists else OSError(number, text, filename) if number is not None
+                         else OSError(message) if is_os else ValueError(message))
+        if error is not None:
+            error.raised_on_every_rank = True  # train() lets it end this rank normally: no rank is waiting
+            raise error
+        return result
+
     def abort(self, error: BaseException, code: int = 1) -> None:
         """Print this rank's error and end the whole job (MPI_Abort): no rank is left waiting in a collective."""
         who = f"[rank {self.rank} of {self.size}]"
+        if threading.current_thread() is threading.main_thread():  # the job is ending: a Ctrl-C (the launcher
+            signal.signal(signal.SIGINT, signal.SIG_IGN)            # passes one on) must not cut this short
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        for part in (f"{who} error: {type(error).__name__}: {error}\n", f"{who} aborting the whole MPI job\n",
-                     f"{who} {text}"):  # the message first: a launcher may drop the tail when the job ends
+        parts = (f"{who} error: {type(error).__name__}: {error}\n", f"{who} aborting the whole MPI job\n",
+                 f"{who} {text}")
+        if isinstance(error, KeyboardInterrupt):  # the user's own stop: no traceback
+            parts = (f"{who} stopped by Ctrl-C: aborting the whole MPI job now (checkpoints are written atomically: "
+                     f"the last one is intact)\n",)
+        for part in parts:  # the message first: a launcher may drop the tail when the job ends
             sys.stderr.write(part)
             sys.stderr.flush()
         time.sleep(1.0)  # let the launcher forward this text first: MPI_Abort tears the job down at once
@@ -164,12 +207,27 @@ def init(required: bool = True) -> World:
     return _world
 
 
+def _current() -> World:
+    """The World of init(); alone (no launcher, or a launcher of 1) the single-process World. Under a launcher of
+    N > 1 before init() a DistributedError (as Horovod's "has not been initialized"): 0 / 1 would be wrong there."""
+    if _world is not None:
+        return _world
+    launched = launcher_world_size()
+    if launched > 1:
+        raise DistributedError(f"tinygrad_ssm.distributed has not been initialized, but a launcher started {launched} "
+                               f"processes: call world = tinygrad_ssm.distributed.init() first (then rank() and "
+                               f"world_size() are this process's), or pass world.rank / world.size on")
+    return SINGLE
+
+
 def rank() -> int:
-    return (_world or SINGLE).rank
+    """This process's rank (0 alone); under mpiexec -n N (N > 1) only after init()."""
+    return _current().rank
 
 
 def world_size() -> int:
-    return (_world or SINGLE).size
+    """The number of ranks (1 alone); under mpiexec -n N (N > 1) only after init()."""
+    return _current().size
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -203,13 +261,20 @@ class GradientAllreducer:
     With overlap, hooks on the parameters copy each final gradient into its bucket during backward and
     start the bucket's Iallreduce when it is full; `finish()` then sends what is left, waits, and writes the
     means back into .grad. Without overlap everything happens in `finish()`. One backward per step with
-    overlap (a second backward before `finish()` raises: accumulate with overlap=False).
+    overlap (a second backward before `finish()` raises: accumulate with overlap=False). With overlap a
+    gradient is sent when backward() makes it final: the averaged gradients are in .grad only after `finish()`,
+    so change them after it (as after Horovod's synchronize()); a .grad replaced (or changed by a tensor op) between
+    backward() and finish() makes finish() raise instead of dropping the change. Without overlap, what .grad holds
+    when finish() is called is what is averaged.
     `last_finish_s`: seconds `finish()` took, i.e. the communication the backward did not hide;
     `last_launched_early`: how many of the buckets the backward had already sent when `finish()` began."""
 
     def __init__(self, params, world: World, bucket_bytes: int = 1 << 20, overlap: bool = True):
 
         named = named_parameters(params, "GradientAllreducer")
+        if not named:
+            raise ValueError("GradientAllreducer: no parameters to average (an empty VarMap or list); pass the model's "
+                             "VarMap, e.g. GradientAllreducer(model.varmap, world), once its layers are built")
         self.world, self.overlap, self.buckets, self._where = world, overlap, [], {}
         current = []
         for name, p in reversed(named):  # the last layers' gradients are final first in the backward walk
@@ -224,13 +289,13 @@ class GradientAllreducer:
                 self._where[id(p)] = (b, i)
         self._handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
                          for _, p in named] if overlap and world.size > 1 else []
-        self._next, self._seen, self.last_finish_s, self.last_launched_early = 0, set(), 0.0, 0
+        self._next, self._seen, self.last_finish_s, self.last_launched_early = 0, {}, 0.0, 0
 
     def _grad_ready(self, leaf) -> None:
         if id(leaf) in self._seen:
             raise RuntimeError("GradientAllreducer(overlap=True): a second backward before finish(); to accumulate "
                                "gradients over several backwards, use overlap=False")
-        self._seen.add(id(leaf))
+        self._seen[id(leaf)] = (leaf.grad, None if leaf.grad is None else leaf.grad._version[0])  # as sent
         b, i = self._where[id(leaf)]
         bucket = self.buckets[b]
         bucket.put(i, leaf.grad)
@@ -262,14 +327,35 @@ class GradientAllreducer:
                     bucket.pending -= 1
         self._launch_ready()
         MPI.Request.Waitall([b.request for b in self.buckets])
+        changed = self._changed_since_sent()
         for bucket in self.buckets:
             values = bucket.buffer[:bucket.n_values] / self.world.size  # the mean over ranks, a fresh array
             for i, (_, p) in enumerate(bucket.named):
                 has_grad = bucket.buffer[bucket.n_values + i] > 0
                 p.grad = values[bucket.offsets[i]:bucket.offsets[i + 1]].reshape(p.shape) if has_grad else None
             bucket.pending, bucket.request = len(bucket.named), None
-        self._next, self._seen = 0, set()
+        self._next, self._seen = 0, {}
         self.last_finish_s = time.perf_counter() - t0
+        if changed:
+            raise RuntimeError(
+                f"GradientAllreducer(overlap=True): the .grad of {', '.join(changed[:3])}"
+                f"{f' and {len(changed) - 3} more' if len(changed) > 3 else ''} was replaced or changed after "
+                f"backward() had sent it to the other ranks, before finish(): with overlap each gradient is sent "
+                f"during backward(), so that change was not averaged (every .grad now holds the mean of the "
+                f"gradients as backward() left them). Change the averaged gradients after finish() (as after "
+                f"Horovod's synchronize()), or use overlap=False to change the local ones before they are averaged")
+
+    def _changed_since_sent(self) -> list[str]:
+        """The parameters whose .grad is another tensor, or a tensor changed in place by a tensor op, than the one
+        their hook sent (free: identity and version counter; a write into .grad.data itself is not seen)."""
+        out = []
+        for bucket in self.buckets:
+            for name, p in bucket.named:
+                if id(p) in self._seen:
+                    sent, version = self._seen[id(p)]
+                    if p.grad is not sent or (sent is not None and sent._version[0] != version):
+                        out.append(name)
+        return out
 
     def close(self) -> None:
         """Remove the hooks."""

@@ -93,16 +93,21 @@ class FileTokenizer:
     (a BOS for a Llama-style tokenizer, nothing for GPT-NeoX's), as transformers' tokenizer(text) does; decode
     skips them (a BOS or an EOS is no text)."""
 
-    def __init__(self, path: str | Path, eos_token_id: int | None = None):
+    def __init__(self, path: str | Path, eos_token_id: int | None = None, text: str | None = None,
+                 special_config: dict | None = None):
+        """`text`: the tokenizer.json's text, already read (e.g. sent by MPI rank 0); `path` then only names it,
+        and `eos_token_id` and `special_config` (its tokenizer_config.json's special-token keys) are taken as
+        given (nothing is looked up beside the path)."""
         try:
             from tokenizers import Tokenizer
         except ImportError as e:  # a core dependency; only a broken install lacks it
             raise TokenizerError(f"reading {str(path)!r} needs the tokenizers library (pip install tokenizers): "
                                  f"{e}") from None
         self.path = Path(path)
-        require_regular_file(self.path, "tokenizer", TokenizerError)
+        if text is None:
+            require_regular_file(self.path, "tokenizer", TokenizerError)
         try:
-            self._json = self.path.read_text(encoding="utf-8")          # kept as read: a checkpoint copies it
+            self._json = self.path.read_text(encoding="utf-8") if text is None else text   # a checkpoint copies it
             self._tok = Tokenizer.from_str(self._json)
         except UnicodeDecodeError as e:
             raise TokenizerError(f"{str(self.path)!r} is not UTF-8 text (byte {e.start}): not a tokenizer.json") \
@@ -112,8 +117,8 @@ class FileTokenizer:
                                  f"{e}") from None
         self.name = str(self.path)
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
-        self.special_config = self._read_special_config()
-        self.eos_token_id = eos_token_id if eos_token_id is not None else self._find_eos()
+        self.special_config = self._read_special_config() if text is None else dict(special_config or {})
+        self.eos_token_id = eos_token_id if eos_token_id is not None or text is not None else self._find_eos()
         self.adds_special_tokens = int(self._tok.num_special_tokens_to_add(False)) > 0
         self.byte_fallback_ids, self.skipped_ids = self._stream_ids()
         if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:

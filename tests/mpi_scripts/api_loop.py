@@ -64,6 +64,31 @@ try:
     for name, p in vm.named_vars():
         if not name.startswith("unused"):
             assert np.abs(p.grad.data - reference[name]).max() <= 1e-12 * np.abs(reference[name]).max(), name
+    # a .grad changed between backward() and finish(): kept without overlap (it is what is averaged); with overlap
+    # it was already sent, so finish() says so instead of dropping it in silence, and the next step works
+    for overlap in (False, True):
+        vm, layers, unused = build()
+        reducer = dist.GradientAllreducer(vm, world, bucket_bytes=600, overlap=overlap)
+        loss_of(layers, Tensor(x_all[3 * world.rank:3 * world.rank + 3])).backward()
+        first = vm.named_vars()[0][1]
+        first.grad = first.grad * 0.0
+        try:
+            reducer.finish()
+            assert not overlap, "overlap=True: a .grad replaced before finish() was dropped in silence"
+            assert not first.grad.data.any(), "overlap=False: the changed .grad was not the one averaged"
+        except RuntimeError as e:
+            assert overlap and "was replaced or changed after backward() had sent it" in str(e), e
+            assert vm.named_vars()[0][0] in str(e) and "after finish()" in str(e), e
+        for _, p in vm.named_vars():
+            p.grad = None
+        loss_of(layers, Tensor(x_all[3 * world.rank:3 * world.rank + 3])).backward()
+        reducer.finish()  # the state was reset: the next step is a normal one
+        reducer.close()
+    try:
+        dist.GradientAllreducer([], world)
+        raise AssertionError("GradientAllreducer([]) did not raise")
+    except ValueError as e:
+        assert "no parameters" in str(e), e
 except BaseException as e:  # noqa: BLE001
     world.abort(e)
 if world.is_root:

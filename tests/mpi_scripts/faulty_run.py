@@ -2,6 +2,9 @@
 
 MODE raise: rank 1's third loss computation raises (mid-step: rank 0 is then inside an allreduce).
 MODE corrupt: after step 1 rank 1 nudges one weight; the checksum at the step-2 validation must catch it.
+MODE corrupt-save: as corrupt, but validation only every 10 steps, a checkpoint every step: caught before the save.
+MODE corrupt-stop: as corrupt, but no validation nor checkpoint before --stop-at 2's save: caught before it.
+MODE diverge: lr 1e25, a checkpoint every step; each rank prints its TrainingDiverged message.
 MODE rows: each rank saves the input rows of its first training batch to OUT/rows-rank<r>.npy.
 """
 import sys
@@ -10,7 +13,7 @@ from tinygrad_ssm import distributed as dist
 from tinygrad_ssm.train.cli import EXIT_DIVERGED
 from tinygrad_ssm.models.mamba2.model import Mamba2LMHeadModel
 from tinygrad_ssm.train.loop import TrainConfig
-from tinygrad_ssm.train.loop import train
+from tinygrad_ssm.train.loop import TrainingDiverged, train
 
 mode, data, out = sys.argv[1:4]
 world = dist.init()
@@ -40,14 +43,24 @@ if mode == "rows":
 
     Mamba2LMHeadModel.loss = loss
     cfg.steps = 1
-if mode == "corrupt" and world.rank == 1:
+if mode == "corrupt-save":
+    cfg.eval_every, cfg.checkpoint_every = 10, 1
+if mode == "corrupt-stop":
+    cfg.eval_every, cfg.checkpoint_every = 10, 10
+if mode == "diverge":
+    cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.checkpoint_every = 1e25, 1e24, 3, 1
+if mode.startswith("corrupt") and world.rank == 1:
     def callback(info):
         if info.step == 1:
             name, weight = info.model.varmap.named_vars()[0]
             weight.data.flat[0] += 0.01  # as a bit flip or a non-deterministic kernel would
 
 try:
-    train(cfg, progress=False, world=world, callback=callback)
+    train(cfg, progress=False, world=world, callback=callback, stop_at=2 if mode == "corrupt-stop" else None,
+          say=print)
+except TrainingDiverged as e:
+    print(f"rank {world.rank}: {e}", file=sys.stderr)
+    sys.exit(EXIT_DIVERGED)
 except dist.RanksDiverged as e:
     if world.is_root:
         print(f"error: {e}", file=sys.stderr)

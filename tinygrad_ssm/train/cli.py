@@ -42,6 +42,7 @@ from .generate import (escape_controls, generate_batch, load_model, not_utf8, re
                        resolve_model_folder, stream_text)
 from .generation_config import DEFAULT_TEMPERATURE, sampling_settings, stop_ids
 from .loop import TrainingDiverged, train
+from .mpi_cli import python_cmd, refuse_single_process_commands
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name
 from .scoring import (REPORT_MARK, REPORT_MARK_VALUE, describe, is_eval_report, read_eval_text, score, trained_val_bpb,
                       write_report)
@@ -192,7 +193,7 @@ def _next_steps(result) -> str:
     lines = ["", f"run folder: {result.out}", "next:",
              f"  python -m tinygrad_ssm generate --model {run} --max-new-tokens 300   # text from the model",
              f"  python -m tinygrad_ssm eval --model {run}   # its validation split, every token in context",
-             f"  python -m tinygrad_ssm train --resume {run} --steps {2 * result.step}   # train on, to step "
+             f"  {python_cmd()} -m tinygrad_ssm train --resume {run} --steps {2 * result.step}   # train on, to step "
              f"{2 * result.step}"]
     return "\n".join(lines)  # (the plot's path, or why there is none, is in the summary just above)
 
@@ -215,17 +216,15 @@ def _train(args) -> int:
         if not world.is_root:  # every rank stops; rank 0 says why, naming any other rank that failed
             return EXIT_USAGE
         return _error(str(e))
-    except distributed.RanksDiverged as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_DIVERGED
-    except (TrainingDiverged, NonFiniteLogits) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (distributed.RanksDiverged, TrainingDiverged, NonFiniteLogits) as e:
+        if world.is_root:  # every rank stopped alike: rank 0 says why, once
+            print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED
     except KeyboardInterrupt:
         print("stopped by Ctrl-C", file=sys.stderr)
         return EXIT_INTERRUPTED
     except OSError as e:  # disk full, file size limit, read-only folder: one line, not a traceback
-        return _train_io_error(e, args)
+        return _train_io_error(e, args) if world.is_root else EXIT_IO   # rank 0's failed save, said once
     if result.status == "done" and world.is_root:                       # one report for the job
         print(_next_steps(result))
     return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_OK
@@ -484,7 +483,7 @@ def _agree_on_arguments(parser, argv) -> tuple[object, int | None]:
 def main(argv=None) -> int:
     parser = build_parser()
     if distributed.launcher_world_size() > 1:
-        args, code = _agree_on_arguments(parser, argv)
+        args, code = refuse_single_process_commands(*_agree_on_arguments(parser, argv), EXIT_USAGE)
         if code is not None:
             return code
     else:

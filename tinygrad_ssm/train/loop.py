@@ -8,7 +8,8 @@ resumed run continues bit for bit.
 
 Stopping: Ctrl-C finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
 Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done; a Ctrl-C during that
-write waits for it: train/sigint.py). A NaN or infinite loss or gradient norm raises TrainingDiverged before
+write waits for it: train/sigint.py). Under MPI the handler stays until the run's end, any rank's first Ctrl-C
+stops every rank after the same step (rank 0 says which rank asked), and a second one aborts the job (exit 130). A NaN or infinite loss or gradient norm raises TrainingDiverged before
 the update is applied, and writes nothing, so the last good checkpoint stays as it was.
 
 Under MPI (`mpiexec -n N python -m tinygrad_ssm train`, see distributed.py and docs/distributed.md) every rank
@@ -30,8 +31,8 @@ import numpy as np
 
 from .. import optim
 from ..autograd.grad_mode import no_grad
-from ..distributed import (SINGLE, GradientAllreducer, RanksDiverged, World, broadcast_weights_and_optimizers,
-                           check_same_weights)
+from ..distributed import (SINGLE, DistributedError, GradientAllreducer, RanksDiverged, World,
+                           broadcast_weights_and_optimizers, check_same_weights, launcher_world_size)
 from ..optim import AdamW
 from . import checkpoint as ckpt
 from .checks import check_train_config
@@ -40,9 +41,10 @@ from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batch
                    tokenize, unigram_entropy_bits)
 from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
+from .mpi_cli import python_cmd
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
 from .sigint import FinishTheSave, StopOnSigint
-from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_tokenizer, run_vocab_size,
+from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_vocab_size, shared_tokenizer,
                              tokenizer_files)
 
 
@@ -158,21 +160,24 @@ class _Run:
     rate: float | None = None  # smoothed tokens/s, for the progress bar
     in_update: bool = False  # True while AdamW writes the weights: a checkpoint now would be half-updated
     stop_requested: bool = False  # under MPI: some rank got Ctrl-C; all stop after the same step
+    stop_ranks: tuple = ()  # under MPI: the ranks that got it
     run_id: str | None = None  # the run family's id (train/run_folder.py): pruning deletes only its checkpoints
 
-    def save(self) -> Path | None:
-        if not self.world.is_root:  # rank 0 alone writes; every rank holds the same weights
-            self.saved_step = self.step
-            return None
+    def save(self) -> Path:
+        """Under MPI: first the ranks' weights compared (RanksDiverged: nothing of diverged ranks is saved); rank 0
+        alone writes, and every rank learns the checkpoint's path, or rank 0's write error (raised on every rank)."""
+        check_same_weights(self.model.varmap, self.world, self.step)
+        self.last_ckpt, self.saved_step = Path(self.world.on_root(self._write)), self.step
+        return self.last_ckpt
+
+    def _write(self) -> str:
         trainer_state = {"tokens": self.tokens, "train_s": self.train_s, "val_bpb": self.val_bpb,
                          "train_config": self.cfg.to_dict(), "model_config": self.model.config.to_dict(),
                          "sampler": self.sampler.state_dict(), "data_fingerprint": self.fingerprint,
                          "world_size": self.world.size, **({"run_id": self.run_id} if self.run_id else {})}
-        self.last_ckpt = ckpt.save_checkpoint(self.out, self.step, self.model, _optimizer_state(self.optimizers),
-                                              trainer_state, keep=self.cfg.keep_checkpoints,
-                                              tokenizer_files=tokenizer_files(self.tokenizer))
-        self.saved_step = self.step
-        return self.last_ckpt
+        return str(ckpt.save_checkpoint(self.out, self.step, self.model, _optimizer_state(self.optimizers),
+                                        trainer_state, keep=self.cfg.keep_checkpoints,
+                                        tokenizer_files=tokenizer_files(self.tokenizer)))
 
 
 def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, dict | None, Path | None]:
@@ -211,12 +216,19 @@ def _resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):
     resolved = world.agree(lambda: _resolve_config(cfg, resume, overrides, stop_at, say) if world.is_root else None)
     if world.size == 1:
         return resolved
-    cfg_dict, state = world.broadcast_json([resolved[0].to_dict(), resolved[1]] if world.is_root else None)
-    return TrainConfig.from_dict(cfg_dict), state, resolved[2] if world.is_root else None
+    cfg_dict, state, resume_dir = world.broadcast_json(
+        [resolved[0].to_dict(), resolved[1], resolved[2] and str(resolved[2])] if world.is_root else None)
+    return TrainConfig.from_dict(cfg_dict), state, resolved[2] if world.is_root else resume_dir and Path(resume_dir)
 
 
 def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = SINGLE) -> tuple[Corpus, dict]:
     if cfg.batch_size % world.size:
+        counts = " or ".join(str(n) for n in range(1, cfg.batch_size + 1) if cfg.batch_size % n == 0)
+        if state is not None:  # the batch is the run's: the number of ranks must fit it
+            raise ValueError(f"--resume: this run's global batch is {cfg.batch_size} sequences (its --batch-size, kept "
+                             f"in the checkpoint; a resumed run keeps it), which {world.size} MPI ranks cannot share "
+                             f"evenly; resume it with a number of ranks that divides it: {counts} (mpiexec -n N; 1: "
+                             f"without mpiexec)")
         raise ValueError(f"--batch-size {cfg.batch_size} (the global batch) must be divisible by the number of "
                          f"MPI ranks, {world.size}: each rank trains on batch_size / ranks sequences")
     corpus = tokenize(load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction), tokenizer)
@@ -232,9 +244,11 @@ def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = S
     if state is not None and state["data_fingerprint"] != fingerprint:
         raise ValueError(f"--resume: the corpus {corpus.source!r} is not the one this run was trained on "
                          f"(saved {state['data_fingerprint']}, now {fingerprint})")
-    if world.size > 1 and world.broadcast_json(fingerprint) != fingerprint:
+    root_fingerprint = world.broadcast_json(fingerprint)
+    if root_fingerprint != fingerprint:
         raise ValueError(f"rank {world.rank} reads another corpus from {corpus.source!r} than rank 0 "
-                         f"({fingerprint}); every machine needs the same --data")
+                         f"(rank {world.rank}: {fingerprint}; rank 0: {root_fingerprint}); every machine needs "
+                         f"the same --data")
     return corpus, fingerprint
 
 
@@ -256,7 +270,7 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
     error about paths or sizes happens here, before any work, and under MPI on every rank at once."""
 
     cfg, state, resume_dir = _resolve_on_root(cfg, resume, overrides, stop_at, say, world)
-    tokenizer = world.agree(run_tokenizer, cfg, resume_dir)
+    tokenizer = shared_tokenizer(cfg, resume_dir, world)  # rank 0's, sent to the others
     corpus, fingerprint = world.agree(_load_data, cfg, state, tokenizer, world)
     model = world.agree(build_model, cfg, tokenizer, state)  # before the run folder: a bad --init-from changes nothing
     out, lock = world.agree(_make_run_folder, cfg, resume_dir, world, state)
@@ -319,8 +333,9 @@ def _step(run: _Run, stop_requested: bool = False) -> dict:
     loss = run.model.loss(x, y)
     run.loss_val = float(loss.data)
     if run.world.size > 1:
-        loss_sum, stops = run.world.sum([run.loss_val, stop_requested])
-        run.loss_val, run.stop_requested = loss_sum / run.world.size, stops > 0
+        sums = run.world.sum([run.loss_val, *(np.arange(run.world.size) == run.world.rank) * stop_requested])
+        run.loss_val, run.stop_ranks = sums[0] / run.world.size, tuple(np.flatnonzero(sums[1:]).tolist())
+        run.stop_requested = bool(run.stop_ranks)
     if not math.isfinite(run.loss_val):
         raise TrainingDiverged(_diverged(f"loss is {run.loss_val}", run.step + 1, lr, run.last_ckpt))
     loss.backward()
@@ -384,7 +399,7 @@ def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
                          run.tokens / run.train_s if run.train_s else 0.0, run.val_unigram, plot)
     if status != "done":
         say(f"stopped at step {run.step}/{run.cfg.steps}; checkpoint {run.last_ckpt}\n"
-            f"continue with: python -m tinygrad_ssm train --resume {run.out}")
+            f"continue with: {python_cmd(run.world.size)} -m tinygrad_ssm train --resume {run.out}")
     elif run.world.is_root:
 
         val_text = run.corpus.val if run.corpus.val_text is None else np.frombuffer(run.corpus.val_text, np.uint8)
@@ -394,6 +409,7 @@ def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
         say(summary(result))
     if run.lock is not None:
         run.lock.release()
+    run.world.sum([0.0])  # under MPI every rank ends with rank 0, its Ctrl-C handler still in place
     return result
 
 
@@ -403,6 +419,9 @@ def _loop(run: _Run, stop_at, callback, bar, sigint, say) -> str:
         if run.world.size == 1 and sigint.requested:
             return "interrupted"
         if run.stop_requested:  # agreed by every rank in the last step
+            if 0 not in run.stop_ranks:  # rank 0 printed its own Ctrl-C; another rank's is said here
+                say(f"Ctrl-C on rank {', '.join(map(str, run.stop_ranks))} of {run.world.size}: every rank stops "
+                    f"after step {run.step} and a checkpoint is written (Ctrl-C again to stop now)")
             return "interrupted"
         if stop_at is not None and run.step >= stop_at:
             return "stopped"
@@ -421,11 +440,16 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
     overrides: settings given on the command line; with `resume` they are checked against the saved run.
     stop_at: stop (with a checkpoint) once this many steps are done; the schedule still spans `cfg.steps`.
     callback: called with a StepInfo after every step (tests use it to interrupt or to corrupt weights).
-    world: `distributed.init()` to train data-parallel over MPI ranks (launched with mpiexec); `overlap`
+    world: `distributed.init()` to train data-parallel over MPI ranks (launched with mpiexec; required there:
+    the default single-process World under mpiexec -n N, N > 1, raises DistributedError); `overlap`
     starts each gradient bucket's allreduce during the backward (False: all of them after it).
     """
     from tqdm import tqdm
 
+    if world.size == 1 and launcher_world_size() > 1:  # N lone copies would train into one folder
+        raise DistributedError(f"train(): a launcher (mpiexec) started {launcher_world_size()} processes, but world= "
+                               f"is the single-process default, so each would train alone; pass "
+                               f"world=tinygrad_ssm.distributed.init() (or start one process, without mpiexec)")
     t_begin = time.perf_counter()
     say = (say or (lambda m: tqdm.write(m, file=sys.stdout))) if world.is_root else (lambda m: None)
     try:
@@ -433,21 +457,22 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
         if world.size > 1:
 
             run.reducer = GradientAllreducer(run.model.varmap, world, overlap=overlap)
-        with progress_bar(total=run.cfg.steps, initial=run.step, disable=not (progress and world.is_root),
-                          unit="step", dynamic_ncols=True, file=sys.stderr) as bar, StopOnSigint(say) as sigint:
-            try:
-                status = _loop(run, stop_at, callback, bar, sigint, say)
-            except KeyboardInterrupt:
-                if run.in_update:  # weights are half-updated: saving them would poison the run
-                    say(f"stopped during a weight update at step {run.step + 1}; nothing saved "
-                        f"(last checkpoint: {run.last_ckpt})")
-                    raise
-                if world.size > 1:  # the ranks may be anywhere (one inside an allreduce): abort the job
-                    say(f"second Ctrl-C under MPI: stopping every rank now; nothing saved "
-                        f"(last checkpoint: {run.last_ckpt})")
-                    raise
-                status = "interrupted"
-        return _finish(run, status, t_begin, say)
+        with StopOnSigint(say) as sigint:  # until the end: a Ctrl-C after the agreed stop is a second one
+            with progress_bar(total=run.cfg.steps, initial=run.step, disable=not (progress and world.is_root),
+                              unit="step", dynamic_ncols=True, file=sys.stderr) as bar:
+                try:
+                    status = _loop(run, stop_at, callback, bar, sigint, say)
+                except KeyboardInterrupt:
+                    if run.in_update:  # weights are half-updated: saving them would poison the run
+                        say(f"stopped during a weight update at step {run.step + 1}; nothing saved "
+                            f"(last checkpoint: {run.last_ckpt})")
+                        raise
+                    if world.size > 1:  # the ranks may be anywhere (one inside an allreduce): abort the job
+                        say(f"second Ctrl-C under MPI: stopping every rank now; nothing saved "
+                            f"(last checkpoint: {run.last_ckpt})")
+                        raise
+                    status = "interrupted"
+            return _finish(run, status, t_begin, say)
     except BaseException as e:
         every_rank = isinstance(e, (TrainingDiverged, RanksDiverged)) or getattr(e, "raised_on_every_rank", False)
         if world.size > 1 and not every_rank:  # one rank's error ends the whole job: none is left waiting

@@ -107,6 +107,19 @@ def run_tokenizer(cfg, resume_dir: Path | None):
     return FileTokenizer(copy)
 
 
+def shared_tokenizer(cfg, resume_dir: Path | None, world):
+    """run_tokenizer on rank 0 (from the checkpoint's copy when resuming); under MPI the other ranks receive its
+    text and EOS id from rank 0, so no other machine needs the tokenizer file (nor sees another one)."""
+    tokenizer = world.agree(lambda: run_tokenizer(cfg, resume_dir) if world.is_root else None)
+    if world.size == 1:
+        return tokenizer
+    sent = world.broadcast_json(None if not world.is_root or tokenizer.name == BYTES else
+                                [tokenizer.name, tokenizer.to_str(), tokenizer.eos_token_id,
+                                 tokenizer.special_config])
+    return world.agree(lambda: tokenizer if world.is_root else ByteTokenizer() if sent is None else
+                       FileTokenizer(sent[0], sent[2], text=sent[1], special_config=sent[3]))
+
+
 def build_model(cfg, tokenizer, state: dict | None = None):
     """The model a run trains: the saved run's shape (--resume: the weights are loaded afterwards), the
     --init-from checkpoint's weights, or a fresh one of cfg's shape on the tokenizer's vocabulary."""
