@@ -1,14 +1,18 @@
 """Making tensors: from data, filled, random, ranges. Float tensors are float32 unless a dtype is given."""
 import numpy as np
 
-from .tensor import DEFAULT_FLOAT, Tensor
+from .tensor import DEFAULT_FLOAT, Tensor, carries_dtype
 
 
 def new_tensor(data, dtype=None, requires_grad=False) -> Tensor:
     """A new tensor holding a copy of `data`: torch.tensor(data) under a name that does not shadow the module
-    `tinygrad_ssm.autograd.tensor` (tinygrad_ssm/autograd/tensor.py). Python floats become float32, as in torch."""
-    array = np.array(data.data if isinstance(data, Tensor) else data, copy=True)
-    if dtype is None and array.dtype == np.float64 and not isinstance(data, (np.ndarray, Tensor)):
+    `tinygrad_ssm.autograd.tensor` (tinygrad_ssm/autograd/tensor.py). Python floats become float32, as in torch;
+    data that states its dtype (an array, a tensor, a NumPy scalar, a torch tensor) keeps it."""
+    source = data.data if isinstance(data, Tensor) else data
+    # np.array(x, copy=True) on an object with its own __array__ (a torch tensor) warns in NumPy 2: asarray first
+    array = np.array(source, copy=True) if isinstance(source, (np.ndarray, list, tuple)) or np.isscalar(source) \
+        else np.asarray(source).copy()
+    if dtype is None and array.dtype == np.float64 and not carries_dtype(data):
         array = array.astype(DEFAULT_FLOAT)
     return Tensor(array, dtype=dtype, requires_grad=requires_grad)
 

@@ -181,8 +181,8 @@ def log_softmax(x, axis=-1):
 
 @op
 def cross_entropy(logits, targets, ignore_index: int = -100, reduction: str = "mean"):
-    """Negative log-likelihood of integer targets under softmax(logits).
-    logits (..., C) float, targets (...) int; rows with target == ignore_index are left out."""
+    """Negative log-likelihood of integer targets under softmax(logits). logits (..., C) float, targets (...)
+    int: the class axis is the LAST (torch's (N, C, L) is (N, L, C) here); target == ignore_index is left out."""
     return apply_cross_entropy(R.CrossEntropy, logits, targets, ignore_index, reduction)
 
 
@@ -198,8 +198,8 @@ def apply_cross_entropy(function: type, logits, targets, ignore_index: int = -10
     if logits.ndim == 0:
         raise ValueError("cross_entropy: logits must have a class axis, (..., C) or (C,), got a 0-d tensor")
     if logits.shape[:-1] != targets.shape:
-        raise ValueError(f"cross_entropy: logits {logits.shape} need targets of shape {logits.shape[:-1]}, "
-                         f"got {targets.shape}")
+        raise ValueError(f"cross_entropy: logits {logits.shape} need targets of shape {logits.shape[:-1]}, got "
+                         f"{targets.shape} (the class axis is the last: torch's (N, C, L) logits are (N, L, C) here)")
     classes = logits.shape[-1]
     bad = (targets != ignore_index) & ((targets < 0) | (targets >= classes))
     if bad.any():

@@ -88,8 +88,9 @@ def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict):
                         f"differentiable in tinygrad_ssm (on a tensor that requires grad). Use the ops of "
                         f"tinygrad_ssm.autograd.functional, or apply it to tensor.detach()")
     if "out" in kwargs:
-        raise TypeError(f"np.{ufunc.__name__}: out= is not supported with tensors; use the result, "
-                        f"or t.copy_(result) under no_grad()")
+        raise TypeError(f"np.{ufunc.__name__}: out= is not supported with tensors (an array updated in place "
+                        f"with a tensor: `p.data -= lr * p.grad`); update the tensor under no_grad() (`with "
+                        f"no_grad(): p -= lr * p.grad`), or use the tensor's array (`p.data -= lr * p.grad.data`)")
     arrays = [t.data if isinstance(t, Tensor) else t for t in inputs]
     result = getattr(ufunc, method)(*arrays, **kwargs)
     if isinstance(result, tuple):

@@ -23,9 +23,16 @@ if TYPE_CHECKING:  # only for the annotation of _ctx: function.py imports this m
 # ----------------------------------------------------------------------------------------------------------
 # dtypes
 
+def carries_dtype(data) -> bool:
+    """Whether `data` states its own dtype (an array, a NumPy scalar, a torch tensor, a typed memoryview): kept,
+    as torch.tensor keeps it, where Python floats become float32."""
+    return isinstance(data, (np.generic, memoryview)) or hasattr(data, "dtype")
+
+
 def _to_array(data, dtype=None) -> np.ndarray:
     """Python data -> ndarray. Python floats become float32 (torch's default), ints int64, bools bool;
-    an ndarray keeps its dtype and its memory (like torch.from_numpy) unless a dtype is asked for."""
+    an ndarray keeps its dtype and its memory (like torch.from_numpy) unless a dtype is asked for, and
+    anything else that states its dtype (a torch tensor, a NumPy scalar) keeps that dtype."""
     if isinstance(data, Tensor):
         data = data.data
     if dtype is not None:
@@ -38,7 +45,7 @@ def _to_array(data, dtype=None) -> np.ndarray:
         except ValueError as e:  # NumPy's "inhomogeneous shape" for a ragged nested list
             raise ValueError(f"Tensor: data must be rectangular (every row of a nested list the same length); "
                              f"got ragged data ({e})") from None
-        if array.dtype == np.float64 and not isinstance(data, np.generic):
+        if array.dtype == np.float64 and not carries_dtype(data):
             array = array.astype(DEFAULT_FLOAT)
     _check_numeric("Tensor", "data", data, array)
     return array
@@ -51,7 +58,7 @@ class Tensor:
     __array_priority__ = 1000  # ndarray (op) Tensor defers to Tensor's reflected operators
 
     def __init__(self, data, dtype=None, requires_grad: bool = False):
-        self.data: np.ndarray = _to_array(data, dtype)
+        self._data: np.ndarray = _to_array(data, dtype)
         self._ctx: Function | None = None  # the op that produced this tensor, when recorded
         self._grad: Tensor | None = None
         self._retains_grad = False
@@ -63,6 +70,22 @@ class Tensor:
             self.requires_grad_(True)
 
     # --- basic properties ---------------------------------------------------------------------------------
+    @property
+    def data(self) -> np.ndarray:
+        """The array the tensor wraps."""
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        """`t.data = ...` replaces the array, unrecorded (torch's .data: the graph does not see it, the version
+        counter does not move). A Tensor gives its array (`p.data = p.data - lr * p.grad`), anything else is
+        converted as Tensor(...) converts it; a tensor that requires grad must stay floating point."""
+        array = value.data if isinstance(value, Tensor) else _to_array(value)
+        if self.requires_grad and not is_float(array.dtype):
+            raise TypeError(f"t.data = ...: the tensor requires grad, so its data must be floating point, got "
+                            f"dtype {array.dtype} (only floating point tensors can require gradients)")
+        self._data = array
+
     shape = property(lambda self: self.data.shape)
     dtype = property(lambda self: self.data.dtype)
     ndim = property(lambda self: self.data.ndim)
@@ -133,6 +156,10 @@ class Tensor:
 
     def __int__(self):
         return int(self.item())
+
+    def __format__(self, spec: str) -> str:
+        """f"{loss:.4f}": a one-element tensor formats as its number (as torch's 0-d tensors); others as repr."""
+        return format(self.item(), spec) if spec and self.data.size == 1 else format(repr(self), spec)
 
     # --- autograd flags -----------------------------------------------------------------------------------
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
@@ -387,7 +414,14 @@ class Tensor:
         return F.mean(P.numpy_reduction_input("mean", self, dtype, out), axis, keepdims)
 
     def max(self, axis=None, keepdims=False, out=None):
+        """The largest values (NumPy's max, torch's amax): values only, never torch.max(dim)'s (values, indices)
+        pair; the indices are argmax's."""
         return F.max(P.numpy_reduction_input("max", self, None, out), axis, keepdims)
+
+    def argmax(self, axis=None, keepdims=False) -> "Tensor":
+        """(int64) the index of the largest value along `axis` (of the flattened tensor when None), the first
+        one on ties, as np.argmax and torch.argmax; an index has no gradient."""
+        return Tensor(np.argmax(self.data, axis=axis, keepdims=keepdims).astype(np.int64))
 
     def logsumexp(self, axis=None, keepdims=False): return F.logsumexp(self, axis, keepdims)
     def softmax(self, axis=-1): return F.softmax(self, axis)
