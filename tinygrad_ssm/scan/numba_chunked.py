@@ -37,8 +37,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import numba_cpu
-from .numba_cpu import (FASTMATH, _contiguous, _copy_piece, _decays, _finite, _on_threads, _rows_of,
-                        on_single_threaded_blas)
+from .numba_cpu import (FASTMATH, _contiguous, _copy_piece, _decays, _finite, _masked_own_inputs, _on_threads,
+                        _rows_of, on_single_threaded_blas)
 from ..fast import heap_reuse
 from ..fast.claims import claim_from_end
 
@@ -59,18 +59,6 @@ def _lower_t_dot(M, V, m, out):
             for t in range(s, m):
                 acc += M[t, s] * V[t, i]
             out[s, i] = acc
-
-
-@_inline
-def _lower_dot(M, V, m, out):
-    """out[t] = sum_{s <= t} M[t, s] V_s: M V over the lower triangle only (a non-finite V_s reaches out_t for
-    t >= s alone)."""
-    for t in range(m):
-        for i in range(V.shape[1]):
-            acc = V.dtype.type(0)
-            for s in range(t + 1):
-                acc += M[t, s] * V[s, i]
-            out[t, i] = acc
 
 
 @_inline
@@ -218,7 +206,7 @@ def backward_kernel(x, xc, dt, dtc, A, B, Bc, C, Cc, D, checkpoints, dy, dyc, d_
                 np.dot(Wsum, Bq[:m], Gq[:m])
                 np.dot(Wsum.T, Cq[:m], Ent[:m])
             else:                                                   # a non-finite B_s or C_t: W's zeros above
-                _lower_dot(Wsum, Bq, m, Gq)                         # the diagonal must not multiply it (dC_t
+                _masked_own_inputs(Wsum.T, Bq, m, Gq)               # the diagonal must not multiply it (dC_t
                 _lower_t_dot(Wsum, Cq, m, Ent)                      # reads B_s for s <= t only, dB_s C_t for t >= s)
             for t in range(m):                                      # the chunk's rows of dB and dC, written once
                 dB_out = dB[row0 + t, dBc + gi * n:dBc + (gi + 1) * n]
