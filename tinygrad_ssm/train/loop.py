@@ -33,7 +33,6 @@ from .. import optim
 from ..autograd.grad_mode import no_grad
 from ..distributed import (SINGLE, DistributedError, GradientAllreducer, RanksDiverged, World,
                            broadcast_weights_and_optimizers, check_same_weights, launcher_world_size)
-from ..optim import AdamW
 from . import checkpoint as ckpt
 from .checks import check_train_config
 from .config import VOCAB_SIZE, TrainConfig, _resume_config  # noqa: F401 (re-exported)
@@ -42,6 +41,7 @@ from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batch
 from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
 from .mpi_cli import python_cmd
+from .optimizers import load_flat_optimizer_state, flat_optimizer_state, build_optimizers
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
 from .sigint import FinishTheSave, StopOnSigint
 from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_vocab_size, shared_tokenizer,
@@ -81,32 +81,6 @@ class TrainingDiverged(RuntimeError):
 
 def default_out_dir() -> str:
     return str(Path("runs") / time.strftime("mamba2-%Y%m%d-%H%M%S"))
-
-
-def build_optimizers(model, cfg: TrainConfig) -> dict:
-    """AdamW with weight decay on matrices (ndim >= 2) only; vectors (norm weights, biases, A_log, D, dt_bias)
-    are not decayed (as mamba_ssm and nanoGPT do): pulling them to 0 has no regularising meaning."""
-
-    named = model.varmap.named_vars()
-    groups = {"decay": [(n, p) for n, p in named if p.ndim >= 2],
-              "no_decay": [(n, p) for n, p in named if p.ndim < 2]}
-    return {name: AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                        weight_decay=cfg.weight_decay if name == "decay" else 0.0)
-            for name, params in groups.items() if params}
-
-
-def _optimizer_state(optimizers: dict) -> dict:
-    flat = {}
-    for group, opt in optimizers.items():
-        for key, value in opt.state_dict().items():
-            flat[f"{group}/{key}"] = np.asarray(value)
-    return flat
-
-
-def _load_optimizer_state(optimizers: dict, flat: dict) -> None:
-    for group, opt in optimizers.items():
-        prefix = f"{group}/"
-        opt.load_state_dict({k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)})
 
 
 def _fingerprint(corpus: Corpus, tokenizer) -> dict:
@@ -175,7 +149,7 @@ class _Run:
                          "train_config": self.cfg.to_dict(), "model_config": self.model.config.to_dict(),
                          "sampler": self.sampler.state_dict(), "data_fingerprint": self.fingerprint,
                          "world_size": self.world.size, **({"run_id": self.run_id} if self.run_id else {})}
-        return str(ckpt.save_checkpoint(self.out, self.step, self.model, _optimizer_state(self.optimizers),
+        return str(ckpt.save_checkpoint(self.out, self.step, self.model, flat_optimizer_state(self.optimizers),
                                         trainer_state, keep=self.cfg.keep_checkpoints,
                                         tokenizer_files=tokenizer_files(self.tokenizer)))
 
@@ -313,7 +287,7 @@ def _restore(run: _Run, state: dict, resume_dir: Path | None) -> None:
         moments = ckpt.load_optimizer_state(resume_dir)
         ckpt.check_loaded_state(resume_dir, ckpt.OPTIMIZER_FILE, moments.items())
         ckpt.check_optimizer_steps(resume_dir, state["step"], moments)
-        _load_optimizer_state(run.optimizers, moments)
+        load_flat_optimizer_state(run.optimizers, moments)
         run.log.truncate_after(state["step"])
     run.sampler.load_state_dict(state["sampler"])
     run.step, run.tokens, run.train_s = state["step"], state["tokens"], state["train_s"]
