@@ -140,7 +140,7 @@ class _Run:
     def save(self) -> Path:
         """Under MPI: first the ranks' weights compared (RanksDiverged: nothing of diverged ranks is saved); rank 0
         alone writes, and every rank learns the checkpoint's path, or rank 0's write error (raised on every rank)."""
-        check_same_weights(self.model.varmap, self.world, self.step)
+        _check_ranks_agree(self)
         self.last_ckpt, self.saved_step = Path(self.world.on_root(self._write)), self.step
         return self.last_ckpt
 
@@ -325,11 +325,10 @@ def _step(run: _Run, stop_requested: bool = False) -> dict:
     run.in_update = False
     bad = ckpt.non_finite_problems(run.model.varmap.named_vars())
     if bad:  # a finite gradient times a huge lr: nothing after the last good checkpoint may be saved
-        where = (f"the last good checkpoint {run.last_ckpt} was left untouched" if run.last_ckpt is not None
-                 else "no checkpoint had been written yet")
         raise TrainingDiverged(f"training diverged: the update at step {run.step + 1} (lr {lr:.3g}) made the "
                                f"weights non-finite ({bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})"
-                               f"; nothing was saved; {where}. Try a lower --lr or more --warmup-steps.")
+                               f"; nothing was saved; {_last_good(run.last_ckpt)}. Try a lower --lr or more "
+                               f"--warmup-steps.")
     run.step += 1
     n_tokens = x.size * run.world.size
     run.tokens += n_tokens
@@ -353,7 +352,7 @@ def _after_step(run: _Run, record: dict, bar, say) -> None:
     bar.set_postfix(loss=f"{run.loss_val:.3f}", tok_s=f"{run.rate:,.0f}", lr=f"{record['lr']:.2e}", refresh=False)
     cfg = run.cfg
     if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
-        check_same_weights(run.model.varmap, run.world, run.step)
+        _check_ranks_agree(run)
         run.val_bpb = evaluate(run.model, run.corpus.val, cfg, run.world, run.corpus.val_tokens_per_byte)
         if run.world.is_root:
             run.log.append({"step": run.step, "val_bpb": run.val_bpb, "tokens": run.tokens})
@@ -454,11 +453,27 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
         raise
 
 
+def _last_good(last_ckpt: Path | None) -> str:
+    """What a stopped run leaves to go on from (its checkpoints are written only while the weights are good)."""
+    return (f"the last good checkpoint {last_ckpt} was left untouched" if last_ckpt is not None
+            else "no checkpoint had been written yet")
+
+
 def _diverged(what: str, step: int, lr: float, last_ckpt: Path | None) -> str:
-    where = (f"the last good checkpoint {last_ckpt} was left untouched" if last_ckpt is not None
-             else "no checkpoint had been written yet")
     return (f"training diverged: {what} at step {step} (lr {lr:.3g}); stopped without updating the weights; "
-            f"{where}. Try a lower --lr or more --warmup-steps.")
+            f"{_last_good(last_ckpt)}. Try a lower --lr or more --warmup-steps.")
+
+
+def _check_ranks_agree(run: _Run) -> None:
+    """check_same_weights, its RanksDiverged told what is left: the last good checkpoint (resume from it), or none
+    yet (the run starts again). Under MPI every rank raises it alike, with the same checkpoint (save() tells all)."""
+    try:
+        check_same_weights(run.model.varmap, run.world, run.step)
+    except RanksDiverged as e:
+        then = (f"; resume from it: --resume {run.last_ckpt}" if run.last_ckpt is not None
+                else "; start the run again")
+        raise RanksDiverged(f"{e}; nothing of the diverged ranks was saved; {_last_good(run.last_ckpt)}"
+                            f"{then}") from None
 
 
 def summary(r: TrainResult) -> str:
