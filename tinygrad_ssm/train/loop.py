@@ -44,8 +44,8 @@ from .mpi_cli import python_cmd
 from .optimizers import load_flat_optimizer_state, flat_optimizer_state, build_optimizers
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
 from .sigint import FinishTheSave, StopOnSigint
-from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_vocab_size, shared_tokenizer,
-                             tokenizer_files)
+from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_vocab_size, shared_model,
+                             shared_tokenizer, tokenizer_files)
 
 
 @dataclass
@@ -246,7 +246,7 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
     cfg, state, resume_dir = _resolve_on_root(cfg, resume, overrides, stop_at, say, world)
     tokenizer = shared_tokenizer(cfg, resume_dir, world)  # rank 0's, sent to the others
     corpus, fingerprint = world.agree(_load_data, cfg, state, tokenizer, world)
-    model = world.agree(build_model, cfg, tokenizer, state)  # before the run folder: a bad --init-from changes nothing
+    model = shared_model(cfg, tokenizer, state, world)  # before the run folder: a bad --init-from changes nothing
     out, lock = world.agree(_make_run_folder, cfg, resume_dir, world, state)
     cfg.out = str(out)
     val_unigram = unigram_entropy_bits(corpus.val) * corpus.val_tokens_per_byte
