@@ -151,9 +151,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# flag -> (its dest, what it names, what leaving it out means): an empty value (`--data "$DATA"` with DATA unset)
+# is refused, not read as Path("") = the current folder (a training set or model folder of whatever is there)
+_PATH_FLAGS = {
+    "train": {"--data": ("data", "a text file or folder", "the standard library's sources"),
+              "--out": ("out", "a run folder", "a new folder runs/mamba2-DATE-TIME"),
+              "--resume": ("resume", "a run folder or checkpoint", "a new run"),
+              "--init-from": ("init_from", "a model folder", "a fresh model"),
+              "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "bytes (or --init-from's own)")},
+    "generate": {"--model": ("model", "a model folder", None),
+                 "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "the model folder's own"),
+                 "--batch-file": ("batch_file", "a file of prompts", "--prompt")},
+    "eval": {"--model": ("model", "a model folder", None),
+             "--data": ("data", "a text file or folder", "a run's validation split"),
+             "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "the model folder's own"),
+             "--json": ("json", "a file to write the report to (or - for stdout)", "no JSON")},
+}
+
+
+def empty_path_problems(args) -> list[str]:
+    """A message for each path flag given as the empty string, naming the flag and what to give instead."""
+    bad = []
+    for flag, (dest, what, default) in _PATH_FLAGS[args.command].items():
+        if getattr(args, dest) == "":
+            instead = f", or leave {flag} out for {default}" if default else ""
+            bad.append(f"{flag} '' is an empty path (an unset shell variable?); give {what}{instead}")
+    return bad
+
+
+def train_flag_problems(args) -> list[str]:
+    """What train's command line gets wrong on its own (the settings' values are train/checks.py's to judge)."""
+    bad = empty_path_problems(args)
+    if args.sample_prompt is not None and not_utf8("--sample-prompt", args.sample_prompt):
+        bad.append(not_utf8("--sample-prompt", args.sample_prompt))
+    return bad
+
+
 def generate_flag_problems(args) -> list[str]:
 
-    bad = []
+    bad = empty_path_problems(args)
     if args.max_new_tokens < 0:
         bad.append(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     if args.temperature is not None and (not math.isfinite(args.temperature) or args.temperature < 0):
@@ -179,15 +215,15 @@ def _backend_problems(args) -> list[str]:
 
 
 def eval_flag_problems(args) -> list[str]:
-    bad = _backend_problems(args)
+    bad = empty_path_problems(args) + _backend_problems(args)
     if args.window < 1:
         bad.append(f"--window must be >= 1, got {args.window}")
     if args.max_tokens is not None and args.max_tokens < 1:
         bad.append(f"--max-tokens must be >= 1 (leave it out for the whole text), got {args.max_tokens}")
-    if args.json not in (None, "-"):                                   # checked before the text is scored
+    if args.json not in (None, "-", ""):                               # checked before the text is scored
         path = Path(args.json).expanduser()
         folder = path.parent
-        if not args.json or path.is_dir():
+        if path.is_dir():
             bad.append(f"--json {args.json!r} is a folder; give the path of the file to write (or - for stdout)")
         elif folder.exists() and not folder.is_dir():
             bad.append(f"--json {args.json!r}: {str(folder)!r} is a file, not a folder")
@@ -207,7 +243,6 @@ def problems_or_none(bad: list[str]) -> str | None:
 
 def argument_problem(args) -> str | None:
     """The first problem with the flags that the subcommand checks before any work, or None."""
-    if args.command == "train":
-        return args.sample_prompt is not None and not_utf8("--sample-prompt", args.sample_prompt) or None
-    bad = generate_flag_problems(args) if args.command == "generate" else eval_flag_problems(args)
+    bad = {"train": train_flag_problems, "generate": generate_flag_problems, "eval": eval_flag_problems}[
+        args.command](args)
     return "; ".join(bad) if bad else None

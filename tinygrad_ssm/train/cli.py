@@ -33,10 +33,11 @@ from ..io.checkpoints import CHECKPOINTS_DIR, CheckpointNotFound, checkpoint_nam
 from ..models.mamba2.sampling import NonFiniteLogits
 from ..tokenizer import TokenizerError
 from .arguments import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_USAGE, argument_problem,
-                        build_parser, eval_flag_problems, generate_flag_problems, problems_or_none)
+                        build_parser, eval_flag_problems, generate_flag_problems, problems_or_none,
+                        train_flag_problems)
 from .config import TrainConfig
 from .data import DataError
-from .generate import (escape_controls, generate_batch, load_model, not_utf8, read_batch_file,
+from .generate import (escape_controls, generate_batch, load_model, read_batch_file,
                        resolve_model_folder, stream_text)
 from .generation_config import sampling_settings, stop_ids
 from .loop import TrainingDiverged, train
@@ -67,8 +68,9 @@ def _train(args) -> int:
 
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                  if getattr(args, f.name, None) is not None}
-    if args.sample_prompt is not None and not_utf8("--sample-prompt", args.sample_prompt):
-        return _error(not_utf8("--sample-prompt", args.sample_prompt))
+    problem = problems_or_none(train_flag_problems(args))
+    if problem:
+        return _error(problem)
 
     try:  # mpiexec -n N (N > 1) means MPI even without --distributed: N lone copies would clash in one folder
         world = distributed.init() if args.distributed or distributed.launcher_world_size() > 1 else distributed.SINGLE
