@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tinygrad-ssm", description="Mamba-2 language models on a NumPy "
                                      "autograd engine: train, generate, eval.", epilog=f"exit status: {EXIT_OK} ok, "
                                      f"{EXIT_DIVERGED} diverged, {EXIT_USAGE} bad input, {EXIT_IO} a file could not "
-                                     f"be written, {EXIT_INTERRUPTED} Ctrl-C")
+                                     f"be written, {EXIT_INTERRUPTED} Ctrl-C or SIGTERM")
     sub = parser.add_subparsers(dest="command", metavar="{train,generate,eval}")
     sub.required = True
 

@@ -10,7 +10,7 @@ generate text from it, score a text with it.
 
 Exit status: 0 done, 1 training diverged or the model gave NaN/inf logits, 2 bad arguments or data, 74 a file
 could not be written (disk full, file size limit, read-only folder, closed output pipe; the last checkpoint is
-left as it was), 130 stopped by Ctrl-C (checkpoint saved).
+left as it was), 130 stopped by Ctrl-C or SIGTERM (checkpoint saved).
 
 Every error names the flag (`--lr`), file or key at fault and what would work; a run prints its run folder and
 the commands that continue from it.

@@ -6,7 +6,7 @@ windows of the validation files every `eval_every` steps. Checkpoints (see train
 that decides the next step: weights, optimizer moments, step, sampler state (its RNG), config; so a
 resumed run continues bit for bit.
 
-Stopping: Ctrl-C finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
+Stopping: Ctrl-C (or SIGTERM) finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
 Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done; a Ctrl-C during that
 write waits for it: train/sigint.py). Under MPI the handler stays until the run's end, any rank's first Ctrl-C
 stops every rank after the same step (rank 0 says which rank asked), and a second one aborts the job (exit 130). A NaN or infinite loss or gradient norm raises TrainingDiverged before
