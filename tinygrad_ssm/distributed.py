@@ -395,7 +395,8 @@ def weight_checksums(params) -> np.ndarray:
 
 
 def check_same_weights(params, world: World, step: int) -> None:
-    """Compare every rank's weights (checksums) with rank 0's; raise RanksDiverged on every rank if any differ."""
+    """Compare every rank's weights (checksums) with rank 0's; raise RanksDiverged on every rank if any differ.
+    (Whether a checkpoint is left to resume from is the caller's to say: train() adds it to the message.)"""
     if world.size == 1:
         return
 
@@ -409,5 +410,4 @@ def check_same_weights(params, world: World, step: int) -> None:
         ranks = [r for r in range(world.size) if differ[r].any()]
         raise RanksDiverged(f"after step {step} the weights of rank(s) {ranks} differ from rank 0's in "
                             f"{len(bad)} parameters ({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''}); "
-                            f"data-parallel ranks must stay identical, so the run stops here. The last "
-                            f"checkpoint is intact; resume from it.")
+                            f"data-parallel ranks must stay identical, so the run stops here")

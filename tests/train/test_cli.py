@@ -27,6 +27,13 @@ def test_every_flag_has_help_text():
         assert flag in train_flags
 
 
+
+def test_help_lists_every_exit_status():
+    """--help's epilog names each status main() can return (74, a failed write, was missing from it)."""
+    epilog = cli.build_parser().epilog
+    for code in (cli.EXIT_OK, cli.EXIT_DIVERGED, cli.EXIT_USAGE, cli.EXIT_IO, cli.EXIT_INTERRUPTED):
+        assert f" {code} " in epilog, (code, epilog)
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """`python -m tinygrad_ssm train --steps 3` on the default corpus, in a subprocess."""

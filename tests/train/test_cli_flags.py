@@ -353,3 +353,21 @@ def test_a_batch_files_byte_order_mark_is_not_part_of_its_first_prompt(tmp_path,
     path.write_bytes(b"\xef\xbb\xbf" + body)
     prompts, lines = read_batch_file(str(path))
     assert prompts[0] == "hello" and lines[0] == 1
+
+
+@pytest.mark.parametrize("command,flag", [
+    ("train", "--data"), ("train", "--out"), ("train", "--resume"), ("train", "--init-from"), ("train", "--tokenizer"),
+    ("generate", "--tokenizer"), ("generate", "--batch-file"), ("eval", "--model"), ("eval", "--data"),
+    ("eval", "--json")])
+def test_an_empty_path_is_refused_by_name_not_read_as_the_current_folder(stopped_run, corpus, tmp_path, monkeypatch,
+                                                                         capsys, command, flag):
+    """`--data "$DATA"` with DATA unset: Path("") is the current folder, which train read as its corpus (and
+    eval scored), and `--out ""` trained into runs/ there without a word."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("the user's own file, which no command may read or write beside")
+    base = {"train": ["train", "--data", str(corpus), "--out", str(tmp_path / "run"), *TINY, "--steps", "1"],
+            "generate": ["generate", "--model", str(stopped_run)], "eval": ["eval", "--model", str(stopped_run)]}
+    assert cli.main([*base[command], flag, ""]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"{flag} '' is an empty path (an unset shell variable?); give " in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

@@ -139,6 +139,10 @@ def test_unreadable_file_is_named_in_the_error(tmp_path, monkeypatch, as_folder)
 def test_split_too_short_for_the_sequence_length():
     with pytest.raises(DataError, match=r"validation split .* has 10 bytes; a sequence of --seq-len 64"):
         D.check_length(np.zeros(10, np.uint8), 64, "validation", "corpus.txt")
+    with pytest.raises(DataError, match=r"has 1 byte; a sequence"):                  # not "1 bytes"
+        D.check_length(np.zeros(1, np.uint8), 64, "validation", "corpus.txt")
+    with pytest.raises(DataError, match=r"has 1 token; a sequence"):
+        D.check_length(np.zeros(1, np.int64), 64, "validation", "corpus.txt")
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -182,7 +182,7 @@ def test_eval_json_that_cannot_be_written_is_refused_before_scoring(one_step_run
     assert cli.main(["eval", "--checkpoint", str(one_step_run), "--json", target]) == cli.EXIT_USAGE
     line = _one_line(capsys.readouterr().err)
     why = {"missing_folder": "does not exist", "a_folder": "is a folder", "under_a_file": "is a file, not a folder",
-           "empty": "is a folder"}[where]
+           "empty": "is an empty path"}[where]
     assert f"--json {target!r}" in line and why in line, line
 
 

@@ -137,6 +137,31 @@ def test_ctrl_c_while_the_last_checkpoint_is_written_waits_for_it(slice_file, tm
     assert signal.getsignal(signal.SIGINT) is before
 
 
+
+def test_sigterm_stops_after_the_step_with_a_checkpoint_as_ctrl_c_does(slice_file, tmp_path, monkeypatch):
+    """`kill PID`, a scheduler's time limit or preemption: SIGTERM ended the process at once, losing every step
+    since the last checkpoint; now it stops the run as a first Ctrl-C does, and one during the last save waits
+    for it."""
+    messages, real_save = [], ckpt.save_checkpoint
+
+    def save_with_sigterm_inside(*args, **kwargs):
+        signal.raise_signal(signal.SIGTERM)
+        return real_save(*args, **kwargs)
+
+    def sigterm_at_step_2(info):
+        if info.step == 2:
+            monkeypatch.setattr(ckpt, "save_checkpoint", save_with_sigterm_inside)
+            signal.raise_signal(signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    result = train(tiny(slice_file, tmp_path, steps=10, checkpoint_every=100), progress=False,
+                   say=messages.append, callback=sigterm_at_step_2)
+    assert result.status == "interrupted" and result.step == 2 and result.checkpoint.name == "step-000002"
+    assert ckpt.load_trainer_state(ckpt.resolve_checkpoint(tmp_path))["step"] == 2
+    assert "SIGTERM: stopping after this step and writing a checkpoint (SIGTERM again to stop now)" in messages
+    assert "SIGTERM: the checkpoint is being written; stopping as soon as it is complete" in messages
+    assert signal.getsignal(signal.SIGTERM) is before
+
 def test_nan_loss_stops_and_leaves_the_last_checkpoint_untouched(slice_file, tmp_path):
     snapshot = {}
 

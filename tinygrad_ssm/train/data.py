@@ -253,13 +253,13 @@ def check_length(data: np.ndarray, seq_len: int, what: str, source: str, files: 
     """At least one window of seq_len + 1 in `data` (bytes, or token ids), else a DataError with the fixes."""
     need = seq_len + 1  # one window = seq_len inputs + the next token as the last target
     if len(data) < need:
-        unit = "bytes" if data.dtype == np.uint8 else "tokens"
+        unit = "byte" if data.dtype == np.uint8 else "token"
         held = f" ({_count(len(files), 'file')}: {', '.join(files[:3])}{', ...' if len(files) > 3 else ''})" \
             if files else ""
         fixes = "a bigger corpus or a smaller --seq-len"
         if what == "validation":  # a folder's split is whole files, a single file's its last val_fraction
             fixes = f"a larger --val-fraction, another --data-seed (a folder's split is whole files), {fixes}"
-        raise DataError(f"the {what} split of {source!r}{held} has {len(data):,} {unit}; a sequence of "
+        raise DataError(f"the {what} split of {source!r}{held} has {_count(len(data), unit)}; a sequence of "
                         f"--seq-len {seq_len} needs at least {need:,} (use {fixes})")
 
 

@@ -6,7 +6,7 @@ windows of the validation files every `eval_every` steps. Checkpoints (see train
 that decides the next step: weights, optimizer moments, step, sampler state (its RNG), config; so a
 resumed run continues bit for bit.
 
-Stopping: Ctrl-C finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
+Stopping: Ctrl-C (or SIGTERM) finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
 Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done; a Ctrl-C during that
 write waits for it: train/sigint.py). Under MPI the handler stays until the run's end, any rank's first Ctrl-C
 stops every rank after the same step (rank 0 says which rank asked), and a second one aborts the job (exit 130). A NaN or infinite loss or gradient norm raises TrainingDiverged before
@@ -44,8 +44,8 @@ from .mpi_cli import python_cmd
 from .optimizers import load_flat_optimizer_state, flat_optimizer_state, build_optimizers
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
 from .sigint import FinishTheSave, StopOnSigint
-from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_vocab_size, shared_tokenizer,
-                             tokenizer_files)
+from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_vocab_size, shared_model,
+                             shared_tokenizer, tokenizer_files)
 
 
 @dataclass
@@ -140,7 +140,7 @@ class _Run:
     def save(self) -> Path:
         """Under MPI: first the ranks' weights compared (RanksDiverged: nothing of diverged ranks is saved); rank 0
         alone writes, and every rank learns the checkpoint's path, or rank 0's write error (raised on every rank)."""
-        check_same_weights(self.model.varmap, self.world, self.step)
+        _check_ranks_agree(self)
         self.last_ckpt, self.saved_step = Path(self.world.on_root(self._write)), self.step
         return self.last_ckpt
 
@@ -246,7 +246,7 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
     cfg, state, resume_dir = _resolve_on_root(cfg, resume, overrides, stop_at, say, world)
     tokenizer = shared_tokenizer(cfg, resume_dir, world)  # rank 0's, sent to the others
     corpus, fingerprint = world.agree(_load_data, cfg, state, tokenizer, world)
-    model = world.agree(build_model, cfg, tokenizer, state)  # before the run folder: a bad --init-from changes nothing
+    model = shared_model(cfg, tokenizer, state, world)  # before the run folder: a bad --init-from changes nothing
     out, lock = world.agree(_make_run_folder, cfg, resume_dir, world, state)
     cfg.out = str(out)
     val_unigram = unigram_entropy_bits(corpus.val) * corpus.val_tokens_per_byte
@@ -325,11 +325,10 @@ def _step(run: _Run, stop_requested: bool = False) -> dict:
     run.in_update = False
     bad = ckpt.non_finite_problems(run.model.varmap.named_vars())
     if bad:  # a finite gradient times a huge lr: nothing after the last good checkpoint may be saved
-        where = (f"the last good checkpoint {run.last_ckpt} was left untouched" if run.last_ckpt is not None
-                 else "no checkpoint had been written yet")
         raise TrainingDiverged(f"training diverged: the update at step {run.step + 1} (lr {lr:.3g}) made the "
                                f"weights non-finite ({bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})"
-                               f"; nothing was saved; {where}. Try a lower --lr or more --warmup-steps.")
+                               f"; nothing was saved; {_last_good(run.last_ckpt)}. Try a lower --lr or more "
+                               f"--warmup-steps.")
     run.step += 1
     n_tokens = x.size * run.world.size
     run.tokens += n_tokens
@@ -353,7 +352,7 @@ def _after_step(run: _Run, record: dict, bar, say) -> None:
     bar.set_postfix(loss=f"{run.loss_val:.3f}", tok_s=f"{run.rate:,.0f}", lr=f"{record['lr']:.2e}", refresh=False)
     cfg = run.cfg
     if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
-        check_same_weights(run.model.varmap, run.world, run.step)
+        _check_ranks_agree(run)
         run.val_bpb = evaluate(run.model, run.corpus.val, cfg, run.world, run.corpus.val_tokens_per_byte)
         if run.world.is_root:
             run.log.append({"step": run.step, "val_bpb": run.val_bpb, "tokens": run.tokens})
@@ -454,11 +453,27 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
         raise
 
 
+def _last_good(last_ckpt: Path | None) -> str:
+    """What a stopped run leaves to go on from (its checkpoints are written only while the weights are good)."""
+    return (f"the last good checkpoint {last_ckpt} was left untouched" if last_ckpt is not None
+            else "no checkpoint had been written yet")
+
+
 def _diverged(what: str, step: int, lr: float, last_ckpt: Path | None) -> str:
-    where = (f"the last good checkpoint {last_ckpt} was left untouched" if last_ckpt is not None
-             else "no checkpoint had been written yet")
     return (f"training diverged: {what} at step {step} (lr {lr:.3g}); stopped without updating the weights; "
-            f"{where}. Try a lower --lr or more --warmup-steps.")
+            f"{_last_good(last_ckpt)}. Try a lower --lr or more --warmup-steps.")
+
+
+def _check_ranks_agree(run: _Run) -> None:
+    """check_same_weights, its RanksDiverged told what is left: the last good checkpoint (resume from it), or none
+    yet (the run starts again). Under MPI every rank raises it alike, with the same checkpoint (save() tells all)."""
+    try:
+        check_same_weights(run.model.varmap, run.world, run.step)
+    except RanksDiverged as e:
+        then = (f"; resume from it: --resume {run.last_ckpt}" if run.last_ckpt is not None
+                else "; start the run again")
+        raise RanksDiverged(f"{e}; nothing of the diverged ranks was saved; {_last_good(run.last_ckpt)}"
+                            f"{then}") from None
 
 
 def summary(r: TrainResult) -> str:

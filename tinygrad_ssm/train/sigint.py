@@ -1,5 +1,7 @@
 """Ctrl-C during training: the first stops the loop after its step (with a checkpoint), a second stops at once
-(loop.py saves then unless a weight update was half-done), and none cuts the last checkpoint's write short."""
+(loop.py saves then unless a weight update was half-done), and none cuts the last checkpoint's write short.
+SIGTERM (`kill PID`, a batch scheduler's time limit or preemption, `timeout`) is taken as a Ctrl-C: it killed the
+process, losing every step since the last checkpoint, where a scheduler's grace period left time to save."""
 from __future__ import annotations
 
 import signal
@@ -7,29 +9,39 @@ import threading
 from typing import Callable
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def signal_said(signum) -> str:
+    """How a message names the signal: Ctrl-C for SIGINT, else its name (SIGTERM)."""
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
 class _OnSigint:
-    """Inside `with`, Ctrl-C calls `_handler` instead of raising KeyboardInterrupt; the handler before is put back
-    at the end. Signals reach the main thread only: elsewhere nothing is installed."""
+    """Inside `with`, Ctrl-C and SIGTERM call `_handler` instead of raising KeyboardInterrupt (SIGINT) or ending the
+    process (SIGTERM); the handlers before are put back at the end. Signals reach the main thread only: elsewhere
+    nothing is installed."""
 
     def __init__(self, say: Callable[[str], None]):
-        self._say, self._previous = say, None
+        self._say, self._previous = say, {}
 
     def _handler(self, signum, frame):  # pragma: no cover - each subclass has its own
         raise NotImplementedError
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
+            self._previous = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for s, previous in self._previous.items():
+            signal.signal(s, previous)
         return False
 
 
 class StopOnSigint(_OnSigint):
-    """First Ctrl-C: set `.requested` (the loop stops after the current step). Second: KeyboardInterrupt."""
+    """First Ctrl-C (or SIGTERM): set `.requested` (the loop stops after the current step). Second:
+    KeyboardInterrupt."""
 
     requested = False
 
@@ -37,7 +49,8 @@ class StopOnSigint(_OnSigint):
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        self._say("Ctrl-C: stopping after this step and writing a checkpoint (Ctrl-C again to stop now)")
+        said = signal_said(signum)
+        self._say(f"{said}: stopping after this step and writing a checkpoint ({said} again to stop now)")
 
 
 class FinishTheSave(_OnSigint):
@@ -49,4 +62,4 @@ class FinishTheSave(_OnSigint):
     def _handler(self, signum, frame):
         if not self.said:
             self.said = True
-            self._say("Ctrl-C: the checkpoint is being written; stopping as soon as it is complete")
+            self._say(f"{signal_said(signum)}: the checkpoint is being written; stopping as soon as it is complete")

@@ -142,6 +142,18 @@ def build_model(cfg, tokenizer, state: dict | None = None):
     return Mamba2LMHeadModel(config, varmap=VarMap(seed=cfg.seed), dtype=cfg.dtype, backend=cfg.backend)
 
 
+def shared_model(cfg, tokenizer, state: dict | None, world):
+    """build_model on every rank; but under MPI, --init-from's folder is read by rank 0 alone (as the tokenizer
+    is), so no other machine needs it: the others build a model of the config rank 0 sends, whose weights
+    (fresh ones, never trained on) the run's broadcast_weights_and_optimizers then replaces with rank 0's."""
+    if world.size == 1 or cfg.init_from is None or state is not None:
+        return world.agree(build_model, cfg, tokenizer, state)
+    model = world.agree(lambda: build_model(cfg, tokenizer) if world.is_root else None)
+    config = world.broadcast_json(model.config.to_dict() if world.is_root else None)
+    return world.agree(lambda: model if world.is_root else Mamba2LMHeadModel(
+        Mamba2Config.from_dict(config), varmap=VarMap(seed=cfg.seed), dtype=cfg.dtype, backend=cfg.backend))
+
+
 def tokenizer_files(tokenizer) -> dict[str, str]:
     """What a checkpoint stores of its run's tokenizer (file name -> text): the tokenizer.json as read (its
     post_processor decides which special tokens encode adds, a BOS for a Llama-style one, here and in

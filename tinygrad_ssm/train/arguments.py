@@ -1,0 +1,248 @@
+"""The command line's arguments: the subcommands' flags (`build_parser`), the exit statuses, and the checks of
+generate's and eval's flags made before any work (train's own are train/checks.py's, made on its TrainConfig), so
+that a typo costs no model load."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+from ..scan import available_backends
+from .config import TrainConfig
+from .generate import not_utf8
+from .generation_config import DEFAULT_TEMPERATURE
+from .scoring import is_eval_report
+
+EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_IO, EXIT_INTERRUPTED = 0, 1, 2, 74, 130  # 74: sysexits' EX_IOERR
+
+_D = TrainConfig()  # the defaults, shown in --help
+
+# (flag, TrainConfig field, type, help); every default is None so that we know what was given explicitly
+_TRAIN_FLAGS = [
+    ("--data", "data", str, "a text file or a folder of text files (read as bytes; hidden and binary files "
+                            "skipped) [default: the running Python's standard library .py sources, without "
+                            "site-packages and test suites]"),
+    ("--data-seed", "data_seed", int, f"seed of the file order and train/validation split [{_D.data_seed}]"),
+    ("--val-fraction", "val_fraction", float, f"fraction of the files kept for validation [{_D.val_fraction}]"),
+    ("--steps", "steps", int, f"total optimizer steps; also the length of the cosine schedule [{_D.steps}]"),
+    ("--batch-size", "batch_size", int, f"sequences per step [{_D.batch_size}]"),
+    ("--seq-len", "seq_len", int, f"bytes per sequence (tokens when the run has a tokenizer) [{_D.seq_len}]"),
+    ("--d-model", "d_model", int, f"model width [{_D.d_model}]"),
+    ("--n-layer", "n_layer", int, f"number of Mamba-2 blocks [{_D.n_layer}]"),
+    ("--d-state", "d_state", int, f"SSM state size per head [{_D.d_state}]"),
+    ("--headdim", "headdim", int, f"channels per SSM head (2*d_model must be a multiple) [{_D.headdim}]"),
+    ("--chunk-size", "chunk_size", int, f"SSD chunk length (speed; results equal up to rounding) "
+                                        f"[{_D.chunk_size}]"),
+    ("--lr", "lr", float, f"peak learning rate of AdamW [{_D.lr}]"),
+    ("--min-lr", "min_lr", float, "learning rate at the end of the cosine decay [--lr / 10]"),
+    ("--warmup-steps", "warmup_steps", int, f"steps of linear warmup from 0 to --lr [{_D.warmup_steps}]"),
+    ("--weight-decay", "weight_decay", float, f"AdamW decoupled weight decay on matrices [{_D.weight_decay}]"),
+    ("--grad-clip", "grad_clip", float, f"clip the global gradient norm to this [{_D.grad_clip}]"),
+    ("--dtype", "dtype", str, f"weights' dtype: float32 or float64 (exact comparisons) [{_D.dtype}]"),
+    ("--seed", "seed", int, f"seed of the weight init and the batch sampler [{_D.seed}]"),
+    ("--backend", "backend", str, f"SSD scan backend: auto (the fastest available) or one of "
+                                  f"{', '.join(available_backends())} [{_D.backend}]"),
+    ("--out", "out", str, "run folder for checkpoints, log.jsonl and loss.png [runs/mamba2-DATE-TIME]"),
+    ("--eval-every", "eval_every", int, f"validate every this many steps [{_D.eval_every}]"),
+    ("--eval-batches", "eval_batches", int, f"validation batches per evaluation [{_D.eval_batches}]"),
+    ("--checkpoint-every", "checkpoint_every", int, f"write a checkpoint every this many steps (and at the end) "
+                                                    f"[{_D.checkpoint_every}]"),
+    ("--keep-checkpoints", "keep_checkpoints", int, f"how many recent checkpoints to keep [{_D.keep_checkpoints}]"),
+    ("--sample-bytes", "sample_bytes", int, f"bytes generated for the sample at the end (tokens when the run "
+                                             f"has a tokenizer) [{_D.sample_bytes}]"),
+    ("--sample-prompt", "sample_prompt", str, "text the sample at the end continues [the first line of the "
+                                              "validation text, so it suits any --data]"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tinygrad-ssm", description="Mamba-2 language models on a NumPy "
+                                     "autograd engine: train, generate, eval.", epilog=f"exit status: {EXIT_OK} ok, "
+                                     f"{EXIT_DIVERGED} diverged, {EXIT_USAGE} bad input, {EXIT_IO} a file could not "
+                                     f"be written, {EXIT_INTERRUPTED} Ctrl-C or SIGTERM")
+    sub = parser.add_subparsers(dest="command", metavar="{train,generate,eval}")
+    sub.required = True
+
+    tr = sub.add_parser("train", help="train a Mamba-2 model, byte-level unless a tokenizer is given, or fine-tune "
+                                      "one (--init-from) (defaults: about three minutes on 2 cores)",
+                        description="Train a Mamba-2 language model (on bytes, or on the ids of --tokenizer or of "
+                                    "--init-from's tokenizer) with AdamW, warmup + cosine decay and gradient "
+                                    "clipping. Defaults are in brackets; with them a run takes about three "
+                                    "minutes on 2 cores.")
+    for flag, field, typ, text in _TRAIN_FLAGS:
+        metavar = {"data": "PATH", "out": "DIR", "backend": "NAME", "sample_prompt": "TEXT"}.get(
+            field, "N" if typ is int else "X")
+        tr.add_argument(flag, dest=field, type=typ, default=None, help=text, metavar=metavar)
+    tr.add_argument("--init-from", dest="init_from", metavar="DIR", default=None,
+                    help="fine-tune: start from the weights (and tokenizer) of a model folder (a run, a checkpoint, "
+                         "a save_pretrained / mamba_ssm / transformers folder); the model flags come from it")
+    tr.add_argument("--tokenizer", metavar="PATH", default=None,
+                    help="tokenize --data with this tokenizer.json ('bytes': raw bytes) [bytes, or --init-from's own]")
+    tr.add_argument("--resume", metavar="DIR", default=None,
+                    help="continue the run in DIR (a run folder or one of its checkpoints) with its saved "
+                         "settings; N steps + resumed steps give the same weights as one uninterrupted run")
+    tr.add_argument("--stop-at", type=int, metavar="STEP", default=None,
+                    help="stop after this step (1 to --steps) with a checkpoint (the schedule still spans "
+                         "--steps), to split a run into sessions")
+    tr.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for log files)")
+    tr.add_argument("--distributed", action="store_true",
+                    help="train data-parallel over MPI (needs mpi4py: pip install \".[distributed]\"); on by "
+                         "itself when started by mpiexec with more than one process")
+    tr.add_argument("--no-overlap", action="store_true",
+                    help="under MPI, allreduce the gradients after the backward instead of during it")
+
+    ge = sub.add_parser("generate", help="generate text from a model folder, streamed as it is produced",
+                        description="Generate text from a model folder: a training run, a checkpoint, a "
+                                    "save_pretrained / mamba_ssm / transformers folder, a Hugging Face cache snapshot "
+                                    "or a sharded checkpoint. Its tokenizer.json is used (bytes for the package's "
+                                    "own byte-level runs); invalid UTF-8 is shown as U+FFFD, and control "
+                                    "characters other than newline and tab as \\xNN escapes, so that a sample "
+                                    "cannot drive the terminal.")
+    ge.add_argument("--model", "--checkpoint", dest="model", required=True, metavar="DIR",
+                    help="model folder (a run folder: its newest checkpoint)")
+    ge.add_argument("--tokenizer", metavar="PATH", default=None,
+                    help="a tokenizer.json (or a folder holding one), or 'bytes' [the model folder's own]")
+    ge.add_argument("--prompt", default="", help="text to continue [none: the model starts a fresh line (bytes) "
+                                                 "or a document (after the EOS token)]")
+    ge.add_argument("--batch-file", metavar="FILE", default=None,
+                    help="generate for every prompt in FILE at once (one prompt per line, blank lines skipped; a "
+                         ".jsonl file: one {\"prompt\": ...} per line, for prompts with newlines); the results are "
+                         "printed in order, each headed by its number and line")
+    ge.add_argument("--max-new-tokens", type=int, default=300, help="tokens to generate [%(default)s]")
+    ge.add_argument("--temperature", type=float, default=None,
+                    help=f"divide the logits by this; 0 means greedy [{DEFAULT_TEMPERATURE}; with none of "
+                         f"--temperature/--top-k/--top-p given, the model folder's generation_config.json's "
+                         f"do_sample, temperature, top_k and top_p where it states them]")
+    ge.add_argument("--top-k", type=int, default=None, help="sample only among the k likeliest tokens [off, or "
+                                                            "as for --temperature]")
+    ge.add_argument("--top-p", type=float, default=None, help="sample only within the smallest set of tokens with "
+                                                              "probability >= p [off, or as for --temperature]")
+    ge.add_argument("--seed", type=int, default=0, help="sampling seed [%(default)s]")
+    ge.add_argument("--ignore-eos", action="store_true", help="go on past the end-of-text tokens (the tokenizer's "
+                                                              "and generation_config.json's or config.json's "
+                                                              "eos_token_id, all of a list)")
+    ge.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
+    ge.add_argument("--weights", choices=("float32", "bfloat16", "int8"), default=None,
+                    help="decode from 8- or 16-bit weights (quantized at load; a quantized folder loads as saved)")
+
+    ev = sub.add_parser("eval", help="perplexity and bits per byte of a model on a text file or folder",
+                        description="Score every token of a text with a model: perplexity, bits per token and bits "
+                                    "per byte. The text is read in windows with the model's state carried from one "
+                                    "to the next, so every token sees all of the text before it (a state space "
+                                    "model needs no overlapping windows).")
+    ev.add_argument("--model", "--checkpoint", dest="model", required=True, metavar="DIR", help="model folder")
+    ev.add_argument("--data", metavar="PATH", default=None,
+                    help="a text file or a folder of text files [for a run of this package: its validation split]")
+    ev.add_argument("--tokenizer", metavar="PATH", default=None, help="as for generate [the model folder's own]")
+    ev.add_argument("--window", type=int, default=512, help="tokens per forward pass (memory, not the result) "
+                                                            "[%(default)s]")
+    ev.add_argument("--reset-state", action="store_true",
+                    help="start every window from a zero state (how training validates) instead of carrying it")
+    ev.add_argument("--max-tokens", type=int, default=None, help="score only the first N tokens [all]")
+    ev.add_argument("--json", metavar="FILE", default=None, help="also write the report as JSON, to a new file or "
+                                                                 "over an earlier report of eval's (- for stdout, "
+                                                                 "which then holds the JSON alone: the report "
+                                                                 "goes to stderr)")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ev.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
+    ev.add_argument("--weights", choices=("float32", "bfloat16", "int8"), default=None,
+                    help="decode from 8- or 16-bit weights (quantized at load; a quantized folder loads as saved)")
+    return parser
+
+
+# flag -> (its dest, what it names, what leaving it out means): an empty value (`--data "$DATA"` with DATA unset)
+# is refused, not read as Path("") = the current folder (a training set or model folder of whatever is there)
+_PATH_FLAGS = {
+    "train": {"--data": ("data", "a text file or folder", "the standard library's sources"),
+              "--out": ("out", "a run folder", "a new folder runs/mamba2-DATE-TIME"),
+              "--resume": ("resume", "a run folder or checkpoint", "a new run"),
+              "--init-from": ("init_from", "a model folder", "a fresh model"),
+              "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "bytes (or --init-from's own)")},
+    "generate": {"--model": ("model", "a model folder", None),
+                 "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "the model folder's own"),
+                 "--batch-file": ("batch_file", "a file of prompts", "--prompt")},
+    "eval": {"--model": ("model", "a model folder", None),
+             "--data": ("data", "a text file or folder", "a run's validation split"),
+             "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "the model folder's own"),
+             "--json": ("json", "a file to write the report to (or - for stdout)", "no JSON")},
+}
+
+
+def empty_path_problems(args) -> list[str]:
+    """A message for each path flag given as the empty string, naming the flag and what to give instead."""
+    bad = []
+    for flag, (dest, what, default) in _PATH_FLAGS[args.command].items():
+        if getattr(args, dest) == "":
+            instead = f", or leave {flag} out for {default}" if default else ""
+            bad.append(f"{flag} '' is an empty path (an unset shell variable?); give {what}{instead}")
+    return bad
+
+
+def train_flag_problems(args) -> list[str]:
+    """What train's command line gets wrong on its own (the settings' values are train/checks.py's to judge)."""
+    bad = empty_path_problems(args)
+    if args.sample_prompt is not None and not_utf8("--sample-prompt", args.sample_prompt):
+        bad.append(not_utf8("--sample-prompt", args.sample_prompt))
+    return bad
+
+
+def generate_flag_problems(args) -> list[str]:
+
+    bad = empty_path_problems(args)
+    if args.max_new_tokens < 0:
+        bad.append(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    if args.temperature is not None and (not math.isfinite(args.temperature) or args.temperature < 0):
+        bad.append(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        bad.append(f"--top-k must be >= 1 (leave it out for no limit), got {args.top_k}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        bad.append(f"--top-p must be in (0, 1] (leave it out for no limit), got {args.top_p}")
+    if args.seed < 0:
+        bad.append(f"--seed must be >= 0, got {args.seed}")
+    bad += _backend_problems(args)
+    if not_utf8("--prompt", args.prompt):
+        bad.append(not_utf8("--prompt", args.prompt))
+    if args.batch_file is not None and args.prompt:
+        bad.append("--prompt and --batch-file exclude each other (put the prompt into the file)")
+    return bad
+
+
+def _backend_problems(args) -> list[str]:
+    if args.backend != "auto" and args.backend not in available_backends():
+        return [f"--backend must be 'auto' or one of {', '.join(available_backends())}, got {args.backend!r}"]
+    return []
+
+
+def eval_flag_problems(args) -> list[str]:
+    bad = empty_path_problems(args) + _backend_problems(args)
+    if args.window < 1:
+        bad.append(f"--window must be >= 1, got {args.window}")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        bad.append(f"--max-tokens must be >= 1 (leave it out for the whole text), got {args.max_tokens}")
+    if args.json not in (None, "-", ""):                               # checked before the text is scored
+        path = Path(args.json).expanduser()
+        folder = path.parent
+        if path.is_dir():
+            bad.append(f"--json {args.json!r} is a folder; give the path of the file to write (or - for stdout)")
+        elif folder.exists() and not folder.is_dir():
+            bad.append(f"--json {args.json!r}: {str(folder)!r} is a file, not a folder")
+        elif not folder.is_dir():
+            bad.append(f"--json {args.json!r}: the folder {str(folder)!r} does not exist")
+        elif not os.access(folder, os.W_OK | os.X_OK):
+            bad.append(f"--json {args.json!r}: the folder {str(folder)!r} is not writable")
+        elif (path.exists() or path.is_symlink()) and not is_eval_report(path):  # e.g. the text, a config.json
+            bad.append(f"--json {args.json!r} exists and is not a report eval wrote; give a new file name (eval "
+                       f"replaces only its own reports)")
+    return bad
+
+
+def problems_or_none(bad: list[str]) -> str | None:
+    return None if not bad else bad[0] if len(bad) == 1 else "\n  " + "\n  ".join(bad)
+
+
+def argument_problem(args) -> str | None:
+    """The first problem with the flags that the subcommand checks before any work, or None."""
+    bad = {"train": train_flag_problems, "generate": generate_flag_problems, "eval": eval_flag_problems}[
+        args.command](args)
+    return "; ".join(bad) if bad else None
