@@ -197,3 +197,51 @@ def test_a_bool_sampling_setting_is_refused(kw, message):
     model = twin_models(seed=0, vocab_size=40)[0]
     with pytest.raises(ValueError, match=message):
         model.generate(np.array([[1, 2]]), 2, **kw)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"max_length": 9}, r"max_length=9 is not taken .*counts the prompt too.*pass max_new_tokens=7 \(the prompt has 2"),
+    ({"max_new_tokens": 3, "min_p": 0.05}, "min_p=0.05 .*is not implemented"),
+    ({"max_new_tokens": 3, "repetition_penalty": 1.3}, "repetition_penalty=1.3 is not implemented"),
+    ({"max_new_tokens": 3, "do_sample": False}, "do_sample=False is not taken: temperature=0 is greedy"),
+    ({"max_new_tokens": 3, "num_beams": 4}, r"num_beams=4 \(beam search\) is not implemented"),
+    ({"max_new_tokens": 3, "output_scores": True}, "output_scores=True is not taken: no scores are returned"),
+    ({"max_new_tokens": 3, "return_dict_in_generate": True}, "return_dict_in_generate=True is not taken"),
+    ({"max_new_tokens": 3, "attention_mask": np.ones((1, 2))}, "attention_mask=.* pass the prompts unpadded"),
+    ({"max_new_tokens": 3, "pad_token_id": 0}, "pad_token_id=0 is not taken: a finished row holds the EOS id"),
+    ({"max_new_tokens": 3, "num_beams": True}, "num_beams=True"),
+    ({"max_new_tokens": 3, "typo_p": 0.5}, "unexpected keyword argument 'typo_p'"),
+    ({}, r"max_new_tokens \(the number of tokens to generate after the prompt\) is required"),
+])
+@pytest.mark.parametrize("call", ["generate", "generate_stream"])
+def test_another_librarys_generate_argument_is_refused_by_name_with_the_fix(kw, message, call):
+    """mamba_ssm's generate(input_ids, max_length, top_k, top_p, min_p, temperature, repetition_penalty, ...) and
+    transformers' settings: each one that would change the result is named, never dropped (Python's own 'unexpected
+    keyword argument' said nothing of what to pass instead), at the call, not at the first next()."""
+    model = twin_models(seed=0, vocab_size=40)[0]
+    with pytest.raises(TypeError, match=message):
+        getattr(model, call)(np.array([[1, 2]]), **kw)
+
+
+def test_max_length_of_a_ragged_batch_names_the_prompts_lengths():
+    model = twin_models(seed=0, vocab_size=40)[0]
+    with pytest.raises(TypeError, match=r"pass max_new_tokens \(the prompts have 1 to 3 tokens\)"):
+        model.generate([[1], [1, 2, 3]], max_length=9)
+
+
+@pytest.mark.parametrize("neutral", [{"min_p": 0.0}, {"min_p": 0}, {"repetition_penalty": 1.0}, {"num_beams": 1},
+                                     {"num_return_sequences": 1}, {"output_scores": False},
+                                     {"return_dict_in_generate": False}, {"no_repeat_ngram_size": 0},
+                                     {"min_new_tokens": 0}])
+def test_another_librarys_neutral_setting_is_accepted_and_changes_nothing(neutral):
+    model = twin_models(seed=0, vocab_size=40)[0]
+    prompt = np.array([[1, 2, 3]])
+    assert np.array_equal(model.generate(prompt, 5, seed=4, **neutral), model.generate(prompt, 5, seed=4))
+
+
+@pytest.mark.parametrize("kw, hint", [({"top_k": 0}, "None is no limit: mamba_ssm's and transformers' top_k=0"),
+                                      ({"top_p": 0.0}, "None is no filter, mamba_ssm's top_p=0.0")])
+def test_the_other_libraries_off_values_of_top_k_and_top_p_are_explained(kw, hint):
+    model = twin_models(seed=0, vocab_size=40)[0]
+    with pytest.raises(ValueError, match=hint):
+        model.generate(np.array([[1, 2]]), 2, **kw)

@@ -267,6 +267,31 @@ def test_bad_config_is_named(tmp_path, config, message):
         Mamba2LMHeadModel.from_pretrained(tmp_path)
 
 
+MAMBA_SSM = {"d_model": 16, "n_layer": 1, "vocab_size": 50}
+
+
+@pytest.mark.parametrize("top,ssm_cfg,message", [
+    ({"d_intermediate": 64}, {}, r"'d_intermediate' = 64 \(MLP blocks\) is not supported, only 0"),
+    ({"d_intermediate": None}, {}, r"'d_intermediate' = None"),          # mamba_ssm: an MLP of its default width
+    ({"attn_layer_idx": [0], "attn_cfg": {"num_heads": 2}}, {},
+     r"'attn_layer_idx' = \[0\] \(attention layers among the mixers\) is not supported, only \[\]"),
+    ({"rms_norm": False}, {}, r"'rms_norm' = false \(LayerNorm\) is not supported"),
+    ({}, {"rmsnorm": False}, r"'ssm_cfg.rmsnorm' = False is not supported \(only True\)"),
+    ({}, {"norm_before_gate": True}, r"'ssm_cfg.norm_before_gate' = True is not supported \(only False\)"),
+    ({}, {"D_has_hdim": True}, r"'ssm_cfg.D_has_hdim' = True is not supported \(only False\)"),
+    ({}, {"d_ssm": 16}, r"'ssm_cfg.d_ssm' = 16 != d_inner 32 is not supported"),
+    ({}, {"learnable_init_states": True}, r"unknown 'ssm_cfg' keys \['learnable_init_states'\]"),
+    ({}, {"layer": "Mamba3"}, r"'ssm_cfg.layer' is 'Mamba3'; only 'Mamba2' is supported"),
+])
+def test_each_mamba_ssm_option_we_do_not_compute_is_refused_naming_key_and_value(tmp_path, top, ssm_cfg, message):
+    """mamba_ssm options that change what the model computes (an MLP or attention between the mixers, LayerNorm,
+    the gate before the norm or no norm, D per channel, a partial SSM) are refused, never loaded as plain Mamba-2."""
+    config = {**MAMBA_SSM, **top, "ssm_cfg": {"layer": "Mamba2", "headdim": 8, **ssm_cfg}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PretrainedError, match=message):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
 def test_a_shape_that_does_not_fit_names_the_sizes_as_the_layout_spells_them(tmp_path):
     """A transformers config without state_size takes transformers' default (128), which these weights do not
     have: the error gives the sizes under the file's own keys."""

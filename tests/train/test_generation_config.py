@@ -142,3 +142,31 @@ def test_the_cli_stops_where_transformers_generate_stops(folder, capsys):
 def test_defaults_of_a_folder_without_files_are_the_clis(tmp_path):
     assert read_generation_defaults(tmp_path, 10) == GenerationDefaults()
     assert sampling_settings({"temperature": None, "top_k": None, "top_p": None}, None)["temperature"] == 0.8
+
+
+@pytest.mark.parametrize("stated, named", [({"do_sample": True, "repetition_penalty": 1.3}, "repetition_penalty 1.3"),
+                                           ({"min_p": 0.05, "num_beams": 4}, "min_p 0.05, num_beams 4")])
+def test_a_setting_generate_lacks_is_refused_where_the_files_settings_apply(folder, stated, named, capsys):
+    """transformers applies repetition_penalty, min_p, beams...; sampling without them would silently give another
+    distribution than the folder states. Named where the file's settings would apply; a sampling flag (the CLI's
+    settings, not the file's) generates as usual."""
+    path, _ = folder
+    _write(path / "generation_config.json", stated)
+    defaults = read_generation_defaults(path, 320)
+    none = {"temperature": None, "top_k": None, "top_p": None}
+    with pytest.raises(ValueError, match=f"states {named}, which generate does not implement; give --temperature"):
+        sampling_settings(none, defaults)
+    assert sampling_settings({**none, "temperature": 0.5}, defaults)["temperature"] == 0.5
+    assert cli.main(["generate", "--model", str(path), "--prompt", "x"]) == cli.EXIT_USAGE
+    captured = capsys.readouterr()
+    assert named in captured.err and captured.out == ""
+    _generate(path, capsys, "--temperature", "0.5")
+
+
+def test_the_neutral_values_of_those_settings_change_nothing(folder):
+    path, _ = folder
+    _write(path / "generation_config.json", {"repetition_penalty": 1.0, "num_beams": 1, "min_p": None,
+                                             "bad_words_ids": None, "suppress_tokens": [], "do_sample": False})
+    defaults = read_generation_defaults(path, 320)
+    assert defaults.unsupported == ()
+    assert sampling_settings({"temperature": None, "top_k": None, "top_p": None}, defaults)["temperature"] == 0.0

@@ -138,6 +138,10 @@ def _generate(args) -> int:
     if loaded is None:
         return code
     model, tokenizer = loaded
+    try:
+        _sampling(args, model, tokenizer)  # a generation_config.json setting generate lacks is named before any output
+    except ValueError as e:
+        return _error(str(e))
     out = sys.stdout
     if hasattr(out, "reconfigure"):
         out.reconfigure(errors="replace")  # U+FFFD on a non-UTF-8 terminal must not crash either

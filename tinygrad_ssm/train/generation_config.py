@@ -6,6 +6,8 @@ the sampling settings of generation_config.json.
 - Sampling: the settings generation_config.json states (do_sample false: greedy; temperature, top_k, top_p)
   apply when none of --temperature, --top-k, --top-p is given; any one of them given, the CLI's own defaults
   (temperature DEFAULT_TEMPERATURE, no top-k, no top-p) fill in the others, as for a folder without the file.
+  Where the file's settings would apply, a setting transformers applies and generate does not (UNSUPPORTED:
+  repetition_penalty, min_p, num_beams, ...) is refused by name rather than silently left out.
 """
 from __future__ import annotations
 
@@ -20,10 +22,19 @@ DEFAULT_TEMPERATURE = 0.8  # generate's --temperature when neither the flags nor
 SAMPLING_FLAGS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p"}
 
 
+# generation_config.json settings that transformers applies and generate does not implement, with the values
+# that change nothing (transformers' defaults): a file stating another value is not silently sampled without it
+UNSUPPORTED = {"repetition_penalty": 1.0, "min_p": 0.0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+               "no_repeat_ngram_size": 0, "num_beams": 1, "num_return_sequences": 1, "bad_words_ids": None,
+               "suppress_tokens": None, "begin_suppress_tokens": None, "sequence_bias": None,
+               "forced_eos_token_id": None, "min_new_tokens": 0}
+
+
 @dataclass(frozen=True)
 class GenerationDefaults:
     eos_token_ids: tuple[int, ...] = ()                     # from generation_config.json, else config.json
     sampling: dict = field(default_factory=dict)            # the sampling keys generation_config.json states
+    unsupported: tuple = ()                                 # "key value" of the UNSUPPORTED settings it states
 
 
 def _read_json(path: Path) -> dict | None:
@@ -88,7 +99,9 @@ def read_generation_defaults(folder: Path, vocab_size: int) -> GenerationDefault
             model_config = {}                                  # from_pretrained names a bad config.json itself
         if model_config.get("eos_token_id") is not None:
             eos = _eos_ids(model_config["eos_token_id"], f"{str(folder / 'config.json')!r}:", vocab_size)
-    return GenerationDefaults(eos, _sampling(generation, where))
+    unsupported = tuple(f"{k} {generation[k]!r}" for k, neutral in UNSUPPORTED.items()
+                        if generation.get(k) is not None and generation[k] != neutral and generation[k] != [])
+    return GenerationDefaults(eos, _sampling(generation, where), unsupported)
 
 
 def stop_ids(tokenizer, defaults: GenerationDefaults | None) -> tuple[int, ...]:
@@ -103,4 +116,8 @@ def sampling_settings(given: dict, defaults: GenerationDefaults | None) -> dict:
     base = {"temperature": DEFAULT_TEMPERATURE, "top_k": None, "top_p": None}
     if any(v is not None for v in given.values()):
         return {k: given.get(k) if given.get(k) is not None else v for k, v in base.items()}
+    if defaults is not None and defaults.unsupported:  # the file's settings would apply without these
+        raise ValueError(f"{GENERATION_CONFIG_FILE} of the model folder states {', '.join(defaults.unsupported)}, "
+                         f"which generate does not implement; give --temperature, --top-k or --top-p to sample with "
+                         f"the CLI's settings instead of the file's, or remove the key from the file")
     return {**base, **(defaults.sampling if defaults is not None else {})}

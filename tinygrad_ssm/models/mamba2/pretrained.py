@@ -142,7 +142,8 @@ def _parse_mamba_ssm(raw: dict) -> Mamba2Config:
         raise PretrainedError(f"from_pretrained: {where}: 'd_intermediate' = {raw['d_intermediate']} (MLP blocks) "
                               f"is not supported, only 0")
     if raw.get("attn_layer_idx"):
-        raise PretrainedError(f"from_pretrained: {where}: 'attn_layer_idx' (attention layers) is not supported")
+        raise PretrainedError(f"from_pretrained: {where}: 'attn_layer_idx' = {raw['attn_layer_idx']!r} (attention "
+                              f"layers among the mixers) is not supported, only []")
     if raw.get("rms_norm", True) is not True:
         raise PretrainedError(f"from_pretrained: {where}: 'rms_norm' = false (LayerNorm) is not supported")
     if not isinstance(raw.get("ssm_cfg") or {}, dict):

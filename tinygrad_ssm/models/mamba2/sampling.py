@@ -14,9 +14,13 @@ def check_sampling_args(temperature, top_k, top_p):
     if not isinstance(temperature, numbers.Real) or isinstance(temperature, bool) or not temperature >= 0:
         raise ValueError(f"generate: temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
     if top_k is not None and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1):
-        raise ValueError(f"generate: top_k must be None or an int >= 1, got {top_k!r}")
+        hint = " (None is no limit: mamba_ssm's and transformers' top_k=0)" if top_k == 0 else ""
+        raise ValueError(f"generate: top_k must be None or an int >= 1, got {top_k!r}{hint}")
     if top_p is not None and (not isinstance(top_p, numbers.Real) or isinstance(top_p, bool) or not 0 < top_p <= 1):
-        raise ValueError(f"generate: top_p must be None or in (0, 1], got {top_p!r}")
+        # mamba_ssm's top_p=0.0 (its default) is no filter, transformers' keeps the most likely token alone
+        hint = (" (None is no filter, mamba_ssm's top_p=0.0; temperature=0 takes the most likely token, "
+                "transformers' top_p=0)" if top_p == 0 else "")
+        raise ValueError(f"generate: top_p must be None or in (0, 1], got {top_p!r}{hint}")
 
 
 def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float = 1.0,
