@@ -472,6 +472,9 @@ class Tensor:
     to = astype
     def float(self): return F.cast(self, np.float32)
     def double(self): return F.cast(self, np.float64)
+    def long(self): return F.cast(self, np.int64)   # torch's names for the integer and bool casts
+    def int(self): return F.cast(self, np.int32)
+    def bool(self): return F.cast(self, np.bool_)
 
 
 def _index_arrays(index):
