@@ -55,3 +55,13 @@ def test_errors_say_what_to_write_instead():
         p.data += -0.1 * p.grad
     with pytest.raises(ValueError, match=r"the class axis is the last: torch's \(N, C, L\) logits are \(N, L, C\)"):
         F.cross_entropy(Tensor(np.zeros((4, 27, 8))), np.zeros((4, 8), np.int64))
+
+
+def test_torchs_cast_methods_give_torchs_dtypes():
+    """`(x > 0).long()` (a torch target) raised AttributeError: only float() and double() existed."""
+    torch = pytest.importorskip("torch")
+    data = np.array([-1.5, 0.0, 2.7])
+    for name in ("long", "int", "bool", "float", "double"):
+        ours, theirs = getattr(Tensor(data), name)(), getattr(torch.tensor(data), name)()
+        assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch."), name
+        assert ours.tolist() == theirs.tolist(), name

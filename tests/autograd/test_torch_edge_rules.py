@@ -174,6 +174,26 @@ def test_every_op_that_meets_two_dtypes_follows_torchs_rule():
     assert (Tensor(floats) @ Tensor(np.eye(2, dtype=np.int64))).dtype == np.float32  # torch refuses; the rule holds
 
 
+def test_causal_conv1d_follows_the_one_dtype_rule():
+    """An integer x and weight with a float bias raised NumPy's bare casting error; an int64 x with a float32 weight
+    gave float64 (NumPy's rule, not torch's), and a float64 bias was rounded into a float32 output. Now every operand
+    meets in dtypes.promoted, as the binary ops and matmul, and each gradient comes back in its input's dtype."""
+    rng = np.random.default_rng(0)
+    x, w, b = rng.integers(-3, 4, (2, 5, 3)), rng.standard_normal((3, 1, 2)), rng.standard_normal(3)
+    for dtypes, expected in ((("int64", "int64", "float32"), np.float32), (("int64", "float32", "float32"), np.float32),
+                             (("int32", "int64", "float64"), np.float64), (("float32", "float32", "float64"), np.float64),
+                             (("float32", "float64", None), np.float64), (("int64", "int32", None), np.int64)):
+        operands = [Tensor(a.astype(d)) for a, d in zip((x, w, b), dtypes) if d is not None]
+        out = F.causal_conv1d(*operands)
+        assert out.dtype == expected, dtypes
+        exact = F.causal_conv1d(*[Tensor(o.data.astype(np.float64)) for o in operands])  # the operands' values
+        np.testing.assert_allclose(out.data, exact.data, rtol=1e-6, err_msg=str(dtypes))
+    x32, w32, b64 = (Tensor(a, requires_grad=True) for a in (x.astype(np.float32), w.astype(np.float32), b))
+    F.causal_conv1d(x32, w32, b64).sum().backward()
+    assert (x32.grad.dtype, w32.grad.dtype, b64.grad.dtype) == (np.float32, np.float32, np.float64)
+    np.testing.assert_array_equal(b64.grad.data, np.full(3, 10.0))              # every (b, l) step once
+
+
 def test_a_zero_dim_tensor_does_not_widen_a_tensor_of_its_kind_and_gets_its_own_gradient():
     """float32 tensor * 0-d float64 tensor was float64 (torch: float32, the 0-d operand counts like a number)."""
     torch = pytest.importorskip("torch")

@@ -166,6 +166,7 @@ REDUCTIONS = {  # name: (forward reference, torch function, gradcheck values, fl
              lambda: F.mean(f32(2, 3), 0)),
     "max": (max, lambda x, d, k: torch.amax(x, d, keepdim=k), "distinct",  # no ties: the max is one entry
             lambda: F.max(f32(2, 3))),
+    "min": (min, lambda x, d, k: torch.amin(x, d, keepdim=k), "distinct", lambda: F.min(f32(2, 3), 0)),
     "logsumexp": (logsumexp_ref, lambda x, d, k: torch.logsumexp(x, d, keepdim=k), None,
                   lambda: F.logsumexp(f32(2, 3), 1)),
 }
@@ -178,6 +179,8 @@ for _name, (_reference, _theirs, _values, _float32) in REDUCTIONS.items():
          float32=_float32, example=lambda: (f64(2, 3), 1))
 SPECS["max"].torch.append(([np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])], lambda x: F.max(x, 1),
                            lambda x: torch.amax(x, 1)))  # ties split the gradient evenly
+SPECS["min"].torch.append(([np.array([[1.0, 3.0, 1.0], [2.0, 2.0, 2.0]])], lambda x: F.min(x, 1),
+                           lambda x: torch.amin(x, 1)))
 _scalar = np.array(0.7)  # a 0-d tensor takes axis 0 or -1 (torch's dim rules)
 SPECS["sum"].torch.append(([_scalar], lambda x: F.sum(x, -1), lambda x: torch.sum(x, -1)))
 SPECS["max"].torch.append(([_scalar], lambda x: F.max(x, 0, keepdims=True), lambda x: torch.amax(x, 0, keepdim=True)))

@@ -12,6 +12,7 @@ import numpy as np
 
 from .grad_mode import no_grad
 from .function import Function
+from .hooks import run_hooks, run_post_accumulate_hooks
 from .tensor import Tensor
 
 
@@ -120,9 +121,9 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
     gradient is final once every op that used it has run: it is written to `.grad` at that moment."""
     grads: dict[int, np.ndarray] = {id(root): seed}
     if root._ctx is None:  # backward() on a leaf: its gradient is the seed
-        _accumulate(root, seed)
-        for hook in root._grad_hooks:
-            hook(root)
+        with no_grad():
+            _accumulate(root, run_hooks(root, seed) if root._hooks else seed)
+            run_post_accumulate_hooks(root)
         return
     order, uses_left = _topological_order(root)  # uses_left: leaf id -> ops that still owe it a gradient
     with no_grad():  # backward formulas compute on arrays; nothing in the walk is recorded
@@ -133,9 +134,12 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
     for ctx in reversed(order):
         outputs = [ref() for ref in ctx.outputs]
         out_grads = [None if o is None else grads.pop(id(o), None) for o in outputs]
-        for o, g in zip(outputs, out_grads):
-            if g is not None and o._retains_grad:
+        for i, (o, g) in enumerate(zip(outputs, out_grads)):
+            if g is not None and o._hooks:  # o's gradient is complete: its hooks may replace it (hooks.py)
+                out_grads[i] = g = run_hooks(o, g)
+            if g is not None and o._retains_grad:  # after the hooks, as torch
                 _accumulate(o, g)
+        del g
         if out_grads[0] is not None or any(g is not None for g in out_grads):
             if ctx._freed:
                 raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
@@ -188,6 +192,5 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
                 if uses_left[id(parent)] == 0:  # every use has been walked: the leaf's gradient is final
                     final = grads.pop(id(parent), None)
                     if final is not None:
-                        _accumulate(parent, final)
-                        for hook in parent._grad_hooks:  # e.g. start this gradient's allreduce now
-                            hook(parent)
+                        _accumulate(parent, run_hooks(parent, final) if parent._hooks else final)
+                        run_post_accumulate_hooks(parent)  # e.g. start this gradient's allreduce now

@@ -11,7 +11,6 @@ from . import args as A
 from .ops import elementwise as E
 from .ops import linalg as L
 from .ops import movement as M
-from .ops import nn as N
 from .ops import reduce as R
 from .dtypes import is_float, promoted
 from .tensor import Tensor
@@ -22,9 +21,10 @@ OPS: list[str] = []
 
 
 def op(fn):
-    """Register a public differentiable op (see OPS)."""
+    """Register a public differentiable op (see OPS). It takes torch's names for its axis arguments too (dim=,
+    keepdim=, ...: A.torch_names)."""
     OPS.append(fn.__name__)
-    return fn
+    return A.torch_names(fn)
 
 
 def _binary(op_name: str, fn, a, b):
@@ -153,11 +153,29 @@ def mean(x, axis=None, keepdims=False):
 
 
 @op
-def max(x, axis=None, keepdims=False):
-    x = A.as_tensor("max", "x", x)
-    axis = A.axes("max", axis, x.ndim, x.shape)
-    A.nonempty_reduction("max", x, axis)
-    return R.Max.apply(x, axis=axis, keepdims=keepdims)
+def max(x, axis=None, keepdims=False): return _extreme("max", R.Max, x, axis, keepdims)
+@op
+def min(x, axis=None, keepdims=False): return _extreme("min", R.Min, x, axis, keepdims)
+
+
+def _extreme(name: str, function: type, x, axis, keepdims):
+    """max and min: NumPy's, torch's amax and amin (the values only; the indices are argmax's and argmin's)."""
+    x = A.as_tensor(name, "x", x)
+    axis = A.axes(name, axis, x.ndim, x.shape)
+    A.nonempty_reduction(name, x, axis)
+    return function.apply(x, axis=axis, keepdims=keepdims)
+
+
+@A.torch_names
+def amax(x, axis=None, keepdims=False):
+    """torch.amax: max under the name that takes dim= (max refuses it: torch.max(x, dim) gives (values, indices))."""
+    return max(x, axis, keepdims)
+
+
+@A.torch_names
+def amin(x, axis=None, keepdims=False):
+    """torch.amin: min under the name that takes dim= (see amax)."""
+    return min(x, axis, keepdims)
 
 
 @op
@@ -177,37 +195,6 @@ def softmax(x, axis=-1):
 def log_softmax(x, axis=-1):
     x = A.float_tensor("log_softmax", "x", x)
     return R.LogSoftmax.apply(x, axis=A.axis("log_softmax", axis, x.ndim, x.shape))
-
-
-@op
-def cross_entropy(logits, targets, ignore_index: int = -100, reduction: str = "mean"):
-    """Negative log-likelihood of integer targets under softmax(logits). logits (..., C) float, targets (...)
-    int: the class axis is the LAST (torch's (N, C, L) is (N, L, C) here); target == ignore_index is left out."""
-    return apply_cross_entropy(R.CrossEntropy, logits, targets, ignore_index, reduction)
-
-
-def apply_cross_entropy(function: type, logits, targets, ignore_index: int = -100, reduction: str = "mean"):
-    """cross_entropy's checks and reshapes around `function`: R.CrossEntropy or a twin (fast/row_ops.py's)."""
-    logits = A.as_tensor("cross_entropy", "logits", logits)
-    targets = A.constant_array("cross_entropy", "targets", targets)
-    ignore_index = A.integer("cross_entropy", "ignore_index", ignore_index)
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    if not is_float(logits.dtype):
-        raise TypeError(f"cross_entropy: logits must be floating point, got dtype {logits.dtype}")
-    if logits.ndim == 0:
-        raise ValueError("cross_entropy: logits must have a class axis, (..., C) or (C,), got a 0-d tensor")
-    if logits.shape[:-1] != targets.shape:
-        raise ValueError(f"cross_entropy: logits {logits.shape} need targets of shape {logits.shape[:-1]}, got "
-                         f"{targets.shape} (the class axis is the last: torch's (N, C, L) logits are (N, L, C) here)")
-    classes = logits.shape[-1]
-    bad = (targets != ignore_index) & ((targets < 0) | (targets >= classes))
-    if bad.any():
-        raise IndexError(f"cross_entropy: target {targets[bad][0]} is out of range for {classes} classes "
-                         f"(logits {logits.shape}, targets {targets.shape})")
-    flat = reshape(logits, (targets.size, classes))
-    losses = function.apply(flat, targets.reshape(-1), ignore_index=ignore_index, reduction=reduction)
-    return reshape(losses, targets.shape) if reduction == "none" else losses
 
 
 @op
@@ -371,7 +358,7 @@ def cat(tensors, axis=0):
     for t in tensors[1:]:
         if t.ndim != len(first) or t.shape[:axis] + t.shape[axis + 1:] != first[:axis] + first[axis + 1:]:
             raise ValueError(f"cat: shapes {A.shape_text(*tensors)} differ outside axis {axis}")
-    return M.Cat.apply(*_same_dtype(tensors), axis=axis)
+    return M.Cat.apply(*same_dtype(tensors), axis=axis)
 
 
 concatenate = cat
@@ -382,10 +369,11 @@ def stack(tensors, axis=0):
     tensors = A.tensor_list("stack", tensors)
     if not tensors or builtins.any(t.shape != tensors[0].shape for t in tensors):
         raise ValueError(f"stack: needs tensors of one shape, got {A.shape_text(*tensors) or 'none'}")
-    return M.Stack.apply(*_same_dtype(tensors), axis=A.axis("stack", axis, tensors[0].ndim + 1, tensors[0].shape))
+    return M.Stack.apply(*same_dtype(tensors), axis=A.axis("stack", axis, tensors[0].ndim + 1, tensors[0].shape))
 
 
-def _same_dtype(tensors):
+def same_dtype(tensors):
+    """The tensors cast to the dtype they meet in (dtypes.promoted), for an op that takes one dtype."""
     dtype = promoted(*[t.dtype for t in tensors])
     return [cast(t, dtype) for t in tensors]
 
@@ -447,54 +435,5 @@ def _triangle(name: str, x, k, lower: bool):
     return M.Triangle.apply(x, k=A.integer(name, "k", k), lower=lower)
 
 
-# --- layers' building blocks ----------------------------------------------------------------------------
-
-@op
-def embedding(ids, weight):
-    """torch.nn.functional.embedding: rows of weight (V, d) picked by integer ids (...) -> (..., d)."""
-    return apply_embedding(N.Embedding, ids, weight)
-
-
-def apply_embedding(function: type, ids, weight):
-    """embedding's checks around `function`: N.Embedding or a twin of it (e.g. fast/row_ops.FusedEmbedding)."""
-    ids, weight = A.constant_array("embedding", "ids", ids), A.as_tensor("embedding", "weight", weight)
-    if weight.ndim != 2:
-        raise ValueError(f"embedding: weight must be (vocab, dim), got shape {weight.shape}")
-    if ids.size and (ids.min() < 0 or ids.max() >= weight.shape[0]):
-        raise IndexError(f"embedding: ids must be in [0, {weight.shape[0]}) for weight of shape {weight.shape}, "
-                         f"got min {ids.min()} max {ids.max()} (ids of shape {ids.shape})")
-    return function.apply(weight, ids)
-
-
-@op
-def causal_conv1d(x, weight, bias=None):
-    """Depthwise causal conv over time, channels last. x (b, l, c); weight (c, 1, k) as in PyTorch's
-    Conv1d(groups=c) or (c, k); bias (c,) or None. Output (b, l, c): step t sees steps t-k+1..t."""
-    x, weight = A.as_tensor("causal_conv1d", "x", x), A.as_tensor("causal_conv1d", "weight", weight)
-    given_weight_shape = weight.shape  # for the error message, before the (c, 1, k) -> (c, k) reshape
-    if weight.ndim == 3 and weight.shape[1] == 1:
-        weight = reshape(weight, (weight.shape[0], weight.shape[2]))
-    if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[2]:
-        raise ValueError(f"causal_conv1d: need x (b, l, c) and weight (c, 1, k) or (c, k) with the same c, "
-                         f"got x {x.shape} and weight {given_weight_shape}")
-    if bias is not None:
-        bias = A.as_tensor("causal_conv1d", "bias", bias)
-        if bias.shape != (x.shape[2],):
-            raise ValueError(f"causal_conv1d: bias must have shape ({x.shape[2]},), got {bias.shape}")
-        return N.CausalConv1d.apply(x, weight, bias)
-    return N.CausalConv1d.apply(x, weight)
-
-
-@op
-def rms_norm(x, weight=None, eps: float = 1e-5):
-    """x / sqrt(mean(x^2, last axis) + eps) * weight; weight (d,) or None."""
-    x = A.float_tensor("rms_norm", "x", x)
-    eps = A.number("rms_norm", "eps", eps)
-    if x.ndim == 0:
-        raise ValueError("rms_norm: x needs a last axis to normalise over, got a 0-d tensor")
-    if weight is not None:
-        weight = A.as_tensor("rms_norm", "weight", weight)
-        if weight.shape != x.shape[-1:]:
-            raise ValueError(f"rms_norm: weight must have shape {x.shape[-1:]}, got {weight.shape}")
-        return N.RMSNorm.apply(x, weight, eps=eps)
-    return N.RMSNorm.apply(x, eps=eps)
+from .functional_nn import (apply_cross_entropy, apply_embedding, causal_conv1d, cross_entropy,  # noqa: E402,F401
+                            embedding, rms_norm)  # the layers' ops, made of this module's (they import it)

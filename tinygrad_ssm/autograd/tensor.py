@@ -182,15 +182,18 @@ class Tensor:
     def retains_grad(self) -> bool:
         return self._retains_grad
 
-    _grad_hooks: tuple = ()  # class default: most tensors never get one
+    _hooks: tuple = ()       # (handle, hook) pairs, autograd/hooks.py; class defaults: most tensors never get one
+    _grad_hooks: tuple = ()
 
-    def register_post_accumulate_grad_hook(self, hook) -> "_HookHandle":
+    def register_hook(self, hook) -> "H.RemovableHandle":
+        """Call `hook(grad)` during backward with the gradient w.r.t. this tensor (leaf or not); a Tensor it returns
+        replaces that gradient from there on (torch's register_hook, autograd/hooks.py). Returns a handle."""
+        return H.register_hook(self, hook)
+
+    def register_post_accumulate_grad_hook(self, hook) -> "H.RemovableHandle":
         """Call `hook(self)` during backward once this leaf's .grad is final for that backward (torch's hook
         of that name); a distributed step starts reducing the gradient there. Returns a handle with remove()."""
-        if self._ctx is not None:
-            raise RuntimeError("register_post_accumulate_grad_hook: only leaf tensors get this hook")
-        self._grad_hooks = (*self._grad_hooks, hook)
-        return _HookHandle(self, hook)
+        return H.register_post_accumulate_grad_hook(self, hook)
 
     @property
     def grad(self) -> "Tensor | None":
@@ -418,10 +421,21 @@ class Tensor:
         pair; the indices are argmax's."""
         return F.max(P.numpy_reduction_input("max", self, None, out), axis, keepdims)
 
+    def min(self, axis=None, keepdims=False, out=None):
+        """The smallest values (NumPy's min, torch's amin), as max."""
+        return F.min(P.numpy_reduction_input("min", self, None, out), axis, keepdims)
+
+    def amax(self, axis=None, keepdims=False): return F.amax(self, axis, keepdims)
+    def amin(self, axis=None, keepdims=False): return F.amin(self, axis, keepdims)
+
     def argmax(self, axis=None, keepdims=False) -> "Tensor":
         """(int64) the index of the largest value along `axis` (of the flattened tensor when None), the first
         one on ties, as np.argmax and torch.argmax; an index has no gradient."""
         return Tensor(np.argmax(self.data, axis=axis, keepdims=keepdims).astype(np.int64))
+
+    def argmin(self, axis=None, keepdims=False) -> "Tensor":
+        """(int64) the index of the smallest value, as argmax."""
+        return Tensor(np.argmin(self.data, axis=axis, keepdims=keepdims).astype(np.int64))
 
     def logsumexp(self, axis=None, keepdims=False): return F.logsumexp(self, axis, keepdims)
     def softmax(self, axis=-1): return F.softmax(self, axis)
@@ -458,14 +472,9 @@ class Tensor:
     to = astype
     def float(self): return F.cast(self, np.float32)
     def double(self): return F.cast(self, np.float64)
-
-
-class _HookHandle:
-    def __init__(self, tensor: Tensor, hook):
-        self._tensor, self._hook = tensor, hook
-
-    def remove(self):
-        self._tensor._grad_hooks = tuple(h for h in self._tensor._grad_hooks if h is not self._hook)
+    def long(self): return F.cast(self, np.int64)   # torch's names for the integer and bool casts
+    def int(self): return F.cast(self, np.int32)
+    def bool(self): return F.cast(self, np.bool_)
 
 
 def _index_arrays(index):
@@ -478,3 +487,5 @@ def _index_arrays(index):
 from . import functional as F  # noqa: E402  (the ops import Tensor from this module)
 from . import protocols as P  # noqa: E402  (comparisons and NumPy's ufuncs on tensors, made of the ops)
 from . import args as _args  # noqa: E402  (args imports Tensor from this module)
+from . import hooks as H  # noqa: E402  (register_hook and its kind)
+# args.py, once loaded, gives every method with an axis argument torch's names for it too (dim=, keepdim=, ...)

@@ -148,7 +148,7 @@ class Conv1dSilu(Function):
     A block is up to `steps` steps of one sequence; backward recomputes pre for k - 1 steps past its end."""
 
     def forward(self, x, weight, bias=None):
-        dtype = np.result_type(x, weight)
+        dtype = np.result_type(x, weight) if bias is None else np.result_type(x, weight, bias)  # F.causal_conv1d's
         c, k = weight.shape
         w = np.zeros((-(-k // 4) * 4, c), dtype)                         # (kp, c): weight.T after kp - k zero rows
         w[w.shape[0] - k:] = weight.T
@@ -231,7 +231,7 @@ def conv1d_silu(x: Tensor, weight: Tensor, bias: Tensor | None = None, history: 
     if is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, history)):
         return conv(F.cat([history, x], axis=1))[:, k - 1:]          # (b, l, c)
     dtype = np.result_type(history.dtype, x.dtype, weight.dtype)        # cat(history, x)'s conv: the twin's dtype
-    if dtype != np.result_type(x.dtype, weight.dtype):
+    if dtype != np.result_type(x.dtype, weight.dtype):                    # (a bias's dtype counts in Conv1dSilu)
         weight = Tensor(weight.data.astype(dtype))                   # no graph: a float64 history widens x's conv too
     out = conv(x)                                                     # (b, l, c) as if zeros came before x
     m = min(x.shape[1], k - 1)

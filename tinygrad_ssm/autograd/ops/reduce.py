@@ -42,9 +42,10 @@ class Mean(Function):
 
 class Max(Function):
     """The gradient goes to the maximal entries, split evenly among ties (torch.amax's rule)."""
+    extreme = staticmethod(np.max)
 
     def forward(self, a, axis=None, keepdims=False):
-        out = np.max(a, axis=axis, keepdims=True)
+        out = self.extreme(a, axis=axis, keepdims=True)
         is_max = a == out
         self.save_for_backward(is_max)
         self.axis, self.keepdims, self.ndim = axis, keepdims, a.ndim
@@ -54,6 +55,11 @@ class Max(Function):
         (is_max,) = self.saved
         ties = is_max.sum(axis=self.axis, keepdims=True)
         return _keep(grad, self.ndim, self.axis, self.keepdims) * is_max / ties
+
+
+class Min(Max):
+    """The gradient goes to the minimal entries, split evenly among ties (torch.amin's rule)."""
+    extreme = staticmethod(np.min)
 
 
 class LogSumExp(Function):
