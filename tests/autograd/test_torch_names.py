@@ -1,5 +1,5 @@
 """torch's names for the axis arguments (dim=, keepdim=, dims=, dim0=/dim1=, start_dim=/end_dim=), taken by every op
-and Tensor method that has an axis argument, mapped in one place (args.torch_names); both spellings at once, and
+and Tensor method that has an axis argument, mapped in one place (autograd/torch_names.py); both spellings at once, and
 torch.max/min's dim form (a (values, indices) pair in torch), are refused by name."""
 import inspect
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tinygrad_ssm import Tensor
-from tinygrad_ssm.autograd import args as A
 from tinygrad_ssm.autograd import functional as F
+from tinygrad_ssm.autograd import torch_names
 
 torch = pytest.importorskip("torch")
 
@@ -60,7 +60,7 @@ def test_argmax_and_argmin_take_dim_and_keepdim():
 
 def test_every_op_and_method_with_an_axis_argument_takes_torchs_names():
     """Structural: nothing with an `axis`/`keepdims`/`axis0`/`start` parameter is left without the mapping."""
-    ours = {o for _, o in A.TORCH_NAMES}
+    ours = {o for _, o in torch_names.TORCH_NAMES}
     functions = [(f"F.{n}", getattr(F, n)) for n in [*F.OPS, "amax", "amin"]]
     methods = [(f"Tensor.{n}", m) for n, m in vars(Tensor).items() if inspect.isfunction(m)]
     missing = [name for name, fn in functions + methods

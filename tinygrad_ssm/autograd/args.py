@@ -6,14 +6,13 @@ Also here: the einsum subscripts parser, which is argument parsing too."""
 from __future__ import annotations
 
 import builtins
-import functools
-import inspect
 import numbers
 import re
 
 import numpy as np
 
 from .tensor import DEFAULT_FLOAT, Tensor, _check_numeric, is_float
+from .torch_names import torch_names  # noqa: F401 (functional's `@op` takes torch's names through it)
 
 
 def shape_text(*tensors) -> str:
@@ -147,61 +146,6 @@ def axes(op: str, axis_argument, ndim: int, shape: tuple = ()):
     if len(set(normalised)) != len(normalised):
         raise ValueError(f"{op}: axis {axis_argument} repeats an axis (tensor of shape {tuple(shape)})")
     return normalised if ndim else ()  # reducing a 0-d tensor over its axis 0 / -1 leaves it as is (torch)
-
-
-# torch's keyword -> the engine's (NumPy's), taken by every op that has the engine's parameter: F.sum(x, dim=1,
-# keepdim=True) is F.sum(x, axis=1, keepdims=True), x.transpose(dim0=0, dim1=1) and x.flatten(start_dim=1) too
-TORCH_NAMES = (("dim", "axis"), ("dims", "axis"), ("dims", "axes"), ("keepdim", "keepdims"), ("dim0", "axis0"),
-               ("dim1", "axis1"), ("start_dim", "start"), ("end_dim", "end"))
-# ops whose torch spelling asks for something else: torch.max(x, dim=1) is a (values, indices) pair, and it would
-# come back as the values alone, so that `x.max(dim=1)[0]` took the first row without a word
-TORCH_MEANS_OTHERWISE = {name: f"torch.{name}(x, dim) returns (values, indices); {name} here is a{name} (the values "
-                               f"only): write a{name}(dim=...) for the values, arg{name}(dim=...) for the indices"
-                         for name in ("max", "min")}
-
-
-def torch_names(fn):
-    """`fn`, taking torch's names for its axis arguments too (TORCH_NAMES): the one place that maps them, for every
-    op (functional's `@op`) and Tensor method (`take_torch_names`). Both spellings at once is a TypeError naming
-    the op, as is a torch spelling that means something else here (TORCH_MEANS_OTHERWISE)."""
-    parameters = inspect.signature(fn).parameters
-    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)  # not *axes
-    renames = {theirs: ours for theirs, ours in TORCH_NAMES if ours in parameters and parameters[ours].kind in named}
-    if not renames:
-        return fn
-
-    @functools.wraps(fn)
-    def taking_torch_names(*args, **kwargs):
-        if kwargs and not renames.keys().isdisjoint(kwargs):
-            kwargs = _engine_names(fn.__name__, kwargs, renames)
-        return fn(*args, **kwargs)
-    return taking_torch_names
-
-
-def _engine_names(op: str, kwargs: dict, renames: dict) -> dict:
-    if op in TORCH_MEANS_OTHERWISE:
-        given = ", ".join(f"{k}=" for k in kwargs if k in renames)
-        raise TypeError(f"{op}: {given} is torch's spelling, and {TORCH_MEANS_OTHERWISE[op]}")
-    out = {}
-    for key, value in kwargs.items():
-        ours = renames.get(key, key)
-        if ours in out or (ours != key and ours in kwargs):
-            theirs = key if ours != key else next(k for k in kwargs if renames.get(k) == ours)
-            raise TypeError(f"{op}: got both {theirs}= and {ours}=, torch's and NumPy's names for one argument; "
-                            f"give one")
-        out[ours] = value
-    return out
-
-
-def take_torch_names(cls) -> None:
-    """Every method of `cls` with an axis argument takes torch's names for it too (torch_names)."""
-    for name, method in list(vars(cls).items()):
-        if inspect.isfunction(method) and torch_names(method) is not method:
-            setattr(cls, name, torch_names(method))
-
-
-# here, not in tensor.py: the Tensor class exists once this module has loaded, whichever module was imported first
-take_torch_names(Tensor)
 
 
 def nonempty_reduction(op: str, x: Tensor, reduced) -> None:

@@ -488,4 +488,6 @@ from . import functional as F  # noqa: E402  (the ops import Tensor from this mo
 from . import protocols as P  # noqa: E402  (comparisons and NumPy's ufuncs on tensors, made of the ops)
 from . import args as _args  # noqa: E402  (args imports Tensor from this module)
 from . import hooks as H  # noqa: E402  (register_hook and its kind)
-# args.py, once loaded, gives every method with an axis argument torch's names for it too (dim=, keepdim=, ...)
+from .torch_names import take_torch_names  # noqa: E402
+
+take_torch_names(Tensor)  # every method with an axis argument takes torch's names for it too (dim=, keepdim=, ...)
