@@ -75,11 +75,6 @@ def test_the_sampling_settings_stated_apply_when_no_flag_is_given(folder, stated
 @pytest.mark.parametrize("stated, message", [
     ({"eos_token_id": [1, 400]}, r"generation_config.json': eos_token_id must be an id or a list of ids in \[0, 320\)"),
     ({"eos_token_id": []}, "eos_token_id must be an id or a list of ids"),
-    ({"temperature": -1}, "generation_config.json': temperature must be a number >= 0, got -1; fix it, or give "
-                          "--temperature"),
-    ({"top_k": 2.5}, "top_k must be an int >= 0"),
-    ({"top_p": 0}, r"top_p must be in \(0, 1\]"),
-    ({"do_sample": "no"}, "do_sample must be true or false"),
     ([1, 2], "must hold a JSON object"),
 ])
 def test_a_bad_generation_config_is_named_with_its_key(folder, stated, message, capsys):
@@ -89,6 +84,30 @@ def test_a_bad_generation_config_is_named_with_its_key(folder, stated, message, 
         read_generation_defaults(path, 320)
     assert cli.main(["generate", "--model", str(path), "--prompt", "x"]) == cli.EXIT_USAGE
     assert "generation_config.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stated, message", [
+    ({"temperature": -1}, "generation_config.json': temperature must be a number >= 0, got -1; fix it, or give "
+                          "--temperature"),
+    ({"top_k": 2.5}, "top_k must be an int >= 0"),
+    ({"top_p": 0}, r"top_p must be in \(0, 1\]"),
+    ({"do_sample": "no"}, "do_sample must be true or false, got 'no'; fix it, or give --temperature"),
+])
+def test_a_bad_sampling_value_is_named_where_the_file_applies_and_a_flag_sets_it_aside(folder, stated, message,
+                                                                                       capsys):
+    path, _ = folder
+    _write(path / "generation_config.json", stated)
+    defaults = read_generation_defaults(path, 320)
+    none = {"temperature": None, "top_k": None, "top_p": None}
+    with pytest.raises(ValueError, match=message):
+        sampling_settings(none, defaults)
+    assert cli.main(["generate", "--model", str(path), "--prompt", "x", "--max-new-tokens", "2"]) == cli.EXIT_USAGE
+    assert "generation_config.json" in capsys.readouterr().err
+    # as the message says: a flag gives the CLI's settings, and the file's bad value is not in the way
+    assert sampling_settings({**none, "temperature": 0.0}, defaults) == {"temperature": 0.0, "top_k": None,
+                                                                         "top_p": None}
+    assert cli.main(["generate", "--model", str(path), "--prompt", "x", "--max-new-tokens", "2",
+                     "--temperature", "0"]) == cli.EXIT_OK
 
 
 def test_generate_stops_at_any_eos_of_the_folder_and_the_batch_file_too(folder, capsys, tmp_path):

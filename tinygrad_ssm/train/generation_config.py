@@ -7,7 +7,8 @@ the sampling settings of generation_config.json.
   apply when none of --temperature, --top-k, --top-p is given; any one of them given, the CLI's own defaults
   (temperature DEFAULT_TEMPERATURE, no top-k, no top-p) fill in the others, as for a folder without the file.
   Where the file's settings would apply, a setting transformers applies and generate does not (UNSUPPORTED:
-  repetition_penalty, min_p, num_beams, ...) is refused by name rather than silently left out.
+  repetition_penalty, min_p, num_beams, ...) is refused by name rather than silently left out, and so is a bad
+  sampling value (a flag sets the file's sampling aside, its bad values with it).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class GenerationDefaults:
     eos_token_ids: tuple[int, ...] = ()                     # from generation_config.json, else config.json
     sampling: dict = field(default_factory=dict)            # the sampling keys generation_config.json states
     unsupported: tuple = ()                                 # "key value" of the UNSUPPORTED settings it states
+    sampling_problem: str | None = None                     # a bad sampling value, named where the file applies
 
 
 def _read_json(path: Path) -> dict | None:
@@ -70,7 +72,8 @@ def _sampling(config: dict, where: str) -> dict:
 
     out = {}
     if "do_sample" in config and not isinstance(config["do_sample"], bool):
-        raise ValueError(f"{where} do_sample must be true or false, got {config['do_sample']!r}")
+        raise ValueError(f"{where} do_sample must be true or false, got {config['do_sample']!r}; fix it, or give "
+                         f"--temperature, --top-k or --top-p (the file's sampling settings then do not apply)")
     if "temperature" in config and config["temperature"] is not None:
         out["temperature"] = float(number("temperature", lambda v: math.isfinite(v) and v >= 0, "a number >= 0"))
     if "top_k" in config and config["top_k"] is not None:
@@ -101,7 +104,11 @@ def read_generation_defaults(folder: Path, vocab_size: int) -> GenerationDefault
             eos = _eos_ids(model_config["eos_token_id"], f"{str(folder / 'config.json')!r}:", vocab_size)
     unsupported = tuple(f"{k} {generation[k]!r}" for k, neutral in UNSUPPORTED.items()
                         if generation.get(k) is not None and generation[k] != neutral and generation[k] != [])
-    return GenerationDefaults(eos, _sampling(generation, where), unsupported)
+    try:
+        sampling, problem = _sampling(generation, where), None
+    except ValueError as e:  # refused only where the file's settings apply: a sampling flag sets them aside
+        sampling, problem = {}, str(e)
+    return GenerationDefaults(eos, sampling, unsupported, problem)
 
 
 def stop_ids(tokenizer, defaults: GenerationDefaults | None) -> tuple[int, ...]:
@@ -116,6 +123,8 @@ def sampling_settings(given: dict, defaults: GenerationDefaults | None) -> dict:
     base = {"temperature": DEFAULT_TEMPERATURE, "top_k": None, "top_p": None}
     if any(v is not None for v in given.values()):
         return {k: given.get(k) if given.get(k) is not None else v for k, v in base.items()}
+    if defaults is not None and defaults.sampling_problem:
+        raise ValueError(defaults.sampling_problem)
     if defaults is not None and defaults.unsupported:  # the file's settings would apply without these
         raise ValueError(f"{GENERATION_CONFIG_FILE} of the model folder states {', '.join(defaults.unsupported)}, "
                          f"which generate does not implement; give --temperature, --top-k or --top-p to sample with "
