@@ -36,9 +36,10 @@ SIGNATURES = {
     "chunk_outputs": [4, 3, 1, 4, 4, 1, 5, "i", "i", 4],               # x dt A B C D boundary r q y
     "chunk_grad_states": [4, 3, 1, 4, "i", "i", 5],                    # dy dt A C r q local_grads
     "chunk_grad_rows": [4, 3, 1, 4, 4, 1, 4, 5, "i", "i", 4, 4],       # x dt A B C D dy grad_boundary r q dx dD
-    "chunk_grad_columns": [4, 3, 1, 4, 4, 4, 5, 5, "i", "i", 4, 4],    # x dt A B C dy boundary grad_b r q V W
-    "decay_grads_in_chunk": [3, 4, 4, 4, 4, 4, 5, "i", "i", 3, 3, 3],  # dt B C V W d_final boundary r q da sums BW
-    "decay_grads_finish": [3, 1, 3, 3, 3, "i", 3, 3],                  # dt A da sums BW q ddt dA_partial
+    "chunk_grad_columns": [4, 3, 1, 4, 4, 4, 5, 5, "i", "i", 4, 4, 4],  # x dt A B C dy boundary grad_b r q V W
+                                                                         # end_dots
+    "decay_grads": [4, 3, 1, 4, 4, 4, 4, 4, 4, 5, 5, "i", "i", 3, 3, 3],  # x dt A B C dy V W end_dots boundary
+                                                                          # grad_b r q da ddt dA_partial
     "group_sums": [3, 4, 4, "i", 4, 4],                                # dt V W r dB dC
 }
 

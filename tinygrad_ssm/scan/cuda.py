@@ -12,13 +12,12 @@ The sequence is cut into c chunks of q steps (the last may be shorter), and each
             2. pass_chunks (reverse) the boundary gradients, d initial_state among them
             5. chunk_grad_rows    dx_t = dt_t G_t B_t + D dy_t, and the dD partial sums         (thread per p row)
             6. chunk_grad_columns V_t = S_t^T dy_t and W_t = G_t^T x_t (n-vectors per head)     (thread per n column)
-            7./8. decay_grads     the gradient of a_t, by a reverse cumulative sum (below), ddt and dA
-            9. group_sums         dC = sum over the group's heads of V, dB = sum of dt W
+            7. decay_grads        the gradient of a_t, then ddt and dA (cuda_decay.py)                (thread per chunk)
+            8. group_sums         dC = sum over the group's heads of V, dB = sum of dt W
 Only the c + 1 boundary states are kept between forward and backward; the backward recomputes the rest.
-The gradient of the log decay a_t is <G_t, exp(a_t) S_{t-1}>, which needs S and G at the same step; it equals
-    da_t = sum_{t' >= t} (C_t'.V_t' - dt_t' B_t'.W_t') + <d final_state, S_l>
-(<G_t, S_t> = <dy_t, S_t C_t> + da_{t+1} and S_t - exp(a_t) S_{t-1} = dt_t x_t B_t^T), so forward-running and
-backward-running passes never meet. Then ddt_t = B_t.W_t + A da_t and dA = sum_t dt_t da_t.
+The gradient of the log decay a_t is <G_t, exp(a_t) S_{t-1}>, which needs S and G at the same step; inside a
+chunk it is a sum over the chunk's later steps of V and W and a chunk-end product that kernel 6 leaves, exact
+only where those are finite (cuda_decay.py's docstring), so forward-running and backward-running passes never meet.
 
 Layout: a row kernel's block is (chunk, batch * head, tile of p rows), one thread per row of the state, its n
 entries in a thread-local array; a column kernel's block is (chunk, batch * head, tile of n columns), one
@@ -37,6 +36,7 @@ import math
 
 import numpy as np
 
+from . import cuda_decay
 from .cuda_availability import import_numba_cuda
 from .cuda_availability import available, simulated, why_unavailable  # noqa: F401  (the backend's interface)
 
@@ -67,7 +67,7 @@ def static_shared_bytes(itemsize: int, n: int, p: int) -> dict[str, int]:
 
 @functools.lru_cache(maxsize=None)
 def kernels(float_type: str, n: int, p: int):
-    """The nine kernels, compiled for one float type ('float32' | 'float64') and state size (p, n): the
+    """The eight kernels, compiled for one float type ('float32' | 'float64') and state size (p, n): the
     thread-local rows and columns and the shared tiles need sizes known at compile time."""
     _cuda()
     from numba import types
@@ -246,11 +246,12 @@ def kernels(float_type: str, n: int, p: int):
             dD_partial[bi, ck, hi, pi] = dD_sum
 
     @cuda.jit
-    def chunk_grad_columns(x, dt, A, B, C, dy, boundary, grad_boundary, r, q, V, W):
+    def chunk_grad_columns(x, dt, A, B, C, dy, boundary, grad_boundary, r, q, V, W, end_dots):
         """6. Per head, V_t = S_t^T dy_t and W_t = G_t^T x_t (n-vectors, sums over p): S_t recomputed forwards
-        from boundary[c], G_t backwards from grad_boundary[c+1], one column ni of each per thread.
+        from boundary[c], G_t backwards from grad_boundary[c+1], one column ni of each per thread; and, where the
+        thread holds both, end_dots = column ni of <grad_boundary[c+1], S at the chunk's end> (for kernel 7).
         grid (c, b h, ceil(n / tile)), block (tile,); x, dy staged in shared memory.
-        -> V, W (b, l, h, n)."""
+        -> V, W (b, l, h, n), end_dots (b, c, h, n)."""
         x_tile = cuda.shared.array((STAGE, P), ft)
         dy_tile = cuda.shared.array((STAGE, P), ft)
         dt_tile = cuda.shared.array(STAGE, ft)
@@ -282,8 +283,12 @@ def kernels(float_type: str, n: int, p: int):
                         acc += col[k] * dy_tile[i, k]
                     V[bi, t0 + i, hi, ni] = acc
         if ni < N:
-            for k in range(P):
-                col[k] = grad_boundary[ck + 1, bi, hi, k, ni]
+            end_dot = ZERO
+            for k in range(P):                      # col: S at the chunk's end, then G entering it from later
+                g_end = grad_boundary[ck + 1, bi, hi, k, ni]
+                end_dot += g_end * col[k]
+                col[k] = g_end
+            end_dots[bi, ck, hi, ni] = end_dot
         for t1 in range(end, start, -STAGE):        # backwards: G_t and W_t
             t0 = max(start, t1 - STAGE)
             cuda.syncthreads()
@@ -304,54 +309,6 @@ def kernels(float_type: str, n: int, p: int):
                     W[bi, t0 + i, hi, ni] = acc
 
     @cuda.jit
-    def decay_grads_in_chunk(dt, B, C, V, W, d_final, boundary, r, q, da, chunk_sums, BW):
-        """7. Inside chunk c, da_t = sum_{t' >= t in c} (C_t'.V_t' - dt_t' B_t'.W_t'), plus <d final_state, S_l>
-        in the last chunk; the chunk's total; and BW_t = B_t.W_t (= x_t . G_t B_t).
-        grid (ceil(b h c / 128),), block (128,): thread = (bi, hi, chunk).
-        d_final (b, h, p, n), boundary (c + 1, b, h, p, n) -> da, BW (b, l, h), chunk_sums (b, c, h)."""
-        i = cuda.grid(1)
-        b, c, h = chunk_sums.shape
-        if i >= b * h * c:
-            return
-        bi, hi, ck = i // (h * c), i // c % h, i % c
-        gi = hi // r
-        start, end = ck * q, min(ck * q + q, dt.shape[1])
-        running = ZERO
-        if ck == c - 1:
-            for pi in range(P):
-                for k in range(N):
-                    running += d_final[bi, hi, pi, k] * boundary[c, bi, hi, pi, k]
-        for t in range(end - 1, start - 1, -1):
-            cv = ZERO
-            bw = ZERO
-            for k in range(N):
-                cv += C[bi, t, gi, k] * V[bi, t, hi, k]
-                bw += B[bi, t, gi, k] * W[bi, t, hi, k]
-            running += cv - dt[bi, t, hi] * bw
-            da[bi, t, hi] = running
-            BW[bi, t, hi] = bw
-        chunk_sums[bi, ck, hi] = running
-
-    @cuda.jit
-    def decay_grads_finish(dt, A, da, chunk_sums, BW, q, ddt, dA_partial):
-        """8. da_t += the later chunks' totals; ddt_t = B_t.W_t + A da_t; dA_partial = sum_{t in c} dt_t da_t.
-        Same grid as decay_grads_in_chunk. -> ddt (b, l, h), dA_partial (b, c, h)."""
-        i = cuda.grid(1)
-        b, c, h = chunk_sums.shape
-        if i >= b * h * c:
-            return
-        bi, hi, ck = i // (h * c), i // c % h, i % c
-        offset = ZERO
-        for later in range(ck + 1, c):
-            offset += chunk_sums[bi, later, hi]
-        acc = ZERO
-        for t in range(ck * q, min(ck * q + q, dt.shape[1])):
-            d = da[bi, t, hi] + offset
-            ddt[bi, t, hi] = BW[bi, t, hi] + A[hi] * d
-            acc += dt[bi, t, hi] * d
-        dA_partial[bi, ck, hi] = acc
-
-    @cuda.jit
     def group_sums(dt, V, W, r, dB, dC):
         """9. dC[.., gi, :] = sum over the group's heads of V, dB[.., gi, :] = sum of dt W.
         grid (ceil(b l g n / 128),), block (128,): thread = one element of dB and dC (b, l, g, n)."""
@@ -370,8 +327,7 @@ def kernels(float_type: str, n: int, p: int):
 
     return dict(chunk_states=chunk_states, pass_chunks=pass_chunks, chunk_outputs=chunk_outputs,
                 chunk_grad_states=chunk_grad_states, chunk_grad_rows=chunk_grad_rows,
-                chunk_grad_columns=chunk_grad_columns, decay_grads_in_chunk=decay_grads_in_chunk,
-                decay_grads_finish=decay_grads_finish, group_sums=group_sums)
+                chunk_grad_columns=chunk_grad_columns, group_sums=group_sums, **cuda_decay.kernels(float_type))
 
 
 def chunk_geometry(l: int, chunk_size: int) -> tuple[int, int]:
@@ -445,14 +401,14 @@ def backward_device(x, dt, A, B, C, D, boundary, chunk_log_decay, dy, d_final, c
     dx, dD_partial = cuda.device_array((b, l, h, p), dtype), cuda.device_array((b, c, h, p), dtype)
     k["chunk_grad_rows"][rows, row_block](x, dt, A, B, C, D, dy, grad_boundary, r, q, dx, dD_partial)
     V, W = cuda.device_array((b, l, h, n), dtype), cuda.device_array((b, l, h, n), dtype)
+    end_dots = cuda.device_array((b, c, h, n), dtype)
     tile = min(n, MAX_TILE)
     k["chunk_grad_columns"][(c, b * h, -(-n // tile)), (tile,)](x, dt, A, B, C, dy, boundary, grad_boundary,
-                                                                 r, q, V, W)
-    da, BW, ddt = (cuda.device_array((b, l, h), dtype) for _ in range(3))
-    chunk_sums, dA_partial = cuda.device_array((b, c, h), dtype), cuda.device_array((b, c, h), dtype)
-    per_chunk = -(-b * h * c // 128)
-    k["decay_grads_in_chunk"][per_chunk, 128](dt, B, C, V, W, d_final, boundary, r, q, da, chunk_sums, BW)
-    k["decay_grads_finish"][per_chunk, 128](dt, A, da, chunk_sums, BW, q, ddt, dA_partial)
+                                                                 r, q, V, W, end_dots)
+    da, ddt = cuda.device_array((b, l, h), dtype), cuda.device_array((b, l, h), dtype)   # da: scratch
+    dA_partial = cuda.device_array((b, c, h), dtype)
+    k["decay_grads"][-(-b * h * c // 128), 128](x, dt, A, B, C, dy, V, W, end_dots, boundary, grad_boundary,
+                                                r, q, da, ddt, dA_partial)
     dB, dC = cuda.device_array((b, l, g, n), dtype), cuda.device_array((b, l, g, n), dtype)
     k["group_sums"][-(-b * l * g * n // 128), 128](dt, V, W, r, dB, dC)
     return dx, ddt, dA_partial, dB, dC, dD_partial, grad_boundary
