@@ -178,6 +178,8 @@ def test_cli_eval_and_generate_take_weights(tmp_path, capsys):
         report = json.loads((tmp_path / f"{weights}.json").read_text())
         ppl[weights] = report["perplexity"]
         assert report["weights"] == ("float" if weights == "float32" else weights)
+        printed = capsys.readouterr().out                               # the text says which weights it scored
+        assert ("weights:" not in printed) if weights == "float32" else (f"\nweights: {weights} (in_proj" in printed)
     assert ppl["int8"] != ppl["float32"] and abs(ppl["int8"] / ppl["float32"] - 1) < 0.05
     capsys.readouterr()
     assert cli.main(["generate", "--model", str(tmp_path / "m"), "--prompt", "the", "--max-new-tokens", "5",
