@@ -175,7 +175,7 @@ def compare(dtype: str = "float64", steps: int = 100, new_tokens: int = 64, seed
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--json", default=default_json("parity_transformers"))
     args = parser.parse_args(argv)
