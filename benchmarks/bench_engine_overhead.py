@@ -82,7 +82,8 @@ def main(argv=None):
                  ["op", "ours fwd", "torch fwd", "ratio", "ours fwd+bwd", "torch fwd+bwd", "ratio"], rows,
                  notes=["ratio = ours / torch: above 1 we are slower. On tensors this small both sides measure "
                         "their Python and dispatch overhead, not arithmetic.",
-                        "torch runs with 1 thread (set_num_threads(1)); NumPy's small ops are single-threaded."],
+                        "torch runs with 1 thread (set_num_threads(1)); NumPy's small ops are single-threaded."
+                        if torch is not None else "torch is not installed (pip install -e '.[bench]'): ours only"],
                  per_op=per_op)
 
 

@@ -91,3 +91,29 @@ def test_threads_must_be_a_number_and_tables_print_thousands_plainly(monkeypatch
     with pytest.raises(SystemExit, match="--threads must be a whole number of threads, got 'abc'"):
         _common.threads_from_argv()
     assert _common.format_table(["a", "b"], [[7760.4, 0.01234]]).splitlines()[-1].split() == ["7,760", "0.0123"]
+
+
+def test_missing_references_stop_with_what_to_do(tmp_path, monkeypatch, capsys):
+    """Without llama.cpp, bench_llama_cpp loaded two 130M models, warmed them up, then died in subprocess's
+    FileNotFoundError (a folder without config.json: from_pretrained's traceback); parity_transformers without
+    torch ended in an ImportError traceback; bench_engine_overhead without torch said 'torch runs with 1 thread'."""
+    import bench_llama_cpp
+    for name in ("f32.gguf", "q8_0.gguf"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(SystemExit, match="holds no config.json: give the folder --export wrote"):
+        bench_llama_cpp.main(["--model", str(tmp_path), "--llama-bench", str(tmp_path / "llama-bench")])
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(SystemExit, match=r"--llama-bench '.*llama-bench' is not an executable file: build llama.cpp"):
+        bench_llama_cpp.main(["--model", str(tmp_path), "--llama-bench", str(tmp_path / "llama-bench")])
+
+    monkeypatch.setitem(sys.modules, "torch", None)                     # torch not installed
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    import parity_transformers
+    with pytest.raises(SystemExit, match=r"needs the bench extra \(pip install -e '.\[bench\]'\)"):
+        parity_transformers.main(["--steps", "1", "--json", str(tmp_path / "p.json")])
+    import bench_engine_overhead
+    monkeypatch.setattr(bench_engine_overhead, "per_call", lambda fn, calls: 1.0)
+    bench_engine_overhead.main(["--quick", "--json", str(tmp_path / "e.json")])
+    result = json.loads((tmp_path / "e.json").read_text())
+    assert result["rows"][0][2] == "-" and "torch is not installed" in result["notes"][1]
+    assert "set_num_threads" not in capsys.readouterr().out
