@@ -52,7 +52,7 @@ _LOADED = """
 import contextlib, io, os, runpy, sys
 path = list(sys.path)
 for script in sys.argv[1:]:
-    sys.path[:] = [os.path.dirname(script)] + path                      # as `python benchmarks/X.py` has it
+    sys.path[:] = [os.path.dirname(script)] + path                      # as running the script has it
     for name in [m for m in sys.modules if m.split(".")[0] in ("tinygrad_ssm", "_common") or m.startswith("bench")]:
         del sys.modules[name]
     sys.argv = [script, "--help"]
