@@ -49,10 +49,13 @@ def threads_from_argv(default: int | None = None) -> int | None:
     imports NumPy, which reads them when it loads its BLAS); then imports tinygrad_ssm. Returns N or None."""
     n = default
     for i, arg in enumerate(sys.argv):
-        if arg == "--threads" and i + 1 < len(sys.argv):
-            n = int(sys.argv[i + 1])
-        elif arg.startswith("--threads="):
-            n = int(arg.split("=", 1)[1])
+        value = sys.argv[i + 1] if arg == "--threads" and i + 1 < len(sys.argv) else \
+            arg.split("=", 1)[1] if arg.startswith("--threads=") else None
+        if value is not None:
+            try:
+                n = int(value)
+            except ValueError:   # (argparse has not run yet: this is the flag's first reader)
+                raise SystemExit(f"--threads must be a whole number of threads, got {value!r}") from None
     if n is not None:
         if n < 1:
             raise SystemExit(f"--threads must be >= 1, got {n}")
@@ -152,8 +155,8 @@ def format_table(columns, rows) -> str:
 
 
 def _cell(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    if isinstance(value, float):  # (.3g wrote 7,760 as 7.76e+03)
+        return f"{value:.3g}" if abs(value) < 1e3 else f"{value:,.0f}"
     return str(value)
 
 
@@ -165,8 +168,11 @@ def save_json(path, result: dict, indent: int = 1) -> None:
     one these scripts wrote (it carries WRITTEN_BY); never through a symbolic link. Anything else of the user's at
     that path is refused (SystemExit naming it), and left as it is."""
     from tinygrad_ssm.io.atomic_write import write_atomic
-    path = Path(path)
     text = json.dumps({**result, "written_by": WRITTEN_BY}, indent=indent, default=float) + "\n"
+    if str(path) == "-":                                                # as dump_json: stdout, not a file named -
+        sys.stdout.write(text)
+        return
+    path = Path(path)
     existing = path.exists() or path.is_symlink()
     if existing and not (not path.is_symlink() and path.is_file() and
                          (path.resolve().parent == RESULTS.resolve() or _written_by_us(path))):
@@ -195,12 +201,25 @@ def write_result(path, name: str, title: str, columns, rows, notes=(), plots=(),
     for note in notes:
         print(f"  {note}")
     save_json(path, result)
-    print(f"wrote {path}")
+    if str(path) != "-":
+        print(f"wrote {path}")
     return result
 
 
 def default_json(name: str) -> str:
     return str(RESULTS / f"{name}.json")
+
+
+def result_path(json_arg: str | None, name: str, quick: bool = False) -> str:
+    """Where a script's --json goes: the flag's path, else benchmarks/results/NAME.json, or NAME_quick.json for a
+    --quick run (a smoke run's figures never replace the record run_all.py renders into docs/benchmarks.md)."""
+    return json_arg if json_arg is not None else default_json(name + ("_quick" if quick else ""))
+
+
+def json_help(name: str) -> str:
+    """--json's help for a script with --quick (result_path's rule)."""
+    return (f"where the JSON goes, - for stdout [{default_json(name)}; with --quick "
+            f"{default_json(name + '_quick')}]")
 
 
 def dump_json(result: dict, where: str) -> None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import time
 
+import _common  # noqa: F401, I001  (first: puts this clone on sys.path before the installed package)
 import tinygrad_ssm  # noqa: F401
 import numpy as np
 
-from _common import default_json, write_result
+from _common import json_help, result_path, write_result
 
 import tinygrad_ssm as tg  # noqa: E402  (_common puts the repository on the path)
 from tinygrad_ssm.autograd import functional as F  # noqa: E402
@@ -47,9 +48,9 @@ def per_call(fn, calls: int) -> float:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--quick", action="store_true", help="fewer calls: a smoke run")
-    parser.add_argument("--json", default=default_json("bench_engine_overhead"))
+    parser.add_argument("--json", default=None, help=json_help("bench_engine_overhead"))
     args = parser.parse_args(argv)
     calls = 200 if args.quick else 2000
     try:
@@ -76,12 +77,13 @@ def main(argv=None):
                      fwd / row["torch_forward_us"] if torch is not None else "-",
                      bwd, row.get("torch_fwd_bwd_us", "-"),
                      bwd / row["torch_fwd_bwd_us"] if torch is not None else "-"])
-    write_result(args.json, "bench_engine_overhead",
+    write_result(result_path(args.json, "bench_engine_overhead", args.quick), "bench_engine_overhead",
                  f"Engine overhead per op, float32 {SHAPE}, microseconds per call (best of 3 x {calls})",
                  ["op", "ours fwd", "torch fwd", "ratio", "ours fwd+bwd", "torch fwd+bwd", "ratio"], rows,
                  notes=["ratio = ours / torch: above 1 we are slower. On tensors this small both sides measure "
                         "their Python and dispatch overhead, not arithmetic.",
-                        "torch runs with 1 thread (set_num_threads(1)); NumPy's small ops are single-threaded."],
+                        "torch runs with 1 thread (set_num_threads(1)); NumPy's small ops are single-threaded."
+                        if torch is not None else "torch is not installed (pip install -e '.[bench]'): ours only"],
                  per_op=per_op)
 
 

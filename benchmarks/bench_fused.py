@@ -131,7 +131,7 @@ def run_once(build, ops) -> tuple:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="threads for numba and BLAS (read at start)")
     parser.add_argument("--baseline", default=None, help="also time the fused ops of this git revision")

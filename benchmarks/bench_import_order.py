@@ -79,7 +79,7 @@ def main(argv=None) -> dict:
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--threads", type=int, default=None, help="threads for every library (default: their own)")
     p.add_argument("--quick", action="store_true", help="tiny config, batch 2 x 64, 2 rounds: a smoke run")
-    p.add_argument("--json", default=common.default_json("bench_import_order"), help="where the JSON goes [%(default)s]")
+    p.add_argument("--json", default=None, help=common.json_help("bench_import_order"))
     args = p.parse_args(argv)
     config = common.QUICK_CONFIG if args.quick else common.CONFIG
     if args.quick:
@@ -107,7 +107,7 @@ def main(argv=None) -> dict:
     title = (f"fresh process per order, d_model {config['d_model']}, {config['n_layer']} layers, step batch "
              f"{args.batch} x {args.seqlen} (median of {args.steps} after 2), greedy generation of "
              f"{args.new_tokens} tokens at batch 1 (median of 5); medians of {args.rounds} rounds")
-    return common.write_result(args.json, "bench_import_order", title, columns, rows,
+    return common.write_result(common.result_path(args.json, "bench_import_order", args.quick), "bench_import_order", title, columns, rows,
                                notes=["each round's ratio is to the tinygrad_ssm-first process of the same round; the "
                                       "table gives their median and, under 'rounds', their range"],
                                runs=runs, threads=THREADS)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +93,13 @@ def main(argv=None) -> dict | None:
     if missing:
         raise SystemExit(f"{NAME}: missing {', '.join(missing)}: convert {folder} with llama.cpp's "
                          "convert_hf_to_gguf.py first (see the usage: python benchmarks/bench_llama_cpp.py -h)")
+    if not (folder / "config.json").is_file():                          # (our side loads the same weights)
+        raise SystemExit(f"{NAME}: --model {str(folder)!r} holds no config.json: give the folder --export wrote, "
+                         f"into which the GGUF files were converted")
+    binary = shutil.which(args.llama_bench)                             # checked before minutes of our side's work
+    if binary is None or not os.access(binary, os.X_OK):
+        raise SystemExit(f"{NAME}: --llama-bench {args.llama_bench!r} is not an executable file: build llama.cpp "
+                         f"(its llama-bench; how: docs/benchmarks.md) and give the binary's path")
     ours = {"f32": Mamba2LMHeadModel.from_pretrained(folder),
             "int8": Mamba2LMHeadModel.from_pretrained(folder).quantize("int8")}
     runs = {fmt: our_runs(model) for fmt, model in ours.items()}
@@ -100,7 +109,7 @@ def main(argv=None) -> dict | None:
     times = {(side, fmt, test): [] for side in ("ours", "llama.cpp") for fmt in FORMATS for test in TESTS}
     build = None
     for round_ in range(args.repeats):
-        theirs, build = llama_bench(args.llama_bench, list(ggufs.values()), args.threads or 2)
+        theirs, build = llama_bench(binary, list(ggufs.values()), args.threads or 2)
         for fmt, gguf in ggufs.items():
             for test in TESTS:
                 times[("llama.cpp", fmt, test)].append(theirs[(gguf.name, test)])

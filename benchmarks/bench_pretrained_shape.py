@@ -396,8 +396,7 @@ def main(argv=None) -> dict:
     p.add_argument("--chunks", type=int, nargs="+", default=list(Plan.chunks), help="fine-tuning chunk sizes")
     p.add_argument("--threads", type=int, default=2, help="threads for every library on both sides [2]")
     p.add_argument("--quick", action="store_true", help="tiny config and sizes, seconds: a smoke run")
-    p.add_argument("--json", default=None, help=f"where the JSON goes [{common.default_json(NAME)}; with --quick "
-                                                f"{common.default_json(NAME + '_quick')}]")
+    p.add_argument("--json", default=None, help=common.json_help(NAME))
     p.add_argument(common.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)   # "SIDE@CHUNK"
     p.add_argument(STEPS_FLAG, dest="steps_of", help=argparse.SUPPRESS)           # "SIDE"
     args = p.parse_args(argv)
@@ -475,7 +474,7 @@ def main(argv=None) -> dict:
              f"median of {plan.repeats} ({plan.eval_repeats} for eval, {plan.train_repeats} per chunk size for "
              "fine-tuning)"
              + (" [--quick: a tiny config]" if args.quick else ""))
-    path = args.json or common.default_json(NAME + ("_quick" if args.quick else ""))
+    path = common.result_path(args.json, NAME, args.quick)
     return common.write_result(path, NAME, title, COLUMNS, [[r[k] if r[k] is not None else "-" for k in KEYS]
                                                              for r in rows], notes=notes,
                                results=rows, goals=met, bandwidth=bandwidth, config=config_kw, plan=vars(plan),

@@ -17,8 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _common  # noqa: F401, I001  (first: puts this clone on sys.path before the installed package)
 import tinygrad_ssm  # noqa: F401
-from _common import default_json, fitted_exponent, peak_increment, timeit, write_result
+from _common import fitted_exponent, json_help, result_path, peak_increment, timeit, write_result
 
 MODEL = dict(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, ngroups=1, chunk_size=64,
              tie_embeddings=True)
@@ -110,9 +111,9 @@ def _in_child(*args) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--quick", action="store_true", help="two lengths, one repeat: a smoke run")
-    parser.add_argument("--json", default=default_json("bench_scaling"))
+    parser.add_argument("--json", default=None, help=json_help("bench_scaling"))
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -169,7 +170,7 @@ def main(argv=None):
              "(side, l) in a fresh process",
              "generation peak MiB by generated tokens: " + "; ".join(
                  f"{s} " + ", ".join(f"{n}: {gen[s][n]['peak_bytes'] / 2**20:.1f}" for n in generated) for s in sides)]
-    write_result(args.json, "bench_scaling", f"Scaling with sequence length, float32, model {MODEL}", columns, rows,
+    write_result(result_path(args.json, "bench_scaling", args.quick), "bench_scaling", f"Scaling with sequence length, float32, model {MODEL}", columns, rows,
                  notes=notes, plots=plots, step=step, generation=gen, exponents=exponents,
                  extra_tables=[{"title": "Generation (batch 1, greedy): peak memory against generated tokens",
                                 "columns": ["generated tokens"] + [f"{s} peak MiB" for s in sides],

@@ -23,13 +23,13 @@ import sys
 import time
 from pathlib import Path
 
+import _common  # noqa: F401, I001  (first: puts this clone on sys.path before the installed package)
 import tinygrad_ssm  # noqa: F401
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tinygrad_ssm as tg                                                           # noqa: E402
 from tinygrad_ssm.scan import available_backends, ssd                           # noqa: E402
-from _common import save_json                                                     # noqa: E402
+from _common import json_help, result_path, save_json                                                     # noqa: E402
 
 try:
     import torch
@@ -196,7 +196,7 @@ def profile_numba(shape, repeats, chunk):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", default="benchmarks/results/bench_ssd.json", help="where to write [%(default)s]")
+    parser.add_argument("--json", default=None, help=json_help("bench_ssd"))
     parser.add_argument("--quick", action="store_true", help="smoke run: small shapes, 2 repeats, no memory")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--chunk", type=int, default=64, help="numba's chunk (checkpoint interval) [%(default)s]")
@@ -276,8 +276,10 @@ def main(argv=None):
             [report["scaling"][l][name]["median_s"] for l in ran]), 1)[0])
     print("fitted exponent of time ~ l^k: " + ", ".join(f"{k} {v:.2f}" for k, v in report["fitted_exponent"].items()))
 
-    save_json(args.json, report)
-    print(f"wrote {args.json}")
+    path = result_path(args.json, "bench_ssd", args.quick)
+    save_json(path, report)
+    if path != "-":
+        print(f"wrote {path}")
     return report
 
 

@@ -24,6 +24,7 @@ import json
 import sys
 import time
 
+import _common  # noqa: F401, I001  (first: puts this clone on sys.path before the installed package)
 import numpy as np
 
 import tinygrad_ssm as tg

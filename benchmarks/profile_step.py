@@ -18,6 +18,7 @@ import resource
 import sys
 import time
 
+import _common  # noqa: F401, I001  (first: puts this clone on sys.path before the installed package)
 import tinygrad_ssm  # noqa: F401
 import numpy as np
 

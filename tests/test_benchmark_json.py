@@ -1,6 +1,8 @@
 """The benchmark scripts' --json (benchmarks/_common.py save_json) writes a new file, or over a result of their
 own; a user's file or a symbolic link at that path is refused and left as it is."""
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,3 +26,94 @@ def test_save_json_replaces_only_its_own_results(tmp_path):
     for run in (1, 2):  # the second run replaces the first one's result
         _common.save_json(ours, {"name": "x", "run": run})
         assert json.loads(ours.read_text())["run"] == run
+
+
+def test_json_dash_is_stdout_and_quick_runs_keep_the_record(tmp_path, capsys, monkeypatch):
+    """--json - made a file named '-' in the scripts that write through write_result; and a --quick run without
+    --json replaced benchmarks/results/NAME.json, the record run_all.py renders, with a smoke run's figures."""
+    monkeypatch.chdir(tmp_path)
+    _common.save_json("-", {"name": "x"})
+    assert json.loads(capsys.readouterr().out)["name"] == "x" and not (tmp_path / "-").exists()
+    assert _common.result_path(None, "bench_ssd") == str(_common.RESULTS / "bench_ssd.json")
+    assert _common.result_path(None, "bench_ssd", quick=True) == str(_common.RESULTS / "bench_ssd_quick.json")
+    assert _common.result_path("mine.json", "bench_ssd", quick=True) == "mine.json"
+
+    import bench_engine_overhead                                        # a script's own choice, end to end
+    written = []
+    monkeypatch.setattr(bench_engine_overhead, "per_call", lambda fn, calls: 1.0)
+    monkeypatch.setattr(_common, "save_json", lambda path, result, indent=1: written.append(str(path)))
+    bench_engine_overhead.main(["--quick"])
+    bench_engine_overhead.main([])
+    assert written == [str(_common.RESULTS / "bench_engine_overhead_quick.json"),
+                       str(_common.RESULTS / "bench_engine_overhead.json")]
+
+
+_LOADED = """
+import contextlib, io, os, runpy, sys
+path = list(sys.path)
+for script in sys.argv[1:]:
+    sys.path[:] = [os.path.dirname(script)] + path                      # as running the script has it
+    for name in [m for m in sys.modules if m.split(".")[0] in ("tinygrad_ssm", "_common") or m.startswith("bench")]:
+        del sys.modules[name]
+    sys.argv = [script, "--help"]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit:
+        pass
+    module = sys.modules.get("tinygrad_ssm")
+    print(os.path.basename(script), module and module.__file__)
+"""
+
+
+def test_every_script_measures_this_clone_not_an_installed_package(tmp_path):
+    """bench_ssd, bench_scaling, bench_engine_overhead, profile_step and gpu_check imported tinygrad_ssm before
+    _common put the clone on sys.path: they measured whatever copy was installed (or failed without one)."""
+    decoy = tmp_path / "site" / "tinygrad_ssm"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("")                              # an installed copy, elsewhere
+    here = Path(__file__).resolve().parents[1]
+    scripts = sorted(str(p) for p in (here / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    done = subprocess.run([sys.executable, "-c", _LOADED, *scripts], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert set(loaded) == {Path(s).name for s in scripts}
+    wrong = {name: where for name, where in loaded.items()
+             if where != "None" and not where.startswith(str(here / "tinygrad_ssm"))}
+    assert not wrong
+
+
+def test_threads_must_be_a_number_and_tables_print_thousands_plainly(monkeypatch):
+    """--threads abc ended in int()'s traceback; a float of 7,760 printed as 7.76e+03."""
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--threads", "abc"])
+    with pytest.raises(SystemExit, match="--threads must be a whole number of threads, got 'abc'"):
+        _common.threads_from_argv()
+    assert _common.format_table(["a", "b"], [[7760.4, 0.01234]]).splitlines()[-1].split() == ["7,760", "0.0123"]
+
+
+def test_missing_references_stop_with_what_to_do(tmp_path, monkeypatch, capsys):
+    """Without llama.cpp, bench_llama_cpp loaded two 130M models, warmed them up, then died in subprocess's
+    FileNotFoundError (a folder without config.json: from_pretrained's traceback); parity_transformers without
+    torch ended in an ImportError traceback; bench_engine_overhead without torch said 'torch runs with 1 thread'."""
+    import bench_llama_cpp
+    for name in ("f32.gguf", "q8_0.gguf"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(SystemExit, match="holds no config.json: give the folder --export wrote"):
+        bench_llama_cpp.main(["--model", str(tmp_path), "--llama-bench", str(tmp_path / "llama-bench")])
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(SystemExit, match=r"--llama-bench '.*llama-bench' is not an executable file: build llama.cpp"):
+        bench_llama_cpp.main(["--model", str(tmp_path), "--llama-bench", str(tmp_path / "llama-bench")])
+
+    monkeypatch.setitem(sys.modules, "torch", None)                     # torch not installed
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    import parity_transformers
+    with pytest.raises(SystemExit, match=r"needs the bench extra \(pip install -e '.\[bench\]'\)"):
+        parity_transformers.main(["--steps", "1", "--json", str(tmp_path / "p.json")])
+    import bench_engine_overhead
+    monkeypatch.setattr(bench_engine_overhead, "per_call", lambda fn, calls: 1.0)
+    bench_engine_overhead.main(["--quick", "--json", str(tmp_path / "e.json")])
+    result = json.loads((tmp_path / "e.json").read_text())
+    assert result["rows"][0][2] == "-" and "torch is not installed" in result["notes"][1]
+    assert "set_num_threads" not in capsys.readouterr().out

@@ -178,6 +178,8 @@ def test_cli_eval_and_generate_take_weights(tmp_path, capsys):
         report = json.loads((tmp_path / f"{weights}.json").read_text())
         ppl[weights] = report["perplexity"]
         assert report["weights"] == ("float" if weights == "float32" else weights)
+        printed = capsys.readouterr().out                               # the text says which weights it scored
+        assert ("weights:" not in printed) if weights == "float32" else (f"\nweights: {weights} (in_proj" in printed)
     assert ppl["int8"] != ppl["float32"] and abs(ppl["int8"] / ppl["float32"] - 1) < 0.05
     capsys.readouterr()
     assert cli.main(["generate", "--model", str(tmp_path / "m"), "--prompt", "the", "--max-new-tokens", "5",
@@ -212,3 +214,64 @@ def test_saving_a_model_whose_varmap_another_model_quantized_is_refused(tmp_path
         b.save_pretrained(tmp_path / "b")
     assert not (tmp_path / "b").exists()
     a.save_pretrained(tmp_path / "a")  # the quantized one saves its own format
+
+
+@pytest.mark.parametrize("fmt", Q.FORMATS)
+@pytest.mark.parametrize("tied", [True, False])
+def test_backward_through_quantized_weights_is_refused_naming_the_module(fmt, tied):
+    """A loss.backward() after quantize failed with the engine's 'does not require grad' (the graph was cut at
+    every quantized product): now it names the module and says what to do; no gradient is left anywhere."""
+    model = small_model(tied=tied).quantize(fmt)
+    ids = np.array([[1, 2, 3, 4]])
+    loss = model.loss(ids[:, :-1], ids[:, 1:])
+    head = "backbone.embedding" if tied else "lm_head"
+    with pytest.raises(RuntimeError, match=rf"backward through '{head}': its weights are {fmt} \(model.quantize\), "
+                                           rf"for inference only.*train or fine-tune the float model, then quantize"):
+        loss.backward()
+    assert all(t.grad is None for t in model.varmap.all_vars())
+    from tinygrad_ssm import no_grad
+    with no_grad():                                                     # inference builds no graph
+        assert model(ids).grad_fn is None and not model(ids).requires_grad
+
+
+@pytest.mark.parametrize("fmt", Q.FORMATS)
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_non_finite_weight_is_refused_naming_it_and_nothing_changes(fmt, bad):
+    """int8 made that block's scale NaN and its 32 weights 0, and saved a folder from_pretrained called corrupt;
+    bfloat16 saved the NaN. A float model's save refuses non-finite weights: so does quantize."""
+    model = small_model(dtype="float32")
+    name = "backbone.layers.1.mixer.out_proj.weight"
+    model.varmap[name].data[2, 3] = bad
+    with pytest.raises(ValueError, match=rf"quantize: tensor '{name}' holds 1 non-finite value\(s\).*nothing was "
+                                         rf"changed"):
+        model.quantize(fmt)
+    assert getattr(model, "weights_format", "float") == "float" and name in model.varmap
+
+
+@pytest.mark.parametrize("fmt", Q.FORMATS)
+def test_a_quantized_save_is_checked_as_a_float_save_is(fmt, tmp_path):
+    """save_pretrained of a quantized model wrote through nothing's checks: it replaced a link and another
+    program's config.json, wrote a non-finite float parameter, and failed on a file path with FileExistsError."""
+    from tinygrad_ssm.models.mamba2.pretrained import PretrainedError
+    model = small_model(dtype="float32").quantize(fmt)
+    link = tmp_path / "link"
+    link.mkdir()
+    (tmp_path / "target").write_bytes(b"theirs")
+    (link / "model.safetensors").symlink_to(tmp_path / "target")
+    with pytest.raises(PretrainedError, match=r"model.safetensors' is a symbolic link; nothing is written"):
+        model.save_pretrained(link)
+    assert (link / "model.safetensors").is_symlink() and not (link / "config.json").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text('{"my": "settings"}')
+    with pytest.raises(PretrainedError, match="holds config.json of something other than a Mamba-2 model"):
+        model.save_pretrained(other)
+    assert (other / "config.json").read_text() == '{"my": "settings"}' and not (other / "model.safetensors").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PretrainedError, match="is a file; give a folder"):
+        model.save_pretrained(tmp_path / "file")
+    model.varmap["backbone.norm_f.weight"].data[0] = np.nan
+    with pytest.raises(PretrainedError, match="tensor 'backbone.norm_f.weight' holds 1 non-finite.*nothing was "
+                                              "written"):
+        model.save_pretrained(tmp_path / "nan")
+    assert not (tmp_path / "nan").exists()

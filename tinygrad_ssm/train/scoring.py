@@ -127,6 +127,9 @@ def describe(report: dict, trained_val_bpb: float | None = None) -> str:
              f"windows of {report['window']} tokens, state "
              f"{'carried between them' if report['carry_state'] else 'reset at each'}; "
              f"{report['seconds']:.1f} s ({report['tokens_per_s'] or 0:,.0f} tokens/s)"]
+    if report.get("weights", "float") != "float":  # two evals of one folder differ only here: say which was scored
+        lines.insert(1, f"weights: {report['weights']} (in_proj, out_proj and the head; the rest in the model's "
+                        f"dtype)")
     if trained_val_bpb is not None:
         lines.append(f"training reported {trained_val_bpb:.4f} bits per byte on its fixed validation windows "
                      f"(a sample of windows of --seq-len, each from a zero state; --window SEQ_LEN --reset-state "

@@ -454,15 +454,7 @@ def save_pretrained(model, directory):
     whose RMSNorm epsilon is not mamba_ssm's 1e-5 (a transformers checkpoint may set layer_norm_epsilon) gets a
     'norm_epsilon' key, which this package reads and mamba_ssm's MambaConfig refuses (it hard-codes 1e-5, so it
     could not compute that model): a warning says so."""
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise PretrainedError(f"save_pretrained: {str(directory)!r} is a file; give a folder (it is created if "
-                              f"needed) for {CONFIG_NAME} and {WEIGHTS_NAME}")
-    _check_replaceable(directory)
-    bad = non_finite_problems(model.varmap.named_vars())
-    if bad:  # a folder from_pretrained would load without a word, every logit NaN
-        raise PretrainedError(f"save_pretrained: {'; '.join(bad[:3])}; nothing was written to {str(directory)!r}")
-    os.makedirs(directory, exist_ok=True)
+    directory = prepare_save_folder(directory, model.varmap.named_vars())
     config = mamba_ssm_config(model.config)
     if "norm_epsilon" in config:
         warnings.warn(f"save_pretrained: {str(directory)!r}: the model's RMSNorm epsilon is {config['norm_epsilon']}, "
@@ -471,6 +463,22 @@ def save_pretrained(model, directory):
     text = json.dumps(config, indent=2)
     write_atomic(directory / CONFIG_NAME, text + "\n")
     model.varmap.save(directory / WEIGHTS_NAME, metadata={"format": "pt"})
+
+
+def prepare_save_folder(directory, tensors) -> Path:
+    """What every save of a model folder (this one, quantized_files.save_quantized) checks before it writes: a
+    folder, not a file; no link and no other program's config.json replaced (_check_replaceable); every float
+    tensor of (name, array) `tensors` finite. Creates the folder; returns it as a Path."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise PretrainedError(f"save_pretrained: {str(directory)!r} is a file; give a folder (it is created if "
+                              f"needed) for {CONFIG_NAME} and {WEIGHTS_NAME}")
+    _check_replaceable(directory)
+    bad = non_finite_problems(tensors)
+    if bad:  # a folder from_pretrained would load without a word, every logit NaN
+        raise PretrainedError(f"save_pretrained: {'; '.join(bad[:3])}; nothing was written to {str(directory)!r}")
+    os.makedirs(directory, exist_ok=True)
+    return directory
 
 
 def _check_replaceable(directory: Path) -> None:

@@ -21,9 +21,11 @@ import math
 
 import numpy as np
 
+from ...autograd.function import Function
 from ...autograd.tensor import Tensor
 from ...fast.products import rows_product
 from ...fast.quantized_kernels import bfloat16_dequantized, int8_dequantized
+from ...io.finite import non_finite_problems
 
 FORMATS = ("int8", "bfloat16")
 DEFAULT_BLOCK = 32      # llama.cpp's Q8_0 block (smaller blocks: a closer scale per weight); other blocks'
@@ -127,9 +129,32 @@ class QuantizedWeight:
         return f"QuantizedWeight({self.format}, {self.shape}{block})"
 
 
+class _InferenceOnly(Function):
+    """A quantized product's place in the graph: forward passes its output through; backward refuses, naming the
+    module. Without it the product cut the graph, and a loss.backward() after model.quantize() failed with the
+    engine's "does not require grad" (the quantized matrices are the model's last op) or, with a float tensor
+    upstream requiring grad, trained what was left without a word. Saves nothing; records only when its input
+    requires grad (Function.apply), so no_grad and generation build no graph."""
+
+    def forward(self, x, *, product, module, fmt):
+        self.module, self.fmt = module, fmt
+        return product
+
+    def backward(self, grad):
+        raise RuntimeError(f"backward through {self.module!r}: its weights are {self.fmt} (model.quantize), for "
+                           f"inference only, and no gradient flows through a quantized matrix; train or fine-tune "
+                           f"the float model, then quantize it (run inference under tinygrad_ssm.no_grad() to "
+                           f"build no graph)")
+
+
+def _inference_only(x: Tensor, product: np.ndarray, module, fmt: str) -> Tensor:
+    """product as the output of x's quantized product: a Tensor whose backward refuses (_InferenceOnly)."""
+    return _InferenceOnly.apply(x, product=product, module=module, fmt=fmt)
+
+
 class QuantizedLinear:
     """nn.Linear's interface (y = x W^T + b, x (..., in) -> (..., out)) on a QuantizedWeight. No gradients:
-    a quantized model is for inference."""
+    a quantized model is for inference (a backward through it raises, naming the module)."""
 
     def __init__(self, linear, weight: QuantizedWeight):
         self.name, self.in_features, self.out_features = linear.name, linear.in_features, linear.out_features
@@ -142,7 +167,7 @@ class QuantizedLinear:
         y = self.weight.product(x.data.reshape(-1, self.in_features))  # (n, out)
         if self.bias is not None:
             y += self.bias.data
-        return Tensor(y.reshape(*x.shape[:-1], self.out_features))      # (..., out)
+        return _inference_only(x, y.reshape(*x.shape[:-1], self.out_features), self.name, self.weight.format)
 
     def __repr__(self):
         return f"QuantizedLinear({self.name!r}, {self.weight})"
@@ -163,7 +188,7 @@ class QuantizedEmbedding:
     def attend(self, x: Tensor) -> Tensor:
         """x (..., d) -> logits (..., V)."""
         y = self.weight.product(x.data.reshape(-1, self.dim))           # (n, V)
-        return Tensor(y.reshape(*x.shape[:-1], self.num_embeddings))
+        return _inference_only(x, y.reshape(*x.shape[:-1], self.num_embeddings), self.name, self.weight.format)
 
     def __repr__(self):
         return f"QuantizedEmbedding({self.name!r}, {self.weight})"
@@ -204,8 +229,15 @@ def quantize_model(model, fmt: str, block: int | None = None, weights: dict | No
     if getattr(model, "weights_format", "float") != "float":
         raise ValueError(f"quantize: the model is already quantized ({model.weights_format}); load or build a float "
                          f"model to quantize it again")
+    names = quantized_names(model)
+    if weights is None:  # a NaN or inf would make its int8 block's scale NaN and every weight of it 0, and save a
+        bad = non_finite_problems((name, model.varmap[name].data) for name in names)   # folder no load accepts
+        if bad:
+            raise ValueError(f"quantize: {'; '.join(bad[:3])}: a quantized matrix holds finite weights only; "
+                             f"nothing was changed (find where the weights went non-finite, or load a good "
+                             f"checkpoint)")
     made = {}
-    for name in quantized_names(model):                                  # check everything, then change anything
+    for name in names:                                                   # check everything, then change anything
         made[name] = weights[name] if weights is not None else QuantizedWeight.from_float(
             model.varmap[name].data, fmt, block)
     for layer, i in zip(model.layers, range(model.config.n_layer)):

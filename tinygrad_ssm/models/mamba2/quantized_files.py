@@ -6,8 +6,6 @@ model.py chooses between this and pretrained.py by the config's "quantization" k
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 
@@ -15,7 +13,7 @@ from ...io.atomic_write import write_atomic
 from ...io.safetensors import SafetensorsFile, save_file
 from ...registry import VarMap
 from .pretrained import (CONFIG_NAME, WEIGHTS_NAME, PretrainedError, load_pretrained, mamba_ssm_config, parse_config,
-                         read_config, resolve_pretrained_folder, save_pretrained)
+                         prepare_save_folder, read_config, resolve_pretrained_folder, save_pretrained)
 from .quantize import FORMATS, QuantizedWeight, quantize_model, quantized_names
 
 QUANTIZATION_KEY = "quantization"   # config.json: {"weights": "int8" | "bfloat16", "block": int (int8)}
@@ -25,18 +23,19 @@ _STORED = {"int8": "I8", "bfloat16": "U16"}
 
 def save_quantized(model, directory) -> None:
     """config.json (with "quantization") and model.safetensors: the float parameters, each quantized matrix
-    under its own name (int8, or the bfloat16 bits as U16) and, for int8, its scales under name + ".scales"."""
-    directory = Path(directory)
-    os.makedirs(directory, exist_ok=True)
-    first = next(iter(model.quantized.values()))
-    config = mamba_ssm_config(model.config) | {QUANTIZATION_KEY: {"weights": model.weights_format,
-                                                                  "block": first.block}}
-    write_atomic(directory / CONFIG_NAME, json.dumps(config, indent=2) + "\n")
+    under its own name (int8, or the bfloat16 bits as U16) and, for int8, its scales under name + ".scales".
+    Checked as a float model's save is (pretrained.prepare_save_folder: no file written through a link or over
+    another program's config.json, no non-finite float parameter or scale) before anything is written."""
     arrays = {name: t.data for name, t in model.varmap.named_vars()}
     for name, w in model.quantized.items():
         arrays[name] = w.data
         if w.scales is not None:
             arrays[name + SCALES_SUFFIX] = w.scales
+    directory = prepare_save_folder(directory, arrays.items())
+    first = next(iter(model.quantized.values()))
+    config = mamba_ssm_config(model.config) | {QUANTIZATION_KEY: {"weights": model.weights_format,
+                                                                  "block": first.block}}
+    write_atomic(directory / CONFIG_NAME, json.dumps(config, indent=2) + "\n")
     save_file(directory / WEIGHTS_NAME, arrays, metadata={"format": "pt"})
 
 
