@@ -13,7 +13,7 @@ import pytest
 from tinygrad_ssm import Mamba2LMHeadModel
 from tinygrad_ssm.io.safetensors import save_file
 from tinygrad_ssm.train import checkpoint as ckpt
-from tinygrad_ssm.models.mamba2.pretrained import IgnoredConfigKeysWarning, PretrainedError
+from tinygrad_ssm.models.mamba2.checkpoint_config import IgnoredConfigKeysWarning, PretrainedError
 
 from tests.support.checkpoints import write_transformers_dir
 from tests.support.models import IDS, small_model
@@ -191,7 +191,7 @@ def _sharded(tmp_path):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda m, names: m.update({names[0]: m[names[-1]]}), rf"names the wrong shard for: .* \(in model-00001"),
+    (lambda m, names: m.update({names[0]: m[names[-1]]}), r"names the wrong shard for: .* \(in model-00001"),
     (lambda m, names: m.update({"backbone.layers.9.mixer.D": m[names[0]]}), "lists tensors no shard holds: "
                                                                              r"backbone\.layers\.9\.mixer\.D"),
     (lambda m, names: m.pop(names[2]), "leaves out tensors the shards hold"),

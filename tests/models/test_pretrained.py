@@ -11,7 +11,7 @@ import pytest
 
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel
 from tinygrad_ssm.models.mamba2 import pretrained
-from tinygrad_ssm.models.mamba2.pretrained import _HF_FIELDS, PretrainedError
+from tinygrad_ssm.models.mamba2.checkpoint_config import _HF_FIELDS, PretrainedError
 from tinygrad_ssm.io.safetensors import save_file
 
 from tests.support.checkpoints import LAYOUTS, write_checkpoint, write_transformers_dir

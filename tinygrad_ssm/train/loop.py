@@ -44,7 +44,7 @@ from .mpi_cli import python_cmd
 from .optimizers import load_flat_optimizer_state, flat_optimizer_state, build_optimizers
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
 from .sigint import FinishTheSave, StopOnSigint
-from .starting_point import (build_model, paths_as_saved, resolve_starting_point, run_vocab_size, shared_model,
+from .starting_point import (paths_as_saved, resolve_starting_point, run_vocab_size, shared_model,
                              shared_tokenizer, tokenizer_files)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..io.checkpoints import CheckpointNotFound
 from ..models.mamba2 import Mamba2Config, Mamba2LMHeadModel
-from ..models.mamba2.pretrained import parse_config, read_config
+from ..models.mamba2.checkpoint_config import parse_config, read_config
 from ..models.mamba2.quantized_files import QUANTIZATION_KEY
 from ..registry import VarMap
 from ..tokenizer import (BYTES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, ByteTokenizer, FileTokenizer, check_fits,

@@ -12,8 +12,8 @@ import numpy as np
 from ...io.atomic_write import write_atomic
 from ...io.safetensors import SafetensorsFile, save_file
 from ...registry import VarMap
-from .pretrained import (CONFIG_NAME, WEIGHTS_NAME, PretrainedError, load_pretrained, mamba_ssm_config, parse_config,
-                         prepare_save_folder, read_config, resolve_pretrained_folder, save_pretrained)
+from .checkpoint_config import CONFIG_NAME, PretrainedError, mamba_ssm_config, parse_config, read_config
+from .pretrained import WEIGHTS_NAME, load_pretrained, prepare_save_folder, resolve_pretrained_folder, save_pretrained
 from .quantize import FORMATS, QuantizedWeight, quantize_model, quantized_names
 
 QUANTIZATION_KEY = "quantization"   # config.json: {"weights": "int8" | "bfloat16", "block": int (int8)}
