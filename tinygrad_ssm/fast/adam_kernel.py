@@ -42,7 +42,10 @@ def takes(p: np.ndarray, m: np.ndarray, v: np.ndarray, grad: np.ndarray) -> bool
 def adam_update(p, m, v, grad, t: int, lr, beta1, beta2, eps, weight_decay, decoupled: bool):
     """Adam's step t on p, m, v in place (see adam.py's formulas); the arrays as `takes` requires."""
     f = p.dtype.type
-    decay = f(1 - lr * weight_decay) if decoupled and weight_decay else f(1)
-    coupled = f(weight_decay) if not decoupled else f(0)
+    with np.errstate(over="ignore"):  # a step size past float32's range is inf, as in the twin: the weights go
+        decay = f(1 - lr * weight_decay) if decoupled and weight_decay else f(1)  # non-finite and the run's
+        coupled = f(weight_decay) if not decoupled else f(0)                       # checks name that, not NumPy
+        scalars = (f(1 - beta1), f(beta2), f(1 - beta2), f(lr / (1 - beta1 ** t)), f(math.sqrt(1 - beta2 ** t)),
+                   f(eps))
     _adam(p.reshape(-1), m.reshape(-1), v.reshape(-1), np.ascontiguousarray(grad).reshape(-1), decay, coupled,
-          f(1 - beta1), f(beta2), f(1 - beta2), f(lr / (1 - beta1 ** t)), f(math.sqrt(1 - beta2 ** t)), f(eps))
+          *scalars)
