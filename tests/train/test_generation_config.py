@@ -58,6 +58,8 @@ def test_the_stop_ids_come_from_generation_config_else_config_json(folder):
                                                                          "top_p": None}),
     ({"top_k": 7, "top_p": 0.9}, {"top_k": 7, "top_p": 0.9}),
     ({"eos_token_id": 3}, {}),
+    ({"do_sample": True}, {"temperature": 1.0, "top_k": 50, "top_p": None}),        # transformers' defaults
+    ({"do_sample": True, "top_p": 0.9}, {"temperature": 1.0, "top_k": 50, "top_p": 0.9}),
 ])
 def test_the_sampling_settings_stated_apply_when_no_flag_is_given(folder, stated, sampling):
     path, _ = folder
@@ -189,3 +191,12 @@ def test_the_neutral_values_of_those_settings_change_nothing(folder):
     defaults = read_generation_defaults(path, 320)
     assert defaults.unsupported == ()
     assert sampling_settings({"temperature": None, "top_k": None, "top_p": None}, defaults)["temperature"] == 0.0
+
+
+def test_do_sample_alone_takes_transformers_defaults():
+    """{"do_sample": true} samples with what transformers' generate fills in (it sampled at the CLI's 0.8)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is an optional reference")
+    from tinygrad_ssm.train.generation_config import TRANSFORMERS_SAMPLING
+    theirs = transformers.GenerationConfig._get_default_generation_params()
+    assert TRANSFORMERS_SAMPLING == {"temperature": theirs["temperature"], "top_k": theirs["top_k"],
+                                     "top_p": None if theirs["top_p"] == 1.0 else theirs["top_p"]}

@@ -3,8 +3,8 @@ the sampling settings of generation_config.json.
 
 - Stop ids: generation_config.json's eos_token_id (an int or a list: transformers stops at any of them), else
   config.json's; `generate` stops at these and at the tokenizer's own EOS token.
-- Sampling: the settings generation_config.json states (do_sample false: greedy; temperature, top_k, top_p)
-  apply when none of --temperature, --top-k, --top-p is given; any one of them given, the CLI's own defaults
+- Sampling: the settings generation_config.json states (do_sample false: greedy; do_sample true: transformers'
+  temperature 1.0 and top_k 50 where the file states none; temperature, top_k, top_p) apply when none of --temperature, --top-k, --top-p is given; any one of them given, the CLI's own defaults
   (temperature DEFAULT_TEMPERATURE, no top-k, no top-p) fill in the others, as for a folder without the file.
   Where the file's settings would apply, a setting transformers applies and generate does not (UNSUPPORTED:
   repetition_penalty, min_p, num_beams, ...) is refused by name rather than silently left out, and so is a bad
@@ -21,6 +21,9 @@ from pathlib import Path
 GENERATION_CONFIG_FILE = "generation_config.json"
 DEFAULT_TEMPERATURE = 0.8  # generate's --temperature when neither the flags nor generation_config.json set one
 SAMPLING_FLAGS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p"}
+# transformers' defaults where do_sample is true and the file states no other value (GenerationConfig's
+# _get_default_generation_params: temperature 1.0, top_k 50, top_p 1.0, i.e. no nucleus)
+TRANSFORMERS_SAMPLING = {"temperature": 1.0, "top_k": 50, "top_p": None}
 
 
 # generation_config.json settings that transformers applies and generate does not implement, with the values
@@ -84,6 +87,8 @@ def _sampling(config: dict, where: str) -> dict:
         out["top_p"] = None if p == 1 else float(p)
     if config.get("do_sample") is False:
         out = {"temperature": 0.0}
+    elif config.get("do_sample") is True:  # what the file leaves out, transformers' generate takes as these
+        out = {**TRANSFORMERS_SAMPLING, **out}
     return out
 
 
