@@ -142,9 +142,9 @@ def test_a_long_text_is_tokenized_in_pieces_into_the_tokens_of_the_whole(byte_le
     Encoding of a 20 MB text held 3.5 GB), and the pieces give the ids and byte ends of the whole text."""
     from tinygrad_ssm import tokenizer as tokenizer_module
     for tok in byte_level_tokenizers:
-        assert tok.cuts_at_lines
+        assert tok.cuts_in_pieces
         whole_ids, whole_ends = tok.encode_bytes_with_ends(text)
-        pieces = list(tokenizer_module.line_pieces([text[:cut], text[cut:]], piece_bytes, tok._added))
+        pieces = list(tokenizer_module.text_pieces([text[:cut], text[cut:]], piece_bytes, tok._added))
         assert b"".join(pieces) == text and all(len(p) >= piece_bytes for p in pieces[:-1])
         saved = tokenizer_module.PIECE_BYTES
         tokenizer_module.PIECE_BYTES = piece_bytes
@@ -158,12 +158,12 @@ def test_a_long_text_is_tokenized_in_pieces_into_the_tokens_of_the_whole(byte_le
 
 
 def test_pieces_are_cut_before_line_breaks_only_where_the_whole_text_has_a_token_boundary():
-    from tinygrad_ssm.tokenizer import line_pieces
+    from tinygrad_ssm.tokenizer import text_pieces
     text = b"aaaa\n\nbbbb cc\n dd\nee\n<|endoftext|>ff\n<x"
     # "\n\n" and "\n " stay whole, no cut before an added token, nor where the bytes left cannot tell
-    assert list(line_pieces([text], 3, (b"<|endoftext|>",))) == [b"aaaa\n", b"\nbbbb cc\n dd",
+    assert list(text_pieces([text], 3, (b"<|endoftext|>",))) == [b"aaaa\n", b"\nbbbb cc\n dd",
                                                                 b"\nee\n<|endoftext|>ff\n<x"]
-    assert list(line_pieces([b"x" * 50], 3)) == [b"x" * 50]            # no line break: one piece
+    assert list(text_pieces([b"x" * 50], 3)) == [b"x" * 50]            # no line break: one piece
 
 
 def test_a_tokenizer_whose_pieces_could_differ_reads_the_text_whole(tmp_path, monkeypatch):
@@ -173,5 +173,5 @@ def test_a_tokenizer_whose_pieces_could_differ_reads_the_text_whole(tmp_path, mo
     tok = FileTokenizer(train_byte_fallback(["line one\nline two\n" * 20], tmp_path) / "tokenizer.json")
     monkeypatch.setattr(tokenizer_module, "PIECE_BYTES", 4)
     text = b"line one\nline two\nline three\n"
-    assert not tok.cuts_at_lines and len(list(tok.encode_stream([text[:5], text[5:]]))) == 1
+    assert not tok.cuts_in_pieces and len(list(tok.encode_stream([text[:5], text[5:]]))) == 1
     assert np.array_equal(tok.encode_bytes(text), tok.encode(text.decode()))

@@ -38,15 +38,16 @@ BYTES = "bytes"  # the name of the byte-level tokenizer wherever a tokenizer is 
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")  # looked up when no file names the EOS token
 STREAM_CONTEXT = 4  # ids before the new ones that TextStream decodes with them (a decoder may look back)
 # a long text is tokenized in pieces of about this many bytes (the library's Encoding of a text holds ~175 bytes of
-# memory per byte of text: 3.5 GB for 20 MB, measured), cut where the pieces give the whole text's tokens (LINE_CUT)
+# memory per byte of text: 3.5 GB for 20 MB, measured), cut where the pieces give the whole text's tokens (PIECE_CUT)
 PIECE_BYTES = 1 << 20
-# the cut is just before a line break that a printable ASCII character other than a space follows: the GPT-2 regex of a
-# ByteLevel pre-tokenizer makes that line break a piece of its own (its whitespace alternatives stop before a
-# non-space, and whatever whitespace precedes it forms a piece of its own, as it does at a text's end), so BPE merges
-# nothing across the cut; and a line break ends any UTF-8 sequence, valid or not. (Cut after the line break, "\n\nM"
-# would give one piece "\n\n" at the first text's end but "\n", "\n" in the whole.)
-LINE_CUT = re.compile(rb"\n(?=[\x21-\x7e])")
-UNICODE_FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})   # normalizers that change nothing across a LINE_CUT
+# where the GPT-2 regex of a ByteLevel pre-tokenizer always ends a pre-token, so that BPE merges nothing across a cut
+# there: just before a line break that a printable ASCII character other than a space follows (the regex makes that
+# line break a pre-token of its own, and whatever whitespace precedes it forms one of its own, as at a text's end); a
+# line break also ends any UTF-8 sequence, valid or not. (Cut after the line break, "\n\nM" would give the pre-token
+# "\n\n" at a piece's end but "\n", "\n" in the whole. Cut before a space, " b" at a piece's start, the library's
+# ByteLevel post_processor trims the space from its offsets where it does not in the whole: the byte ends differ.)
+PIECE_CUT = re.compile(rb"\n(?=[\x21-\x7e])")
+UNICODE_FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})   # normalizers that change nothing across a PIECE_CUT
 
 
 class TokenizerError(ValueError):
@@ -141,7 +142,7 @@ class FileTokenizer:
         self.eos_token_id = eos_token_id if eos_token_id is not None or text is not None else self._find_eos()
         self.adds_special_tokens = int(self._tok.num_special_tokens_to_add(False)) > 0
         self.byte_fallback_ids, self.skipped_ids = self._stream_ids()
-        self.cuts_at_lines = self._cuts_at_lines()
+        self.cuts_in_pieces = self._cuts_in_pieces()
         if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
             raise TokenizerError(f"the EOS token id {self.eos_token_id} is outside {str(self.path)!r}'s vocabulary "
                                  f"of {self.vocab_size}")
@@ -159,12 +160,12 @@ class FileTokenizer:
         skipped = frozenset(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
         return byte_ids, skipped
 
-    def _cuts_at_lines(self) -> bool:
-        """Whether a text cut at LINE_CUT gives, piece by piece, the tokens of the whole: a ByteLevel pre-tokenizer
+    def _cuts_in_pieces(self) -> bool:
+        """Whether a text cut at PIECE_CUT gives, piece by piece, the tokens of the whole: a ByteLevel pre-tokenizer
         on the GPT-2 regex without a prefix space (GPT-NeoX's, GPT-2's), no normalizer but a Unicode form, no
         special tokens added around a text (each piece would get them), and no added token that holds a line
         break or takes the whitespace beside it (lstrip, rstrip) across the cut. Any other tokenizer reads a text
-        whole. Sets `_added`, the added tokens' texts, which line_pieces cuts before none of."""
+        whole. Sets `_added`, the added tokens' texts, which text_pieces cuts before none of."""
         self._added = ()
         try:
             spec = json.loads(self._json)
@@ -209,17 +210,17 @@ class FileTokenizer:
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """A file's bytes: decoded as UTF-8 (each invalid byte becomes one U+FFFD, which the BPE encodes); a long
         text in pieces (encode_stream)."""
-        if len(data) <= PIECE_BYTES or not self.cuts_at_lines:
+        if len(data) <= PIECE_BYTES or not self.cuts_in_pieces:
             return self.encode(_utf8_text(data))
-        return np.concatenate([self.encode(_utf8_text(piece)) for piece in line_pieces([data], added=self._added)])
+        return np.concatenate([self.encode(_utf8_text(piece)) for piece in text_pieces([data], added=self._added)])
 
     def encode_stream(self, blocks) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """encode_bytes_with_ends of the text the byte blocks join into, a piece at a time, ends counted from its
-        start: joined, the arrays of the whole text's encode_bytes_with_ends. A tokenizer that `cuts_at_lines`
-        takes pieces of about PIECE_BYTES cut at LINE_CUT (memory flat in the text's length), any other the text
+        start: joined, the arrays of the whole text's encode_bytes_with_ends. A tokenizer that `cuts_in_pieces`
+        takes pieces of about PIECE_BYTES cut at PIECE_CUT (memory flat in the text's length), any other the text
         whole."""
         offset = 0
-        for piece in line_pieces(blocks, added=self._added) if self.cuts_at_lines else [b"".join(blocks)]:
+        for piece in text_pieces(blocks, added=self._added) if self.cuts_in_pieces else [b"".join(blocks)]:
             ids, ends = self.encode_bytes_with_ends(piece)
             yield ids, ends + offset
             offset += len(piece)
@@ -275,30 +276,35 @@ def _utf8_text(data: bytes) -> str:
         return re.sub("[\udc80-\udcff]", "\ufffd", data.decode("utf-8", errors="surrogateescape"))
 
 
-def line_pieces(blocks, piece_bytes: int | None = None, added: tuple = ()) -> Iterator[bytes]:
+def text_pieces(blocks, piece_bytes: int | None = None, added: tuple = ()) -> Iterator[bytes]:
     """The bytes of `blocks` (an iterable of bytes) joined, in pieces of at least piece_bytes (PIECE_BYTES; the last
-    one shorter) that each end where a LINE_CUT starts, unless an added token (`added`, UTF-8) follows its line
-    break (the library splits those out first, and the whitespace before one ends a text of its own: "\n\n<|endoftext|>"
-    has one piece "\n\n"); a text with no such cut comes out whole."""
+    one shorter) that each end where a PIECE_CUT starts, but not where an added token (`added`, UTF-8) reaches the
+    cut or starts just after it (the library splits those out first, and the whitespace before one ends a text of
+    its own: "\n\n<|endoftext|>" has the pre-token "\n\n"); a text with no such cut comes out whole."""
     piece_bytes = piece_bytes or PIECE_BYTES
-    longest = max(map(len, added), default=1)  # bytes after a line break that decide whether it is a cut
+    reach = 2 + max(map(len, added), default=0)  # bytes from a cut on that decide whether it is one
     pending, searched = bytearray(), 0       # no cut in pending[:searched]
     for block in blocks:
         pending += block
         while len(pending) > piece_bytes:
             start = max(piece_bytes, searched)
-            while (found := LINE_CUT.search(pending, start)) is not None and added and \
-                    pending.startswith(added, found.end()):
-                start = found.end()
-            if found is None or len(pending) - found.end() < longest:  # the next block decides
+            while (found := PIECE_CUT.search(pending, start)) is not None and \
+                    _near_added(pending, found.start(), added):
+                start = found.start() + 1
+            if found is None or len(pending) - found.start() < reach:     # the next block decides
                 searched = start if found is None else found.start()
-                searched = min(searched, max(len(pending) - 1, 0))  # the last byte may be a line break
+                searched = min(searched, max(len(pending) - 1, 0))  # the last byte may start a cut
                 break
-            yield bytes(pending[:found.start()])                       # up to the line break, without it
+            yield bytes(pending[:found.start()])                       # up to the cut
             del pending[:found.start()]
             searched = 0
     if pending:
         yield bytes(pending)
+
+
+def _near_added(text: bytearray, cut: int, added: tuple) -> bool:
+    """Whether one of the added tokens occurs in `text` over byte `cut` or starting just after it."""
+    return any(text.find(t, max(cut - len(t) + 1, 0), cut + 1 + len(t)) >= 0 for t in added)
 
 
 def invalid_utf8_bytes(data: bytes) -> int:
