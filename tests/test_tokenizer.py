@@ -2,7 +2,7 @@
 exactly what decoding every id at once prints; a tokenizer that does not fit a model is refused, naming both sizes."""
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tinygrad_ssm.tokenizer import (ByteTokenizer, FileTokenizer, TextStream, TokenizerError, check_fits,
@@ -106,3 +106,72 @@ def test_bad_tokenizer_files_are_named(tmp_path):
         check_fits(ByteTokenizer(), 3008, "model")                    # --tokenizer bytes on a BPE model
     assert isinstance(load_tokenizer("bytes"), ByteTokenizer)
     assert np.array_equal(ByteTokenizer().encode("é"), [0xC3, 0xA9])
+
+
+# fragments whose joins hit every case of a cut: whitespace runs before a line break, a line break before an added
+# token (the library splits those out first), invalid and cut UTF-8, a combining accent, Unicode spaces
+FRAGMENTS = [" ", "\n", "\n\n", "\t", "\r", "a", "B", "1", ".", "'", "'s", "é", "\u00a0", "\u2028", "😀", "\u0301",
+             "<", "<|endoftext|>", b"\xff", b"\xe2\x82"]
+LONG_TEXTS = st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=40).map(
+    lambda parts: b"".join(p if isinstance(p, bytes) else p.encode() for p in parts))
+
+
+@pytest.fixture(scope="module")
+def byte_level_tokenizers(tmp_path_factory):
+    """A BPE that merges whitespace runs with line breaks (ĊĊ, ĠĊĊ, čĊ: a wrong cut changes its tokens), and the
+    same laid out as GPT-NeoX's is: an NFC normalizer and a ByteLevel post_processor."""
+    from tokenizers import Tokenizer, normalizers, processors
+
+    from tests.support.tokenizers import train_bpe
+    folder = tmp_path_factory.mktemp("byte_level")
+    path = train_bpe(["word.\n\nnext  \nline \n\n\tx\n<|endoftext|>\n\ny \u00a0\nz\r\n" * 50], folder / "bpe.json",
+                     vocab_size=300)
+    tok = Tokenizer.from_file(str(path))
+    tok.normalizer, tok.post_processor = normalizers.NFC(), processors.ByteLevel(trim_offsets=True)
+    tok.save(str(folder / "neox_like.json"))
+    return FileTokenizer(path), FileTokenizer(folder / "neox_like.json")
+
+
+@given(text=LONG_TEXTS, piece_bytes=st.integers(1, 8), cut=st.integers(0, 40))
+@example(text=b"ab.\n\nM\ty \n\nz" + b"x" * 16, piece_bytes=1, cut=2)   # cut after a line break: "\n\n" at the end
+@example(text=b"a\n\n<|endoftext|>b" + b"x" * 16, piece_bytes=1, cut=3)  # before an added token (two blocks)
+@example(text="a \n\n\u00a0b\r\nc".encode() + b"x" * 16, piece_bytes=1, cut=0)  # Unicode spaces, Windows line ends
+def test_a_long_text_is_tokenized_in_pieces_into_the_tokens_of_the_whole(byte_level_tokenizers, text, piece_bytes,
+                                                                         cut):
+    """A text of more than PIECE_BYTES is tokenized a piece at a time, cut before a line break (the library's
+    Encoding of a 20 MB text held 3.5 GB), and the pieces give the ids and byte ends of the whole text."""
+    from tinygrad_ssm import tokenizer as tokenizer_module
+    for tok in byte_level_tokenizers:
+        assert tok.cuts_in_pieces
+        whole_ids, whole_ends = tok.encode_bytes_with_ends(text)
+        pieces = list(tokenizer_module.text_pieces([text[:cut], text[cut:]], piece_bytes, tok._added))
+        assert b"".join(pieces) == text and all(len(p) >= piece_bytes for p in pieces[:-1])
+        saved = tokenizer_module.PIECE_BYTES
+        tokenizer_module.PIECE_BYTES = piece_bytes
+        try:
+            streamed = list(tok.encode_stream([text[:cut], text[cut:]]))
+            assert np.array_equal(tok.encode_bytes(text), whole_ids)
+        finally:
+            tokenizer_module.PIECE_BYTES = saved
+        assert np.array_equal(np.concatenate([ids for ids, _ in streamed]), whole_ids)
+        assert np.array_equal(np.concatenate([ends for _, ends in streamed]), whole_ends)
+
+
+def test_pieces_are_cut_before_line_breaks_only_where_the_whole_text_has_a_token_boundary():
+    from tinygrad_ssm.tokenizer import text_pieces
+    text = b"aaaa\n\nbbbb cc\n dd\nee\n<|endoftext|>ff\n<x"
+    # "\n\n" and "\n " stay whole, no cut before an added token, nor where the bytes left cannot tell
+    assert list(text_pieces([text], 3, (b"<|endoftext|>",))) == [b"aaaa\n", b"\nbbbb cc\n dd",
+                                                                b"\nee\n<|endoftext|>ff\n<x"]
+    assert list(text_pieces([b"x" * 50], 3)) == [b"x" * 50]            # no line break: one piece
+
+
+def test_a_tokenizer_whose_pieces_could_differ_reads_the_text_whole(tmp_path, monkeypatch):
+    """A Llama-style tokenizer (no pre-tokenizer, a ▁ prepended, a BOS added) would tokenize each piece otherwise."""
+    from tests.support.tokenizers import train_byte_fallback
+    from tinygrad_ssm import tokenizer as tokenizer_module
+    tok = FileTokenizer(train_byte_fallback(["line one\nline two\n" * 20], tmp_path) / "tokenizer.json")
+    monkeypatch.setattr(tokenizer_module, "PIECE_BYTES", 4)
+    text = b"line one\nline two\nline three\n"
+    assert not tok.cuts_in_pieces and len(list(tok.encode_stream([text[:5], text[5:]]))) == 1
+    assert np.array_equal(tok.encode_bytes(text), tok.encode(text.decode()))

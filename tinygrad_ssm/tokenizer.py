@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,17 @@ TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 BYTES = "bytes"  # the name of the byte-level tokenizer wherever a tokenizer is named (flags, train config)
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")  # looked up when no file names the EOS token
 STREAM_CONTEXT = 4  # ids before the new ones that TextStream decodes with them (a decoder may look back)
+# a long text is tokenized in pieces of about this many bytes (the library's Encoding of a text holds ~175 bytes of
+# memory per byte of text: 3.5 GB for 20 MB, measured), cut where the pieces give the whole text's tokens (PIECE_CUT)
+PIECE_BYTES = 1 << 20
+# where the GPT-2 regex of a ByteLevel pre-tokenizer always ends a pre-token, so that BPE merges nothing across a cut
+# there: just before a line break that a printable ASCII character other than a space follows (the regex makes that
+# line break a pre-token of its own, and whatever whitespace precedes it forms one of its own, as at a text's end); a
+# line break also ends any UTF-8 sequence, valid or not. (Cut after the line break, "\n\nM" would give the pre-token
+# "\n\n" at a piece's end but "\n", "\n" in the whole. Cut before a space, " b" at a piece's start, the library's
+# ByteLevel post_processor trims the space from its offsets where it does not in the whole: the byte ends differ.)
+PIECE_CUT = re.compile(rb"\n(?=[\x21-\x7e])")
+UNICODE_FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})   # normalizers that change nothing across a PIECE_CUT
 
 
 class TokenizerError(ValueError):
@@ -62,6 +74,15 @@ class ByteTokenizer:
     def encode_bytes_with_ends(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
         """encode_bytes, and where each token ends in `data` (bytes): here token i ends at byte i + 1."""
         return self.encode(data), np.arange(1, len(data) + 1)
+
+    def encode_stream(self, blocks) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """encode_bytes_with_ends of the text the byte blocks join into, block by block, ends counted from its
+        start (FileTokenizer.encode_stream): any cut gives the same bytes."""
+        offset = 0
+        for block in blocks:
+            if block:
+                yield self.encode(block), np.arange(offset + 1, offset + len(block) + 1)
+                offset += len(block)
 
     def decode(self, ids) -> str:
         """Invalid UTF-8 and ids past 255 (a padded vocabulary's) become U+FFFD."""
@@ -121,6 +142,7 @@ class FileTokenizer:
         self.eos_token_id = eos_token_id if eos_token_id is not None or text is not None else self._find_eos()
         self.adds_special_tokens = int(self._tok.num_special_tokens_to_add(False)) > 0
         self.byte_fallback_ids, self.skipped_ids = self._stream_ids()
+        self.cuts_in_pieces = self._cuts_in_pieces()
         if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
             raise TokenizerError(f"the EOS token id {self.eos_token_id} is outside {str(self.path)!r}'s vocabulary "
                                  f"of {self.vocab_size}")
@@ -137,6 +159,27 @@ class FileTokenizer:
             byte_ids = frozenset(i for i in (self._tok.token_to_id(f"<0x{b:02X}>") for b in range(256)) if i is not None)
         skipped = frozenset(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
         return byte_ids, skipped
+
+    def _cuts_in_pieces(self) -> bool:
+        """Whether a text cut at PIECE_CUT gives, piece by piece, the tokens of the whole: a ByteLevel pre-tokenizer
+        on the GPT-2 regex without a prefix space (GPT-NeoX's, GPT-2's), no normalizer but a Unicode form, no
+        special tokens added around a text (each piece would get them), and no added token that holds a line
+        break or takes the whitespace beside it (lstrip, rstrip) across the cut. Any other tokenizer reads a text
+        whole. Sets `_added`, the added tokens' texts, which text_pieces cuts before none of."""
+        self._added = ()
+        try:
+            spec = json.loads(self._json)
+        except ValueError:
+            return False
+        pre, norm = spec.get("pre_tokenizer"), spec.get("normalizer")
+        byte_level = isinstance(pre, dict) and pre.get("type") == "ByteLevel" and pre.get("use_regex", True) is True \
+            and pre.get("add_prefix_space") is False
+        plain = norm is None or isinstance(norm, dict) and norm.get("type") in UNICODE_FORMS
+        added = [t for t in spec.get("added_tokens") or [] if isinstance(t, dict)]
+        self._added = tuple(str(t["content"]).encode("utf-8") for t in added if t.get("content"))
+        return byte_level and plain and not self.adds_special_tokens and all(
+            "\n" not in str(t.get("content", "")) and not t.get("lstrip") and
+            not t.get("rstrip") for t in added)
 
     def _read_special_config(self) -> dict:
         """The special-token keys (SPECIAL_CONFIG_KEYS) of the tokenizer_config.json beside the file, as stated."""
@@ -165,8 +208,22 @@ class FileTokenizer:
         return np.asarray(self._tok.encode(text).ids, dtype=np.int64)
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
-        """A file's bytes: decoded as UTF-8 (each invalid byte becomes one U+FFFD, which the BPE encodes)."""
-        return self.encode(_utf8_text(data))
+        """A file's bytes: decoded as UTF-8 (each invalid byte becomes one U+FFFD, which the BPE encodes); a long
+        text in pieces (encode_stream)."""
+        if len(data) <= PIECE_BYTES or not self.cuts_in_pieces:
+            return self.encode(_utf8_text(data))
+        return np.concatenate([self.encode(_utf8_text(piece)) for piece in text_pieces([data], added=self._added)])
+
+    def encode_stream(self, blocks) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """encode_bytes_with_ends of the text the byte blocks join into, a piece at a time, ends counted from its
+        start: joined, the arrays of the whole text's encode_bytes_with_ends. A tokenizer that `cuts_in_pieces`
+        takes pieces of about PIECE_BYTES cut at PIECE_CUT (memory flat in the text's length), any other the text
+        whole."""
+        offset = 0
+        for piece in text_pieces(blocks, added=self._added) if self.cuts_in_pieces else [b"".join(blocks)]:
+            ids, ends = self.encode_bytes_with_ends(piece)
+            yield ids, ends + offset
+            offset += len(piece)
 
     def encode_bytes_with_ends(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
         """encode_bytes, and where each token ends in `data`, in bytes (bits per byte count a file's own bytes:
@@ -217,6 +274,37 @@ def _utf8_text(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return re.sub("[\udc80-\udcff]", "\ufffd", data.decode("utf-8", errors="surrogateescape"))
+
+
+def text_pieces(blocks, piece_bytes: int | None = None, added: tuple = ()) -> Iterator[bytes]:
+    """The bytes of `blocks` (an iterable of bytes) joined, in pieces of at least piece_bytes (PIECE_BYTES; the last
+    one shorter) that each end where a PIECE_CUT starts, but not where an added token (`added`, UTF-8) reaches the
+    cut or starts just after it (the library splits those out first, and the whitespace before one ends a text of
+    its own: "\n\n<|endoftext|>" has the pre-token "\n\n"); a text with no such cut comes out whole."""
+    piece_bytes = piece_bytes or PIECE_BYTES
+    reach = 2 + max(map(len, added), default=0)  # bytes from a cut on that decide whether it is one
+    pending, searched = bytearray(), 0       # no cut in pending[:searched]
+    for block in blocks:
+        pending += block
+        while len(pending) > piece_bytes:
+            start = max(piece_bytes, searched)
+            while (found := PIECE_CUT.search(pending, start)) is not None and \
+                    _near_added(pending, found.start(), added):
+                start = found.start() + 1
+            if found is None or len(pending) - found.start() < reach:     # the next block decides
+                searched = start if found is None else found.start()
+                searched = min(searched, max(len(pending) - 1, 0))  # the last byte may start a cut
+                break
+            yield bytes(pending[:found.start()])                       # up to the cut
+            del pending[:found.start()]
+            searched = 0
+    if pending:
+        yield bytes(pending)
+
+
+def _near_added(text: bytearray, cut: int, added: tuple) -> bool:
+    """Whether one of the added tokens occurs in `text` over byte `cut` or starting just after it."""
+    return any(text.find(t, max(cut - len(t) + 1, 0), cut + 1 + len(t)) >= 0 for t in added)
 
 
 def invalid_utf8_bytes(data: bytes) -> int:

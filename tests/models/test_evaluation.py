@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from tests.support.models import small_config
 from tinygrad_ssm import Mamba2LMHeadModel, VarMap
-from tinygrad_ssm.models.mamba2.evaluation import evaluate
+from tinygrad_ssm.models.mamba2.evaluation import evaluate, evaluate_pieces
 
 MODELS = {fused: Mamba2LMHeadModel(small_config(), VarMap(seed=0), dtype="float64", fused=fused)
           for fused in (True, False)}
@@ -40,3 +40,30 @@ def test_resetting_the_state_scores_each_window_alone():
 def test_bad_arguments_are_named(ids, window, message):
     with pytest.raises(ValueError, match=message):
         evaluate(MODELS[True], ids, window)
+
+
+@given(n=st.integers(2, 60), window=st.integers(1, 20), cuts=st.lists(st.integers(0, 60), max_size=6),
+       carry_state=st.booleans())
+def test_ids_given_in_pieces_score_as_the_whole(n, window, cuts, carry_state):
+    """eval reads a long text a piece at a time (its memory flat in the text's length): the windows, so the
+    numbers, are those of the whole ids, however the pieces fall (empty ones too)."""
+    model, ids = MODELS[True], np.random.default_rng(n).integers(0, 50, n)
+    bounds = [0, *sorted(cuts), n]
+    pieces = [ids[a:b] for a, b in zip(bounds, bounds[1:])]
+    whole = evaluate(model, ids, window, carry_state=carry_state)
+    assert evaluate_pieces(model, iter(pieces), window, carry_state=carry_state) == whole
+
+
+def test_pieces_are_read_as_they_are_scored():
+    """A window is scored as soon as its ids have come: the pieces are not gathered first."""
+    model, scored, read = MODELS[True], [], []
+
+    def pieces():
+        for start in range(0, 40, 8):
+            read.append(len(scored))
+            yield np.arange(start, start + 8) % 50
+
+    evaluate_pieces(model, pieces(), 4, progress=scored.append)
+    assert read == [0, 1, 3, 5, 7]                                        # windows scored before each piece came
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        evaluate_pieces(model, iter([np.zeros(1, np.int64), np.zeros(0, np.int64)]), 4)

@@ -7,19 +7,22 @@ measure that compares models with different tokenizers, and what training report
 from __future__ import annotations
 
 import errno
+import itertools
 import json
+import os
 import sys
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..io.atomic_write import write_atomic
-from ..models.mamba2.evaluation import evaluate
+from ..models.mamba2.evaluation import evaluate_pieces
 from .config import TrainConfig
-from .data import DataError, _looks_binary, _read, folder_files, load_corpus
+from .data import _BINARY_SNIFF_BYTES, DataError, _looks_binary, folder_files, load_corpus
 from .generate import _run_tokenizer
 
 
@@ -47,10 +50,41 @@ def write_report(path: Path, text: str) -> None:
     write_atomic(path, text, replace=existing)
 
 
+READ_BLOCK = 1 << 20  # bytes read from a file at a time: eval holds a block and a tokenizer's piece, not the text
+
+
 @dataclass(frozen=True)
 class EvalText:
-    data: bytes
+    """A text to score, read as it is scored (memory flat in its length)."""
+
+    blocks: Callable[[], Iterator[bytes]]  # a fresh iterator over the text's bytes, READ_BLOCK at a time
+    size: int  # its bytes
     source: str  # what the user is told was scored
+
+    @property
+    def data(self) -> bytes:
+        """The whole text (a test's or a small text's convenience: scoring reads `blocks`)."""
+        return b"".join(self.blocks())
+
+
+def _file_blocks(path: Path) -> Iterator[bytes]:
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(READ_BLOCK):
+                yield block
+    except OSError as e:
+        raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
+
+
+def _text_file(path: Path) -> int:
+    """The size of a folder's file that eval reads, or 0 for an empty or a binary one (the first bytes decide)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_BINARY_SNIFF_BYTES)
+            size = os.fstat(f.fileno()).st_size
+    except OSError as e:
+        raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
+    return 0 if not head or _looks_binary(head) else max(size, len(head))
 
 
 def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
@@ -71,23 +105,26 @@ def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
                             f"PATH to score another text") from None
         val = corpus.val if tokenizer.name == "bytes" else tokenizer.encode_bytes(corpus.val.tobytes()).astype(np.int32)
         saved = state["data_fingerprint"]
-        if (saved.get("val_bytes"), saved.get("val_crc32")) != (len(val), zlib.crc32(val.tobytes())):
+        if (saved.get("val_bytes"), saved.get("val_crc32")) != (len(val), zlib.crc32(val)):
             raise DataError(f"eval: the data this run trained on ({where}) has changed since (files added, removed "
                             f"or edited), so its validation split is not the run's any more; give --data PATH to "
                             f"score a text of your choice")
         files = f"{len(corpus.val_files)} file{'s' * (len(corpus.val_files) != 1)}"
-        return EvalText(corpus.val.tobytes(), f"the validation split of {corpus.source} ({files}, as the run split "
-                                              f"it)")
+        blocks = lambda: (corpus.val[i:i + READ_BLOCK].tobytes() for i in range(0, len(corpus.val), READ_BLOCK))
+        return EvalText(blocks, len(corpus.val), f"the validation split of {corpus.source} ({files}, as the run "
+                                                 f"split it)")
     root = Path(path).expanduser()
     if root.is_file():
-        return EvalText(_read(root), str(root))
+        return EvalText(lambda: _file_blocks(root), root.stat().st_size, str(root))
     if not root.is_dir():
         raise DataError(f"--data path {str(root)!r} does not exist" if not root.exists() else
                         f"--data path {str(root)!r} is neither a regular file nor a folder")
-    texts = [data for data in map(_read, folder_files(root)) if data and not _looks_binary(data)]
+    sizes = [(p, _text_file(p)) for p in folder_files(root)]
+    texts = [p for p, size in sizes if size]
     if not texts:
         raise DataError(f"--data folder {str(root)!r} holds no text files")
-    return EvalText(b"".join(texts), f"{root} ({len(texts)} text files)")
+    return EvalText(lambda: (block for p in texts for block in _file_blocks(p)), sum(size for _, size in sizes),
+                    f"{root} ({len(texts)} text files)")
 
 
 def _saved_trainer_state(folder: Path) -> dict | None:
@@ -98,25 +135,54 @@ def _saved_trainer_state(folder: Path) -> dict | None:
 
 def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: bool = True,
           max_tokens: int | None = None, progress: bool = True) -> dict:
-    """Tokenize, score, and return the report (the JSON `eval --json` writes)."""
+    """Tokenize and score the text as it is read (--max-tokens: only as much of it as needed), and return the
+    report (the JSON `eval --json` writes)."""
     from tqdm import tqdm
 
-    ids, ends = tokenizer.encode_bytes_with_ends(text.data)              # (n,), (n,): where each token ends
-    if max_tokens is not None:
-        ids = ids[:max_tokens + 1]
-    if len(ids) < 2:
-        raise DataError(f"eval: {text.source} holds {len(ids)} token(s); at least 2 are needed (one to predict "
+    pieces = _first_tokens(tokenizer.encode_stream(text.blocks()), max_tokens)   # (ids, ends) pieces
+    first = []                                                           # the pieces up to the second token
+    for piece in pieces:
+        first.append(piece)
+        if sum(len(ids) for ids, _ in first) >= 2:
+            break
+    held = sum(len(ids) for ids, _ in first)
+    if held < 2:
+        raise DataError(f"eval: {text.source} holds {held} token(s); at least 2 are needed (one to predict "
                         f"from, one to predict)")
-    scored_bytes = int(ends[len(ids) - 1] - ends[0])                     # the text's bytes after the first token
+    ends = [None, None]                                                  # the first and the last token's end
+
+    def ids_of(all_pieces):
+        for ids, piece_ends in all_pieces:
+            if len(ids):
+                ends[0] = piece_ends[0] if ends[0] is None else ends[0]
+                ends[1] = piece_ends[-1]
+                yield ids
+
+    # the bar counts tokens: a byte text's are known, a tokenizer's only once the whole text is read
+    total = min(text.size - 1, text.size if max_tokens is None else max_tokens) if tokenizer.name == "bytes" else None
     start = time.perf_counter()
-    with tqdm(total=len(ids) - 1, unit="tok", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
-        result = evaluate(model, ids, window, carry_state=carry_state, progress=bar.update)
+    with tqdm(total=total, unit="tok", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+        result = evaluate_pieces(model, ids_of(itertools.chain(first, pieces)), window,
+                                 carry_state=carry_state, progress=bar.update)
     seconds = time.perf_counter() - start
+    scored_bytes = int(ends[1] - ends[0])                                # the text's bytes after the first token
     return {"data": text.source, "tokenizer": tokenizer.name, "tokens": result.tokens,
             "bytes": int(scored_bytes), "mean_nats": result.mean_nats, "perplexity": result.perplexity,
             "bits_per_token": result.bits_per_token, "bits_per_byte": result.bits_per_byte(max(scored_bytes, 1)),
             "window": window, "carry_state": carry_state, "windows": result.windows, "seconds": seconds,
             "tokens_per_s": result.tokens / seconds if seconds > 0 else None}
+
+
+def _first_tokens(pieces, max_tokens: int | None):
+    """The (ids, ends) pieces up to max_tokens + 1 ids (max_tokens predictions), the last one cut; no more of the
+    text is read after it."""
+    left = None if max_tokens is None else max_tokens + 1
+    for ids, ends in pieces:
+        if left is not None and len(ids) >= left:
+            yield ids[:left], ends[:left]
+            return
+        yield ids, ends
+        left = None if left is None else left - len(ids)
 
 
 def describe(report: dict, trained_val_bpb: float | None = None) -> str:

@@ -13,7 +13,7 @@ holds it to one plain forward).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,24 +54,43 @@ def evaluate(model, ids, window: int = 512, *, carry_state: bool = True,
     ids = np.asarray(ids)
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(f"evaluate: ids must be a 1-D array of token ids, got dtype {ids.dtype} shape {ids.shape}")
-    if len(ids) < 2:
-        raise ValueError(f"evaluate: ids must hold at least 2 tokens (one to predict from, one to predict), got "
-                         f"{len(ids)}")
+    return evaluate_pieces(model, [ids], window, carry_state=carry_state, progress=progress)
+
+
+def evaluate_pieces(model, pieces: Iterable, window: int = 512, *, carry_state: bool = True,
+                    progress: Callable[[int], None] | None = None) -> EvalResult:
+    """evaluate of the ids the 1-D arrays of `pieces` join into, read as they come (a text tokenized piece by
+    piece: memory flat in its length): the same windows, so the same result, as evaluate of the whole."""
     if not isinstance(window, (int, np.integer)) or isinstance(window, bool) or window < 1:
         raise ValueError(f"evaluate: window must be an int >= 1, got {window!r}")
-    inputs, targets = ids[:-1].astype(np.int64), ids[1:].astype(np.int64)  # (n - 1,) each
     cross_entropy = row_ops.cross_entropy if model.fused else F.cross_entropy
-    nats, windows = 0.0, 0
+    nats, windows, tokens = 0.0, 0, 0
     cache = model.allocate_cache(1) if carry_state else None
-    with no_grad():
-        for start in range(0, len(inputs), window):
-            x = inputs[start:start + window][None]                       # (1, w)
-            y = targets[start:start + window][None]                      # (1, w)
-            logits = model(x, cache)                                     # (1, w, V); the cache moves to the end
-            mean = cross_entropy(logits, y).data                         # mean over the window's w predictions
-            nats += float(mean) * y.size
-            windows += 1
-            if progress is not None:
-                progress(y.size)
-    return EvalResult(tokens=len(targets), nats=nats, windows=windows)
+    pending = np.zeros(0, np.int64)      # (k,) ids not yet scored as inputs: the last one is the next window's first
 
+    def score(chunk: np.ndarray) -> None:                                # (w + 1,): w predictions
+        nonlocal nats, windows, tokens
+        x, y = chunk[None, :-1], chunk[None, 1:]                         # (1, w) each
+        logits = model(x, cache)                                         # (1, w, V); the cache moves to the end
+        nats += float(cross_entropy(logits, y).data) * y.size            # the mean over the window's w predictions
+        windows, tokens = windows + 1, tokens + y.size
+        if progress is not None:
+            progress(y.size)
+
+    with no_grad():
+        for piece in pieces:
+            piece = np.asarray(piece)
+            if piece.ndim != 1 or not np.issubdtype(piece.dtype, np.integer):
+                raise ValueError(f"evaluate: ids must be a 1-D array of token ids, got dtype {piece.dtype} shape "
+                                 f"{piece.shape}")
+            pending = np.concatenate([pending, piece.astype(np.int64)])
+            full = (len(pending) - 1) // window                          # whole windows with their targets
+            for k in range(full):
+                score(pending[k * window:(k + 1) * window + 1])
+            pending = pending[full * window:]
+        if tokens + len(pending) < 2:
+            raise ValueError(f"evaluate: ids must hold at least 2 tokens (one to predict from, one to predict), "
+                             f"got {tokens + len(pending)}")
+        if len(pending) > 1:                                             # the last, shorter window
+            score(pending)
+    return EvalResult(tokens=tokens, nats=nats, windows=windows)
