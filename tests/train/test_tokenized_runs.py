@@ -258,3 +258,51 @@ def test_batch_file_gives_each_prompt_its_own_text(bpe_run, tmp_path, capsys):
     assert cli.main(["generate", "--model", str(bpe_run), "--batch-file", str(tmp_path / "bad.jsonl")]) == \
         cli.EXIT_USAGE
     assert "line 2 must be an object" in capsys.readouterr().err
+
+
+def test_batch_file_decodes_batch_size_prompts_at_a_time_and_prints_each_batch_as_it_ends(bpe_run, tmp_path,
+                                                                                            monkeypatch):
+    """2,000 prompts decoded as one batch held 2,000 states at once (~38 GB at the 130M shape) and printed nothing
+    until the end: --batch-size N decodes N at a time. Greedy text does not depend on N; sampled text of a file of
+    up to N prompts is the one batch's, and a later batch draws its own numbers (the same prompt at the same place
+    in two batches is not sampled alike)."""
+    import io
+    import sys
+
+    from tinygrad_ssm.train import generate as gen
+    prompts = ["one", "two", "three", "four", "five"]
+    (tmp_path / "p.txt").write_text("\n".join(prompts) + "\n")
+    real, sizes = gen.generate_batch, []
+
+    def spy(model, batch, *args, **kwargs):
+        sizes.append((len(batch), sys.stdout.getvalue().count("=== ")))  # (its prompts, results printed before)
+        return real(model, batch, *args, **kwargs)
+
+    def run(*flags):
+        monkeypatch.setattr(sys, "stdout", io.StringIO())
+        assert cli.main(["generate", "--model", str(bpe_run), "--batch-file", str(tmp_path / "p.txt"),
+                         "--max-new-tokens", "6", *flags]) == cli.EXIT_OK
+        return sys.stdout.getvalue()
+
+    monkeypatch.setattr(gen, "generate_batch", spy)
+    greedy = run("--temperature", "0")
+    assert sizes == [(5, 0)]
+    sizes.clear()
+    assert run("--temperature", "0", "--batch-size", "2") == greedy
+    assert sizes == [(2, 0), (2, 2), (1, 4)]                  # each batch's results printed before the next runs
+    sampled = run("--temperature", "1", "--seed", "3")
+    assert run("--temperature", "1", "--seed", "3", "--batch-size", "5") == sampled
+    (tmp_path / "p.txt").write_text("same\n" * 4)
+    texts = run("--temperature", "1", "--seed", "3", "--batch-size", "2").split("=== ")[1:]
+    assert texts[0].split("\n", 1)[1] != texts[2].split("\n", 1)[1]   # rows 0 and 2: other draws
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--prompt", "x", "--batch-size", "4"], "--batch-size counts the prompts of --batch-file"),
+])
+def test_batch_size_is_checked(bpe_run, tmp_path, capsys, flags, message):
+    (tmp_path / "p.txt").write_text("a\n")
+    batch = [] if "--prompt" in flags else ["--batch-file", str(tmp_path / "p.txt")]
+    assert cli.main(["generate", "--model", str(bpe_run), *batch, *flags]) == cli.EXIT_USAGE
+    assert message in capsys.readouterr().err

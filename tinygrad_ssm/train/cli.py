@@ -37,7 +37,7 @@ from .arguments import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_
                         train_flag_problems)
 from .config import TrainConfig
 from .data import DataError
-from .generate import (escape_controls, generate_batch, load_model, read_batch_file,
+from .generate import (DEFAULT_PROMPT_BATCH, escape_controls, generate_batches, load_model, read_batch_file,
                        resolve_model_folder, stream_text)
 from .generation_config import sampling_settings, stop_ids
 from .loop import TrainingDiverged, train
@@ -188,16 +188,20 @@ def _stream(model, tokenizer, args, out) -> int:
 
 def _generate_batch(model, tokenizer, batch: tuple[list[str], list[int]], args, out) -> int:
     prompts, line_numbers = batch
+    size = args.batch_size or DEFAULT_PROMPT_BATCH
+    done = 0
     try:
-        texts = generate_batch(model, prompts, args.max_new_tokens, tokenizer, **_sampling(args, model, tokenizer))
+        for texts in generate_batches(model, prompts, args.max_new_tokens, tokenizer, batch_size=size,
+                                      **_sampling(args, model, tokenizer)):
+            for prompt, text, line in zip(prompts[done:], texts, line_numbers[done:]):
+                done += 1
+                out.write(f"=== {done}/{len(prompts)}, line {line} ===\n{escape_controls(prompt + text)}\n")
+            out.flush()
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except NonFiniteLogits as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED
-    for i, (prompt, text, line) in enumerate(zip(prompts, texts, line_numbers), 1):
-        out.write(f"=== {i}/{len(prompts)}, line {line} ===\n{escape_controls(prompt + text)}\n")
-    out.flush()
     return EXIT_OK
 
 
