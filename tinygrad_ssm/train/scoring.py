@@ -87,6 +87,13 @@ def _text_file(path: Path) -> int:
     return 0 if not head or _looks_binary(head) else max(size, len(head))
 
 
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
     """--data (a file, or a folder's text files in sorted order, binary ones skipped); without it, the
     validation split of the run the checkpoint `folder` belongs to (the same files training validated on,
@@ -123,8 +130,10 @@ def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
     texts = [p for p, size in sizes if size]
     if not texts:
         raise DataError(f"--data folder {str(root)!r} holds no text files")
+    binary = [p for p, size in sizes if not size and _size_of(p)]    # skipped where train skips them: say so
+    skipped = f", {len(binary)} binary file{'s' * (len(binary) != 1)} skipped" if binary else ""
     return EvalText(lambda: (block for p in texts for block in _file_blocks(p)), sum(size for _, size in sizes),
-                    f"{root} ({len(texts)} text files)")
+                    f"{root} ({len(texts)} text file{'s' * (len(texts) != 1)}{skipped})")
 
 
 def _saved_trainer_state(folder: Path) -> dict | None:
