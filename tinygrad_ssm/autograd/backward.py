@@ -139,7 +139,6 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
                 out_grads[i] = g = run_hooks(o, g)
             if g is not None and o._retains_grad:  # after the hooks, as torch
                 _accumulate(o, g)
-        del g
         if out_grads[0] is not None or any(g is not None for g in out_grads):
             if ctx._freed:
                 raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
