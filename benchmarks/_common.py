@@ -28,7 +28,6 @@ import gc
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -84,31 +83,6 @@ def timeit(fn, repeat: int = 5, warmup: int = 1) -> dict:
         fn()
         times.append(time.perf_counter() - start)
     return {"median": statistics.median(times), "min": min(times), "max": max(times), "times": times}
-
-
-def current_rss() -> int:
-    """Resident memory of this process now, in bytes (Linux /proc; 0 elsewhere)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return 0
-
-
-def peak_rss() -> int:
-    """The most resident memory this process has held so far, in bytes."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
-
-
-def peak_increment(fn) -> int:
-    """Bytes of resident memory fn needs above what the process holds before it: the process's peak after fn
-    minus its size before. Meaningful for the first big piece of work in a fresh process (the peak never
-    goes down), so the scripts measure each side in its own subprocess. Counts NumPy and PyTorch alike."""
-    gc.collect()
-    before = current_rss()
-    fn()
-    return max(0, peak_rss() - before)
 
 
 def machine() -> dict:

@@ -117,3 +117,27 @@ def test_missing_references_stop_with_what_to_do(tmp_path, monkeypatch, capsys):
     result = json.loads((tmp_path / "e.json").read_text())
     assert result["rows"][0][2] == "-" and "torch is not installed" in result["notes"][1]
     assert "set_num_threads" not in capsys.readouterr().out
+
+
+_HEAP_REUSE = """
+import numpy as np
+import _common
+_common.fixed_mmap_threshold()                                       # as the memory subprocesses run
+def call():
+    blocks = [np.ones(25_000, np.float32) for _ in range(400)]       # 40 MB in 100 kB blocks: glibc's heap
+    return len(blocks)
+held = [np.ones(25_000, np.float32) for _ in range(400)]             # a warm-up's arrays, then one more above
+pin = np.ones(25_000, np.float32)                                    # them, so the heap's top cannot shrink
+del held                                                             # freed, still resident
+print(_common.peak_added_bytes(call))
+"""
+
+
+@pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="needs Linux's /proc/self/clear_refs")
+def test_peak_memory_counts_arrays_placed_in_freed_heap():
+    """bench_scaling read the process's lifetime peak (ru_maxrss) over its resident size: a warm-up's freed heap
+    stayed resident and took the measured call's arrays, so generation read 0.0 MiB on both sides."""
+    done = subprocess.run([sys.executable, "-c", _HEAP_REUSE], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1] / "benchmarks")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 38e6 < int(done.stdout.split()[-1]) < 46e6
