@@ -4,7 +4,8 @@
    torch's intra-op pool), read from sys.argv before NumPy loads, since OpenBLAS fixes its pool when it starts.
    On a machine shared with other work, --threads 1 keeps spinning thread pools (torch's OpenMP pool above all)
    from measuring the load instead of the code. So this module imports no NumPy at its top: a script calls
-   `threads_from_argv()` first, then imports NumPy.
+   `threads_from_argv()` first, then imports NumPy. Every count flag's argparse type is positive_int (or
+   nonnegative_int), so a 0 or a negative count stops at parsing.
 2. Timing (median of n after warm-up, with min and max), peak memory of a piece of work, the machine's facts,
    and one JSON layout that run_all.py turns into docs/benchmarks.md.
 3. The transformers twin (bench_train_step.py, bench_generate.py, parity_transformers.py, profile_decode.py):
@@ -22,6 +23,7 @@ benchmarks/dev/ put benchmarks/ on sys.path first.
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
 import datetime
 import gc
@@ -61,6 +63,28 @@ def threads_from_argv(default: int | None = None) -> int | None:
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
             os.environ[var] = str(n)
     import tinygrad_ssm  # noqa: F401  (after the counts, before the script's NumPy)
+    return n
+
+
+def positive_int(text: str) -> int:
+    """argparse type of a count flag (--repeats, --batches, --new-tokens, --steps, ...): a whole number >= 1, so
+    that 0 or a negative number stops at parsing, naming the flag, instead of in a traceback from inside the run
+    (--batches 0 failed in generate, --repeats 0 in the median of no times)."""
+    return _whole_number(text, 1)
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type of a count that may be 0 (--warmup, --skip)."""
+    return _whole_number(text, 0)
+
+
+def _whole_number(text: str, least: int) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, got {text!r}") from None
+    if n < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {n}")
     return n
 
 

@@ -141,3 +141,34 @@ def test_peak_memory_counts_arrays_placed_in_freed_heap():
                           cwd=Path(__file__).resolve().parents[1] / "benchmarks")
     assert done.returncode == 0, done.stderr[-2000:]
     assert 38e6 < int(done.stdout.split()[-1]) < 46e6
+
+
+def test_count_flags_stop_at_parsing(monkeypatch, capsys):
+    """--batches 0 failed inside generate, --repeats 0 in the median of no times, a negative --new-tokens further
+    on: every count flag is _common.positive_int (or nonnegative_int), so argparse stops first, naming the flag."""
+    import argparse
+    assert _common.positive_int("3") == 3 and _common.nonnegative_int("0") == 0
+    for parse, text, message in ((_common.positive_int, "0", "must be >= 1, got 0"),
+                                 (_common.nonnegative_int, "-1", "must be >= 0, got -1"),
+                                 (_common.positive_int, "2.5", "must be a whole number >= 1, got '2.5'")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            parse(text)
+    import bench_generate
+    import bench_quantized
+    import bench_ssd
+    import bench_train_step
+    cases = [(bench_generate.main, ["--batches", "1", "0"], "--batches: must be >= 1, got 0"),
+             (bench_generate.main, ["--new-tokens", "-4"], "--new-tokens: must be >= 1, got -4"),
+             (bench_train_step.main, ["--repeats", "0"], "--repeats: must be >= 1, got 0"),
+             (bench_train_step.main, ["--warmup", "-1"], "--warmup: must be >= 0, got -1"),
+             (bench_quantized.main, ["--new-tokens", "0"], "--new-tokens: must be >= 1, got 0"),
+             (bench_ssd.main, ["--repeats", "x"], "--repeats: must be a whole number >= 1, got 'x'")]
+    for main, argv, message in cases:
+        with pytest.raises(SystemExit) as stopped:                      # argparse's exit, before any work
+            main(argv)
+        assert stopped.value.code == 2 and message in capsys.readouterr().err, argv
+    import bench_distributed
+    monkeypatch.setattr(sys, "argv", ["bench_distributed.py", "--steps", "2", "--skip", "2"])
+    with pytest.raises(SystemExit):
+        bench_distributed.main()
+    assert "--skip 2 leaves none of --steps 2: give --skip below --steps" in capsys.readouterr().err
