@@ -145,14 +145,16 @@ def fitted_exponent(xs, ys) -> float:
 
 
 def format_table(columns, rows) -> str:
-    cells = [[str(c) for c in columns]] + [[_cell(v) for v in row] for row in rows]
+    cells = [[str(c) for c in columns]] + [[format_cell(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
-def _cell(value) -> str:
+def format_cell(value) -> str:
+    """A table cell as both the printed tables and docs/benchmarks.md (run_all.py) show it: a float to 3
+    significant digits below 1,000, else whole with thousands separators; anything else as str() has it."""
     if isinstance(value, float):  # (.3g wrote 7,760 as 7.76e+03)
         return f"{value:.3g}" if abs(value) < 1e3 else f"{value:,.0f}"
     return str(value)
