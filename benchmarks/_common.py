@@ -4,7 +4,8 @@
    torch's intra-op pool), read from sys.argv before NumPy loads, since OpenBLAS fixes its pool when it starts.
    On a machine shared with other work, --threads 1 keeps spinning thread pools (torch's OpenMP pool above all)
    from measuring the load instead of the code. So this module imports no NumPy at its top: a script calls
-   `threads_from_argv()` first, then imports NumPy.
+   `threads_from_argv()` first, then imports NumPy. Every count flag's argparse type is positive_int (or
+   nonnegative_int), so a 0 or a negative count stops at parsing.
 2. Timing (median of n after warm-up, with min and max), peak memory of a piece of work, the machine's facts,
    and one JSON layout that run_all.py turns into docs/benchmarks.md.
 3. The transformers twin (bench_train_step.py, bench_generate.py, parity_transformers.py, profile_decode.py):
@@ -22,13 +23,13 @@ benchmarks/dev/ put benchmarks/ on sys.path first.
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
 import datetime
 import gc
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -65,6 +66,28 @@ def threads_from_argv(default: int | None = None) -> int | None:
     return n
 
 
+def positive_int(text: str) -> int:
+    """argparse type of a count flag (--repeats, --batches, --new-tokens, --steps, ...): a whole number >= 1, so
+    that 0 or a negative number stops at parsing, naming the flag, instead of in a traceback from inside the run
+    (--batches 0 failed in generate, --repeats 0 in the median of no times)."""
+    return _whole_number(text, 1)
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type of a count that may be 0 (--warmup, --skip)."""
+    return _whole_number(text, 0)
+
+
+def _whole_number(text: str, least: int) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, got {text!r}") from None
+    if n < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {n}")
+    return n
+
+
 def apply_to_torch(n: int | None):
     if n is not None:
         import torch
@@ -84,31 +107,6 @@ def timeit(fn, repeat: int = 5, warmup: int = 1) -> dict:
         fn()
         times.append(time.perf_counter() - start)
     return {"median": statistics.median(times), "min": min(times), "max": max(times), "times": times}
-
-
-def current_rss() -> int:
-    """Resident memory of this process now, in bytes (Linux /proc; 0 elsewhere)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return 0
-
-
-def peak_rss() -> int:
-    """The most resident memory this process has held so far, in bytes."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
-
-
-def peak_increment(fn) -> int:
-    """Bytes of resident memory fn needs above what the process holds before it: the process's peak after fn
-    minus its size before. Meaningful for the first big piece of work in a fresh process (the peak never
-    goes down), so the scripts measure each side in its own subprocess. Counts NumPy and PyTorch alike."""
-    gc.collect()
-    before = current_rss()
-    fn()
-    return max(0, peak_rss() - before)
 
 
 def machine() -> dict:
@@ -147,14 +145,16 @@ def fitted_exponent(xs, ys) -> float:
 
 
 def format_table(columns, rows) -> str:
-    cells = [[str(c) for c in columns]] + [[_cell(v) for v in row] for row in rows]
+    cells = [[str(c) for c in columns]] + [[format_cell(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
-def _cell(value) -> str:
+def format_cell(value) -> str:
+    """A table cell as both the printed tables and docs/benchmarks.md (run_all.py) show it: a float to 3
+    significant digits below 1,000, else whole with thousands separators; anything else as str() has it."""
     if isinstance(value, float):  # (.3g wrote 7,760 as 7.76e+03)
         return f"{value:.3g}" if abs(value) < 1e3 else f"{value:,.0f}"
     return str(value)

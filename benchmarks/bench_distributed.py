@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import save_json
+from _common import nonnegative_int, positive_int, save_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,18 +91,20 @@ def bare_allreduce(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--skip", type=int, default=2, help="first steps left out of the medians")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--n-layer", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=1,
+    p.add_argument("--steps", type=positive_int, default=8)
+    p.add_argument("--skip", type=nonnegative_int, default=2, help="first steps left out of the medians")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--seq-len", type=positive_int, default=128)
+    p.add_argument("--d-model", type=positive_int, default=256)
+    p.add_argument("--n-layer", type=positive_int, default=4)
+    p.add_argument("--rounds", type=positive_int, default=1,
                    help="runs of every configuration, round-robin; the median one is shown (the lower for even)")
-    p.add_argument("--repeats", type=int, default=20, help="bare allreduce repetitions")
+    p.add_argument("--repeats", type=positive_int, default=20, help="bare allreduce repetitions")
     p.add_argument("--json", metavar="PATH", default=None, help="also write the results here")
     p.add_argument("--bare-allreduce", action="store_true", help=argparse.SUPPRESS)  # the mpiexec child
     args = p.parse_args()
+    if args.skip >= args.steps:                                         # (the medians would be of no steps)
+        p.error(f"--skip {args.skip} leaves none of --steps {args.steps}: give --skip below --steps")
     if args.bare_allreduce:
         return bare_allreduce(args)
     results = {"config": {k: getattr(args, k) for k in ("steps", "skip", "batch_size", "seq_len", "d_model",

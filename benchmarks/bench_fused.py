@@ -29,7 +29,7 @@ THREADS = threads_from_argv()
 
 import numpy as np  # noqa: E402  (after threads_from_argv: the pools' sizes are fixed when they load)
 
-from _common import ROOT, default_json, write_result  # noqa: E402
+from _common import ROOT, default_json, positive_int, write_result  # noqa: E402
 
 import tinygrad_ssm.fast.fused as fused  # noqa: E402
 from tinygrad_ssm.autograd import functional as F  # noqa: E402
@@ -132,8 +132,8 @@ def run_once(build, ops) -> tuple:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=None, help="threads for numba and BLAS (read at start)")
+    parser.add_argument("--repeats", type=positive_int, default=7)
+    parser.add_argument("--threads", type=positive_int, default=None, help="threads for numba and BLAS (read at start)")
     parser.add_argument("--baseline", default=None, help="also time the fused ops of this git revision")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--json", default=default_json("bench_fused"))

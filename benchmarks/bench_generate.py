@@ -30,14 +30,14 @@ SAMPLING_ROWS = {"tinygrad_ssm top_k=1": {"temperature": 1.0, "top_k": 1},
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
-    p.add_argument("--prompt-len", type=int, default=16)
-    p.add_argument("--new-tokens", type=int, default=256)
-    p.add_argument("--chunk-size", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--batches", type=common.positive_int, nargs="+", default=[1, 8])
+    p.add_argument("--prompt-len", type=common.positive_int, default=16)
+    p.add_argument("--new-tokens", type=common.positive_int, default=256)
+    p.add_argument("--chunk-size", type=common.positive_int, default=64)
+    p.add_argument("--repeats", type=common.positive_int, default=5)
     p.add_argument("--with-reference", action="store_true", help="also time our engine-op step (fused=False)")
     p.add_argument("--sampling", action="store_true", help="also time top_k=1 and temperature=0.8/top_p=0.9")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=common.positive_int, default=None,
                    help="threads for every library on both sides (default: each library's own choice)")
     p.add_argument("--quick", action="store_true", help="tiny config, 32 new tokens, 2 repeats: a smoke run")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")

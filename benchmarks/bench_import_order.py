@@ -72,12 +72,13 @@ def run_one(first: str, config: dict, batch: int, seqlen: int, steps: int, new_t
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--steps", type=int, default=5, help="timed steps per process (their median)")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seqlen", type=int, default=512)
-    p.add_argument("--new-tokens", type=int, default=256)
-    p.add_argument("--threads", type=int, default=None, help="threads for every library (default: their own)")
+    p.add_argument("--rounds", type=common.positive_int, default=7)
+    p.add_argument("--steps", type=common.positive_int, default=5, help="timed steps per process (their median)")
+    p.add_argument("--batch", type=common.positive_int, default=8)
+    p.add_argument("--seqlen", type=common.positive_int, default=512)
+    p.add_argument("--new-tokens", type=common.positive_int, default=256)
+    p.add_argument("--threads", type=common.positive_int, default=None,
+                   help="threads for every library (default: their own)")
     p.add_argument("--quick", action="store_true", help="tiny config, batch 2 x 64, 2 rounds: a smoke run")
     p.add_argument("--json", default=None, help=common.json_help("bench_import_order"))
     args = p.parse_args(argv)

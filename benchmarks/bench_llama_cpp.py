@@ -79,8 +79,8 @@ def main(argv=None) -> dict | None:
     p.add_argument("--export", metavar="DIR", help="write the benchmark's weights into DIR and stop")
     p.add_argument("--model", metavar="DIR", help="the folder --export wrote, with f32.gguf and q8_0.gguf in it")
     p.add_argument("--llama-bench", metavar="PATH", help="llama.cpp's llama-bench binary")
-    p.add_argument("--repeats", type=int, default=5, help="rounds [%(default)s]")
-    p.add_argument("--threads", type=int, default=2, help="threads on both sides [2]")
+    p.add_argument("--repeats", type=common.positive_int, default=5, help="rounds [%(default)s]")
+    p.add_argument("--threads", type=common.positive_int, default=2, help="threads on both sides [2]")
     p.add_argument("--json", default=common.default_json(NAME), help="where the JSON goes [%(default)s]")
     args = p.parse_args(argv)
     if args.export:

@@ -123,7 +123,8 @@ def write_bfloat16_copy(source: Path, target: Path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--quick", action="store_true", help="a small shape (a smoke run)")
-    parser.add_argument("--threads", type=int, default=None, help="threads of every pool (read before NumPy)")
+    parser.add_argument("--threads", type=common.positive_int, default=None,
+                        help="threads of every pool (read before NumPy)")
     parser.add_argument("--json", default=None, help=common.json_help("load"))
     parser.add_argument("--measure", nargs=2, metavar=("WAY", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()

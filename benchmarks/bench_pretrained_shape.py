@@ -388,13 +388,17 @@ KEYS = ["task", "side", "median_s", "min_s", "max_s", "tokens_per_s", "x_transfo
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--new-tokens", type=int, default=Plan.new_tokens, help="new tokens per generation [%(default)s]")
-    p.add_argument("--repeats", type=int, default=Plan.repeats, help="timed repeats per row [%(default)s]")
-    p.add_argument("--eval-repeats", type=int, default=Plan.eval_repeats, help="timed evals per side [%(default)s]")
-    p.add_argument("--train-repeats", type=int, default=Plan.train_repeats,
+    p.add_argument("--new-tokens", type=common.positive_int, default=Plan.new_tokens,
+                   help="new tokens per generation [%(default)s]")
+    p.add_argument("--repeats", type=common.positive_int, default=Plan.repeats,
+                   help="timed repeats per row [%(default)s]")
+    p.add_argument("--eval-repeats", type=common.positive_int, default=Plan.eval_repeats,
+                   help="timed evals per side [%(default)s]")
+    p.add_argument("--train-repeats", type=common.positive_int, default=Plan.train_repeats,
                    help="timed fine-tuning steps per side and chunk size [%(default)s]")
-    p.add_argument("--chunks", type=int, nargs="+", default=list(Plan.chunks), help="fine-tuning chunk sizes")
-    p.add_argument("--threads", type=int, default=2, help="threads for every library on both sides [2]")
+    p.add_argument("--chunks", type=common.positive_int, nargs="+", default=list(Plan.chunks),
+                   help="fine-tuning chunk sizes")
+    p.add_argument("--threads", type=common.positive_int, default=2, help="threads for every library on both sides [2]")
     p.add_argument("--quick", action="store_true", help="tiny config and sizes, seconds: a smoke run")
     p.add_argument("--json", default=None, help=common.json_help(NAME))
     p.add_argument(common.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)   # "SIDE@CHUNK"

@@ -5,9 +5,13 @@
 
     python benchmarks/bench_scaling.py [--quick] [--json PATH]
 
-Each (side, size) runs in its own fresh process, so the peak memory of one does not hide the next
-(_common.peak_increment). Model: the default run's (vocab 256, d_model 256, 4 layers, d_state 64, headdim 64,
-chunk 64), float32.
+Each (side, size) runs in its own fresh process, so the peak memory of one does not hide the next. Peak memory is
+_common.peak_added_bytes, as bench_train_step.py and bench_generate.py measure it: the resident memory one call
+adds over what the process holds before it (VmHWM reset), with freed heap handed back first and every block over
+1 MiB mapped on its own (_common.fixed_mmap_threshold), so a call's arrays fault in fresh pages and count. (The
+process's lifetime peak, ru_maxrss, measured this before: a warm-up's freed heap pages stayed resident and took the
+next call's arrays, so a generation of 2,048 tokens read as 0.0 MiB on both sides.) Model: the default run's
+(vocab 256, d_model 256, 4 layers, d_state 64, headdim 64, chunk 64), float32.
 """
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from pathlib import Path
 
 import _common  # noqa: F401, I001  (first: puts this clone on sys.path before the installed package)
 import tinygrad_ssm  # noqa: F401
-from _common import fitted_exponent, json_help, result_path, peak_increment, timeit, write_result
+from _common import (fitted_exponent, fixed_mmap_threshold, json_help, peak_added_bytes, result_path, timeit,
+                     write_result)
 
 MODEL = dict(d_model=256, n_layer=4, vocab_size=256, d_state=64, headdim=64, ngroups=1, chunk_size=64,
              tie_embeddings=True)
@@ -81,8 +86,9 @@ def child_step(side: str, seqlen: int, repeat: int) -> dict:
             their_loss(model, ids, targets).backward()
             opt.step()
     warm_up(model, side)
-    peak = peak_increment(step)                                          # the first full step, in a fresh process
-    return {"peak_bytes": peak, **timeit(step, repeat=repeat, warmup=0)}
+    times = timeit(step, repeat=repeat, warmup=1)                       # glibc's defaults while timed (see below)
+    fixed_mmap_threshold()                                              # then the memory of one more step
+    return {"peak_bytes": _peak(step), **times}
 
 
 def child_generate(side: str, new_tokens: int) -> dict:
@@ -97,9 +103,17 @@ def child_generate(side: str, new_tokens: int) -> dict:
             with torch.no_grad():
                 model.generate(torch.from_numpy(prompt), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                                do_sample=False, pad_token_id=0)
+    fixed_mmap_threshold()                                              # nothing timed in this process
     warm_up(model, side)
-    peak = peak_increment(run)
-    return {"peak_bytes": peak}
+    return {"peak_bytes": _peak(run)}
+
+
+def _peak(fn) -> int:
+    peak = peak_added_bytes(fn)
+    if peak is None:
+        raise SystemExit("bench_scaling measures peak memory through Linux's /proc/self/status (VmHWM) and "
+                         "/proc/self/clear_refs, which this system does not allow")
+    return peak
 
 
 def _in_child(*args) -> dict:
@@ -166,8 +180,9 @@ def main(argv=None):
     ]
     notes = ["fitted exponent of step time in l: " + ", ".join(f"{s} {e:.2f}" for s, e in exponents.items())
              + " (1 = linear)",
-             "peak MiB: the process's peak resident memory during the first step above its size before it, each "
-             "(side, l) in a fresh process",
+             "peak MiB: the resident memory one step adds above the process's size before it (after a warm-up "
+             "step, so the optimizer's moments are held already; VmHWM reset, freed heap trimmed, blocks over 1 MiB "
+             "mapped on their own), each (side, l) in a fresh process",
              "generation peak MiB by generated tokens: " + "; ".join(
                  f"{s} " + ", ".join(f"{n}: {gen[s][n]['peak_bytes'] / 2**20:.1f}" for n in generated) for s in sides)]
     write_result(result_path(args.json, "bench_scaling", args.quick), "bench_scaling", f"Scaling with sequence length, float32, model {MODEL}", columns, rows,

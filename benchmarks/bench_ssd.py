@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-import _common  # noqa: F401, I001  (first: puts this clone on sys.path before the installed package)
+import _common  # noqa: I001  (first: puts this clone on sys.path before the installed package)
 import tinygrad_ssm  # noqa: F401
 import numpy as np
 
@@ -198,8 +198,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", default=None, help=json_help("bench_ssd"))
     parser.add_argument("--quick", action="store_true", help="smoke run: small shapes, 2 repeats, no memory")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--chunk", type=int, default=64, help="numba's chunk (checkpoint interval) [%(default)s]")
+    parser.add_argument("--repeats", type=_common.positive_int, default=5)
+    parser.add_argument("--chunk", type=_common.positive_int, default=64,
+                        help="numba's chunk (checkpoint interval) [%(default)s]")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_child:

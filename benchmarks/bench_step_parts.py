@@ -25,7 +25,7 @@ threads_from_argv()
 
 import numpy as np  # noqa: E402
 
-from _common import default_json, write_result  # noqa: E402
+from _common import default_json, positive_int, write_result  # noqa: E402
 
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap  # noqa: E402
 from tinygrad_ssm.autograd import functional as F  # noqa: E402
@@ -59,10 +59,11 @@ def timed(seconds: dict, depth: dict, part: str, method):
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seqlen", type=int, default=512)
-    p.add_argument("--threads", type=int, default=None, help="threads for every pool (read before NumPy loads)")
+    p.add_argument("--rounds", type=positive_int, default=15)
+    p.add_argument("--batch", type=positive_int, default=8)
+    p.add_argument("--seqlen", type=positive_int, default=512)
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="threads for every pool (read before NumPy loads)")
     p.add_argument("--json", default=default_json("bench_step_parts"))
     args = p.parse_args(argv)
     seconds, depth = collections.defaultdict(float), collections.defaultdict(int)

@@ -50,14 +50,14 @@ def their_step(hf, opt, ids, targets):
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seqlen", type=int, default=512)
-    p.add_argument("--chunks", type=int, nargs="+", default=[32, 64, 256])
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--batch", type=common.positive_int, default=8)
+    p.add_argument("--seqlen", type=common.positive_int, default=512)
+    p.add_argument("--chunks", type=common.positive_int, nargs="+", default=[32, 64, 256])
+    p.add_argument("--repeats", type=common.positive_int, default=5)
+    p.add_argument("--warmup", type=common.nonnegative_int, default=1)
     p.add_argument("--backend", default="auto", help="our scan backend")
     p.add_argument("--with-reference", action="store_true", help="also time our reference path (fused=False)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=common.positive_int, default=None,
                    help="threads for every library on both sides (default: each library's own choice)")
     p.add_argument("--quick", action="store_true", help="tiny config, batch 2 x 64, 2 repeats: a smoke run")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")

@@ -24,7 +24,7 @@ import json
 import sys
 import time
 
-import _common  # noqa: F401, I001  (first: puts this clone on sys.path before the installed package)
+import _common  # noqa: I001  (first: puts this clone on sys.path before the installed package)
 import numpy as np
 
 import tinygrad_ssm as tg
@@ -207,8 +207,8 @@ def time_shape(shape: dict, chunk_size: int, dtype, repeats: int, torch_device: 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="a tiny shape, correctness only (runs on the simulator)")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--chunk-size", type=int, default=256)
+    parser.add_argument("--repeats", type=_common.positive_int, default=3)
+    parser.add_argument("--chunk-size", type=_common.positive_int, default=256)
     parser.add_argument("--json", metavar="FILE", help="write the results to FILE as JSON")
     args = parser.parse_args(argv)
 

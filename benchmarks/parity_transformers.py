@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import default_json, require_transformers, write_result  # noqa: E402  (and the repository on the path)
+from _common import default_json, positive_int, require_transformers, write_result  # noqa: E402  (and the clone)
 
 import tinygrad_ssm as tg  # noqa: E402
 from tinygrad_ssm.models import Mamba2Config, Mamba2LMHeadModel  # noqa: E402
@@ -176,7 +176,7 @@ def compare(dtype: str = "float64", steps: int = 100, new_tokens: int = 64, seed
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--steps", type=positive_int, default=100)
     parser.add_argument("--json", default=default_json("parity_transformers"))
     args = parser.parse_args(argv)
     torch, transformers = require_transformers()    # (a clear stop without the bench extra)

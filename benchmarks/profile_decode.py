@@ -30,11 +30,12 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", choices=("small", "130m"), default="small",
                    help="bench_generate's model, or bench_pretrained_shape's (Mamba-2 130M's shape) [small]")
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
-    p.add_argument("--prompt-len", type=int, default=16)
-    p.add_argument("--new-tokens", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--threads", type=int, default=None, help="NUMBA_NUM_THREADS (2: the caller and one helper)")
+    p.add_argument("--batches", type=common.positive_int, nargs="+", default=[1, 8])
+    p.add_argument("--prompt-len", type=common.positive_int, default=16)
+    p.add_argument("--new-tokens", type=common.positive_int, default=256)
+    p.add_argument("--repeats", type=common.positive_int, default=5)
+    p.add_argument("--threads", type=common.positive_int, default=None,
+                   help="NUMBA_NUM_THREADS (2: the caller and one helper)")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")
     args = p.parse_args(argv)
     if args.shape == "130m":

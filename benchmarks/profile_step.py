@@ -94,15 +94,15 @@ def instrument(times: dict, counts: collections.Counter, in_scan: list, cpu: dic
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seqlen", type=int, default=512)
-    p.add_argument("--chunk-size", type=int, default=64)
+    p.add_argument("--batch", type=common.positive_int, default=8)
+    p.add_argument("--seqlen", type=common.positive_int, default=512)
+    p.add_argument("--chunk-size", type=common.positive_int, default=64)
     p.add_argument("--backend", default="auto")
     p.add_argument("--reference", action="store_true", help="profile the engine-op path (fused=False)")
     p.add_argument("--shape", choices=sorted(SHAPES), default="small",
                    help="the model: small (d_model 256, 4 layers, bytes) or 130m (Mamba-2 130M's shape, vocab 50,277)")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=2,
+    p.add_argument("--repeats", type=common.positive_int, default=3)
+    p.add_argument("--warmup", type=common.nonnegative_int, default=2,
                    help="untimed steps first: the second step still paid a one-time ~0.1 s (in the first gated norm's "
                         "backward), which one warm-up step spread over the timed ones")
     args = p.parse_args(argv)

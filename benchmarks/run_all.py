@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import RESULTS, ROOT
+from _common import RESULTS, ROOT, format_cell
 
 # (script, its title in the report, extra arguments): in the order the report shows them
 SCRIPTS = (
@@ -240,12 +240,9 @@ def _distributed(r: dict) -> dict:
 
 
 def markdown_table(columns, rows) -> str:
-    def cell(v):
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1e4 else f"{v:,.0f}"
-        return str(v)
+    """The cells as the scripts' printed tables have them (_common.format_cell: 5,090, not 5.09e+03)."""
     lines = ["| " + " | ".join(map(str, columns)) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(format_cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 
 

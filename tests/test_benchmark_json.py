@@ -86,11 +86,15 @@ def test_every_script_measures_this_clone_not_an_installed_package(tmp_path):
 
 
 def test_threads_must_be_a_number_and_tables_print_thousands_plainly(monkeypatch):
-    """--threads abc ended in int()'s traceback; a float of 7,760 printed as 7.76e+03."""
+    """--threads abc ended in int()'s traceback; a float of 7,760 printed as 7.76e+03 (and as 5.09e+03 in
+    docs/benchmarks.md, whose run_all.py had a formatter of its own)."""
     monkeypatch.setattr(sys, "argv", ["bench.py", "--threads", "abc"])
     with pytest.raises(SystemExit, match="--threads must be a whole number of threads, got 'abc'"):
         _common.threads_from_argv()
     assert _common.format_table(["a", "b"], [[7760.4, 0.01234]]).splitlines()[-1].split() == ["7,760", "0.0123"]
+    import run_all                                                      # docs/benchmarks.md wrote 5.09e+03
+    assert run_all.markdown_table(["a", "b", "c"], [[5088.4, 0.01234, "-"]]).splitlines()[-1] == \
+        "| 5,088 | 0.0123 | - |"
 
 
 def test_missing_references_stop_with_what_to_do(tmp_path, monkeypatch, capsys):
@@ -117,3 +121,58 @@ def test_missing_references_stop_with_what_to_do(tmp_path, monkeypatch, capsys):
     result = json.loads((tmp_path / "e.json").read_text())
     assert result["rows"][0][2] == "-" and "torch is not installed" in result["notes"][1]
     assert "set_num_threads" not in capsys.readouterr().out
+
+
+_HEAP_REUSE = """
+import numpy as np
+import _common
+_common.fixed_mmap_threshold()                                       # as the memory subprocesses run
+def call():
+    blocks = [np.ones(25_000, np.float32) for _ in range(400)]       # 40 MB in 100 kB blocks: glibc's heap
+    return len(blocks)
+held = [np.ones(25_000, np.float32) for _ in range(400)]             # a warm-up's arrays, then one more above
+pin = np.ones(25_000, np.float32)                                    # them, so the heap's top cannot shrink
+del held                                                             # freed, still resident
+print(_common.peak_added_bytes(call))
+"""
+
+
+@pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="needs Linux's /proc/self/clear_refs")
+def test_peak_memory_counts_arrays_placed_in_freed_heap():
+    """bench_scaling read the process's lifetime peak (ru_maxrss) over its resident size: a warm-up's freed heap
+    stayed resident and took the measured call's arrays, so generation read 0.0 MiB on both sides."""
+    done = subprocess.run([sys.executable, "-c", _HEAP_REUSE], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1] / "benchmarks")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 38e6 < int(done.stdout.split()[-1]) < 46e6
+
+
+def test_count_flags_stop_at_parsing(monkeypatch, capsys):
+    """--batches 0 failed inside generate, --repeats 0 in the median of no times, a negative --new-tokens further
+    on: every count flag is _common.positive_int (or nonnegative_int), so argparse stops first, naming the flag."""
+    import argparse
+    assert _common.positive_int("3") == 3 and _common.nonnegative_int("0") == 0
+    for parse, text, message in ((_common.positive_int, "0", "must be >= 1, got 0"),
+                                 (_common.nonnegative_int, "-1", "must be >= 0, got -1"),
+                                 (_common.positive_int, "2.5", "must be a whole number >= 1, got '2.5'")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            parse(text)
+    import bench_generate
+    import bench_quantized
+    import bench_ssd
+    import bench_train_step
+    cases = [(bench_generate.main, ["--batches", "1", "0"], "--batches: must be >= 1, got 0"),
+             (bench_generate.main, ["--new-tokens", "-4"], "--new-tokens: must be >= 1, got -4"),
+             (bench_train_step.main, ["--repeats", "0"], "--repeats: must be >= 1, got 0"),
+             (bench_train_step.main, ["--warmup", "-1"], "--warmup: must be >= 0, got -1"),
+             (bench_quantized.main, ["--new-tokens", "0"], "--new-tokens: must be >= 1, got 0"),
+             (bench_ssd.main, ["--repeats", "x"], "--repeats: must be a whole number >= 1, got 'x'")]
+    for main, argv, message in cases:
+        with pytest.raises(SystemExit) as stopped:                      # argparse's exit, before any work
+            main(argv)
+        assert stopped.value.code == 2 and message in capsys.readouterr().err, argv
+    import bench_distributed
+    monkeypatch.setattr(sys, "argv", ["bench_distributed.py", "--steps", "2", "--skip", "2"])
+    with pytest.raises(SystemExit):
+        bench_distributed.main()
+    assert "--skip 2 leaves none of --steps 2: give --skip below --steps" in capsys.readouterr().err

@@ -39,7 +39,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))          # benchmarks/: the private helpers
-from _common import CONFIG, QUICK_CONFIG, RESULTS, ROOT, SHAPE_130M, write_result  # noqa: E402
+from _common import (CONFIG, QUICK_CONFIG, RESULTS, ROOT, SHAPE_130M, nonnegative_int, positive_int,  # noqa: E402
+                     write_result)
 
 STEP_SHAPES = {  # name: (n_layer, batch, seq_len, lr)
     "bench": (4, 8, 512, 1e-3),      # bench_train_step.py's model and batch
@@ -232,22 +233,23 @@ def main(argv=None) -> dict:
     p.add_argument("--what", choices=sorted(PARTS), default="step", help="[%(default)s]")
     p.add_argument("--shape", choices=[s for s in STEP_SHAPES if s != "quick"], default="bench",
                    help="step: the model and batch [%(default)s]")
-    p.add_argument("--batch", type=int, help="step: batch size (instead of the shape's); generate: [1]")
-    p.add_argument("--seqlen", type=int, help="step: sequence length (instead of the shape's)")
-    p.add_argument("--n-layer", type=int, help="step: layers (instead of the shape's)")
-    p.add_argument("--d-model", type=int, default=256, help="step: [%(default)s]")
+    p.add_argument("--batch", type=positive_int, help="step: batch size (instead of the shape's); generate: [1]")
+    p.add_argument("--seqlen", type=positive_int, help="step: sequence length (instead of the shape's)")
+    p.add_argument("--n-layer", type=positive_int, help="step: layers (instead of the shape's)")
+    p.add_argument("--d-model", type=positive_int, default=256, help="step: [%(default)s]")
     p.add_argument("--ssd-shape", default=SSD_SHAPE, help="ssd: b,l,h,p,g,n [%(default)s]")
     p.add_argument("--model", choices=[m for m in GEN_MODELS if m != "quick"], default="130m",
                    help="generate: the model's shape [%(default)s]")
-    p.add_argument("--prompt-len", type=int, default=16, help="generate: prompt tokens per row [%(default)s]")
-    p.add_argument("--new-tokens", type=int, default=33, help="generate: new tokens per call [%(default)s]")
+    p.add_argument("--prompt-len", type=positive_int, default=16, help="generate: prompt tokens per row [%(default)s]")
+    p.add_argument("--new-tokens", type=positive_int, default=33, help="generate: new tokens per call [%(default)s]")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="ssd: [%(default)s]")
-    p.add_argument("--chunk", type=int, default=64, help="chunk_size [%(default)s]")
+    p.add_argument("--chunk", type=positive_int, default=64, help="chunk_size [%(default)s]")
     p.add_argument("--backend", default="auto", help="the scan backend (a name both revisions have) [%(default)s]")
-    p.add_argument("--rounds", type=int, default=5, help="rounds, the sides taking turns [%(default)s]")
-    p.add_argument("--reps", type=int, default=5, help="timed repetitions per side and round [%(default)s]")
-    p.add_argument("--warmup", type=int, default=2, help="untimed repetitions first (compilation) [%(default)s]")
-    p.add_argument("--threads", type=int, help="every pool's threads in both processes (default: theirs)")
+    p.add_argument("--rounds", type=positive_int, default=5, help="rounds, the sides taking turns [%(default)s]")
+    p.add_argument("--reps", type=positive_int, default=5, help="timed repetitions per side and round [%(default)s]")
+    p.add_argument("--warmup", type=nonnegative_int, default=2,
+                   help="untimed repetitions first (compilation) [%(default)s]")
+    p.add_argument("--threads", type=positive_int, help="every pool's threads in both processes (default: theirs)")
     p.add_argument("--quick", action="store_true", help="a smoke run: tiny shapes, 2 rounds of 2 after 1")
     p.add_argument("--fresh", action="store_true", help="extract REV's tree again (and recompile its kernels)")
     p.add_argument("--json", help="where to write (default benchmarks/results/ab_<what>.json)")

@@ -27,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))                                                      # run from a clone too
+sys.path.insert(0, str(ROOT / "benchmarks"))                                      # the private helpers
+from _common import positive_int
 import tinygrad_ssm as tg  # noqa: E402
 import numpy as np                                                                 # noqa: E402
 
@@ -124,7 +126,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--a", default="numba_chunked", help="backend A [%(default)s]")
     parser.add_argument("--b", default="reference", help="backend B [%(default)s]")
-    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--repeats", type=positive_int, default=9)
     parser.add_argument("--quick", action="store_true", help="smoke run: a small shape, 2 repeats")
     parser.add_argument("--step", action="store_true", help="also time whole training steps with each backend")
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "bench_ssd_backends.json"),

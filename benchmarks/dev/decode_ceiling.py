@@ -59,9 +59,10 @@ def phase_free_step(in_w, out_w, head, in_b, out_b, head_b, ssms, with_states, u
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--new-tokens", type=int, default=33, help="tokens a timed generate makes [33]")
-    p.add_argument("--threads", type=int, default=2, help="2: the phase-free step is written for two threads")
+    p.add_argument("--rounds", type=common.positive_int, default=15)
+    p.add_argument("--new-tokens", type=common.positive_int, default=33, help="tokens a timed generate makes [33]")
+    p.add_argument("--threads", type=common.positive_int, default=2,
+                   help="2: the phase-free step is written for two threads")
     p.add_argument("--quick", action="store_true", help="the small model, 2 rounds: a smoke run")
     p.add_argument("--json", default=None, help=f"where the JSON goes [{common.default_json('decode_ceiling')}]")
     args = p.parse_args(argv)

@@ -52,12 +52,13 @@ def step_seconds(model, ids, setting: dict, new_tokens: int) -> float:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", choices=("130m", "small"), default="130m")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--chunk-kb", type=int, nargs="+", default=[16, 128], help="CHUNK_BYTES in KB [16 128]")
+    p.add_argument("--batch", type=common.positive_int, default=1)
+    p.add_argument("--chunk-kb", type=common.positive_int, nargs="+", default=[16, 128],
+                   help="CHUNK_BYTES in KB [16 128]")
     p.add_argument("--shares", type=float, nargs="+", default=[decode.BIG_SHARE], help="BIG_SHARE values")
-    p.add_argument("--rounds", type=int, default=40)
-    p.add_argument("--new-tokens", type=int, default=33, help="tokens a timed generate makes [33]")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=common.positive_int, default=40)
+    p.add_argument("--new-tokens", type=common.positive_int, default=33, help="tokens a timed generate makes [33]")
+    p.add_argument("--threads", type=common.positive_int, default=2)
     p.add_argument("--quick", action="store_true", help="the small model, 2 rounds: a smoke run")
     p.add_argument("--json", default=None, help=f"where the JSON goes [{common.default_json('decode_chunking')}]")
     args = p.parse_args(argv)

@@ -15,7 +15,10 @@ import resource
 import sys
 import time
 import tracemalloc
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))          # benchmarks/: the private helpers
+from _common import positive_int  # noqa: I001  (and the clone on the path)
 import tinygrad_ssm  # noqa: F401
 import numpy as np
 
@@ -44,16 +47,16 @@ def step(model, ids, targets):
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--seqlen", type=int, default=1024)
-    p.add_argument("--chunk-size", type=int, default=64)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--n-layer", type=int, default=4)
-    p.add_argument("--d-state", type=int, default=64)
-    p.add_argument("--headdim", type=int, default=64)
+    p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument("--seqlen", type=positive_int, default=1024)
+    p.add_argument("--chunk-size", type=positive_int, default=64)
+    p.add_argument("--d-model", type=positive_int, default=256)
+    p.add_argument("--n-layer", type=positive_int, default=4)
+    p.add_argument("--d-state", type=positive_int, default=64)
+    p.add_argument("--headdim", type=positive_int, default=64)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--backend", default="reference")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
     args = p.parse_args(argv)
 

@@ -14,8 +14,12 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))          # benchmarks/: the private helpers
+from _common import positive_int
 
 from tinygrad_ssm import Tensor
 
@@ -31,8 +35,8 @@ def best(fn, repeats: int) -> float:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", type=int, default=200_000)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--size", type=positive_int, default=200_000)
+    p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument("--json", action="store_true", help="print one JSON line instead of text")
     args = p.parse_args(argv)
 

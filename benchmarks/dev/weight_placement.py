@@ -63,9 +63,9 @@ def packed(arrays, names):
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--rounds", type=common.positive_int, default=12)
     p.add_argument("--quick", action="store_true", help="a small model, 2 rounds")
-    p.add_argument("--threads", type=int, default=2, help="threads for numba and BLAS [2]")
+    p.add_argument("--threads", type=common.positive_int, default=2, help="threads for numba and BLAS [2]")
     p.add_argument("--json", default=None, help="where to write [benchmarks/results/weight_placement.json]")
     args = p.parse_args(argv)
     config = common.QUICK_CONFIG if args.quick else common.SHAPE_130M
