@@ -162,6 +162,24 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_as_ctrl_c_does(slice_fil
     assert "SIGTERM: the checkpoint is being written; stopping as soon as it is complete" in messages
     assert signal.getsignal(signal.SIGTERM) is before
 
+def test_a_second_sigterm_is_named_as_sigterm_not_ctrl_c(monkeypatch, capsys):
+    """The second signal stops at once; the message names the signal that came (it said Ctrl-C for SIGTERM)."""
+    from tinygrad_ssm.train import cli
+    from tinygrad_ssm.train.sigint import StopOnSigint
+    messages = []
+    with StopOnSigint(messages.append):
+        signal.raise_signal(signal.SIGTERM)
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            signal.raise_signal(signal.SIGTERM)
+    assert stopped.value.args == ("SIGTERM",)
+
+    def train_stopped_twice(*args, **kwargs):
+        raise stopped.value
+    monkeypatch.setattr(cli, "train", train_stopped_twice)
+    assert cli.main(["train", "--steps", "1", "--no-progress"]) == cli.EXIT_INTERRUPTED
+    assert capsys.readouterr().err.strip().endswith("stopped by SIGTERM")
+
+
 def test_nan_loss_stops_and_leaves_the_last_checkpoint_untouched(slice_file, tmp_path):
     snapshot = {}
 

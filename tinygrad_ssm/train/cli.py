@@ -87,8 +87,8 @@ def _train(args) -> int:
         if world.is_root:  # every rank stopped alike: rank 0 says why, once
             print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED
-    except KeyboardInterrupt:
-        print("stopped by Ctrl-C", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"stopped by {e.args[0] if e.args else 'Ctrl-C'}", file=sys.stderr)  # sigint.py names SIGTERM
         return EXIT_INTERRUPTED
     except OSError as e:  # disk full, file size limit, read-only folder: one line, not a traceback
         return _train_io_error(e, args) if world.is_root else EXIT_IO   # rank 0's failed save, said once

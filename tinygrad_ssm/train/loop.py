@@ -435,13 +435,14 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
                               unit="step", dynamic_ncols=True, file=sys.stderr) as bar:
                 try:
                     status = _loop(run, stop_at, callback, bar, sigint, say)
-                except KeyboardInterrupt:
+                except KeyboardInterrupt as e:
+                    said = e.args[0] if e.args else "Ctrl-C"  # SIGTERM too (sigint.py)
                     if run.in_update:  # weights are half-updated: saving them would poison the run
                         say(f"stopped during a weight update at step {run.step + 1}; nothing saved "
                             f"(last checkpoint: {run.last_ckpt})")
                         raise
                     if world.size > 1:  # the ranks may be anywhere (one inside an allreduce): abort the job
-                        say(f"second Ctrl-C under MPI: stopping every rank now; nothing saved "
+                        say(f"second {said} under MPI: stopping every rank now; nothing saved "
                             f"(last checkpoint: {run.last_ckpt})")
                         raise
                     status = "interrupted"

@@ -47,7 +47,7 @@ class StopOnSigint(_OnSigint):
 
     def _handler(self, signum, frame):
         if self.requested:
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt(signal_said(signum))  # the CLI says which: "stopped by SIGTERM"
         self.requested = True
         said = signal_said(signum)
         self._say(f"{said}: stopping after this step and writing a checkpoint ({said} again to stop now)")
