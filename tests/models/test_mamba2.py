@@ -43,6 +43,7 @@ def test_config_derived_sizes_and_round_trip():
     (dict(ngroups=3), "divisible by ngroups"),
     (dict(d_state=0), "d_state must be a positive int"),
     (dict(dt_min=0.5, dt_max=0.1), "dt_min <= dt_max"),
+    (dict(dt_init_floor=-1e-4), "dt_init_floor >= 0"),
     (dict(dt_limit=(1.0, 0.5)), "dt_limit"),
     (dict(tie_embeddings="yes"), "tie_embeddings must be a bool"),
 ])
@@ -52,6 +53,13 @@ def test_config_is_validated(kw, message):
     with pytest.raises(ValueError, match="unknown keys"):
         Mamba2Config.from_dict({**small_config().to_dict(), "d_modle": 3})
 
+
+
+def test_a_floor_of_zero_is_a_config_mamba_ssm_takes():
+    """mamba_ssm clamps the initial dt at dt_init_floor, 0 included (it floors nothing); such a checkpoint's
+    config was refused."""
+    model = small_model(dt_init_floor=0.0)
+    assert np.all(np.isfinite(model.varmap["backbone.layers.0.mixer.dt_bias"].data))
 
 # --- names, shapes, init -----------------------------------------------------------------------------------
 

@@ -62,8 +62,8 @@ class Mamba2Config:
             raise ValueError(f"Mamba2Config: nheads = {self.nheads} must be divisible by ngroups = {self.ngroups}")
         if not self.rms_norm_eps > 0:
             raise ValueError(f"Mamba2Config: rms_norm_eps must be positive, got {self.rms_norm_eps!r}")
-        if not 0 < self.dt_min <= self.dt_max or not self.dt_init_floor > 0:
-            raise ValueError(f"Mamba2Config: need 0 < dt_min <= dt_max and dt_init_floor > 0, got dt_min="
+        if not 0 < self.dt_min <= self.dt_max or not self.dt_init_floor >= 0:  # a floor of 0 floors nothing
+            raise ValueError(f"Mamba2Config: need 0 < dt_min <= dt_max and dt_init_floor >= 0, got dt_min="
                              f"{self.dt_min}, dt_max={self.dt_max}, dt_init_floor={self.dt_init_floor}")
         if not 0 <= self.dt_limit[0] < self.dt_limit[1]:
             raise ValueError(f"Mamba2Config: dt_limit must be (low, high) with 0 <= low < high, got {self.dt_limit}")
