@@ -22,7 +22,6 @@ from _common import positive_int  # noqa: I001  (and the clone on the path)
 import tinygrad_ssm  # noqa: F401
 import numpy as np
 
-import tinygrad_ssm as tg
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
 
 

@@ -19,7 +19,6 @@ docs/mamba2.md has what it measured. Writes JSON to --json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 

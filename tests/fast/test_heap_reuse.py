@@ -109,7 +109,6 @@ def test_a_block_serves_only_its_dtype_and_requests_of_three_quarters_of_its_siz
     del other
     half = pool.empty((400,), np.float32)                              # 400 items, as the float64 block holds
     assert half.dtype == np.float32 and half.ctypes.data != address
-    other = half
     small = pool.empty((299,), np.float64)                             # under 3/4 of 400: a block of its own
     assert small.ctypes.data != address and small.base.size == 299
     fits = pool.empty((300,), np.float64)                              # 3/4 of 400: the old block
