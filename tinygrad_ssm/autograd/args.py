@@ -12,7 +12,6 @@ import re
 import numpy as np
 
 from .tensor import DEFAULT_FLOAT, Tensor, _check_numeric, is_float
-from .torch_names import torch_names  # noqa: F401 (functional's `@op` takes torch's names through it)
 
 
 def shape_text(*tensors) -> str:

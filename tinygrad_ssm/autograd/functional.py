@@ -14,6 +14,7 @@ from .ops import movement as M
 from .ops import reduce as R
 from .dtypes import is_float, promoted
 from .tensor import Tensor
+from .torch_names import torch_names
 
 # Every differentiable op, by name, in the order defined below: `@op` adds a function here. Each one has an
 # entry in tests/support/op_specs.py, the table every op test reads (its completeness test fails otherwise).
@@ -22,9 +23,9 @@ OPS: list[str] = []
 
 def op(fn):
     """Register a public differentiable op (see OPS). It takes torch's names for its axis arguments too (dim=,
-    keepdim=, ...: A.torch_names)."""
+    keepdim=, ...: torch_names)."""
     OPS.append(fn.__name__)
-    return A.torch_names(fn)
+    return torch_names(fn)
 
 
 def _binary(op_name: str, fn, a, b):
@@ -166,13 +167,13 @@ def _extreme(name: str, function: type, x, axis, keepdims):
     return function.apply(x, axis=axis, keepdims=keepdims)
 
 
-@A.torch_names
+@torch_names
 def amax(x, axis=None, keepdims=False):
     """torch.amax: max under the name that takes dim= (max refuses it: torch.max(x, dim) gives (values, indices))."""
     return max(x, axis, keepdims)
 
 
-@A.torch_names
+@torch_names
 def amin(x, axis=None, keepdims=False):
     """torch.amin: min under the name that takes dim= (see amax)."""
     return min(x, axis, keepdims)
