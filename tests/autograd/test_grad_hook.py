@@ -40,6 +40,12 @@ def test_hook_only_on_leaves():
         (a * 2.0).register_post_accumulate_grad_hook(lambda t: None)
 
 
+def test_post_accumulate_hook_needs_a_tensor_that_requires_grad():
+    """Its .grad never changes, so the hook would never run (it was taken without a word); torch refuses it."""
+    with pytest.raises(RuntimeError, match="doesn't require gradient"):
+        Tensor(np.array([1.0])).register_post_accumulate_grad_hook(lambda t: None)
+
+
 # --- register_hook (torch's tensor hook): leaves and non-leaves, replacement, removal ----------------------------
 
 def _hooked_graph(lib, x_data, w_data, hooks):

@@ -31,6 +31,7 @@ CASES = {
     "flatten end": (lambda x: F.flatten(x, start_dim=0, end_dim=1), lambda x: torch.flatten(x, 0, end_dim=1)),
     "transpose": (lambda x: x.transpose(dim0=0, dim1=2), lambda x: x.transpose(dim0=0, dim1=2)),
     "flip": (lambda x: x.flip(dims=(0, 2)), lambda x: x.flip(dims=(0, 2))),
+    "Tensor.permute": (lambda x: x.permute(dims=(2, 0, 1)), lambda x: x.permute(dims=(2, 0, 1))),
     "split": (lambda x: F.cat([p.flatten() for p in x.split(2, dim=2)], dim=0),
               lambda x: torch.cat([p.flatten() for p in x.split(2, dim=2)], dim=0)),
 }

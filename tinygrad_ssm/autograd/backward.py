@@ -118,7 +118,8 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_graph: bool = False):
     Gradients are summed per tensor in `grads` until the op that made the tensor runs: the reverse topological
     order guarantees that every use of a tensor has passed its gradient back by then. An op with several
     outputs gets one gradient per output (zeros for an output that did not reach the root). A leaf's
-    gradient is final once every op that used it has run: it is written to `.grad` at that moment."""
+    gradient is final once every op that used it has run: it is written to `.grad` at that moment. Each
+    tensor's register_hook hooks run on its gradient once it is complete, before it flows on (hooks.py)."""
     grads: dict[int, np.ndarray] = {id(root): seed}
     if root._ctx is None:  # backward() on a leaf: its gradient is the seed
         with no_grad():

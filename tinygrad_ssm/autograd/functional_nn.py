@@ -75,9 +75,8 @@ def causal_conv1d(x, weight, bias=None):
                          f"got x {x.shape} and weight {given_weight_shape}")
     if bias is not None and bias.shape != (x.shape[2],):
         raise ValueError(f"causal_conv1d: bias must have shape ({x.shape[2]},), got {bias.shape}")
-    # the binary ops' dtype rule (as matmul): an integer x meeting a float weight or bias takes the float type;
-    # the output was NumPy's (int64 x with float32 weight gave float64; an integer x and weight with a float bias
-    # a bare NumPy casting error), and a float64 bias was rounded into a float32 output
+    # one dtype for every operand, by the binary ops' rule (as matmul): an integer x meeting a float weight or bias
+    # takes the float type, and a float64 bias is never rounded into a float32 output
     operands = F.same_dtype([x, weight] if bias is None else [x, weight, bias])
     return N.CausalConv1d.apply(*operands)
 

@@ -3,8 +3,11 @@
 - `t.register_hook(hook)`: `hook(grad)` is called with the gradient of the loss w.r.t. t (a Tensor of t's shape,
   every use of t summed in) once per backward, when that gradient is complete: for a non-leaf before the backward
   of the op that made t, for a leaf before the gradient is added to `.grad`. It may return a Tensor of the same
-  shape and dtype, which replaces the gradient from there on (the earlier ops, `.grad`, a retained grad), or None.
-  Hooks run in the order they were registered, each on the previous one's result, under no_grad.
+  shape and dtype, which replaces the gradient from there on (what the backward of the op that made t receives,
+  what a leaf adds to `.grad`, a retained `.grad`), or None to keep it. Hooks run in the order they were
+  registered, each on the previous one's result, under no_grad. A hook must not change its argument in place
+  (torch's rule): its array may be another tensor's gradient too (Add hands one array to both inputs), or the
+  caller's `gradient=`; return a new Tensor instead.
 - `t.register_post_accumulate_grad_hook(hook)` (leaves only): `hook(t)` once t's `.grad` is final for that
   backward; a distributed step starts reducing the gradient there.
 
@@ -19,7 +22,8 @@ import numpy as np
 
 
 class RemovableHandle:
-    """The handle of one registration; `remove()` takes it out (again: nothing). Holds its tensor weakly."""
+    """The handle of one registration: remove() takes that registration out, a second remove() does nothing. It
+    holds its tensor weakly: a handle kept after the tensor is gone keeps nothing alive."""
 
     def __init__(self, tensor, attribute: str):
         self._tensor, self._attribute = weakref.ref(tensor), attribute
@@ -45,6 +49,9 @@ def register_hook(tensor, hook) -> RemovableHandle:
 
 
 def register_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
+    if not tensor.requires_grad:  # its .grad never changes: the hook would never run (torch refuses it too)
+        raise RuntimeError("register_post_accumulate_grad_hook: cannot register a hook on a tensor that doesn't "
+                           "require gradient")
     if tensor._ctx is not None:
         raise RuntimeError("register_post_accumulate_grad_hook: only leaf tensors get this hook")
     return add(tensor, "_grad_hooks", hook, "register_post_accumulate_grad_hook")

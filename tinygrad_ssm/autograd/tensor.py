@@ -455,7 +455,7 @@ class Tensor:
         return out
 
     def flatten(self, start=0, end=-1): return F.flatten(self, start, end)
-    def permute(self, *axes): return F.permute(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
+    def permute(self, *axes, dims=None): return F.permute(self, dims if dims is not None else axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
     def transpose(self, axis0=-2, axis1=-1): return F.transpose(self, axis0, axis1)
     T = property(lambda self: F.permute(self, tuple(reversed(range(self.ndim)))))
     def expand(self, *shape): return F.expand(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)

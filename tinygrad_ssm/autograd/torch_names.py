@@ -7,11 +7,13 @@ from __future__ import annotations
 import functools
 import inspect
 
-# torch's keyword -> the engine's (NumPy's), where the op has the engine's parameter
+# torch's keyword -> the engine's (NumPy's), where the op has the engine's parameter. dims is torch's for flip and
+# permute only; here it names any axis= (F.sum(x, dims=1) works, where torch refuses it)
 TORCH_NAMES = (("dim", "axis"), ("dims", "axis"), ("dims", "axes"), ("keepdim", "keepdims"), ("dim0", "axis0"),
                ("dim1", "axis1"), ("start_dim", "start"), ("end_dim", "end"))
-# ops whose torch spelling asks for something else: torch.max(x, dim=1) is a (values, indices) pair, and it would
-# come back as the values alone, so that `x.max(dim=1)[0]` took the first row without a word
+# ops whose torch spelling asks for something else: torch.max(x, dim=1) is a (values, indices) pair. The keyword
+# form is refused here; the positional x.max(1) cannot be told from NumPy's max(axis=1) and gives the values alone
+# (so a ported x.max(1)[0] is the first row's max, silently): port it as x.amax(1)
 TORCH_MEANS_OTHERWISE = {name: f"torch.{name}(x, dim) returns (values, indices); {name} here is a{name} (the values "
                                f"only): write a{name}(dim=...) for the values, arg{name}(dim=...) for the indices"
                          for name in ("max", "min")}

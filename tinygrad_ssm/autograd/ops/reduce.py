@@ -41,20 +41,21 @@ class Mean(Function):
 
 
 class Max(Function):
-    """The gradient goes to the maximal entries, split evenly among ties (torch.amax's rule)."""
-    extreme = staticmethod(np.max)
+    """The gradient goes to the maximal entries (Min: the minimal), split evenly among ties (torch.amax's and
+    amin's rule)."""
+    extreme = staticmethod(np.max)  # np.min in Min: the one line the two ops differ in
 
     def forward(self, a, axis=None, keepdims=False):
         out = self.extreme(a, axis=axis, keepdims=True)
-        is_max = a == out
-        self.save_for_backward(is_max)
+        is_extreme = a == out
+        self.save_for_backward(is_extreme)
         self.axis, self.keepdims, self.ndim = axis, keepdims, a.ndim
         return out if keepdims else np.squeeze(out, axis=tuple(range(a.ndim)) if axis is None else axis)
 
     def backward(self, grad):
-        (is_max,) = self.saved
-        ties = is_max.sum(axis=self.axis, keepdims=True)
-        return _keep(grad, self.ndim, self.axis, self.keepdims) * is_max / ties
+        (is_extreme,) = self.saved
+        ties = is_extreme.sum(axis=self.axis, keepdims=True)
+        return _keep(grad, self.ndim, self.axis, self.keepdims) * is_extreme / ties
 
 
 class Min(Max):
