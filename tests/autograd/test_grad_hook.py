@@ -149,3 +149,20 @@ def test_register_hook_errors_are_torchs():
         y.register_hook(hook)
         with pytest.raises(error, match=message):
             y.sum().backward()
+
+
+def test_a_hook_cannot_change_its_gradient_in_place():
+    """z + z2 hands one array to both inputs' gradients: a hook on z that multiplied it in place changed y's
+    gradient too (torch leaves the rule to the user; here the hook's argument is read-only)."""
+    x = Tensor(np.ones(3), requires_grad=True)
+    y = Tensor(np.ones(3), requires_grad=True)
+    z, z2 = x * 1.0, y * 1.0
+    z.register_hook(lambda g: g.mul_(10))
+    with pytest.raises(RuntimeError, match="mul_: this tensor is read-only .* the gradient a hook was given"):
+        (z + z2).backward(np.ones(3))
+    x.grad, y.grad = None, None
+    z, z2 = x * 1.0, y * 1.0
+    z.register_hook(lambda g: g * 10)                                   # the way: a new Tensor
+    (z + z2).backward(np.ones(3))
+    np.testing.assert_array_equal(x.grad.data, np.full(3, 10.0))
+    np.testing.assert_array_equal(y.grad.data, np.ones(3))

@@ -6,8 +6,9 @@
   shape and dtype, which replaces the gradient from there on (what the backward of the op that made t receives,
   what a leaf adds to `.grad`, a retained `.grad`), or None to keep it. Hooks run in the order they were
   registered, each on the previous one's result, under no_grad. A hook must not change its argument in place
-  (torch's rule): its array may be another tensor's gradient too (Add hands one array to both inputs), or the
-  caller's `gradient=`; return a new Tensor instead.
+  (torch's rule, which torch leaves to the user): its array may be another tensor's gradient too (Add hands one
+  array to both inputs), or the caller's `gradient=`, so the hook gets a read-only view and an in-place op on it is
+  an error; return a new Tensor instead.
 - `t.register_post_accumulate_grad_hook(hook)` (leaves only): `hook(t)` once t's `.grad` is final for that
   backward; a distributed step starts reducing the gradient there.
 
@@ -61,7 +62,9 @@ def run_hooks(tensor, grad: np.ndarray) -> np.ndarray:
     """`grad` (tensor's shape and dtype) through tensor's register_hook hooks: the gradient that flows on."""
     from .tensor import Tensor  # tensor.py imports this module
     for _, hook in tensor._hooks:
-        result = hook(Tensor(grad))
+        seen = grad.view()                  # read-only: the array may be another tensor's gradient too (module doc)
+        seen.flags.writeable = False
+        result = hook(Tensor(seen))
         if result is None:
             continue
         name = getattr(hook, "__name__", type(hook).__name__)

@@ -257,9 +257,10 @@ class Tensor:
 
     def _inplace(self, op: str, update):
         self._check_inplace(op)
-        if not self.data.flags.writeable:  # expand / broadcast_to: many elements share one memory location
-            raise RuntimeError(f"{op}: this tensor is a read-only view (from expand or broadcast_to: several of "
-                               f"its elements are one memory location); write to a copy instead (t * 1)")
+        if not self.data.flags.writeable:  # expand / broadcast_to, or a gradient a hook was given (hooks.py)
+            raise RuntimeError(f"{op}: this tensor is read-only (a view from expand or broadcast_to, whose elements "
+                               f"share memory, or the gradient a hook was given, which another tensor's gradient "
+                               f"may share); write to a copy instead (t * 1), or return a new Tensor from the hook")
         try:
             update()
         except TypeError as e:  # NumPy's casting refused: e.g. int_tensor.add_(1.5)
