@@ -76,22 +76,17 @@ def _file_blocks(path: Path) -> Iterator[bytes]:
         raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
 
 
-def _text_file(path: Path) -> int:
-    """The size of a folder's file that eval reads, or 0 for an empty or a binary one (the first bytes decide)."""
+def _text_file(path: Path) -> tuple[int, bool]:
+    """(the size of a folder's file that eval reads, 0 for an empty or a binary one; whether it is binary: the first
+    bytes decide)."""
     try:
         with open(path, "rb") as f:
             head = f.read(_BINARY_SNIFF_BYTES)
             size = os.fstat(f.fileno()).st_size
     except OSError as e:
         raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
-    return 0 if not head or _looks_binary(head) else max(size, len(head))
-
-
-def _size_of(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+    binary = bool(head) and _looks_binary(head)
+    return (0 if not head or binary else max(size, len(head))), binary
 
 
 def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
@@ -126,13 +121,13 @@ def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
     if not root.is_dir():
         raise DataError(f"--data path {str(root)!r} does not exist" if not root.exists() else
                         f"--data path {str(root)!r} is neither a regular file nor a folder")
-    sizes = [(p, _text_file(p)) for p in folder_files(root)]
-    texts = [p for p, size in sizes if size]
+    sizes = [(p, *_text_file(p)) for p in folder_files(root)]                # (path, size, binary)
+    texts = [p for p, size, _ in sizes if size]
     if not texts:
         raise DataError(f"--data folder {str(root)!r} holds no text files")
-    binary = [p for p, size in sizes if not size and _size_of(p)]    # skipped where train skips them: say so
-    skipped = f", {len(binary)} binary file{'s' * (len(binary) != 1)} skipped" if binary else ""
-    return EvalText(lambda: (block for p in texts for block in _file_blocks(p)), sum(size for _, size in sizes),
+    binary = sum(is_binary for _, _, is_binary in sizes)                  # skipped, as train skips them: say so
+    skipped = f", {binary} binary file{'s' * (binary != 1)} skipped" if binary else ""
+    return EvalText(lambda: (block for p in texts for block in _file_blocks(p)), sum(size for _, size, _ in sizes),
                     f"{root} ({len(texts)} text file{'s' * (len(texts) != 1)}{skipped})")
 
 
