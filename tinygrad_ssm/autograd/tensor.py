@@ -456,7 +456,9 @@ class Tensor:
         return out
 
     def flatten(self, start=0, end=-1): return F.flatten(self, start, end)
-    def permute(self, *axes, dims=None): return F.permute(self, dims if dims is not None else axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
+    def permute(self, *axes, dims=None):  # x.permute(1, 0), x.permute((1, 0)) or torch's x.permute(dims=(1, 0))
+        return F.permute(self, dims if dims is not None else
+                         axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
     def transpose(self, axis0=-2, axis1=-1): return F.transpose(self, axis0, axis1)
     T = property(lambda self: F.permute(self, tuple(reversed(range(self.ndim)))))
     def expand(self, *shape): return F.expand(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)

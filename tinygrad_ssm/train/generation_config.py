@@ -4,7 +4,8 @@ the sampling settings of generation_config.json.
 - Stop ids: generation_config.json's eos_token_id (an int or a list: transformers stops at any of them), else
   config.json's; `generate` stops at these and at the tokenizer's own EOS token.
 - Sampling: the settings generation_config.json states (do_sample false: greedy; do_sample true: transformers'
-  temperature 1.0 and top_k 50 where the file states none; temperature, top_k, top_p) apply when none of --temperature, --top-k, --top-p is given; any one of them given, the CLI's own defaults
+  temperature 1.0 and top_k 50 where the file states none; temperature, top_k, top_p) apply when none of
+  --temperature, --top-k, --top-p is given; any one of them given, the CLI's own defaults
   (temperature DEFAULT_TEMPERATURE, no top-k, no top-p) fill in the others, as for a folder without the file.
   Where the file's settings would apply, a setting transformers applies and generate does not (UNSUPPORTED:
   repetition_penalty, min_p, num_beams, ...) is refused by name rather than silently left out, and so is a bad

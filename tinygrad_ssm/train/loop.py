@@ -9,8 +9,8 @@ resumed run continues bit for bit.
 Stopping: Ctrl-C (or SIGTERM) finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
 Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done; a Ctrl-C during that
 write waits for it: train/sigint.py). Under MPI the handler stays until the run's end, any rank's first Ctrl-C
-stops every rank after the same step (rank 0 says which rank asked), and a second one aborts the job (exit 130). A NaN or infinite loss or gradient norm raises TrainingDiverged before
-the update is applied, and writes nothing, so the last good checkpoint stays as it was.
+stops every rank after the same step (rank 0 says which rank asked), and a second one aborts the job (exit 130).
+A NaN or infinite loss or gradient norm raises TrainingDiverged before the update is applied, and writes nothing, so the last good checkpoint stays as it was.
 
 Under MPI (`mpiexec -n N python -m tinygrad_ssm train`, see distributed.py and docs/distributed.md) every rank
 draws the same global batch and keeps its own 1/N of the rows; the gradients are averaged over the ranks

@@ -91,9 +91,9 @@ def _same_setting(value, neutral) -> bool:
     return isinstance(value, numbers.Real) and not is_bool and value == neutral
 
 
-def generate_stream(model, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0, top_k: int | None = None,
-                    top_p: float | None = None, seed: int | None = None, eos_token_id=None,
-                    vocab_size: int | None = None, **foreign):
+def generate_stream(model, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0,
+                    top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                    eos_token_id=None, vocab_size: int | None = None, **foreign):
     """Mamba2LMHeadModel.generate_stream: yields the next token ids (b,) int64 one step at a time.
 
     input_ids: (b, l) or (l,) ints, or a list of 1-D int sequences of any lengths (a ragged batch: each row
