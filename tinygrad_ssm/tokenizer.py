@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .io.file_checks import require_regular_file
+from .text_pieces import cut_rule, special_tokens_around, text_pieces
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -38,16 +39,8 @@ BYTES = "bytes"  # the name of the byte-level tokenizer wherever a tokenizer is 
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")  # looked up when no file names the EOS token
 STREAM_CONTEXT = 4  # ids before the new ones that TextStream decodes with them (a decoder may look back)
 # a long text is tokenized in pieces of about this many bytes (the library's Encoding of a text holds ~175 bytes of
-# memory per byte of text: 3.5 GB for 20 MB, measured), cut where the pieces give the whole text's tokens (PIECE_CUT)
+# memory per byte of text: 3.5 GB for 20 MB, measured), cut where the pieces give the whole text's tokens (text_pieces.py)
 PIECE_BYTES = 1 << 20
-# where the GPT-2 regex of a ByteLevel pre-tokenizer always ends a pre-token, so that BPE merges nothing across a cut
-# there: just before a line break that a printable ASCII character other than a space follows (the regex makes that
-# line break a pre-token of its own, and whatever whitespace precedes it forms one of its own, as at a text's end); a
-# line break also ends any UTF-8 sequence, valid or not. (Cut after the line break, "\n\nM" would give the pre-token
-# "\n\n" at a piece's end but "\n", "\n" in the whole. Cut before a space, " b" at a piece's start, the library's
-# ByteLevel post_processor trims the space from its offsets where it does not in the whole: the byte ends differ.)
-PIECE_CUT = re.compile(rb"\n(?=[\x21-\x7e])")
-UNICODE_FORMS = frozenset({"NFC", "NFD", "NFKC", "NFKD"})   # normalizers that change nothing across a PIECE_CUT
 
 
 class TokenizerError(ValueError):
@@ -161,25 +154,28 @@ class FileTokenizer:
         return byte_ids, skipped
 
     def _cuts_in_pieces(self) -> bool:
-        """Whether a text cut at PIECE_CUT gives, piece by piece, the tokens of the whole: a ByteLevel pre-tokenizer
-        on the GPT-2 regex without a prefix space (GPT-NeoX's, GPT-2's), no normalizer but a Unicode form, no
-        special tokens added around a text (each piece would get them), and no added token that holds a line
-        break or takes the whitespace beside it (lstrip, rstrip) across the cut. Any other tokenizer reads a text
-        whole. Sets `_added`, the added tokens' texts, which text_pieces cuts before none of."""
-        self._added = ()
+        """Whether a long text is tokenized in pieces: where text_pieces.cut_rule proves a cut exact for this
+        tokenizer.json (GPT-NeoX's ByteLevel, Llama-3's Split, Metaspace, Llama-2's and Mistral's one BPE word) and
+        its post_processor only adds special tokens around a text (special_tokens_around: the first piece gets those
+        before, the last those after). Any other tokenizer reads a text whole. Sets `_rule`, `_around` and `_added`,
+        the added tokens' texts, which text_pieces cuts beside none of."""
+        self._rule, self._around, self._added = None, ([], []), ()
         try:
             spec = json.loads(self._json)
         except ValueError:
             return False
-        pre, norm = spec.get("pre_tokenizer"), spec.get("normalizer")
-        byte_level = isinstance(pre, dict) and pre.get("type") == "ByteLevel" and pre.get("use_regex", True) is True \
-            and pre.get("add_prefix_space") is False
-        plain = norm is None or isinstance(norm, dict) and norm.get("type") in UNICODE_FORMS
+        if not isinstance(spec, dict):
+            return False
         added = [t for t in spec.get("added_tokens") or [] if isinstance(t, dict)]
         self._added = tuple(str(t["content"]).encode("utf-8") for t in added if t.get("content"))
-        return byte_level and plain and not self.adds_special_tokens and all(
-            "\n" not in str(t.get("content", "")) and not t.get("lstrip") and
-            not t.get("rstrip") for t in added)
+        rule, around = cut_rule(spec, self._tok.token_to_id), special_tokens_around(spec)
+        if rule is None or around is None:
+            return False
+        probe = "a b\n"                  # the special tokens parsed are those the library adds, or none is trusted
+        if self._tok.encode(probe).ids != around[0] + self._tok.encode(probe, add_special_tokens=False).ids + around[1]:
+            return False
+        self._rule, self._around = rule, around
+        return True
 
     def _read_special_config(self) -> dict:
         """The special-token keys (SPECIAL_CONFIG_KEYS) of the tokenizer_config.json beside the file, as stated."""
@@ -212,18 +208,42 @@ class FileTokenizer:
         text in pieces (encode_stream)."""
         if len(data) <= PIECE_BYTES or not self.cuts_in_pieces:
             return self.encode(_utf8_text(data))
-        return np.concatenate([self.encode(_utf8_text(piece)) for piece in text_pieces([data], added=self._added)])
+        return np.concatenate([ids for ids, _ in self.encode_stream([data])])
 
     def encode_stream(self, blocks) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """encode_bytes_with_ends of the text the byte blocks join into, a piece at a time, ends counted from its
         start: joined, the arrays of the whole text's encode_bytes_with_ends. A tokenizer that `cuts_in_pieces`
-        takes pieces of about PIECE_BYTES cut at PIECE_CUT (memory flat in the text's length), any other the text
+        takes pieces of about PIECE_BYTES cut by its rule (memory flat in the text's length), any other the text
         whole."""
-        offset = 0
-        for piece in text_pieces(blocks, added=self._added) if self.cuts_in_pieces else [b"".join(blocks)]:
-            ids, ends = self.encode_bytes_with_ends(piece)
-            yield ids, ends + offset
+        if not self.cuts_in_pieces:
+            yield self.encode_bytes_with_ends(b"".join(blocks))
+            return
+        (before, after), offset, last = self._around, 0, None
+        for i, piece in enumerate(text_pieces(blocks, PIECE_BYTES, self._added, self._rule.cut)):
+            ids, ends = self._piece_ids_ends(piece, first=i == 0)
+            if i == 0:
+                ids, ends = np.concatenate([before, ids]).astype(np.int64), np.concatenate([[0] * len(before), ends])
+            if last is not None:
+                yield last
+            last = ids, (ends + offset).astype(np.int64)
             offset += len(piece)
+        if last is None:                      # an empty text: the special tokens alone, as the library gives them
+            last = np.asarray(before, dtype=np.int64), np.zeros(len(before), dtype=np.int64)
+        ids, ends = last
+        end = ends[-1] if len(ends) else 0
+        yield np.concatenate([ids, after]).astype(np.int64), np.concatenate([ends, [end] * len(after)]).astype(np.int64)
+
+    def _piece_ids_ends(self, piece: bytes, first: bool) -> tuple[np.ndarray, np.ndarray]:
+        """A piece's ids and ends without special tokens; a piece after the first of a one-word text without the
+        tokens of the "▁" it gets at its start that the whole text has only once (CutRule.drop_to: the piece starts
+        with a line break, whose token no merge joins to the "▁")."""
+        ids, ends = self._ids_ends(piece, add_special_tokens=False)
+        if self._rule.drop_to is not None and not first:
+            at = np.flatnonzero(ids == self._rule.drop_to)
+            if not len(at):   # (text_pieces cut before a line break: its token is there)
+                raise RuntimeError(f"a piece of a text cut before a line break has no line break token: {piece[:40]!r}")
+            ids, ends = ids[at[0]:], ends[at[0]:]
+        return ids, ends
 
     def encode_bytes_with_ends(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
         """encode_bytes, and where each token ends in `data`, in bytes (bits per byte count a file's own bytes:
@@ -231,8 +251,11 @@ class FileTokenizer:
         token that ends inside a character (a byte-level BPE may split one) counts up to the character's end. A
         special token the post_processor adds (a BOS first, an EOS last) covers no bytes: it ends where the token
         before it does (0 for a BOS), though the library gives its offsets as (0, 0)."""
+        return self._ids_ends(data, add_special_tokens=True)
+
+    def _ids_ends(self, data: bytes, add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
         text = _utf8_text(data)
-        encoding = self._tok.encode(text)
+        encoding = self._tok.encode(text, add_special_tokens=add_special_tokens)
         ends_in_chars = np.maximum.accumulate(np.asarray([end for _, end in encoding.offsets] or [0],
                                                          dtype=np.int64))[:len(encoding.ids)]  # (n,)
         bytes_before = np.concatenate([[0], np.cumsum(_utf8_lengths(data, text))])         # (chars + 1,)
@@ -274,37 +297,6 @@ def _utf8_text(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return re.sub("[\udc80-\udcff]", "\ufffd", data.decode("utf-8", errors="surrogateescape"))
-
-
-def text_pieces(blocks, piece_bytes: int | None = None, added: tuple = ()) -> Iterator[bytes]:
-    """The bytes of `blocks` (an iterable of bytes) joined, in pieces of at least piece_bytes (PIECE_BYTES; the last
-    one shorter) that each end where a PIECE_CUT starts, but not where an added token (`added`, UTF-8) reaches the
-    cut or starts just after it (the library splits those out first, and the whitespace before one ends a text of
-    its own: "\n\n<|endoftext|>" has the pre-token "\n\n"); a text with no such cut comes out whole."""
-    piece_bytes = piece_bytes or PIECE_BYTES
-    reach = 2 + max(map(len, added), default=0)  # bytes from a cut on that decide whether it is one
-    pending, searched = bytearray(), 0       # no cut in pending[:searched]
-    for block in blocks:
-        pending += block
-        while len(pending) > piece_bytes:
-            start = max(piece_bytes, searched)
-            while (found := PIECE_CUT.search(pending, start)) is not None and \
-                    _near_added(pending, found.start(), added):
-                start = found.start() + 1
-            if found is None or len(pending) - found.start() < reach:     # the next block decides
-                searched = start if found is None else found.start()
-                searched = min(searched, max(len(pending) - 1, 0))  # the last byte may start a cut
-                break
-            yield bytes(pending[:found.start()])                       # up to the cut
-            del pending[:found.start()]
-            searched = 0
-    if pending:
-        yield bytes(pending)
-
-
-def _near_added(text: bytearray, cut: int, added: tuple) -> bool:
-    """Whether one of the added tokens occurs in `text` over byte `cut` or starting just after it."""
-    return any(text.find(t, max(cut - len(t) + 1, 0), cut + 1 + len(t)) >= 0 for t in added)
 
 
 def invalid_utf8_bytes(data: bytes) -> int:

@@ -1,0 +1,182 @@
+"""text_pieces.py's cut rules for the tokenizer.json layouts of real Mamba-2 checkpoints other than GPT-NeoX's
+(built here in the test, no download): a long text tokenized in pieces gives exactly the whole text's ids and byte
+ends, on texts that hit each cut's edge cases; a tokenizer no rule covers reads a text whole.
+
+- mistral: Mamba-Codestral's conversion, a byte_fallback BPE, Metaspace("▁", prepend_scheme first, split false),
+  no normalizer, TemplateProcessing "<s> $A" (one BPE word per text: cut before a line break);
+- llama2: Llama-2's and Mistral-7B-v0.1's, Prepend("▁") + Replace(" ", "▁") normalizer, no pre-tokenizer;
+- llama3: Split(Llama-3's regex, Isolated) + ByteLevel(use_regex false), ignore_merges, a ByteLevel and a
+  "<|begin_of_text|> $A" post_processor (cut after a line break);
+- metaspace: Metaspace("▁", prepend_scheme always, split true) (cut before a space).
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from tinygrad_ssm import text_pieces as pieces_module
+from tinygrad_ssm import tokenizer as tokenizer_module
+from tinygrad_ssm.tokenizer import FileTokenizer
+
+LLAMA3_REGEX = next(r for r in pieces_module.SPLIT_REGEXES if r"\p{N}{1,3}" in r)
+TRAIN_TEXT = ("def main(argv):\n    return f(x, 'y')  # a comment\n\n\tif a == b:\r\n        pass\n"
+              "Ünïcode — text ✓ 😀 and   spaces\u00a0here\n<s>x</s>\n" * 40)
+KINDS = ("mistral", "llama2", "llama3", "metaspace")
+
+
+def build_tokenizer(kind: str, folder: Path, texts=(TRAIN_TEXT,), vocab_size: int = 400) -> Path:
+    """A tokenizer.json laid out as `kind`'s (the module docstring) in `folder`, trained on `texts`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    folder.mkdir(parents=True, exist_ok=True)
+    specials = ["<|begin_of_text|>", "<|end_of_text|>"] if kind == "llama3" else ["<unk>", "<s>", "</s>"]
+    if kind == "llama3":
+        tok = Tokenizer(models.BPE(ignore_merges=True))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(__import__("tokenizers").Regex(LLAMA3_REGEX), "isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(list(texts), trainer)
+    else:   # trained on lines split at spaces, as SentencePiece's: no line break in the vocabulary (<0x0A> instead)
+        tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace("\u2581", prepend_scheme="always", split=True)
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+        tok.train_from_iterator([line for t in texts for line in t.splitlines()], trainer)
+    spec = json.loads(tok.to_str())
+    if kind != "llama3":
+        vocab = spec["model"]["vocab"]
+        first = max(vocab.values()) + 1
+        vocab.update({f"<0x{i:02X}>": first + i for i in range(256)})
+        spec["decoder"] = {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    bos = specials[0] if kind == "llama3" else "<s>"
+    template = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": bos, "type_id": 0}},
+                                                         {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                         {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {bos: {"id": bos, "ids": [tok.token_to_id(bos)], "tokens": [bos]}}}
+    if kind == "mistral":
+        spec["normalizer"] = None
+        spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                                 "split": False}
+        spec["post_processor"] = template
+    elif kind == "llama2":
+        spec["normalizer"] = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+        spec["pre_tokenizer"] = None
+        spec["post_processor"] = template
+    elif kind == "llama3":
+        spec["post_processor"] = {"type": "Sequence", "processors": [
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}, template]}
+    path = folder / "tokenizer.json"
+    path.write_text(Tokenizer.from_str(json.dumps(spec)).to_str(), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizers_by_kind(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kinds")
+    return {kind: FileTokenizer(build_tokenizer(kind, folder / kind)) for kind in KINDS}
+
+
+def assert_pieces_equal_whole(tok, text: bytes, piece_bytes: int, cut: int = 0, monkeypatch=None):
+    """encode_stream in pieces of piece_bytes (two blocks split at `cut`) and encode_bytes give the whole text's
+    ids and byte ends."""
+    whole_ids, whole_ends = tok.encode_bytes_with_ends(text)
+    saved = tokenizer_module.PIECE_BYTES
+    tokenizer_module.PIECE_BYTES = piece_bytes
+    try:
+        streamed = list(tok.encode_stream([text[:cut], text[cut:]]))
+        assert np.array_equal(tok.encode_bytes(text), whole_ids)
+    finally:
+        tokenizer_module.PIECE_BYTES = saved
+    assert np.array_equal(np.concatenate([ids for ids, _ in streamed]), whole_ids)
+    assert np.array_equal(np.concatenate([ends for _, ends in streamed]), whole_ends)
+    return len(streamed)
+
+
+# joins hit each rule's cut: line breaks before and after whitespace runs, spaces runs, a text's start and end, the
+# added tokens, CRLF, invalid and cut UTF-8, a combining accent, Unicode spaces, "▁" written in the text
+FRAGMENTS = [" ", "  ", "\n", "\n\n", "\t", "\r\n", "\r", "a", "B", "1", ".", "'", "'s", "é", "\u00a0", "\u2028",
+             "😀", "\u0301", "\u2581", "<", "<s>", "</s>", "<|begin_of_text|>", "def", "return", b"\xff", b"\xe2\x82"]
+LONG_TEXTS = st.lists(st.sampled_from(FRAGMENTS), min_size=0, max_size=40).map(
+    lambda parts: b"".join(p if isinstance(p, bytes) else p.encode() for p in parts))
+
+
+@given(text=LONG_TEXTS, piece_bytes=st.integers(1, 8), cut=st.integers(0, 40))
+@example(text=b"a\n\nb\n c\nd", piece_bytes=1, cut=0)              # a line break after and before others
+@example(text=b"x  y \n z\n", piece_bytes=1, cut=1)                   # space runs, a space after a line break
+@example(text=b"<s>\nx</s>\ny\n<s>", piece_bytes=1, cut=0)           # line breaks beside added tokens
+@example(text=b"\nstart", piece_bytes=1, cut=0)                       # a line break first
+@example(text=b"", piece_bytes=1, cut=0)                              # only the BOS
+def test_each_kind_tokenizes_a_long_text_in_pieces_into_the_tokens_of_the_whole(tokenizers_by_kind, text,
+                                                                               piece_bytes, cut):
+    for kind, tok in tokenizers_by_kind.items():
+        assert tok.cuts_in_pieces, kind
+        assert_pieces_equal_whole(tok, text, piece_bytes, cut)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_cuts_a_varied_text_where_its_rule_says(tokenizers_by_kind, kind):
+    """~75 KB of the standard library with CRLF, non-ASCII and invalid bytes, in many pieces."""
+    from tinygrad_ssm.train.data import stdlib_sources
+    text = b"".join(p.read_bytes() for p in stdlib_sources()[100:104])[:150_000]
+    text = text.replace(b"\n", b"\r\n", 2000) + "\n  Ünïcode\u00a0— 😀\n".encode() * 50 + b"\xff\xfe x\n" * 30
+    tok = tokenizers_by_kind[kind]
+    assert assert_pieces_equal_whole(tok, text, 1000) > 25                 # many cuts
+    assert assert_pieces_equal_whole(tok, b"word " * 2000 + b"\n" + b" " * 3000, 500) >= 1
+
+
+def test_the_rule_of_each_kind_and_a_wrong_rule_fails(tokenizers_by_kind, monkeypatch):
+    """The rules as argued in text_pieces.py; cut by another kind's rule, the tokens differ (the test can fail)."""
+    rules = {kind: tok._rule.name for kind, tok in tokenizers_by_kind.items()}
+    assert rules == {"mistral": "one-word", "llama2": "one-word", "llama3": "split-regex",
+                     "metaspace": "metaspace-split"}
+    text = b"one two\n\nthree  four\n five\nsix"
+    for kind, wrong in (("llama3", pieces_module.BYTE_LEVEL.cut), ("mistral", pieces_module.METASPACE_SPACE),
+                        ("metaspace", pieces_module.SPLIT_LINE)):
+        tok = tokenizers_by_kind[kind]
+        monkeypatch.setattr(tok, "_rule", tok._rule._replace(cut=wrong))
+        with pytest.raises((AssertionError, RuntimeError)):   # (no line break where drop_to expects one)
+            assert_pieces_equal_whole(tok, text, 1)
+    tok = tokenizers_by_kind["llama2"]                                  # the "▁" of each piece kept
+    monkeypatch.setattr(tok, "_rule", tok._rule._replace(drop_to=None))
+    with pytest.raises(AssertionError):
+        assert_pieces_equal_whole(tok, text, 1)
+
+
+def test_a_tokenizer_no_rule_proves_reads_a_text_whole(tokenizers_by_kind, tmp_path, monkeypatch):
+    """A one-word BPE whose merges join the line break (no cut is a token boundary for sure) or that looks a whole
+    word up in its vocabulary first (ignore_merges: a piece may be one), a
+    Metaspace pre-tokenizer with a ByteLevel post_processor, Llama-3's Split with another regex, a truncating
+    tokenizer: each reads a text whole."""
+    from tokenizers import Tokenizer
+    base = json.loads(tokenizers_by_kind["llama2"].to_str())
+    merged = json.loads(json.dumps(base))
+    merged["model"]["vocab"]["\n"] = len(merged["model"]["vocab"])
+    merged["model"]["vocab"]["\n\n"] = len(merged["model"]["vocab"])
+    merged["model"]["merges"].append(["\n", "\n"])
+    whole_word = json.loads(json.dumps(base))
+    whole_word["model"]["ignore_merges"] = True
+    metaspace = json.loads(tokenizers_by_kind["metaspace"].to_str())
+    metaspace["post_processor"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                                   "use_regex": True}
+    other_regex = json.loads(tokenizers_by_kind["llama3"].to_str())
+    other_regex["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\s+|\S+"
+    truncating = json.loads(json.dumps(base))
+    truncating["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0}
+    monkeypatch.setattr(tokenizer_module, "PIECE_BYTES", 4)
+    text = b"line one\n\nline two\nline three\n"
+    for i, spec in enumerate([merged, whole_word, metaspace, other_regex, truncating]):
+        path = tmp_path / f"{i}.json"
+        path.write_text(Tokenizer.from_str(json.dumps(spec)).to_str(), encoding="utf-8")
+        tok = FileTokenizer(path)
+        assert not tok.cuts_in_pieces, i
+        assert len(list(tok.encode_stream([text[:5], text[5:]]))) == 1
+        assert np.array_equal(tok.encode_bytes(text), tok.encode(text.decode()))
