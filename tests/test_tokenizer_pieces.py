@@ -7,6 +7,7 @@ ends, on texts that hit each cut's edge cases; a tokenizer no rule covers reads 
 - llama2: Llama-2's and Mistral-7B-v0.1's, Prepend("▁") + Replace(" ", "▁") normalizer, no pre-tokenizer;
 - llama3: Split(Llama-3's regex, Isolated) + ByteLevel(use_regex false), ignore_merges, a ByteLevel and a
   "<|begin_of_text|> $A" post_processor (cut after a line break);
+- qwen2: the same with Qwen2's regex, an NFC normalizer, a trimming ByteLevel post_processor and no BOS;
 - metaspace: Metaspace("▁", prepend_scheme always, split true) (cut before a space).
 """
 import json
@@ -22,20 +23,22 @@ from tinygrad_ssm import tokenizer as tokenizer_module
 from tinygrad_ssm.tokenizer import FileTokenizer
 
 LLAMA3_REGEX = next(r for r in pieces_module.SPLIT_REGEXES if r"\p{N}{1,3}" in r)
+QWEN2_REGEX = next(r for r in pieces_module.SPLIT_REGEXES if r"\p{N}{1,3}" not in r)
 TRAIN_TEXT = ("def main(argv):\n    return f(x, 'y')  # a comment\n\n\tif a == b:\r\n        pass\n"
               "Ünïcode — text ✓ 😀 and   spaces\u00a0here\n<s>x</s>\n" * 40)
-KINDS = ("mistral", "llama2", "llama3", "metaspace")
+KINDS = ("mistral", "llama2", "llama3", "qwen2", "metaspace")
 
 
 def build_tokenizer(kind: str, folder: Path, texts=(TRAIN_TEXT,), vocab_size: int = 400) -> Path:
     """A tokenizer.json laid out as `kind`'s (the module docstring) in `folder`, trained on `texts`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     folder.mkdir(parents=True, exist_ok=True)
-    specials = ["<|begin_of_text|>", "<|end_of_text|>"] if kind == "llama3" else ["<unk>", "<s>", "</s>"]
-    if kind == "llama3":
+    byte_level = kind in ("llama3", "qwen2")
+    specials = ["<|begin_of_text|>", "<|end_of_text|>"] if byte_level else ["<unk>", "<s>", "</s>"]
+    if byte_level:
         tok = Tokenizer(models.BPE(ignore_merges=True))
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(__import__("tokenizers").Regex(LLAMA3_REGEX), "isolated", invert=False),
+            pre_tokenizers.Split(Regex(LLAMA3_REGEX if kind == "llama3" else QWEN2_REGEX), "isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
@@ -47,14 +50,14 @@ def build_tokenizer(kind: str, folder: Path, texts=(TRAIN_TEXT,), vocab_size: in
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
         tok.train_from_iterator([line for t in texts for line in t.splitlines()], trainer)
     spec = json.loads(tok.to_str())
-    if kind != "llama3":
+    if not byte_level:
         vocab = spec["model"]["vocab"]
         first = max(vocab.values()) + 1
         vocab.update({f"<0x{i:02X}>": first + i for i in range(256)})
         spec["decoder"] = {"type": "Sequence", "decoders": [
             {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
             {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
-    bos = specials[0] if kind == "llama3" else "<s>"
+    bos = specials[0] if byte_level else "<s>"
     template = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": bos, "type_id": 0}},
                                                          {"Sequence": {"id": "A", "type_id": 0}}],
                 "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
@@ -74,6 +77,10 @@ def build_tokenizer(kind: str, folder: Path, texts=(TRAIN_TEXT,), vocab_size: in
     elif kind == "llama3":
         spec["post_processor"] = {"type": "Sequence", "processors": [
             {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}, template]}
+    elif kind == "qwen2":
+        spec["normalizer"] = {"type": "NFC"}
+        spec["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                  "use_regex": False}
     path = folder / "tokenizer.json"
     path.write_text(Tokenizer.from_str(json.dumps(spec)).to_str(), encoding="utf-8")
     return path
@@ -81,8 +88,13 @@ def build_tokenizer(kind: str, folder: Path, texts=(TRAIN_TEXT,), vocab_size: in
 
 @pytest.fixture(scope="module")
 def tokenizers_by_kind(tmp_path_factory):
+    """Trained on a few standard library files too: merges of line breaks with what is around them (ĊĊ, čĊ, ):Ċ,
+    ▁▁), which a wrong cut would split."""
+    from tinygrad_ssm.train.data import stdlib_sources
+    texts = [TRAIN_TEXT] + [p.read_text(errors="replace")[:30_000] for p in stdlib_sources()[200:203]]
+    texts.append(texts[1].replace("\n", "\r\n"))
     folder = tmp_path_factory.mktemp("kinds")
-    return {kind: FileTokenizer(build_tokenizer(kind, folder / kind)) for kind in KINDS}
+    return {kind: FileTokenizer(build_tokenizer(kind, folder / kind, texts, vocab_size=600)) for kind in KINDS}
 
 
 def assert_pieces_equal_whole(tok, text: bytes, piece_bytes: int, cut: int = 0, monkeypatch=None):
@@ -117,6 +129,7 @@ LONG_TEXTS = st.lists(st.sampled_from(FRAGMENTS), min_size=0, max_size=40).map(
 @example(text=b"", piece_bytes=1, cut=0)                              # only the BOS
 def test_each_kind_tokenizes_a_long_text_in_pieces_into_the_tokens_of_the_whole(tokenizers_by_kind, text,
                                                                                piece_bytes, cut):
+    text += b"x" * 20     # bytes after the last cut enough to tell it from one beside an added token
     for kind, tok in tokenizers_by_kind.items():
         assert tok.cuts_in_pieces, kind
         assert_pieces_equal_whole(tok, text, piece_bytes, cut)
@@ -127,7 +140,8 @@ def test_each_kind_cuts_a_varied_text_where_its_rule_says(tokenizers_by_kind, ki
     """~75 KB of the standard library with CRLF, non-ASCII and invalid bytes, in many pieces."""
     from tinygrad_ssm.train.data import stdlib_sources
     text = b"".join(p.read_bytes() for p in stdlib_sources()[100:104])[:150_000]
-    text = text.replace(b"\n", b"\r\n", 2000) + "\n  Ünïcode\u00a0— 😀\n".encode() * 50 + b"\xff\xfe x\n" * 30
+    text = text[:50_000] + text[50_000:100_000].replace(b"\n", b"\r\n") + text[100_000:] + \
+        "\n  Ünïcode\u00a0— 😀\n".encode() * 50 + b"\xff\xfe x\n" * 30
     tok = tokenizers_by_kind[kind]
     assert assert_pieces_equal_whole(tok, text, 1000) > 25                 # many cuts
     assert assert_pieces_equal_whole(tok, b"word " * 2000 + b"\n" + b" " * 3000, 500) >= 1
@@ -136,10 +150,11 @@ def test_each_kind_cuts_a_varied_text_where_its_rule_says(tokenizers_by_kind, ki
 def test_the_rule_of_each_kind_and_a_wrong_rule_fails(tokenizers_by_kind, monkeypatch):
     """The rules as argued in text_pieces.py; cut by another kind's rule, the tokens differ (the test can fail)."""
     rules = {kind: tok._rule.name for kind, tok in tokenizers_by_kind.items()}
-    assert rules == {"mistral": "one-word", "llama2": "one-word", "llama3": "split-regex",
+    assert rules == {"mistral": "one-word", "llama2": "one-word", "llama3": "split-regex", "qwen2": "split-regex",
                      "metaspace": "metaspace-split"}
     text = b"one two\n\nthree  four\n five\nsix"
-    for kind, wrong in (("llama3", pieces_module.BYTE_LEVEL.cut), ("mistral", pieces_module.METASPACE_SPACE),
+    for kind, wrong in (("llama3", pieces_module.BYTE_LEVEL.cut), ("qwen2", pieces_module.BYTE_LEVEL.cut),
+                        ("mistral", pieces_module.METASPACE_SPACE),
                         ("metaspace", pieces_module.SPLIT_LINE)):
         tok = tokenizers_by_kind[kind]
         monkeypatch.setattr(tok, "_rule", tok._rule._replace(cut=wrong))
@@ -180,3 +195,22 @@ def test_a_tokenizer_no_rule_proves_reads_a_text_whole(tokenizers_by_kind, tmp_p
         assert not tok.cuts_in_pieces, i
         assert len(list(tok.encode_stream([text[:5], text[5:]]))) == 1
         assert np.array_equal(tok.encode_bytes(text), tok.encode(text.decode()))
+
+
+def test_special_tokens_before_and_after_a_text_come_once(tokenizers_by_kind, tmp_path):
+    """A "<s> $A </s>" post_processor: the first piece gets the BOS, the last the EOS (at the text's end), as the
+    whole text has them; an empty text gives both alone."""
+    from tokenizers import Tokenizer
+    spec = json.loads(tokenizers_by_kind["llama2"].to_str())
+    template = spec["post_processor"]
+    template["single"].append({"SpecialToken": {"id": "</s>", "type_id": 0}})
+    template["special_tokens"]["</s>"] = {"id": "</s>", "ids": [2], "tokens": ["</s>"]}
+    path = tmp_path / "tokenizer.json"
+    path.write_text(Tokenizer.from_str(json.dumps(spec)).to_str(), encoding="utf-8")
+    tok = FileTokenizer(path)
+    assert tok.cuts_in_pieces and tok._around == ([1], [2])
+    text = b"first line\nsecond  line\n\nthird\n" * 20
+    assert assert_pieces_equal_whole(tok, text, 50) > 5
+    ids, ends = tok.encode_bytes_with_ends(text)
+    assert ids[0] == 1 and ids[-1] == 2 and ends[0] == 0 and ends[-1] == len(text)
+    assert_pieces_equal_whole(tok, b"", 1)
