@@ -227,17 +227,23 @@ class FileTokenizer:
                 yield last
             last = ids, (ends + offset).astype(np.int64)
             offset += len(piece)
-        if last is None:                      # an empty text: the special tokens alone, as the library gives them
+            if not after:               # (held back only for the tokens after the text: a reader may stop early)
+                yield last
+                last = None
+        if offset == 0:                       # an empty text: the special tokens alone, as the library gives them
             last = np.asarray(before, dtype=np.int64), np.zeros(len(before), dtype=np.int64)
-        ids, ends = last
-        end = ends[-1] if len(ends) else 0
-        yield np.concatenate([ids, after]).astype(np.int64), np.concatenate([ends, [end] * len(after)]).astype(np.int64)
+        if last is not None and len(last[0]) + len(after):
+            ids, ends = last
+            end = ends[-1] if len(ends) else 0
+            yield np.concatenate([ids, after]).astype(np.int64), \
+                np.concatenate([ends, [end] * len(after)]).astype(np.int64)
 
     def _piece_ids_ends(self, piece: bytes, first: bool) -> tuple[np.ndarray, np.ndarray]:
         """A piece's ids and ends without special tokens; a piece after the first of a one-word text without the
         tokens of the "▁" it gets at its start that the whole text has only once (CutRule.drop_to: the piece starts
         with a line break, whose token no merge joins to the "▁")."""
-        ids, ends = self._ids_ends(piece, add_special_tokens=False)
+        # (a tokenizer that adds no special tokens encodes a piece as any text: tests count the pieces there)
+        ids, ends = self._ids_ends(piece, False) if self.adds_special_tokens else self.encode_bytes_with_ends(piece)
         if self._rule.drop_to is not None and not first:
             at = np.flatnonzero(ids == self._rule.drop_to)
             if not len(at):   # (text_pieces cut before a line break: its token is there)
