@@ -168,7 +168,7 @@ def test_pieces_are_cut_before_line_breaks_only_where_the_whole_text_has_a_token
 
 def test_a_tokenizer_whose_pieces_could_differ_reads_the_text_whole(tmp_path, monkeypatch):
     """A Llama-style tokenizer (no pre-tokenizer: a text is one BPE word) whose merges join its line breaks (trained
-    on whole texts, "\n" is in its vocabulary) has no cut that is sure to be a token boundary (text_pieces.py)."""
+    on whole texts, "\n" is in its vocabulary) has no cut that is sure to be a token boundary (io/text_pieces.py)."""
     from tests.support.tokenizers import train_byte_fallback
     from tinygrad_ssm import tokenizer as tokenizer_module
     tok = FileTokenizer(train_byte_fallback(["line one\nline two\n" * 20], tmp_path) / "tokenizer.json")

@@ -1,4 +1,4 @@
-"""text_pieces.py's cut rules for the tokenizer.json layouts of real Mamba-2 checkpoints other than GPT-NeoX's
+"""io/text_pieces.py's cut rules for the tokenizer.json layouts of real Mamba-2 checkpoints other than GPT-NeoX's
 (built here in the test, no download): a long text tokenized in pieces gives exactly the whole text's ids and byte
 ends, on texts that hit each cut's edge cases; a tokenizer no rule covers reads a text whole.
 
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tinygrad_ssm import text_pieces as pieces_module
+from tinygrad_ssm.io import text_pieces as pieces_module
 from tinygrad_ssm import tokenizer as tokenizer_module
 from tinygrad_ssm.tokenizer import FileTokenizer
 

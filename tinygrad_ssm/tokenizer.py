@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .io.file_checks import require_regular_file
-from .text_pieces import cut_rule, special_tokens_around, text_pieces
+from .io.text_pieces import cut_rule, special_tokens_around, text_pieces
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -39,7 +39,8 @@ BYTES = "bytes"  # the name of the byte-level tokenizer wherever a tokenizer is 
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")  # looked up when no file names the EOS token
 STREAM_CONTEXT = 4  # ids before the new ones that TextStream decodes with them (a decoder may look back)
 # a long text is tokenized in pieces of about this many bytes (the library's Encoding of a text holds ~175 bytes of
-# memory per byte of text: 3.5 GB for 20 MB, measured), cut where the pieces give the whole text's tokens (text_pieces.py)
+# memory per byte of text: 3.5 GB for 20 MB, measured), cut where the pieces give the whole text's tokens
+# (io/text_pieces.py)
 PIECE_BYTES = 1 << 20
 
 

@@ -20,7 +20,7 @@ KINDS = ("mistral", "llama2", "llama3", "metaspace")
 
 
 def corpus(mb: float) -> bytes:
-    """`mb` MB of the standard library's sources, with CRLF, non-ASCII, invalid bytes and no-line-break runs mixed in."""
+    """`mb` MB of the standard library's sources, with CRLF, non-ASCII, invalid bytes and long lines mixed in."""
     from tinygrad_ssm.train.data import stdlib_sources
     parts, size, extra = [], 0, ("\r\n  Ünïcode\u00a0— 😀 text\r\n".encode() + b"\xff\xfe\x80 x\n" + b" " * 300 +
                                  b"\n" + b"x" * 5000 + b"\n")
