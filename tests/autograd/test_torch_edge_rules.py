@@ -127,6 +127,22 @@ def test_abs_and_relu_gradients_at_nan_and_zero_match_torch(name):
     np.testing.assert_array_equal(x.grad.data, tx.grad.numpy())
 
 
+@pytest.mark.parametrize("low, high", [(-1.0, 2.0), (-1.0, None), (None, 2.0)])
+def test_clip_passes_the_gradient_at_its_bounds_as_torch_clamp(low, high):
+    """torch.clamp's backward keeps the gradient where low <= x <= high, the bounds included: an entry sitting
+    on a bound (a clamp reached exactly, or clip(x, 0) of a ReLU-like 0) still learns. Gradcheck cannot see
+    this: finite differences straddle the kink."""
+    values = [-3.0, -1.0, 0.5, 2.0, 4.0]
+    x = leaf(values)
+    F.clip(x, low, high).backward(np.ones(5))
+    inside = [(low is None or v >= low) and (high is None or v <= high) for v in values]
+    np.testing.assert_array_equal(x.grad.data, np.array(inside, dtype=np.float64))
+    torch = pytest.importorskip("torch")
+    tx = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+    torch.clamp(tx, low, high).backward(torch.ones(5, dtype=torch.float64))
+    np.testing.assert_array_equal(x.grad.data, tx.grad.numpy())
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_cross_entropy_over_no_classes_with_every_target_ignored_matches_torch(reduction):
     """It raised NumPy's IndexError (index 0 out of bounds) forward and backward; torch gives nan / 0 / zeros."""
