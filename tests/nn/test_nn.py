@@ -38,6 +38,17 @@ def test_linear_names_shapes_init_and_forward():
     assert nn.Linear(vb.pp("in_proj"), 5, 3).weight is lin.weight  # the same variables when rebuilt
 
 
+def test_linear_init_is_torchs_draw_for_draw():
+    """weight then bias, each U(+-1/sqrt(in_features)) from the VarMap's one generator (torch.nn.Linear's
+    reset_parameters): a bound from out_features, or the two drawn in the other order, gives other numbers. (The
+    test above only bounds them from above: a narrower bias passes it.)"""
+    vm, vb = builder("float64", seed=7)
+    lin = nn.Linear(vb.pp("proj"), 5, 3)
+    draws, bound = np.random.default_rng(7), 1 / math.sqrt(5)
+    np.testing.assert_allclose(lin.weight.data, draws.uniform(-bound, bound, (3, 5)), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(lin.bias.data, draws.uniform(-bound, bound, 3), rtol=1e-12, atol=0)
+
+
 def test_linear_rejects_wrong_input_naming_the_layer():
     _, vb = builder()
     lin = nn.Linear(vb.pp("layers").pp(2).pp("proj"), 5, 3)
