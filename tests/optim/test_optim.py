@@ -108,34 +108,38 @@ def test_defaults_are_pytorchs():
     assert (adamw.lr, adamw.betas, adamw.eps, adamw.weight_decay) == (1e-3, (0.9, 0.999), 1e-8, 1e-2)
 
 
-SGD_CASES = [(0.0, False, 0.0), (0.9, False, 0.0), (0.9, True, 0.01)]
+# dampening scales every gradient into the buffer but the first (torch: the first step's buffer is the gradient)
+SGD_CASES = [(0.0, False, 0.0, 0.0), (0.9, False, 0.0, 0.0), (0.9, True, 0.01, 0.0), (0.9, False, 0.01, 0.3)]
 
 
-@pytest.mark.parametrize("momentum, nesterov, wd", SGD_CASES)
-def test_sgd_matches_transcription(momentum, nesterov, wd):
+@pytest.mark.parametrize("momentum, nesterov, wd, dampening", SGD_CASES)
+def test_sgd_matches_transcription(momentum, nesterov, wd, dampening):
     vm, x, y = problem()
     p = {k: vm[k].data.copy() for k in ("W", "b")}
-    got = run(optim.SGD(vm.named_vars(), lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd), vm, x, y)
+    got = run(optim.SGD(vm.named_vars(), lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd,
+                        dampening=dampening), vm, x, y)
     buf = {}
     for step in range(STEPS):
         for k, g in numpy_grads(p["W"], p["b"], x, y).items():
             g = g + wd * p[k]
             if momentum:
-                buf[k] = g if step == 0 else momentum * buf[k] + g
+                buf[k] = g if step == 0 else momentum * buf[k] + (1 - dampening) * g
                 g = g + momentum * buf[k] if nesterov else buf[k]
             p[k] = p[k] - 0.05 * g
         for k in p:
             np.testing.assert_allclose(got[step][k], p[k], rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("momentum, nesterov, wd", SGD_CASES)
-def test_sgd_matches_torch(momentum, nesterov, wd):
+@pytest.mark.parametrize("momentum, nesterov, wd, dampening", SGD_CASES)
+def test_sgd_matches_torch(momentum, nesterov, wd, dampening):
     torch = pytest.importorskip("torch")
     vm, x, y = problem()
-    got = run(optim.SGD(vm.named_vars(), lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd), vm, x, y)
+    got = run(optim.SGD(vm.named_vars(), lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd,
+                        dampening=dampening), vm, x, y)
     vm2, _, _ = problem()
     tW, tb = (torch.tensor(vm2[k].data.copy(), requires_grad=True) for k in ("W", "b"))
-    topt = torch.optim.SGD([tW, tb], lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd)
+    topt = torch.optim.SGD([tW, tb], lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd,
+                           dampening=dampening)
     for _ in range(STEPS):
         topt.zero_grad()
         err = tW @ torch.tensor(x) - torch.tensor(y)
