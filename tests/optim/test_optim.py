@@ -176,6 +176,22 @@ def test_state_dict_is_safetensors_ready_and_a_resumed_run_is_bit_identical(tmp_
             assert a[k].tobytes() == b[k].tobytes()
 
 
+@pytest.mark.parametrize("cls, kwargs", [(optim.AdamW, {}), (optim.SGD, dict(momentum=0.9))])
+def test_a_state_dict_in_memory_is_a_snapshot_not_the_live_state(cls, kwargs):
+    """A state dict kept in memory (a best-so-far checkpoint, a snapshot before a risky step) must not follow the
+    optimizer's later steps, nor may the optimizer that loaded it write into it: the moments are updated in place."""
+    vm, x, y = problem()
+    opt = cls(vm.named_vars(), lr=0.05, **kwargs)
+    run(opt, vm, x, y, steps=3)
+    snapshot = opt.state_dict()
+    frozen = {k: v.copy() for k, v in snapshot.items()}
+    run(opt, vm, x, y, steps=2)
+    opt2 = cls(vm.named_vars(), lr=0.05, **kwargs)
+    opt2.load_state_dict(snapshot)
+    run(opt2, vm, x, y, steps=2)
+    assert all(np.array_equal(snapshot[k], frozen[k]) for k in frozen), "the saved state changed after saving"
+
+
 def test_load_state_dict_rejects_a_foreign_state_and_changes_nothing():
     vm, x, y = problem()
     opt = optim.Adam(vm.named_vars(), lr=0.1)
