@@ -201,15 +201,22 @@ def test_load_state_dict_rejects_a_foreign_state_and_changes_nothing():
     bad = dict(good)
     bad["state/W/exp_avg"] = np.zeros((4, 3))
     bad["state/other.weight/exp_avg"] = np.zeros(2)
+    bad["state/W/exp_avg_sqr"] = np.zeros((3, 4))  # a known parameter, a slot Adam does not have
     del bad["state/b/exp_avg_sq"]
     with pytest.raises(ValueError) as err:
         opt.load_state_dict(bad)
     text = str(err.value)
     assert "'state/W/exp_avg': shape (4, 3) but the parameter has shape (3, 4)" in text
     assert "unexpected key 'state/other.weight/exp_avg'" in text
+    assert "unexpected key 'state/W/exp_avg_sqr'" in text
     assert "parameter 'b': missing exp_avg_sq" in text
     after = opt.state_dict()
     assert before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before)
+    sgd = optim.SGD(vm.named_vars(), lr=0.1)  # no momentum, so no slots: Adam's moments are foreign to it
+    with pytest.raises(ValueError, match="unexpected key 'state/W/exp_avg'"):
+        sgd.load_state_dict({**{k: v for k, v in good.items() if not k.startswith("hparams/")},
+                             **{k: v for k, v in sgd.state_dict().items()}})
+    assert sgd.state == {}
 
 
 def test_zero_grad_lr_and_parameter_forms():
