@@ -101,6 +101,27 @@ def test_adam_trajectory_equals_torch(cls, wd):
         np.testing.assert_allclose(got[step]["b"], tb.detach().numpy(), rtol=1e-6, atol=1e-12)
 
 
+@pytest.mark.parametrize("make", [
+    lambda vm: optim.Adam(vm.named_vars(), lr=0.05, weight_decay=0.1, fused=False),
+    lambda vm: optim.Adam(vm.named_vars(), lr=0.05, weight_decay=0.1, fused=True),
+    lambda vm: optim.AdamW(vm.named_vars(), lr=0.05, weight_decay=0.1, fused=False),
+    lambda vm: optim.SGD(vm.named_vars(), lr=0.05, momentum=0.9, weight_decay=0.1),
+], ids=["Adam-numpy", "Adam-fused", "AdamW-numpy", "SGD"])
+def test_a_step_leaves_the_gradients_as_backward_left_them(make):
+    """torch's optimizers read .grad and never write it (Adam's L2 term is `grad.add(param, alpha=wd)`, out of
+    place): a gradient logged, clipped or reused after step() is still the loss's gradient. Adam's NumPy path is
+    also what any dtype the numba kernel does not take runs."""
+    vm, x, y = problem()
+    opt = make(vm)
+    for _ in range(2):  # the second step: state exists, the momentum / moment branches run
+        opt.zero_grad()
+        loss_of(vm, x, y).backward()
+        grads = {k: vm[k].grad.data.copy() for k in ("W", "b")}
+        opt.step()
+        for k, g in grads.items():
+            np.testing.assert_array_equal(vm[k].grad.data, g, err_msg=k)
+
+
 def test_defaults_are_pytorchs():
     vm, _, _ = problem()
     adam, adamw = optim.Adam(vm.named_vars()), optim.AdamW(vm.named_vars())
