@@ -313,6 +313,20 @@ def test_clip_grad_norm_nonfinite():
         optim.clip_grad_norm_(vm.named_vars(), 1.0, error_if_nonfinite=True)
 
 
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_clip_grad_norm_leaves_the_gradients_when_the_total_is_not_finite(bad):
+    """Unlike torch, which multiplies by max_norm / (inf + 1e-6) = 0 (every finite gradient zeroed, the inf one NaN)
+    or by NaN: the gradients are left as they are, so the caller who sees the non-finite total can look at them."""
+    vm, x, y = problem()
+    loss_of(vm, x, y).backward()
+    vm["b"].grad = np.array([bad, 1.0, 2.0])
+    before = {k: vm[k].grad.data.copy() for k in ("W", "b")}
+    total = optim.clip_grad_norm_(vm.named_vars(), 1.0)
+    assert not math.isfinite(total) and (math.isinf(total) if bad == np.inf else math.isnan(total))
+    for k, g in before.items():
+        np.testing.assert_array_equal(vm[k].grad.data, g, err_msg=k)
+
+
 def test_clip_grad_norm_matches_torch():
     torch = pytest.importorskip("torch")
     vm, x, y = problem()
