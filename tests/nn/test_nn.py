@@ -188,6 +188,16 @@ def test_conv_names_shapes_forward_and_causality():
         conv(tg.Tensor(np.zeros((2, 7, 4))))
 
 
+def test_conv_init_is_torchs_draw_for_draw():
+    """weight (c, 1, k) then bias (c,), each U(+-1/sqrt(k)) (Conv1d(groups=c): fan_in = 1 * k) from the VarMap's
+    one generator; the test above only bounds them from above, which a narrower bias (1/k) passes."""
+    vm, vb = builder("float64", seed=11)
+    conv = nn.CausalDepthwiseConv1d(vb.pp("conv1d"), 5, 4)
+    draws, bound = np.random.default_rng(11), 1 / math.sqrt(4)
+    np.testing.assert_allclose(conv.weight.data, draws.uniform(-bound, bound, (5, 1, 4)), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(conv.bias.data, draws.uniform(-bound, bound, 5), rtol=1e-12, atol=0)
+
+
 def test_conv_matches_torch_conv1d():
     torch = pytest.importorskip("torch")
     _, vb = builder()
