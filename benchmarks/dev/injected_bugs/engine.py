@@ -268,4 +268,21 @@ BUGS = [
         REGISTRY, "read_into takes a stored tensor of another shape with as many elements (a transposed one)"),
     Bug("tinygrad_ssm/registry.py", "        if made.any():\n", "        if False:\n",
         REGISTRY, "a value beyond float32's range becomes inf silently"),
+    # --- a fourth round: everything checked before anything changes, torch's defaults and refusals -----------------
+    Bug("tinygrad_ssm/optim/optimizer.py",
+        "        if problems:\n            raise ValueError(f\"{who}: the state does not fit this optimizer's parameters:\\n  \" "
+        "+ \"\\n  \".join(problems))\n        for k, v in hparams.items():\n            setattr(self, k, v)\n",
+        "        for k, v in hparams.items():\n            setattr(self, k, v)\n        if problems:\n            raise "
+        "ValueError(f\"{who}: the state does not fit this optimizer's parameters:\\n  \" + \"\\n  \".join(problems))\n",
+        OPTIM, "a refused load_state_dict has already set the saved hyperparameters"),
+    Bug("tinygrad_ssm/optim/optimizer.py", "def zero_grad(self, set_to_none: bool = True):",
+        "def zero_grad(self, set_to_none: bool = False):", OPTIM, "zero_grad zeroes in place by default (torch: None)"),
+    Bug("tinygrad_ssm/optim/sgd.py", "if nesterov and (momentum <= 0 or dampening != 0):", "if nesterov and momentum <= 0:",
+        OPTIM, "SGD takes nesterov with dampening (torch refuses it)"),
+    Bug(A + "tensor.py", "if not requires_grad and self._ctx is not None:", "if False:",
+        AUTOGRAD, "requires_grad_(False) on a non-leaf is taken (torch: detach() it)"),
+    Bug(A + "tensor.py", "if out.data.size and not np.may_share_memory(out.data, self.data):", "if False:",
+        AUTOGRAD, "view() copies silently where the strides can't express the shape (a write misses the tensor)"),
+    Bug("tinygrad_ssm/nn/norm.py", "            if z.shape != y.shape:\n", "            if False:\n",
+        NN, "GatedRMSNorm broadcasts a gate z of another shape"),
 ]
