@@ -1,5 +1,6 @@
 """Bugs in the engine a learner reads (tinygrad_ssm/autograd/) and the library on it (tinygrad_ssm/nn/, optim/,
-registry.py): each should fail a test of the tests a developer runs for its file."""
+registry.py): each should fail a test of the tests a developer runs for its file. Last full run: 109 of 109 caught,
+1108 s on the shared 2-core machine (most of it pytest's start and collection of tests/autograd, ~10 s a bug)."""
 from inject_bugs import Bug
 
 AUTOGRAD = ("tests/autograd",)
@@ -115,7 +116,8 @@ BUGS = [
         "bad = (targets != ignore_index) & (targets >= classes)",
         AUTOGRAD, "cross_entropy takes a negative target (it wraps to the last class)"),
     # --- nn/ ------------------------------------------------------------------------------------------------------
-    Bug("tinygrad_ssm/nn/linear.py", "bound = 1.0 / math.sqrt(in_features) if", "bound = 1.0 / math.sqrt(out_features) if",
+    Bug("tinygrad_ssm/nn/linear.py", "bound = 1.0 / math.sqrt(in_features) if",
+        "bound = 1.0 / math.sqrt(out_features) if",
         NN, "Linear's bias bound from out_features instead of in_features"),
     Bug("tinygrad_ssm/nn/init.py", "return shape[1] * receptive, shape[0] * receptive",
         "return shape[1], shape[0]", NN, "fans ignore the receptive field (conv kernels)"),
@@ -150,7 +152,8 @@ BUGS = [
         OPTIM, "load_state_dict takes a slot the optimizer does not have"),
     Bug("tinygrad_ssm/optim/optimizer.py", "elif slot in self.nonnegative_slots and np.any(value < 0):",
         "elif False:", OPTIM, "load_state_dict takes a negative exp_avg_sq"),
-    Bug("tinygrad_ssm/optim/optimizer.py", "(high is not None and value >= high)", "(high is not None and value > high)",
+    Bug("tinygrad_ssm/optim/optimizer.py", "(high is not None and value >= high)",
+        "(high is not None and value > high)",
         OPTIM, "beta = 1 accepted (torch: beta in [0, 1))"),
     # --- registry.py ----------------------------------------------------------------------------------------------
     Bug("tinygrad_ssm/registry.py", "if strict and (missing or unexpected or mismatched):",
@@ -171,12 +174,14 @@ BUGS = [
     Bug(A + "backward.py", "elif previous.shape == g.shape and _only_the_walk_holds(previous, 2):",
         "elif previous.shape == g.shape:",
         AUTOGRAD, "a gradient sum written into an array something else still holds"),
-    Bug(A + "backward.py", "                        _accumulate(parent, run_hooks(parent, final) if parent._hooks else final)\n"
+    Bug(A + "backward.py",
+        "                        _accumulate(parent, run_hooks(parent, final) if parent._hooks else final)\n"
         "                        run_post_accumulate_hooks(parent)",
         "                        run_post_accumulate_hooks(parent)\n"
         "                        _accumulate(parent, run_hooks(parent, final) if parent._hooks else final)",
         AUTOGRAD, "a post-accumulate hook runs before the .grad it is for is written"),
-    Bug(A + "tensor.py", "            self._version = data._version  # Tensor(t) wraps", "            pass  # Tensor(t) wraps",
+    Bug(A + "tensor.py", "            self._version = data._version  # Tensor(t) wraps",
+        "            pass  # Tensor(t) wraps",
         AUTOGRAD, "Tensor(t) on t's storage gets its own version counter"),
     Bug(A + "tensor.py", "def __rsub__(self, o): return F.sub(o, self)", "def __rsub__(self, o): return F.sub(self, o)",
         AUTOGRAD, "number - tensor computes tensor - number"),
@@ -196,15 +201,18 @@ BUGS = [
     Bug("tinygrad_ssm/optim/adam.py", "                grad = grad + self.weight_decay * p",
         "                grad += self.weight_decay * p",
         ADAM, "Adam's NumPy path adds the L2 term into the parameter's .grad itself"),
-    Bug("tinygrad_ssm/optim/sgd.py", "            elif state[\"step\"] == 1:\n                np.copyto(buf, grad)\n            else:\n",
+    Bug("tinygrad_ssm/optim/sgd.py",
+        "            elif state[\"step\"] == 1:\n                np.copyto(buf, grad)\n            else:\n",
         "            else:\n", OPTIM, "SGD's first buffer is (1 - dampening) * grad, not the gradient (torch)"),
     Bug("tinygrad_ssm/optim/clip.py", "    if scale < 1.0:\n", "    if scale != 1.0:\n",
         OPTIM, "clip_grad_norm_ scales small gradients up to max_norm"),
     Bug("tinygrad_ssm/optim/clip.py", "scale = max_norm / (total + 1e-6)", "scale = max_norm / total",
         OPTIM, "clip_grad_norm_ without torch's 1e-6 in the denominator"),
-    Bug("tinygrad_ssm/optim/schedule.py", "return self.min_lr + (self.lr - self.min_lr) * 0.5", "return self.min_lr + self.lr * 0.5",
+    Bug("tinygrad_ssm/optim/schedule.py", "return self.min_lr + (self.lr - self.min_lr) * 0.5",
+        "return self.min_lr + self.lr * 0.5",
         OPTIM, "the cosine decays from lr + min_lr instead of lr"),
-    Bug("tinygrad_ssm/optim/optimizer.py", "elif slot == \"step\" and not 0 <= int(value) <=", "elif slot == \"step\" and not int(value) <=",
+    Bug("tinygrad_ssm/optim/optimizer.py", "elif slot == \"step\" and not 0 <= int(value) <=",
+        "elif slot == \"step\" and not int(value) <=",
         OPTIM, "load_state_dict takes a negative step count"),
     Bug("tinygrad_ssm/optim/optimizer.py", "            elif p.grad is not None:\n                p.grad.zero_()",
         "            elif p.grad is not None:\n                p.grad = None",
@@ -212,26 +220,32 @@ BUGS = [
     Bug("tinygrad_ssm/nn/norm.py", "grouped = F.reshape(y, (*y.shape[:-1], groups, self.group_size))",
         "grouped = F.reshape(y, (*y.shape[:-1], self.group_size, groups))",
         NN, "GatedRMSNorm normalises strided channels instead of contiguous groups"),
-    Bug("tinygrad_ssm/nn/init.py", "bound = math.sqrt(3.0) * self.std(shape)", "bound = math.sqrt(2.0) * self.std(shape)",
+    Bug("tinygrad_ssm/nn/init.py", "bound = math.sqrt(3.0) * self.std(shape)",
+        "bound = math.sqrt(2.0) * self.std(shape)",
         NN, "KaimingUniform's bound sqrt(2) * std (a uniform's std is bound / sqrt(3))"),
     Bug("tinygrad_ssm/nn/linear.py", "init=weight_init or init.Randn(0.0, 0.02))  # (V, d)",
         "init=weight_init or init.Randn(0.0, 0.2))  # (V, d)", NN, "Embedding's init std 0.2 (Mamba's: 0.02)"),
     Bug("tinygrad_ssm/registry.py", "if slot is not None and (slot.shape != shape or slot.dtype != dtype):",
         "if slot is not None and slot.shape != shape:", REGISTRY,
         "a reserved slot of another dtype is used (the variable gets the block's dtype)"),
-    Bug("tinygrad_ssm/registry.py", "            if drawn.shape != shape:\n", "            if drawn.ndim != len(shape):\n",
+    Bug("tinygrad_ssm/registry.py", "            if drawn.shape != shape:\n",
+        "            if drawn.ndim != len(shape):\n",
         REGISTRY, "an init's broadcastable result of another shape is spread over the variable"),
     Bug("tinygrad_ssm/optim/sgd.py", "            grad = grad + self.weight_decay * p",
-        "            grad += self.weight_decay * p", OPTIM, "SGD adds its weight decay into the parameter's .grad itself"),
+        "            grad += self.weight_decay * p",
+        OPTIM, "SGD adds its weight decay into the parameter's .grad itself"),
     # --- a third round: hooks, the walk's order, copies kept for backward, checks weakened -------------------------
     Bug(A + "hooks.py", "        if result.shape != tensor.shape:\n", "        if False:\n",
         AUTOGRAD, "a hook may return a gradient of another shape (a leaf's .grad then has it)"),
     Bug(A + "hooks.py", "tuple((h, f) for h, f in getattr(tensor, self._attribute) if h is not self)", "()",
         AUTOGRAD, "one handle's remove() takes out every hook of the tensor"),
-    Bug(A + "backward.py", "            if g is not None and o._hooks:  # o's gradient is complete: its hooks may replace it "
-        "(hooks.py)\n                out_grads[i] = g = run_hooks(o, g)\n            if g is not None and o._retains_grad:  "
+    Bug(A + "backward.py",
+        "            if g is not None and o._hooks:  # o's gradient is complete: its hooks may replace it "
+        "(hooks.py)\n                out_grads[i] = g = run_hooks(o, g)\n            if g is not None and"
+        " o._retains_grad:  "
         "# after the hooks, as torch\n                _accumulate(o, g)\n",
-        "            if g is not None and o._retains_grad:  # after the hooks, as torch\n                _accumulate(o, g)\n"
+        "            if g is not None and o._retains_grad:  # after the hooks, as torch\n               "
+        " _accumulate(o, g)\n"
         "            if g is not None and o._hooks:  # o's gradient is complete: its hooks may replace it (hooks.py)\n"
         "                out_grads[i] = g = run_hooks(o, g)\n",
         AUTOGRAD, "a retained .grad is taken before the tensor's hooks replace the gradient"),
@@ -258,7 +272,8 @@ BUGS = [
         OPTIM, "a non-finite total norm scales every gradient (to 0 or NaN) instead of leaving them"),
     Bug("tinygrad_ssm/optim/schedule.py", "if not (0 <= min_lr <= lr):", "if not 0 <= min_lr:",
         OPTIM, "WarmupCosine takes min_lr above lr (the cosine then climbs)"),
-    Bug("tinygrad_ssm/nn/norm.py", "    def __init__(self, vb: VarBuilder, dim: int, eps: float = 1e-5, fused: bool = False):",
+    Bug("tinygrad_ssm/nn/norm.py",
+        "    def __init__(self, vb: VarBuilder, dim: int, eps: float = 1e-5, fused: bool = False):",
         "    def __init__(self, vb: VarBuilder, dim: int, eps: float = 1e-6, fused: bool = False):",
         NN, "RMSNorm's default eps 1e-6 (torch / Mamba: 1e-5)"),
     Bug("tinygrad_ssm/nn/conv.py", "bound = 1.0 / math.sqrt(kernel_size)", "bound = 1.0 / kernel_size",
@@ -270,14 +285,17 @@ BUGS = [
         REGISTRY, "a value beyond float32's range becomes inf silently"),
     # --- a fourth round: everything checked before anything changes, torch's defaults and refusals -----------------
     Bug("tinygrad_ssm/optim/optimizer.py",
-        "        if problems:\n            raise ValueError(f\"{who}: the state does not fit this optimizer's parameters:\\n  \" "
+        "        if problems:\n            raise ValueError(f\"{who}: the state does not fit this optimizer's"
+        " parameters:\\n  \" "
         "+ \"\\n  \".join(problems))\n        for k, v in hparams.items():\n            setattr(self, k, v)\n",
-        "        for k, v in hparams.items():\n            setattr(self, k, v)\n        if problems:\n            raise "
+        "        for k, v in hparams.items():\n            setattr(self, k, v)\n        if problems:\n           "
+        " raise "
         "ValueError(f\"{who}: the state does not fit this optimizer's parameters:\\n  \" + \"\\n  \".join(problems))\n",
         OPTIM, "a refused load_state_dict has already set the saved hyperparameters"),
     Bug("tinygrad_ssm/optim/optimizer.py", "def zero_grad(self, set_to_none: bool = True):",
         "def zero_grad(self, set_to_none: bool = False):", OPTIM, "zero_grad zeroes in place by default (torch: None)"),
-    Bug("tinygrad_ssm/optim/sgd.py", "if nesterov and (momentum <= 0 or dampening != 0):", "if nesterov and momentum <= 0:",
+    Bug("tinygrad_ssm/optim/sgd.py", "if nesterov and (momentum <= 0 or dampening != 0):",
+        "if nesterov and momentum <= 0:",
         OPTIM, "SGD takes nesterov with dampening (torch refuses it)"),
     Bug(A + "tensor.py", "if not requires_grad and self._ctx is not None:", "if False:",
         AUTOGRAD, "requires_grad_(False) on a non-leaf is taken (torch: detach() it)"),
