@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tinygrad_ssm import VarBuilder, VarMap
 
 from tinygrad_ssm.nn import init
-from tinygrad_ssm.io.safetensors import CheckpointError, SafetensorsFile, bf16_to_float32
+from tinygrad_ssm.io.safetensors import CheckpointError, SafetensorsFile, bf16_to_float32, save_file
 
 
 def declare_small_layout(varmap, dtype="float32"):
@@ -492,6 +492,12 @@ def test_read_into_fills_the_same_tensor_in_place_and_bumps_its_version(tmp_path
     with pytest.raises(ValueError, match=r"read_into 'norm\.weight': .*w\.safetensors' stores 'layers\.0\.bias' "
                                          r"with shape \(6,\), the variable has shape \(4,\)"):
         vm.read_into("norm.weight", stored, key="layers.0.bias")
+    tensors = {"flipped": np.arange(24, dtype=np.float32).reshape(4, 6)}  # as many elements as (6, 4), transposed
+    save_file(tmp_path / "flipped.safetensors", tensors)
+    before = vm["layers.0.weight"].data.copy()
+    with pytest.raises(ValueError, match=r"stores 'flipped' with shape \(4, 6\), the variable has shape \(6, 4\)"):
+        vm.read_into("layers.0.weight", SafetensorsFile(tmp_path / "flipped.safetensors"), key="flipped")
+    assert np.array_equal(vm["layers.0.weight"].data, before)
     with pytest.raises(KeyError, match="cannot find nope in VarMap"):
         vm.read_into("nope", stored)
     assert vm.unfilled() == ["embedding.weight", "layers.0.bias", "norm.weight"]

@@ -81,3 +81,37 @@ def test_load_refuses_a_value_past_the_variables_range_and_changes_nothing(tmp_p
     save_file(path, {"a": np.array([1.0, 1 + 1e-12]), "b": np.array([0.5, 0.25])})
     vm.load(path)  # F64 into float32 rounds, as torch's load_state_dict
     assert a.data.tolist() == [1.0, 1.0] and b.data.tolist() == [0.5, 0.25]
+
+
+def declare_two_variables(varmap):
+    vb = VarBuilder.from_varmap(varmap)
+    vb.pp("layers").pp(0).get((6, 4), "weight", init=init.Randn(0, 1))
+    vb.pp("norm").get((4,), "weight", init=init.Randn(0, 1))
+
+
+@pytest.mark.parametrize("fault", ["unexpected", "missing", "broadcastable shape"])
+def test_a_strict_load_refuses_each_kind_of_mismatch_alone(tmp_path, fault):
+    """test_registry.py's mismatched-load test has all three kinds at once, so it cannot tell whether each is checked
+    on its own: a file with one extra tensor (another model's head), one tensor too few, or a (1,) tensor for a (4,)
+    variable (copy_ would spread it over every entry) must each fail a strict load and leave the variables as they
+    were."""
+    source = VarMap(seed=1)
+    declare_two_variables(source)
+    tensors = source.state_dict()
+    if fault == "unexpected":
+        tensors["head.weight"] = np.ones(4, np.float32)
+    elif fault == "missing":
+        del tensors["norm.weight"]
+    else:
+        tensors["norm.weight"] = np.full(1, 3.0, np.float32)
+    path = tmp_path / "model.safetensors"
+    save_file(path, tensors)
+    vm = VarMap(seed=2)
+    declare_two_variables(vm)
+    before = vm.state_dict()
+    expected = {"unexpected": r"unexpected in the file \(1\): head\.weight",
+                "missing": r"missing from the file \(1\): norm\.weight",
+                "broadcastable shape": r"norm\.weight: file \(1,\) vs variable \(4,\)"}[fault]
+    with pytest.raises(CheckpointError, match=expected):
+        vm.load(path)
+    assert all(np.array_equal(vm[name].data, array) for name, array in before.items())

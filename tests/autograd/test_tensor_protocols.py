@@ -197,6 +197,19 @@ def test_in_place_writes_of_python_numbers_keep_float64_precision():
     assert f.dtype == np.float32 and f.data.tolist() == [np.float32(0.1), np.float32(0.2)]
 
 
+def test_add_in_place_scales_its_operand_by_alpha_as_torch():
+    """t.add_(other, alpha=a) is t += a * other (torch's signature; the optimizers' update spelling): with a
+    tensor, an array and a number, and alpha 1 left as the plain sum."""
+    t = Tensor(np.array([1.0, 2.0, 3.0]))
+    t.add_(Tensor(np.array([1.0, 10.0, 100.0])), alpha=-0.5)
+    assert t.data.tolist() == [0.5, -3.0, -47.0]
+    t.add_(np.array([2.0, 2.0, 2.0]), alpha=2)
+    t.add_(1.0, alpha=0.25)
+    assert t.data.tolist() == [4.75, 1.25, -42.75]
+    t.add_(1.0)
+    assert t.data.tolist() == [5.75, 2.25, -41.75] and t._version[0] == 4
+
+
 def test_in_place_writes_refuse_wrong_values_and_read_only_views():
     t = Tensor(np.ones(3))
     for write, op in ((lambda: t.add_("abc"), "add_"), (lambda: t.mul_(None), "mul_"),

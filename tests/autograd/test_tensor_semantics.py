@@ -383,6 +383,27 @@ def test_no_grad_and_enable_grad_as_decorators():
     assert frozen_bare.__name__ == "frozen_bare"
 
 
+def test_leaving_a_nested_mode_restores_the_outer_one_not_the_default():
+    """Each exit puts back the mode it found (torch's): leaving an inner no_grad, an inner enable_grad or a
+    @no_grad function called under no_grad must leave the outer no_grad in force, not turn recording on."""
+    x = leaf([1.0])
+
+    @no_grad
+    def frozen(t):
+        return t * 2
+
+    with no_grad():
+        with no_grad():
+            pass
+        assert not is_grad_enabled() and not (x * 2).requires_grad
+        with enable_grad():
+            assert (x * 2).requires_grad
+        assert not is_grad_enabled() and not (x * 2).requires_grad
+        frozen(x)
+        assert not is_grad_enabled() and not (x * 2).requires_grad
+    assert is_grad_enabled()
+
+
 def test_grad_mode_is_restored_after_an_exception():
     with pytest.raises(ValueError):
         with no_grad():

@@ -30,6 +30,27 @@ def test_writing_a_value_that_requires_grad_is_refused(write):
     write(buf, (w * 2).detach())  # the caller says no gradient flows
 
 
+def test_an_assigned_grad_is_cut_from_the_graph_it_came_from():
+    """torch keeps the graph of a tensor assigned to .grad; here it is detached (as .grad always is): the engine
+    records no in-place op, so a .grad that required grad would refuse every in-place update that follows (the next
+    backward's sum into it, zero_grad(set_to_none=False)'s zero_, clip_grad_norm_'s mul_)."""
+    w, p = leaf([1.0, 2.0]), leaf([0.0, 0.0])
+    p.grad = w * 2
+    assert not p.grad.requires_grad and p.grad.grad_fn is None
+    (p * 3).sum().backward()
+    assert p.grad.data.tolist() == [5.0, 7.0] and w.grad is None
+    p.grad.zero_()
+    assert p.grad.data.tolist() == [0.0, 0.0]
+
+
+def test_a_gradient_given_as_a_list_seeds_backward_in_the_outputs_dtype():
+    """backward(gradient=[0.1, ...]) on a float64 output: the list takes the output's dtype (torch's rule for the
+    in-place ops' Python numbers too); as a new tensor it would be float32, and x.grad 0.10000000149."""
+    x = leaf([1.0, 2.0, 3.0])
+    (x * 1.0).backward([0.1, 0.2, 0.3])
+    assert x.grad.dtype == np.float64 and x.grad.data.tolist() == [0.1, 0.2, 0.3]
+
+
 def test_assigned_grad_must_have_the_tensors_dtype():
     """A float32 .grad on a float64 tensor was kept, and later gradients were summed into it in float32."""
     p = leaf([1.0, 2.0])
@@ -124,6 +145,22 @@ def test_abs_and_relu_gradients_at_nan_and_zero_match_torch(name):
     x, tx = leaf(values), torch.tensor(values, requires_grad=True)
     getattr(F, name)(x).backward(np.ones(len(values)))
     getattr(torch, name)(tx).backward(torch.ones(len(values), dtype=torch.float64))
+    np.testing.assert_array_equal(x.grad.data, tx.grad.numpy())
+
+
+@pytest.mark.parametrize("low, high", [(-1.0, 2.0), (-1.0, None), (None, 2.0)])
+def test_clip_passes_the_gradient_at_its_bounds_as_torch_clamp(low, high):
+    """torch.clamp's backward keeps the gradient where low <= x <= high, the bounds included: an entry sitting
+    on a bound (a clamp reached exactly, or clip(x, 0) of a ReLU-like 0) still learns. Gradcheck cannot see
+    this: finite differences straddle the kink."""
+    values = [-3.0, -1.0, 0.5, 2.0, 4.0]
+    x = leaf(values)
+    F.clip(x, low, high).backward(np.ones(5))
+    inside = [(low is None or v >= low) and (high is None or v <= high) for v in values]
+    np.testing.assert_array_equal(x.grad.data, np.array(inside, dtype=np.float64))
+    torch = pytest.importorskip("torch")
+    tx = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+    torch.clamp(tx, low, high).backward(torch.ones(5, dtype=torch.float64))
     np.testing.assert_array_equal(x.grad.data, tx.grad.numpy())
 
 

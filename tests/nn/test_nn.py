@@ -38,6 +38,17 @@ def test_linear_names_shapes_init_and_forward():
     assert nn.Linear(vb.pp("in_proj"), 5, 3).weight is lin.weight  # the same variables when rebuilt
 
 
+def test_linear_init_is_torchs_draw_for_draw():
+    """weight then bias, each U(+-1/sqrt(in_features)) from the VarMap's one generator (torch.nn.Linear's
+    reset_parameters): a bound from out_features, or the two drawn in the other order, gives other numbers. (The
+    test above only bounds them from above: a narrower bias passes it.)"""
+    vm, vb = builder("float64", seed=7)
+    lin = nn.Linear(vb.pp("proj"), 5, 3)
+    draws, bound = np.random.default_rng(7), 1 / math.sqrt(5)
+    np.testing.assert_allclose(lin.weight.data, draws.uniform(-bound, bound, (3, 5)), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(lin.bias.data, draws.uniform(-bound, bound, 3), rtol=1e-12, atol=0)
+
+
 def test_linear_rejects_wrong_input_naming_the_layer():
     _, vb = builder()
     lin = nn.Linear(vb.pp("layers").pp(2).pp("proj"), 5, 3)
@@ -175,6 +186,16 @@ def test_conv_names_shapes_forward_and_causality():
     np.testing.assert_array_equal(conv(tg.Tensor(x2)).data[:, :4], y[:, :4])
     with pytest.raises(ValueError, match=r"CausalDepthwiseConv1d 'conv1d': x must be \(b, l, 5\), got \(2, 7, 4\)"):
         conv(tg.Tensor(np.zeros((2, 7, 4))))
+
+
+def test_conv_init_is_torchs_draw_for_draw():
+    """weight (c, 1, k) then bias (c,), each U(+-1/sqrt(k)) (Conv1d(groups=c): fan_in = 1 * k) from the VarMap's
+    one generator; the test above only bounds them from above, which a narrower bias (1/k) passes."""
+    vm, vb = builder("float64", seed=11)
+    conv = nn.CausalDepthwiseConv1d(vb.pp("conv1d"), 5, 4)
+    draws, bound = np.random.default_rng(11), 1 / math.sqrt(4)
+    np.testing.assert_allclose(conv.weight.data, draws.uniform(-bound, bound, (5, 1, 4)), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(conv.bias.data, draws.uniform(-bound, bound, 5), rtol=1e-12, atol=0)
 
 
 def test_conv_matches_torch_conv1d():

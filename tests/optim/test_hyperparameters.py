@@ -44,6 +44,13 @@ def test_sgd_refuses_out_of_range_hyperparameters(kwargs, arg):
         optim.SGD(params(), **kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [dict(momentum=0.0), dict(momentum=0.9, dampening=0.1)],
+                         ids=["no momentum", "dampening"])
+def test_sgd_refuses_nesterov_without_momentum_or_with_dampening_as_torch(kwargs):
+    with pytest.raises(ValueError, match="SGD: nesterov momentum requires a momentum and zero dampening"):
+        optim.SGD(params(), lr=0.1, nesterov=True, **kwargs)
+
+
 def test_the_edges_pytorch_allows_are_allowed():
     opt = optim.AdamW(params(), lr=0.0, betas=(0.0, 0.0), eps=0.0, weight_decay=0.0)
     assert (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay) == (0.0, 0.0, 0.0, 0.0, 0.0)
@@ -120,3 +127,15 @@ def test_load_state_dict_checks_values_as_they_will_be_kept(key, value, problem)
         opt.load_state_dict(state)
     after = opt.state_dict()
     assert after.keys() == before.keys() and all(np.array_equal(after[k], before[k]) for k in before)
+
+
+def test_a_refused_load_state_dict_keeps_the_hyperparameters_even_valid_saved_ones():
+    """Everything is checked before anything is set: a state whose hyperparameters are fine but whose moments do not
+    fit is refused whole, so the optimizer keeps its own lr (a half-loaded optimizer would run on the saved lr)."""
+    vm = params()
+    opt = optim.AdamW(vm, lr=1e-3, weight_decay=0.1)
+    state = {**opt.state_dict(), "hparams/lr": np.array(0.5), "hparams/weight_decay": np.array(0.0),
+             "state/W/exp_avg": np.zeros((4, 3))}
+    with pytest.raises(ValueError, match=r"'state/W/exp_avg': shape \(4, 3\)"):
+        opt.load_state_dict(state)
+    assert (opt.lr, opt.weight_decay) == (1e-3, 0.1)

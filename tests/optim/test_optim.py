@@ -101,6 +101,27 @@ def test_adam_trajectory_equals_torch(cls, wd):
         np.testing.assert_allclose(got[step]["b"], tb.detach().numpy(), rtol=1e-6, atol=1e-12)
 
 
+@pytest.mark.parametrize("make", [
+    lambda vm: optim.Adam(vm.named_vars(), lr=0.05, weight_decay=0.1, fused=False),
+    lambda vm: optim.Adam(vm.named_vars(), lr=0.05, weight_decay=0.1, fused=True),
+    lambda vm: optim.AdamW(vm.named_vars(), lr=0.05, weight_decay=0.1, fused=False),
+    lambda vm: optim.SGD(vm.named_vars(), lr=0.05, momentum=0.9, weight_decay=0.1),
+], ids=["Adam-numpy", "Adam-fused", "AdamW-numpy", "SGD"])
+def test_a_step_leaves_the_gradients_as_backward_left_them(make):
+    """torch's optimizers read .grad and never write it (Adam's L2 term is `grad.add(param, alpha=wd)`, out of
+    place): a gradient logged, clipped or reused after step() is still the loss's gradient. Adam's NumPy path is
+    also what any dtype the numba kernel does not take runs."""
+    vm, x, y = problem()
+    opt = make(vm)
+    for _ in range(2):  # the second step: state exists, the momentum / moment branches run
+        opt.zero_grad()
+        loss_of(vm, x, y).backward()
+        grads = {k: vm[k].grad.data.copy() for k in ("W", "b")}
+        opt.step()
+        for k, g in grads.items():
+            np.testing.assert_array_equal(vm[k].grad.data, g, err_msg=k)
+
+
 def test_defaults_are_pytorchs():
     vm, _, _ = problem()
     adam, adamw = optim.Adam(vm.named_vars()), optim.AdamW(vm.named_vars())
@@ -108,34 +129,38 @@ def test_defaults_are_pytorchs():
     assert (adamw.lr, adamw.betas, adamw.eps, adamw.weight_decay) == (1e-3, (0.9, 0.999), 1e-8, 1e-2)
 
 
-SGD_CASES = [(0.0, False, 0.0), (0.9, False, 0.0), (0.9, True, 0.01)]
+# dampening scales every gradient into the buffer but the first (torch: the first step's buffer is the gradient)
+SGD_CASES = [(0.0, False, 0.0, 0.0), (0.9, False, 0.0, 0.0), (0.9, True, 0.01, 0.0), (0.9, False, 0.01, 0.3)]
 
 
-@pytest.mark.parametrize("momentum, nesterov, wd", SGD_CASES)
-def test_sgd_matches_transcription(momentum, nesterov, wd):
+@pytest.mark.parametrize("momentum, nesterov, wd, dampening", SGD_CASES)
+def test_sgd_matches_transcription(momentum, nesterov, wd, dampening):
     vm, x, y = problem()
     p = {k: vm[k].data.copy() for k in ("W", "b")}
-    got = run(optim.SGD(vm.named_vars(), lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd), vm, x, y)
+    got = run(optim.SGD(vm.named_vars(), lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd,
+                        dampening=dampening), vm, x, y)
     buf = {}
     for step in range(STEPS):
         for k, g in numpy_grads(p["W"], p["b"], x, y).items():
             g = g + wd * p[k]
             if momentum:
-                buf[k] = g if step == 0 else momentum * buf[k] + g
+                buf[k] = g if step == 0 else momentum * buf[k] + (1 - dampening) * g
                 g = g + momentum * buf[k] if nesterov else buf[k]
             p[k] = p[k] - 0.05 * g
         for k in p:
             np.testing.assert_allclose(got[step][k], p[k], rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("momentum, nesterov, wd", SGD_CASES)
-def test_sgd_matches_torch(momentum, nesterov, wd):
+@pytest.mark.parametrize("momentum, nesterov, wd, dampening", SGD_CASES)
+def test_sgd_matches_torch(momentum, nesterov, wd, dampening):
     torch = pytest.importorskip("torch")
     vm, x, y = problem()
-    got = run(optim.SGD(vm.named_vars(), lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd), vm, x, y)
+    got = run(optim.SGD(vm.named_vars(), lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd,
+                        dampening=dampening), vm, x, y)
     vm2, _, _ = problem()
     tW, tb = (torch.tensor(vm2[k].data.copy(), requires_grad=True) for k in ("W", "b"))
-    topt = torch.optim.SGD([tW, tb], lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd)
+    topt = torch.optim.SGD([tW, tb], lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=wd,
+                           dampening=dampening)
     for _ in range(STEPS):
         topt.zero_grad()
         err = tW @ torch.tensor(x) - torch.tensor(y)
@@ -172,6 +197,22 @@ def test_state_dict_is_safetensors_ready_and_a_resumed_run_is_bit_identical(tmp_
             assert a[k].tobytes() == b[k].tobytes()
 
 
+@pytest.mark.parametrize("cls, kwargs", [(optim.AdamW, {}), (optim.SGD, dict(momentum=0.9))])
+def test_a_state_dict_in_memory_is_a_snapshot_not_the_live_state(cls, kwargs):
+    """A state dict kept in memory (a best-so-far checkpoint, a snapshot before a risky step) must not follow the
+    optimizer's later steps, nor may the optimizer that loaded it write into it: the moments are updated in place."""
+    vm, x, y = problem()
+    opt = cls(vm.named_vars(), lr=0.05, **kwargs)
+    run(opt, vm, x, y, steps=3)
+    snapshot = opt.state_dict()
+    frozen = {k: v.copy() for k, v in snapshot.items()}
+    run(opt, vm, x, y, steps=2)
+    opt2 = cls(vm.named_vars(), lr=0.05, **kwargs)
+    opt2.load_state_dict(snapshot)
+    run(opt2, vm, x, y, steps=2)
+    assert all(np.array_equal(snapshot[k], frozen[k]) for k in frozen), "the saved state changed after saving"
+
+
 def test_load_state_dict_rejects_a_foreign_state_and_changes_nothing():
     vm, x, y = problem()
     opt = optim.Adam(vm.named_vars(), lr=0.1)
@@ -181,15 +222,22 @@ def test_load_state_dict_rejects_a_foreign_state_and_changes_nothing():
     bad = dict(good)
     bad["state/W/exp_avg"] = np.zeros((4, 3))
     bad["state/other.weight/exp_avg"] = np.zeros(2)
+    bad["state/W/exp_avg_sqr"] = np.zeros((3, 4))  # a known parameter, a slot Adam does not have
     del bad["state/b/exp_avg_sq"]
     with pytest.raises(ValueError) as err:
         opt.load_state_dict(bad)
     text = str(err.value)
     assert "'state/W/exp_avg': shape (4, 3) but the parameter has shape (3, 4)" in text
     assert "unexpected key 'state/other.weight/exp_avg'" in text
+    assert "unexpected key 'state/W/exp_avg_sqr'" in text
     assert "parameter 'b': missing exp_avg_sq" in text
     after = opt.state_dict()
     assert before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before)
+    sgd = optim.SGD(vm.named_vars(), lr=0.1)  # no momentum, so no slots: Adam's moments are foreign to it
+    with pytest.raises(ValueError, match="unexpected key 'state/W/exp_avg'"):
+        sgd.load_state_dict({**{k: v for k, v in good.items() if not k.startswith("hparams/")},
+                             **{k: v for k, v in sgd.state_dict().items()}})
+    assert sgd.state == {}
 
 
 def test_zero_grad_lr_and_parameter_forms():
@@ -263,6 +311,20 @@ def test_clip_grad_norm_nonfinite():
     assert math.isnan(optim.clip_grad_norm_(vm.named_vars(), 1.0))
     with pytest.raises(RuntimeError, match="non-finite gradients in: b"):
         optim.clip_grad_norm_(vm.named_vars(), 1.0, error_if_nonfinite=True)
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_clip_grad_norm_leaves_the_gradients_when_the_total_is_not_finite(bad):
+    """Unlike torch, which multiplies by max_norm / (inf + 1e-6) = 0 (every finite gradient zeroed, the inf one NaN)
+    or by NaN: the gradients are left as they are, so the caller who sees the non-finite total can look at them."""
+    vm, x, y = problem()
+    loss_of(vm, x, y).backward()
+    vm["b"].grad = np.array([bad, 1.0, 2.0])
+    before = {k: vm[k].grad.data.copy() for k in ("W", "b")}
+    total = optim.clip_grad_norm_(vm.named_vars(), 1.0)
+    assert not math.isfinite(total) and (math.isinf(total) if bad == np.inf else math.isnan(total))
+    for k, g in before.items():
+        np.testing.assert_array_equal(vm[k].grad.data, g, err_msg=k)
 
 
 def test_clip_grad_norm_matches_torch():

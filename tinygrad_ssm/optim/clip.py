@@ -13,7 +13,8 @@ from .optimizer import named_parameters
 def clip_grad_norm_(params, max_norm: float, error_if_nonfinite: bool = False) -> float:
     """Scale every gradient by min(1, max_norm / (total + 1e-6)), total = the 2-norm of all gradients
     concatenated (computed in float64). Returns the total norm before clipping. Parameters without a
-    gradient are ignored. With error_if_nonfinite a NaN/inf norm raises, naming the parameters at fault."""
+    gradient are ignored. With error_if_nonfinite a NaN/inf norm raises, naming the parameters at fault;
+    without, it is returned and the gradients are left unscaled."""
     # torch checks nothing here: a negative max_norm flips the sign of every gradient (the step climbs the
     # loss), NaN turns them all to NaN, inf disables clipping. Each is a mistake, never a setting: refused
     # before anything is touched (no clipping is "do not call this", and 0 zeroes the gradients as in torch).
@@ -32,7 +33,9 @@ def clip_grad_norm_(params, max_norm: float, error_if_nonfinite: bool = False) -
             bad = [name for name, g in grads if not np.all(np.isfinite(g.data))]
             raise RuntimeError(f"clip_grad_norm_: the total norm of the gradients is {total}, so it cannot be "
                                f"clipped; non-finite gradients in: {', '.join(bad) or '(overflow in the sum)'}")
-        return total  # as torch: a NaN scale would turn every gradient into NaN, so leave them be
+        # left as they are, unlike torch: its scale max_norm / (inf + 1e-6) = 0 zeroes every finite gradient (and
+        # makes an inf one NaN), a NaN total makes them all NaN; the caller sees the total and can look at them
+        return total
     scale = max_norm / (total + 1e-6)
     if scale < 1.0:
         for _, g in grads:
