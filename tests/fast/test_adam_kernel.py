@@ -48,6 +48,8 @@ def test_adam_kernel_takes_contiguous_arrays_of_one_dtype_only():
     assert adam_kernel.takes(p, p.copy(), p.copy(), np.ones((3, 4), np.float32).T)   # a strided grad is copied
     assert not adam_kernel.takes(p, p.copy(), p.copy(), g.astype(np.float64))
     assert not adam_kernel.takes(p.T, p.T.copy(), p.T.copy(), g.T)                    # p written in place: no
+    assert not adam_kernel.takes(p, np.asfortranarray(p), p.copy(), g)               # m and v are too
+    assert not adam_kernel.takes(p, p.copy(), np.asfortranarray(p), g)
     assert not adam_kernel.takes(p.astype(np.float16), *(a.astype(np.float16) for a in (p, p)), g.astype(np.float16))
 
 

@@ -177,9 +177,13 @@ else:
         from tests.scan.test_ssd_kernels import test_saved_for_backward_holds_chunk_states_not_step_states as check
         check("cuda")
 
-    def test_state_too_large_for_a_thread_is_refused_by_name():
-        inputs = make_inputs(np.random.default_rng(4), b=1, l=2, h=1, p=numba_cuda.MAX_STATE + 1, g=1, n=1)
-        with pytest.raises(ValueError, match=r"head dim p = 257 .* at most 256"):
+    @pytest.mark.parametrize("p,n,dtype", [(numba_cuda.MAX_STATE + 1, 1, np.float64),
+                                           (1, numba_cuda.MAX_STATE + 1, np.float32)])
+    def test_state_too_large_for_a_thread_is_refused_by_name(p, n, dtype):
+        """p or n past MAX_STATE (a thread's row or column); in float32 n = 257's shared tiles would still fit, so
+        only the size check itself refuses it."""
+        inputs = make_inputs(np.random.default_rng(4), b=1, l=2, h=1, p=p, g=1, n=n, dtype=dtype)
+        with pytest.raises(ValueError, match=rf"head dim p = {p} and state size n = {n} must be at most 256"):
             CUDA.forward(*inputs.values(), Q)
 
     @pytest.mark.parametrize("sizes", [dict(b=0), dict(h=0, g=1), dict(p=0), dict(n=0)])
