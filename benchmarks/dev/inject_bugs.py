@@ -11,7 +11,8 @@ in `file` (relative to the repository root) the text `old`, which must occur exa
 `tests` (pytest arguments: files, `file::test`, `-k EXPR`) run against the changed tree. The bug is caught when
 they fail (pytest exits 1), survives when they pass, and the run is marked broken when pytest exits otherwise
 (2-5: the tests could not be collected, which says nothing of what they assert) or passes its --timeout. The file
-is written back as it was whatever happens (its bytes and its modification time), before the next bug.
+is written back as it was whatever happens (its bytes and its modification time), before the next bug, and when
+the run is stopped (Ctrl-C, or `kill`, which also stops the tests it started).
 
 numba's cache checks only the source file of the function it compiled, so a bug in one kernel module would be
 missed by a cached kernel of another module that inlines it: when the changed file uses numba, every cached
@@ -25,6 +26,7 @@ import argparse
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -76,21 +78,32 @@ def run_one(bug: Bug, timeout: float) -> tuple[str, float, str]:
         if uses_numba:
             delete_numba_caches()
         start = time.perf_counter()
+        # pytest in a process group of its own, so that a timeout or an interrupt stops what it started too (the
+        # CUDA tests rerun themselves on the simulator in a child process)
+        tests = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *bug.tests],
+                                 cwd=ROOT, env={**os.environ, "CI": "true"}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *bug.tests],
-                                  cwd=ROOT, env={**os.environ, "CI": "true"}, capture_output=True, text=True,
-                                  timeout=timeout)
+            output, _ = tests.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             return "broken (timeout)", time.perf_counter() - start, ""
+        finally:
+            if tests.poll() is None:
+                os.killpg(tests.pid, signal.SIGKILL)
+                tests.wait()
         seconds = time.perf_counter() - start
     finally:
         path.write_bytes(original)
         os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
         if uses_numba:
             delete_numba_caches()
-    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-3:])
-    verdict = {0: "SURVIVED", 1: "caught"}.get(done.returncode, f"broken (pytest exit {done.returncode})")
+    tail = "\n".join(output.strip().splitlines()[-3:])
+    verdict = {0: "SURVIVED", 1: "caught"}.get(tests.returncode, f"broken (pytest exit {tests.returncode})")
     return verdict, seconds, tail
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def main() -> None:
@@ -101,6 +114,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a bug's tests may take (900)")
     parser.add_argument("--json", type=Path, help="write the verdicts here")
     args = parser.parse_args()
+    # a kill (SIGTERM) unwinds as Ctrl-C does, so that run_one writes the changed file back (a background job
+    # ignores Ctrl-C: kill it)
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, _interrupted)
     bugs = load_bugs(args.area)
     chosen = args.only or list(range(1, len(bugs) + 1))
     if any(not 1 <= n <= len(bugs) for n in chosen):
