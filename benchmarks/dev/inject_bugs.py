@@ -144,4 +144,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as stop:
+        sys.exit(f"inject_bugs: stopped ({stop or 'SIGINT'}); the changed file was written back")
