@@ -385,3 +385,17 @@ def test_save_pretrained_replaces_a_model_folder_only_and_never_saves_nan(tmp_pa
                                               r"inf\) of 16; nothing was written"):
         model.save_pretrained(tmp_path / "nan")
     assert not (tmp_path / "nan").exists()
+
+
+def test_save_pretrained_never_writes_through_a_linked_weights_file(tmp_path):
+    """A model folder whose model.safetensors is a symbolic link (to a file of the user's) is refused, the link and
+    the file it leads to left as they are: nothing is written through a link, config.json's or the weights'."""
+    target = tmp_path / "users.safetensors"
+    target.write_bytes(b"the user's")
+    folder = tmp_path / "m"
+    small_model().save_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").symlink_to(target)
+    with pytest.raises(PretrainedError, match="model.safetensors' is a symbolic link; nothing is written"):
+        small_model().save_pretrained(folder)
+    assert (folder / "model.safetensors").is_symlink() and target.read_bytes() == b"the user's"
