@@ -9,12 +9,15 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 
+from tinygrad_ssm.train import checkpoint as ckpt
 from tinygrad_ssm.train import cli
 from tinygrad_ssm.train.loop import train
 from tinygrad_ssm.train.run_folder import MARKER_FILE, RunFolderError, claim_run_folder, lock_run_folder
 
+from tests.support.models import small_model
 from tests.support.training import TINY, quiet
 
 FLAGS = [f for k, v in TINY.items() for f in (f"--{k.replace('_', '-')}", str(v))]
@@ -160,6 +163,19 @@ def test_no_write_follows_a_symlink_out_of_the_run_folder(run, target, tmp_path,
         assert "symbolic link" in str(e) or "does not exist" in str(e) or "not the name" in str(e), e
     assert (snapshot(guarded) if guarded.is_dir() else guarded.read_bytes()) == before
 
+
+
+def test_save_checkpoint_itself_refuses_a_checkpoints_folder_that_is_a_link(tmp_path):
+    """The claim of the run folder refuses a linked checkpoints/ (above); save_checkpoint checks again as it
+    writes (a link made since, a caller of the library): nothing is written into the folder the link leads to."""
+    elsewhere, run = tmp_path / "elsewhere", tmp_path / "run"
+    elsewhere.mkdir()
+    run.mkdir()
+    (run / "checkpoints").symlink_to(elsewhere, target_is_directory=True)
+    moments = {"decay/state/w/exp_avg": np.zeros(3, np.float32), "decay/state/w/exp_avg_sq": np.ones(3, np.float32)}
+    with pytest.raises(ckpt.CheckpointWriteRefused, match="checkpoints' is a symbolic link"):
+        ckpt.save_checkpoint(run, 1, small_model(dtype="float32"), moments, {"tokens": 0, "run_id": "abc"})
+    assert list(elsewhere.iterdir()) == []
 
 @pytest.mark.parametrize("where", ["a checkpoints folder of the user's", "a plain folder"])
 def test_resuming_a_checkpoint_copied_out_of_its_run_writes_nothing_of_the_users(run, tmp_path, capsys, where):
