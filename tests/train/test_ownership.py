@@ -207,15 +207,16 @@ def test_a_checkpoint_without_latest_is_named_and_never_overwritten_by_a_new_run
     assert cli.main(["train", "--resume", str(run / "checkpoints" / "step-000002"), "--no-progress"]) == cli.EXIT_OK
 
 
-def test_a_checkpoint_whose_counters_disagree_is_refused(run, capsys):
+@pytest.mark.parametrize("step", [1, 3])
+def test_a_checkpoint_whose_counters_disagree_is_refused(run, capsys, step):
     """trainer_state's step edited to 1 in step-000002: it resumed "at step 1", rewrote the checkpoint it came
-    from and then pruned it."""
+    from and then pruned it. A step past the folder's name and the sampler's batches disagrees as much."""
     state_file = run / "checkpoints" / "step-000002" / "trainer_state.json"
     state = json.loads(state_file.read_text())
-    state_file.write_text(json.dumps({**state, "step": 1}))
+    state_file.write_text(json.dumps({**state, "step": step}))
     before = snapshot(run)
     assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE
-    assert "its 'step' is 1, but the folder's name says 2, the sampler's batches_drawn says 2" in \
+    assert f"its 'step' is {step}, but the folder's name says 2, the sampler's batches_drawn says 2" in \
         capsys.readouterr().err
     assert snapshot(run) == before
 
