@@ -71,6 +71,22 @@ def test_an_invalid_run_is_printed_once_as_the_decode_prints_it(tokenizers):
     assert pieces[0].startswith("é") and "".join(pieces) == tok.decode([*prompt, *ids])[1:]
 
 
+
+def test_a_special_token_inside_a_byte_run_does_not_end_it(tokenizers):
+    """decode skips a special token, so the byte tokens on either side of it form one run (C3 A9 <s> FF decodes as
+    the invalid run C3 A9 FF: three U+FFFD): the stream holds the run across the special token, never printing the
+    'é' that the next byte turns into U+FFFD."""
+    tok = tokenizers["byte_fallback"]
+    b = {x: tok._tok.token_to_id(f"<0x{x:02X}>") for x in range(256)}
+    prompt = tok.encode("a")
+    specials = sorted(tok.skipped_ids - {tok.eos_token_id})
+    assert specials
+    for special in specials:
+        ids = [b[0xC3], b[0xA9], special, b[0xFF]]
+        whole = tok.decode([*prompt, *ids])[len(tok.decode(prompt)):]
+        assert whole == "\ufffd" * 3
+        assert list(_text_of(tok, prompt, iter(ids), True)) == [whole]
+
 def test_the_batch_file_path_prints_the_same_text(tokenizers):
     """generate_batch decodes each row through the same _text_of: a byte-fallback row is its decode too."""
     tok = tokenizers["byte_fallback"]

@@ -90,6 +90,18 @@ def test_find_tokenizer_reads_the_folder_and_checks_the_vocabulary(bpe_tokenizer
     assert find_tokenizer(tmp_path / "elsewhere", 256).name == "bytes"
 
 
+
+def test_a_tokenizer_far_smaller_than_the_models_vocabulary_is_refused(bpe_tokenizer, tmp_path):
+    """Padding adds at most PADDING_ROWS rows past a tokenizer's ids: more rows than that mean the tokenizer is
+    not the model's (--tokenizer bytes on a BPE model), and most of the model's ids would have no text."""
+    (tmp_path / "tokenizer.json").write_bytes(bpe_tokenizer.read_bytes())
+    assert find_tokenizer(tmp_path, 320 + 128).vocab_size == 320    # padded by 128 rows: the most that fits
+    with pytest.raises(TokenizerError, match="has 320 tokens but the model .* has a vocabulary of 449: 129 of its "
+                                             "ids would have no text"):
+        find_tokenizer(tmp_path, 320 + 129)
+    with pytest.raises(TokenizerError, match="has 256 tokens but the model .* vocabulary of 50280: 50024 of"):
+        find_tokenizer(tmp_path, 50280, override="bytes")
+
 def test_bad_tokenizer_files_are_named(tmp_path):
     with pytest.raises(TokenizerError, match="no such file"):
         load_tokenizer(tmp_path / "missing.json")

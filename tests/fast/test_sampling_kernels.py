@@ -49,6 +49,22 @@ def test_the_numba_sampler_draws_sample_nexts_ids(rows, vocab, dtype, temperatur
     np.testing.assert_array_equal(ids, want)
 
 
+@pytest.mark.parametrize("top_k", [1, 2, 3, 5])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_top_k_draws_exactly_the_k_largest_logits_on_both_samplers(top_k, dtype):
+    """Uniform numbers spread over [0, 1) draw every one of the k largest logits and nothing else (the k-th largest
+    itself included), on sample_next and its numba twin alike: a handful of drawn examples rarely tell a sampler
+    that keeps k - 1 tokens from one that keeps k."""
+    logits = np.tile(np.array([0.3, 2.0, -1.0, 1.1, 0.7, 1.6], dtype), (200, 1))  # (200, 6), distinct values
+    uniforms = (np.arange(200) + 0.5) / 200                                       # (200,) over [0, 1)
+    largest = set(np.argsort(-logits[0])[:top_k].tolist())
+    want = sample_next(logits, FixedUniforms(uniforms), 1.0, top_k, None)
+    ids, bad = numba_ids(logits, 6, 1.0, top_k, None, uniforms)
+    assert bad == -1
+    assert set(want.tolist()) == largest
+    np.testing.assert_array_equal(ids, want)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("row", [[0.0, math.nan, 1.0], [0.0, math.inf, 1.0], [-math.inf] * 3])
 def test_the_numba_sampler_refuses_the_rows_sample_next_refuses(row, temperature):

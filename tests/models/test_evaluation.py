@@ -25,6 +25,15 @@ def test_windows_with_the_state_carried_equal_one_forward(n, window, fused, seed
         whole / np.log(2))
 
 
+
+def test_bits_per_byte_are_the_texts_total_bits_over_its_bytes():
+    """41 ids scored: 40 predictions. Over the 40 bytes they stand for (a byte model's), bits per byte equal bits
+    per token; over 80 bytes (two bytes a token) half of them: the total, not the mean, over the bytes."""
+    result = evaluate(MODELS[True], np.random.default_rng(2).integers(0, 50, 41), 16)
+    assert result.tokens == 40
+    assert result.bits_per_byte(40) == pytest.approx(result.bits_per_token, rel=1e-12)
+    assert result.bits_per_byte(80) == pytest.approx(result.bits_per_token / 2, rel=1e-12)
+
 def test_resetting_the_state_scores_each_window_alone():
     model, ids = MODELS[True], np.random.default_rng(1).integers(0, 50, 41)
     alone = [float(model.loss(ids[None, s:s + 10], ids[None, s + 1:s + 11]).data) for s in range(0, 40, 10)]

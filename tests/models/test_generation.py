@@ -198,6 +198,22 @@ def test_vocab_size_keeps_sampling_below_it(fused):
     assert (greedy == 0).all()
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_the_padding_rows_of_a_mamba_ssm_vocabulary_are_never_sampled(fused):
+    """A mamba_ssm config pads its vocabulary (37 tokens -> 48 embedding rows): by default only ids below
+    config.vocab_size are drawn, though the head gives the padding rows logits too (here a fair share of the
+    probability at this temperature, so draws that included them would reach them)."""
+    model = twin_models(seed=4, vocab_size=37, pad_vocab_size_multiple=16)[0 if fused else 1]
+    assert model.config.padded_vocab_size == 48
+    prompts = np.random.default_rng(4).integers(0, 37, (4, 3))
+    scaled = model(prompts).data[:, -1] / 3.0                            # (4, 48) the first draw's logits / T
+    p = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
+    assert (p[:, 37:].sum(axis=-1) / p.sum(axis=-1)).min() > 0.05
+    for kw in ({"temperature": 3.0, "seed": 5}, {"temperature": 3.0, "top_p": 0.999, "seed": 6},
+               {"temperature": 3.0, "top_k": 47, "seed": 7}):
+        assert model.generate(prompts, 40, **kw)[:, 3:].max() < 37
+
+
 @pytest.mark.parametrize("seed", ["x", -1, 1.5, True])
 def test_a_bad_seed_is_named(seed):
     model = twin_models(seed=0, vocab_size=40)[0]

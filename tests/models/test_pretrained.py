@@ -53,6 +53,19 @@ def test_transformers_layout_gives_the_same_logits(tmp_path, infinity_style):
     assert np.array_equal(loaded(IDS).data, model(IDS).data)
 
 
+
+def test_a_transformers_config_without_tie_word_embeddings_is_untied(tmp_path):
+    """transformers' Mamba2Config defaults tie_word_embeddings to False: a config.json that leaves the key out
+    describes an untied model, loaded with the lm_head.weight it stores (not refused as a tied one whose stored
+    head differs from the embedding)."""
+    model = small_model(seed=2, tie_embeddings=False)
+    config = write_transformers_dir(tmp_path, model)
+    del config["tie_word_embeddings"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
+    assert not loaded.config.tie_embeddings and "lm_head.weight" in loaded.varmap
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
 # Every setting away from its default (transformers' and ours), so a parser that drops a field shows up.
 NON_DEFAULT = dict(d_state=4, d_conv=3, expand=3, headdim=8, ngroups=2, chunk_size=8, rms_norm_eps=1e-6,
                    dt_min=0.002, dt_max=0.2, dt_init_floor=2e-4, dt_limit=(0.01, 0.05), bias=True, conv_bias=False)
@@ -385,3 +398,17 @@ def test_save_pretrained_replaces_a_model_folder_only_and_never_saves_nan(tmp_pa
                                               r"inf\) of 16; nothing was written"):
         model.save_pretrained(tmp_path / "nan")
     assert not (tmp_path / "nan").exists()
+
+
+def test_save_pretrained_never_writes_through_a_linked_weights_file(tmp_path):
+    """A model folder whose model.safetensors is a symbolic link (to a file of the user's) is refused, the link and
+    the file it leads to left as they are: nothing is written through a link, config.json's or the weights'."""
+    target = tmp_path / "users.safetensors"
+    target.write_bytes(b"the user's")
+    folder = tmp_path / "m"
+    small_model().save_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").symlink_to(target)
+    with pytest.raises(PretrainedError, match="model.safetensors' is a symbolic link; nothing is written"):
+        small_model().save_pretrained(folder)
+    assert (folder / "model.safetensors").is_symlink() and target.read_bytes() == b"the user's"

@@ -9,12 +9,15 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 
+from tinygrad_ssm.train import checkpoint as ckpt
 from tinygrad_ssm.train import cli
 from tinygrad_ssm.train.loop import train
 from tinygrad_ssm.train.run_folder import MARKER_FILE, RunFolderError, claim_run_folder, lock_run_folder
 
+from tests.support.models import small_model
 from tests.support.training import TINY, quiet
 
 FLAGS = [f for k, v in TINY.items() for f in (f"--{k.replace('_', '-')}", str(v))]
@@ -161,6 +164,19 @@ def test_no_write_follows_a_symlink_out_of_the_run_folder(run, target, tmp_path,
     assert (snapshot(guarded) if guarded.is_dir() else guarded.read_bytes()) == before
 
 
+
+def test_save_checkpoint_itself_refuses_a_checkpoints_folder_that_is_a_link(tmp_path):
+    """The claim of the run folder refuses a linked checkpoints/ (above); save_checkpoint checks again as it
+    writes (a link made since, a caller of the library): nothing is written into the folder the link leads to."""
+    elsewhere, run = tmp_path / "elsewhere", tmp_path / "run"
+    elsewhere.mkdir()
+    run.mkdir()
+    (run / "checkpoints").symlink_to(elsewhere, target_is_directory=True)
+    moments = {"decay/state/w/exp_avg": np.zeros(3, np.float32), "decay/state/w/exp_avg_sq": np.ones(3, np.float32)}
+    with pytest.raises(ckpt.CheckpointWriteRefused, match="checkpoints' is a symbolic link"):
+        ckpt.save_checkpoint(run, 1, small_model(dtype="float32"), moments, {"tokens": 0, "run_id": "abc"})
+    assert list(elsewhere.iterdir()) == []
+
 @pytest.mark.parametrize("where", ["a checkpoints folder of the user's", "a plain folder"])
 def test_resuming_a_checkpoint_copied_out_of_its_run_writes_nothing_of_the_users(run, tmp_path, capsys, where):
     """The folder around a copied checkpoint became the run folder: its loss.png, log.jsonl, run.lock and LATEST
@@ -191,15 +207,16 @@ def test_a_checkpoint_without_latest_is_named_and_never_overwritten_by_a_new_run
     assert cli.main(["train", "--resume", str(run / "checkpoints" / "step-000002"), "--no-progress"]) == cli.EXIT_OK
 
 
-def test_a_checkpoint_whose_counters_disagree_is_refused(run, capsys):
+@pytest.mark.parametrize("step", [1, 3])
+def test_a_checkpoint_whose_counters_disagree_is_refused(run, capsys, step):
     """trainer_state's step edited to 1 in step-000002: it resumed "at step 1", rewrote the checkpoint it came
-    from and then pruned it."""
+    from and then pruned it. A step past the folder's name and the sampler's batches disagrees as much."""
     state_file = run / "checkpoints" / "step-000002" / "trainer_state.json"
     state = json.loads(state_file.read_text())
-    state_file.write_text(json.dumps({**state, "step": 1}))
+    state_file.write_text(json.dumps({**state, "step": step}))
     before = snapshot(run)
     assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE
-    assert "its 'step' is 1, but the folder's name says 2, the sampler's batches_drawn says 2" in \
+    assert f"its 'step' is {step}, but the folder's name says 2, the sampler's batches_drawn says 2" in \
         capsys.readouterr().err
     assert snapshot(run) == before
 

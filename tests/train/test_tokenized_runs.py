@@ -13,7 +13,7 @@ from tests.support.training import TINY, quiet
 from tinygrad_ssm import VarMap
 from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
 from tinygrad_ssm.models.mamba2.evaluation import evaluate
-from tinygrad_ssm.tokenizer import FileTokenizer
+from tinygrad_ssm.tokenizer import FileTokenizer, TokenizerError
 from tinygrad_ssm.train import cli
 from tinygrad_ssm.train.data import BatchSampler, load_corpus, tokenize
 from tinygrad_ssm.train.generate import escape_controls, load_model, stream_text
@@ -120,6 +120,20 @@ def test_fine_tuning_keeps_the_models_end_of_text_token(bpe_tokenizer, corpus, t
     assert train(resume=str(run), overrides={"steps": 3}, progress=False, say=quiet).status == "done"
     assert load_model(run)[1].eos_token_id == 7
 
+
+
+def test_init_from_refuses_a_tokenizer_larger_than_the_models_vocabulary(bpe_tokenizer, corpus, tmp_path):
+    """--init-from a model of 256 ids with --tokenizer of 320 tokens: ids 256 and up would have no embedding row.
+    Refused before any work, naming both sizes, and no run folder is made."""
+    folder = tmp_path / "byte_model"
+    config = Mamba2Config(d_model=32, n_layer=1, vocab_size=256, d_state=16, headdim=16, chunk_size=16)
+    Mamba2LMHeadModel(config, VarMap(seed=3)).save_pretrained(folder)
+    settings = {k: v for k, v in SETTINGS.items() if k not in ("d_model", "n_layer", "d_state", "headdim")}
+    cfg = TrainConfig(**settings, data=str(corpus), out=str(tmp_path / "run"), init_from=str(folder),
+                      tokenizer=str(bpe_tokenizer))
+    with pytest.raises(TokenizerError, match="has 320 tokens but the model in .* has a vocabulary of 256"):
+        train(cfg, overrides={"tokenizer": str(bpe_tokenizer)}, progress=False, say=quiet)
+    assert not (tmp_path / "run").exists()
 
 def _first_batch_loss(model, cfg, corpus_path, tok) -> float:
     corpus = tokenize(load_corpus(str(corpus_path), seed=cfg.data_seed, val_fraction=cfg.val_fraction), tok)

@@ -70,6 +70,20 @@ def test_learns_well_below_the_unigram_entropy(slice_file, tmp_path):
     assert np.mean(train_bpb[-10:]) < entropy - 1.0 < np.mean(train_bpb[:3])
 
 
+
+@pytest.mark.parametrize("steps, want", [
+    # lr 1e-2, min_lr 1e-3, warmup 2: lr (s + 1) / 2, then min_lr + (lr - min_lr) (1 + cos(pi (s - 2) / 3)) / 2
+    (5, [5e-3, 1e-2, 1e-2, 1e-3 + 9e-3 * 0.75, 1e-3 + 9e-3 * 0.25]),
+    (1, [1e-2]),                                                          # --steps 1: a warmup of 1 step
+])
+def test_the_logged_learning_rate_is_warmup_then_cosine_over_the_runs_steps(slice_file, tmp_path, steps, want):
+    """Each step's lr in log.jsonl is the schedule's (optim.WarmupCosine): a linear warmup of warmup_steps (at most
+    the run's steps) to --lr, then a cosine to --min-lr over the rest of the run's own --steps."""
+    cfg = tiny(slice_file, tmp_path, steps=steps, eval_every=1000, checkpoint_every=1000)
+    assert train(cfg, progress=False, say=quiet).status == "done"
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in records if "train_loss" in r] == pytest.approx(want, rel=1e-12)
+
 def test_resume_is_bit_identical(slice_file, tmp_path):
     common = dict(steps=6, eval_every=3, checkpoint_every=2, keep_checkpoints=10)
     whole = train(tiny(slice_file, tmp_path / "whole", **common), progress=False, say=quiet)
