@@ -15,10 +15,12 @@ is written back as it was whatever happens (its bytes and its modification time)
 the run is stopped (Ctrl-C, or `kill`, which also stops the tests it started).
 
 numba's cache checks only the source file of the function it compiled, so a bug in one kernel module would be
-missed by a cached kernel of another module that inlines it: when the changed file uses numba, every cached
-kernel of the package (`__pycache__/*.nbi`, `*.nbc`) is deleted before the tests and again after the file is
-written back. Such a run pays the compilation of what its tests use. This runs in the tree it is in, uncommitted
-changes included; do not edit the tree while it runs.
+missed by a cached kernel of another module that inlines it: when the changed file compiles numba code
+(COMPILES), every cached kernel of the package (`__pycache__/*.nbi`, `*.nbc`) is deleted before the tests and
+again after the file is written back (--fresh-caches: around every bug, for a constant that a kernel reads from a
+module that compiles nothing, which numba freezes into the kernel's cache as well). Such a run pays the
+compilation of what its tests use. This runs in the tree it is in, uncommitted changes included; do not edit the
+tree while it runs.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +38,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tinygrad_ssm"
+# a file whose code numba compiles: it imports numba or decorates with a jit (cuda_decay.py's @cuda.jit); a file
+# that only calls kernels, or names numba in a docstring, changes no cached kernel
+COMPILES = re.compile(rb"^\s*(from|import) numba\b|^\s*@[\w.]*jit\b|\bnjit\(", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -67,12 +73,12 @@ def delete_numba_caches() -> int:
     return len(doomed)
 
 
-def run_one(bug: Bug, timeout: float) -> tuple[str, float, str]:
+def run_one(bug: Bug, timeout: float, fresh_caches: bool = False) -> tuple[str, float, str]:
     """(verdict, seconds, the last lines pytest printed) for one bug, the file written back afterwards."""
     path = ROOT / bug.file
     original = path.read_bytes()
     stat = path.stat()
-    uses_numba = b"numba" in original
+    uses_numba = fresh_caches or COMPILES.search(original) is not None
     try:
         path.write_bytes(original.decode("utf-8").replace(bug.old, bug.new, 1).encode("utf-8"))
         if uses_numba:
@@ -113,6 +119,9 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="print the bugs and run nothing")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a bug's tests may take (900)")
     parser.add_argument("--json", type=Path, help="write the verdicts here")
+    parser.add_argument("--fresh-caches", action="store_true",
+                        help="delete the numba caches around every bug (a constant a kernel reads from a module "
+                             "that compiles nothing is frozen into the kernel's cache too)")
     args = parser.parse_args()
     # a kill (SIGTERM) unwinds as Ctrl-C does, so that run_one writes the changed file back (a background job
     # ignores Ctrl-C: kill it)
@@ -128,7 +137,7 @@ def main() -> None:
         if args.list:
             print(f"{n:3d}  {bug.file}: {bug.what}  [{' '.join(bug.tests)}]")
             continue
-        verdict, seconds, tail = run_one(bug, args.timeout)
+        verdict, seconds, tail = run_one(bug, args.timeout, args.fresh_caches)
         print(f"{n:3d}  {verdict:<10} {seconds:6.1f} s  {bug.file}: {bug.what}", flush=True)
         if verdict != "caught":
             print("       " + tail.replace("\n", "\n       "), flush=True)

@@ -1,6 +1,7 @@
 """Bugs in the model and the application (tinygrad_ssm/models/mamba2/, tokenizer.py, io/, train/, and the numba
 decoding and sampling kernels they run): each should fail a test of tests/models, tests/fast, tests/io,
 tests/train or the tokenizer's tests."""
+# ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
 M = "tinygrad_ssm/models/mamba2/"
