@@ -220,8 +220,7 @@ def test_integer_tensor_cannot_require_grad_and_grad_must_match_shape():
         (x * 2).backward(gradient=np.ones(2))
     with raises_naming(ValueError, "copy_", "(2,)", "(3,)"):
         Tensor(np.ones(3)).copy_(np.ones(2))
-    with raises_naming(TypeError, "cast", "int64"):
-        F.cast(x, np.int64)
+    assert not F.cast(x, np.int64).requires_grad   # as torch: the cast ends the graph (test_porting.py)
 
 
 # --- wrong types: every op, every tensor argument ---------------------------------------------------------

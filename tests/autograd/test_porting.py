@@ -65,3 +65,18 @@ def test_torchs_cast_methods_give_torchs_dtypes():
         ours, theirs = getattr(Tensor(data), name)(), getattr(torch.tensor(data), name)()
         assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch."), name
         assert ours.tolist() == theirs.tolist(), name
+
+
+def test_an_integer_cast_of_a_tensor_that_requires_grad_ends_the_graph_as_torchs():
+    """`idx = (w * n).long()` on a parameter (a torch idiom: bucket indices) raised "detach() it first"; torch gives
+    an integer tensor that does not require grad, and the gradient of what else used w is unchanged."""
+    torch = pytest.importorskip("torch")
+    data = np.array([1.5, -2.7, 0.2])
+    w, w_t = Tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    for name in ("long", "int", "bool"):
+        ours, theirs = getattr(w * 3, name)(), getattr(w_t * 3, name)()
+        assert ours.tolist() == theirs.tolist() and not ours.requires_grad and not theirs.requires_grad, name
+        assert ours.grad_fn is None, name
+    idx = (w * 2).long()                               # (3,) int64: [3, -5, 0]
+    (w * w).sum().backward()
+    assert idx.tolist() == [3, -5, 0] and np.array_equal(w.grad.data, 2 * data)

@@ -133,8 +133,8 @@ def cast(x, dtype):
                         "NumPy dtype (np.float32, 'int64', ...), got None or an unknown name")
     if dtype == x.dtype:
         return x
-    if x.requires_grad and not is_float(dtype):
-        raise TypeError(f"cast: a tensor that requires grad can't become {dtype}; detach() it first")
+    if not is_float(dtype):  # as torch's x.long(): no gradient reaches an integer or bool, so the graph ends here
+        x = x.detach()
     return E.Cast.apply(x, dtype=dtype)
 
 
