@@ -195,6 +195,22 @@ def test_launched_by_mpiexec_without_mpi4py_is_a_clear_error(monkeypatch, capsys
     assert "needs mpi4py" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("size_var,rank_var", [("PMI_SIZE", "PMI_RANK"),
+                                               ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+                                               ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK")])
+def test_each_launchers_variables_are_read(monkeypatch, size_var, rank_var):
+    """MPICH's hydra, Open MPI and MVAPICH name the world size and rank differently: each is seen alone, the
+    rank from its rank variable (not the size's), and a value that is not a count is passed over."""
+    for var in (*dist._WORLD_SIZE_VARS, *dist._RANK_VARS):
+        monkeypatch.delenv(var, raising=False)
+    assert (dist.launcher_world_size(), dist.launcher_rank()) == (1, 0)
+    monkeypatch.setenv(size_var, "3")
+    monkeypatch.setenv(rank_var, "2")
+    assert (dist.launcher_world_size(), dist.launcher_rank()) == (3, 2)
+    monkeypatch.setenv(size_var, "")
+    assert dist.launcher_world_size() == 1
+
+
 def test_without_mpi_nothing_imports_mpi4py():
     """Alone, a training run never imports mpi4py (the extra is optional)."""
     code = ("import sys; from tinygrad_ssm.train import cli, loop; from tinygrad_ssm import distributed; "
