@@ -5,10 +5,12 @@ what a run says when the ranks' weights differ (it must be true of the run folde
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from tests.support.models import small_model
 from tinygrad_ssm import distributed
+from tinygrad_ssm.optim.optimizer import named_parameters
 from tinygrad_ssm.train.config import TrainConfig
 from tinygrad_ssm.train.loop import _Run
 from tinygrad_ssm.train.starting_point import shared_model
@@ -61,6 +63,21 @@ def test_equal_ranks_pass():
             every[:] = mine
 
     distributed.check_same_weights(small_model().varmap, distributed.World(0, 2, Equal()), 1)
+
+
+def test_a_change_anywhere_in_a_weight_changes_its_checksum():
+    """Any element of any parameter, the last one as the first: a rank whose weight differs in one place shows."""
+    varmap = small_model().varmap
+    before = distributed.weight_checksums(varmap)                       # (parameters,) in registration order
+    assert before.shape == (len(varmap.named_vars()),)
+    for j, (_, weight) in enumerate(named_parameters(varmap, "test")):
+        for at in (0, weight.size - 1):
+            kept = weight.data.flat[at]
+            weight.data.flat[at] = kept + 1
+            after = distributed.weight_checksums(varmap)
+            weight.data.flat[at] = kept  # (x + 1) - 1 is not x in float32
+            assert after[j] != before[j] and (np.delete(after, j) == np.delete(before, j)).all(), (j, at)
+    assert (distributed.weight_checksums(varmap) == before).all()
 
 
 class FakeWorld:
