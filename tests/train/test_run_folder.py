@@ -12,7 +12,7 @@ import pytest
 
 from tinygrad_ssm.train import checkpoint as ckpt
 from tinygrad_ssm.train import cli
-from tinygrad_ssm.train.run_folder import LOCK_FILE, RunFolderError, claim_run_folder
+from tinygrad_ssm.train.run_folder import LOCK_FILE, RunFolderError, claim_run_folder, lock_run_folder
 from tinygrad_ssm.train.log import RunLog, RunLogError
 from tinygrad_ssm.train.loop import TrainConfig
 from tinygrad_ssm.train.loop import train
@@ -54,6 +54,30 @@ def test_a_second_training_on_the_same_folder_refuses(run, capsys):
     assert resume(run).status == "done"
     probe = subprocess.run([sys.executable, "-c", TRY_LOCK, str(run / LOCK_FILE)], capture_output=True, text=True)
     assert probe.stdout.strip() == "free", probe.stderr
+
+
+HOLD_OUR_LOCK = textwrap.dedent("""
+    import sys
+    from tinygrad_ssm.train.run_folder import lock_run_folder
+    lock = lock_run_folder(sys.argv[1])
+    print("locked", flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_the_run_lock_is_exclusive_between_two_of_our_processes(tmp_path):
+    """Two trainings take the lock the same way: the second must be refused (two shared locks would both hold)."""
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_OUR_LOCK, str(out)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunFolderError, match=f"in use by another training \\(process {holder.pid}\\)"):
+            lock_run_folder(out)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    lock_run_folder(out).release()  # the holder's lock ended with it
 
 
 def test_a_new_run_refuses_a_foreign_non_empty_folder(corpus, tmp_path, capsys):
