@@ -196,6 +196,18 @@ def test_a_broken_line_inside_the_log_is_named(run):
         resume(run)
 
 
+def test_only_a_last_line_without_its_newline_is_a_torn_one(tmp_path):
+    """A whole last line (its newline written) that is not a record was not torn by a dying append: it is named."""
+    log = RunLog(tmp_path)
+    log.append({"step": 1, "train_loss": 1.0})
+    with open(log.path, "a") as f:
+        f.write("garbage\n")
+    with pytest.raises(RunLogError, match=r"line 2 is not a log record \('garbage'\)"):
+        log.records()
+    log.path.write_text('{"step": 1, "train_loss": 1.0}\n{"step": 2, "tr')
+    assert log.records() == [{"step": 1, "train_loss": 1.0}]
+
+
 def test_a_runs_checkpoints_folder_resolves_to_its_newest_checkpoint(run, capsys):
     newest = ckpt.resolve_checkpoint(run)
     assert ckpt.resolve_checkpoint(run / "checkpoints") == newest
