@@ -178,6 +178,16 @@ def test_a_deleted_checkpoint_file_is_named_with_the_other_checkpoints(run, caps
     assert "['step-000001', 'step-000002']" in err  # where to resume from instead
 
 
+def test_latest_naming_a_folder_without_its_trainer_state_is_not_a_checkpoint(run):
+    """LATEST names a folder whose trainer_state.json (written last, the mark of a complete checkpoint) is gone:
+    resolving the run names the folder as incomplete and lists the others, rather than handing it on."""
+    newest = ckpt.resolve_checkpoint(run)
+    (newest / ckpt.STATE_FILE).unlink()
+    with pytest.raises(ckpt.CheckpointNotFound, match=f"names '{newest.name}', which is not a complete checkpoint "
+                                                      r"\(its folders: \['step-000001', 'step-000002'\]\)"):
+        ckpt.resolve_checkpoint(run)
+
+
 def test_a_torn_last_log_line_does_not_block_a_resume(run):
     with open(run / "log.jsonl", "a") as f:
         f.write('{"step": 3, "train_lo')  # the process died while appending step 3
