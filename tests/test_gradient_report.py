@@ -57,7 +57,7 @@ def test_a_healthy_model_reports_ok():
     assert "verdict: OK" in text
     for name in vm.names():
         assert name in text
-    grads = dict((name, t.grad.data) for name, t in vm.named_vars())
+    grads = {name: t.grad.data for name, t in vm.named_vars()}
     for row in report.rows:
         assert row.status == "ok" and row.reached and row.grad_norm > 0
         assert row.grad_norm == pytest.approx(np.linalg.norm(grads[row.name].astype(np.float64)), rel=1e-12)

