@@ -85,7 +85,19 @@ def test_two_ranks_equal_one_process_fresh_resumed_and_with_another_world_size(c
     two = mpirun(2, ["-m", "tinygrad_ssm", "train", *TINY, *steps, "--out", tmp_path / "two"])
     assert two.returncode == 0, two.stderr[-3000:]
     assert "over 2 MPI ranks" in two.stdout and two.stdout.count("final validation") == 1  # rank 0 alone prints
+    assert two.stdout.count("step 2: validation") == 1, two.stdout
     fresh = assert_close(weights(tmp_path / "two"), weights(tmp_path / "one"))
+    # the log alike: one record per step and per validation (rank 0's alone), the loss the mean over the ranks, the
+    # validation summed over the ranks' shares of the batches, the tokens the whole global batch's
+    logs = {name: [json.loads(line) for line in (tmp_path / name / "log.jsonl").read_text().splitlines()]
+            for name in ("one", "two")}
+    assert [sorted(set(r) - {"allreduce_s", "buckets_sent_in_backward"}) for r in logs["two"]] == \
+        [sorted(r) for r in logs["one"]], logs
+    for two_rec, one_rec in zip(logs["two"], logs["one"]):
+        assert two_rec["step"] == one_rec["step"] and two_rec["tokens"] == one_rec["tokens"], (two_rec, one_rec)
+        for key in ("train_loss", "val_bpb"):
+            if key in one_rec:
+                assert abs(two_rec[key] - one_rec[key]) <= 1e-12 * abs(one_rec[key]), (key, two_rec, one_rec)
     # without overlap: the same sums in the same buckets, so bit for bit the same weights
     flat = mpirun(2, ["-m", "tinygrad_ssm", "train", *TINY, *steps, "--out", tmp_path / "flat", "--no-overlap"])
     assert flat.returncode == 0, flat.stderr[-3000:]
@@ -193,6 +205,22 @@ def test_launched_by_mpiexec_without_mpi4py_is_a_clear_error(monkeypatch, capsys
     assert dist.launcher_world_size() == 2
     assert cli.main(["train", "--steps", "1", "--out", str(tmp_path / "run")]) == cli.EXIT_USAGE
     assert "needs mpi4py" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("size_var,rank_var", [("PMI_SIZE", "PMI_RANK"),
+                                               ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+                                               ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK")])
+def test_each_launchers_variables_are_read(monkeypatch, size_var, rank_var):
+    """MPICH's hydra, Open MPI and MVAPICH name the world size and rank differently: each is seen alone, the
+    rank from its rank variable (not the size's), and a value that is not a count is passed over."""
+    for var in (*dist._WORLD_SIZE_VARS, *dist._RANK_VARS):
+        monkeypatch.delenv(var, raising=False)
+    assert (dist.launcher_world_size(), dist.launcher_rank()) == (1, 0)
+    monkeypatch.setenv(size_var, "3")
+    monkeypatch.setenv(rank_var, "2")
+    assert (dist.launcher_world_size(), dist.launcher_rank()) == (3, 2)
+    monkeypatch.setenv(size_var, "")
+    assert dist.launcher_world_size() == 1
 
 
 def test_without_mpi_nothing_imports_mpi4py():

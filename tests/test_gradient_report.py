@@ -57,8 +57,11 @@ def test_a_healthy_model_reports_ok():
     assert "verdict: OK" in text
     for name in vm.names():
         assert name in text
+    grads = {name: t.grad.data for name, t in vm.named_vars()}
     for row in report.rows:
         assert row.status == "ok" and row.reached and row.grad_norm > 0
+        assert row.grad_norm == pytest.approx(np.linalg.norm(grads[row.name].astype(np.float64)), rel=1e-12)
+        assert f"{row.grad_norm:.3e}" in text
 
 
 def test_a_stray_detach_is_flagged_by_name():
@@ -124,5 +127,10 @@ def test_a_loss_computed_without_grad_is_not_ok():
         loss = (w * w).sum()
     report = gradient_report(loss, vm)
     assert not report.ok and "the loss does not require grad" in str(report)
+    (w * w).sum().backward()  # w now holds a gradient (of another loss): the rows alone would look fine
+    with tg.no_grad():
+        loss = (w * w).sum()
+    report = gradient_report(loss, vm)
+    assert report.rows[0].status == "ok" and not report.ok and "verdict: NOT OK (loss is cut off)" in str(report)
     with pytest.raises(TypeError, match="loss must be a Tensor"):
         gradient_report(1.0, vm)

@@ -1,4 +1,4 @@
-"""Files and folders the package writes get the modes `open()` and `mkdir` would give under the user's umask
+"""Files and folders the package writes (the loss plot too) get the modes `open()` and `mkdir` would give under the user's umask
 (tempfile's private 0600/0700 are not kept, nor is a fixed 0644 forced on a user whose umask is 077); a file
 written over another keeps that one's permission bits, as an overwrite in place would."""
 import os
@@ -56,3 +56,15 @@ def test_a_checkpoint_follows_the_umask(tmp_path, umask):
     folder = ckpt.save_checkpoint(tmp_path, 1, small_model(dtype="float32"), moments, {"tokens": 0, "run_id": "r"})
     assert mode(folder) == 0o700
     assert {mode(f) for f in folder.iterdir()} == {0o600}
+
+
+def test_the_loss_plot_follows_the_umask_and_a_replaced_one_keeps_its_bits(tmp_path, umask):
+    pytest.importorskip("matplotlib")
+    from tinygrad_ssm.train.log import plot_curves
+    umask(0o022)
+    records = [{"step": 1, "train_bpb": 3.0}, {"step": 2, "train_bpb": 2.5, "val_bpb": 2.6}]
+    path = plot_curves(records, tmp_path / "loss.png")
+    assert mode(path) == 0o644  # not the temporary file's private 0600
+    os.chmod(path, 0o640)
+    plot_curves(records, path)
+    assert mode(path) == 0o640

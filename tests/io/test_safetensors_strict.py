@@ -27,6 +27,8 @@ def entry(tag, shape, begin, end):
     ({"a": entry("F32", [1], 0, 4), "b": entry("F32", [1], 8, 12)}, bytes(12), r"data bytes 4\.\.8 belong to no tensor"),
     ({}, bytes(4), r"4 bytes follow the last tensor's data"),
     ({"a": entry("F32", [1], 4, 8)}, bytes(8), r"data bytes 0\.\.4 belong to no tensor \(a gap before 'a'\)"),
+    ({"a": entry("F32", [2], 0, 8), "b": entry("F32", [2], 4, 12)}, bytes(12), r"tensors 'a' and 'b' overlap"),
+    ({"a": entry("F32", [2], 0, 8), "b": entry("F32", [1], 7, 11)}, bytes(11), r"tensors 'a' and 'b' overlap"),
 ])
 def test_data_not_covered_exactly_is_refused_as_by_the_library(tmp_path, header, data, message):
     path = tmp_path / "gap.safetensors"

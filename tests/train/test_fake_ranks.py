@@ -2,13 +2,16 @@
 real runs under mpiexec are tests/test_mpi_runs.py's and tests/test_distributed.py's, where mpi4py is installed):
 what a run says when the ranks' weights differ (it must be true of the run folder), and which rank reads
 --init-from's folder."""
+import errno
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from tests.support.models import small_model
 from tinygrad_ssm import distributed
+from tinygrad_ssm.optim.optimizer import named_parameters
 from tinygrad_ssm.train.config import TrainConfig
 from tinygrad_ssm.train.loop import _Run
 from tinygrad_ssm.train.starting_point import shared_model
@@ -63,6 +66,21 @@ def test_equal_ranks_pass():
     distributed.check_same_weights(small_model().varmap, distributed.World(0, 2, Equal()), 1)
 
 
+def test_a_change_anywhere_in_a_weight_changes_its_checksum():
+    """Any element of any parameter, the last one as the first: a rank whose weight differs in one place shows."""
+    varmap = small_model().varmap
+    before = distributed.weight_checksums(varmap)                       # (parameters,) in registration order
+    assert before.shape == (len(varmap.named_vars()),)
+    for j, (_, weight) in enumerate(named_parameters(varmap, "test")):
+        for at in (0, weight.size - 1):
+            kept = weight.data.flat[at]
+            weight.data.flat[at] = kept + 1
+            after = distributed.weight_checksums(varmap)
+            weight.data.flat[at] = kept  # (x + 1) - 1 is not x in float32
+            assert after[j] != before[j] and (np.delete(after, j) == np.delete(before, j)).all(), (j, at)
+    assert (distributed.weight_checksums(varmap) == before).all()
+
+
 class FakeWorld:
     """Rank `rank` of a 2-rank job: agree() runs fn here (no other rank fails), broadcast_json() records what rank 0
     sends and hands rank 1 what `sent` holds."""
@@ -107,3 +125,39 @@ def test_a_fresh_run_builds_its_model_on_every_rank():
     world = FakeWorld(1)
     model = shared_model(cfg, ByteTokenizer(), None, world)
     assert world.sent is None and model.config.d_model == 32               # nothing sent: every rank builds it
+
+
+class Relay:
+    """COMM_WORLD of a 2-rank job played in one process: what rank 0 broadcasts is kept and handed to rank 1."""
+
+    sent = None
+
+    def bcast(self, value, root=0):
+        if value is not None:
+            Relay.sent = value
+        return Relay.sent
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device", "/run/checkpoints/step-000002"),
+                                   FileExistsError("--out /run exists"), ValueError("bad state"),
+                                   OSError("no errno")])
+def test_rank_0s_failed_write_is_raised_alike_on_rank_1(error):
+    """World.on_root: rank 0's OSError reaches rank 1 with its type, errno, text and file name (the CLI's message and
+    exit status depend on them), a ValueError as a ValueError; both ranks say the error was raised everywhere."""
+    def fail():
+        raise error
+
+    with pytest.raises(type(error)) as on_root:
+        distributed.World(0, 2, Relay()).on_root(fail)
+    assert on_root.value is error and on_root.value.raised_on_every_rank
+    with pytest.raises(type(error)) as on_other:
+        distributed.World(1, 2, Relay()).on_root(fail)  # rank 1 never runs fn: it learns rank 0's error
+    other = on_other.value
+    assert type(other) is type(error) and str(other) == str(error) and other.raised_on_every_rank
+    if isinstance(error, OSError):
+        assert (other.errno, other.strerror, other.filename) == (error.errno, error.strerror, error.filename)
+
+
+def test_rank_0s_result_reaches_rank_1():
+    assert distributed.World(0, 2, Relay()).on_root(lambda: {"path": "step-000002"}) == {"path": "step-000002"}
+    assert distributed.World(1, 2, Relay()).on_root(lambda: 1 / 0) == {"path": "step-000002"}

@@ -235,3 +235,23 @@ def test_a_fifo_in_place_of_the_log_is_refused_not_waited_on(run, capsys):
     os.mkfifo(run / "log.jsonl")
     assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE  # it blocked for ever
     assert "log.jsonl' is not a regular file as a run makes it" in capsys.readouterr().err
+
+
+def test_a_run_lock_hard_linked_to_a_users_file_is_refused_and_the_file_untouched(tmp_path, target):
+    out = tmp_path / "run"
+    out.mkdir()
+    os.link(target, out / "run.lock")  # a second name of the user's file: writing the pid would truncate it
+    with pytest.raises(RunFolderError, match="not a lock file of ours"):
+        lock_run_folder(out)
+    assert target.read_bytes() == b"the user's file\n"
+
+
+def test_pruning_keeps_the_newest_by_step_number_past_six_digits(tmp_path):
+    """step-1000000 is newer than step-999999 though it sorts before it as a name: pruning counts steps."""
+    root = tmp_path / "run" / "checkpoints"
+    for step in (999998, 999999, 1000000):
+        folder = root / f"step-{step:06d}"
+        folder.mkdir(parents=True)
+        (folder / ckpt.STATE_FILE).write_text(json.dumps({"run_id": "ours"}))
+    ckpt._prune(root, 2, current="step-1000000", run_id="ours")
+    assert sorted(p.name for p in root.iterdir()) == ["step-1000000", "step-999999"]

@@ -12,7 +12,7 @@ import pytest
 
 from tinygrad_ssm.train import checkpoint as ckpt
 from tinygrad_ssm.train import cli
-from tinygrad_ssm.train.run_folder import LOCK_FILE, RunFolderError, claim_run_folder
+from tinygrad_ssm.train.run_folder import LOCK_FILE, RunFolderError, claim_run_folder, lock_run_folder
 from tinygrad_ssm.train.log import RunLog, RunLogError
 from tinygrad_ssm.train.loop import TrainConfig
 from tinygrad_ssm.train.loop import train
@@ -54,6 +54,30 @@ def test_a_second_training_on_the_same_folder_refuses(run, capsys):
     assert resume(run).status == "done"
     probe = subprocess.run([sys.executable, "-c", TRY_LOCK, str(run / LOCK_FILE)], capture_output=True, text=True)
     assert probe.stdout.strip() == "free", probe.stderr
+
+
+HOLD_OUR_LOCK = textwrap.dedent("""
+    import sys
+    from tinygrad_ssm.train.run_folder import lock_run_folder
+    lock = lock_run_folder(sys.argv[1])
+    print("locked", flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_the_run_lock_is_exclusive_between_two_of_our_processes(tmp_path):
+    """Two trainings take the lock the same way: the second must be refused (two shared locks would both hold)."""
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_OUR_LOCK, str(out)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunFolderError, match=f"in use by another training \\(process {holder.pid}\\)"):
+            lock_run_folder(out)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    lock_run_folder(out).release()  # the holder's lock ended with it
 
 
 def test_a_new_run_refuses_a_foreign_non_empty_folder(corpus, tmp_path, capsys):
@@ -154,6 +178,16 @@ def test_a_deleted_checkpoint_file_is_named_with_the_other_checkpoints(run, caps
     assert "['step-000001', 'step-000002']" in err  # where to resume from instead
 
 
+def test_latest_naming_a_folder_without_its_trainer_state_is_not_a_checkpoint(run):
+    """LATEST names a folder whose trainer_state.json (written last, the mark of a complete checkpoint) is gone:
+    resolving the run names the folder as incomplete and lists the others, rather than handing it on."""
+    newest = ckpt.resolve_checkpoint(run)
+    (newest / ckpt.STATE_FILE).unlink()
+    with pytest.raises(ckpt.CheckpointNotFound, match=f"names '{newest.name}', which is not a complete checkpoint "
+                                                      r"\(its folders: \['step-000001', 'step-000002'\]\)"):
+        ckpt.resolve_checkpoint(run)
+
+
 def test_a_torn_last_log_line_does_not_block_a_resume(run):
     with open(run / "log.jsonl", "a") as f:
         f.write('{"step": 3, "train_lo')  # the process died while appending step 3
@@ -170,6 +204,18 @@ def test_a_broken_line_inside_the_log_is_named(run):
     (run / "log.jsonl").write_text("".join(lines))
     with pytest.raises(RunLogError, match=r"log.jsonl' line 2 is not a log record \('garbage'\)"):
         resume(run)
+
+
+def test_only_a_last_line_without_its_newline_is_a_torn_one(tmp_path):
+    """A whole last line (its newline written) that is not a record was not torn by a dying append: it is named."""
+    log = RunLog(tmp_path)
+    log.append({"step": 1, "train_loss": 1.0})
+    with open(log.path, "a") as f:
+        f.write("garbage\n")
+    with pytest.raises(RunLogError, match=r"line 2 is not a log record \('garbage'\)"):
+        log.records()
+    log.path.write_text('{"step": 1, "train_loss": 1.0}\n{"step": 2, "tr')
+    assert log.records() == [{"step": 1, "train_loss": 1.0}]
 
 
 def test_a_runs_checkpoints_folder_resolves_to_its_newest_checkpoint(run, capsys):

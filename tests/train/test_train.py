@@ -167,14 +167,23 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_as_ctrl_c_does(slice_fil
             monkeypatch.setattr(ckpt, "save_checkpoint", save_with_sigterm_inside)
             signal.raise_signal(signal.SIGTERM)
 
-    before = signal.getsignal(signal.SIGTERM)
-    result = train(tiny(slice_file, tmp_path, steps=10, checkpoint_every=100), progress=False,
-                   say=messages.append, callback=sigterm_at_step_2)
+    class SigtermNotTaken(Exception):
+        pass
+
+    def not_taken(signum, frame):  # the training left SIGTERM to the handler before it (by default: the process ends)
+        raise SigtermNotTaken("SIGTERM reached the handler installed before train(): the training did not take it")
+
+    before = signal.signal(signal.SIGTERM, not_taken)
+    try:
+        result = train(tiny(slice_file, tmp_path, steps=10, checkpoint_every=100), progress=False,
+                       say=messages.append, callback=sigterm_at_step_2)
+        assert signal.getsignal(signal.SIGTERM) is not_taken
+    finally:
+        signal.signal(signal.SIGTERM, before)
     assert result.status == "interrupted" and result.step == 2 and result.checkpoint.name == "step-000002"
     assert ckpt.load_trainer_state(ckpt.resolve_checkpoint(tmp_path))["step"] == 2
     assert "SIGTERM: stopping after this step and writing a checkpoint (SIGTERM again to stop now)" in messages
     assert "SIGTERM: the checkpoint is being written; stopping as soon as it is complete" in messages
-    assert signal.getsignal(signal.SIGTERM) is before
 
 def test_a_second_sigterm_is_named_as_sigterm_not_ctrl_c(monkeypatch, capsys):
     """The second signal stops at once; the message names the signal that came (it said Ctrl-C for SIGTERM)."""
