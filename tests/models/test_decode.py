@@ -82,6 +82,22 @@ def test_generation_stops_at_the_step_whose_logits_are_not_finite(monkeypatch, b
     assert got == list(want[:k + 1])
 
 
+def test_a_generation_stopped_at_non_finite_logits_counts_the_step_that_found_them():
+    """decode_sampled feeds the token whose embedding row is NaN and stops at that step's logits: the cache and the
+    session's step numbers advance by the steps run (the tokens, and that one), as the cache's states did."""
+    fast, slow = twin_models(seed=9, vocab_size=30, tie_embeddings=False)
+    prompt = np.array([[1, 2, 3]])
+    want = slow.generate(prompt, 12, temperature=0)[0, 3:]
+    k = next(k for k in range(3, 12) if want[k] not in want[:k] and want[k] not in prompt)
+    fast.embedding.weight.data[want[k]] = np.nan
+    cache = fast.allocate_cache(1)
+    for t in prompt[0]:
+        fast.step(np.array([t]), cache)                                 # the decoder's step: numbers 0, 1, 2
+    tokens, logits = decode.decode_sampled(fast, want[:1], cache, 30, 0.0, None, None, np.zeros((11, 1)))
+    assert tokens[:, 0].tolist() == list(want[1:k + 1]) and np.isnan(logits).any()
+    assert cache.seqlen_offset == 3 + k + 1 == cache._decode_session.step_count
+
+
 def test_decode_rejects_a_cache_of_another_shape():
     fast, _ = twin_models(seed=1)
     cache = fast.allocate_cache(2)
