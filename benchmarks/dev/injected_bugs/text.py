@@ -40,8 +40,9 @@ BUGS = [
     Bug(TP, '        if not isinstance(step, dict) or step.get("type") != "TemplateProcessing" or templates:',
         '        if not isinstance(step, dict) or step.get("type") != "TemplateProcessing":',
         SPECIAL, "two TemplateProcessing steps: the last one's tokens taken, the first's lost"),
-    Bug(TP, '        if len(where) != 1:\n            return None', '        if not where:\n            return None',
-        SPECIAL, "a template holding the sequence twice read as if it held it once"),
+    Bug(TP, '        if step is None or isinstance(step, dict) and step.get("type") == "ByteLevel":\n            continue',
+        '        if step is None:\n            continue',
+        SPECIAL, "a ByteLevel step of the post_processor (Llama-3's, Qwen2's: offsets only) makes a long text read whole"),
     Bug(TP, 'text.find(t, max(cut - len(t), 0), cut + 1 + len(t)) >= 0', 'text.find(t, max(cut - len(t), 0), cut + len(t)) >= 0',
         PIECES, "an added token starting a byte after the cut is not seen (the cut made beside it)"),
     # --- tokenizer.py: encode_stream, byte ends, EOS, special keys ----------------------------------------------------
@@ -93,10 +94,8 @@ BUGS = [
     # --- decode.py: the decoder's Python driver ------------------------------------------------------------------
     Bug(DEC, '            steps = n if m is None else min(m + 1, n)', '            steps = n if m is None else m',
         ("tests/models/test_decode.py", "-k", "finite"), "a generation stopped at non-finite logits counts one step fewer than it ran"),
-    Bug(DEC, '        return (self.weights is weights and self.batch == batch and', '        return (self.weights is weights and',
-        ("tests/models/test_decode.py", "-k", "not float64"), "a cache's session reused for another batch size"),
     Bug(DEC, '        return not self.copied and all(map(operator.is_, current, self._arrays))',
-        '        return all(map(operator.is_, current, self._arrays))', ("tests/models/test_decode.py", "-k", "not float64"),
+        '        return all(map(operator.is_, current, self._arrays))', ("tests/models/test_decode.py", "-k", "copied or replaces or entry_points"),
         "weights copied into the kernel's layout never rebuilt after an in-place update of the model's"),
     # --- generate --batch-file / --batch-size -----------------------------------------------------------------------
     Bug(GEN, '        batch_seed = seed if k == 0 or seed is None else int(np.random.SeedSequence([seed, k]).generate_state(1)[0])',
