@@ -3,7 +3,6 @@ tokenizer.py (encode_stream, byte ends, the EOS lookup, tokenizer_config's speci
 (train/scoring.py), the decoder's Python driver (models/mamba2/decode.py: sessions, entry points, step numbers),
 generate --batch-file / --batch-size, and the command line's checks (train/arguments.py, checks.py, config.py,
 cli.py). app.py holds the tokenizer's, generation's and eval's other bugs; none is repeated here."""
-# ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
 TP = "tinygrad_ssm/io/text_pieces.py"
