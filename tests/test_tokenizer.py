@@ -188,3 +188,28 @@ def test_a_tokenizer_whose_pieces_could_differ_reads_the_text_whole(tmp_path, mo
     text = b"line one\nline two\nline three\n"
     assert not tok.cuts_in_pieces and len(list(tok.encode_stream([text[:5], text[5:]]))) == 1
     assert np.array_equal(tok.encode_bytes(text), tok.encode(text.decode()))
+
+
+@pytest.mark.parametrize("stated", ["plain", "added_token"])
+def test_tokenizer_configs_eos_token_comes_before_the_usual_names(bpe_tokenizer, tmp_path, stated):
+    """tokenizer_config.json's eos_token (a string, or transformers' AddedToken object {"content": ...}) names the
+    EOS although the vocabulary also holds <|endoftext|>, one of the usual names looked up without it; its
+    special-token keys are kept as stated (a checkpoint copies them), the others not."""
+    import json
+    import shutil
+    shutil.copy(bpe_tokenizer, tmp_path / "tokenizer.json")
+    name = FileTokenizer(bpe_tokenizer)._tok.id_to_token(7)
+    eos = name if stated == "plain" else {"__type": "AddedToken", "content": name, "special": True}
+    config = {"eos_token": eos, "add_bos_token": False, "add_eos_token": True, "model_max_length": 8}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    tok = FileTokenizer(tmp_path / "tokenizer.json")
+    assert tok.eos_token_id == 7
+    assert tok.special_config == {"eos_token": eos, "add_bos_token": False, "add_eos_token": True}
+
+
+def test_an_eos_id_past_the_vocabulary_is_refused(bpe_tokenizer):
+    """An EOS id (config.json's eos_token_id) must be one of the tokenizer's ids: 0..vocab_size - 1."""
+    assert FileTokenizer(bpe_tokenizer, eos_token_id=319).eos_token_id == 319
+    for bad in (320, -1):
+        with pytest.raises(TokenizerError, match=f"EOS token id {bad} is outside"):
+            FileTokenizer(bpe_tokenizer, eos_token_id=bad)

@@ -214,3 +214,48 @@ def test_special_tokens_before_and_after_a_text_come_once(tokenizers_by_kind, tm
     ids, ends = tok.encode_bytes_with_ends(text)
     assert ids[0] == 1 and ids[-1] == 2 and ends[0] == 0 and ends[-1] == len(text)
     assert_pieces_equal_whole(tok, b"", 1)
+
+
+def test_cut_rule_refuses_each_layout_a_cut_would_change(tokenizers_by_kind):
+    """Each condition of cut_rule, one at a time on a spec it accepts: a ByteLevel that adds a prefix space (each
+    piece would get one), BPE dropout (random merges), an added token that takes the whitespace before it
+    (lstrip), a one-word BPE with a merge of its line break's byte token, a Prepend of a line break; and
+    special_tokens_around on two templates, or a template holding the text twice."""
+    byte_level = {"model": {"type": "BPE"}, "normalizer": None, "post_processor": None, "added_tokens": [],
+                  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}}
+    llama2 = json.loads(tokenizers_by_kind["llama2"].to_str())
+    lookup = tokenizers_by_kind["llama2"]._tok.token_to_id
+    assert pieces_module.cut_rule(byte_level, lookup) == pieces_module.BYTE_LEVEL
+    assert pieces_module.cut_rule(llama2, lookup).name == "one-word"
+
+    def variant(spec, edit):
+        spec = json.loads(json.dumps(spec))
+        edit(spec)
+        return pieces_module.cut_rule(spec, lookup)
+
+    assert variant(byte_level, lambda s: s["pre_tokenizer"].update(add_prefix_space=True)) is None
+    assert variant(byte_level, lambda s: s["model"].update(dropout=0.1)) is None
+    assert variant(byte_level, lambda s: s["added_tokens"].append({"content": "<x>", "lstrip": True})) is None
+    assert variant(byte_level, lambda s: s["added_tokens"].append({"content": "<x>", "rstrip": True})) is None
+    assert variant(byte_level, lambda s: s["added_tokens"].append({"content": "<x>"})) == pieces_module.BYTE_LEVEL
+    assert variant(llama2, lambda s: s["model"]["merges"].append(["<0x0A>", "a"])) is None
+    assert variant(llama2, lambda s: s["normalizer"]["normalizers"][0].update(prepend="\n")) is None
+
+    template = llama2["post_processor"]
+    assert pieces_module.special_tokens_around({"post_processor": template}) == ([1], [])
+    assert pieces_module.special_tokens_around({"post_processor": {"type": "Sequence",
+                                                                   "processors": [template, template]}}) is None
+    twice = json.loads(json.dumps(template))
+    twice["single"].append({"Sequence": {"id": "A", "type_id": 0}})
+    assert pieces_module.special_tokens_around({"post_processor": twice}) is None
+
+
+def test_special_tokens_parsed_otherwise_than_the_library_adds_them_read_a_text_whole(tokenizers_by_kind, tmp_path,
+                                                                                    monkeypatch):
+    """The ids special_tokens_around reads are checked against what the library adds to a probe text: a parse that
+    disagrees (here made so) is not trusted, and the text is read whole."""
+    path = tmp_path / "tokenizer.json"
+    path.write_text(tokenizers_by_kind["llama2"].to_str(), encoding="utf-8")
+    assert FileTokenizer(path).cuts_in_pieces
+    monkeypatch.setattr(tokenizer_module, "special_tokens_around", lambda spec: ([2], []))   # </s>, not <s>
+    assert not FileTokenizer(path).cuts_in_pieces

@@ -326,3 +326,27 @@ def test_a_step_after_one_interrupted_as_it_returned_does_its_work(monkeypatch):
     for token in ([5, 6], [7, 8]):
         np.testing.assert_allclose(fast.step(np.array(token), cache_f).data, slow.step(np.array(token), cache_s).data,
                                    rtol=1e-10, atol=1e-10)
+
+
+def test_a_token_block_after_one_interrupted_as_it_returned_does_its_work(monkeypatch):
+    """The same for decode_sampled's block of n steps: interrupted as it returned, all n step numbers are counted
+    (it ran them all), so the next step does its work."""
+    fast, slow = twin_models(seed=8)
+    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
+    fast.step(np.array([1, 2]), cache_f), slow.step(np.array([1, 2]), cache_s)
+    real_call = decode._Session.call
+
+    def returns_then_interrupted(self, dispatcher, args):
+        real_call(self, dispatcher, args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(decode._Session, "call", returns_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        decode.decode_sampled(fast, np.array([3, 4]), cache_f, 40, 0.0, None, None, np.zeros((3, 2)))
+    monkeypatch.undo()
+    token = np.array([3, 4])
+    for _ in range(3):                                                  # the block's greedy steps, in the engine
+        token = np.argmax(slow.step(token, cache_s).data[:, :40], axis=-1)
+    for token in ([5, 6], [7, 8]):
+        np.testing.assert_allclose(fast.step(np.array(token), cache_f).data, slow.step(np.array(token), cache_s).data,
+                                   rtol=1e-10, atol=1e-10)

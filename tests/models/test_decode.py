@@ -82,6 +82,37 @@ def test_generation_stops_at_the_step_whose_logits_are_not_finite(monkeypatch, b
     assert got == list(want[:k + 1])
 
 
+def test_a_generation_stopped_at_non_finite_logits_counts_the_step_that_found_them():
+    """decode_sampled feeds the token whose embedding row is NaN and stops at that step's logits: the cache and the
+    session's step numbers advance by the steps run (the tokens, and that one), as the cache's states did."""
+    fast, slow = twin_models(seed=9, vocab_size=30, tie_embeddings=False)
+    prompt = np.array([[1, 2, 3]])
+    want = slow.generate(prompt, 12, temperature=0)[0, 3:]
+    k = next(k for k in range(3, 12) if want[k] not in want[:k] and want[k] not in prompt)
+    fast.embedding.weight.data[want[k]] = np.nan
+    cache = fast.allocate_cache(1)
+    for t in prompt[0]:
+        fast.step(np.array([t]), cache)                                 # the decoder's step: numbers 0, 1, 2
+    tokens, logits = decode.decode_sampled(fast, want[:1], cache, 30, 0.0, None, None, np.zeros((11, 1)))
+    assert tokens[:, 0].tolist() == list(want[1:k + 1]) and np.isnan(logits).any()
+    assert cache.seqlen_offset == 3 + k + 1 == cache._decode_session.step_count
+
+
+def test_a_copied_weight_is_taken_again_after_an_in_place_update():
+    """A parameter the decoder cannot read as it is (here Fortran-ordered) is copied into its layout; the copy
+    cannot see an in-place update of the parameter (an optimizer step), so the decoder takes the weights again at
+    every step: the next step's logits are the engine's with the updated weight."""
+    fast, slow = twin_models(seed=6)
+    weight = fast.layers[0].mixer.in_proj.weight                        # one tensor, shared by the twins
+    weight.data = np.asfortranarray(weight.data)
+    token = np.array([3, 4])
+    for _ in range(2):
+        np.testing.assert_allclose(fast.step(token, fast.allocate_cache(2)).data,
+                                   slow.step(token, slow.allocate_cache(2)).data, rtol=1e-10, atol=1e-10)
+        weight.data[...] *= 1.5                                         # in place: the same array
+        assert not weight.data.flags.c_contiguous
+
+
 def test_decode_rejects_a_cache_of_another_shape():
     fast, _ = twin_models(seed=1)
     cache = fast.allocate_cache(2)

@@ -157,11 +157,23 @@ def test_generate_escapes_control_bytes_on_the_terminal(monkeypatch, capsys):
     (["--backend", "nope"], "--backend must be 'auto' or one of"),
     (["--prompt", "caf" + os.fsdecode(b"\xe9")],
      "--prompt holds the byte 0xe9 (character 3), which is not valid UTF-8"),
+    (["--prompt", "p", "--batch-file", "prompts.txt"], "--prompt and --batch-file exclude each other"),
 ])
 def test_bad_generate_flags_are_named(tmp_path, capsys, flags, message):
     assert cli.main(["generate", "--checkpoint", str(tmp_path / "missing"), *flags]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert message in err and "top_k" not in err and "temperature must be a number" not in err
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--window", "0"], "--window must be >= 1, got 0"),
+    (["--max-tokens", "0"], "--max-tokens must be >= 1 (leave it out for the whole text), got 0"),
+    (["--backend", "nope"], "--backend must be 'auto' or one of"),
+])
+def test_bad_eval_flags_are_named_before_the_model_is_loaded(tmp_path, capsys, flags, message):
+    assert cli.main(["eval", "--model", str(tmp_path / "missing"), *flags]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert message in err and "does not exist" not in err          # the flags first: no model looked for
 
 
 def test_bad_sample_prompt_is_named(corpus, tmp_path, capsys):

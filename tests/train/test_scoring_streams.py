@@ -47,6 +47,9 @@ def test_max_tokens_reads_only_the_blocks_it_scores(tmp_path, capsys, monkeypatc
     assert sum(read) == 100 and max(read) == 50                          # two blocks of 50 bytes for 61 tokens
     assert report["tokens"] == 60 and report["bytes"] == 60
     read.clear()
+    report = _run(capsys, folder, text, "--max-tokens", "99")           # 100 tokens: the second block's last byte
+    assert sum(read) == 100 and report["tokens"] == 99                   # ends them, and no third block is read
+    read.clear()
     report = _run(capsys, folder, text)
     assert [report[k] for k in NUMBERS] == [whole[k] for k in NUMBERS]   # as when read in blocks of 1 MiB
     assert sum(read) == len(TEXT) and max(read) == 50                    # the whole text, a block at a time

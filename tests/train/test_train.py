@@ -318,3 +318,15 @@ def test_resume_refuses_changed_settings_and_an_existing_run(slice_file, tmp_pat
         train(resume=str(tmp_path), overrides={"d_model": 64}, progress=False, say=quiet)
     with pytest.raises(FileExistsError, match="already holds a run"):
         train(tiny(slice_file, tmp_path, steps=1), progress=False, say=quiet)
+
+
+def test_resume_takes_a_flag_given_with_the_saved_value_and_only_the_safe_changes():
+    """--resume compares each given flag with the saved run's: the same value (a command line repeated whole) is
+    no change; --steps and the RESUME_SAFE settings may change; anything else is refused, named."""
+    from tinygrad_ssm.train.config import _resume_config
+    saved = TrainConfig(d_model=32, seq_len=64, steps=10).to_dict()
+    cfg = _resume_config(saved, {"d_model": 32, "seq_len": 64, "steps": 20})
+    assert (cfg.d_model, cfg.seq_len, cfg.steps) == (32, 64, 20)
+    with pytest.raises(ValueError, match=r"--seq-len \(saved 64, given 128\)") as refused:
+        _resume_config(saved, {"d_model": 32, "seq_len": 128})
+    assert "--d-model" not in str(refused.value)
