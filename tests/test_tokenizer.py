@@ -153,20 +153,12 @@ def test_a_long_text_is_tokenized_in_pieces_into_the_tokens_of_the_whole(byte_le
     """A text of more than PIECE_BYTES is tokenized a piece at a time, cut before a line break (the library's
     Encoding of a 20 MB text held 3.5 GB), and the pieces give the ids and byte ends of the whole text."""
     from tinygrad_ssm import tokenizer as tokenizer_module
+    from tests.support.tokenizers import assert_pieces_equal_whole
     for tok in byte_level_tokenizers:
         assert tok.cuts_in_pieces
-        whole_ids, whole_ends = tok.encode_bytes_with_ends(text)
         pieces = list(tokenizer_module.text_pieces([text[:cut], text[cut:]], piece_bytes, tok._added))
         assert b"".join(pieces) == text and all(len(p) >= piece_bytes for p in pieces[:-1])
-        saved = tokenizer_module.PIECE_BYTES
-        tokenizer_module.PIECE_BYTES = piece_bytes
-        try:
-            streamed = list(tok.encode_stream([text[:cut], text[cut:]]))
-            assert np.array_equal(tok.encode_bytes(text), whole_ids)
-        finally:
-            tokenizer_module.PIECE_BYTES = saved
-        assert np.array_equal(np.concatenate([ids for ids, _ in streamed]), whole_ids)
-        assert np.array_equal(np.concatenate([ends for _, ends in streamed]), whole_ends)
+        assert_pieces_equal_whole(tok, text, piece_bytes, cut)
 
 
 def test_pieces_are_cut_before_line_breaks_only_where_the_whole_text_has_a_token_boundary():

@@ -22,6 +22,8 @@ from tinygrad_ssm.io import text_pieces as pieces_module
 from tinygrad_ssm import tokenizer as tokenizer_module
 from tinygrad_ssm.tokenizer import FileTokenizer
 
+from tests.support.tokenizers import assert_pieces_equal_whole
+
 LLAMA3_REGEX = next(r for r in pieces_module.SPLIT_REGEXES if r"\p{N}{1,3}" in r)
 QWEN2_REGEX = next(r for r in pieces_module.SPLIT_REGEXES if r"\p{N}{1,3}" not in r)
 TRAIN_TEXT = ("def main(argv):\n    return f(x, 'y')  # a comment\n\n\tif a == b:\r\n        pass\n"
@@ -95,22 +97,6 @@ def tokenizers_by_kind(tmp_path_factory):
     texts.append(texts[1].replace("\n", "\r\n"))
     folder = tmp_path_factory.mktemp("kinds")
     return {kind: FileTokenizer(build_tokenizer(kind, folder / kind, texts, vocab_size=600)) for kind in KINDS}
-
-
-def assert_pieces_equal_whole(tok, text: bytes, piece_bytes: int, cut: int = 0, monkeypatch=None):
-    """encode_stream in pieces of piece_bytes (two blocks split at `cut`) and encode_bytes give the whole text's
-    ids and byte ends."""
-    whole_ids, whole_ends = tok.encode_bytes_with_ends(text)
-    saved = tokenizer_module.PIECE_BYTES
-    tokenizer_module.PIECE_BYTES = piece_bytes
-    try:
-        streamed = list(tok.encode_stream([text[:cut], text[cut:]]))
-        assert np.array_equal(tok.encode_bytes(text), whole_ids)
-    finally:
-        tokenizer_module.PIECE_BYTES = saved
-    assert np.array_equal(np.concatenate([ids for ids, _ in streamed]), whole_ids)
-    assert np.array_equal(np.concatenate([ends for _, ends in streamed]), whole_ends)
-    return len(streamed)
 
 
 # joins hit each rule's cut: line breaks before and after whitespace runs, spaces runs, a text's start and end, the

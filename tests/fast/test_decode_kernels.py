@@ -306,12 +306,8 @@ def test_models_of_any_layer_count_share_one_compilation(dtype):
         assert [set(f.signatures) for f in functions] == compiled
 
 
-def test_a_step_after_one_interrupted_as_it_returned_does_its_work(monkeypatch):
-    """A Ctrl-C lands as the numba call returns: the step had run, but its step number was not counted, so the
-    next step reused it, found every chunk already claimed, and left the cache as it was."""
-    fast, slow = twin_models(seed=8)
-    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
-    fast.step(np.array([1, 2]), cache_f), slow.step(np.array([1, 2]), cache_s)
+def interrupt_as_each_call_returns(monkeypatch):
+    """A Ctrl-C that lands just as the decoder's numba call returns (its work done), until monkeypatch.undo()."""
     real_call = decode._Session.call
 
     def returns_then_interrupted(self, dispatcher, args):
@@ -319,6 +315,15 @@ def test_a_step_after_one_interrupted_as_it_returned_does_its_work(monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(decode._Session, "call", returns_then_interrupted)
+
+
+def test_a_step_after_one_interrupted_as_it_returned_does_its_work(monkeypatch):
+    """A Ctrl-C lands as the numba call returns: the step had run, but its step number was not counted, so the
+    next step reused it, found every chunk already claimed, and left the cache as it was."""
+    fast, slow = twin_models(seed=8)
+    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
+    fast.step(np.array([1, 2]), cache_f), slow.step(np.array([1, 2]), cache_s)
+    interrupt_as_each_call_returns(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         fast.step(np.array([3, 4]), cache_f)
     monkeypatch.undo()
@@ -334,13 +339,7 @@ def test_a_token_block_after_one_interrupted_as_it_returned_does_its_work(monkey
     fast, slow = twin_models(seed=8)
     cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
     fast.step(np.array([1, 2]), cache_f), slow.step(np.array([1, 2]), cache_s)
-    real_call = decode._Session.call
-
-    def returns_then_interrupted(self, dispatcher, args):
-        real_call(self, dispatcher, args)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(decode._Session, "call", returns_then_interrupted)
+    interrupt_as_each_call_returns(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         decode.decode_sampled(fast, np.array([3, 4]), cache_f, 40, 0.0, None, None, np.zeros((3, 2)))
     monkeypatch.undo()

@@ -2,12 +2,15 @@
 
 - train_bpe: byte-level like GPT-NeoX's, <|endoftext|> its EOS token (id 0); byte_level_post_processor=True adds
   the ByteLevel post_processor GPT-NeoX's real tokenizer.json has (it adds no token);
+- assert_pieces_equal_whole: a tokenizer's text in pieces against the whole text;
 - train_byte_fallback: Llama/Mistral-style (▁ for spaces, byte_fallback <0xNN> tokens for what the merges lack,
   the ByteFallback decoder), <unk> <s> </s> = 0 1 2, a post_processor that adds <s> (or </s>, or nothing), and a
   tokenizer_config.json beside it.
 """
 import json
 from pathlib import Path
+
+import numpy as np
 
 EOS = "<|endoftext|>"
 
@@ -65,3 +68,20 @@ def train_byte_fallback(texts, folder: Path, vocab_size: int = 300, template: st
               "unk_token": "<unk>", "add_bos_token": True} if config is None else config
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return folder
+
+
+def assert_pieces_equal_whole(tok, text: bytes, piece_bytes: int, cut: int = 0) -> int:
+    """encode_stream in pieces of piece_bytes (two blocks split at `cut`) and encode_bytes give the whole text's
+    ids and byte ends (FileTokenizer `tok`); returns the number of pieces."""
+    from tinygrad_ssm import tokenizer as tokenizer_module
+    whole_ids, whole_ends = tok.encode_bytes_with_ends(text)
+    saved = tokenizer_module.PIECE_BYTES
+    tokenizer_module.PIECE_BYTES = piece_bytes
+    try:
+        streamed = list(tok.encode_stream([text[:cut], text[cut:]]))
+        assert np.array_equal(tok.encode_bytes(text), whole_ids)
+    finally:
+        tokenizer_module.PIECE_BYTES = saved
+    assert np.array_equal(np.concatenate([ids for ids, _ in streamed]), whole_ids)
+    assert np.array_equal(np.concatenate([ends for _, ends in streamed]), whole_ends)
+    return len(streamed)
