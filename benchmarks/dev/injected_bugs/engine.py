@@ -7,7 +7,7 @@ AUTOGRAD = ("tests/autograd",)
 NN = ("tests/nn", "tests/test_registry.py")
 OPTIM = ("tests/optim",)
 ADAM = ("tests/optim", "tests/fast/test_adam_kernel.py")
-REGISTRY = ("tests/test_registry.py", "tests/test_registry_values.py")
+REGISTRY = ("tests/test_registry.py", "tests/test_registry_checkpoints.py", "tests/test_registry_values.py")
 
 A = "tinygrad_ssm/autograd/"
 
