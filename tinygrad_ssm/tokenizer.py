@@ -150,7 +150,8 @@ class FileTokenizer:
             model = {}
         byte_ids = frozenset()
         if isinstance(model, dict) and model.get("byte_fallback"):
-            byte_ids = frozenset(i for i in (self._tok.token_to_id(f"<0x{b:02X}>") for b in range(256)) if i is not None)
+            ids = (self._tok.token_to_id(f"<0x{b:02X}>") for b in range(256))        # None: no such token
+            byte_ids = frozenset(i for i in ids if i is not None)
         skipped = frozenset(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
         return byte_ids, skipped
 

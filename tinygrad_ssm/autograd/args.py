@@ -112,6 +112,11 @@ def integer(op: str, argument: str, value) -> int:
     return int(value)
 
 
+def one_or_many(sizes: tuple) -> tuple:
+    """x.reshape(2, 3) and x.reshape((2, 3)) (or [2, 3]) mean the same, as in torch: the sizes as one tuple."""
+    return tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+
+
 def int_sequence(op: str, argument: str, values, shape: tuple = ()) -> tuple:
     """A shape, a permutation or pad widths: an int or a sequence of ints."""
     if isinstance(values, (int, np.integer)) and not isinstance(values, (bool, np.bool_)):

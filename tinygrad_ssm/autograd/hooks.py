@@ -32,7 +32,8 @@ class RemovableHandle:
     def remove(self):
         tensor = self._tensor()
         if tensor is not None:
-            setattr(tensor, self._attribute, tuple((h, f) for h, f in getattr(tensor, self._attribute) if h is not self))
+            kept = tuple((h, f) for h, f in getattr(tensor, self._attribute) if h is not self)
+            setattr(tensor, self._attribute, kept)
 
 
 def add(tensor, attribute: str, hook, method: str) -> RemovableHandle:

@@ -131,7 +131,8 @@ class Tensor:
 
     def item(self):
         if self.data.size != 1:
-            raise ValueError(f"item: only one-element tensors can be converted to Python scalars, got shape {self.shape}")
+            raise ValueError(f"item: only one-element tensors can be converted to Python scalars, "
+                             f"got shape {self.shape}")
         return self.data.item()
 
     def tolist(self):
@@ -444,7 +445,7 @@ class Tensor:
     def cumsum(self, axis): return F.cumsum(self, axis)
 
     def matmul(self, o): return F.matmul(self, o)
-    def reshape(self, *shape): return F.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+    def reshape(self, *shape): return F.reshape(self, _args.one_or_many(shape))
 
     def view(self, *shape):
         """reshape that must not copy (torch's view): NumPy copies when the strides cannot express the new shape
@@ -457,11 +458,10 @@ class Tensor:
 
     def flatten(self, start=0, end=-1): return F.flatten(self, start, end)
     def permute(self, *axes, dims=None):  # x.permute(1, 0), x.permute((1, 0)) or torch's x.permute(dims=(1, 0))
-        return F.permute(self, dims if dims is not None else
-                         axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
+        return F.permute(self, dims if dims is not None else _args.one_or_many(axes))
     def transpose(self, axis0=-2, axis1=-1): return F.transpose(self, axis0, axis1)
     T = property(lambda self: F.permute(self, tuple(reversed(range(self.ndim)))))
-    def expand(self, *shape): return F.expand(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+    def expand(self, *shape): return F.expand(self, _args.one_or_many(shape))
     def broadcast_to(self, shape): return F.expand(self, shape)
     def unsqueeze(self, axis): return F.unsqueeze(self, axis)
     def squeeze(self, axis=None): return F.squeeze(self, axis)

@@ -169,7 +169,8 @@ def weight_rows(W, lo, hi, u, bias, zero, out):
     """out[:, lo:hi] = u (b, in) @ W[lo:hi]^T + bias[lo:hi] for any weight form the decoder holds: a float
     array (_matvec_rows), int8 as a tuple (q, scales) or bfloat16 bits as a uint16 array (quantized_kernels).
     Chosen by numba from W's type at compile time (the overload below): the float path compiles to _matvec_rows
-    itself. This Python body is the same choice made at run time, for NUMBA_DISABLE_JIT=1 (tests/test_jit_disabled.py)."""
+    itself. This Python body is the same choice made at run time, for NUMBA_DISABLE_JIT=1
+    (tests/test_jit_disabled.py)."""
     if isinstance(W, tuple):
         return int8_rows(W[0], W[1], lo, hi, u, bias, zero, out)
     if W.dtype == np.uint16:

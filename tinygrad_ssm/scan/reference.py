@@ -24,8 +24,8 @@ zeros forwards, and backwards every gradient reaching a factor passes the same `
 masked so too (its einsum over every (l, s) pair, masked afterwards, gave backwards 0 * NaN: a NaN in B at step s
 made dC NaN at every step of the chunk, a NaN in C at l dB at every step). This costs a (q, q, n) product per
 chunk and group and a (q, q, p) product per chunk and head in step 1 instead of one einsum. Between chunks
-(step 3) the state is passed on chunk by chunk, which is causal as it stands (ssd_minimal's (c+1, c+1) segsum there would need the same
-masking, over (c+1)^2 states: memory quadratic in l).
+(step 3) the state is passed on chunk by chunk, which is causal as it stands (ssd_minimal's (c+1, c+1) segsum
+there would need the same masking, over (c+1)^2 states: memory quadratic in l).
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ Stopping: Ctrl-C (or SIGTERM) finishes the step in progress, writes a checkpoint
 Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done; a Ctrl-C during that
 write waits for it: train/sigint.py). Under MPI the handler stays until the run's end, any rank's first Ctrl-C
 stops every rank after the same step (rank 0 says which rank asked), and a second one aborts the job (exit 130).
-A NaN or infinite loss or gradient norm raises TrainingDiverged before the update is applied, and writes nothing, so the last good checkpoint stays as it was.
+A NaN or infinite loss or gradient norm raises TrainingDiverged before the update is applied, and writes nothing,
+so the last good checkpoint stays as it was.
 
 Under MPI (`mpiexec -n N python -m tinygrad_ssm train`, see distributed.py and docs/distributed.md) every rank
 draws the same global batch and keeps its own 1/N of the rows; the gradients are averaged over the ranks
@@ -271,7 +272,8 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
         broadcast_weights_and_optimizers(run.model.varmap, run.optimizers, world)
     layers, steps = f"{cfg.n_layer} layer{'s' * (cfg.n_layer != 1)}", f"{cfg.steps} step{'s' * (cfg.steps != 1)}"
     origin = f"; from {cfg.init_from}" if cfg.init_from and state is None else ""
-    unit, ranks = "bytes" if tokenizer.name == "bytes" else "tokens", f" over {world.size} MPI ranks" if world.size > 1 else ""
+    unit = "bytes" if tokenizer.name == "bytes" else "tokens"
+    ranks = f" over {world.size} MPI ranks" if world.size > 1 else ""
     say(f"model: {run.model.varmap.num_parameters():,} parameters (d_model {cfg.d_model}, {layers}, d_state "
         f"{cfg.d_state}, headdim {cfg.headdim}{origin}); {steps} of {cfg.batch_size} x {cfg.seq_len} {unit}{ranks}; "
         f"out {out}")
@@ -335,7 +337,8 @@ def _step(run: _Run, stop_requested: bool = False) -> dict:
     dt = time.perf_counter() - t0
     run.train_s += dt
     run.rate = n_tokens / dt if run.rate is None else 0.9 * run.rate + 0.1 * n_tokens / dt
-    record = {"step": run.step, "train_loss": run.loss_val, "train_bpb": bits_per_byte(run.loss_val, run.corpus.train_tokens_per_byte), "lr": lr,
+    record = {"step": run.step, "train_loss": run.loss_val,
+              "train_bpb": bits_per_byte(run.loss_val, run.corpus.train_tokens_per_byte), "lr": lr,
               "grad_norm": grad_norm, "tokens": run.tokens, "tokens_per_s": n_tokens / dt}
     if run.reducer is not None:
         record["allreduce_s"] = run.reducer.last_finish_s

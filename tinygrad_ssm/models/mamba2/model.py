@@ -371,7 +371,8 @@ class Mamba2LMHeadModel:
 
     # --- checkpoints (pretrained.py) ---------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True) -> Mamba2LMHeadModel:
+    def from_pretrained(cls, directory, dtype="float32", backend: str = "auto",
+                        fused: bool = True) -> Mamba2LMHeadModel:
         return load_model_folder(cls, directory, dtype=dtype, backend=backend, fused=fused)
 
     def save_pretrained(self, directory):

@@ -57,8 +57,9 @@ def load_quantized(cls, directory, raw: dict, dtype, backend, fused):
     names = set(quantized_names(probe))
     expected = set(shapes) | {n + SCALES_SUFFIX for n in names if fmt == "int8"}
     if set(f.tensors) != expected:
-        raise PretrainedError(f"from_pretrained: {path!r} ({fmt} weights): missing {sorted(expected - set(f.tensors))[:5]},"
-                              f" unexpected {sorted(set(f.tensors) - expected)[:5]}")
+        stored = set(f.tensors)
+        raise PretrainedError(f"from_pretrained: {path!r} ({fmt} weights): missing {sorted(expected - stored)[:5]}, "
+                              f"unexpected {sorted(stored - expected)[:5]}")
     made = {}
     for name, shape in shapes.items():
         info = f.tensors[name]

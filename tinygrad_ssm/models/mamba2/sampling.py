@@ -28,8 +28,8 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
     """logits (b, V) -> token ids (b,) int64. temperature 0 is greedy (argmax). top_k keeps the k most likely
     tokens; top_p keeps the smallest set of most likely tokens whose probability reaches top_p (the most
     likely token always stays; among tokens of equal probability the higher id is kept first, as transformers'
-    TopPLogitsWarper's stable ascending sort does). Sampling draws one uniform number per row from `rng` (rng.random((b, 1)));
-    fast/sampling_kernels.py is the numba twin, given those numbers."""
+    TopPLogitsWarper's stable ascending sort does). Sampling draws one uniform number per row from `rng`
+    (rng.random((b, 1))); fast/sampling_kernels.py is the numba twin, given those numbers."""
     if temperature == 0:
         ids = np.argmax(logits, axis=-1)                                # (b,) a NaN counts as the largest
         if np.isfinite(np.max(logits, axis=-1)).all():               # max is NaN with a NaN, +inf with a +inf
