@@ -138,7 +138,7 @@ def test_the_generation_loops_argmax_is_sample_nexts(rows, vocab):
     vocab never count."""
     logits = np.array(rows, np.float32)
     ids = np.full(len(rows), -1, np.int64)
-    ok = sample_rows(logits, vocab, 0.0, 0, 1.0, np.zeros(len(rows)), ids) < 0
+    ok = sample_rows(logits, vocab, 0.0, 0, 1.0, 0.0, 1.0, np.zeros((len(rows), 0), bool), np.zeros(len(rows)), ids) < 0
     try:
         want = sample_next(logits[:, :vocab], np.random.default_rng(0), temperature=0)
     except NonFiniteLogits:

@@ -1,6 +1,7 @@
 """The numba sampler (fast/sampling_kernels.py) against its spec, sample_next (NumPy): the same ids for drawn logits
-(ties, -inf, float32 and float64, padding past `vocab`), temperatures, top-k, top-p and uniform numbers (the ones
-sample_next draws from its generator), and the same refusal of rows it cannot sample from."""
+(ties, -inf, float32 and float64, padding past `vocab`), temperatures, top-k, top-p, min-p, repetition penalties
+and uniform numbers (the ones sample_next draws from its generator), and the same refusal of rows it cannot sample
+from; and the spec against transformers' logits processors."""
 import math
 
 import numpy as np
@@ -22,10 +23,14 @@ class FixedUniforms:
         return self.uniforms.reshape(shape)
 
 
-def numba_ids(logits, vocab, temperature, top_k, top_p, uniforms):
+def numba_ids(logits, vocab, temperature, top_k, top_p, uniforms, min_p=None, penalty=None, seen=None):
+    """decode_sampled's call of the sampler: None settings as it passes them (no filter, no penalty)."""
     ids = np.full(logits.shape[0], -7, np.int64)
+    if seen is None:
+        seen = np.zeros((logits.shape[0], 0), bool)                     # (b, 0): no penalty reads it
     bad = sample_rows(logits, vocab, float(temperature), 0 if top_k is None else top_k,
-                      1.0 if top_p is None else float(top_p), uniforms, ids)
+                      1.0 if top_p is None else float(top_p), float(min_p or 0.0),
+                      1.0 if penalty is None else float(penalty), seen, uniforms, ids)
     return ids, bad
 
 
@@ -119,19 +124,29 @@ class GridUniforms:
         return ((np.arange(shape[0]) + 0.5) / shape[0]).reshape(shape)
 
 
-def transformers_kept(logits, temperature, top_k, top_p):
-    """The ids transformers' warpers (temperature, top-k, top-p, in generate's order) leave finite."""
+def transformers_scores(logits, temperature, top_k, top_p, min_p=None, penalty=None, seen_ids=()):
+    """logits (V,) float64 as transformers' generate processes them, in its order: the repetition penalty on the
+    ids seen_ids, then the warpers temperature, top-k, top-p, min-p."""
     torch = pytest.importorskip("torch", reason="torch is an optional reference")
     lp = pytest.importorskip("transformers.generation.logits_process",
                              reason="transformers is an optional reference")
     scores = torch.tensor(logits[None], dtype=torch.float64)
+    if penalty is not None:
+        scores = lp.RepetitionPenaltyLogitsProcessor(penalty)(torch.tensor([list(seen_ids)], dtype=torch.long), scores)
     if temperature != 1.0:
         scores = lp.TemperatureLogitsWarper(temperature)(None, scores)
     if top_k is not None:
         scores = lp.TopKLogitsWarper(top_k)(None, scores)
     if top_p is not None and top_p < 1:
         scores = lp.TopPLogitsWarper(top_p)(None, scores)
-    return set(torch.nonzero(torch.isfinite(scores[0])).flatten().tolist())
+    if min_p is not None:
+        scores = lp.MinPLogitsWarper(min_p)(None, scores)
+    return scores[0].numpy()
+
+
+def transformers_kept(logits, temperature, top_k, top_p, min_p=None):
+    """The ids transformers' warpers leave finite."""
+    return set(np.flatnonzero(np.isfinite(transformers_scores(logits, temperature, top_k, top_p, min_p))).tolist())
 
 
 @pytest.mark.parametrize("logits, top_p", [(np.log([0.5, 0.25, 0.25]), 0.75), (np.log([0.25, 0.25, 0.5]), 0.75),
@@ -164,3 +179,83 @@ def test_the_drawable_ids_are_those_transformers_warpers_keep(logits, temperatur
     probs = np.exp(logits / temperature - np.max(logits / temperature))
     probs = np.where(np.isin(np.arange(len(logits)), list(kept)), probs, 0)
     assert drawn == {i for i in kept if probs[i] / probs.sum() > 2 / n}
+
+
+# --- min_p and the repetition penalty ----------------------------------------------------------------------------
+
+@given(rows=st.lists(st.lists(logit, min_size=6, max_size=6), min_size=1, max_size=4),
+       vocab=st.integers(1, 6), dtype=st.sampled_from([np.float64, np.float32]),
+       temperature=st.sampled_from([0.0, 0.3, 1.0, 2.5]), top_k=st.one_of(st.none(), st.integers(1, 7)),
+       top_p=st.one_of(st.none(), st.sampled_from([0.25, 0.5, 0.9])),
+       min_p=st.one_of(st.none(), st.floats(0, 1), st.sampled_from([0.0, 0.1, 0.5, 1.0])),
+       penalty=st.one_of(st.none(), st.floats(0.05, 20), st.sampled_from([1.0, 1.3, 0.7])), data=st.data())
+def test_the_numba_sampler_draws_sample_nexts_ids_with_min_p_and_a_penalty(rows, vocab, dtype, temperature, top_k,
+                                                                           top_p, min_p, penalty, data):
+    logits = np.array(rows, dtype)                                      # (b, 6): columns past vocab are padding
+    for bi in range(len(rows)):
+        logits[bi, data.draw(st.integers(0, vocab - 1))] = data.draw(st.floats(-5, 5))  # a finite value a row
+    seen = np.array(data.draw(st.lists(st.lists(st.booleans(), min_size=vocab, max_size=vocab),
+                                       min_size=len(rows), max_size=len(rows))), bool).reshape(len(rows), vocab)
+    uniforms = np.array(data.draw(st.lists(st.floats(0, 1, exclude_max=True), min_size=len(rows),
+                                           max_size=len(rows))))
+    want = sample_next(logits[:, :vocab], FixedUniforms(uniforms), temperature, top_k, top_p, min_p, penalty, seen)
+    penalised = penalty is not None and penalty != 1
+    ids, bad = numba_ids(logits, vocab, temperature, top_k, top_p, uniforms, min_p, penalty,
+                         seen if penalised else None)
+    assert bad == -1
+    np.testing.assert_array_equal(ids, want)
+
+
+@pytest.mark.parametrize("penalty", [0.5, 1.3, 3.0])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_penalised_row_is_sampled_as_transformers_repetition_penalty_makes_it(penalty, temperature):
+    """Logits of both signs, half the ids seen: greedy takes transformers' argmax, and at temperature 1 the grid's
+    draws (n evenly spread uniform numbers) fall on each id as often as its probability there says, to 1/n: the
+    penalty divides a seen positive logit and multiplies a seen negative one, on both samplers."""
+    logits = np.array([2.0, -1.0, 1.5, -0.5, 0.8, -2.0, 0.1, 1.9])      # (8,) distinct, both signs
+    seen_ids = [0, 1, 4, 6]
+    seen = np.isin(np.arange(8), seen_ids)[None]                          # (1, 8)
+    theirs = transformers_scores(logits, 1.0, None, None, penalty=penalty, seen_ids=seen_ids)
+    n = 4000
+    rows = np.repeat(logits[None], n, axis=0)
+    drawn = sample_next(rows, GridUniforms(), temperature, repetition_penalty=penalty, seen=np.repeat(seen, n, 0))
+    ids, bad = numba_ids(rows, 8, temperature, None, None, GridUniforms().random((n, 1))[:, 0], None, penalty,
+                         np.repeat(seen, n, 0))
+    assert bad == -1
+    np.testing.assert_array_equal(ids, drawn)
+    if temperature == 0:
+        assert set(drawn.tolist()) == {int(np.argmax(theirs))}
+        assert (int(np.argmax(theirs)) != int(np.argmax(logits))) == (penalty > 1)   # the seen 2.0 falls below 1.9
+    else:
+        probs = np.exp(theirs - theirs.max()) / np.exp(theirs - theirs.max()).sum()
+        np.testing.assert_allclose(np.bincount(drawn, minlength=8) / n, probs, atol=1.0 / n + 1e-12)
+
+
+@given(logits=st.lists(st.sampled_from([-2.0, -1.0, 0.0, 0.0, 1.0, 2.5]), min_size=2, max_size=8),
+       temperature=st.sampled_from([0.5, 1.0, 1.5]), top_k=st.one_of(st.none(), st.integers(1, 4)),
+       top_p=st.one_of(st.none(), st.sampled_from([0.3, 0.8])), min_p=st.sampled_from([0.05, 0.2, 0.5, 1.0]))
+def test_the_drawable_ids_with_min_p_are_those_transformers_warpers_keep(logits, temperature, top_k, top_p, min_p):
+    """min_p after top-k and top-p, as transformers' MinPLogitsWarper comes after them: a token stays if its
+    probability is at least min_p times the likeliest's (min_p 1 keeps the likeliest and its ties)."""
+    logits = np.array(logits)
+    n = 2000
+    rows = np.repeat(logits[None], n, axis=0)
+    drawn = set(sample_next(rows, GridUniforms(), temperature, top_k, top_p, min_p).tolist())
+    ids, _ = numba_ids(rows, len(logits), temperature, top_k, top_p, GridUniforms().random((n, 1))[:, 0], min_p)
+    assert set(ids.tolist()) == drawn
+    kept = transformers_kept(logits, temperature, top_k, top_p, min_p)
+    probs = np.exp(logits / temperature - np.max(logits / temperature))
+    probs = np.where(np.isin(np.arange(len(logits)), list(kept)), probs, 0)
+    assert drawn == {i for i in kept if probs[i] / probs.sum() > 2 / n}
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"min_p": -0.1}, r"min_p must be None or in \[0, 1\]"), ({"min_p": 1.5}, "min_p must be"),
+    ({"min_p": True}, "min_p must be"), ({"repetition_penalty": 0.0}, "repetition_penalty must be None or a finite"),
+    ({"repetition_penalty": -1.2}, "repetition_penalty must be"), ({"repetition_penalty": math.inf}, "repetition_pen"),
+    ({"repetition_penalty": math.nan}, "repetition_penalty must be"), ({"repetition_penalty": True}, "repetition_p"),
+])
+def test_a_bad_min_p_or_repetition_penalty_is_named(kw, message):
+    from tinygrad_ssm.models.mamba2.sampling import check_sampling_args
+    with pytest.raises(ValueError, match=message):
+        check_sampling_args(1.0, None, None, **kw)

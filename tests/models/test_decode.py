@@ -49,6 +49,46 @@ def test_generate_uses_the_decoder_and_gives_the_reference_tokens(monkeypatch):
     assert calls["step"] == [] and len(calls["sampled"]) == 1 + 2 * len(settings)    # blocks of 32, then 7
 
 
+@pytest.mark.parametrize("kw", [{"temperature": 0, "repetition_penalty": 1.8},
+                                {"temperature": 0, "repetition_penalty": 0.6},
+                                {"temperature": 1.0, "min_p": 0.2},
+                                {"temperature": 0.9, "top_k": 8, "top_p": 0.9, "min_p": 0.05,
+                                 "repetition_penalty": 1.3}])
+@pytest.mark.parametrize("block", [3, 32])
+def test_min_p_and_the_repetition_penalty_give_the_reference_tokens_in_numba_blocks(monkeypatch, kw, block):
+    """The decoder's blocks mark each drawn token as seen, across blocks, as the per-token path (the engine's step
+    and sample_next) does: the same tokens for the same seed, each row penalising its own prompt and tokens."""
+    monkeypatch.setattr("tinygrad_ssm.models.mamba2.generation.TOKEN_BLOCK", block)
+    fast, slow = twin_models(seed=7, vocab_size=30)
+    prompt = np.random.default_rng(7).integers(0, 30, (3, 5))
+    np.testing.assert_array_equal(fast.generate(prompt, 40, seed=3, **kw), slow.generate(prompt, 40, seed=3, **kw))
+
+
+def test_a_greedy_repetition_penalty_is_applied_to_the_prompt_and_every_token_so_far():
+    """An independent reference of the rule: each step's logits from the engine's step, every id of the row's
+    prompt and of its tokens so far divided by the penalty where positive, multiplied where negative, then the
+    argmax; the decoder gives its tokens, which a strong penalty keeps from repeating the unpenalised ones."""
+    fast, slow = twin_models(seed=11, vocab_size=30)
+    prompt, penalty = np.array([[4, 9, 4, 17], [2, 2, 3, 5]]), 2.5
+    cache = slow.allocate_cache(2)
+    logits = slow(prompt, cache).data[:, -1]                            # (2, V) after the prompt
+    rows, want = [set(p.tolist()) for p in prompt], []
+    for _ in range(12):
+        scores = logits[:, :30].copy()                                   # (2, 30)
+        for r, seen in enumerate(rows):
+            ids = sorted(seen)
+            scores[r, ids] = np.where(scores[r, ids] < 0, scores[r, ids] * penalty, scores[r, ids] / penalty)
+        token = np.argmax(scores, axis=-1)                               # (2,)
+        want.append(token)
+        for r in range(2):
+            rows[r].add(int(token[r]))
+        logits = slow.step(token, cache).data
+    want = np.stack(want, axis=1)                                        # (2, 12)
+    got = fast.generate(prompt, 12, temperature=0, repetition_penalty=penalty)[:, 4:]
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got, fast.generate(prompt, 12, temperature=0)[:, 4:])
+
+
 @given(block=st.integers(1, 4), batch=st.integers(1, 9), new=st.integers(1, 9), seed=st.integers(0, 2**16))
 def test_greedy_generation_in_blocks_gives_the_reference_tokens(block, batch, new, seed):
     """decode_sampled's blocks (each fed the last token of the one before) give the engine step's greedy tokens."""

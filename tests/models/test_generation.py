@@ -27,7 +27,8 @@ def test_a_ragged_batch_gives_each_row_its_prompts_own_tokens(lengths, fused, pr
         model = models[0] if fused else models[1]
         rng = np.random.default_rng(seed)
         prompts = [rng.integers(0, 30, n).tolist() for n in lengths]
-        for kw in ({"temperature": 0}, {"temperature": 1.0, "top_k": 1, "seed": seed}):
+        for kw in ({"temperature": 0}, {"temperature": 1.0, "top_k": 1, "seed": seed},
+                   {"temperature": 0, "repetition_penalty": 1.7}):               # each row its own prompt's ids
             got = model.generate(prompts, 5, **kw)
             assert isinstance(got, list) and all(g.dtype == np.int64 and g.ndim == 1 for g in got)
             for g, want in zip(got, alone(model, prompts, 5, **kw)):
@@ -231,7 +232,9 @@ def test_a_bad_vocab_size_is_named(vocab_size):
 @pytest.mark.parametrize("kw, message", [({"temperature": True}, "temperature must be a number >= 0"),
                                          ({"temperature": False}, "temperature must be a number >= 0"),
                                          ({"top_p": True}, "top_p must be None or in"),
-                                         ({"top_k": True}, "top_k must be None or an int >= 1")])
+                                         ({"top_k": True}, "top_k must be None or an int >= 1"),
+                                         ({"min_p": True}, "min_p must be None or in"),
+                                         ({"repetition_penalty": True}, "repetition_penalty must be None or a")])
 def test_a_bool_sampling_setting_is_refused(kw, message):
     """True is an int in Python: temperature=True was read as 1.0 while top_k=True was refused."""
     model = twin_models(seed=0, vocab_size=40)[0]
@@ -241,8 +244,6 @@ def test_a_bool_sampling_setting_is_refused(kw, message):
 
 @pytest.mark.parametrize("kw, message", [
     ({"max_length": 9}, r"max_length=9 is not taken .*counts the prompt too.*pass max_new_tokens=7 \(the prompt has 2"),
-    ({"max_new_tokens": 3, "min_p": 0.05}, "min_p=0.05 .*is not implemented"),
-    ({"max_new_tokens": 3, "repetition_penalty": 1.3}, "repetition_penalty=1.3 is not implemented"),
     ({"max_new_tokens": 3, "do_sample": False}, "do_sample=False is not taken: temperature=0 is greedy"),
     ({"max_new_tokens": 3, "num_beams": 4}, r"num_beams=4 \(beam search\) is not implemented"),
     ({"max_new_tokens": 3, "output_scores": True}, "output_scores=True is not taken: no scores are returned"),
@@ -256,8 +257,9 @@ def test_a_bool_sampling_setting_is_refused(kw, message):
 @pytest.mark.parametrize("call", ["generate", "generate_stream"])
 def test_another_librarys_generate_argument_is_refused_by_name_with_the_fix(kw, message, call):
     """mamba_ssm's generate(input_ids, max_length, top_k, top_p, min_p, temperature, repetition_penalty, ...) and
-    transformers' settings: each one that would change the result is named, never dropped (Python's own 'unexpected
-    keyword argument' said nothing of what to pass instead), at the call, not at the first next()."""
+    transformers' settings that generate does not take: each one that would change the result is named, never
+    dropped (Python's own 'unexpected keyword argument' said nothing of what to pass instead), at the call, not at
+    the first next()."""
     model = twin_models(seed=0, vocab_size=40)[0]
     with pytest.raises(TypeError, match=message):
         getattr(model, call)(np.array([[1, 2]]), **kw)

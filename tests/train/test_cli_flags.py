@@ -142,7 +142,8 @@ class _FixedModel:
 
 
 def test_generate_escapes_control_bytes_on_the_terminal(monkeypatch, capsys):
-    monkeypatch.setattr("tinygrad_ssm.train.cli.load_model", lambda path, **kw: (_FixedModel(b"\x1b]0;pwn\x07ok\n\t."), ByteTokenizer()))
+    monkeypatch.setattr("tinygrad_ssm.train.cli.load_model",
+                        lambda path, **kw: (_FixedModel(b"\x1b]0;pwn\x07ok\n\t."), ByteTokenizer()))
     assert cli.main(["generate", "--checkpoint", "x", "--prompt", "p\x1b", "--max-new-tokens", "20"]) == 0
     assert capsys.readouterr().out == "p\\x1b\\x1b]0;pwn\\x07ok\n\t.\n"
 
@@ -152,6 +153,9 @@ def test_generate_escapes_control_bytes_on_the_terminal(monkeypatch, capsys):
     (["--temperature", "-1"], "--temperature must be a finite number >= 0"),
     (["--top-k", "0"], "--top-k must be >= 1 (leave it out for no limit), got 0"),
     (["--top-p", "0"], "--top-p must be in (0, 1]"),
+    (["--min-p", "1.5"], "--min-p must be in [0, 1] (leave it out for no filter), got 1.5"),
+    (["--repetition-penalty", "0"], "--repetition-penalty must be a finite number > 0 (1 = none;"),
+    (["--repetition-penalty", "inf"], "--repetition-penalty must be a finite number > 0"),
     (["--seed", "-1"], "--seed must be >= 0, got -1"),
     (["--max-new-tokens", "-1"], "--max-new-tokens must be >= 0, got -1"),
     (["--backend", "nope"], "--backend must be 'auto' or one of"),

@@ -1,6 +1,6 @@
 """generate reads a model folder's generation_config.json as transformers does: it stops at every id of its
-eos_token_id (a list, else config.json's, and the tokenizer's EOS), and takes its sampling settings when none of
---temperature, --top-k, --top-p is given."""
+eos_token_id (a list, else config.json's, and the tokenizer's EOS), and takes its sampling settings (temperature,
+top_k, top_p, min_p, repetition_penalty) when none of the sampling flags is given."""
 import json
 
 import numpy as np
@@ -16,6 +16,8 @@ from tinygrad_ssm.train.generation_config import (DEFAULT_TEMPERATURE, Generatio
                                                   sampling_settings, stop_ids)
 
 PROMPT = "line 7: the"
+CLI = {"temperature": DEFAULT_TEMPERATURE, "top_k": None, "top_p": None, "min_p": None, "repetition_penalty": None}
+NONE = dict.fromkeys(CLI)                                               # no sampling flag given
 
 
 @pytest.fixture
@@ -60,18 +62,20 @@ def test_the_stop_ids_come_from_generation_config_else_config_json(folder):
     ({"eos_token_id": 3}, {}),
     ({"do_sample": True}, {"temperature": 1.0, "top_k": 50, "top_p": None}),        # transformers' defaults
     ({"do_sample": True, "top_p": 0.9}, {"temperature": 1.0, "top_k": 50, "top_p": 0.9}),
+    ({"min_p": 0.1, "repetition_penalty": 1.0}, {"min_p": 0.1, "repetition_penalty": None}),
+    ({"min_p": 0, "repetition_penalty": 1.3}, {"min_p": None, "repetition_penalty": 1.3}),
+    # greedy: transformers drops its warpers (min_p) and keeps its processors (the repetition penalty)
+    ({"do_sample": False, "min_p": 0.1, "repetition_penalty": 1.3}, {"temperature": 0.0, "repetition_penalty": 1.3}),
 ])
 def test_the_sampling_settings_stated_apply_when_no_flag_is_given(folder, stated, sampling):
     path, _ = folder
     _write(path / "generation_config.json", stated)
     defaults = read_generation_defaults(path, 320)
     assert defaults.sampling == sampling
-    none = {"temperature": None, "top_k": None, "top_p": None}
-    assert sampling_settings(none, defaults) == {"temperature": DEFAULT_TEMPERATURE, "top_k": None, "top_p": None,
-                                                 **sampling}
+    assert sampling_settings(NONE, defaults) == {**CLI, **sampling}
     # one flag given: the CLI's defaults for the others, not the file's
-    assert sampling_settings({**none, "top_k": 3}, defaults) == {"temperature": DEFAULT_TEMPERATURE, "top_k": 3,
-                                                                 "top_p": None}
+    assert sampling_settings({**NONE, "top_k": 3}, defaults) == {**CLI, "top_k": 3}
+    assert sampling_settings({**NONE, "repetition_penalty": 1.1}, defaults) == {**CLI, "repetition_penalty": 1.1}
 
 
 @pytest.mark.parametrize("stated, message", [
@@ -94,20 +98,20 @@ def test_a_bad_generation_config_is_named_with_its_key(folder, stated, message, 
     ({"top_k": 2.5}, "top_k must be an int >= 0"),
     ({"top_p": 0}, r"top_p must be in \(0, 1\]"),
     ({"do_sample": "no"}, "do_sample must be true or false, got 'no'; fix it, or give --temperature"),
+    ({"min_p": 1.5}, r"min_p must be in \[0, 1\] \(0: no filter\), got 1.5; fix it, or give --min-p"),
+    ({"repetition_penalty": 0}, "repetition_penalty must be a finite number > 0 .*give --repetition-penalty"),
 ])
 def test_a_bad_sampling_value_is_named_where_the_file_applies_and_a_flag_sets_it_aside(folder, stated, message,
                                                                                        capsys):
     path, _ = folder
     _write(path / "generation_config.json", stated)
     defaults = read_generation_defaults(path, 320)
-    none = {"temperature": None, "top_k": None, "top_p": None}
     with pytest.raises(ValueError, match=message):
-        sampling_settings(none, defaults)
+        sampling_settings(NONE, defaults)
     assert cli.main(["generate", "--model", str(path), "--prompt", "x", "--max-new-tokens", "2"]) == cli.EXIT_USAGE
     assert "generation_config.json" in capsys.readouterr().err
     # as the message says: a flag gives the CLI's settings, and the file's bad value is not in the way
-    assert sampling_settings({**none, "temperature": 0.0}, defaults) == {"temperature": 0.0, "top_k": None,
-                                                                         "top_p": None}
+    assert sampling_settings({**NONE, "temperature": 0.0}, defaults) == {**CLI, "temperature": 0.0}
     assert cli.main(["generate", "--model", str(path), "--prompt", "x", "--max-new-tokens", "2",
                      "--temperature", "0"]) == cli.EXIT_OK
 
@@ -162,22 +166,23 @@ def test_the_cli_stops_where_transformers_generate_stops(folder, capsys):
 
 def test_defaults_of_a_folder_without_files_are_the_clis(tmp_path):
     assert read_generation_defaults(tmp_path, 10) == GenerationDefaults()
-    assert sampling_settings({"temperature": None, "top_k": None, "top_p": None}, None)["temperature"] == 0.8
+    assert sampling_settings(NONE, None) == CLI and CLI["temperature"] == 0.8
 
 
-@pytest.mark.parametrize("stated, named", [({"do_sample": True, "repetition_penalty": 1.3}, "repetition_penalty 1.3"),
-                                           ({"min_p": 0.05, "num_beams": 4}, "min_p 0.05, num_beams 4")])
+@pytest.mark.parametrize("stated, named", [({"do_sample": True, "typical_p": 0.9}, "typical_p 0.9"),
+                                           ({"no_repeat_ngram_size": 3, "num_beams": 4},
+                                            "no_repeat_ngram_size 3, num_beams 4")])
 def test_a_setting_generate_lacks_is_refused_where_the_files_settings_apply(folder, stated, named, capsys):
-    """transformers applies repetition_penalty, min_p, beams...; sampling without them would silently give another
+    """transformers applies typical_p, beams, n-gram bans...; sampling without them would silently give another
     distribution than the folder states. Named where the file's settings would apply; a sampling flag (the CLI's
     settings, not the file's) generates as usual."""
     path, _ = folder
     _write(path / "generation_config.json", stated)
     defaults = read_generation_defaults(path, 320)
-    none = {"temperature": None, "top_k": None, "top_p": None}
-    with pytest.raises(ValueError, match=f"states {named}, which generate does not implement; give --temperature"):
-        sampling_settings(none, defaults)
-    assert sampling_settings({**none, "temperature": 0.5}, defaults)["temperature"] == 0.5
+    with pytest.raises(ValueError, match=f"states {named}, which generate does not implement; give a sampling flag "
+                                         f"\\(--temperature, --top-k, --top-p, --min-p, --repetition-penalty\\)"):
+        sampling_settings(NONE, defaults)
+    assert sampling_settings({**NONE, "temperature": 0.5}, defaults)["temperature"] == 0.5
     assert cli.main(["generate", "--model", str(path), "--prompt", "x"]) == cli.EXIT_USAGE
     captured = capsys.readouterr()
     assert named in captured.err and captured.out == ""
@@ -190,7 +195,7 @@ def test_the_neutral_values_of_those_settings_change_nothing(folder):
                                              "bad_words_ids": None, "suppress_tokens": [], "do_sample": False})
     defaults = read_generation_defaults(path, 320)
     assert defaults.unsupported == ()
-    assert sampling_settings({"temperature": None, "top_k": None, "top_p": None}, defaults)["temperature"] == 0.0
+    assert sampling_settings(NONE, defaults) == {**CLI, "temperature": 0.0}
 
 
 def test_do_sample_alone_takes_transformers_defaults():
@@ -200,3 +205,41 @@ def test_do_sample_alone_takes_transformers_defaults():
     theirs = transformers.GenerationConfig._get_default_generation_params()
     assert TRANSFORMERS_SAMPLING == {"temperature": theirs["temperature"], "top_k": theirs["top_k"],
                                      "top_p": None if theirs["top_p"] == 1.0 else theirs["top_p"]}
+
+
+@pytest.mark.parametrize("penalty", [0.5, 1.5])
+def test_a_repetition_penalty_of_the_folder_generates_what_transformers_generates(folder, capsys, penalty):
+    """generation_config.json's greedy decoding with a repetition_penalty (transformers applies it without sampling
+    too): transformers' generate and ours give the same ids, which differ from plain greedy (below 1 the prompt's
+    and the text's ids are favoured, above 1 a repeat is avoided), and the CLI without flags prints their text."""
+    torch = pytest.importorskip("torch", reason="torch is an optional reference")
+    transformers = pytest.importorskip("transformers", reason="transformers is an optional reference")
+    path, model = folder
+    tok = FileTokenizer(path / "tokenizer.json")
+    ids = tok.encode(PROMPT)
+    _write(path / "generation_config.json", {"do_sample": False, "repetition_penalty": penalty, "eos_token_id": 0})
+    theirs = transformers.Mamba2ForCausalLM.from_pretrained(str(path)).eval()
+    with torch.no_grad():
+        out = theirs.generate(torch.tensor(ids[None]), max_new_tokens=24)[0, len(ids):].tolist()
+    ours = model.generate(ids[None], 24, temperature=0, repetition_penalty=penalty, vocab_size=320, eos_token_id=0)
+    np.testing.assert_array_equal(ours[0, len(ids):], out)
+    plain = model.generate(ids[None], 24, temperature=0, vocab_size=320, eos_token_id=0)[0, len(ids):]
+    assert not np.array_equal(plain, out)
+    shown = out[:12]                                                    # the CLI's 12 tokens, up to an EOS
+    shown = shown[:shown.index(0)] if 0 in shown else shown
+    assert _generate(path, capsys) == escape_controls(PROMPT + tok.decode(shown)) + "\n"
+
+
+def test_the_min_p_and_repetition_penalty_flags_reach_generate(folder, capsys):
+    """--min-p 1 keeps the likeliest token alone, so sampling at the CLI's temperature prints greedy's text;
+    --repetition-penalty prints the text of generate's ids with that penalty (and another than without it)."""
+    path, model = folder
+    greedy = _generate(path, capsys, "--temperature", "0")
+    assert _generate(path, capsys, "--seed", "1") != greedy
+    assert _generate(path, capsys, "--seed", "1", "--min-p", "1") == greedy
+    tok = FileTokenizer(path / "tokenizer.json")
+    ids = tok.encode(PROMPT)
+    new = model.generate(ids[None], 12, temperature=0, repetition_penalty=0.5, vocab_size=320)[0, len(ids):].tolist()
+    new = new[:new.index(0)] if 0 in new else new                       # config.json's eos_token_id 0
+    penalised = _generate(path, capsys, "--temperature", "0", "--repetition-penalty", "0.5")
+    assert penalised == escape_controls(PROMPT + tok.decode(new)) + "\n" != greedy

@@ -1,8 +1,9 @@
-"""Sampling the next token inside numba: temperature, top-k and top-p over the first `vocab` logits of each row,
-one uniform number per row. The twin of models/mamba2/sampling.py's `sample_next` (NumPy, the spec), step by
-step in its order: the sums run one token after the other as np.cumsum's do, so no fastmath here (reassociated
-sums would give other bits). The exp is libm's, NumPy's may differ from it in the last bit; the ids differ only
-if a uniform number lands within that rounding of a boundary (tests/fast/test_sampling_kernels.py).
+"""Sampling the next token inside numba: a repetition penalty, temperature, top-k, top-p and min-p over the first
+`vocab` logits of each row, one uniform number per row. The twin of models/mamba2/sampling.py's `sample_next`
+(NumPy, the spec), step by step in its order: the sums run one token after the other as np.cumsum's do, so no
+fastmath here (reassociated sums would give other bits). The exp is libm's, NumPy's may differ from it in the
+last bit; the ids differ only if a uniform number lands within that rounding of a boundary
+(tests/fast/test_sampling_kernels.py).
 """
 from __future__ import annotations
 
@@ -15,9 +16,23 @@ _SAMPLE_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 
 @njit(**_SAMPLE_JIT)
-def sample_row(row, vocab, temperature, top_k, top_p, u, w):
+def sample_row(row, vocab, temperature, top_k, top_p, min_p, penalty, seen, u, w):
     """The id drawn from row[:vocab] (logits of any float dtype) with the uniform number u in [0, 1); -1 when the
-    row holds NaN or +inf or no finite value. top_k 0 and top_p 1.0 mean no filter; w (vocab,) float64 scratch."""
+    row holds NaN or +inf or no finite value. top_k 0, top_p 1.0, min_p 0.0 and penalty 1.0 mean no filter;
+    seen (vocab,) bool: the ids the penalty applies to (read only when penalty != 1); w (vocab,) float64 scratch."""
+    if penalty == 1.0:
+        return _sample_scores(row, vocab, temperature, top_k, top_p, min_p, u, w)
+    for v in range(vocab):                                              # sample_next's np.where(seen, ...)
+        x = np.float64(row[v])
+        w[v] = (x * penalty if x < 0 else x / penalty) if seen[v] else x
+    return _sample_scores(w, vocab, temperature, top_k, top_p, min_p, u, w)   # in place: each w[v] read first
+
+
+@njit(**_SAMPLE_JIT)
+def _sample_scores(row, vocab, temperature, top_k, top_p, min_p, u, w):
+    """sample_row after the penalty (row may be w itself). The penalty is a pass of its own: tested inside the
+    loops below, it made a row of 50k float32 logits take 2.5x as long at temperature 1 and up to 14x greedy
+    (~1 ms against ~55 us), with no penalty at all."""
     best, arg, finite = -math.inf, 0, False
     for v in range(vocab):
         x = row[v]
@@ -44,6 +59,10 @@ def sample_row(row, vocab, temperature, top_k, top_p, u, w):
         total += w[v]
     if top_p < 1.0:
         _nucleus(w, top_p * total)
+    if min_p > 0.0:                                                     # the largest weight is exp(0) = 1
+        for v in range(vocab):
+            if not w[v] >= min_p:
+                w[v] = 0.0
     last = 0                                                            # the last token that can be drawn
     cdf = 0.0
     for v in range(vocab):
@@ -114,12 +133,12 @@ def _nucleus(w, limit):
 
 
 @njit(**_SAMPLE_JIT)
-def sample_rows(logits, vocab, temperature, top_k, top_p, uniforms, ids):
-    """ids (b,) = each row's sample_row with uniforms (b,); returns -1, or the first row that cannot be sampled
-    (ids then partly written)."""
+def sample_rows(logits, vocab, temperature, top_k, top_p, min_p, penalty, seen, uniforms, ids):
+    """ids (b,) = each row's sample_row with uniforms (b,) and seen (b, vocab) (or (b, 0) when penalty is 1);
+    returns -1, or the first row that cannot be sampled (ids then partly written)."""
     w = np.empty(vocab, np.float64)
     for bi in range(logits.shape[0]):
-        v = sample_row(logits[bi], vocab, temperature, top_k, top_p, uniforms[bi], w)
+        v = sample_row(logits[bi], vocab, temperature, top_k, top_p, min_p, penalty, seen[bi], uniforms[bi], w)
         if v < 0:
             return bi
         ids[bi] = v

@@ -116,12 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--max-new-tokens", type=int, default=300, help="tokens to generate [%(default)s]")
     ge.add_argument("--temperature", type=float, default=None,
                     help=f"divide the logits by this; 0 means greedy [{DEFAULT_TEMPERATURE}; with none of "
-                         f"--temperature/--top-k/--top-p given, the model folder's generation_config.json's "
-                         f"do_sample, temperature, top_k and top_p where it states them]")
+                         f"--temperature/--top-k/--top-p/--min-p/--repetition-penalty given, the model folder's "
+                         f"generation_config.json's do_sample, temperature, top_k, top_p, min_p and "
+                         f"repetition_penalty where it states them]")
     ge.add_argument("--top-k", type=int, default=None, help="sample only among the k likeliest tokens [off, or "
                                                             "as for --temperature]")
     ge.add_argument("--top-p", type=float, default=None, help="sample only within the smallest set of tokens with "
                                                               "probability >= p [off, or as for --temperature]")
+    ge.add_argument("--min-p", type=float, default=None, help="sample only among the tokens at least p times as "
+                                                              "likely as the likeliest [off, or as for --temperature]")
+    ge.add_argument("--repetition-penalty", type=float, default=None,
+                    help="make each token the text already holds (prompt included) less likely: its logit divided "
+                         "by this when positive, multiplied when negative (transformers'; 1.2 is common) [off, or as "
+                         "for --temperature]")
     ge.add_argument("--seed", type=int, default=0, help="sampling seed [%(default)s]")
     ge.add_argument("--ignore-eos", action="store_true", help="go on past the end-of-text tokens (the tokenizer's "
                                                               "and generation_config.json's or config.json's "
@@ -202,6 +209,11 @@ def generate_flag_problems(args) -> list[str]:
         bad.append(f"--top-k must be >= 1 (leave it out for no limit), got {args.top_k}")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         bad.append(f"--top-p must be in (0, 1] (leave it out for no limit), got {args.top_p}")
+    if args.min_p is not None and not 0 <= args.min_p <= 1:
+        bad.append(f"--min-p must be in [0, 1] (leave it out for no filter), got {args.min_p}")
+    if args.repetition_penalty is not None and not 0 < args.repetition_penalty < math.inf:
+        bad.append(f"--repetition-penalty must be a finite number > 0 (1 = none; > 1 makes repeats less likely), "
+                   f"got {args.repetition_penalty}")
     if args.seed < 0:
         bad.append(f"--seed must be >= 0, got {args.seed}")
     bad += _backend_problems(args)

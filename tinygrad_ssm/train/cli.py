@@ -160,7 +160,8 @@ def _generate(args) -> int:
 
 def _sampling(args, model, tokenizer) -> dict:
     defaults = getattr(model, "generation_defaults", None)             # load_model's (generation_config.py)
-    given = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    given = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+             "repetition_penalty": args.repetition_penalty}
     return {**sampling_settings(given, defaults), "seed": args.seed, "stop_at_eos": not args.ignore_eos,
             "eos_token_ids": stop_ids(tokenizer, defaults)}
 

@@ -4,12 +4,13 @@ the sampling settings of generation_config.json.
 - Stop ids: generation_config.json's eos_token_id (an int or a list: transformers stops at any of them), else
   config.json's; `generate` stops at these and at the tokenizer's own EOS token.
 - Sampling: the settings generation_config.json states (do_sample false: greedy; do_sample true: transformers'
-  temperature 1.0 and top_k 50 where the file states none; temperature, top_k, top_p) apply when none of
-  --temperature, --top-k, --top-p is given; any one of them given, the CLI's own defaults
-  (temperature DEFAULT_TEMPERATURE, no top-k, no top-p) fill in the others, as for a folder without the file.
+  temperature 1.0 and top_k 50 where the file states none; temperature, top_k, top_p, min_p, and
+  repetition_penalty, which transformers applies to greedy decoding too) apply when none of the sampling flags
+  (SAMPLING_FLAGS) is given; any one of them given, the CLI's own defaults (temperature DEFAULT_TEMPERATURE, no
+  filter, no penalty) fill in the others, as for a folder without the file.
   Where the file's settings would apply, a setting transformers applies and generate does not (UNSUPPORTED:
-  repetition_penalty, min_p, num_beams, ...) is refused by name rather than silently left out, and so is a bad
-  sampling value (a flag sets the file's sampling aside, its bad values with it).
+  typical_p, num_beams, no_repeat_ngram_size, ...) is refused by name rather than silently left out, and so is a
+  bad sampling value (a flag sets the file's sampling aside, its bad values with it).
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from pathlib import Path
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 DEFAULT_TEMPERATURE = 0.8  # generate's --temperature when neither the flags nor generation_config.json set one
-SAMPLING_FLAGS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p"}
+SAMPLING_FLAGS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+                  "min_p": "--min-p", "repetition_penalty": "--repetition-penalty"}
 # transformers' defaults where do_sample is true and the file states no other value (GenerationConfig's
 # _get_default_generation_params: temperature 1.0, top_k 50, top_p 1.0, i.e. no nucleus)
 TRANSFORMERS_SAMPLING = {"temperature": 1.0, "top_k": 50, "top_p": None}
@@ -29,10 +31,9 @@ TRANSFORMERS_SAMPLING = {"temperature": 1.0, "top_k": 50, "top_p": None}
 
 # generation_config.json settings that transformers applies and generate does not implement, with the values
 # that change nothing (transformers' defaults): a file stating another value is not silently sampled without it
-UNSUPPORTED = {"repetition_penalty": 1.0, "min_p": 0.0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
-               "no_repeat_ngram_size": 0, "num_beams": 1, "num_return_sequences": 1, "bad_words_ids": None,
-               "suppress_tokens": None, "begin_suppress_tokens": None, "sequence_bias": None,
-               "forced_eos_token_id": None, "min_new_tokens": 0}
+UNSUPPORTED = {"typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "no_repeat_ngram_size": 0, "num_beams": 1,
+               "num_return_sequences": 1, "bad_words_ids": None, "suppress_tokens": None,
+               "begin_suppress_tokens": None, "sequence_bias": None, "forced_eos_token_id": None, "min_new_tokens": 0}
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,9 @@ def _eos_ids(value, where: str, vocab_size: int) -> tuple[int, ...]:
 
 
 def _sampling(config: dict, where: str) -> dict:
-    """generate's keyword arguments for the sampling keys `config` states (transformers' meanings: top_k 0 and
-    top_p 1.0 filter nothing; do_sample false is greedy whatever the others say)."""
+    """generate's keyword arguments for the sampling keys `config` states (transformers' meanings: top_k 0, top_p
+    1.0 and min_p 0 filter nothing, repetition_penalty 1.0 penalises nothing; do_sample false is greedy whatever
+    the warpers' settings say, with the repetition penalty still applied)."""
     def number(key, ok, want):
         value = config[key]
         if not isinstance(value, numbers.Real) or isinstance(value, bool) or not ok(value):
@@ -86,8 +88,14 @@ def _sampling(config: dict, where: str) -> dict:
     if "top_p" in config and config["top_p"] is not None:
         p = number("top_p", lambda v: 0 < v <= 1, "in (0, 1] (1.0: no limit)")
         out["top_p"] = None if p == 1 else float(p)
-    if config.get("do_sample") is False:
-        out = {"temperature": 0.0}
+    if "min_p" in config and config["min_p"] is not None:
+        m = number("min_p", lambda v: 0 <= v <= 1, "in [0, 1] (0: no filter)")
+        out["min_p"] = float(m) or None
+    if "repetition_penalty" in config and config["repetition_penalty"] is not None:
+        r = number("repetition_penalty", lambda v: 0 < v < math.inf, "a finite number > 0 (1.0: none)")
+        out["repetition_penalty"] = None if r == 1 else float(r)
+    if config.get("do_sample") is False:                 # transformers' processors still apply, its warpers not
+        out = {"temperature": 0.0, **{k: v for k, v in out.items() if k == "repetition_penalty"}}
     elif config.get("do_sample") is True:  # what the file leaves out, transformers' generate takes as these
         out = {**TRANSFORMERS_SAMPLING, **out}
     return out
@@ -124,15 +132,18 @@ def stop_ids(tokenizer, defaults: GenerationDefaults | None) -> tuple[int, ...]:
 
 
 def sampling_settings(given: dict, defaults: GenerationDefaults | None) -> dict:
-    """temperature, top_k, top_p for generate: `given` (the flags, None where left out) when any is given, the
-    CLI's defaults filling in; else the folder's generation_config.json settings over the CLI's defaults."""
-    base = {"temperature": DEFAULT_TEMPERATURE, "top_k": None, "top_p": None}
+    """temperature, top_k, top_p, min_p, repetition_penalty for generate: `given` (the flags, None where left out)
+    when any is given, the CLI's defaults filling in; else the folder's generation_config.json settings over the
+    CLI's defaults."""
+    base = {"temperature": DEFAULT_TEMPERATURE, "top_k": None, "top_p": None, "min_p": None,
+            "repetition_penalty": None}
     if any(v is not None for v in given.values()):
         return {k: given.get(k) if given.get(k) is not None else v for k, v in base.items()}
     if defaults is not None and defaults.sampling_problem:
         raise ValueError(defaults.sampling_problem)
     if defaults is not None and defaults.unsupported:  # the file's settings would apply without these
         raise ValueError(f"{GENERATION_CONFIG_FILE} of the model folder states {', '.join(defaults.unsupported)}, "
-                         f"which generate does not implement; give --temperature, --top-k or --top-p to sample with "
-                         f"the CLI's settings instead of the file's, or remove the key from the file")
+                         f"which generate does not implement; give a sampling flag "
+                         f"({', '.join(SAMPLING_FLAGS.values())}) to sample with the CLI's settings instead of the "
+                         f"file's, or remove the key from the file")
     return {**base, **(defaults.sampling if defaults is not None else {})}

@@ -1,7 +1,8 @@
 """Bugs in the model and the application (tinygrad_ssm/models/mamba2/, tokenizer.py, io/, train/, and the numba
 decoding and sampling kernels they run): each should fail a test of tests/models, tests/fast, tests/io,
 tests/train or the tokenizer's tests. Last full run: 54 of 54 caught, 19 min 24 s on the shared 2-core machine (when
-the harness still deleted the numba caches around every bug in a file that names numba)."""
+the harness still deleted the numba caches around every bug in a file that names numba); the nine of min_p and the
+repetition penalty (55-63) were caught when they were added, with bug 11 again (2026-12-06)."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
@@ -42,8 +43,8 @@ BUGS = [
         ("tests/models/test_generation.py", "-k", "eos"), "a finished row goes on yielding new tokens instead of holding its EOS"),
     Bug(M + "generation.py", "        row = row[:int(np.argmax(ended)) + 1]", "        row = row[:int(np.argmax(ended))]",
         ("tests/models/test_generation.py", "-k", "eos or ragged"), "a ragged batch's row is cut before its EOS, not after it"),
-    Bug(M + "generation.py", "                uniforms = np.zeros((n, len(token))) if temperature == 0 else rng.random((n, len(token)))",
-        "                uniforms = np.zeros((n, len(token))) if temperature == 0 else rng.random((len(token), n)).T",
+    Bug(M + "generation.py", "                uniforms = np.zeros((n, len(token))) if sampling.temperature == 0 else rng.random((n, len(token)))",
+        "                uniforms = np.zeros((n, len(token))) if sampling.temperature == 0 else rng.random((len(token), n)).T",
         ("tests/models/test_decode.py", "-k", "generate_uses or blocks"),
         "the fused path draws its uniform numbers step-major: another order than sample_next's"),
     Bug(M + "generation.py", "    step = max(1, PREFILL_WINDOW // ids.shape[0])\n    for start in range(0, ids.shape[1], step):\n        x = model.embedding(ids[:, start:start + step])",
@@ -174,4 +175,30 @@ BUGS = [
     Bug("tinygrad_ssm/train/data.py", "    return np.linspace(0, data_len - seq_len - 1, n_windows).astype(np.int64)",
         "    return np.linspace(0, data_len - seq_len - 2, n_windows).astype(np.int64)",
         ("tests/train/test_data.py", "-k", "eval_batches"), "the validation windows stop one token short of the stream's end"),
+    # --- min_p and the repetition penalty ------------------------------------------------------------------
+    Bug(M + "sampling.py", "penalised = np.where(logits < 0, logits * repetition_penalty, logits / repetition_penalty)",
+        "penalised = np.where(logits > 0, logits * repetition_penalty, logits / repetition_penalty)",
+        ("tests/fast/test_sampling_kernels.py", "-k", "penal"), "the penalty multiplies positive logits (the sign test inverted)"),
+    Bug(M + "sampling.py", "        weights = np.where(weights >= min_p, weights, 0.0)",
+        "        weights = np.where(weights > min_p, weights, 0.0)",
+        ("tests/fast/test_sampling_kernels.py", "-k", "min_p"), "min_p drops a token exactly min_p times as likely as the likeliest"),
+    Bug("tinygrad_ssm/fast/sampling_kernels.py", "w[v] = (x * penalty if x < 0 else x / penalty) if seen[v] else x",
+        "w[v] = x / penalty if seen[v] else x", ("tests/fast/test_sampling_kernels.py", "-k", "penal"),
+        "the numba penalty divides a negative logit too (making a seen token likelier)"),
+    Bug("tinygrad_ssm/fast/sampling_kernels.py", "    if min_p > 0.0:                                                     # the largest",
+        "    if min_p > 0.5:                                                     # the largest",
+        ("tests/fast/test_sampling_kernels.py", "-k", "min_p"), "the numba sampler ignores a min_p of 0.5 or less"),
+    Bug(M + "generation.py", "            row[prompt[prompt < vocab]] = True", "            pass",
+        ("tests/models/test_decode.py", "-k", "penalty"), "the penalty ignores the prompt's ids"),
+    Bug(M + "generation.py", "                if penalised:\n                    seen[rows, token] = True",
+        "                if False:\n                    seen[rows, token] = True",
+        ("tests/models/test_decode.py", "-k", "penalty"), "the per-token path forgets the tokens it drew"),
+    Bug("tinygrad_ssm/models/mamba2/decode_step.py", "                seen[bi, ids[bi]] = True", "                pass",
+        ("tests/models/test_decode.py", "-k", "penalty"), "the numba blocks forget the tokens they drew"),
+    Bug("tinygrad_ssm/train/generation_config.py",
+        "        out = {\"temperature\": 0.0, **{k: v for k, v in out.items() if k == \"repetition_penalty\"}}",
+        "        out = {\"temperature\": 0.0}", ("tests/train/test_generation_config.py",),
+        "generation_config.json's do_sample false drops its repetition_penalty (transformers keeps it)"),
+    Bug("tinygrad_ssm/train/cli.py", "\"min_p\": args.min_p,", "\"min_p\": None,",
+        ("tests/train/test_generation_config.py", "-k", "flags"), "--min-p is parsed and not used"),
 ]

@@ -204,8 +204,10 @@ class _Session:
             self.step_count += 1  # step under the same number would find every chunk claimed and do nothing)
         return self.logits.copy()
 
-    def sampled(self, ids: np.ndarray, vocab: int, temperature, top_k, top_p, uniforms: np.ndarray):
-        """Up to n steps from ids (b,), uniforms (n, b): (tokens (m, b) int64, m <= n, steps run: m or m + 1)."""
+    def sampled(self, ids: np.ndarray, vocab: int, temperature, top_k, top_p, min_p, penalty, seen: np.ndarray,
+                uniforms: np.ndarray):
+        """Up to n steps from ids (b,), uniforms (n, b), seen (b, vocab or 0) bool marked in place: (tokens (m, b)
+        int64, m <= n, steps run: m or m + 1)."""
         self.ids[:] = ids
         self._start_helper()
         n = uniforms.shape[0]
@@ -214,6 +216,7 @@ class _Session:
         try:
             m = self.call(_sampled, (self.control, self.step_count, self.args, int(vocab), float(temperature),
                                      0 if top_k is None else int(top_k), 1.0 if top_p is None else float(top_p),
+                                     float(min_p or 0.0), 1.0 if penalty is None else float(penalty), seen,
                                      uniforms, tokens))
         finally:  # interrupted: as many step numbers as could have been used (see step)
             steps = n if m is None else min(m + 1, n)
@@ -281,9 +284,11 @@ def _session(model, cache, b: int) -> _Session:
 
 
 def decode_sampled(model, ids: np.ndarray, cache, vocab: int, temperature: float, top_k, top_p,
-                   uniforms: np.ndarray):
+                   uniforms: np.ndarray, min_p=None, repetition_penalty=None, seen: np.ndarray | None = None):
     """Generation inside one numba call: feed ids (b,), then each step's token (sample_next's choice over the
     first `vocab` logits, by its numba twin; temperature 0 is greedy), for up to n = len(uniforms) steps;
+    with a repetition_penalty other than None or 1, seen (b, vocab) bool marks the ids each row has seen (its
+    prompt's, its tokens') and gets each drawn token marked;
     step i's row bi draws with uniforms (n, b)[i, bi], the numbers sample_next would take from its generator
     (rng.random((b, 1)) a step: draw them as rng.random((n, b))). Every layer's cache advances in place.
     Returns (tokens (m, b) int64, logits): m = n and logits None, or m < n when step m + 1's logits (b, padded
@@ -292,7 +297,15 @@ def decode_sampled(model, ids: np.ndarray, cache, vocab: int, temperature: float
     session = _session(model, cache, ids.shape[0])
     n = uniforms.shape[0]
     uniforms = np.ascontiguousarray(uniforms, np.float64)              # (n, b)
-    tokens, steps = session.sampled(ids, vocab, temperature, top_k, top_p, uniforms)
+    if repetition_penalty is None or repetition_penalty == 1:
+        seen = np.zeros((ids.shape[0], 0), np.bool_)                    # (b, 0): never read
+    elif seen is None or seen.shape != (ids.shape[0], vocab) or seen.dtype != np.bool_ \
+            or not seen.flags.c_contiguous or not seen.flags.writeable:
+        raise ValueError(f"decode_sampled: seen must be a writable C-contiguous bool array of shape "
+                         f"{(ids.shape[0], vocab)} (b, vocab) with a repetition_penalty, got "
+                         f"{None if seen is None else (seen.shape, seen.dtype)}")
+    tokens, steps = session.sampled(ids, vocab, temperature, top_k, top_p, min_p, repetition_penalty, seen,
+                                    uniforms)
     for t in session._cache_tensors(cache):
         t._bump()                                                       # written in place
     cache.seqlen_offset += steps

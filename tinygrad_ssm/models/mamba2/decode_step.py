@@ -167,18 +167,22 @@ def _lead(control, step, args):
 
 
 @njit(**_JIT)
-def _sampled(control, first_step, args, vocab, temperature, top_k, top_p, uniforms, tokens):
+def _sampled(control, first_step, args, vocab, temperature, top_k, top_p, min_p, penalty, seen, uniforms, tokens):
     """Generation without leaving numba: from the ids in args, steps first_step, first_step + 1, ... each
     feeding its token (tokens[i] (b,), sample_next's choice made by its numba twin, fast/sampling_kernels.py:
-    row bi draws with uniforms[i, bi]; temperature 0 is greedy; top_k 0 / top_p 1.0: no filter) to the next.
+    row bi draws with uniforms[i, bi]; temperature 0 is greedy; top_k 0 / top_p 1.0 / min_p 0.0: no filter;
+    penalty 1.0: none, else each token is marked in seen (b, vocab) as it is drawn) to the next.
     Returns the tokens written: all of tokens' rows, or fewer when a step's logits hold a non-finite value
     (that step ran; its logits are left for the error)."""
     ids, logits = args[1], args[9][6]
     for i in range(tokens.shape[0]):
         _lead(control, first_step + i, args)
-        if sample_rows(logits, vocab, temperature, top_k, top_p, uniforms[i], ids) >= 0:
+        if sample_rows(logits, vocab, temperature, top_k, top_p, min_p, penalty, seen, uniforms[i], ids) >= 0:
             return i
         tokens[i] = ids
+        if penalty != 1.0:
+            for bi in range(ids.shape[0]):
+                seen[bi, ids[bi]] = True
     return tokens.shape[0]
 
 

@@ -13,6 +13,7 @@ sample_next: fused=False, or a model whose `step` was replaced) for the same see
 from __future__ import annotations
 
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,8 +48,6 @@ TOKEN_BLOCK = 32  # tokens per numba call (decode_sampled): a streamed reader se
 # "unexpected keyword argument" said neither that the setting would do nothing here nor what to pass instead.
 _NOT_IMPLEMENTED = "is not implemented here; leave it out"
 FOREIGN_ARGUMENTS = {
-    "min_p": ((0.0,), f"(min-p filtering) {_NOT_IMPLEMENTED}, or use top_p / top_k"),
-    "repetition_penalty": ((1.0,), f"{_NOT_IMPLEMENTED} (1.0 = none is accepted)"),
     "no_repeat_ngram_size": ((0,), _NOT_IMPLEMENTED),
     "num_beams": ((1,), f"(beam search) {_NOT_IMPLEMENTED}"),
     "num_return_sequences": ((1,), "is not taken: repeat the prompt in the batch, e.g. [prompt] * n"),
@@ -93,7 +92,8 @@ def _same_setting(value, neutral) -> bool:
 
 def generate_stream(model, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0,
                     top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                    eos_token_id=None, vocab_size: int | None = None, **foreign):
+                    eos_token_id=None, vocab_size: int | None = None, *, min_p: float | None = None,
+                    repetition_penalty: float | None = None, **foreign):
     """Mamba2LMHeadModel.generate_stream: yields the next token ids (b,) int64 one step at a time.
 
     input_ids: (b, l) or (l,) ints, or a list of 1-D int sequences of any lengths (a ragged batch: each row
@@ -105,16 +105,18 @@ def generate_stream(model, input_ids, max_new_tokens: int | None = None, tempera
     after the step where every row is finished, or after max_new_tokens steps. vocab_size: sample only ids
     below it; by default config.vocab_size, which leaves out the padding rows of a mamba_ssm config
     (pad_vocab_size_multiple) but not those of a transformers one (it states the padded count: 50,288 rows for
-    GPT-NeoX's 50,280 tokens), so pass the tokenizer's size there. Arguments are checked at the call, not at
-    the first next(). mamba_ssm's and transformers' other arguments (max_length, min_p, repetition_penalty, ...) are
-    refused by name, with what to pass instead, unless given their neutral value (FOREIGN_ARGUMENTS)."""
+    GPT-NeoX's 50,280 tokens), so pass the tokenizer's size there. min_p and repetition_penalty as transformers
+    and mamba_ssm take them (sample_next): the penalty applies to the ids of each row's own prompt and of its
+    tokens so far. Arguments are checked at the call, not at the first next(). mamba_ssm's and transformers'
+    other arguments (max_length, num_beams, ...) are refused by name, with what to pass instead, unless given
+    their neutral value (FOREIGN_ARGUMENTS)."""
     prompts, _ = check_prompts(model, input_ids)
     check_foreign_arguments(foreign, prompts)
     if max_new_tokens is None:  # a default (transformers' 20 tokens) would hide a forgotten argument
         raise TypeError("generate: max_new_tokens (the number of tokens to generate after the prompt) is required")
     if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    check_sampling_args(temperature, top_k, top_p)
+    check_sampling_args(temperature, top_k, top_p, min_p, repetition_penalty)
     if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0):
         raise ValueError(f"generate: seed must be None or an int >= 0, got {seed!r}")
     eos = eos_ids(eos_token_id, model.config.padded_vocab_size)
@@ -124,8 +126,9 @@ def generate_stream(model, input_ids, max_new_tokens: int | None = None, tempera
         if not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, bool) or vocab_size < 1:
             raise ValueError(f"generate: vocab_size must be None or an int >= 1, got {vocab_size!r}")
         vocab = min(vocab, int(vocab_size))
-    return _stream(model, prompts, int(max_new_tokens), temperature, top_k, top_p, np.random.default_rng(seed),
-                   eos, vocab)
+    sampling = Sampling(temperature, top_k, top_p, min_p or None,
+                        None if repetition_penalty == 1 else repetition_penalty)
+    return _stream(model, prompts, int(max_new_tokens), sampling, np.random.default_rng(seed), eos, vocab)
 
 
 def eos_ids(eos_token_id, V: int) -> np.ndarray | None:
@@ -144,14 +147,15 @@ def eos_ids(eos_token_id, V: int) -> np.ndarray | None:
 
 def generate(model, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None, seed: int | None = None, eos_token_id=None,
-             vocab_size: int | None = None, **foreign):
+             vocab_size: int | None = None, *, min_p: float | None = None, repetition_penalty: float | None = None,
+             **foreign):
     """Mamba2LMHeadModel.generate: the prompts followed by their new tokens. An array (b, l) or (l,) gives
     (b, l + steps) int64 (steps = max_new_tokens, fewer when every row met an id of eos_token_id, an int or a
     sequence of ints; a finished row holds the one it produced to the end); a list of prompts gives a list of
     1-D int64 arrays, each cut after its first EOS (kept)."""
     prompts, ragged = check_prompts(model, input_ids)
     new = list(generate_stream(model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id,
-                               vocab_size, **foreign))
+                               vocab_size, min_p=min_p, repetition_penalty=repetition_penalty, **foreign))
     new = np.stack(new) if new else np.zeros((0, len(prompts) if ragged else prompts.shape[0]), np.int64)
     if not ragged:                                                       # (steps, b)
         return np.concatenate([prompts.astype(np.int64), new.T], axis=1)
@@ -224,9 +228,30 @@ def prefill_ragged(model, prompts: list):
     return cache, np.concatenate(logits)                                 # (b, V)
 
 
-def _stream(model, prompts, max_new_tokens: int, temperature, top_k, top_p, rng, eos, vocab: int):
+class Sampling(NamedTuple):
+    """generate's sampling settings, checked; min_p and repetition_penalty None when they change nothing."""
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    min_p: float | None
+    repetition_penalty: float | None
+
+
+def seen_ids(prompts, vocab: int, penalised: bool) -> np.ndarray:
+    """(b, vocab) bool: the ids of each row's own prompt (those below vocab), which a repetition penalty makes
+    less likely; (b, 0) when there is no penalty (nothing is read)."""
+    seen = np.zeros((len(prompts), vocab if penalised else 0), np.bool_)
+    if penalised:
+        for row, prompt in zip(seen, prompts):
+            row[prompt[prompt < vocab]] = True
+    return seen
+
+
+def _stream(model, prompts, max_new_tokens: int, sampling: Sampling, rng, eos, vocab: int):
     if max_new_tokens == 0:
         return
+    penalised = sampling.repetition_penalty is not None
+    seen = seen_ids(prompts, vocab, penalised)                           # (b, vocab) or (b, 0)
     # no_grad only around the work: a generator must not leave grad mode off while it is suspended
     with no_grad():
         cache, logits = prefill_ragged(model, prompts) if isinstance(prompts, list) else prefill(model, prompts)
@@ -244,26 +269,33 @@ def _stream(model, prompts, max_new_tokens: int, temperature, top_k, top_p, rng,
 
     # inside numba for blocks of tokens, unless `step` was replaced on the model (a test's probe, a wrapper)
     in_numba = model.fused and "step" not in model.__dict__
-    token = _sample(logits[:, :vocab], rng, temperature, top_k, top_p, 0, max_new_tokens)
+    rows = np.arange(len(seen))
+    token = _sample(logits[:, :vocab], rng, sampling, seen, 0, max_new_tokens)
     try:
+        if penalised:
+            seen[rows, token] = True
         yield emit(token)
         i = 1
         while i < max_new_tokens and not finished.all():
             if in_numba:
                 n = min(TOKEN_BLOCK, max_new_tokens - i)
                 # sample_next's draws for n steps, in its order; greedy draws none
-                uniforms = np.zeros((n, len(token))) if temperature == 0 else rng.random((n, len(token)))
-                tokens, bad = decode_sampled(model, token, cache, vocab, temperature, top_k, top_p, uniforms)
+                uniforms = np.zeros((n, len(token))) if sampling.temperature == 0 else rng.random((n, len(token)))
+                tokens, bad = decode_sampled(model, token, cache, vocab, sampling.temperature, sampling.top_k,
+                                             sampling.top_p, uniforms, sampling.min_p, sampling.repetition_penalty,
+                                             seen)                       # marks its tokens in seen
                 for token in tokens:                                     # (b,) each
                     yield emit(token)
                     i += 1
                     if finished.all():
                         return
                 if bad is not None:                                      # raises, naming step i + 1
-                    _sample(bad[:, :vocab], rng, temperature, top_k, top_p, i, max_new_tokens)
+                    _sample(bad[:, :vocab], rng, sampling, seen, i, max_new_tokens)
             else:
                 logits = model.step(token, cache).data
-                token = _sample(logits[:, :vocab], rng, temperature, top_k, top_p, i, max_new_tokens)
+                token = _sample(logits[:, :vocab], rng, sampling, seen, i, max_new_tokens)
+                if penalised:
+                    seen[rows, token] = True
                 yield emit(token)
                 i += 1
     finally:
@@ -271,10 +303,10 @@ def _stream(model, prompts, max_new_tokens: int, temperature, top_k, top_p, rng,
             release_decoder(cache)                                       # its helper thread stops now
 
 
-def _sample(logits, rng, temperature, top_k, top_p, i: int, max_new_tokens: int) -> np.ndarray:
+def _sample(logits, rng, sampling: Sampling, seen, i: int, max_new_tokens: int) -> np.ndarray:
     """Token i + 1 (b,) from logits (b, vocab); non-finite logits stop generation, naming that step."""
     try:
-        return sample_next(logits, rng, temperature, top_k, top_p)
+        return sample_next(logits, rng, *sampling, seen=seen)
     except NonFiniteLogits as e:
         where = "after the prompt" if i == 0 else f"after {i} generated tokens"
         raise NonFiniteLogits(f"generate: step {i + 1} (token {i + 1} of {max_new_tokens}, {where}): {e}; "

@@ -342,24 +342,28 @@ class Mamba2LMHeadModel:
 
     def generate_stream(self, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0,
                         top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                        eos_token_id=None, vocab_size: int | None = None, **foreign):
+                        eos_token_id=None, vocab_size: int | None = None, *, min_p: float | None = None,
+                        repetition_penalty: float | None = None, **foreign):
         """Yield the next token ids (b,) one step at a time. input_ids: (b, l), (l,), or a list of prompts of
         any lengths; sampling only considers the real vocabulary (not the padding rows; vocab_size: only ids
         below it, e.g. the tokenizer's size); eos_token_id (an int, or a sequence of ints: any of them) ends a row
         (see generation.generate_stream). The defaults sample (temperature 1, unseeded): temperature=0 is the
-        greedy decoding that mamba_ssm's (top_k=1) and transformers' generate do by default. mamba_ssm's and
-        transformers' other arguments (max_length, min_p, repetition_penalty, ...) are refused by name."""
+        greedy decoding that mamba_ssm's (top_k=1) and transformers' generate do by default. min_p and
+        repetition_penalty as in transformers (sampling.sample_next); mamba_ssm's and transformers' other
+        arguments (max_length, num_beams, ...) are refused by name."""
         return generation.generate_stream(self, input_ids, max_new_tokens, temperature, top_k, top_p, seed,
-                                          eos_token_id, vocab_size, **foreign)
+                                          eos_token_id, vocab_size, min_p=min_p,
+                                          repetition_penalty=repetition_penalty, **foreign)
 
     def generate(self, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, seed: int | None = None, eos_token_id=None,
-                 vocab_size: int | None = None, **foreign):
+                 vocab_size: int | None = None, *, min_p: float | None = None,
+                 repetition_penalty: float | None = None, **foreign):
         """The prompts followed by their sampled ids: (b, l + max_new_tokens) int64 for an array, a list of 1-D
         int64 arrays for a list of prompts, cut after the first id of eos_token_id (an int or a sequence of ints;
         see generation.generate). Sampling settings and other libraries' arguments as in generate_stream."""
         return generation.generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id,
-                                   vocab_size, **foreign)
+                                   vocab_size, min_p=min_p, repetition_penalty=repetition_penalty, **foreign)
 
     # --- weight-only quantization (quantize.py) -----------------------------------------------------------
     def quantize(self, weights: str, block: int | None = None) -> Mamba2LMHeadModel:

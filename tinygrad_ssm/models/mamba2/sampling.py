@@ -1,6 +1,8 @@
-"""Choosing the next token from logits: greedy, temperature, top-k and top-p (nucleus) sampling, in NumPy."""
+"""Choosing the next token from logits: a repetition penalty, then greedy, or temperature, top-k, top-p (nucleus)
+and min-p sampling, in NumPy: transformers' logits processors in their order."""
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -10,7 +12,7 @@ class NonFiniteLogits(FloatingPointError):
     """The model produced NaN or +inf logits (or a row with no finite logit): there is nothing to sample from."""
 
 
-def check_sampling_args(temperature, top_k, top_p):
+def check_sampling_args(temperature, top_k, top_p, min_p=None, repetition_penalty=None):
     if not isinstance(temperature, numbers.Real) or isinstance(temperature, bool) or not temperature >= 0:
         raise ValueError(f"generate: temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
     if top_k is not None and (not isinstance(top_k, numbers.Integral) or isinstance(top_k, bool) or top_k < 1):
@@ -21,15 +23,32 @@ def check_sampling_args(temperature, top_k, top_p):
         hint = (" (None is no filter, mamba_ssm's top_p=0.0; temperature=0 takes the most likely token, "
                 "transformers' top_p=0)" if top_p == 0 else "")
         raise ValueError(f"generate: top_p must be None or in (0, 1], got {top_p!r}{hint}")
+    if min_p is not None and (not isinstance(min_p, numbers.Real) or isinstance(min_p, bool) or not 0 <= min_p <= 1):
+        raise ValueError(f"generate: min_p must be None or in [0, 1] (0 = no filter), got {min_p!r}")
+    if repetition_penalty is not None and (not isinstance(repetition_penalty, numbers.Real)
+                                           or isinstance(repetition_penalty, bool)
+                                           or not 0 < repetition_penalty < math.inf):
+        raise ValueError(f"generate: repetition_penalty must be None or a finite number > 0 (1 = none, > 1 makes "
+                         f"repeats less likely), got {repetition_penalty!r}")
 
 
 def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float = 1.0,
-                top_k: int | None = None, top_p: float | None = None) -> np.ndarray:
-    """logits (b, V) -> token ids (b,) int64. temperature 0 is greedy (argmax). top_k keeps the k most likely
-    tokens; top_p keeps the smallest set of most likely tokens whose probability reaches top_p (the most
-    likely token always stays; among tokens of equal probability the higher id is kept first, as transformers'
-    TopPLogitsWarper's stable ascending sort does). Sampling draws one uniform number per row from `rng`
-    (rng.random((b, 1))); fast/sampling_kernels.py is the numba twin, given those numbers."""
+                top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
+                repetition_penalty: float | None = None, seen: np.ndarray | None = None) -> np.ndarray:
+    """logits (b, V) -> token ids (b,) int64. repetition_penalty (None or 1: none) first, on the ids seen
+    (b, V) bool marks (each row's prompt and generated ids): a positive logit divided by it, a negative one
+    multiplied (transformers' RepetitionPenaltyLogitsProcessor, mamba_ssm's too), for greedy decoding as well.
+    temperature 0 is greedy (argmax). top_k keeps the k most likely tokens; top_p keeps the smallest set of most
+    likely tokens whose probability reaches top_p (the most likely token always stays; among tokens of equal
+    probability the higher id is kept first, as transformers' TopPLogitsWarper's stable ascending sort does);
+    then min_p keeps the tokens at least min_p times as likely as the most likely one (transformers'
+    MinPLogitsWarper; mamba_ssm's compares with the first token's logit instead). Sampling draws one uniform
+    number per row from `rng` (rng.random((b, 1))); fast/sampling_kernels.py is the numba twin, given those
+    numbers."""
+    if repetition_penalty is not None and repetition_penalty != 1:      # float64, as the twin computes it
+        logits = np.asarray(logits, dtype=np.float64)                   # (b, V)
+        penalised = np.where(logits < 0, logits * repetition_penalty, logits / repetition_penalty)
+        logits = np.where(seen, penalised, logits)                      # NaN and +inf stay what they were
     if temperature == 0:
         ids = np.argmax(logits, axis=-1)                                # (b,) a NaN counts as the largest
         if np.isfinite(np.max(logits, axis=-1)).all():               # max is NaN with a NaN, +inf with a +inf
@@ -66,6 +85,8 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
         keep = np.zeros_like(keep_sorted)
         np.put_along_axis(keep, order, keep_sorted, axis=-1)
         weights = np.where(keep, weights, 0.0)
+    if min_p:                                                           # the largest weight is exp(0) = 1
+        weights = np.where(weights >= min_p, weights, 0.0)
     cdf = np.cumsum(weights, axis=-1)                                   # (b, V)
     u = rng.random((weights.shape[0], 1)) * cdf[:, -1:]                 # (b, 1)
     ids = (cdf <= u).sum(axis=-1)                                       # the first index whose cdf passes u
