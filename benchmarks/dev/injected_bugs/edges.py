@@ -1,9 +1,10 @@
 """Bugs in the modules no other list covers: the engine's argument checks and tensor making (autograd/args.py,
 creation.py, protocols.py), generation_config.json (train/generation_config.py), the run's optimizers and MPI command
-line (train/optimizers.py, mpi_cli.py), fine-tuning's starting point (train/starting_point.py), the generate CLI's helpers (train/generate.py), io/file_checks.py, which tokenizer.json
-find_tokenizer takes (a checkpoint's own copy, its run folder's), and ssd()'s backend dispatch and argument checks
-(scan/__init__.py, cuda_availability.py). engine.py, app.py, text.py, dist.py and kernels.py hold these files'
-other bugs; none is repeated here. Last full run: 55 of 55 caught, 7 min 56 s on the shared 2-core machine."""
+line (train/optimizers.py, mpi_cli.py), fine-tuning's starting point (train/starting_point.py), the generate CLI's
+helpers (train/generate.py), io/file_checks.py, which tokenizer.json find_tokenizer takes (a checkpoint's own copy,
+its run folder's), and ssd()'s backend dispatch and argument checks (scan/__init__.py, cuda_availability.py).
+engine.py, app.py, text.py, dist.py and kernels.py hold these files' other bugs; none is repeated here. Last full
+run: 55 of 55 caught, 7 min 56 s on the shared 2-core machine."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
