@@ -91,6 +91,32 @@ def test_find_tokenizer_reads_the_folder_and_checks_the_vocabulary(bpe_tokenizer
 
 
 
+def test_a_checkpoints_own_tokenizer_comes_before_its_run_folders(bpe_tokenizer, tmp_path):
+    """Each checkpoint of a run holds the tokenizer.json it was trained with; the run folder's is read only for a
+    checkpoint without one, and the folder two up is never read for a folder that is not a run's checkpoint."""
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoints" / "step-000002"
+    checkpoint.mkdir(parents=True)
+    for folder in (run, checkpoint):
+        (folder / "tokenizer.json").write_bytes(bpe_tokenizer.read_bytes())
+    assert find_tokenizer(checkpoint, 320).name == str(checkpoint / "tokenizer.json")
+    (checkpoint / "tokenizer.json").unlink()
+    assert find_tokenizer(checkpoint, 320).name == str(run / "tokenizer.json")
+    elsewhere = run / "models" / "m"                                  # run/tokenizer.json is two folders up
+    elsewhere.mkdir(parents=True)
+    with pytest.raises(TokenizerError, match="holds no tokenizer.json"):
+        find_tokenizer(elsewhere, 320)
+
+
+def test_find_tokenizer_takes_the_eos_id_the_model_folder_states(bpe_tokenizer, tmp_path):
+    """A transformers config.json's eos_token_id (load_tokenizer_for passes it) over the tokenizer's own EOS name,
+    for the folder's tokenizer.json and for --tokenizer's alike."""
+    (tmp_path / "tokenizer.json").write_bytes(bpe_tokenizer.read_bytes())
+    assert find_tokenizer(tmp_path, 320).eos_token_id == 0                      # <|endoftext|>, found by name
+    assert find_tokenizer(tmp_path, 320, eos_token_id=5).eos_token_id == 5
+    assert find_tokenizer(tmp_path / "elsewhere", 320, override=str(bpe_tokenizer), eos_token_id=5).eos_token_id == 5
+
+
 def test_a_tokenizer_far_smaller_than_the_models_vocabulary_is_refused(bpe_tokenizer, tmp_path):
     """Padding adds at most PADDING_ROWS rows past a tokenizer's ids: more rows than that mean the tokenizer is
     not the model's (--tokenizer bytes on a BPE model), and most of the model's ids would have no text."""

@@ -269,6 +269,8 @@ def test_every_op_names_the_argument_of_a_wrong_type(name, bad):
 
 @pytest.mark.parametrize("expression, fragments", [
     (lambda: F.reshape(t(2, 3), None), ("shape", "NoneType")),
+    (lambda: F.reshape(t(2, 3), (True, 6)), ("shape", "(True, 6)")),          # a bool is no size
+    (lambda: F.permute(t(2, 3), (True, False)), ("axes", "(True, False)")),
     (lambda: F.permute(t(2, 3), "ab"), ("axes", "str")),
     (lambda: F.expand(t(1, 3), None), ("shape",)),
     (lambda: F.pad(t(2, 3), None), ("pad",)),
@@ -285,7 +287,8 @@ def test_every_op_names_the_argument_of_a_wrong_type(name, bad):
     (lambda: F.cross_entropy(t(2, 3), np.array([0, 1]), ignore_index=None), ("ignore_index",)),
     (lambda: F.cat(t(2, 3)), ("tensors", "list or tuple")),
     (lambda: F.stack(None), ("tensors",)),
-], ids=["reshape", "permute", "expand", "pad", "pad value", "split", "clip", "softplus", "rms_norm", "tril",
+], ids=["reshape", "reshape of bools", "permute of bools", "permute", "expand", "pad", "pad value", "split", "clip",
+        "softplus", "rms_norm", "tril",
         "cast None", "cast complex", "cast unknown", "einsum", "cross_entropy", "cat of a tensor", "stack"])
 def test_non_tensor_arguments_of_a_wrong_type(expression, fragments):
     with pytest.raises(TypeError) as error:

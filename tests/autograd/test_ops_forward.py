@@ -109,6 +109,15 @@ def test_einsum_float32_and_an_implicit_output():
         x[i[0], j] * y[j, i[1]] for j in range(2))))
 
 
+def test_einsum_ellipses_of_different_lengths_broadcast_from_the_right():
+    """NumPy's rule: an operand whose ellipsis covers fewer axes lines them up with the last of the other's
+    (the operands' hypothesis shapes share one ellipsis, so the property tests never meet this)."""
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((5, 2, 3, 4)), rng.standard_normal((2, 4, 6))      # ... is (5, 2) and (2,)
+    assert_close(F.einsum("...ij,...jk->...ik", Tensor(a), Tensor(b)), einsum_ref("...ij,...jk->...ik", a, b))
+    assert_close(F.einsum("...jk,...ij", Tensor(b), Tensor(a)), einsum_ref("...jk,...ij", b, a))
+
+
 def tolerances(dtype):
     return (RTOL, ATOL) if dtype == np.float64 else (F32_RTOL, F32_TINY)
 

@@ -172,6 +172,8 @@ def test_bad_chunk_size_and_backend():
     inputs = make_inputs(np.random.default_rng(8))
     with pytest.raises(ValueError, match="chunk_size"):
         ssd(**inputs, chunk_size=0)
+    with pytest.raises(ValueError, match="chunk_size must be a positive int, got True"):
+        ssd(**inputs, chunk_size=True)
     with pytest.raises(ValueError, match="unknown backend 'cuda-please'"):
         ssd(**inputs, backend="cuda-please")
 
@@ -232,6 +234,14 @@ def test_registry_auto_takes_the_available_backend_of_highest_priority():
             resolve_backend("never-here")
         with pytest.raises(ValueError, match="exists already"):
             register_backend(Backend("never-here", priority=0, available=lambda: True, ops=lambda *a: None))
+        with pytest.raises(ValueError, match="'auto' exists already"):              # the name that means "choose"
+            register_backend(Backend("auto", priority=0, available=lambda: True, ops=lambda *a: None))
+        assert "auto" not in BACKENDS
+        with pytest.raises(ValueError, match="give either ops, or forward and backward"):
+            Backend("half", priority=0, available=lambda: True, forward=lambda *a: None)   # no backward
+        with pytest.raises(ValueError, match="give either ops, or forward and backward"):
+            Backend("both", priority=0, available=lambda: True, ops=lambda *a: None, forward=lambda *a: None,
+                    backward=lambda *a: None)
     finally:
         del BACKENDS["never-here"]
 

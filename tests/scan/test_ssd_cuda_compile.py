@@ -92,6 +92,14 @@ def a_gpu_found(monkeypatch):
     numba_cuda.why_unavailable.cache_clear()
 
 
+def test_under_the_simulator_the_backend_is_unavailable_even_with_a_gpu(a_gpu_found, monkeypatch):
+    """The simulator runs the kernels as Python, thousands of times slower: "auto" must never take it."""
+    from tinygrad_ssm.scan import available_backends
+    monkeypatch.setattr(cuda_availability, "simulated", lambda: True)
+    assert "CUDA simulator" in numba_cuda.why_unavailable() and not numba_cuda.available()
+    assert "cuda" not in available_backends()
+
+
 def test_with_a_gpu_a_target_that_cannot_compile_keeps_auto_off_the_backend(a_gpu_found, monkeypatch):
     from tinygrad_ssm.scan import available_backends, resolve_backend, ssd
     from tests.support.scan_inputs import make_inputs

@@ -52,6 +52,8 @@ def test_the_stop_ids_come_from_generation_config_else_config_json(folder):
     assert stop_ids(tok, defaults) == (0, 5, 7)                                   # the tokenizer's EOS first
     _write(path / "generation_config.json", {"eos_token_id": 9})
     assert read_generation_defaults(path, 320).eos_token_ids == (9,)
+    _write(path / "generation_config.json", {"eos_token_id": None})                # null: config.json's again
+    assert read_generation_defaults(path, 320).eos_token_ids == (0,)
 
 
 @pytest.mark.parametrize("stated, sampling", [
@@ -59,6 +61,7 @@ def test_the_stop_ids_come_from_generation_config_else_config_json(folder):
     ({"do_sample": True, "temperature": 0.6, "top_k": 0, "top_p": 1.0}, {"temperature": 0.6, "top_k": None,
                                                                          "top_p": None}),
     ({"top_k": 7, "top_p": 0.9}, {"top_k": 7, "top_p": 0.9}),
+    ({"temperature": 0}, {"temperature": 0.0}),                                     # greedy, as stated
     ({"eos_token_id": 3}, {}),
     ({"do_sample": True}, {"temperature": 1.0, "top_k": 50, "top_p": None}),        # transformers' defaults
     ({"do_sample": True, "top_p": 0.9}, {"temperature": 1.0, "top_k": 50, "top_p": 0.9}),
@@ -81,6 +84,7 @@ def test_the_sampling_settings_stated_apply_when_no_flag_is_given(folder, stated
 @pytest.mark.parametrize("stated, message", [
     ({"eos_token_id": [1, 400]}, r"generation_config.json': eos_token_id must be an id or a list of ids in \[0, 320\)"),
     ({"eos_token_id": []}, "eos_token_id must be an id or a list of ids"),
+    ({"eos_token_id": 320}, r"eos_token_id must be an id or a list of ids in \[0, 320\)"),   # one past the last row
     ([1, 2], "must hold a JSON object"),
 ])
 def test_a_bad_generation_config_is_named_with_its_key(folder, stated, message, capsys):

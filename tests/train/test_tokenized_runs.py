@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.support.checkpoints import LAYOUTS, write_checkpoint
+from tests.support.tokenizers import corpus_texts, train_byte_fallback
 from tests.support.training import TINY, quiet
 from tinygrad_ssm import VarMap
 from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
@@ -157,7 +158,9 @@ def test_fine_tuning_starts_from_the_checkpoint_and_resumes_like_any_run(bpe_run
     tok = FileTokenizer(start / "tokenizer.json")
     assert seen[0] == _first_batch_loss(before, cfg, corpus, tok)  # step 1's loss: the checkpoint's own weights
     state = json.loads((whole.checkpoint / "trainer_state.json").read_text())
-    assert state["train_config"]["init_from"] == str(start) and state["train_config"]["d_model"] == TINY["d_model"]
+    assert state["train_config"]["init_from"] == str(start)
+    assert {k: state["train_config"][k] for k in ("d_model", "n_layer", "d_state", "headdim")} == \
+        {k: TINY[k] for k in ("d_model", "n_layer", "d_state", "headdim")}
     assert (whole.checkpoint / "tokenizer.json").is_file()
 
     split = tmp_path / "split"
@@ -171,8 +174,9 @@ def test_fine_tuning_starts_from_the_checkpoint_and_resumes_like_any_run(bpe_run
 
 def test_init_from_refuses_model_flags_and_a_tokenizer_that_does_not_fit(bpe_run, corpus, tmp_path, capsys):
     base = ["train", "--init-from", str(bpe_run), "--data", str(corpus), "--out", str(tmp_path / "x"), "--steps", "1"]
-    assert cli.main([*base, "--d-model", "64"]) == cli.EXIT_USAGE
-    assert "takes the model's shape from the checkpoint; leave out --d-model" in capsys.readouterr().err
+    for flag in ("--d-model", "--n-layer", "--d-state", "--headdim"):             # each is the checkpoint's
+        assert cli.main([*base, flag, "8"]) == cli.EXIT_USAGE
+        assert f"takes the model's shape from the checkpoint; leave out {flag}" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
     assert cli.main(["generate", "--model", str(bpe_run), "--tokenizer", "bytes"]) == cli.EXIT_OK  # 256 <= 320
     capsys.readouterr()
@@ -251,6 +255,21 @@ def test_ignore_eos_writes_each_eos_as_its_token_between_documents(bpe_tokenizer
     stub = _Stub([*first, 0, *second])
     assert "".join(stream_text(stub, "x", 20, tok)) == "ab cd"                       # stops at the EOS
     assert "".join(stream_text(stub, "x", 20, tok, stop_at_eos=False)) == "ab cd<|endoftext|>ef"
+
+
+def test_ignore_eos_ends_each_document_whole_and_starts_the_next_afresh(corpus, tmp_path):
+    """A Llama-style tokenizer: the byte run held back before an EOS ("é", not in the vocabulary) is written before
+    it, and the text after it decodes as a new document (its first word without the space a context would give)."""
+    tok = FileTokenizer(train_byte_fallback(corpus_texts(corpus), tmp_path / "llama") / "tokenizer.json")
+
+    def plain(text):                                                       # as a model generates them: no BOS
+        return list(tok._tok.encode(text, add_special_tokens=False).ids)
+
+    first, second = plain("the fox é"), plain("lazy dog")
+    assert tok.decode(second) == "lazy dog" and tok.decode([*first, *second]).endswith("é lazy dog")
+    stub = _Stub([*first, tok.eos_token_id, *second])
+    # after the prompt "x" the first word has its space; after the EOS the next document's first word has none
+    assert "".join(stream_text(stub, "x", 40, tok, stop_at_eos=False)) == " the fox é</s>lazy dog"
 
 
 def test_batch_file_gives_each_prompt_its_own_text(bpe_run, tmp_path, capsys):

@@ -1,0 +1,35 @@
+"""Making tensors (tinygrad_ssm/autograd/creation.py): the dtypes they come in, and random ones drawn from the
+generator given."""
+import numpy as np
+import pytest
+
+import tinygrad_ssm as tg
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.float64, np.float32, np.bool_])
+def test_zeros_like_and_ones_like_keep_the_tensors_dtype(dtype):
+    t = tg.Tensor(np.ones((2, 3), dtype))
+    for make, value in ((tg.zeros_like, 0), (tg.ones_like, 1)):
+        out = make(t)
+        assert out.dtype == dtype and out.shape == (2, 3) and (out.data == value).all()
+        assert make(t, dtype=np.float64).dtype == np.float64                     # a dtype given wins
+
+
+def test_arange_is_float32_from_python_floats_and_keeps_a_numpy_scalars_dtype():
+    """torch.arange(0, 1, 0.25) is float32 (NumPy's would be float64); a NumPy float64 bound states its dtype, as
+    tensor(np.float64(x)) keeps float64."""
+    assert tg.arange(0, 1, 0.25).dtype == np.float32
+    assert tg.arange(np.float64(0), 1, 0.25).dtype == np.float64
+    assert tg.arange(0, np.float64(1), 0.25).dtype == np.float64
+    assert tg.arange(0, 1, 0.25, dtype=np.float64).dtype == np.float64
+    assert tg.arange(4).dtype == np.int64
+    np.testing.assert_array_equal(tg.arange(np.float64(0), 1, 0.25).data, [0, 0.25, 0.5, 0.75])
+
+
+@pytest.mark.parametrize("make, draw", [(tg.randn, "standard_normal"), (tg.rand, "random")])
+def test_random_tensors_are_drawn_from_the_generator_given(make, draw):
+    out = make(3, 4, rng=np.random.default_rng(5))
+    expected = getattr(np.random.default_rng(5), draw)((3, 4)).astype(np.float32)
+    assert out.dtype == np.float32 and np.array_equal(out.data, expected)
+    assert np.array_equal(make((3, 4), dtype=np.float64, rng=np.random.default_rng(5)).data,
+                          getattr(np.random.default_rng(5), draw)((3, 4)))

@@ -1,0 +1,42 @@
+"""A run's optimizers (tinygrad_ssm/train/optimizers.py): AdamW with the run's settings, weight decay on the
+matrices only, and their state through a checkpoint's flat dict."""
+import numpy as np
+
+from tinygrad_ssm import VarMap
+from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
+from tinygrad_ssm.train.config import TrainConfig
+from tinygrad_ssm.train.optimizers import build_optimizers, flat_optimizer_state, load_flat_optimizer_state
+
+
+def _model():
+    config = Mamba2Config(d_model=32, n_layer=1, vocab_size=256, d_state=16, headdim=16, chunk_size=16)
+    return Mamba2LMHeadModel(config, VarMap(seed=0))
+
+
+def test_matrices_are_decayed_and_vectors_not_with_the_runs_settings():
+    model = _model()
+    cfg = TrainConfig(lr=3e-3, beta1=0.8, beta2=0.97, weight_decay=0.25)
+    optimizers = build_optimizers(model, cfg)
+    named = dict(model.varmap.named_vars())
+    decay, no_decay = optimizers["decay"], optimizers["no_decay"]
+    assert {n for n, _ in decay.params} == {n for n, p in named.items() if p.ndim >= 2}
+    assert {n for n, _ in no_decay.params} == {n for n, p in named.items() if p.ndim < 2}
+    assert {"A_log", "D", "dt_bias"} <= {n.rsplit(".", 1)[-1] for n, _ in no_decay.params}   # mamba_ssm's no-decay
+    assert decay.weight_decay == 0.25 and no_decay.weight_decay == 0.0
+    for opt in optimizers.values():
+        assert (opt.lr, opt.beta1, opt.beta2) == (3e-3, 0.8, 0.97)
+
+
+def test_the_flat_state_restores_both_groups():
+    model = _model()
+    optimizers = build_optimizers(model, TrainConfig())
+    for _, p in model.varmap.named_vars():
+        p.grad = np.full(p.shape, 0.5, p.dtype)
+    for opt in optimizers.values():
+        opt.step()
+    flat = flat_optimizer_state(optimizers)
+    assert all(k.split("/", 1)[0] in ("decay", "no_decay") for k in flat)
+    restored = build_optimizers(_model(), TrainConfig())
+    load_flat_optimizer_state(restored, flat)
+    again = flat_optimizer_state(restored)
+    assert again.keys() == flat.keys() and all(np.array_equal(again[k], flat[k]) for k in flat)
