@@ -221,8 +221,8 @@ def test_the_phase_profile_of_single_steps_fits_in_the_steps(monkeypatch):
     """The same for steps alone (little but the numba call around the phases), on a model whose heads take a good
     share of a step: a stamp not moved after a phase counts that phase twice, more than the call's overhead."""
     monkeypatch.setattr(decode, "helper_threads", lambda: 0)
-    fast, _ = twin_models(seed=2, d_model=256, d_state=64, headdim=32, ngroups=1, vocab_size=64)
-    cache, ids = fast.allocate_cache(4), np.arange(4)
+    fast, _ = twin_models(seed=2, d_model=64, d_state=256, headdim=32, ngroups=1, n_layer=4, vocab_size=64)
+    cache, ids = fast.allocate_cache(8), np.arange(8)
     decode.decode_step(fast, ids, cache)                                # compiled before the profile starts
     decode.release(cache)                                               # the next session takes PROFILE
     monkeypatch.setattr(decode, "PROFILE", np.zeros(len(decode.PROFILE_PHASES), np.int64))

@@ -127,6 +127,17 @@ def test_generation_gives_the_engine_models_tokens_on_dequantized_weights(fmt, b
     np.testing.assert_array_equal(model.generate(prompt, 30, temperature=0), reference)
 
 
+def test_a_quantized_weight_replaced_on_its_module_is_read_by_the_decoder():
+    """The decoder takes a quantized matrix as stored and checks it each step, as a float parameter: a new
+    QuantizedWeight on its module (here q negated) is what the next step reads, as the engine's forward does."""
+    model = small_model().quantize("int8")
+    ids = np.array([[3], [4]])
+    model.step(ids[:, 0], model.allocate_cache(2))                      # the decoder takes the weights
+    proj = model.layers[0].mixer.in_proj
+    proj.weight = Q.QuantizedWeight("int8", -proj.weight.data, proj.weight.scales)
+    np.testing.assert_allclose(model.step(ids[:, 0], model.allocate_cache(2)).data,
+                               model(ids, model.allocate_cache(2)).data[:, -1], rtol=1e-10, atol=1e-10)
+
 @pytest.mark.parametrize("fmt", Q.FORMATS)
 def test_save_and_load_give_the_same_quantized_model(fmt, tmp_path):
     model = small_model(dtype="float32", tied=fmt == "int8").quantize(fmt)
