@@ -4,7 +4,8 @@ its numba step (decode_step.py: chunks, prompt rows, the generation loop, the pr
 (fast/claims.py), the pool of large arrays (fast/heap_reuse.py), the row blocks' threads (fast/row_blocks.py),
 BLAS's thread limit (fast/blas_threads.py), the 8-bit products and dequantization (fast/quantized_kernels.py) and
 quantized folders (models/mamba2/quantized_files.py). Each should fail a test of tests/fast or tests/models.
-Last full run: N of N caught, T on the shared 2-core machine."""
+Last full run: 54 of 54 caught, 11 min 1 s of tests on the shared 2-core machine (the decode.py and decode_step.py bugs
+pay numba's compilation, 15-70 s each)."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
