@@ -53,6 +53,21 @@ def test_a_thread_that_enters_meanwhile_runs_under_the_limit_and_changes_nothing
         seen.append(blas_threads())                                      # the other thread has left: still one
     thread.join()
     assert seen == [{1}, {1}] and blas_threads() == {2}
+    # the owner leaves first: the count comes back then, and the other thread's leaving changes nothing
+    entered, owner_left, seen = threading.Event(), threading.Event(), []
+
+    def late():
+        with single_threaded_blas():
+            entered.set()
+            owner_left.wait(10)
+            seen.append(blas_threads())
+    thread = threading.Thread(target=late)
+    with single_threaded_blas():
+        thread.start()
+        entered.wait(10)
+    owner_left.set()
+    thread.join()
+    assert seen == [{2}] and blas_threads() == {2}
 
 
 PROBE = textwrap.dedent("""

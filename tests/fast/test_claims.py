@@ -22,12 +22,12 @@ def claim_all(sync, phase, step, n, out):
 
 def test_claims_hand_out_each_chunk_once_per_step_and_never_a_later_steps():
     sync = claims.sync_array(2)
-    counts = np.zeros((3, 37), np.int64)
+    counts = np.zeros((3, 38), np.int64)                                # a spare column: a chunk past the last
     for step in range(3):                                               # two threads at once, every step
         threads = [threading.Thread(target=claim_all, args=(sync, 1, step, 37, counts[step])) for _ in range(2)]
         [t.start() for t in threads]
         [t.join() for t in threads]
-    assert (counts == 1).all()
+    assert (counts[:, :37] == 1).all() and not counts[:, 37].any()
     assert claims.claim(sync, 1, 1, 37) == -1                       # an old step: nothing left to claim
     assert claims.claim(sync, 0, 0, 3) == 0                         # phases count apart
     assert claims.claim(sync, 1, 3, 37) == 0                        # the next step's first chunk
@@ -80,3 +80,25 @@ def test_claim_from_end_hands_out_each_item_once_to_threads_at_both_ends():
             assert np.array_equal(back, np.arange(n - 1, n - 1 - len(back), -1))    # the back: n - 1, n - 2, ...
         assert all(len(g) for g in got), [len(g) for g in got]                      # every thread took some
         assert claims.claim_from_end(counter, n, False) == -1                       # and nothing is left
+
+
+@njit(nogil=True)
+def wait_for(sync, phase, step, n):
+    claims.wait_done(sync, phase, step, n)
+
+
+def test_wait_done_returns_only_once_every_chunk_of_the_step_is_finished():
+    """A thread waiting for a phase goes on only when its last chunk is done, not just claimed (the next phase
+    reads what the chunks wrote), in any step."""
+    sync, n = claims.sync_array(1), 3
+    for step in range(2):
+        assert [claims.claim(sync, 0, step, n) for _ in range(n + 1)] == [0, 1, 2, -1]
+        for _ in range(n - 1):
+            claims.finish(sync, 0)
+        waiter = threading.Thread(target=wait_for, args=(sync, 0, step, n), daemon=True)
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive()                                        # the last chunk is still being computed
+        claims.finish(sync, 0)
+        waiter.join(10)
+        assert not waiter.is_alive()

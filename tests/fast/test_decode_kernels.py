@@ -5,10 +5,11 @@ usual state size as a literal, the greedy loop's argmax and the vectorisable exp
 equality with the engine step in general: tests/models/test_decode.py."""
 import itertools
 import math
+import types
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from numba import njit
 
@@ -168,6 +169,7 @@ def test_chunks_tile_the_rows_once(n_rows, small, share):
 
 @given(rows=st.sampled_from([1, 3, 5]), batch=st.integers(1, 5), prompt_len=st.integers(1, 6), g=st.sampled_from([1, 2]),
        helper=st.booleans(), seed=st.integers(0, 2**16))
+@example(rows=3, batch=3, prompt_len=4, g=2, helper=False, seed=5)    # several sequences of several tokens
 def test_a_prompt_in_one_step_equals_the_engine_forward(rows, batch, prompt_len, g, helper, seed):
     """decode_prompt takes a prompt's tokens as rows of one step (token-major, each sequence's conv and heads in
     order): its logits and caches equal the engine's chunked forward over the prompt (float64, 1e-10), with
@@ -213,6 +215,23 @@ def test_a_prompt_step_is_the_same_bits_with_and_without_the_helper(monkeypatch,
 @njit
 def now_cycles():
     return claims.cycles()
+
+
+def test_the_phase_profile_of_single_steps_fits_in_the_steps(monkeypatch):
+    """The same for steps alone (little but the numba call around the phases), on a model whose heads take a good
+    share of a step: a stamp not moved after a phase counts that phase twice, more than the call's overhead."""
+    monkeypatch.setattr(decode, "helper_threads", lambda: 0)
+    fast, _ = twin_models(seed=2, d_model=64, d_state=256, headdim=32, ngroups=1, n_layer=4, vocab_size=64)
+    cache, ids = fast.allocate_cache(8), np.arange(8)
+    decode.decode_step(fast, ids, cache)                                # compiled before the profile starts
+    decode.release(cache)                                               # the next session takes PROFILE
+    monkeypatch.setattr(decode, "PROFILE", np.zeros(len(decode.PROFILE_PHASES), np.int64))
+    took = 0
+    for _ in range(20):
+        start = now_cycles()
+        decode.decode_step(fast, ids, cache)
+        took += now_cycles() - start
+    assert (decode.PROFILE > 0).all() and decode.PROFILE.sum() <= took
 
 
 def test_the_phase_profile_adds_up_to_no_more_than_the_calls_took(monkeypatch):
@@ -349,3 +368,24 @@ def test_a_token_block_after_one_interrupted_as_it_returned_does_its_work(monkey
     for token in ([5, 6], [7, 8]):
         np.testing.assert_allclose(fast.step(np.array(token), cache_f).data, slow.step(np.array(token), cache_s).data,
                                    rtol=1e-10, atol=1e-10)
+
+
+def test_a_session_starts_one_helper_and_a_released_cache_a_new_one(monkeypatch):
+    """A helper runs until it is idle or told to stop, and control[2] says it runs: a step meanwhile starts no
+    other. release tells it to stop (control[1]); the cache's next step starts one that is not told to stop.
+    Here no helper really starts (each seems to run for ever): the caller's thread does every step's work."""
+    monkeypatch.setattr(decode, "helper_threads", lambda: 1)
+    started = []                                                        # the control array each helper was given
+    monkeypatch.setattr(decode, "_thread", types.SimpleNamespace(start_new_thread=lambda f, args: started.append(args[0])))
+    fast, slow = twin_models(seed=3)
+    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
+    for t in range(3):
+        token = np.array([t, t + 1])
+        np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10,
+                                   atol=1e-10)
+    assert len(started) == 1 and started[0][1] == 0 and started[0][2] == 1
+    decode.release(cache_f)
+    assert started[0][1] == 1                                           # told to stop
+    token = np.array([5, 6])
+    np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10, atol=1e-10)
+    assert len(started) == 2 and started[1][1] == 0 and started[1][2] == 1

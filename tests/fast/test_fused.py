@@ -51,14 +51,24 @@ def test_the_caller_does_not_wait_for_a_helper_that_never_starts():
     release = threading.Event()
     held = [row_blocks._pool.submit(release.wait, 30) for _ in range(row_blocks._pool._max_workers)]
     try:
-        shares = []
+        calls, shares = [], []
+
+        def work(blocks, share):
+            calls.append(share)
+            shares.extend(share for _ in blocks)
         start = time.perf_counter()
-        row_blocks.on_threads(lambda blocks, share: shares.extend(share for _ in blocks), 20)
+        row_blocks.on_threads(work, 20)
         assert shares == [0] * 20 and time.perf_counter() - start < 5
     finally:
         release.set()
         for f in held:
             f.result()
+    # the helpers queued behind the held threads start now, after the op returned: they must not run its work
+    # (each pool thread in a barrier at once: every task queued before has ended)
+    barrier = threading.Barrier(row_blocks._pool._max_workers)
+    for f in [row_blocks._pool.submit(barrier.wait, 10) for _ in range(row_blocks._pool._max_workers)]:
+        f.result()
+    assert calls == [0]
 
 
 def test_gradients_are_the_same_bits_whatever_the_threads():
@@ -93,7 +103,7 @@ def test_gradients_are_the_same_bits_whatever_the_threads():
 def test_as_rows_reads_a_split_view_in_place_and_copies_other_layouts():
     base = np.arange(2 * 4 * 7.0).reshape(2, 4, 7)
     cases = [(base, True), (base[..., 2:5], True), (base[:, ::2, 1:4], True), (base[..., ::2], False),
-             (base.transpose(1, 0, 2)[..., :3], False), (base[:1, :1, 3:6], True)]
+             (base.transpose(1, 0, 2)[..., :3], False), (base[:1, :1, 3:6], True), (base[..., 4:7], True)]
     for x, in_place in cases:
         rows, col = row_blocks.as_rows(x, np.float64)
         assert rows.flags.c_contiguous and np.shares_memory(rows, base) == in_place

@@ -138,6 +138,9 @@ def test_release_unused_hands_back_only_what_nothing_uses(pool):
     assert pool.pooled_bytes() == 2048 + 4096
     assert pool.release_unused() == 4096
     assert pool.pooled_bytes() == 2048 and np.shares_memory(kept, pool._blocks[0])
+    pool.empty((1024,), np.float64), pool.empty((4096,), np.float64)  # two unused blocks after the used one
+    assert len(pool._blocks) == 3 and pool.release_unused() == 8192 + 32768
+    assert len(pool._blocks) == 1 and np.shares_memory(kept, pool._blocks[0])
 
 
 @given(ops=st.lists(st.tuples(st.booleans(), st.integers(128, 2048), st.sampled_from([np.float32, np.float64]),

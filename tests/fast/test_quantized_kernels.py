@@ -4,6 +4,7 @@ product. float64 work rows: 1e-10 (the dequantized weights are exact in float64,
 differs). float32: each product and sum rounds in float32, so the bound is k * eps32 * sum_j |w_j u_j| (the
 standard bound of a k-term float32 dot product) plus the rounding of q * s to float32."""
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import njit
@@ -54,6 +55,16 @@ def test_quantized_rows_equal_the_dequantized_float64_product(fmt, rows, blocks,
     expected = u @ _spec(qw, 0, rows).T + bias                          # the twin: dequantize, float64 product
     np.testing.assert_allclose(out[:, lo:], expected[:, lo:], rtol=1e-10, atol=1e-10)
     assert np.isnan(out[:, :lo]).all()                                  # rows outside [lo, hi) untouched
+
+
+@pytest.mark.parametrize("block", [4, 24, 32, 48, 64, 96])
+def test_int8_rows_of_every_kind_of_block_equal_the_dequantized_product(block):
+    """Each block the int8 products treat apart, whatever the draws above took: under 32 or not a multiple of it
+    (the scalar loop; 48 is 1.5 vectors), 32 and its multiples (vectors, 1 to 3 of them to a scale)."""
+    qw, u, bias = _case("int8", 5, 2, block, 9, np.float64, block, 0)
+    out = np.full((9, 5), np.nan)
+    _rows(qw.kernel_form(), 0, 5, u, bias, 0.0, out)
+    np.testing.assert_allclose(out, u @ _spec(qw, 0, 5).T + bias, rtol=1e-10, atol=1e-10)
 
 
 @given(fmt=st.sampled_from(["int8", "bfloat16"]), rows=st.integers(1, 13), blocks=st.integers(1, 4),

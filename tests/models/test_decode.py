@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.decode import assert_steps_agree, twin_models
+from tinygrad_ssm import Tensor
 from tinygrad_ssm.models.mamba2 import decode
 from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits
 
@@ -203,3 +204,28 @@ def test_sessions_on_the_same_weights_call_the_entry_points_the_first_one_found(
         mp.setattr(decode, "PROFILE", np.zeros(len(decode.PROFILE_PHASES), np.int64))
         np.testing.assert_array_equal(fast.generate(one, 5, temperature=0), slow.generate(one, 5, temperature=0))
         assert (decode.PROFILE > 0).any()                               # counted through the entry points
+
+
+def test_a_steps_logits_are_kept_after_the_next_step():
+    """The logits a step returns are the caller's: the next step (which reuses the session's buffers) leaves them."""
+    fast, slow = twin_models(seed=3)
+    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
+    tokens = [np.array([t, t + 1]) for t in range(3)]
+    got = [fast.step(token, cache_f).data for token in tokens]
+    want = [slow.step(token, cache_s).data for token in tokens]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
+
+
+def test_a_state_replaced_in_one_layer_only_is_read():
+    """Replacing one later layer's state (not a prefill's every layer) makes the decoder follow the new array."""
+    fast, slow = twin_models(seed=7)
+    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
+    token = np.array([1, 2])
+    fast.step(token, cache_f), slow.step(token, cache_s)
+    new = np.random.default_rng(7).standard_normal(cache_f.layers[1].ssm.shape)
+    cache_f.layers[1].ssm, cache_s.layers[1].ssm = Tensor(new.copy()), Tensor(new.copy())
+    for _ in range(2):
+        np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10,
+                                   atol=1e-10)
+        np.testing.assert_allclose(cache_f.layers[1].ssm.data, cache_s.layers[1].ssm.data, rtol=1e-10, atol=1e-10)

@@ -127,6 +127,17 @@ def test_generation_gives_the_engine_models_tokens_on_dequantized_weights(fmt, b
     np.testing.assert_array_equal(model.generate(prompt, 30, temperature=0), reference)
 
 
+def test_a_quantized_weight_replaced_on_its_module_is_read_by_the_decoder():
+    """The decoder takes a quantized matrix as stored and checks it each step, as a float parameter: a new
+    QuantizedWeight on its module (here q negated) is what the next step reads, as the engine's forward does."""
+    model = small_model().quantize("int8")
+    ids = np.array([[3], [4]])
+    model.step(ids[:, 0], model.allocate_cache(2))                      # the decoder takes the weights
+    proj = model.layers[0].mixer.in_proj
+    proj.weight = Q.QuantizedWeight("int8", -proj.weight.data, proj.weight.scales)
+    np.testing.assert_allclose(model.step(ids[:, 0], model.allocate_cache(2)).data,
+                               model(ids, model.allocate_cache(2)).data[:, -1], rtol=1e-10, atol=1e-10)
+
 @pytest.mark.parametrize("fmt", Q.FORMATS)
 def test_save_and_load_give_the_same_quantized_model(fmt, tmp_path):
     model = small_model(dtype="float32", tied=fmt == "int8").quantize(fmt)
@@ -163,6 +174,53 @@ def test_a_q_array_of_the_wrong_dtype_or_shape_is_refused(tmp_path):
         save_file(tmp_path / "model.safetensors", {**arrays, key: wrong})
         with pytest.raises(ValueError, match=rf"model.safetensors.*{key}.*expected I8"):
             Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_a_float_parameter_stored_as_integers_or_an_extra_tensor_is_refused(tmp_path):
+    """Beside the quantized matrices, a quantized folder holds float parameters (read as floats) and nothing
+    else: integers where a float is expected, or a tensor no parameter names, is a corrupt file."""
+    from tinygrad_ssm.io.safetensors import load_file, save_file
+    small_model(dtype="float32").quantize("int8").save_pretrained(tmp_path)
+    arrays = load_file(tmp_path / "model.safetensors")
+    key = "backbone.norm_f.weight"
+    save_file(tmp_path / "model.safetensors", {**arrays, key: arrays[key].astype(np.int32)})
+    with pytest.raises(ValueError, match=rf"model.safetensors.*{key}.*has dtype I32.*expected a float dtype"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+    save_file(tmp_path / "model.safetensors", {**arrays, "backbone.extra": np.zeros(3, np.float32)})
+    with pytest.raises(ValueError, match=r"model.safetensors.*unexpected \['backbone.extra'\]"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("block", [0, -8, True, "8"])
+def test_a_quantization_entry_without_a_positive_int_block_is_refused(block, tmp_path):
+    """config.json's int8 block must be a positive int (not a bool): 0 divided by zero, a negative one and True
+    were refused, if at all, for their scales' shapes."""
+    import json
+    small_model(dtype="float32").quantize("int8", block=8).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["quantization"]["block"] = block
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config.json: 'quantization' must be .*a positive int for int8"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_a_block_that_does_not_divide_the_inputs_is_refused_naming_the_file(tmp_path):
+    """Block 7 with scales of in // 7 columns (the shapes a floor division would expect): refused as a corrupt
+    file, naming it, before any weight is read."""
+    import json
+
+    from tinygrad_ssm.io.safetensors import load_file, save_file
+    small_model(dtype="float32").quantize("int8", block=8).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["quantization"]["block"] = 7
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    arrays = load_file(tmp_path / "model.safetensors")
+    for key in [k for k in arrays if k.endswith(".scales")]:
+        rows, cols = arrays[key.removesuffix(".scales")].shape
+        arrays[key] = np.ones((rows, cols // 7), np.float32)
+    save_file(tmp_path / "model.safetensors", arrays)
+    with pytest.raises(ValueError, match=r"model.safetensors.*scales.*expected F32 \(\d+, \d+ / block 7\)"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
 
 
 def test_cli_eval_and_generate_take_weights(tmp_path, capsys):

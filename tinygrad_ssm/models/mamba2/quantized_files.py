@@ -46,7 +46,8 @@ def load_quantized(cls, directory, raw: dict, dtype, backend, fused):
     spec = raw.pop(QUANTIZATION_KEY)
     fmt = spec.get("weights") if isinstance(spec, dict) else None
     block = spec.get("block") if isinstance(spec, dict) else None
-    if fmt not in FORMATS or (fmt == "int8" and not (isinstance(block, int) and block >= 1)):
+    if fmt not in FORMATS or (fmt == "int8" and not (isinstance(block, int) and not isinstance(block, bool)
+                                                     and block >= 1)):
         raise PretrainedError(f"from_pretrained: {directory}/config.json: {QUANTIZATION_KEY!r} must be "
                               f'{{"weights": one of {FORMATS}, "block": a positive int for int8}}, got {spec!r}')
     config, _ = parse_config(raw)
