@@ -370,6 +370,24 @@ def test_a_token_block_after_one_interrupted_as_it_returned_does_its_work(monkey
                                    rtol=1e-10, atol=1e-10)
 
 
+def test_a_token_block_stopped_early_and_interrupted_as_it_returned_counts_the_steps_it_ran(monkeypatch):
+    """A block that stopped at non-finite logits after k + 1 of its n steps, interrupted as it returned: the
+    session counts the k + 1 step numbers it used, not n (the claims of the next step would be behind its number)."""
+    fast, slow = twin_models(seed=9, vocab_size=30, tie_embeddings=False)
+    prompt = np.array([[1, 2, 3]])
+    want = slow.generate(prompt, 12, temperature=0)[0, 3:]
+    k = next(k for k in range(3, 12) if want[k] not in want[:k] and want[k] not in prompt)
+    fast.embedding.weight.data[want[k]] = np.nan                        # the step after token k's is not finite
+    cache = fast.allocate_cache(1)
+    for t in prompt[0]:
+        fast.step(np.array([t]), cache)                                 # step numbers 0, 1, 2
+    interrupt_as_each_call_returns(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        decode.decode_sampled(fast, want[:1], cache, 30, 0.0, None, None, np.zeros((11, 1)))
+    monkeypatch.undo()
+    assert cache._decode_session.step_count == 3 + k + 1
+
+
 def test_a_session_starts_one_helper_and_a_released_cache_a_new_one(monkeypatch):
     """A helper runs until it is idle or told to stop, and control[2] says it runs: a step meanwhile starts no
     other. release tells it to stop (control[1]); the cache's next step starts one that is not told to stop.

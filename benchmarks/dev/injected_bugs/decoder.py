@@ -4,8 +4,8 @@ its numba step (decode_step.py: chunks, prompt rows, the generation loop, the pr
 (fast/claims.py), the pool of large arrays (fast/heap_reuse.py), the row blocks' threads (fast/row_blocks.py),
 BLAS's thread limit (fast/blas_threads.py), the 8-bit products and dequantization (fast/quantized_kernels.py) and
 quantized folders (models/mamba2/quantized_files.py). Each should fail a test of tests/fast or tests/models.
-Last full run: 54 of 54 caught, 11 min 1 s of tests on the shared 2-core machine (the decode.py and decode_step.py bugs
-pay numba's compilation, 15-70 s each)."""
+Last full run: 54 of 54 caught (bugs 1-54; again on main on 2026-12-06), 11 min 1 s of tests on the shared 2-core
+machine (the decode.py and decode_step.py bugs pay numba's compilation, 15-70 s each); 55 and 56 caught when added."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
@@ -152,4 +152,8 @@ BUGS = [
     Bug(QF, "    missing = [name for name in quantized_names(model) if name not in model.varmap]\n    if missing:",
         "    missing = [name for name in quantized_names(model) if name not in model.varmap]\n    if False:",
         (TQ, "-k", "varmap"), "a float model whose VarMap another model quantized saves without its quantized matrices"),
+    Bug(DEC, "            steps = int(ran[0])", "            steps = n",
+        (TK, "-k", "stopped_early"), "a block stopped early and interrupted as it returned counts all n step numbers"),
+    Bug(STEP, "        ran[0] = i + 1", "        ran[0] = i", (TK, "-k", "interrupted"),
+        "the steps a block ran counted one short"),
 ]

@@ -212,14 +212,14 @@ class _Session:
         self._start_helper()
         n = uniforms.shape[0]
         tokens = np.empty((n, self.batch), np.int64)
-        m = None
+        ran = np.zeros(1, np.int64)                                     # (1,) the steps run, written as they run
         try:
             m = self.call(_sampled, (self.control, self.step_count, self.args, int(vocab), float(temperature),
                                      0 if top_k is None else int(top_k), 1.0 if top_p is None else float(top_p),
                                      float(min_p or 0.0), 1.0 if penalty is None else float(penalty), seen,
-                                     uniforms, tokens))
-        finally:  # interrupted: as many step numbers as could have been used (see step)
-            steps = n if m is None else min(m + 1, n)
+                                     uniforms, tokens, ran))
+        finally:  # a Ctrl-C as the call returns loses m: the step numbers the block used are counted (see step;
+            steps = int(ran[0])  # n after a block that stopped early left the claims behind the step number)
             self.step_count += steps
         return tokens[:m], steps
 

@@ -167,16 +167,19 @@ def _lead(control, step, args):
 
 
 @njit(**_JIT)
-def _sampled(control, first_step, args, vocab, temperature, top_k, top_p, min_p, penalty, seen, uniforms, tokens):
+def _sampled(control, first_step, args, vocab, temperature, top_k, top_p, min_p, penalty, seen, uniforms, tokens,
+             ran):
     """Generation without leaving numba: from the ids in args, steps first_step, first_step + 1, ... each
     feeding its token (tokens[i] (b,), sample_next's choice made by its numba twin, fast/sampling_kernels.py:
     row bi draws with uniforms[i, bi]; temperature 0 is greedy; top_k 0 / top_p 1.0 / min_p 0.0: no filter;
     penalty 1.0: none, else each token is marked in seen (b, vocab) as it is drawn) to the next.
     Returns the tokens written: all of tokens' rows, or fewer when a step's logits hold a non-finite value
-    (that step ran; its logits are left for the error)."""
+    (that step ran; its logits are left for the error). ran (1,): the steps run, for a caller whose Ctrl-C
+    lands as this returns (the result is lost then, and the step numbers spent must still be counted)."""
     ids, logits = args[1], args[9][6]
     for i in range(tokens.shape[0]):
         _lead(control, first_step + i, args)
+        ran[0] = i + 1
         if sample_rows(logits, vocab, temperature, top_k, top_p, min_p, penalty, seen, uniforms[i], ids) >= 0:
             return i
         tokens[i] = ids
