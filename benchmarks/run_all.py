@@ -68,6 +68,13 @@ DEV_TOOLS = (
      "the big chunks' share) switched between calls in one process, rounds beside a bandwidth probe"),
     ("benchmarks/dev/decode_ceiling.py", "how close batch-1 decoding can come to the bandwidth limit with the "
      "decoder's own kernels: its weights and states streamed with no phases, beside its real step and the probe"),
+    ("benchmarks/dev/tokenizer_pieces_memory.py [--mb N] [--check]", "peak memory and time of tokenizing a long "
+     "text whole against in pieces, for each tokenizer.json layout tinygrad_ssm/io/text_pieces.py cuts (Mistral's, "
+     "Llama-2's, Llama-3's, Metaspace's), each in a fresh process; --check holds the pieces' ids and byte ends to "
+     "the whole text's"),
+    ("benchmarks/dev/inject_bugs.py AREA [--only N ...] [--list]", "bugs injected by hand, one at a time, from the "
+     "lists in `benchmarks/dev/injected_bugs/` (a text of a file replaced, the tests that should fail): caught, "
+     "survived or broken for each, the file written back after each"),
 )
 # llama.cpp beside these figures, by hand: it is not a dependency, and nothing here builds or downloads it
 LLAMA_CPP_SCRIPT = "bench_llama_cpp.py"
