@@ -259,3 +259,12 @@ def test_a_bad_min_p_or_repetition_penalty_is_named(kw, message):
     from tinygrad_ssm.models.mamba2.sampling import check_sampling_args
     with pytest.raises(ValueError, match=message):
         check_sampling_args(1.0, None, None, **kw)
+
+
+@pytest.mark.parametrize("seen", [None, np.zeros((1, 2), bool)])
+def test_a_penalty_without_the_seen_ids_of_the_logits_shape_is_named(seen):
+    """np.where(None, penalised, logits) penalises nothing: a penalty with no table, or one of another shape, is
+    refused rather than silently left out."""
+    with pytest.raises(ValueError, match=r"a repetition_penalty needs seen, a bool array of the logits' shape "
+                                         r"\(1, 3\)"):
+        sample_next(np.zeros((1, 3)), np.random.default_rng(0), 1.0, repetition_penalty=1.3, seen=seen)

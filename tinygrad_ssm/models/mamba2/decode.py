@@ -300,7 +300,7 @@ def decode_sampled(model, ids: np.ndarray, cache, vocab: int, temperature: float
     if repetition_penalty is None or repetition_penalty == 1:
         seen = np.zeros((ids.shape[0], 0), np.bool_)                    # (b, 0): never read
     elif seen is None or seen.shape != (ids.shape[0], vocab) or seen.dtype != np.bool_ \
-            or not seen.flags.c_contiguous or not seen.flags.writeable:
+            or not seen.flags.c_contiguous or not seen.flags.writeable:    # numba checks no bounds: refused here
         raise ValueError(f"decode_sampled: seen must be a writable C-contiguous bool array of shape "
                          f"{(ids.shape[0], vocab)} (b, vocab) with a repetition_penalty, got "
                          f"{None if seen is None else (seen.shape, seen.dtype)}")

@@ -47,6 +47,10 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
     numbers."""
     if repetition_penalty is not None and repetition_penalty != 1:      # float64, as the twin computes it
         logits = np.asarray(logits, dtype=np.float64)                   # (b, V)
+        if seen is None or np.shape(seen) != logits.shape:             # np.where(None, ...) penalises nothing
+            raise ValueError(f"sample_next: a repetition_penalty needs seen, a bool array of the logits' shape "
+                             f"{logits.shape} marking the ids each row has seen; got "
+                             f"{None if seen is None else np.shape(seen)}")
         penalised = np.where(logits < 0, logits * repetition_penalty, logits / repetition_penalty)
         logits = np.where(seen, penalised, logits)                      # NaN and +inf stay what they were
     if temperature == 0:
