@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import shlex
 import warnings
 from pathlib import Path
 
@@ -64,8 +65,25 @@ def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:
             raise PretrainedError(f"from_pretrained: {str(index)!r} names shard(s) missing from the folder: "
                                   f"{', '.join(absent[:3])} (an incomplete download? fetch the folder again)")
         return files, weight_map
+    pickles = sorted(p.name for p in directory.glob("pytorch_model*.bin"))
+    if pickles:  # mamba_ssm's own checkpoints (state-spaces/mamba2-*) ship only pytorch_model.bin
+        raise FileNotFoundError(f"from_pretrained: {str(directory)!r} holds {', '.join(pickles[:3])}, PyTorch's pickle "
+                                f"format, which this package never reads (unpickling can run code), and neither "
+                                f"{WEIGHTS_NAME} nor {INDEX_NAME}; convert it once, where PyTorch and safetensors "
+                                f"are installed: {pickle_conversion_command(directory)}")
     raise FileNotFoundError(f"from_pretrained: {str(directory)!r} has neither {WEIGHTS_NAME} nor {INDEX_NAME} "
                             f"(only safetensors is read: no pickle)")
+
+
+def pickle_conversion_command(directory: Path) -> str:
+    """The shell command that writes a folder's pytorch_model*.bin as its model.safetensors: torch's weights_only
+    loader (it builds tensors and runs no other code), every shard into one file, each tensor cloned because
+    mamba_ssm's tied head and embedding share storage, which safetensors refuses to write."""
+    script = ("import glob, sys, torch; from safetensors.torch import save_file; d = sys.argv[1]; "
+              "save_file({k: v.clone() for f in sorted(glob.glob(glob.escape(d) + \"/pytorch_model*.bin\")) "
+              "for k, v in torch.load(f, map_location=\"cpu\", weights_only=True).items()}, "
+              f'd + "/{WEIGHTS_NAME}")')
+    return f"python -c {shlex.quote(script)} {shlex.quote(str(directory))}"
 
 
 def _check_index(directory: Path, weight_map: dict, stored: dict) -> None:

@@ -1,0 +1,64 @@
+"""mamba_ssm's own checkpoints (state-spaces/mamba2-130m and siblings) ship their weights as pytorch_model.bin, a
+pickle, which the package never reads: from_pretrained names the file and gives the command that converts it to
+model.safetensors once, and that very command (run where torch is installed) gives a folder that loads to the
+weights torch saved."""
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tinygrad_ssm import Mamba2LMHeadModel
+from tinygrad_ssm.models.mamba2.pretrained import pickle_conversion_command
+
+from tests.support.models import IDS, small_model
+
+
+def _conversion_error(directory) -> str:
+    with pytest.raises(FileNotFoundError) as caught:
+        Mamba2LMHeadModel.from_pretrained(directory)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("files", [["pytorch_model.bin"],
+                                   ["pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]])
+def test_a_folder_of_pickles_is_named_with_the_command_that_converts_it(tmp_path, files):
+    small_model().save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    for name in files:
+        (tmp_path / name).write_bytes(b"not read")   # never opened: the name alone decides
+    message = _conversion_error(tmp_path)
+    assert files[0] in message and "pickle" in message and "model.safetensors" in message
+    assert message.endswith(pickle_conversion_command(tmp_path))
+
+
+def _torch_state_dict(model, torch):
+    """The state dict mamba_ssm's save_pretrained pickles: its names, and the tied head as the embedding itself."""
+    state = {name: torch.from_numpy(t.data.copy()) for name, t in model.varmap.named_vars()}
+    state["lm_head.weight"] = state["backbone.embedding.weight"]      # one storage, as in torch's state_dict
+    return state
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_the_command_in_the_message_converts_the_pickle_to_the_same_weights(tmp_path, shards):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("safetensors.torch")
+    folder = tmp_path / "a folder's name with spaces"
+    model = small_model(seed=3, dtype="float32")
+    model.save_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    state = _torch_state_dict(model, torch)
+    names = sorted(state)
+    for i in range(shards):
+        part = {n: state[n] for n in names[i::shards]}
+        torch.save(part, folder / ("pytorch_model.bin" if shards == 1 else f"pytorch_model-0000{i + 1}-of-00002.bin"))
+    message = _conversion_error(folder)
+    command = shlex.split(message[message.index("python -c "):])
+    assert command[0] == "python"
+    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    loaded = Mamba2LMHeadModel.from_pretrained(folder)
+    for name, t in model.varmap.named_vars():
+        assert np.array_equal(loaded.varmap[name].data, t.data), name
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
