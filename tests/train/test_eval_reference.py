@@ -92,11 +92,10 @@ def test_eval_is_transformers_loss_over_one_forward_whatever_the_window(folders,
         assert report["tokens"] == n - 1 and report["windows"] == -(-(n - 1) // window)
         assert abs(report["mean_nats"] - theirs.mean()) < 1e-10, window
     assert report["perplexity"] == pytest.approx(math.exp(theirs.mean()), rel=1e-12)
-    # bits per byte: the total bits over the bytes after the first token ("h"), every byte of the text after a BOS
-    # (not held for "eos": its first token, the "▁" the normalizer prepends, has the offsets of the "h" after it,
-    # so the "h" is not counted though it is scored; an open problem of FileTokenizer's ends)
-    if kind != "eos":
-        assert report["bytes"] == len(TEXT.encode()) - (0 if kind == "bos" else len(hf_tok.decode(ids[:1]).encode()))
+    # bits per byte: the total bits over the bytes after the first token ("h"; "eos": the "▁" its normalizer
+    # prepends, which has the offsets of the "h" after it but covers no byte: the "h" was left out though scored),
+    # every byte of the text after a BOS
+    assert report["bytes"] == len(TEXT.encode()) - (len(hf_tok.decode(ids[:1]).encode()) if kind == "neox" else 0)
     assert report["bits_per_byte"] == pytest.approx(theirs.sum() / math.log(2) / report["bytes"], rel=1e-12)
 
 
