@@ -264,8 +264,15 @@ class FileTokenizer:
     def _ids_ends(self, data: bytes, add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
         text = _utf8_text(data)
         encoding = self._tok.encode(text, add_special_tokens=add_special_tokens)
-        ends_in_chars = np.maximum.accumulate(np.asarray([end for _, end in encoding.offsets] or [0],
-                                                         dtype=np.int64))[:len(encoding.ids)]  # (n,)
+        ends = [end for _, end in encoding.offsets]
+        text_tokens = [i for i, special in enumerate(encoding.special_tokens_mask) if not special][:2]
+        if len(text_tokens) == 2 and encoding.offsets[text_tokens[1]][0] < ends[text_tokens[0]]:
+            # the first token shares its character with the next: the "▁" a Llama-style normalizer prepends has
+            # the offsets of the character after it, so it ends where that begins (eval left the first character
+            # out of the bytes its scored tokens cover); a first character split into byte tokens now counts whole
+            # with the scored ones (its first byte too many, not its other bytes too few)
+            ends[text_tokens[0]] = encoding.offsets[text_tokens[1]][0]
+        ends_in_chars = np.maximum.accumulate(np.asarray(ends or [0], dtype=np.int64))[:len(encoding.ids)]  # (n,)
         bytes_before = np.concatenate([[0], np.cumsum(_utf8_lengths(data, text))])         # (chars + 1,)
         return np.asarray(encoding.ids, dtype=np.int64), bytes_before[ends_in_chars]
 

@@ -138,10 +138,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="decode from 8- or 16-bit weights (quantized at load; a quantized folder loads as saved)")
 
     ev = sub.add_parser("eval", help="perplexity and bits per byte of a model on a text file or folder",
-                        description="Score every token of a text with a model: perplexity, bits per token and bits "
-                                    "per byte. The text is read in windows with the model's state carried from one "
-                                    "to the next, so every token sees all of the text before it (a state space "
-                                    "model needs no overlapping windows).")
+                        description="Score a text with a model: perplexity, bits per token and bits per byte. "
+                                    "Every token after the first is scored, as transformers' model(ids, labels=ids) "
+                                    "scores it (with a tokenizer that puts a BOS such as <s> first, every token of "
+                                    "the text); bits per byte are their total bits over the text's bytes after the "
+                                    "first token (a file's own bytes: an invalid UTF-8 byte counts one). A folder's "
+                                    "files are joined in sorted order as they are (hidden, empty and binary ones left "
+                                    "out), with no separator and the state carried across them. The text is read in "
+                                    "windows with the model's state carried from one to the next, so every token "
+                                    "sees all of the text before it (a state space model needs no overlapping "
+                                    "windows) and the numbers do not depend on --window.")
     ev.add_argument("--model", "--checkpoint", dest="model", required=True, metavar="DIR", help="model folder")
     ev.add_argument("--data", metavar="PATH", default=None,
                     help="a text file or a folder of text files [for a run of this package: its validation split]")

@@ -22,7 +22,7 @@ import numpy as np
 from ..io.atomic_write import write_atomic
 from ..models.mamba2.evaluation import evaluate_pieces
 from .config import TrainConfig
-from .data import _BINARY_SNIFF_BYTES, DataError, _looks_binary, folder_files, load_corpus
+from .data import _BINARY_SNIFF_BYTES, DataError, _count, _looks_binary, folder_files, load_corpus
 from .generate import _run_tokenizer
 
 
@@ -170,9 +170,12 @@ def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: b
                                  carry_state=carry_state, progress=bar.update)
     seconds = time.perf_counter() - start
     scored_bytes = int(ends[1] - ends[0])                                # the text's bytes after the first token
+    # none when the scored tokens cover no byte (a one-token text and the EOS a post_processor appends): the bits
+    # over one byte were reported, a number of no text
+    bits_per_byte = result.bits_per_byte(scored_bytes) if scored_bytes else None
     return {"data": text.source, "tokenizer": tokenizer.name, "tokens": result.tokens,
             "bytes": int(scored_bytes), "mean_nats": result.mean_nats, "perplexity": result.perplexity,
-            "bits_per_token": result.bits_per_token, "bits_per_byte": result.bits_per_byte(max(scored_bytes, 1)),
+            "bits_per_token": result.bits_per_token, "bits_per_byte": bits_per_byte,
             "window": window, "carry_state": carry_state, "windows": result.windows, "seconds": seconds,
             "tokens_per_s": result.tokens / seconds if seconds > 0 else None}
 
@@ -190,10 +193,14 @@ def _first_tokens(pieces, max_tokens: int | None):
 
 
 def describe(report: dict, trained_val_bpb: float | None = None) -> str:
+    bpb = report["bits_per_byte"]
     lines = [f"data: {report['data']}",
-             f"tokens scored: {report['tokens']:,} ({report['bytes']:,} bytes; tokenizer {report['tokenizer']})",
+             f"tokens scored: {report['tokens']:,} ({_count(report['bytes'], 'byte')}; tokenizer "
+             f"{report['tokenizer']})",
              f"perplexity {report['perplexity']:.4g}, {report['mean_nats']:.4f} nats and "
-             f"{report['bits_per_token']:.4f} bits per token, {report['bits_per_byte']:.4f} bits per byte",
+             f"{report['bits_per_token']:.4f} bits per token, " + (f"{bpb:.4f} bits per byte" if bpb is not None else
+                                                                    "no bits per byte (the scored tokens cover none "
+                                                                    "of the text's bytes)"),
              f"windows of {report['window']} tokens, state "
              f"{'carried between them' if report['carry_state'] else 'reset at each'}; "
              f"{report['seconds']:.1f} s ({report['tokens_per_s'] or 0:,.0f} tokens/s)"]
