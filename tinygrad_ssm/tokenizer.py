@@ -377,6 +377,24 @@ def check_fits(tok, vocab_size: int, where) -> None:
                              f"not trained together; pass the model's own tokenizer with --tokenizer")
 
 
+def _stream_context(tokenizer, ids: list) -> list:
+    """The end of `ids` that TextStream decodes with the new ids: the last STREAM_CONTEXT ids with text (special
+    tokens, which decode skips, aside: Llama's Strip and a Metaspace decoder drop the space of the first token with
+    text, which a context of special tokens alone would make the first new one), and back to the start of the
+    byte-fallback run they end in (the ByteFallback decoder decodes a run whole; cut, it is invalid, U+FFFD for each
+    byte, where the whole run with the new bytes may be text)."""
+    byte_ids = getattr(tokenizer, "byte_fallback_ids", ())
+    skipped = getattr(tokenizer, "skipped_ids", ())
+    start, with_text = len(ids), 0
+    while start > 0 and with_text < STREAM_CONTEXT:
+        start -= 1
+        with_text += ids[start] not in skipped
+    if next((i for i in ids[start:] if i not in skipped), None) in byte_ids:        # inside a run: back to its start
+        while start > 0 and (ids[start - 1] in byte_ids or ids[start - 1] in skipped):
+            start -= 1
+    return ids[start:]
+
+
 class TextStream:
     """Generated ids in, finished text out (see the module docstring). `context`: the ids before the first
     pushed one (the prompt), decoded with the new ones so that a decoder that looks back (a space before a
@@ -384,7 +402,7 @@ class TextStream:
 
     def __init__(self, tokenizer, context=()):
         self.tokenizer = tokenizer
-        self.ids = [int(i) for i in context][-STREAM_CONTEXT:]           # the text already out, then pending ids
+        self.ids = _stream_context(tokenizer, [int(i) for i in context])  # the text already out, then pending ids
         self.printed = len(self.ids)                                       # ids[:printed] are out
 
     def push(self, token_id) -> str:
