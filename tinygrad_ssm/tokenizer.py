@@ -130,6 +130,10 @@ class FileTokenizer:
         except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception with the parser's message)
             raise TokenizerError(f"{str(self.path)!r} is not a tokenizer.json the tokenizers library can read: "
                                  f"{e}") from None
+        # a file saved with truncation or padding set (a T5 or BERT fine-tune's max_length) would cut and pad every
+        # text; transformers' tokenizer(text) does neither, nor does encode
+        self._tok.no_truncation()
+        self._tok.no_padding()
         self.name = str(self.path)
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
         self.special_config = self._read_special_config() if text is None else dict(special_config or {})
@@ -170,7 +174,8 @@ class FileTokenizer:
             return False
         added = [t for t in spec.get("added_tokens") or [] if isinstance(t, dict)]
         self._added = tuple(str(t["content"]).encode("utf-8") for t in added if t.get("content"))
-        rule, around = cut_rule(spec, self._tok.token_to_id), special_tokens_around(spec)
+        rule = cut_rule({**spec, "truncation": None, "padding": None}, self._tok.token_to_id)  # (both off: __init__)
+        around = special_tokens_around(spec)
         if rule is None or around is None:
             return False
         probe = "a b\n"                  # the special tokens parsed are those the library adds, or none is trusted
@@ -189,13 +194,18 @@ class FileTokenizer:
         return {k: stated[k] for k in SPECIAL_CONFIG_KEYS if isinstance(stated, dict) and k in stated}
 
     def _find_eos(self) -> int | None:
-        """tokenizer_config.json's eos_token beside the file, else a usual EOS name in the vocabulary."""
-        names = list(EOS_NAMES)
+        """tokenizer_config.json's eos_token beside the file, else a usual EOS name: a special added token's first
+        (Llama-3's <|end_of_text|>), then one in the vocabulary (a byte-level BPE may have learnt "</s>" from text as
+        an ordinary token: Qwen2's has)."""
         eos = self.special_config.get("eos_token")
         eos = eos.get("content") if isinstance(eos, dict) else eos
-        if isinstance(eos, str):
-            names.insert(0, eos)
-        for name in names:
+        if isinstance(eos, str) and self._tok.token_to_id(eos) is not None:
+            return int(self._tok.token_to_id(eos))
+        specials = {t.content: int(i) for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+        for name in EOS_NAMES:
+            if name in specials:
+                return specials[name]
+        for name in EOS_NAMES:
             token_id = self._tok.token_to_id(name)
             if token_id is not None:
                 return int(token_id)
