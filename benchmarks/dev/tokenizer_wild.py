@@ -45,6 +45,8 @@ def check_file(path: str, seeds: int, stream_cases: int) -> None:
 
     from tinygrad_ssm import tokenizer as tm
     lib = Tokenizer.from_file(path)
+    lib.no_truncation()             # as FileTokenizer (and transformers' tokenizer(text)) read a file saved with them
+    lib.no_padding()
     try:
         tok = tm.FileTokenizer(path)
     except tm.TokenizerError as e:
