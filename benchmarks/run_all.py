@@ -72,6 +72,9 @@ DEV_TOOLS = (
      "text whole against in pieces, for each tokenizer.json layout tinygrad_ssm/io/text_pieces.py cuts (Mistral's, "
      "Llama-2's, Llama-3's, Metaspace's), each in a fresh process; --check holds the pieces' ids and byte ends to "
      "the whole text's"),
+    ("benchmarks/dev/tokenizer_wild.py FILE.json ... [--seeds N] [--stream N]", "tokenizer.json files kept outside the "
+     "repository (Llama-2's, Mistral's, Llama-3's, Qwen2's, GPT-NeoX's, T5's, BERT's) against the tokenizers library: "
+     "encode on hostile texts, pieces against the whole text, TextStream over random ids against decode"),
     ("benchmarks/dev/inject_bugs.py AREA [--only N ...] [--list]", "bugs injected by hand, one at a time, from the "
      "lists in `benchmarks/dev/injected_bugs/` (a text of a file replaced, the tests that should fail): caught, "
      "survived or broken for each, the file written back after each"),

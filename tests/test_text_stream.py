@@ -14,7 +14,7 @@ from tinygrad_ssm.train.generate import _text_of, generate_batch
 
 TEXTS = ["héllo wörld ça va? naïve café 日本語 the state space model decodes one token at a time " * 20,
          "def main():\n    return [x * 2 for x in range(10)]  # a comment, with punctuation!\n" * 20]
-PROMPTS = ["héllo wörld", "x", "😀", "a b", " 日本", "café ", ""]
+PROMPTS = ["héllo wörld", "x", "😀", "a b", " 日本", "café ", "", "😀😀", "漢字"]  # (runs past STREAM_CONTEXT)
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +86,36 @@ def test_a_special_token_inside_a_byte_run_does_not_end_it(tokenizers):
         whole = tok.decode([*prompt, *ids])[len(tok.decode(prompt)):]
         assert whole == "\ufffd" * 3
         assert list(_text_of(tok, prompt, iter(ids), True)) == [whole]
+
+def test_a_prompt_ending_in_a_byte_run_longer_than_the_context_is_decoded_with_all_of_it(tokenizers):
+    """The stream decodes the prompt's last ids with the new ones; cut inside the prompt's byte run (😀😀: eight
+    byte tokens, more than STREAM_CONTEXT), that run is invalid alone and a new byte token that continues it (y) came
+    out as U+FFFD where the decode of all ids has 'y' (漢字: six byte tokens, cut inside 漢; 😀😀 happens to be cut
+    between its characters, but is checked too)."""
+    tok = tokenizers["byte_fallback"]
+    b = {x: tok._tok.token_to_id(f"<0x{x:02X}>") for x in range(256)}
+    for text in ("漢字", "😀😀"):
+        prompt = tok.encode(text)
+        assert all(i in tok.byte_fallback_ids for i in prompt[-len(text.encode()):])
+        ids = [b[ord("y")], *tok.encode("x y").tolist()[-1:]]
+        whole = tok.decode([*prompt, *ids])
+        assert whole.startswith(text + "y")
+        assert "".join(_text_of(tok, prompt, iter(ids), True)) == whole[len(tok.decode(prompt)):]
+
+
+@pytest.mark.parametrize("kind", ["byte_fallback", "byte_level"])
+def test_a_prompt_ending_in_special_tokens_keeps_the_space_before_the_first_new_word(tokenizers, kind):
+    """decode skips special tokens, and Llama's decoder strips the space of the first token with text (Strip, as a
+    Metaspace decoder does): a context of special tokens alone (a prompt ending in STREAM_CONTEXT of them) gave the
+    first new word without the space the decode of all ids has."""
+    tok = tokenizers[kind]
+    special = max(tok.skipped_ids)
+    prompt = np.array([*tok.encode("a b"), *[special] * 6])
+    space = "\u2581" if kind == "byte_fallback" else "\u0120"            # a space as the vocabulary writes it
+    ids = [tok._tok.token_to_id(t) for t in (space, "t", "h", "e")] * 2     # " the" twice
+    whole = tok.decode([*prompt, *ids])
+    assert whole.endswith("b the the")
+    assert "".join(_text_of(tok, prompt, iter(ids), True)) == whole[len(tok.decode(prompt)):]
 
 def test_the_batch_file_path_prints_the_same_text(tokenizers):
     """generate_batch decodes each row through the same _text_of: a byte-fallback row is its decode too."""

@@ -231,3 +231,40 @@ def test_an_eos_id_past_the_vocabulary_is_refused(bpe_tokenizer):
     for bad in (320, -1):
         with pytest.raises(TokenizerError, match=f"EOS token id {bad} is outside"):
             FileTokenizer(bpe_tokenizer, eos_token_id=bad)
+
+
+def test_a_special_eos_comes_before_an_ordinary_token_of_a_usual_name(bpe_tokenizer, tmp_path):
+    """Without a tokenizer_config.json, the EOS is looked up by the usual names: one that is a special added token
+    (Llama-3's <|end_of_text|>) comes before an ordinary BPE token spelled like another (a byte-level vocabulary
+    learns "</s>" from text: Qwen2's has it as token 128247), which is no end of a document."""
+    import json
+
+    from tokenizers import AddedToken, Tokenizer
+    spec = json.loads(Tokenizer.from_file(str(bpe_tokenizer)).to_str())
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] != "<|endoftext|>"]
+    vocab = spec["model"]["vocab"]
+    vocab["</s>"] = vocab.pop("<|endoftext|>")                     # an ordinary token now, and no <|endoftext|>
+    tok = Tokenizer.from_str(json.dumps(spec))
+    tok.add_special_tokens([AddedToken("<|end_of_text|>", special=True)])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    found = FileTokenizer(tmp_path / "tokenizer.json")
+    assert found.token_text(found.eos_token_id) == "<|end_of_text|>"
+
+
+def test_truncation_and_padding_saved_in_the_file_are_not_applied(bpe_tokenizer, tmp_path):
+    """A tokenizer.json saved with truncation and padding set (a T5 or BERT fine-tune's, max_length 32) truncates and
+    pads every encode in the library; transformers' tokenizer(text) does neither, nor may encode (a training text
+    cut to 32 tokens, a prompt padded with <pad>)."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+    lib = Tokenizer.from_file(str(bpe_tokenizer))
+    lib.enable_truncation(max_length=8)
+    lib.enable_padding(length=8, pad_id=0, pad_token="<|endoftext|>")
+    lib.save(str(tmp_path / "tokenizer.json"))
+    text = "def main():\n    return [x * 2 for x in range(10)]\n" * 3
+    assert len(lib.encode(text).ids) == 8 and lib.encode("x").ids[1:] == [0] * 7
+    tok = FileTokenizer(tmp_path / "tokenizer.json")
+    expected = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))(text)["input_ids"]
+    assert len(expected) > 8 and tok.encode(text).tolist() == expected
+    assert tok.encode_bytes(text.encode()).tolist() == expected
+    assert tok.encode("x").tolist() == FileTokenizer(bpe_tokenizer).encode("x").tolist()

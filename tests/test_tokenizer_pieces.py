@@ -155,8 +155,9 @@ def test_the_rule_of_each_kind_and_a_wrong_rule_fails(tokenizers_by_kind, monkey
 def test_a_tokenizer_no_rule_proves_reads_a_text_whole(tokenizers_by_kind, tmp_path, monkeypatch):
     """A one-word BPE whose merges join the line break (no cut is a token boundary for sure) or that looks a whole
     word up in its vocabulary first (ignore_merges: a piece may be one), a
-    Metaspace pre-tokenizer with a ByteLevel post_processor, Llama-3's Split with another regex, a truncating
-    tokenizer: each reads a text whole."""
+    Metaspace pre-tokenizer with a ByteLevel post_processor, Llama-3's Split with another regex: each reads a text
+    whole. A tokenizer.json saved truncating is read without truncation (as transformers reads it): it cuts as its
+    kind does, and the pieces are the whole text's ids, all of them."""
     from tokenizers import Tokenizer
     base = json.loads(tokenizers_by_kind["llama2"].to_str())
     merged = json.loads(json.dumps(base))
@@ -178,9 +179,11 @@ def test_a_tokenizer_no_rule_proves_reads_a_text_whole(tokenizers_by_kind, tmp_p
         path = tmp_path / f"{i}.json"
         path.write_text(Tokenizer.from_str(json.dumps(spec)).to_str(), encoding="utf-8")
         tok = FileTokenizer(path)
-        assert not tok.cuts_in_pieces, i
-        assert len(list(tok.encode_stream([text[:5], text[5:]]))) == 1
+        assert tok.cuts_in_pieces == (spec is truncating), i
+        assert (len(list(tok.encode_stream([text[:5], text[5:]]))) > 1) == (spec is truncating)
         assert np.array_equal(tok.encode_bytes(text), tok.encode(text.decode()))
+    assert len(tok.encode(text.decode())) > 8
+    assert np.array_equal(np.concatenate([i for i, _ in tok.encode_stream([text])]), tok.encode(text.decode()))
 
 
 def test_special_tokens_before_and_after_a_text_come_once(tokenizers_by_kind, tmp_path):

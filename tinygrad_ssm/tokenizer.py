@@ -130,6 +130,10 @@ class FileTokenizer:
         except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception with the parser's message)
             raise TokenizerError(f"{str(self.path)!r} is not a tokenizer.json the tokenizers library can read: "
                                  f"{e}") from None
+        # a file saved with truncation or padding set (a T5 or BERT fine-tune's max_length) would cut and pad every
+        # text; transformers' tokenizer(text) does neither, nor does encode
+        self._tok.no_truncation()
+        self._tok.no_padding()
         self.name = str(self.path)
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
         self.special_config = self._read_special_config() if text is None else dict(special_config or {})
@@ -170,7 +174,8 @@ class FileTokenizer:
             return False
         added = [t for t in spec.get("added_tokens") or [] if isinstance(t, dict)]
         self._added = tuple(str(t["content"]).encode("utf-8") for t in added if t.get("content"))
-        rule, around = cut_rule(spec, self._tok.token_to_id), special_tokens_around(spec)
+        rule = cut_rule({**spec, "truncation": None, "padding": None}, self._tok.token_to_id)  # (both off: __init__)
+        around = special_tokens_around(spec)
         if rule is None or around is None:
             return False
         probe = "a b\n"                  # the special tokens parsed are those the library adds, or none is trusted
@@ -189,13 +194,18 @@ class FileTokenizer:
         return {k: stated[k] for k in SPECIAL_CONFIG_KEYS if isinstance(stated, dict) and k in stated}
 
     def _find_eos(self) -> int | None:
-        """tokenizer_config.json's eos_token beside the file, else a usual EOS name in the vocabulary."""
-        names = list(EOS_NAMES)
+        """tokenizer_config.json's eos_token beside the file, else a usual EOS name: a special added token's first
+        (Llama-3's <|end_of_text|>), then one in the vocabulary (a byte-level BPE may have learnt "</s>" from text as
+        an ordinary token: Qwen2's has)."""
         eos = self.special_config.get("eos_token")
         eos = eos.get("content") if isinstance(eos, dict) else eos
-        if isinstance(eos, str):
-            names.insert(0, eos)
-        for name in names:
+        if isinstance(eos, str) and self._tok.token_to_id(eos) is not None:
+            return int(self._tok.token_to_id(eos))
+        specials = {t.content: int(i) for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+        for name in EOS_NAMES:
+            if name in specials:
+                return specials[name]
+        for name in EOS_NAMES:
             token_id = self._tok.token_to_id(name)
             if token_id is not None:
                 return int(token_id)
@@ -384,6 +394,24 @@ def check_fits(tok, vocab_size: int, where) -> None:
                              f"not trained together; pass the model's own tokenizer with --tokenizer")
 
 
+def _stream_context(tokenizer, ids: list) -> list:
+    """The end of `ids` that TextStream decodes with the new ids: the last STREAM_CONTEXT ids with text (special
+    tokens, which decode skips, aside: Llama's Strip and a Metaspace decoder drop the space of the first token with
+    text, which a context of special tokens alone would make the first new one), and back to the start of the
+    byte-fallback run they end in (the ByteFallback decoder decodes a run whole; cut, it is invalid, U+FFFD for each
+    byte, where the whole run with the new bytes may be text)."""
+    byte_ids = getattr(tokenizer, "byte_fallback_ids", ())
+    skipped = getattr(tokenizer, "skipped_ids", ())
+    start, with_text = len(ids), 0
+    while start > 0 and with_text < STREAM_CONTEXT:
+        start -= 1
+        with_text += ids[start] not in skipped
+    if next((i for i in ids[start:] if i not in skipped), None) in byte_ids:        # inside a run: back to its start
+        while start > 0 and (ids[start - 1] in byte_ids or ids[start - 1] in skipped):
+            start -= 1
+    return ids[start:]
+
+
 class TextStream:
     """Generated ids in, finished text out (see the module docstring). `context`: the ids before the first
     pushed one (the prompt), decoded with the new ones so that a decoder that looks back (a space before a
@@ -391,7 +419,7 @@ class TextStream:
 
     def __init__(self, tokenizer, context=()):
         self.tokenizer = tokenizer
-        self.ids = [int(i) for i in context][-STREAM_CONTEXT:]           # the text already out, then pending ids
+        self.ids = _stream_context(tokenizer, [int(i) for i in context])  # the text already out, then pending ids
         self.printed = len(self.ids)                                       # ids[:printed] are out
 
     def push(self, token_id) -> str:
