@@ -181,7 +181,7 @@ def test_state_dict_is_safetensors_ready_and_a_resumed_run_is_bit_identical(tmp_
     state = opt.state_dict()
     assert all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in state.items())
     assert state["state/W/step"].dtype == np.int64 and int(state["state/W/step"]) == 7
-    assert state["state/W/exp_avg"].shape == (3, 4) and state["hparams/lr"] == 3e-2
+    assert state["state/W/exp_avg"].shape == (3, 4) and state["hparams/0/lr"] == 3e-2
     assert not any(k.startswith("state/unused/") for k in state)
     save_file(tmp_path / "optimizer.safetensors", state)
     continued = run(opt, vm, x, y, steps=6)
