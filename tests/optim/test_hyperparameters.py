@@ -71,9 +71,9 @@ def test_load_state_dict_refuses_out_of_range_hyperparameters_and_changes_nothin
     vm = params()
     opt = optim.AdamW(vm, lr=1e-3)
     state = opt.state_dict()
-    state[f"hparams/{key}"] = np.array(value)
+    state[f"hparams/0/{key}"] = np.array(value)
     before = opt.state_dict()
-    with pytest.raises(ValueError, match=rf"(?s)AdamW.load_state_dict: .*'hparams/{key}'.*{value:g}"):
+    with pytest.raises(ValueError, match=rf"(?s)AdamW.load_state_dict: .*'hparams/0/{key}'.*{value:g}"):
         opt.load_state_dict(state)
     after = opt.state_dict()
     assert before.keys() == after.keys() and all(np.array_equal(before[k], after[k], equal_nan=True)
@@ -114,7 +114,7 @@ def float32_adam():
 @pytest.mark.parametrize("key, value, problem", [
     ("state/w/step", np.array(2 ** 64 - 1, np.uint64), r"step must be >= 0 and fit int64"),
     ("state/w/exp_avg_sq", np.array([1e300, 1.0]), r"must be finite numbers in float32"),
-    ("hparams/lr", np.array([1e-3]), r"'hparams/lr': must be 0-d \(one number\), got shape \(1,\)"),
+    ("hparams/0/lr", np.array([1e-3]), r"'hparams/0/lr': must be 0-d \(one number\), got shape \(1,\)"),
 ])
 def test_load_state_dict_checks_values_as_they_will_be_kept(key, value, problem):
     """A uint64 step of 2**64-1 passed `>= 0` and wrapped to -1 in int64 (the next step divided by zero); a
@@ -134,7 +134,7 @@ def test_a_refused_load_state_dict_keeps_the_hyperparameters_even_valid_saved_on
     fit is refused whole, so the optimizer keeps its own lr (a half-loaded optimizer would run on the saved lr)."""
     vm = params()
     opt = optim.AdamW(vm, lr=1e-3, weight_decay=0.1)
-    state = {**opt.state_dict(), "hparams/lr": np.array(0.5), "hparams/weight_decay": np.array(0.0),
+    state = {**opt.state_dict(), "hparams/0/lr": np.array(0.5), "hparams/0/weight_decay": np.array(0.0),
              "state/W/exp_avg": np.zeros((4, 3))}
     with pytest.raises(ValueError, match=r"'state/W/exp_avg': shape \(4, 3\)"):
         opt.load_state_dict(state)

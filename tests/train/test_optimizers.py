@@ -40,3 +40,24 @@ def test_the_flat_state_restores_both_groups():
     load_flat_optimizer_state(restored, flat)
     again = flat_optimizer_state(restored)
     assert again.keys() == flat.keys() and all(np.array_equal(again[k], flat[k]) for k in flat)
+
+
+def test_a_checkpoint_saved_before_parameter_groups_resumes():
+    """optimizer.safetensors of runs saved before optimizers had parameter groups holds "decay/hparams/lr" (no
+    group index); it loads, with every hyper-parameter and moment (a resumed old run continues bit for bit)."""
+    model = _model()
+    cfg = TrainConfig(lr=3e-3, weight_decay=0.25)
+    optimizers = build_optimizers(model, cfg)
+    for _, p in model.varmap.named_vars():
+        p.grad = np.full(p.shape, 0.5, p.dtype)
+    for opt in optimizers.values():
+        opt.step()
+        opt.lr = 1e-3  # as the schedule left it
+    flat = flat_optimizer_state(optimizers)
+    old = {k.replace("/hparams/0/", "/hparams/"): v for k, v in flat.items()}
+    assert "decay/hparams/lr" in old and "no_decay/hparams/weight_decay" in old
+    restored = build_optimizers(_model(), cfg)
+    load_flat_optimizer_state(restored, old)
+    again = flat_optimizer_state(restored)
+    assert again.keys() == flat.keys() and all(np.array_equal(again[k], flat[k]) for k in flat)
+    assert restored["decay"].lr == 1e-3 and restored["decay"].weight_decay == 0.25

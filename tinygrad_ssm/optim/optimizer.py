@@ -1,95 +1,147 @@
-"""The optimizer base: parameters by name, per-parameter state by name, safetensors-ready state dicts.
+"""The optimizer base: parameter groups as torch.optim's, per-parameter state by name, safetensors-ready state dicts.
+
+`params` is a VarMap, (name, Tensor) pairs, Tensors, or a list of groups {"params": ..., "lr": ..., ...} (groups.py);
+`param_groups` is the list of those groups, each a dict whose hyper-parameters a schedule or the user may change
+between steps (step() reads them from the group). `opt.lr = x` sets every group's lr; `opt.lr` reads it while
+all groups agree.
 
 State is keyed by the parameter's registry name, so it saves beside the weights and loads into a
 freshly built model: `state_dict()` is a flat dict str -> ndarray
 
-    "hparams/lr", "hparams/weight_decay", ...          0-d float64 arrays
+    "hparams/<group>/lr", "hparams/<group>/weight_decay", ...   0-d float64 arrays; group = 0, 1, ... as in
+                                                                param_groups (Adam's betas as beta1, beta2)
     "state/<param name>/<slot>"                         e.g. "state/layers.0.mixer.A_log/exp_avg"
     "state/<param name>/step"                           0-d int64 (steps this parameter was updated)
 
 so `safetensors_io.save_file(path, opt.state_dict())` writes it as is and a resumed run continues bit for bit.
+Hyper-parameters are matched to groups by index (as torch's), state to parameters by name: which group a parameter
+is in is the loading optimizer's. A state saved before parameter groups ("hparams/lr": one group, no index) loads
+into an optimizer with one group.
 """
 from __future__ import annotations
-
-import math
-import numbers
 
 import numpy as np
 
 from ..autograd.tensor import Tensor, no_grad
+from .groups import HPARAM_RANGES, UNSUPPORTED_SWITCHES, ParamGroup, hparam_problem, named_parameters, split_groups
 
-
-def named_parameters(params, who: str) -> list[tuple[str, Tensor]]:
-    """VarMap, [(name, tensor)] or [tensor] -> [(name, tensor)]. Bare tensors are named "param.<i>".
-    A frozen parameter (requires_grad False) is accepted, as torch.optim accepts it: it gets no gradient, so
-    step() skips it until it is unfrozen."""
-    if isinstance(params, Tensor):  # iterating it would walk its rows
-        raise TypeError(f"{who}: params must be a VarMap, (name, Tensor) pairs or Tensors, got one Tensor; "
-                        f"pass it in a list: [tensor]")
-    if hasattr(params, "named_vars"):
-        params = params.named_vars()
-    params = list(params)
-    named = []
-    for i, p in enumerate(params):
-        name, tensor = p if isinstance(p, tuple) else (f"param.{i}", p)
-        if not isinstance(tensor, Tensor) or not isinstance(name, str):
-            raise TypeError(f"{who}: params must be a VarMap, (name, Tensor) pairs or Tensors; item {i} is {p!r:.80}")
-        if not tensor.is_leaf:
-            raise ValueError(f"{who}: parameter {name!r} is the result of an op, not a leaf tensor: pass the "
-                             f"leaves it was computed from (torch: can't optimize a non-leaf Tensor)")
-        named.append((name, tensor))
-    names = [n for n, _ in named]
-    if len(set(names)) != len(names):
-        raise ValueError(f"{who}: duplicate parameter names {sorted({n for n in names if names.count(n) > 1})}")
-    if len({id(t) for _, t in named}) != len(named):
-        raise ValueError(f"{who}: the same tensor is given twice under different names")
-    return named
-
-
-# hyper-parameter -> (lowest allowed, the upper bound, excluded; None: none), the rules of torch.optim; every
-# one must also be finite (torch accepts lr=nan or eps=nan and then writes NaN into every weight)
-HPARAM_RANGES = {"lr": (0.0, None), "eps": (0.0, None), "weight_decay": (0.0, None), "beta1": (0.0, 1.0),
-                 "beta2": (0.0, 1.0), "momentum": (0.0, None), "dampening": (0.0, None)}
-
-
-def hparam_problem(name: str, value) -> str | None:
-    """Why `value` is not a valid `name` (a sentence naming both), or None."""
-    low, high = HPARAM_RANGES.get(name, (None, None))
-    interval = ">= 0" if high is None else f"in [{low:g}, {high:g})"
-    try:
-        finite = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
-    except OverflowError:  # an int too large for a float
-        finite = False
-    if not finite or (low is not None and value < low) or (high is not None and value >= high):
-        return f"{name} must be a finite number {interval}, got {value!r}"
-    return None
+__all__ = ["HPARAM_RANGES", "Optimizer", "hparam_problem", "named_parameters"]
 
 
 class Optimizer:
-    """Subclasses set `hparam_names` and implement `_update(param, grad, state)`, which updates the param's
-    array (param.data) and its state (name -> ndarray) in place. Every hyper-parameter is checked whenever
-    it is set (at construction, `opt.lr = ...` by a schedule, load_state_dict): a ValueError names the
-    optimizer, the argument and the value."""
+    """Subclasses set `hparam_names` (the numbers a state dict saves per group) and implement
+    `_update(param, grad, state, group)`, which updates the param's array (param.data) and its state (name ->
+    ndarray) in place with the group's hyper-parameters. Every hyper-parameter is checked whenever it is set (at
+    construction, `opt.lr = ...` or `group["lr"] = ...` by a schedule, add_param_group, load_state_dict): a
+    ValueError names the optimizer, the group, the argument and the value."""
 
     hparam_names: tuple = ("lr",)
     slot_names: tuple = ()
     nonnegative_slots: tuple = ()  # slots that can never be negative (Adam's exp_avg_sq): checked on load
+    optional_slots: tuple = ()     # slots a state may lack (SGD's buffer before momentum's first step)
 
-    def __init__(self, params, lr: float):
-        self.params = named_parameters(params, type(self).__name__)
-        if not self.params:
-            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
-        self.lr = lr
+    def __init__(self, params, defaults: dict):
+        who = type(self).__name__
+        checked = {}
+        for key, value in defaults.items():
+            try:
+                checked[key] = self._check_hparam(key, value)
+            except ValueError as e:
+                raise ValueError(f"{who}: {e}") from None
+        self._check_group(checked, who)
+        object.__setattr__(self, "defaults", checked)
+        self.param_groups: list[ParamGroup] = []
         self.state: dict[str, dict[str, np.ndarray]] = {}
+        for group in split_groups(params, who):
+            self.add_param_group(group)
+        if not any(g["params"] for g in self.param_groups):
+            raise ValueError(f"{who}: got an empty parameter list")
 
-    def __setattr__(self, name, value):
-        if name in HPARAM_RANGES:
-            bad = hparam_problem(name, value)
+    # --- groups -----------------------------------------------------------------------------------------
+    def add_param_group(self, param_group: dict):
+        """Add a group {"params": ..., hyper-parameter: value, ...}; what it leaves out is the optimizer's
+        default. A parameter already in a group (the same tensor, or the same name) is refused, as in torch."""
+        index = len(self.param_groups)
+        where = f"{type(self).__name__}.param_groups[{index}]"
+        if not isinstance(param_group, dict) or "params" not in param_group:
+            raise TypeError(f"{where}: a parameter group is a dict with a 'params' key, got {param_group!r:.80}")
+        params = param_group["params"]
+        if "param_names" in param_group:  # a group written as torch writes named ones: names beside tensors
+            names, params = list(param_group["param_names"]), list(params)
+            if len(names) != len(params):
+                raise ValueError(f"{where}: {len(names)} param_names for {len(params)} params; give one name each")
+            params = list(zip(names, params))
+        named = named_parameters(params, where, sum(len(g["params"]) for g in self.param_groups))
+        owner = {id(p): (i, n) for i, g in enumerate(self.param_groups) for n, p in zip(g["param_names"], g["params"])}
+        names = {n: i for i, g in enumerate(self.param_groups) for n in g["param_names"]}
+        for name, p in named:
+            if id(p) in owner:
+                i, first = owner[id(p)]
+                raise ValueError(f"{where}: parameter {name!r} is already in param_groups[{i}] (as {first!r}); a "
+                                 f"parameter can be in one group only (torch: some parameters appear in more than "
+                                 f"one parameter group)")
+            if name in names:
+                raise ValueError(f"{where}: the name {name!r} is already used in param_groups[{names[name]}]; the "
+                                 f"state is keyed by name, so each parameter needs its own")
+        group = ParamGroup(where, self._check_hparam)
+        group["params"], group["param_names"] = [p for _, p in named], [n for n, _ in named]
+        for key, value in param_group.items():
+            if key not in ("params", "param_names"):
+                group[key] = value  # checked
+        for key, value in self.defaults.items():
+            if key not in group:
+                dict.__setitem__(group, key, value)  # checked at construction
+        self._check_group(group, where)
+        self.param_groups.append(group)
+
+    def _check_hparam(self, key, value):
+        """`value` as a group keeps it; ValueError with the reason when it is not a valid `key`."""
+        if key in HPARAM_RANGES:
+            bad = hparam_problem(key, value)
             if bad is not None:
-                raise ValueError(f"{type(self).__name__}: {bad}")
-            value = float(value)
+                raise ValueError(bad)
+            return float(value)
+        if key in UNSUPPORTED_SWITCHES and value not in (False, None):
+            raise ValueError(f"{key}={value!r} is not supported by this {type(self).__name__} (torch's option; "
+                             f"only False); leave it out")
+        return value
+
+    def _check_group(self, group: dict, where: str) -> None:
+        """Checks across a group's hyper-parameters (SGD: nesterov needs momentum)."""
+
+    def _slots(self, group: dict) -> tuple:
+        return self.slot_names
+
+    @property
+    def params(self) -> list[tuple[str, Tensor]]:
+        """Every (name, parameter) of every group, in order."""
+        return [(n, p) for g in self.param_groups for n, p in zip(g["param_names"], g["params"])]
+
+    def __getattr__(self, name):  # only when the attribute is not found: a hyper-parameter all groups share
+        defaults = self.__dict__.get("defaults")
+        if defaults is None or name not in defaults:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return self._shared(name)
+
+    def _shared(self, key):
+        values = [g[key] for g in self.__dict__.get("param_groups") or [self.defaults]]
+        if any(v != values[0] for v in values):
+            raise AttributeError(f"{type(self).__name__}: the parameter groups differ in {key} ({values}); read "
+                                 f"optimizer.param_groups[i][{key!r}]")
+        return values[0]
+
+    def __setattr__(self, name, value):  # a hyper-parameter set on the optimizer: every group's, checked
+        if name in self.__dict__.get("defaults", ()) and "param_groups" in self.__dict__:
+            try:
+                value = self._check_hparam(name, value)
+            except ValueError as e:
+                raise ValueError(f"{type(self).__name__}: {e}") from None
+            for group in self.param_groups:
+                dict.__setitem__(group, name, value)
+            return
         object.__setattr__(self, name, value)
 
+    # --- steps ------------------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True):
         """Forget the gradients (backward accumulates into .grad)."""
         for _, p in self.params:
@@ -99,59 +151,101 @@ class Optimizer:
                 p.grad.zero_()
 
     def step(self):
-        """Update every parameter that has a gradient; parameters without one are skipped (as torch)."""
+        """Update every parameter that has a gradient with its group's hyper-parameters as they are now;
+        parameters without one are skipped (as torch)."""
         with no_grad():
-            for name, p in self.params:
-                if p.grad is None:
-                    continue
-                grad = p.grad.data
-                state = self.state.setdefault(name, {})
-                if "step" not in state:
-                    state.update({slot: np.zeros_like(p.data) for slot in self.slot_names})
-                    state["step"] = np.array(0, dtype=np.int64)
-                state["step"] = np.array(state["step"] + 1, dtype=np.int64)  # stays an ndarray (safetensors)
-                self._update(p, grad, state)
-                p._bump()  # the update wrote into p.data: a graph that saved the old value must not backward
+            for group in self.param_groups:
+                for name, p in zip(group["param_names"], group["params"]):
+                    if p.grad is None:
+                        continue
+                    state = self.state.setdefault(name, {})
+                    if "step" not in state:
+                        state.update({slot: np.zeros_like(p.data) for slot in self._slots(group)})
+                        state["step"] = np.array(0, dtype=np.int64)
+                    state["step"] = np.array(state["step"] + 1, dtype=np.int64)  # stays an ndarray (safetensors)
+                    self._update(p, p.grad.data, state, group)
+                    p._bump()  # the update wrote into p.data: a graph that saved the old value must not backward
 
-    def _update(self, param: Tensor, grad: np.ndarray, state: dict):  # pragma: no cover
+    def _update(self, param: Tensor, grad: np.ndarray, state: dict, group: dict):  # pragma: no cover
         raise NotImplementedError
 
     # --- state ------------------------------------------------------------------------------------------
-    def _hparams(self) -> dict[str, float]:
-        return {k: float(getattr(self, k)) for k in self.hparam_names}
+    def _flat_hparams(self, group: dict) -> dict[str, float]:
+        """A group's hyper-parameters as the numbers a state dict saves (hparam_names)."""
+        return {k: float(group[k]) for k in self.hparam_names}
+
+    def _group_hparams(self, flat: dict[str, float]) -> dict:
+        """The inverse of _flat_hparams: saved numbers -> a group's keys."""
+        return dict(flat)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        out = {f"hparams/{k}": np.array(v, dtype=np.float64) for k, v in self._hparams().items()}
+        out = {f"hparams/{i}/{k}": np.array(v, dtype=np.float64)
+               for i, group in enumerate(self.param_groups) for k, v in self._flat_hparams(group).items()}
         for name, state in self.state.items():
             for slot, array in state.items():
                 out[f"state/{name}/{slot}"] = array.copy()
         return out
 
+    def _load_hparams(self, state_dict: dict, problems: list) -> list[dict]:
+        """The saved hyper-parameters of each group, checked; problems appended."""
+        n = len(self.param_groups)
+        hparams, seen = [{} for _ in range(n)], [set() for _ in range(n)]
+        for key, value in state_dict.items():
+            kind, _, rest = key.partition("/")
+            index, _, name = rest.rpartition("/")
+            if kind != "hparams":
+                continue
+            if index == "" and n != 1:
+                problems.append(f"{key!r}: saved by an optimizer with one parameter group (no group index), but "
+                                f"this one has {n}: load it into one with a single group")
+                continue
+            if index != "" and not (index.isdigit() and int(index) < n):
+                problems.append(f"unexpected key {key!r}: this optimizer has {n} parameter group(s), "
+                                f"'hparams/0/...' to 'hparams/{n - 1}/...'")
+                continue
+            group = int(index or 0)
+            if name not in self.hparam_names:
+                problems.append(f"unexpected key {key!r}")
+                continue
+            if name in seen[group]:
+                problems.append(f"{key!r}: group {group}'s {name} is given twice ('hparams/{name}' and "
+                                f"'hparams/{group}/{name}'); keep one")
+                continue
+            seen[group].add(name)
+            value = np.asarray(value)
+            if value.shape != ():
+                problems.append(f"{key!r}: must be 0-d (one number), got shape {value.shape}")
+            elif value.dtype.kind not in "iuf":
+                problems.append(f"{key!r}: must be a number, got dtype {value.dtype}")
+            elif hparam_problem(name, float(value)) is not None:
+                problems.append(f"{key!r}: {hparam_problem(name, float(value))}; the saved state is damaged, "
+                                f"load another one")
+            else:
+                hparams[group][name] = float(value)
+        problems += [f"missing key 'hparams/{i}/{k}'" for i in range(n) for k in self.hparam_names if k not in seen[i]]
+        return hparams
+
     def load_state_dict(self, state_dict: dict):
         """Replace hyperparameters and state with a saved copy. Everything is checked first (unknown
-        parameter names or slots, shapes, missing keys): on error nothing changes."""
+        parameter names, groups or slots, shapes, missing keys): on error nothing changes."""
         who = f"{type(self).__name__}.load_state_dict"
+        problems = []
+        hparams = self._load_hparams(state_dict, problems)
         shapes = {name: p.shape for name, p in self.params}
         dtypes = {name: p.dtype for name, p in self.params}
-        hparams, state, problems = {}, {}, []
+        slots = {}  # each parameter's slots under the hyper-parameters being loaded (SGD: momentum's buffer)
+        for i, group in enumerate(self.param_groups):
+            loaded = {**group, **(self._group_hparams(hparams[i]) if len(hparams[i]) == len(self.hparam_names)
+                                  else {})}
+            slots.update({name: self._slots(loaded) for name in group["param_names"]})
+        state = {}
         for key, value in state_dict.items():
             value = np.asarray(value)
             kind, _, rest = key.partition("/")
-            if kind == "hparams" and rest in self.hparam_names and value.shape != ():
-                problems.append(f"{key!r}: must be 0-d (one number), got shape {value.shape}")
-                continue
-            if kind == "hparams" and rest in self.hparam_names:
-                if value.dtype.kind not in "iuf":
-                    problems.append(f"{key!r}: must be a number, got dtype {value.dtype}")
-                    continue
-                bad = hparam_problem(rest, float(value))
-                if bad is not None:
-                    problems.append(f"{key!r}: {bad}; the saved state is damaged, load another one")
-                    continue
-                hparams[rest] = float(value)
+            if kind == "hparams":
                 continue
             name, _, slot = rest.rpartition("/")
-            if kind != "state" or name not in shapes or slot not in (*self.slot_names, "step"):
+            if kind != "state" or name not in shapes or slot not in (*slots[name], "step"):
                 problems.append(f"unexpected key {key!r}")
             elif slot == "step" and (value.shape != () or value.dtype.kind not in "iu"):
                 problems.append(f"{key!r}: step must be a 0-d integer, got {value.dtype} {value.shape}")
@@ -173,20 +267,19 @@ class Optimizer:
                                     f"load another one")
                 else:
                     state.setdefault(name, {})[slot] = value
-        problems += [f"missing key 'hparams/{k}'" for k in self.hparam_names
-                     if k not in hparams and f"hparams/{k}" not in state_dict]
-        for name, slots in state.items():
-            absent = [s for s in (*self.slot_names, "step") if s not in slots]
+        for name, got in state.items():
+            absent = [s for s in (*slots[name], "step") if s not in got and s not in self.optional_slots]
             if absent:
                 problems.append(f"parameter {name!r}: missing {', '.join(absent)}")
         if problems:
             raise ValueError(f"{who}: the state does not fit this optimizer's parameters:\n  " + "\n  ".join(problems))
-        for k, v in hparams.items():
-            setattr(self, k, v)
+        for group, values in zip(self.param_groups, hparams):
+            for k, v in self._group_hparams(values).items():
+                dict.__setitem__(group, k, v)  # each checked above
         self.state = {name: {slot: np.array(v, dtype=np.int64 if slot == "step" else dtypes[name])
-                             for slot, v in slots.items()} for name, slots in state.items()}
+                             for slot, v in saved.items()} for name, saved in state.items()}
 
     def __repr__(self):
-        hp = ", ".join(f"{k}={v:g}" for k, v in self._hparams().items())
-        return f"{type(self).__name__}({len(self.params)} parameters, {hp})"
-
+        groups = "; ".join(", ".join(f"{k}={v:g}" for k, v in self._flat_hparams(g).items())
+                           for g in self.param_groups)
+        return f"{type(self).__name__}({len(self.params)} parameters, {len(self.param_groups)} group(s): {groups})"

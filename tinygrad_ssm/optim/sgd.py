@@ -8,34 +8,43 @@ from .optimizer import Optimizer
 
 class SGD(Optimizer):
     """g <- grad + weight_decay * p;  buf <- momentum * buf + (1 - dampening) * g  (buf = g on the first step);
-    p <- p - lr * (g + momentum * buf if nesterov else buf)."""
+    p <- p - lr * (g + momentum * buf if nesterov else buf). lr, momentum, dampening, weight_decay and nesterov
+    are per parameter group (torch's keys); a state dict saves the four numbers, not nesterov (a switch of the
+    code, like fused). torch's maximize is not implemented (a group asking for it is refused)."""
 
     hparam_names = ("lr", "momentum", "dampening", "weight_decay")
+    optional_slots = ("momentum_buffer",)  # absent: momentum set after the last step; the next step starts it
 
     def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False):
-        super().__init__(params, lr)
-        self.momentum, self.dampening, self.weight_decay = momentum, dampening, weight_decay  # checked: __setattr__
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("SGD: nesterov momentum requires a momentum and zero dampening")
-        self.nesterov = nesterov
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov))
 
-    @property
-    def slot_names(self) -> tuple:  # the buffer exists once there is momentum (it may be set after construction)
-        return ("momentum_buffer",) if self.momentum else ()
+    def _check_hparam(self, key, value):
+        if key == "nesterov" and not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"nesterov must be True or False, got {value!r}")
+        return bool(value) if key == "nesterov" else super()._check_hparam(key, value)
 
-    def _update(self, param, grad, state):
-        p = param.data
-        if self.weight_decay:
-            grad = grad + self.weight_decay * p
-        if self.momentum:
+    def _check_group(self, group, where):
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError(f"{where}: nesterov momentum requires a momentum and zero dampening")
+
+    def _slots(self, group) -> tuple:  # the buffer exists once there is momentum (it may be set after construction)
+        return ("momentum_buffer",) if group["momentum"] else ()
+
+    def _update(self, param, grad, state, group):
+        p, lr, momentum, dampening, wd = param.data, group["lr"], group["momentum"], group["dampening"], \
+            group["weight_decay"]
+        if wd:
+            grad = grad + wd * p
+        if momentum:
             buf = state.get("momentum_buffer")
             if buf is None:  # momentum set after this parameter's first steps: its buffer starts now
                 buf = state["momentum_buffer"] = grad.astype(p.dtype, copy=True)
             elif state["step"] == 1:
                 np.copyto(buf, grad)
             else:
-                buf *= self.momentum
-                buf += (1 - self.dampening) * grad
-            grad = grad + self.momentum * buf if self.nesterov else buf
-        p -= self.lr * grad
+                buf *= momentum
+                buf += (1 - dampening) * grad
+            grad = grad + momentum * buf if group["nesterov"] else buf
+        p -= lr * grad

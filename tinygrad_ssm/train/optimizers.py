@@ -1,5 +1,10 @@
 """A run's optimizers: AdamW in two groups (weight decay on the matrices only), and their state as one flat
-dict of arrays for a checkpoint's optimizer.safetensors ("decay/state/NAME/exp_avg", ...)."""
+dict of arrays for a checkpoint's optimizer.safetensors ("decay/state/NAME/exp_avg", "decay/hparams/0/lr", ...).
+
+Two AdamW objects named "decay" and "no_decay", not one with two param_groups (which optim/ now takes): the
+checkpoints of every run so far are keyed by those names, as are the MPI broadcast of the states and the files
+the tests hold; one optimizer would need a translation of each old key to its group index, for no change in a
+step (the same update, the same bits)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,0 +1,265 @@
+"""Parameter groups as torch.optim takes them: per-group hyper-parameters that step() reads as they are now (a
+schedule changes param_groups[i]["lr"] between steps), add_param_group, a parameter in one group only, and
+per-group hyper-parameters through state_dict / load_state_dict (including states saved before groups)."""
+import numpy as np
+import pytest
+
+import tinygrad_ssm as tg
+from tinygrad_ssm import VarBuilder, VarMap, optim
+from tinygrad_ssm.nn import init
+
+STEPS = 12
+
+
+def problem(seed=0):
+    """W (3, 4), b (3,), c (2,): loss = 0.5 |W x - y|^2 + sum(b^4) / 4 + sum(c^2 b[:2]) (every one gets a grad)."""
+    vm = VarMap(seed=seed)
+    vb = VarBuilder.from_varmap(vm, "float64")
+    vb.get((3, 4), "W", init=init.Randn(0, 1))
+    vb.get((3,), "b", init=init.Randn(0, 1))
+    vb.get((2,), "c", init=init.Randn(0, 1))
+    r = np.random.default_rng(1)
+    return vm, r.standard_normal(4), r.standard_normal(3)
+
+
+def loss_of(W, b, c, x, y, T):
+    err = W @ T(x) - T(y)
+    return 0.5 * (err * err).sum() + (b ** 4).sum() / 4 + (c * c * b[:2]).sum()
+
+
+def lr_at(step):  # changed between steps through param_groups, as a scheduler does
+    return [0.05 * (1 + step) / 4 if step < 4 else 0.05 * 0.8 ** (step - 4), 0.02 + 0.001 * step]
+
+
+CASES = {
+    "AdamW": (optim.AdamW, "AdamW", dict(betas=(0.8, 0.95), eps=1e-6), [dict(weight_decay=0.1), dict(weight_decay=0.0)]),
+    "Adam": (optim.Adam, "Adam", dict(betas=(0.85, 0.99), eps=1e-7), [dict(weight_decay=0.05), dict(weight_decay=0.0)]),
+    "Adam-betas": (optim.Adam, "Adam", dict(), [dict(betas=(0.5, 0.9)), dict(betas=(0.9, 0.999), eps=1e-3)]),
+    "SGD": (optim.SGD, "SGD", dict(momentum=0.9), [dict(weight_decay=0.1), dict(momentum=0.5, dampening=0.2)]),
+    "SGD-nesterov": (optim.SGD, "SGD", dict(momentum=0.9, nesterov=True), [dict(weight_decay=0.01),
+                                                                            dict(momentum=0.0, nesterov=False)]),
+    "SGD-plain": (optim.SGD, "SGD", dict(), [dict(), dict(weight_decay=0.3)]),
+}
+
+
+@pytest.mark.parametrize("case, fused", [(c, f) for c in CASES for f in (True, False)
+                                         if f or CASES[c][0] is not optim.SGD])  # SGD has one path
+def test_groups_and_lr_changed_between_steps_match_torch(case, fused):
+    """float64 to 1e-12 against torch.optim over 12 steps, two groups of different lr / weight decay / betas /
+    momentum, each group's lr written through param_groups before every step (both optimizers alike)."""
+    torch = pytest.importorskip("torch")
+    cls, torch_name, defaults, overrides = CASES[case]
+    vm, x, y = problem()
+    tW, tb, tc = (torch.tensor(vm[k].data.copy(), requires_grad=True) for k in ("W", "b", "c"))
+    extra = dict(fused=fused) if cls is not optim.SGD else {}
+    ours = cls([{"params": [("W", vm["W"])], **overrides[0]},
+                {"params": [("b", vm["b"]), ("c", vm["c"])], **overrides[1]}], lr=0.05, **defaults, **extra)
+    theirs = getattr(torch.optim, torch_name)([{"params": [tW], **overrides[0]}, {"params": [tb, tc], **overrides[1]}],
+                                              lr=0.05, **defaults)
+    for step in range(STEPS):
+        for opt in (ours, theirs):
+            for group, lr in zip(opt.param_groups, lr_at(step)):
+                group["lr"] = lr
+        ours.zero_grad(), theirs.zero_grad()
+        loss_of(vm["W"], vm["b"], vm["c"], x, y, tg.Tensor).backward()
+        loss_of(tW, tb, tc, x, y, torch.tensor).backward()
+        ours.step(), theirs.step()
+        for k, t in zip("Wbc", (tW, tb, tc)):
+            np.testing.assert_allclose(vm[k].data, t.detach().numpy(), rtol=1e-12, atol=1e-14,
+                                       err_msg=f"{k} at step {step + 1}")
+    assert not np.allclose(vm["W"].data, problem()[0]["W"].data)  # it moved
+
+
+def two_groups(cls=optim.AdamW, **kwargs):
+    vm, x, y = problem()
+    return vm, cls([{"params": [("W", vm["W"])], "weight_decay": 0.1},
+                    {"params": [("b", vm["b"]), ("c", vm["c"])], "weight_decay": 0.0, "lr": 1e-2}],
+                   lr=3e-4, **kwargs), x, y
+
+
+def steps(opt, vm, x, y, n):
+    for _ in range(n):
+        opt.zero_grad()
+        loss_of(vm["W"], vm["b"], vm["c"], x, y, tg.Tensor).backward()
+        opt.step()
+
+
+def test_param_groups_are_torch_shaped_dicts_with_names():
+    vm, opt, _, _ = two_groups()
+    g0, g1 = opt.param_groups
+    assert g0["params"][0] is vm["W"] and g0["param_names"] == ["W"] and g1["param_names"] == ["b", "c"]
+    assert (g0["lr"], g0["weight_decay"], g0["betas"], g0["eps"]) == (3e-4, 0.1, (0.9, 0.999), 1e-8)  # defaults
+    assert (g1["lr"], g1["weight_decay"]) == (1e-2, 0.0)
+    assert [n for n, _ in opt.params] == ["W", "b", "c"]
+    bare = optim.SGD([{"params": [vm["W"]]}, {"params": [vm["b"], vm["c"]], "lr": 0.5}], lr=0.1)
+    assert [n for n, _ in bare.params] == ["param.0", "param.1", "param.2"]  # numbered across groups, as torch
+    torch_style = optim.SGD([{"params": [vm["W"], vm["b"]], "param_names": ["W", "b"]}], lr=0.1)
+    assert [n for n, _ in torch_style.params] == ["W", "b"]
+
+
+def test_the_optimizers_attribute_is_every_groups_value():
+    _, opt, _, _ = two_groups()
+    assert opt.eps == 1e-8 and opt.betas == (0.9, 0.999) and opt.beta1 == 0.9
+    with pytest.raises(AttributeError, match=r"AdamW: the parameter groups differ in lr \(\[0.0003, 0.01\]\); read "
+                                             r"optimizer.param_groups\[i\]\['lr'\]"):
+        _ = opt.lr
+    opt.lr = 2e-3  # a schedule that sets opt.lr sets it for every group
+    assert [g["lr"] for g in opt.param_groups] == [2e-3, 2e-3] and opt.lr == 2e-3
+    opt.beta2 = 0.95
+    assert [g["betas"] for g in opt.param_groups] == [(0.9, 0.95)] * 2
+    with pytest.raises(ValueError, match=r"AdamW: lr must be a finite number >= 0, got -1"):
+        opt.lr = -1
+    assert opt.lr == 2e-3
+
+
+@pytest.mark.parametrize("key, value, problem", [
+    ("lr", -1.0, "lr must be a finite number >= 0, got -1.0"), ("lr", float("nan"), "lr must be a finite number"),
+    ("betas", (0.9, 1.0), r"beta2 must be a finite number in \[0, 1\), got 1.0 \(betas=\(0.9, 1.0\)\)"),
+    ("weight_decay", -0.1, "weight_decay must be a finite number >= 0"),
+    ("amsgrad", True, "amsgrad=True is not supported by this AdamW"),
+    ("maximize", True, "maximize=True is not supported by this AdamW"),
+])
+def test_a_groups_hyperparameter_is_checked_when_set(key, value, problem):
+    vm, opt, _, _ = two_groups()
+    before = opt.param_groups[1].get(key)
+    with pytest.raises(ValueError, match=rf"AdamW.param_groups\[1\]: {problem}"):
+        opt.param_groups[1][key] = value
+    assert opt.param_groups[1].get(key) == before
+    with pytest.raises(ValueError, match=rf"AdamW.param_groups\[1\]: {problem}"):
+        opt.param_groups[1].update({key: value})
+    with pytest.raises(ValueError, match=rf"AdamW.param_groups\[1\]: {problem}"):
+        optim.AdamW([{"params": [vm["W"]]}, {"params": [vm["b"]], key: value}])
+
+
+def test_torchs_default_switches_are_accepted_and_metadata_kept():
+    """A group copied from a torch optimizer carries amsgrad=False, foreach=None, ...; a user's own key stays."""
+    vm, _, _ = problem()
+    opt = optim.AdamW([{"params": [vm["W"]], "amsgrad": False, "foreach": None, "maximize": False, "name": "mats"}])
+    assert opt.param_groups[0]["name"] == "mats"
+
+
+def test_add_param_group_and_a_parameter_in_two_groups():
+    vm, x, y = problem()
+    opt = optim.AdamW([("W", vm["W"])], lr=1e-3, weight_decay=0.1)
+    opt.add_param_group({"params": [("b", vm["b"])], "weight_decay": 0.0})
+    g = opt.param_groups[1]
+    assert g["param_names"] == ["b"] and g["weight_decay"] == 0.0 and g["lr"] == 1e-3  # the rest: the defaults
+    with pytest.raises(ValueError, match=r"AdamW.param_groups\[2\]: parameter 'again' is already in "
+                                         r"param_groups\[0\] \(as 'W'\); a parameter can be in one group only"):
+        opt.add_param_group({"params": [("again", vm["W"])]})
+    with pytest.raises(ValueError, match=r"AdamW.param_groups\[2\]: the name 'b' is already used in "
+                                         r"param_groups\[1\]"):
+        opt.add_param_group({"params": [("b", vm["c"])]})
+    with pytest.raises(ValueError, match=r"AdamW.param_groups\[1\]: parameter 'param.1' is already in "
+                                         r"param_groups\[0\] \(as 'param.0'\)"):
+        optim.AdamW([{"params": [vm["W"]]}, {"params": [vm["W"]]}])  # torch: ValueError too
+    with pytest.raises(TypeError, match=r"a parameter group is a dict with a 'params' key"):
+        opt.add_param_group([vm["c"]])
+    with pytest.raises(TypeError, match=r"mixes parameter groups \(dicts\) with parameters"):
+        optim.AdamW([{"params": [vm["W"]]}, vm["b"]])
+    with pytest.raises(TypeError, match=r"got one dict; pass it in a list: \[group\]"):
+        optim.AdamW({"params": [vm["W"]]})
+    with pytest.raises(ValueError, match=r"\['params'\] cannot be replaced"):
+        opt.param_groups[0]["params"] = [vm["c"]]
+    with pytest.raises(ValueError, match="got an empty parameter list"):
+        optim.AdamW([{"params": []}])
+    assert len(opt.param_groups) == 2
+    opt.add_param_group({"params": [("c", vm["c"])], "lr": 0.0})
+    before = vm["c"].data.copy()
+    steps(opt, vm, x, y, 2)
+    assert np.array_equal(vm["c"].data, before) and int(opt.state["c"]["step"]) == 2  # lr 0: stepped, not moved
+
+
+def test_sgd_nesterov_is_checked_per_group():
+    vm, _, _ = problem()
+    with pytest.raises(ValueError, match=r"SGD.param_groups\[1\]: nesterov momentum requires a momentum and zero "
+                                         r"dampening"):
+        optim.SGD([{"params": [vm["W"]]}, {"params": [vm["b"]], "nesterov": True}], lr=0.1, momentum=0.0)
+    with pytest.raises(ValueError, match=r"SGD.param_groups\[0\]: nesterov must be True or False, got 1"):
+        optim.SGD([{"params": [vm["W"]], "nesterov": 1}], lr=0.1, momentum=0.9)
+
+
+# --- state_dict -------------------------------------------------------------------------------------------
+
+def test_per_group_hyperparameters_round_trip_and_a_resumed_run_is_bit_identical(tmp_path):
+    from tinygrad_ssm.io.safetensors import load_file, save_file
+    vm, opt, x, y = two_groups()
+    steps(opt, vm, x, y, 3)
+    opt.param_groups[0]["lr"], opt.param_groups[1]["betas"] = 7e-4, (0.5, 0.75)  # changed since construction
+    state = opt.state_dict()
+    assert {k for k in state if k.startswith("hparams/")} == {f"hparams/{i}/{k}" for i in (0, 1) for k in
+                                                              ("lr", "beta1", "beta2", "eps", "weight_decay")}
+    assert (state["hparams/0/lr"], state["hparams/1/lr"], state["hparams/1/beta1"]) == (7e-4, 1e-2, 0.5)
+    save_file(tmp_path / "optimizer.safetensors", state)
+    vm.save(tmp_path / "model.safetensors")
+    steps(opt, vm, x, y, 4)
+    continued = {k: vm[k].data.copy() for k in "Wbc"}
+
+    vm2, opt2, _, _ = two_groups()  # built with the original hyper-parameters: the saved ones replace them
+    vm2.load(tmp_path / "model.safetensors")
+    opt2.load_state_dict(load_file(tmp_path / "optimizer.safetensors"))
+    assert [(g["lr"], g["betas"], g["weight_decay"]) for g in opt2.param_groups] == \
+        [(7e-4, (0.9, 0.999), 0.1), (1e-2, (0.5, 0.75), 0.0)]
+    steps(opt2, vm2, x, y, 4)
+    assert all(continued[k].tobytes() == vm2[k].data.tobytes() for k in "Wbc")
+
+
+def legacy(state: dict) -> dict:
+    """A one-group state as saved before parameter groups: "hparams/lr" (no group index)."""
+    return {k.replace("hparams/0/", "hparams/"): v for k, v in state.items()}
+
+
+def test_a_state_saved_before_groups_loads_into_one_group():
+    vm, x, y = problem()
+    opt = optim.AdamW(vm, lr=3e-3, weight_decay=0.2)
+    steps(opt, vm, x, y, 2)
+    old = legacy(opt.state_dict())
+    assert "hparams/lr" in old and not any(k.startswith("hparams/0/") for k in old)
+    fresh = optim.AdamW(problem()[0], lr=1.0, weight_decay=0.0)
+    fresh.load_state_dict(old)
+    assert (fresh.lr, fresh.weight_decay) == (3e-3, 0.2)
+    assert fresh.state_dict().keys() == opt.state_dict().keys()
+    assert all(np.array_equal(fresh.state_dict()[k], v) for k, v in opt.state_dict().items())
+
+
+def test_load_state_dict_refuses_states_of_other_groupings_and_changes_nothing():
+    vm, opt, x, y = two_groups()
+    steps(opt, vm, x, y, 1)
+    good = opt.state_dict()
+    before = opt.state_dict()
+    one = optim.AdamW(problem()[0], lr=0.1)
+    cases = [
+        (legacy(one.state_dict()),
+         r"'hparams/lr': saved by an optimizer with one parameter group \(no group index\), but this one has 2"),
+        ({**good, "hparams/2/lr": np.array(0.1)},
+         (r"unexpected key 'hparams/2/lr': this optimizer has 2 parameter group\(s\), 'hparams/0/...' to "
+          r"'hparams/1/...'")),
+        ({k: v for k, v in good.items() if k != "hparams/1/eps"}, r"missing key 'hparams/1/eps'"),
+        ({**good, "hparams/1/momentum": np.array(0.9)}, r"unexpected key 'hparams/1/momentum'"),
+    ]
+    for state, problem_text in cases:
+        with pytest.raises(ValueError, match=problem_text):
+            opt.load_state_dict(state)
+    after = opt.state_dict()
+    assert after.keys() == before.keys() and all(np.array_equal(after[k], before[k]) for k in before)
+    with pytest.raises(ValueError, match=r"'hparams/lr': group 0's lr is given twice"):
+        one.load_state_dict({**one.state_dict(), "hparams/lr": np.array(0.5)})
+
+
+def test_sgd_state_without_the_buffer_of_a_momentum_set_since_the_last_step_loads():
+    """Momentum set after the last step (the buffer starts at the next one, as torch's None buffer): the state
+    had a step but no buffer, and loading it back was refused ("missing momentum_buffer")."""
+    a = tg.Tensor(np.array([1.0, -2.0]), requires_grad=True)
+    opt = optim.SGD([("a", a)], lr=0.1)
+    (a * a * a).sum().backward()
+    opt.step()
+    opt.momentum = 0.9
+    saved = opt.state_dict()
+    assert "state/a/momentum_buffer" not in saved and saved["hparams/0/momentum"] == 0.9
+    twin = optim.SGD([("a", tg.Tensor(a.data.copy(), requires_grad=True))], lr=0.1)
+    twin.load_state_dict(saved)
+    for o, p in ((opt, a), (twin, twin.params[0][1])):
+        o.zero_grad()
+        (p * p * p).sum().backward()
+        o.step()
+    assert np.array_equal(a.data, twin.params[0][1].data) and twin.momentum == 0.9
