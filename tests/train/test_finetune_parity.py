@@ -9,7 +9,7 @@ training loop adds: the loading, the decay groups, the clipping, the schedule, t
 transformers' CPU path casts its norms, its scan and its residual stream to float32 even in a float64 model, so
 its side runs under float64_throughout (benchmarks/parity_transformers.py), which keeps them float64: then the
 two sides differ by rounding alone: losses and gradient norms agree to ~5e-16 relative, weights after 5 steps to
-~5e-15, so 1e-10 has room and still catches any real difference (one more parameter decayed: ~1e-4)."""
+~5e-15, so 1e-10 has room; decay on the vectors too, another clip, another warmup each fail it (tried)."""
 import json
 import math
 import sys
