@@ -5,6 +5,7 @@ import argparse
 import io
 import json
 import os
+import re
 import shlex
 import threading
 from pathlib import Path
@@ -283,6 +284,28 @@ def test_readme_and_help_give_the_same_duration():
         text = " ".join(text.split())
         assert "about three minutes" in text, where
         assert not any(s in text for s in ("~5 minutes", "five minutes", "four minutes", "~4 minutes")), where
+
+
+def test_train_help_states_the_optimizer_the_run_builds_and_what_init_from_starts():
+    """A transformers user assumes AdamW's betas (0.9, 0.999), a warmup from lr 0 and decay on every tensor; the
+    help said none of the run's own choices, nor that --init-from starts fresh moments where --resume continues."""
+    from tinygrad_ssm.optim import WarmupCosine
+    from tinygrad_ssm.train.optimizers import build_optimizers
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    text = " ".join(sub.choices["train"].format_help().split())
+    model = Mamba2LMHeadModel(Mamba2Config(d_model=16, n_layer=1, vocab_size=256, d_state=4, headdim=8), VarMap())
+    opts = build_optimizers(model, TrainConfig())
+    assert {o.weight_decay for o in opts.values()} == {TrainConfig().weight_decay, 0.0}
+    assert all(p.ndim >= 2 for _, p in opts["decay"].params) and all(p.ndim < 2 for _, p in opts["no_decay"].params)
+    stated = re.search(r"AdamW \(betas ([\d.]+), ([\d.]+); eps ([\d.e-]+)\)", text)
+    assert stated is not None, text
+    for opt in opts.values():
+        assert tuple(map(float, stated.groups())) == (opt.beta1, opt.beta2, opt.eps)
+    assert "weight decay, on the matrices (ndim >= 2) only" in text
+    assert WarmupCosine(1.0, 4, 10)(0) == 1 / 4 and "--lr * (k + 1) / N, never 0" in text
+    assert "start a new run (step 0, fresh AdamW moments and schedule, its own --out)" in text
+    assert "which is only read" in text and "To continue a run with its optimizer state, use --resume" in text
 
 
 def test_the_memory_estimate_counts_the_runs_vocabulary():

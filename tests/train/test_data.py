@@ -295,4 +295,20 @@ def test_bytes_that_are_not_utf8_are_counted_when_a_tokenizer_reads_them(tmp_pat
                                "utf8.txt": "d\u00e9j\u00e0 vu\n".encode() * 200})
     corpus = D.tokenize(load_corpus(folder, seed=0, val_fraction=0.5), FileTokenizer(bpe_tokenizer))
     assert corpus.invalid_utf8_bytes == 400
-    assert "400 bytes not UTF-8, each read as U+FFFD by the tokenizer" in corpus.describe()
+    assert "400 bytes not UTF-8 in latin1.txt, each read as U+FFFD by the tokenizer (convert that file to UTF-8" \
+        in corpus.describe()                                             # the file named: a folder's count hid it
+
+
+def test_a_utf16_file_is_named_as_such_when_a_tokenizer_reads_it(tmp_path, bpe_tokenizer):
+    """UTF-16 text is valid UTF-8 but for its byte order mark (its NULs are U+0000): a --data file of it counted as
+    2 bytes not UTF-8 while every character was read wrong. Named as UTF-16 (in a folder its NULs make it a binary
+    file, skipped and counted as such); every other file that is not UTF-8 named too, the UTF-8 ones not."""
+    text = "caf\u00e9 \u2713 ok\n" * 100
+    folder = _write(tmp_path, {"a16.txt": text.encode("utf-16"), "b8.txt": text.encode(), "c1.txt": text.encode(
+        "latin-1", errors="replace"), "d.txt": b"plain ascii\n" * 50})
+    corpus = D.tokenize(load_corpus(folder, seed=0, val_fraction=0.25), FileTokenizer(bpe_tokenizer))
+    assert corpus.skipped_files == ("a16.txt",) and corpus.non_utf8_files == ("c1.txt",)
+    assert "1 binary file skipped; 100 bytes not UTF-8 in c1.txt, each read" in corpus.describe()
+    single = D.tokenize(load_corpus(folder / "a16.txt"), FileTokenizer(bpe_tokenizer))
+    assert "2 bytes not UTF-8 in a16.txt (UTF-16), each read" in single.describe()
+    assert load_corpus(folder / "b8.txt").non_utf8_files == ()

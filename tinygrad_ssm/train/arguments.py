@@ -36,8 +36,10 @@ _TRAIN_FLAGS = [
                                         f"[{_D.chunk_size}]"),
     ("--lr", "lr", float, f"peak learning rate of AdamW [{_D.lr}]"),
     ("--min-lr", "min_lr", float, "learning rate at the end of the cosine decay [--lr / 10]"),
-    ("--warmup-steps", "warmup_steps", int, f"steps of linear warmup from 0 to --lr [{_D.warmup_steps}]"),
-    ("--weight-decay", "weight_decay", float, f"AdamW decoupled weight decay on matrices [{_D.weight_decay}]"),
+    ("--warmup-steps", "warmup_steps", int, f"steps of linear warmup to --lr (step k of N: --lr * (k + 1) / N, "
+                                            f"never 0) [{_D.warmup_steps}]"),
+    ("--weight-decay", "weight_decay", float, f"AdamW decoupled weight decay, on the matrices (ndim >= 2) only "
+                                                  f"[{_D.weight_decay}]"),
     ("--grad-clip", "grad_clip", float, f"clip the global gradient norm to this [{_D.grad_clip}]"),
     ("--dtype", "dtype", str, f"weights' dtype: float32 or float64 (exact comparisons) [{_D.dtype}]"),
     ("--seed", "seed", int, f"seed of the weight init and the batch sampler [{_D.seed}]"),
@@ -67,16 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="train a Mamba-2 model, byte-level unless a tokenizer is given, or fine-tune "
                                       "one (--init-from) (defaults: about three minutes on 2 cores)",
                         description="Train a Mamba-2 language model (on bytes, or on the ids of --tokenizer or of "
-                                    "--init-from's tokenizer) with AdamW, warmup + cosine decay and gradient "
-                                    "clipping. Defaults are in brackets; with them a run takes about three "
-                                    "minutes on 2 cores.")
+                                    f"--init-from's tokenizer) with AdamW (betas {_D.beta1}, {_D.beta2}; eps 1e-8), "
+                                    "warmup + cosine decay and gradient clipping. Defaults are in brackets; with "
+                                    "them a run takes about three minutes on 2 cores.")
     for flag, field, typ, text in _TRAIN_FLAGS:
         metavar = {"data": "PATH", "out": "DIR", "backend": "NAME", "sample_prompt": "TEXT"}.get(
             field, "N" if typ is int else "X")
         tr.add_argument(flag, dest=field, type=typ, default=None, help=text, metavar=metavar)
     tr.add_argument("--init-from", dest="init_from", metavar="DIR", default=None,
-                    help="fine-tune: start from the weights (and tokenizer) of a model folder (a run, a checkpoint, "
-                         "a save_pretrained / mamba_ssm / transformers folder); the model flags come from it")
+                    help="fine-tune: start a new run (step 0, fresh AdamW moments and schedule, its own --out) from "
+                         "the weights (and tokenizer) of a model folder (a run, a checkpoint, a save_pretrained / "
+                         "mamba_ssm / transformers folder), which is only read; the model flags come from it. "
+                         "To continue a run with its optimizer state, use --resume")
     tr.add_argument("--tokenizer", metavar="PATH", default=None,
                     help="tokenize --data with this tokenizer.json ('bytes': raw bytes) [bytes, or --init-from's own]")
     tr.add_argument("--resume", metavar="DIR", default=None,

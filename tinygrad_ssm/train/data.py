@@ -20,6 +20,7 @@ Choices, and why:
 """
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import sysconfig
@@ -118,6 +119,7 @@ class Corpus:
     skipped_files: tuple[str, ...] = field(default=())  # binary files left out of a --data folder
     run_folders: tuple[str, ...] = field(default=())  # this package's run folders left out of a --data folder
     invalid_utf8_bytes: int = 0  # bytes a tokenizer.json read as U+FFFD (not UTF-8), said in describe()
+    non_utf8_files: tuple[str, ...] = field(default=())  # the files holding them (" (UTF-16)" where it looks so)
     train_tokens_per_byte: float = 1.0  # bits per token x this = bits per byte
     val_tokens_per_byte: float = 1.0
     val_text: bytes | None = None  # the validation bytes of a tokenized corpus (its sample prompt)
@@ -126,9 +128,13 @@ class Corpus:
         skipped = f", {_count(len(self.skipped_files), 'binary file')} skipped" if self.skipped_files else ""
         if self.run_folders:
             skipped += f", {_count(len(self.run_folders), 'run folder')} left out ({', '.join(self.run_folders[:3])})"
-        if self.invalid_utf8_bytes:
-            skipped += (f"; {_count(self.invalid_utf8_bytes, 'byte')} not UTF-8, each read as U+FFFD by the "
-                        f"tokenizer (convert the files to UTF-8 to keep their characters)")
+        if self.invalid_utf8_bytes:  # the files named: a folder's total alone left the user to find them
+            files = self.non_utf8_files
+            named = f" in {', '.join(files[:3])}{f' and {len(files) - 3} more' if len(files) > 3 else ''}" \
+                if files else ""
+            skipped += (f"; {_count(self.invalid_utf8_bytes, 'byte')} not UTF-8{named}, each read as U+FFFD by the "
+                        f"tokenizer (convert {'that file' if len(files) == 1 else 'the files'} to UTF-8 to keep "
+                        f"{'its' if len(files) == 1 else 'their'} characters, e.g. iconv -f latin1 -t utf-8)")
         train, val = self._size(self.train, self.train_tokens_per_byte), self._size(self.val, self.val_tokens_per_byte)
         return (f"{self.source}: {_count(len(self.train_files), 'train file')} ({train}), "
                 f"{_count(len(self.val_files), 'validation file')} ({val}){skipped}")
@@ -188,8 +194,7 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
         raise DataError(f"corpus {source!r} contains no text: {why}")
     if len(texts) == 1:
         split = _split_single_file(root / names[0], texts[0], val_fraction)
-        return Corpus(source, split.train, split.val, split.train_files, split.val_files, tuple(skipped),
-                      tuple(run_folders))
+        return replace(split, source=source, skipped_files=tuple(skipped), run_folders=tuple(run_folders))
 
     # sorted above; now a seeded shuffle so that validation files are a fair sample of the whole tree
     order = np.random.default_rng(seed).permutation(len(texts))
@@ -203,7 +208,29 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
         val_files=tuple(names[i] for i in val_idx),
         skipped_files=tuple(skipped),
         run_folders=tuple(run_folders),
+        non_utf8_files=_non_utf8(names, texts),
     )
+
+
+def _non_utf8(names: list[str], texts: list[bytes]) -> tuple[str, ...]:
+    """The names of the texts that are not UTF-8, in stream order of `names`; " (UTF-16)" added where the text
+    starts with a UTF-16 byte order mark (its other bytes are mostly valid UTF-8: the count alone hid it)."""
+    found = []
+    for name, data in zip(names, texts):
+        if not data.isascii() and not _is_utf8(data):
+            found.append(name + (" (UTF-16)" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""))
+    return tuple(found)
+
+
+def _is_utf8(data: bytes, block: int = 1 << 22) -> bool:
+    """Whether `data` decodes as UTF-8, read in blocks (one decode of a 1 GB file would hold up to 4 GB of str)."""
+    decoder, view = codecs.getincrementaldecoder("utf-8")(), memoryview(data)
+    try:
+        for start in range(0, len(data), block):
+            decoder.decode(view[start:start + block], final=start + block >= len(data))
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _split_single_file(path: Path, data: bytes, val_fraction: float) -> Corpus:
@@ -212,7 +239,8 @@ def _split_single_file(path: Path, data: bytes, val_fraction: float) -> Corpus:
     cut = len(data) - max(1, int(len(data) * val_fraction))
     arr = np.frombuffer(data, dtype=np.uint8)
     name = path.name
-    return Corpus(str(path), arr[:cut].copy(), arr[cut:].copy(), (name,), (name,))
+    return Corpus(str(path), arr[:cut].copy(), arr[cut:].copy(), (name,), (name,),
+                  non_utf8_files=_non_utf8([name], [data]))
 
 
 def tokenize(corpus: Corpus, tokenizer) -> Corpus:
