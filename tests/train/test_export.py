@@ -6,6 +6,7 @@ path and the fix, leaving nothing behind.
 
 transformers' CPU path casts its norms and scan to float32 inside a float64 model; float64_throughout
 (benchmarks/parity_transformers.py) keeps those casts float64, so the bound is rounding (1e-10), not float32's."""
+import errno
 import json
 import os
 import shutil
@@ -210,3 +211,17 @@ def test_flags_are_checked_before_anything_is_loaded(tmp_path, capsys):
     code, _, err = _export(capsys, "--model", tmp_path / "absent", "--out", tmp_path / "out")
     assert code == cli.EXIT_USAGE and f"{str(tmp_path / 'absent')!r} does not exist" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_write_leaves_nothing_behind(stopped_run, tmp_path, capsys, monkeypatch):
+    """A full disk while writing the tokenizer (after the weights): exit 74 naming the cause, no --out, no
+    temporary folder left beside it."""
+    from tinygrad_ssm.train import export as export_module
+
+    def full_disk(path, data, replace=True):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(export_module, "write_atomic", full_disk)
+    code, printed, err = _export(capsys, "--model", stopped_run, "--out", tmp_path / "out")
+    assert code == cli.EXIT_IO and printed == "" and "the disk is full" in err and "nothing was exported" in err
+    assert os.listdir(tmp_path) == []
