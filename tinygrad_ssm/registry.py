@@ -251,10 +251,12 @@ class VarMap:
             self._unfilled.discard(name)
 
     # --- checkpoints ------------------------------------------------------------------------------------
-    def save(self, path, metadata: dict | None = None):
-        """Write every variable to `path` as safetensors, atomically (temporary file, fsync, rename)."""
+    def save(self, path, metadata: dict | None = None, rename=None):
+        """Write every variable to `path` as safetensors, atomically (temporary file, fsync, rename).
+        `rename`: name -> the name it is stored under (another layout's names for the same weights)."""
         self._require_filled(f"save {os.fspath(path)!r}")
-        save_file(path, {name: t.data for name, t in self._vars.items()}, metadata)
+        rename = rename or (lambda name: name)
+        save_file(path, {rename(name): t.data for name, t in self._vars.items()}, metadata)
 
     def load(self, path, strict: bool = True):
         """Fill the existing variables in place from a safetensors file: BF16/F16 are upcast, F64 into a float32

@@ -17,7 +17,7 @@ TINY_FLAGS = ["--d-model", "32", "--n-layer", "1", "--d-state", "16", "--headdim
 def test_every_flag_has_help_text():
     parser = cli.build_parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(subparsers.choices) == {"train", "generate", "eval"}
+    assert set(subparsers.choices) == {"train", "generate", "eval", "export"}
     for name, sub in subparsers.choices.items():
         for action in sub._actions:
             assert action.help and len(action.help) > 10, (name, action.option_strings)

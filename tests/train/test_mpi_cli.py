@@ -18,8 +18,8 @@ def two_ranks(monkeypatch):
     return lambda rank: monkeypatch.setenv("OMPI_COMM_WORLD_RANK", str(rank))
 
 
-@pytest.mark.parametrize("command", ["generate", "eval"])
-def test_generate_and_eval_are_refused_on_every_rank_and_said_once(two_ranks, command, capsys):
+@pytest.mark.parametrize("command", ["generate", "eval", "export"])
+def test_generate_eval_and_export_are_refused_on_every_rank_and_said_once(two_ranks, command, capsys):
     args = argparse.Namespace(command=command)
     for rank in (0, 1):
         two_ranks(rank)

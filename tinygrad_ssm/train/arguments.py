@@ -8,6 +8,7 @@ import math
 import os
 from pathlib import Path
 
+from ..models.mamba2.pretrained import LAYOUTS
 from ..scan import available_backends
 from .config import TrainConfig
 from .generate import DEFAULT_PROMPT_BATCH, not_utf8
@@ -60,10 +61,11 @@ _TRAIN_FLAGS = [
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tinygrad-ssm", description="Mamba-2 language models on a NumPy "
-                                     "autograd engine: train, generate, eval.", epilog=f"exit status: {EXIT_OK} ok, "
-                                     f"{EXIT_DIVERGED} diverged, {EXIT_USAGE} bad input, {EXIT_IO} a file could not "
-                                     f"be written, {EXIT_INTERRUPTED} Ctrl-C or SIGTERM")
-    sub = parser.add_subparsers(dest="command", metavar="{train,generate,eval}")
+                                     "autograd engine: train, generate, eval, export.",
+                                     epilog=f"exit status: {EXIT_OK} ok, {EXIT_DIVERGED} diverged, {EXIT_USAGE} bad "
+                                     f"input, {EXIT_IO} a file could not be written, {EXIT_INTERRUPTED} Ctrl-C or "
+                                     f"SIGTERM")
+    sub = parser.add_subparsers(dest="command", metavar="{train,generate,eval,export}")
     sub.required = True
 
     tr = sub.add_parser("train", help="train a Mamba-2 model, byte-level unless a tokenizer is given, or fine-tune "
@@ -169,6 +171,25 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
     ev.add_argument("--weights", choices=("float32", "bfloat16", "int8"), default=None,
                     help="decode from 8- or 16-bit weights (quantized at load; a quantized folder loads as saved)")
+
+    ex = sub.add_parser("export", help="write a model folder (a run, a checkpoint, any model folder) as a new folder "
+                                       "that transformers (or mamba_ssm's layout) loads",
+                        description="Write a model folder as a new folder: with --layout transformers (the default) "
+                                    "transformers.Mamba2ForCausalLM.from_pretrained(OUT) and "
+                                    "AutoTokenizer.from_pretrained(OUT) load it; with --layout mamba_ssm it is the "
+                                    "package's own save_pretrained folder. The weights are written as stored, bit "
+                                    "for bit; the tokenizer.json the model was trained with is copied (a byte-level "
+                                    "model gets one that gives each byte its own id), and generation_config.json "
+                                    "when the folder has one. --out must be new or an empty folder: nothing is "
+                                    "replaced.")
+    ex.add_argument("--model", "--checkpoint", dest="model", required=True, metavar="DIR",
+                    help="model folder (a run folder: its newest checkpoint)")
+    ex.add_argument("--out", required=True, metavar="NEW_DIR", help="the folder to write (new, or empty)")
+    ex.add_argument("--layout", choices=LAYOUTS, default="transformers",
+                    help="transformers: its Mamba2 config keys and weight names; mamba_ssm: this package's "
+                         "save_pretrained folder [%(default)s]")
+    ex.add_argument("--tokenizer", metavar="PATH", default=None,
+                    help="as for generate: the tokenizer.json to write [the model folder's own]")
     return parser
 
 
@@ -187,6 +208,9 @@ _PATH_FLAGS = {
              "--data": ("data", "a text file or folder", "a run's validation split"),
              "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "the model folder's own"),
              "--json": ("json", "a file to write the report to (or - for stdout)", "no JSON")},
+    "export": {"--model": ("model", "a model folder", None),
+               "--out": ("out", "the path of a new folder", None),
+               "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "the model folder's own")},
 }
 
 
@@ -268,12 +292,16 @@ def eval_flag_problems(args) -> list[str]:
     return bad
 
 
+def export_flag_problems(args) -> list[str]:
+    return empty_path_problems(args)
+
+
 def problems_or_none(bad: list[str]) -> str | None:
     return None if not bad else bad[0] if len(bad) == 1 else "\n  " + "\n  ".join(bad)
 
 
 def argument_problem(args) -> str | None:
     """The first problem with the flags that the subcommand checks before any work, or None."""
-    bad = {"train": train_flag_problems, "generate": generate_flag_problems, "eval": eval_flag_problems}[
-        args.command](args)
+    bad = {"train": train_flag_problems, "generate": generate_flag_problems, "eval": eval_flag_problems,
+           "export": export_flag_problems}[args.command](args)
     return "; ".join(bad) if bad else None

@@ -1,11 +1,12 @@
 """`python -m tinygrad_ssm` / `tinygrad-ssm`: train a Mamba-2 model (bytes, or a tokenizer's ids), fine-tune one,
-generate text from it, score a text with it.
+generate text from it, score a text with it, export it for transformers.
 
     python -m tinygrad_ssm train                      # about three minutes on 2 cores, on the standard library
     python -m tinygrad_ssm train --resume runs/NAME   # continue a run (bit-identical to never stopping)
     python -m tinygrad_ssm generate --model runs/NAME --prompt "def " --max-new-tokens 300
     python -m tinygrad_ssm eval --model DIR --data FILE               # perplexity, bits per byte
     python -m tinygrad_ssm train --init-from DIR --data FOLDER        # fine-tune a checkpoint
+    python -m tinygrad_ssm export --model runs/NAME --out NEW_DIR     # a folder transformers loads
     mpiexec -n 2 python -m tinygrad_ssm train         # data-parallel over MPI ranks (docs/distributed.md)
 
 Exit status: 0 done, 1 training diverged or the model gave NaN/inf logits, 2 bad arguments or data, 74 a file
@@ -33,12 +34,14 @@ from ..io.checkpoints import CHECKPOINTS_DIR, CheckpointNotFound, checkpoint_nam
 from ..models.mamba2.sampling import NonFiniteLogits
 from ..tokenizer import TokenizerError
 from .arguments import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_USAGE, argument_problem,
-                        build_parser, eval_flag_problems, generate_flag_problems, problems_or_none,
-                        train_flag_problems)
+                        build_parser, eval_flag_problems, export_flag_problems, generate_flag_problems,
+                        problems_or_none, train_flag_problems)
 from .config import TrainConfig
 from .data import DataError
 from .generate import (DEFAULT_PROMPT_BATCH, escape_controls, generate_batches, load_model, read_batch_file,
                        resolve_model_folder, stream_text)
+from .export import describe as describe_export
+from .export import export
 from .generation_config import sampling_settings, stop_ids
 from .loop import TrainingDiverged, train
 from .mpi_cli import python_cmd, refuse_single_process_commands
@@ -251,6 +254,22 @@ def _eval(args) -> int:
     return EXIT_OK if np.isfinite(report["mean_nats"]) else EXIT_DIVERGED
 
 
+def _export(args) -> int:
+    problem = problems_or_none(export_flag_problems(args))
+    if problem:
+        return _error(problem)
+    try:
+        result = export(args.model, args.out, layout=args.layout, tokenizer=args.tokenizer)
+    except (FileNotFoundError, ValueError) as e:  # a missing model folder or weights (CheckpointNotFound is one);
+        # ExportError, PretrainedError, TokenizerError are ValueErrors
+        return _error(str(e))
+    except OSError as e:  # disk full, read-only folder: the temporary folder is gone, --out left as it was
+        say_error(f"cannot write {e.filename or args.out}: {io_cause(e)}; nothing was exported to {args.out}")
+        return EXIT_IO
+    print(describe_export(result))
+    return EXIT_OK
+
+
 def _agree_on_arguments(parser, argv) -> tuple[object, int | None]:
     """Under an MPI launcher (mpiexec -n N, N > 1): parse this rank's arguments, then make every rank take the same
     decision, so a rank that stops at its flags never leaves the others waiting in MPI (each rank may be given
@@ -302,7 +321,7 @@ def main(argv=None) -> int:
             return code
     else:
         args = parser.parse_args(argv)
-    return {"train": _train, "generate": _generate, "eval": _eval}[args.command](args)
+    return {"train": _train, "generate": _generate, "eval": _eval, "export": _export}[args.command](args)
 
 
 if __name__ == "__main__":

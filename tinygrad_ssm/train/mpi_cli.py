@@ -6,7 +6,7 @@ import sys
 
 from .. import distributed
 
-SINGLE_PROCESS_COMMANDS = ("generate", "eval")
+SINGLE_PROCESS_COMMANDS = ("generate", "eval", "export")
 
 
 def this_rank() -> int:
@@ -15,8 +15,8 @@ def this_rank() -> int:
 
 
 def refuse_single_process_commands(args, code: int | None, exit_usage: int) -> tuple[object, int | None]:
-    """(args, exit status) of the ranks' agreement on their arguments, passed on; but `generate` / `eval` under
-    `mpiexec -n N` (every rank would run the whole command: the output N times, N writers of one --json file)
+    """(args, exit status) of the ranks' agreement on their arguments, passed on; but `generate` / `eval` / `export`
+    under `mpiexec -n N` (every rank would run the whole command: the output N times, N writers of the same files)
     are refused on every rank at once, rank 0 alone saying so: (None, exit_usage)."""
     if code is not None or args.command not in SINGLE_PROCESS_COMMANDS:
         return args, code
@@ -24,7 +24,7 @@ def refuse_single_process_commands(args, code: int | None, exit_usage: int) -> t
     if this_rank() == 0:
         n = distributed.launcher_world_size()
         print(f"error: `{command}` runs in one process, but mpiexec started {n}: every rank would run it (its "
-              f"output {n} times, {n} processes writing one --json file); only `train` is data-parallel. Run it "
+              f"output {n} times, {n} processes writing the same files); only `train` is data-parallel. Run it "
               f"without mpiexec: python -m tinygrad_ssm {command} ...", file=sys.stderr)
     return None, exit_usage
 

@@ -1,7 +1,7 @@
 """A Mamba-2 checkpoint's config.json, in either layout real weights come in (pretrained.py's docstring), read into
-a Mamba2Config and written back in mamba_ssm's: every key is read, checked, or known to change nothing; a key that
-looks like a misspelling of a known one is refused, any other unknown key warned of; a setting we do not compute
-is refused by name."""
+a Mamba2Config and written back in either (one mapping of names per layout, read both ways): every key is read,
+checked, or known to change nothing; a key that looks like a misspelling of a known one is refused, any other
+unknown key warned of; a setting we do not compute is refused by name."""
 from __future__ import annotations
 
 import difflib
@@ -204,4 +204,39 @@ def mamba_ssm_config(config: Mamba2Config) -> dict:
            "tie_embeddings": config.tie_embeddings}
     if config.rms_norm_eps != DEFAULT_EPS:  # mamba_ssm hard-codes 1e-5; only a different value is written
         out["norm_epsilon"] = config.rms_norm_eps
+    return out
+
+
+TOKEN_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+# json.dumps spells inf as the bare token Infinity, which strict JSON readers refuse; transformers 5.24's own
+# save_pretrained writes this, and its from_pretrained (like read_config) reads both back as inf
+JSON_INFINITY = {"__float__": "Infinity"}
+
+
+def transformers_config(config: Mamba2Config, dtype: str, token_ids: dict | None = None) -> dict:
+    """The transformers config.json of a Mamba2Config (the keys of transformers' Mamba2Config, as its own
+    save_pretrained writes them): _HF_FIELDS read backwards, vocab_size the padded vocabulary (transformers has no
+    padding multiple), "dtype" the weights' (transformers' from_pretrained loads in it). `token_ids`: bos / eos /
+    pad ids where known; each one not given is written null, since transformers' Mamba2Config otherwise takes
+    bos 0, eos 2, pad 1, and its generate would stop at id 2. A_init_range, which only draws the initial A, has
+    no key there and is left out (a model read back gets the default)."""
+    out = {"model_type": "mamba2", "architectures": ["Mamba2ForCausalLM"]}
+    for key, (field, _) in _HF_FIELDS.items():
+        value = getattr(config, field)
+        out[key] = list(value) if isinstance(value, tuple) else value
+    out["vocab_size"] = config.padded_vocab_size
+    out["time_step_limit"] = [JSON_INFINITY if math.isinf(v) else v for v in config.dt_limit]
+    out |= {"num_heads": config.nheads, "hidden_act": "silu", "rms_norm": True, "residual_in_fp32": True,
+            "dtype": dtype}
+    token_ids = dict(token_ids or {})
+    unknown = sorted(set(token_ids) - set(TOKEN_ID_KEYS))
+    if unknown:
+        raise ValueError(f"save_pretrained: token_ids may hold {', '.join(TOKEN_ID_KEYS)}, not {unknown}")
+    for key in TOKEN_ID_KEYS:
+        value = token_ids.get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                      and 0 <= value < config.padded_vocab_size):
+            raise ValueError(f"save_pretrained: token_ids[{key!r}] must be an id of the vocabulary (0 to "
+                             f"{config.padded_vocab_size - 1}) or None, got {value!r}")
+        out[key] = value
     return out

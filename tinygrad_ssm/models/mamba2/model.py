@@ -379,8 +379,10 @@ class Mamba2LMHeadModel:
                         fused: bool = True) -> Mamba2LMHeadModel:
         return load_model_folder(cls, directory, dtype=dtype, backend=backend, fused=fused)
 
-    def save_pretrained(self, directory):
-        save_model_folder(self, directory)
+    def save_pretrained(self, directory, layout: str = "mamba_ssm", token_ids: dict | None = None):
+        """config.json + model.safetensors in mamba_ssm's layout, or transformers' (layout="transformers": what
+        transformers.Mamba2ForCausalLM.from_pretrained reads; token_ids: its bos/eos/pad_token_id where known)."""
+        save_model_folder(self, directory, layout=layout, token_ids=token_ids)
 
     def __repr__(self):
         c = self.config

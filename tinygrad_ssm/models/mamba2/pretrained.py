@@ -8,7 +8,8 @@
   backbone.embeddings.weight (with an s), the same layer keys, lm_head.weight when not tied. Its config may
   hold the JSON token Infinity or {"__float__": "Infinity"}.
 
-`save_pretrained` writes the mamba_ssm layout. float16 / bfloat16 weights are upcast. No pickle anywhere.
+`save_pretrained` writes either: the mamba_ssm layout by default, the transformers one (layout="transformers") for
+transformers' Mamba2ForCausalLM.from_pretrained. float16 / bfloat16 weights are upcast. No pickle anywhere.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from ...io.file_checks import require_regular_file
 from ...io.finite import non_finite_problems
 from ...io.safetensors import CheckpointError, SafetensorsFile
 from ...registry import VarMap
-from .checkpoint_config import CONFIG_NAME, PretrainedError, mamba_ssm_config, parse_config, read_config
+from .checkpoint_config import (CONFIG_NAME, PretrainedError, mamba_ssm_config, parse_config, read_config,
+                                transformers_config)
 from .config import Mamba2Config
 
 WEIGHTS_NAME, INDEX_NAME = "model.safetensors", "model.safetensors.index.json"
@@ -73,6 +75,16 @@ def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:
                                 f"are installed: {pickle_conversion_command(directory)}")
     raise FileNotFoundError(f"from_pretrained: {str(directory)!r} has neither {WEIGHTS_NAME} nor {INDEX_NAME} "
                             f"(only safetensors is read: no pickle)")
+
+
+def stored_float_dtype(directory) -> str:
+    """The dtype from_pretrained keeps a resolved folder's stored weights in exactly: "float64" when a tensor is
+    stored F64, else "float32" (F32, and the F16 / BF16 it upcasts). Only the headers are read."""
+    for path in _weight_files(Path(directory))[0]:
+        with SafetensorsFile(path) as f:
+            if any(info.dtype == "F64" for info in f.tensors.values()):
+                return "float64"
+    return "float32"
 
 
 def pickle_conversion_command(directory: Path) -> str:
@@ -170,9 +182,12 @@ def _size_keys(config: Mamba2Config, layout: str) -> list:
     return [*zip(names, values), (ssm + "expand", config.expand), ("vocab_size", config.vocab_size)]
 
 
+EMBEDDING = "backbone.embedding.weight"
+
+
 def _stored_name(name: str, layout: str) -> str:
     """Our (mamba_ssm) parameter name -> the name stored in a checkpoint of `layout`."""
-    if layout == "transformers" and name == "backbone.embedding.weight":
+    if layout == "transformers" and name == EMBEDDING:
         return "backbone.embeddings.weight"
     return name
 
@@ -275,12 +290,32 @@ def _same_values(file_a: SafetensorsFile, key_a: str, file_b: SafetensorsFile, k
     return True
 
 
-def save_pretrained(model, directory):
-    """Write config.json (mamba_ssm layout) and model.safetensors into `directory` (created if needed). A model
-    whose RMSNorm epsilon is not mamba_ssm's 1e-5 (a transformers checkpoint may set layer_norm_epsilon) gets a
-    'norm_epsilon' key, which this package reads and mamba_ssm's MambaConfig refuses (it hard-codes 1e-5, so it
-    could not compute that model): a warning says so."""
+LAYOUTS = ("mamba_ssm", "transformers")  # parse_config's names of the two layouts
+
+
+def save_pretrained(model, directory, layout: str = "mamba_ssm", token_ids: dict | None = None):
+    """Write config.json and model.safetensors into `directory` (created if needed) in `layout`:
+
+    - "mamba_ssm": its config keys and weight names. A model whose RMSNorm epsilon is not mamba_ssm's 1e-5 (a
+      transformers checkpoint may set layer_norm_epsilon) gets a 'norm_epsilon' key, which this package reads and
+      mamba_ssm's MambaConfig refuses (it hard-codes 1e-5, so it could not compute that model): a warning says so.
+    - "transformers": what transformers.Mamba2ForCausalLM.from_pretrained reads (checkpoint_config.
+      transformers_config; backbone.embeddings.weight; lm_head.weight only when untied: transformers' own save
+      of a tied model leaves it out and ties it at load). `token_ids`: its bos/eos/pad_token_id, where known.
+    Either way the weights are stored as they are (their dtype, bit for bit)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"save_pretrained: layout must be one of {LAYOUTS}, got {layout!r}")
+    if token_ids and layout != "transformers":
+        raise ValueError("save_pretrained: token_ids go into transformers' config.json only (mamba_ssm's "
+                         "MambaConfig has no such keys); pass layout='transformers' or leave token_ids out")
     directory = prepare_save_folder(directory, model.varmap.named_vars())
+    if layout == "transformers":
+        dtype = str(model.varmap[EMBEDDING].data.dtype)
+        text = json.dumps(transformers_config(model.config, dtype, token_ids), indent=2)
+        write_atomic(directory / CONFIG_NAME, text + "\n")
+        model.varmap.save(directory / WEIGHTS_NAME, metadata={"format": "pt"},
+                          rename=lambda name: _stored_name(name, layout))
+        return
     config = mamba_ssm_config(model.config)
     if "norm_epsilon" in config:
         warnings.warn(f"save_pretrained: {str(directory)!r}: the model's RMSNorm epsilon is {config['norm_epsilon']}, "

@@ -13,7 +13,8 @@ from ...io.atomic_write import write_atomic
 from ...io.safetensors import SafetensorsFile, save_file
 from ...registry import VarMap
 from .checkpoint_config import CONFIG_NAME, PretrainedError, mamba_ssm_config, parse_config, read_config
-from .pretrained import WEIGHTS_NAME, load_pretrained, prepare_save_folder, resolve_pretrained_folder, save_pretrained
+from .pretrained import (LAYOUTS, WEIGHTS_NAME, load_pretrained, prepare_save_folder, resolve_pretrained_folder,
+                         save_pretrained)
 from .quantize import FORMATS, QuantizedWeight, quantize_model, quantized_names
 
 QUANTIZATION_KEY = "quantization"   # config.json: {"weights": "int8" | "bfloat16", "block": int (int8)}
@@ -100,9 +101,17 @@ def load_model_folder(cls, directory, dtype="float32", backend: str = "auto", fu
     return load_pretrained(cls, folder, dtype=dtype, backend=backend, fused=fused)
 
 
-def save_model_folder(model, directory) -> None:
-    """Mamba2LMHeadModel.save_pretrained: the quantized format for a quantized model, else pretrained.py's."""
+def save_model_folder(model, directory, layout: str = "mamba_ssm", token_ids: dict | None = None) -> None:
+    """Mamba2LMHeadModel.save_pretrained: the quantized format for a quantized model (mamba_ssm's layout with a
+    "quantization" entry, which only this package reads), else pretrained.py's in `layout`."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"save_pretrained: layout must be one of {LAYOUTS}, got {layout!r}")
     if getattr(model, "quantized", None):
+        if layout != "mamba_ssm":  # transformers' Mamba2 reads float weights only: no int8 + scales, no U16 bits
+            raise PretrainedError(f"save_pretrained: the model's weights are quantized ({model.weights_format}), "
+                                  f"which transformers' Mamba2ForCausalLM cannot read; nothing was written to "
+                                  f"{str(directory)!r}: save the float model it was quantized from (load its folder "
+                                  f"without quantizing) with layout={layout!r}")
         save_quantized(model, directory)
         return
     # a float model writes its VarMap: quantizing another model on the same VarMap dropped float arrays from it
@@ -111,4 +120,4 @@ def save_model_folder(model, directory) -> None:
         raise ValueError(f"save_pretrained: the model's VarMap lacks {', '.join(missing[:3])}"
                          f"{', ...' if len(missing) > 3 else ''} ({len(missing)} weights): another model on the same "
                          f"VarMap was quantized, which drops their float arrays from it; nothing was written")
-    save_pretrained(model, directory)
+    save_pretrained(model, directory, layout=layout, token_ids=token_ids)

@@ -1,0 +1,182 @@
+"""`python -m tinygrad_ssm export`: a model folder (a run, a checkpoint, any folder from_pretrained reads) written
+as a new folder another library loads as it is:
+
+- layout "transformers": transformers.Mamba2ForCausalLM.from_pretrained(OUT) and AutoTokenizer.from_pretrained(OUT)
+  (save_pretrained(layout="transformers"); the tokenizer.json the model was trained with; a tokenizer_config.json
+  naming PreTrainedTokenizerFast, without which AutoTokenizer takes Mamba-2's default GPTNeoXTokenizer, which adds
+  <|endoftext|> and <|padding|> tokens a tokenizer.json of ours may not have);
+- layout "mamba_ssm": the package's own save_pretrained folder (mamba_ssm's config keys), with the same tokenizer
+  files.
+
+A byte-level model of this package (no tokenizer.json: its ids are the UTF-8 bytes) gets byte_level_tokenizer_json:
+each byte its own id, so any tokenizers-based reader gives the ids the model was trained on. generation_config.json
+is copied when the model folder has one. The weights are written in the dtype they are stored in, bit for bit.
+
+OUT must not exist or be an empty folder, and not be a link: export replaces nothing. It is written as a temporary
+folder beside OUT and renamed into place at the end, so a failed export leaves no partial folder behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..io.atomic_write import new_temporary_folder, write_atomic
+from ..io.finite import non_finite_problems
+from ..models.mamba2 import Mamba2LMHeadModel
+from ..models.mamba2.pretrained import LAYOUTS, stored_float_dtype
+from ..tokenizer import BYTES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
+from .generate import load_tokenizer_for, resolve_model_folder
+from .generation_config import GENERATION_CONFIG_FILE, _read_json
+from .starting_point import tokenizer_files
+
+# AutoTokenizer's class for a bare tokenizer.json: what the file says, nothing added (transformers 5.24 maps the
+# name to its TokenizersBackend; older versions have the class itself)
+TOKENIZER_CLASS = "PreTrainedTokenizerFast"
+
+
+class ExportError(ValueError):
+    """--out cannot be written by export, or the model cannot be written in the layout asked for."""
+
+
+@dataclass
+class Exported:
+    out: Path
+    source: Path            # the folder the weights were read from (a run folder: its newest checkpoint)
+    layout: str
+    byte_level: bool        # the tokenizer.json written is byte_level_tokenizer_json's
+    files: list[str]
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table, which the tokenizers library's ByteLevel pre-tokenizer maps
+    every byte through (its ByteLevel decoder maps back): the printable bytes stand for themselves, the others
+    for the characters from U+0100 on, in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(others)}}
+
+
+def byte_level_tokenizer_json() -> str:
+    """A tokenizer.json whose id of each byte is the byte's value: a BPE without merges over the ByteLevel alphabet
+    (each byte's character is its token, id = the byte), a ByteLevel pre-tokenizer that neither adds a prefix space
+    nor splits, and a ByteLevel decoder. encode(text).ids == list(text.encode("utf-8")); decode inverts it (invalid
+    UTF-8 becomes U+FFFD, as ByteTokenizer.decode gives it)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    table = _bytes_to_unicode()
+    assert sorted(table.values()) == sorted(pre_tokenizers.ByteLevel.alphabet()), "the ByteLevel alphabet changed"
+    tok = Tokenizer(models.BPE(vocab={char: byte for byte, char in table.items()}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok.to_str(pretty=True)
+
+
+def check_out(out: Path) -> None:
+    """--out is new, or an empty folder; never a link, a file, or a folder with anything in it (module docstring)."""
+    if os.path.islink(out):
+        raise ExportError(f"--out {str(out)!r} is a symbolic link; export writes a new folder of its own and never "
+                          f"through a link: give a new path for --out")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {str(out)!r} is a file; give the path of a new folder for --out")
+    if out.is_dir():
+        entries = sorted(p.name for p in out.iterdir())
+        if entries:
+            shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+            raise ExportError(f"--out {str(out)!r} is a non-empty folder (it holds {shown}); export writes only "
+                              f"into a new or empty folder and replaces nothing: give a new path for --out, or "
+                              f"remove that folder first if it is an earlier export you no longer need")
+    for place in out.parents:                   # what export would create above it: no dangling link, no file
+        if os.path.islink(place) and not place.exists():
+            raise ExportError(f"--out {str(out)!r}: {str(place)!r} is a symbolic link to {os.readlink(place)!r}, "
+                              f"which does not exist; give another --out")
+        if place.exists() and not place.is_dir():
+            raise ExportError(f"--out {str(out)!r}: {str(place)!r} is a file, not a folder; give another --out")
+
+
+def _token_ids(folder: Path, tokenizer) -> dict:
+    """bos / eos / pad ids for transformers' config.json: the model folder's config.json's, else the tokenizer's
+    EOS token and the bos_token its tokenizer_config.json names."""
+    stated = _read_json(folder / "config.json") or {}
+    ids = {k: v for k in ("bos_token_id", "eos_token_id", "pad_token_id")
+           if isinstance(v := stated.get(k), int) and not isinstance(v, bool)}
+    ids.setdefault("eos_token_id", tokenizer.eos_token_id)
+    bos = getattr(tokenizer, "special_config", {}).get("bos_token")
+    bos = bos.get("content") if isinstance(bos, dict) else bos
+    if isinstance(bos, str) and "bos_token_id" not in ids:
+        ids["bos_token_id"] = tokenizer._tok.token_to_id(bos)
+    return {k: v for k, v in ids.items() if v is not None}
+
+
+def _tokenizer_texts(tokenizer) -> tuple[dict[str, str], bool]:
+    """(file name -> text, whether the tokenizer.json is the byte-level one made here)."""
+    byte_level = tokenizer.name == BYTES
+    files = {TOKENIZER_FILE: byte_level_tokenizer_json()} if byte_level else tokenizer_files(tokenizer)
+    config = json.loads(files.get(TOKENIZER_CONFIG_FILE, "{}"))
+    files[TOKENIZER_CONFIG_FILE] = json.dumps({**config, "tokenizer_class": TOKENIZER_CLASS}, indent=2) + "\n"
+    return files, byte_level
+
+
+def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "transformers",
+           tokenizer: str | None = None, backend: str = "auto") -> Exported:
+    """Write the model folder `model` (resolved as generate resolves --model) into the new folder `out`
+    (module docstring). `tokenizer`: --tokenizer, a tokenizer.json to use instead of the folder's own."""
+    if layout not in LAYOUTS:
+        raise ExportError(f"--layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    out = Path(out).expanduser()
+    check_out(out)
+    folder = resolve_model_folder(model)
+    loaded = Mamba2LMHeadModel.from_pretrained(folder, dtype=stored_float_dtype(folder), backend=backend)
+    tok = load_tokenizer_for(folder, loaded.config.vocab_size, tokenizer)
+    if getattr(loaded, "quantized", None) and layout == "transformers":
+        raise ExportError(f"--model {str(folder)!r} holds {loaded.weights_format}-quantized weights, which "
+                          f"transformers' Mamba2ForCausalLM cannot read; export the float model's folder it was "
+                          f"quantized from, or give --layout mamba_ssm (read by this package only)")
+    bad = non_finite_problems(loaded.varmap.named_vars())
+    if bad:
+        raise ExportError(f"--model {str(folder)!r}: {'; '.join(bad[:3])}; nothing was written to {str(out)!r}: "
+                          f"export an earlier checkpoint (RUN/checkpoints/step-N) whose weights are finite")
+    files, byte_level = _tokenizer_texts(tok)
+    generation = folder / GENERATION_CONFIG_FILE
+    if generation.is_file():
+        _read_json(generation)                  # an unreadable one is named, not copied
+        files[GENERATION_CONFIG_FILE] = generation.read_text(encoding="utf-8")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(new_temporary_folder(out.parent, out.name))
+    try:
+        token_ids = _token_ids(folder, tok) if layout == "transformers" else None
+        loaded.save_pretrained(tmp, layout=layout, token_ids=token_ids)
+        for name, text in files.items():
+            write_atomic(tmp / name, text)
+        try:
+            os.replace(tmp, out)                # onto nothing, or onto an empty folder (POSIX rename)
+        except OSError as e:
+            if os.path.lexists(out):            # something appeared at --out meanwhile: it is left as it is
+                raise ExportError(f"--out {str(out)!r} was created or filled by something else while exporting; "
+                                  f"it was left as it is and nothing written there: give a new path for "
+                                  f"--out") from e
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Exported(out, folder, layout, byte_level, sorted(p.name for p in out.iterdir()))
+
+
+def describe(result: Exported) -> str:
+    """What export prints: where, what, and how the folder is loaded."""
+    out = str(result.out)
+    lines = [f"exported {result.source} to {out} ({result.layout} layout): {', '.join(result.files)}"]
+    if result.layout == "transformers":
+        lines += ["load it with transformers:",
+                  "  from transformers import AutoTokenizer, Mamba2ForCausalLM",
+                  f"  model = Mamba2ForCausalLM.from_pretrained({out!r})",
+                  f"  tokenizer = AutoTokenizer.from_pretrained({out!r})"]
+    else:
+        lines += ["load it with this package: Mamba2LMHeadModel.from_pretrained(...), or "
+                  f"python -m tinygrad_ssm generate --model {out}"]
+    if result.byte_level:
+        lines.append("the model reads bytes: its tokenizer.json gives each byte its own id (ids = "
+                     "list(text.encode('utf-8'))), and decodes ids back to the text")
+    return "\n".join(lines)
