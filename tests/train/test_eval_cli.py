@@ -1,0 +1,65 @@
+"""eval's command line against score() in Python: --dtype float64 gives score()'s numbers on a float64 model (float32,
+the default, rounds them); a tokenizer's U+FFFD for bytes that are not UTF-8 is said on stderr as training says it,
+the numbers and the JSON on stdout unchanged; a folder's report lists each file's own figures, which add up to
+the totals."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tests.support.checkpoints import write_checkpoint
+from tinygrad_ssm import VarMap
+from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
+from tinygrad_ssm.tokenizer import ByteTokenizer
+from tinygrad_ssm.train import cli, generate, scoring
+
+TEXT = b"".join(b"line %d: the quick brown fox jumps over the lazy dog\n" % i for i in range(12))   # ~650 bytes
+CONFIG = dict(d_model=32, n_layer=1, d_state=16, headdim=16, chunk_size=16)
+
+
+def _folder(tmp_path, dtype="float64", vocab_size=256, tokenizer_json=None, name="model"):
+    model = Mamba2LMHeadModel(Mamba2Config(vocab_size=vocab_size, **CONFIG), VarMap(seed=1), dtype=dtype)
+    return write_checkpoint("save_pretrained", tmp_path / name, model, tokenizer_json=tokenizer_json)
+
+
+def _eval(capsys, folder, data, *extra) -> tuple[dict, str]:
+    """(the JSON eval --json - prints, its stderr)."""
+    assert cli.main(["eval", "--model", str(folder), "--data", str(data), "--json", "-", "--no-progress",
+                     "--window", "40", *extra]) == cli.EXIT_OK
+    out = capsys.readouterr()
+    return json.loads(out.out), out.err
+
+
+def test_dtype_float64_gives_the_numbers_of_score_on_a_float64_model(tmp_path, capsys):
+    folder, text = _folder(tmp_path), tmp_path / "text.txt"
+    text.write_bytes(TEXT)
+    model = Mamba2LMHeadModel.from_pretrained(folder, dtype="float64")
+    expected = scoring.score(model, ByteTokenizer(), scoring.read_eval_text(str(text), folder, ByteTokenizer()),
+                             window=40, progress=False)
+    report, _ = _eval(capsys, folder, text, "--dtype", "float64")
+    assert report["tokens"] == expected["tokens"] == len(TEXT) - 1 and report["dtype"] == "float64"
+    for key in ("mean_nats", "bits_per_byte"):
+        assert abs(report[key] - expected[key]) <= 1e-12, key
+    default, _ = _eval(capsys, folder, text)                             # float32: the float64 weights rounded
+    assert default == _eval(capsys, folder, text, "--dtype", "float32")[0] | {"seconds": default["seconds"],
+                                                                            "tokens_per_s": default["tokens_per_s"]}
+    assert 1e-9 < abs(default["mean_nats"] - expected["mean_nats"]) < 1e-4
+
+
+def test_generate_decodes_in_the_dtype_given(tmp_path, capsys, monkeypatch):
+    folder, loaded = _folder(tmp_path), []
+
+    def spy(*args, **kwargs):
+        loaded.append(real(*args, **kwargs)[0])
+        return loaded[-1], ByteTokenizer()
+
+    real = generate.load_model
+    monkeypatch.setattr(cli, "load_model", spy)
+    for dtype in ("float64", "float32"):
+        assert cli.main(["generate", "--model", str(folder), "--prompt", "line", "--max-new-tokens", "5",
+                         "--temperature", "0", "--dtype", dtype]) == cli.EXIT_OK
+        model = Mamba2LMHeadModel.from_pretrained(folder, dtype=dtype)
+        assert loaded[-1].dtype == np.dtype(dtype)
+        text = "".join(generate.stream_text(model, "line", 5, temperature=0))
+        assert capsys.readouterr().out == "line" + generate.escape_controls(text) + "\n"
