@@ -11,8 +11,10 @@ import pytest
 from tests.support.checkpoints import write_checkpoint
 from tinygrad_ssm import VarMap
 from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
-from tinygrad_ssm.tokenizer import ByteTokenizer
+from tinygrad_ssm.models.mamba2.evaluation import evaluate
+from tinygrad_ssm.tokenizer import ByteTokenizer, FileTokenizer, invalid_utf8_bytes
 from tinygrad_ssm.train import cli, generate, scoring
+from tinygrad_ssm.train.data import load_corpus, non_utf8_note, tokenize
 
 TEXT = b"".join(b"line %d: the quick brown fox jumps over the lazy dog\n" % i for i in range(12))   # ~650 bytes
 CONFIG = dict(d_model=32, n_layer=1, d_state=16, headdim=16, chunk_size=16)
@@ -63,3 +65,30 @@ def test_generate_decodes_in_the_dtype_given(tmp_path, capsys, monkeypatch):
         assert loaded[-1].dtype == np.dtype(dtype)
         text = "".join(generate.stream_text(model, "line", 5, temperature=0))
         assert capsys.readouterr().out == "line" + generate.escape_controls(text) + "\n"
+
+
+def test_bytes_that_are_not_utf8_are_said_on_stderr_as_training_says_them(bpe_tokenizer, tmp_path, capsys,
+                                                                           monkeypatch):
+    """A latin-1 file and a UTF-16 one among UTF-8 files (characters cut between blocks of 7 bytes): eval names
+    them on stderr in training's words (the count is tokenizer.invalid_utf8_bytes's of the text), and its JSON on
+    stdout is the JSON alone, with the numbers of the text's ids; a byte model reads the bytes as they are."""
+    folder, data = _folder(tmp_path, vocab_size=320, tokenizer_json=bpe_tokenizer), tmp_path / "texts"
+    data.mkdir()
+    files = {"a.txt": "café 日本語 naïve\n".encode() * 3, "b.txt": "café à la crème\n".encode("latin-1"),
+             "c.txt": "ok\n".encode(), "d.txt": "日本語の文".encode("utf-16")}    # no NUL: not binary
+    for name, body in files.items():
+        (data / name).write_bytes(body)
+    monkeypatch.setattr(scoring, "READ_BLOCK", 7)
+    report, err = _eval(capsys, folder, data, "--dtype", "float64")
+    joined = b"".join(files.values())
+    tok = FileTokenizer(bpe_tokenizer)
+    note = non_utf8_note(invalid_utf8_bytes(joined), ("b.txt", "d.txt (UTF-16)"))
+    assert f"{report['data']}: {note}\n" in err.splitlines(keepends=True) and note.startswith("9 bytes")
+    assert note in tokenize(load_corpus(data), tok).describe()           # what training says of the folder
+    ids, _ = tok.encode_bytes_with_ends(joined)
+    expected = evaluate(Mamba2LMHeadModel.from_pretrained(folder, dtype="float64"), ids, 40)
+    assert report["mean_nats"] == expected.mean_nats and report["tokens"] == expected.tokens
+    _, err = _eval(capsys, folder, data / "b.txt")                          # a single file: named as training names it
+    assert err.splitlines()[0] == f"{data / 'b.txt'}: {non_utf8_note(3, ('b.txt',))}"
+    _, err = _eval(capsys, _folder(tmp_path, name="bytes"), data)        # bytes: nothing read as U+FFFD
+    assert "UTF-8" not in err

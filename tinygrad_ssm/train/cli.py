@@ -225,6 +225,8 @@ def _eval(args) -> int:
     except KeyboardInterrupt:
         print("stopped by Ctrl-C", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if text.read.non_utf8_note():  # as training's corpus line says it; on stderr, so --json - stays JSON alone
+        print(f"{text.source}: {text.read.non_utf8_note()}", file=sys.stderr)
     report["model"] = str(folder)
     report[REPORT_MARK] = REPORT_MARK_VALUE  # what lets a later eval --json replace this file
     # the weights as scored: "float" (the model's dtype) or the quantized format (--weights, or as saved)

@@ -6,15 +6,17 @@ measure that compares models with different tokenizers, and what training report
 """
 from __future__ import annotations
 
+import codecs
 import errno
 import itertools
 import json
 import os
+import re
 import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,9 @@ import numpy as np
 from ..io.atomic_write import write_atomic
 from ..models.mamba2.evaluation import evaluate_pieces
 from .config import TrainConfig
-from .data import _BINARY_SNIFF_BYTES, DataError, _count, _looks_binary, folder_files, load_corpus
+from ..tokenizer import invalid_utf8_bytes
+from .data import (_BINARY_SNIFF_BYTES, DataError, _count, _looks_binary, folder_files, load_corpus, non_utf8_note,
+                   utf16_mark)
 from .generate import _run_tokenizer
 
 
@@ -53,6 +57,23 @@ def write_report(path: Path, text: str) -> None:
 READ_BLOCK = 1 << 20  # bytes read from a file at a time: eval holds a block and a tokenizer's piece, not the text
 
 
+@dataclass
+class TextRead:
+    """What eval learns of a text as it reads it: the bytes a tokenizer.json reads as U+FFFD (not UTF-8) and the
+    files holding them, said on stderr as training says it (data.non_utf8_note); nothing counted for bytes."""
+
+    invalid_utf8_bytes: int = 0
+    non_utf8_files: list[str] = field(default_factory=list)  # in reading order, " (UTF-16)" where it looks so
+
+    def count(self, name: str, invalid: int) -> None:
+        self.invalid_utf8_bytes += invalid
+        if not self.non_utf8_files or self.non_utf8_files[-1] != name:   # (read in order: a file's blocks follow)
+            self.non_utf8_files.append(name)
+
+    def non_utf8_note(self) -> str | None:
+        return non_utf8_note(self.invalid_utf8_bytes, tuple(self.non_utf8_files)) if self.invalid_utf8_bytes else None
+
+
 @dataclass(frozen=True)
 class EvalText:
     """A text to score, read as it is scored (memory flat in its length)."""
@@ -60,6 +81,7 @@ class EvalText:
     blocks: Callable[[], Iterator[bytes]]  # a fresh iterator over the text's bytes, READ_BLOCK at a time
     size: int  # its bytes
     source: str  # what the user is told was scored
+    read: TextRead = field(default_factory=TextRead)  # filled in as `blocks` reads the text
 
     @property
     def data(self) -> bytes:
@@ -74,6 +96,26 @@ def _file_blocks(path: Path) -> Iterator[bytes]:
                 yield block
     except OSError as e:
         raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
+
+
+_ESCAPED = re.compile("[\udc80-\udcff]")  # an invalid byte, decoded with errors="surrogateescape"
+
+
+def _read_files(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool) -> Iterator[bytes]:
+    """The (path, name) files' bytes, joined, READ_BLOCK at a time; with count_utf8 (a tokenizer.json reads the
+    text), `read` counts the bytes that are not UTF-8 as they go by (tokenizer.invalid_utf8_bytes's count, a block
+    at a time: the incremental decoder keeps a character cut between two blocks whole)."""
+    read.invalid_utf8_bytes, read.non_utf8_files[:] = 0, []
+    for path, name in files:
+        decoder, head = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape"), b""
+        for block in itertools.chain(_file_blocks(path), [None]):        # None: the file's end
+            if count_utf8:
+                head = head or (block or b"")[:2]
+                text = decoder.decode(block or b"", final=block is None)
+                if not text.isascii() and (invalid := len(_ESCAPED.findall(text))):
+                    read.count(name + utf16_mark(head), invalid)     # as read: --max-tokens may stop inside a file
+            if block is not None:
+                yield block
 
 
 def _text_file(path: Path) -> tuple[int, bool]:
@@ -113,11 +155,18 @@ def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
                             f"score a text of your choice")
         files = f"{len(corpus.val_files)} file{'s' * (len(corpus.val_files) != 1)}"
         blocks = lambda: (corpus.val[i:i + READ_BLOCK].tobytes() for i in range(0, len(corpus.val), READ_BLOCK))
+        read = TextRead()
+        if tokenizer.name != "bytes":  # the split's own bytes, and those of its files that load_corpus named
+            read.invalid_utf8_bytes = invalid_utf8_bytes(corpus.val.tobytes())
+            read.non_utf8_files = [name for name in corpus.non_utf8_files
+                                   if name.removesuffix(" (UTF-16)") in corpus.val_files]
         return EvalText(blocks, len(corpus.val), f"the validation split of {corpus.source} ({files}, as the run "
-                                                 f"split it)")
-    root = Path(path).expanduser()
+                                                 f"split it)", read)
+    root, count_utf8 = Path(path).expanduser(), tokenizer.name != "bytes"
     if root.is_file():
-        return EvalText(lambda: _file_blocks(root), root.stat().st_size, str(root))
+        read = TextRead()
+        return EvalText(lambda: _read_files([(root, root.name)], read, count_utf8), root.stat().st_size, str(root),
+                        read)
     if not root.is_dir():
         raise DataError(f"--data path {str(root)!r} does not exist" if not root.exists() else
                         f"--data path {str(root)!r} is neither a regular file nor a folder")
@@ -127,8 +176,9 @@ def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
         raise DataError(f"--data folder {str(root)!r} holds no text files")
     binary = sum(is_binary for _, _, is_binary in sizes)                  # skipped, as train skips them: say so
     skipped = f", {binary} binary file{'s' * (binary != 1)} skipped" if binary else ""
-    return EvalText(lambda: (block for p in texts for block in _file_blocks(p)), sum(size for _, size, _ in sizes),
-                    f"{root} ({len(texts)} text file{'s' * (len(texts) != 1)}{skipped})")
+    read, named = TextRead(), [(p, p.relative_to(root).as_posix()) for p in texts]     # named as training names them
+    return EvalText(lambda: _read_files(named, read, count_utf8), sum(size for _, size, _ in sizes),
+                    f"{root} ({len(texts)} text file{'s' * (len(texts) != 1)}{skipped})", read)
 
 
 def _saved_trainer_state(folder: Path) -> dict | None:
