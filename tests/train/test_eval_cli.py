@@ -11,7 +11,7 @@ import pytest
 from tests.support.checkpoints import write_checkpoint
 from tinygrad_ssm import VarMap
 from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
-from tinygrad_ssm.models.mamba2.evaluation import evaluate
+from tinygrad_ssm.models.mamba2.evaluation import evaluate, evaluate_pieces
 from tinygrad_ssm.tokenizer import ByteTokenizer, FileTokenizer, invalid_utf8_bytes
 from tinygrad_ssm.train import cli, generate, scoring
 from tinygrad_ssm.train.data import load_corpus, non_utf8_note, tokenize
@@ -92,3 +92,45 @@ def test_bytes_that_are_not_utf8_are_said_on_stderr_as_training_says_them(bpe_to
     assert err.splitlines()[0] == f"{data / 'b.txt'}: {non_utf8_note(3, ('b.txt',))}"
     _, err = _eval(capsys, _folder(tmp_path, name="bytes"), data)        # bytes: nothing read as U+FFFD
     assert "UTF-8" not in err
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "bpe"])
+def test_a_folders_report_has_each_files_own_figures_which_add_up_to_the_totals(tokenizer, bpe_tokenizer, tmp_path,
+                                                                                capsys, monkeypatch):
+    """Each file's tokens (those that end in it: the tokenizer's byte ends against the files' sizes), their losses
+    scored with the state the files before left (the per-token losses of one evaluate over the joined text), and
+    the bytes they cover; the files' tokens, bytes, nats and bits add up to the totals. A single file has none."""
+    tok_json = None if tokenizer == "bytes" else bpe_tokenizer
+    folder, data = _folder(tmp_path, vocab_size=256 if tok_json is None else 320, tokenizer_json=tok_json), \
+        tmp_path / "texts"
+    (data / "sub").mkdir(parents=True)
+    bodies = {"a.txt": TEXT[:300], "b.bin": b"\x00x", "sub/c.txt": TEXT[300:301], "sub/d.txt": TEXT[301:]}
+    for name, body in bodies.items():
+        (data / name).write_bytes(body)
+    monkeypatch.setattr(scoring, "READ_BLOCK", 64)
+    report, _ = _eval(capsys, folder, data, "--dtype", "float64")
+    tok = ByteTokenizer() if tok_json is None else FileTokenizer(tok_json)
+    ids, ends = tok.encode_bytes_with_ends(TEXT)                         # the joined text: a.txt, c.txt, d.txt
+    losses = []
+    whole = evaluate_pieces(Mamba2LMHeadModel.from_pretrained(folder, dtype="float64"), [ids], 40,
+                            token_nats=losses.append)
+    losses, in_file = np.concatenate(losses), np.searchsorted([300, 301, len(TEXT)], ends[1:])   # (n - 1,) each
+    spans = np.diff(ends)
+    files = report["files"]
+    assert [f["path"] for f in files] == ["a.txt", "sub/c.txt", "sub/d.txt"]
+    for i, f in enumerate(files):
+        mine = in_file == i
+        assert f["tokens"] == mine.sum() and f["bytes"] == spans[mine].sum()
+        if f["tokens"]:
+            assert f["mean_nats"] == pytest.approx(losses[mine].mean(), rel=1e-12, abs=0)
+            assert f["bits_per_byte"] == pytest.approx(losses[mine].sum() / math.log(2) / f["bytes"], rel=1e-12)
+    assert files[0]["tokens"] > 20 and files[2]["tokens"] > 20
+    assert sum(f["tokens"] for f in files) == report["tokens"] == whole.tokens
+    assert sum(f["bytes"] for f in files) == report["bytes"]
+    nats = sum(f["mean_nats"] * f["tokens"] for f in files if f["tokens"])
+    assert nats == pytest.approx(report["mean_nats"] * report["tokens"], rel=1e-12, abs=0)
+    bits = sum(f["bits_per_byte"] * f["bytes"] for f in files if f["bytes"])
+    assert bits == pytest.approx(report["bits_per_byte"] * report["bytes"], rel=1e-12, abs=0)
+    cut, _ = _eval(capsys, folder, data, "--dtype", "float64", "--max-tokens", "50")   # only the files scored
+    assert [f["path"] for f in cut["files"]] == ["a.txt"] and cut["files"][0]["tokens"] == 50
+    assert "files" not in _eval(capsys, folder, data / "a.txt")[0]

@@ -152,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "the text); bits per byte are their total bits over the text's bytes after the "
                                     "first token (a file's own bytes: an invalid UTF-8 byte counts one). A folder's "
                                     "files are joined in sorted order as they are (hidden, empty and binary ones left "
-                                    "out), with no separator and the state carried across them. The text is read in "
+                                    "out), with no separator and the state carried across them; --json's \"files\" then gives each "
+                                    "file's own figures (the tokens that end in it, given all the text before "
+                                    "them), which add up to the totals. The text is read in "
                                     "windows with the model's state carried from one to the next, so every token "
                                     "sees all of the text before it (a state space model needs no overlapping "
                                     "windows) and the numbers do not depend on --window.")
