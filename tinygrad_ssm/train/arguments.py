@@ -18,6 +18,9 @@ from .scoring import is_eval_report
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_IO, EXIT_INTERRUPTED = 0, 1, 2, 74, 130  # 74: sysexits' EX_IOERR
 
 _D = TrainConfig()  # the defaults, shown in --help
+DTYPES = ("float32", "float64")  # generate's and eval's --dtype: the model's float arrays, as train's --dtype
+DTYPE_HELP = (f"the model's dtype, whatever the folder stores: float32 or float64 (exact comparisons, e.g. with "
+              f"score() on a float64 model) [{_D.dtype}]")
 
 # (flag, TrainConfig field, type, help); every default is None so that we know what was given explicitly
 _TRAIN_FLAGS = [
@@ -142,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
     ge.add_argument("--weights", choices=("float32", "bfloat16", "int8"), default=None,
                     help="decode from 8- or 16-bit weights (quantized at load; a quantized folder loads as saved)")
+    ge.add_argument("--dtype", choices=DTYPES, default=_D.dtype, help=DTYPE_HELP)
 
     ev = sub.add_parser("eval", help="perplexity and bits per byte of a model on a text file or folder",
                         description="Score a text with a model: perplexity, bits per token and bits per byte. "
@@ -150,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "the text); bits per byte are their total bits over the text's bytes after the "
                                     "first token (a file's own bytes: an invalid UTF-8 byte counts one). A folder's "
                                     "files are joined in sorted order as they are (hidden, empty and binary ones left "
-                                    "out), with no separator and the state carried across them. The text is read in "
+                                    "out), with no separator and the state carried across them; --json's \"files\" then gives each "
+                                    "file's own figures (the tokens that end in it, given all the text before "
+                                    "them), which add up to the totals. The text is read in "
                                     "windows with the model's state carried from one to the next, so every token "
                                     "sees all of the text before it (a state space model needs no overlapping "
                                     "windows) and the numbers do not depend on --window.")
@@ -171,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
     ev.add_argument("--weights", choices=("float32", "bfloat16", "int8"), default=None,
                     help="decode from 8- or 16-bit weights (quantized at load; a quantized folder loads as saved)")
+    ev.add_argument("--dtype", choices=DTYPES, default=_D.dtype, help=DTYPE_HELP)
 
     ex = sub.add_parser("export", help="write a model folder (a run, a checkpoint, any model folder) as a new folder "
                                        "that transformers (or mamba_ssm's layout) loads",

@@ -123,7 +123,8 @@ def _train_io_error(e: OSError, args) -> int:
 def _load(args):
     """(model, tokenizer) of --model, or the exit status after saying what is wrong."""
     try:
-        return load_model(args.model, backend=args.backend, tokenizer=args.tokenizer, weights=args.weights), None
+        return load_model(args.model, backend=args.backend, tokenizer=args.tokenizer, weights=args.weights,
+                          dtype=args.dtype), None
     except (CheckpointNotFound, ValueError, OSError) as e:  # TokenizerError and PretrainedError are ValueErrors
         return None, _error(str(e))
 
@@ -227,10 +228,13 @@ def _eval(args) -> int:
     except KeyboardInterrupt:
         print("stopped by Ctrl-C", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if text.read.non_utf8_note():  # as training's corpus line says it; on stderr, so --json - stays JSON alone
+        print(f"{text.source}: {text.read.non_utf8_note()}", file=sys.stderr)
     report["model"] = str(folder)
     report[REPORT_MARK] = REPORT_MARK_VALUE  # what lets a later eval --json replace this file
     # the weights as scored: "float" (the model's dtype) or the quantized format (--weights, or as saved)
     report["weights"] = getattr(model, "weights_format", "float")
+    report["dtype"] = str(model.dtype)  # --dtype: float64 gives score()'s numbers on a float64 model
     try:
         # with --json -, stdout is the JSON alone (a program reads it), the report goes to stderr
         print(describe(report, trained_val_bpb(folder) if args.data is None else None),

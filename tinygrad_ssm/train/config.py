@@ -28,6 +28,7 @@ class TrainConfig:
     val_fraction: float = 0.05
     tokenizer: str = "bytes"  # "bytes", or the absolute path of the tokenizer.json --data was tokenized with
     init_from: str | None = None  # fine-tuning: the model folder whose weights the run started from
+    init_from_sha256: dict | None = None  # its files as read (file -> sha256), set when the run starts: no flag
     # model
     d_model: int = 256
     n_layer: int = 3

@@ -128,13 +128,8 @@ class Corpus:
         skipped = f", {_count(len(self.skipped_files), 'binary file')} skipped" if self.skipped_files else ""
         if self.run_folders:
             skipped += f", {_count(len(self.run_folders), 'run folder')} left out ({', '.join(self.run_folders[:3])})"
-        if self.invalid_utf8_bytes:  # the files named: a folder's total alone left the user to find them
-            files = self.non_utf8_files
-            named = f" in {', '.join(files[:3])}{f' and {len(files) - 3} more' if len(files) > 3 else ''}" \
-                if files else ""
-            skipped += (f"; {_count(self.invalid_utf8_bytes, 'byte')} not UTF-8{named}, each read as U+FFFD by the "
-                        f"tokenizer (convert {'that file' if len(files) == 1 else 'the files'} to UTF-8 to keep "
-                        f"{'its' if len(files) == 1 else 'their'} characters, e.g. iconv -f latin1 -t utf-8)")
+        if self.invalid_utf8_bytes:
+            skipped += "; " + non_utf8_note(self.invalid_utf8_bytes, self.non_utf8_files)
         train, val = self._size(self.train, self.train_tokens_per_byte), self._size(self.val, self.val_tokens_per_byte)
         return (f"{self.source}: {_count(len(self.train_files), 'train file')} ({train}), "
                 f"{_count(len(self.val_files), 'validation file')} ({val}){skipped}")
@@ -147,6 +142,15 @@ class Corpus:
 
 def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def non_utf8_note(invalid_bytes: int, files: tuple[str, ...]) -> str:
+    """What training's corpus line and eval (train/scoring.py) say of the bytes a tokenizer.json reads as U+FFFD:
+    how many, in which files (named: a folder's total alone left the user to find them), and the fix."""
+    named = f" in {', '.join(files[:3])}{f' and {len(files) - 3} more' if len(files) > 3 else ''}" if files else ""
+    return (f"{_count(invalid_bytes, 'byte')} not UTF-8{named}, each read as U+FFFD by the tokenizer (convert "
+            f"{'that file' if len(files) == 1 else 'the files'} to UTF-8 to keep {'its' if len(files) == 1 else 'their'} "
+            f"characters, e.g. iconv -f latin1 -t utf-8)")
 
 
 def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
@@ -218,8 +222,13 @@ def _non_utf8(names: list[str], texts: list[bytes]) -> tuple[str, ...]:
     found = []
     for name, data in zip(names, texts):
         if not data.isascii() and not _is_utf8(data):
-            found.append(name + (" (UTF-16)" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""))
+            found.append(name + utf16_mark(data))
     return tuple(found)
+
+
+def utf16_mark(head: bytes) -> str:
+    """" (UTF-16)" for a text that starts with a UTF-16 byte order mark, else "" (a name's suffix in the note)."""
+    return " (UTF-16)" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
 
 
 def _is_utf8(data: bytes, block: int = 1 << 22) -> bool:

@@ -77,13 +77,14 @@ def load_tokenizer_for(folder: Path, vocab_size: int, override: str | None = Non
 
 
 def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | None = None, flag: str = "--model",
-               weights: str | None = None):
+               weights: str | None = None, dtype: str = "float32"):
     """(model, tokenizer) of any model folder (module docstring); `tokenizer` (--tokenizer) overrides its own.
     weights (--weights): "int8" / "bfloat16" quantize a float folder's model at load (models/mamba2/quantize.py),
-    "float32" keeps it float; None: as stored. A quantized folder loads only as its own format. The model's
+    "float32" keeps it float; None: as stored. dtype (--dtype): the float arrays', whatever the folder stores
+    (float64: eval's numbers are those of score() on a float64 model). A quantized folder loads only as its own format. The model's
     `generation_defaults` are the folder's stop ids and sampling settings (generation_config.py)."""
     folder = resolve_model_folder(path, flag)
-    model = Mamba2LMHeadModel.from_pretrained(folder, backend=backend)
+    model = Mamba2LMHeadModel.from_pretrained(folder, dtype=dtype, backend=backend)
     model.generation_defaults = read_generation_defaults(folder, model.config.padded_vocab_size)
     stored = getattr(model, "weights_format", "float")
     if weights is not None and stored != ("float" if weights == "float32" else weights):

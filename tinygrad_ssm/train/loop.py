@@ -162,7 +162,7 @@ def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, 
         cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
         if cfg.data is not None:  # absolute, so that --resume works from any folder
             cfg.data = str(Path(cfg.data).expanduser().absolute())
-        resolve_starting_point(cfg, overrides or {})
+        resolve_starting_point(cfg, overrides or {}, say)
         check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg))
         return cfg, None, None
     try:

@@ -6,15 +6,19 @@ measure that compares models with different tokenizers, and what training report
 """
 from __future__ import annotations
 
+import codecs
+import collections
 import errno
 import itertools
 import json
+import math
 import os
+import re
 import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +26,9 @@ import numpy as np
 from ..io.atomic_write import write_atomic
 from ..models.mamba2.evaluation import evaluate_pieces
 from .config import TrainConfig
-from .data import _BINARY_SNIFF_BYTES, DataError, _count, _looks_binary, folder_files, load_corpus
+from ..tokenizer import invalid_utf8_bytes
+from .data import (_BINARY_SNIFF_BYTES, DataError, _count, _looks_binary, folder_files, load_corpus, non_utf8_note,
+                   utf16_mark)
 from .generate import _run_tokenizer
 
 
@@ -53,6 +59,25 @@ def write_report(path: Path, text: str) -> None:
 READ_BLOCK = 1 << 20  # bytes read from a file at a time: eval holds a block and a tokenizer's piece, not the text
 
 
+@dataclass
+class TextRead:
+    """What eval learns of a text as it reads it: the bytes a tokenizer.json reads as U+FFFD (not UTF-8) and the
+    files holding them, said on stderr as training says it (data.non_utf8_note); nothing counted for bytes."""
+
+    invalid_utf8_bytes: int = 0
+    non_utf8_files: list[str] = field(default_factory=list)  # in reading order, " (UTF-16)" where it looks so
+    file_names: tuple[str, ...] = ()  # a --data folder's text files, in reading order: the report's "files"
+    file_ends: list[int] = field(default_factory=list)  # where each file read to its end ends in the joined text
+
+    def count(self, name: str, invalid: int) -> None:
+        self.invalid_utf8_bytes += invalid
+        if not self.non_utf8_files or self.non_utf8_files[-1] != name:   # (read in order: a file's blocks follow)
+            self.non_utf8_files.append(name)
+
+    def non_utf8_note(self) -> str | None:
+        return non_utf8_note(self.invalid_utf8_bytes, tuple(self.non_utf8_files)) if self.invalid_utf8_bytes else None
+
+
 @dataclass(frozen=True)
 class EvalText:
     """A text to score, read as it is scored (memory flat in its length)."""
@@ -60,6 +85,7 @@ class EvalText:
     blocks: Callable[[], Iterator[bytes]]  # a fresh iterator over the text's bytes, READ_BLOCK at a time
     size: int  # its bytes
     source: str  # what the user is told was scored
+    read: TextRead = field(default_factory=TextRead)  # filled in as `blocks` reads the text
 
     @property
     def data(self) -> bytes:
@@ -74,6 +100,29 @@ def _file_blocks(path: Path) -> Iterator[bytes]:
                 yield block
     except OSError as e:
         raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
+
+
+_ESCAPED = re.compile("[\udc80-\udcff]")  # an invalid byte, decoded with errors="surrogateescape"
+
+
+def _read_files(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool) -> Iterator[bytes]:
+    """The (path, name) files' bytes, joined, READ_BLOCK at a time; with count_utf8 (a tokenizer.json reads the
+    text), `read` counts the bytes that are not UTF-8 as they go by (tokenizer.invalid_utf8_bytes's count, a block
+    at a time: the incremental decoder keeps a character cut between two blocks whole)."""
+    read.invalid_utf8_bytes, read.non_utf8_files[:], read.file_ends[:], offset = 0, [], [], 0
+    for path, name in files:
+        decoder, head = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape"), b""
+        for block in itertools.chain(_file_blocks(path), [None]):        # None: the file's end
+            offset += len(block or b"")
+            if block is None:      # (before the next file's first block is handed on: see _FileFigures)
+                read.file_ends.append(offset)
+            if count_utf8:
+                head = head or (block or b"")[:2]
+                text = decoder.decode(block or b"", final=block is None)
+                if not text.isascii() and (invalid := len(_ESCAPED.findall(text))):
+                    read.count(name + utf16_mark(head), invalid)     # as read: --max-tokens may stop inside a file
+            if block is not None:
+                yield block
 
 
 def _text_file(path: Path) -> tuple[int, bool]:
@@ -113,11 +162,18 @@ def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
                             f"score a text of your choice")
         files = f"{len(corpus.val_files)} file{'s' * (len(corpus.val_files) != 1)}"
         blocks = lambda: (corpus.val[i:i + READ_BLOCK].tobytes() for i in range(0, len(corpus.val), READ_BLOCK))
+        read = TextRead()
+        if tokenizer.name != "bytes":  # the split's own bytes, and those of its files that load_corpus named
+            read.invalid_utf8_bytes = invalid_utf8_bytes(corpus.val.tobytes())
+            read.non_utf8_files = [name for name in corpus.non_utf8_files
+                                   if name.removesuffix(" (UTF-16)") in corpus.val_files]
         return EvalText(blocks, len(corpus.val), f"the validation split of {corpus.source} ({files}, as the run "
-                                                 f"split it)")
-    root = Path(path).expanduser()
+                                                 f"split it)", read)
+    root, count_utf8 = Path(path).expanduser(), tokenizer.name != "bytes"
     if root.is_file():
-        return EvalText(lambda: _file_blocks(root), root.stat().st_size, str(root))
+        read = TextRead()
+        return EvalText(lambda: _read_files([(root, root.name)], read, count_utf8), root.stat().st_size, str(root),
+                        read)
     if not root.is_dir():
         raise DataError(f"--data path {str(root)!r} does not exist" if not root.exists() else
                         f"--data path {str(root)!r} is neither a regular file nor a folder")
@@ -127,8 +183,10 @@ def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
         raise DataError(f"--data folder {str(root)!r} holds no text files")
     binary = sum(is_binary for _, _, is_binary in sizes)                  # skipped, as train skips them: say so
     skipped = f", {binary} binary file{'s' * (binary != 1)} skipped" if binary else ""
-    return EvalText(lambda: (block for p in texts for block in _file_blocks(p)), sum(size for _, size, _ in sizes),
-                    f"{root} ({len(texts)} text file{'s' * (len(texts) != 1)}{skipped})")
+    named = [(p, p.relative_to(root).as_posix()) for p in texts]                       # named as training names them
+    read = TextRead(file_names=tuple(name for _, name in named))
+    return EvalText(lambda: _read_files(named, read, count_utf8), sum(size for _, size, _ in sizes),
+                    f"{root} ({len(texts)} text file{'s' * (len(texts) != 1)}{skipped})", read)
 
 
 def _saved_trainer_state(folder: Path) -> dict | None:
@@ -154,20 +212,23 @@ def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: b
         raise DataError(f"eval: {text.source} holds {held} token(s); at least 2 are needed (one to predict "
                         f"from, one to predict)")
     ends = [None, None]                                                  # the first and the last token's end
+    files = _FileFigures(text.read.file_names, text.read.file_ends) if text.read.file_names else None
 
     def ids_of(all_pieces):
         for ids, piece_ends in all_pieces:
             if len(ids):
                 ends[0] = piece_ends[0] if ends[0] is None else ends[0]
                 ends[1] = piece_ends[-1]
+                if files is not None:
+                    files.given(piece_ends)
                 yield ids
 
     # the bar counts tokens: a byte text's are known, a tokenizer's only once the whole text is read
     total = min(text.size - 1, text.size if max_tokens is None else max_tokens) if tokenizer.name == "bytes" else None
     start = time.perf_counter()
     with tqdm(total=total, unit="tok", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
-        result = evaluate_pieces(model, ids_of(itertools.chain(first, pieces)), window,
-                                 carry_state=carry_state, progress=bar.update)
+        result = evaluate_pieces(model, ids_of(itertools.chain(first, pieces)), window, carry_state=carry_state,
+                                 progress=bar.update, token_nats=None if files is None else files.scored)
     seconds = time.perf_counter() - start
     scored_bytes = int(ends[1] - ends[0])                                # the text's bytes after the first token
     # none when the scored tokens cover no byte (a one-token text and the EOS a post_processor appends): the bits
@@ -177,7 +238,59 @@ def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: b
             "bytes": int(scored_bytes), "mean_nats": result.mean_nats, "perplexity": result.perplexity,
             "bits_per_token": result.bits_per_token, "bits_per_byte": bits_per_byte,
             "window": window, "carry_state": carry_state, "windows": result.windows, "seconds": seconds,
-            "tokens_per_s": result.tokens / seconds if seconds > 0 else None}
+            "tokens_per_s": result.tokens / seconds if seconds > 0 else None,
+            **({} if files is None else {"files": files.report()})}
+
+
+class _FileFigures:
+    """A folder's figures file by file, in the report's "files": each scored token's loss and the bytes it covers
+    (from the end of the token before it to its own) go to the file the token ends in, found from the byte ends
+    the tokenizer gives and where each file ends in the joined text. The state is carried across the files, so a
+    file's figures are those of its own tokens given all the text before them; added up, they are the totals
+    (the first token, which nothing predicts, and its bytes are in no file's, as in no total)."""
+
+    def __init__(self, names: tuple[str, ...], file_ends: list[int]):
+        # file_ends grows as the text is read, ahead of the scoring: a token ending past the last recorded end is in
+        # the file being read (its end is recorded before the next file's first byte is handed on)
+        self.names, self.file_ends = names, file_ends
+        self.waiting: collections.deque = collections.deque()          # (k,) byte ends of tokens not yet scored
+        self.last_end = None                                             # the byte end of the last token seen
+        self.nats, self.tokens, self.bytes = np.zeros(len(names)), np.zeros(len(names), np.int64), \
+            np.zeros(len(names), np.int64)
+
+    def given(self, ends: np.ndarray) -> None:
+        self.waiting.append(np.asarray(ends, np.int64))
+
+    def scored(self, nats: np.ndarray) -> None:                          # (w,): the next w predictions' losses
+        if self.last_end is None:                                        # the first token: predicted by nothing
+            self.last_end = int(self._take(1)[0])
+        ends = self._take(len(nats))                                     # (w,)
+        spans = np.diff(ends, prepend=self.last_end)                     # (w,) the bytes each token adds
+        self.last_end = int(ends[-1])
+        file = np.minimum(np.searchsorted(np.asarray(self.file_ends, np.int64), ends, side="left"),  # (w,)
+                          len(self.names) - 1)
+        np.add.at(self.nats, file, nats)
+        np.add.at(self.tokens, file, 1)
+        np.add.at(self.bytes, file, spans)
+
+    def _take(self, n: int) -> np.ndarray:
+        parts = []
+        while n:
+            head = self.waiting.popleft()
+            parts.append(head[:n])
+            if len(head) > n:
+                self.waiting.appendleft(head[n:])
+            n -= len(parts[-1])
+        return np.concatenate(parts)
+
+    def report(self) -> list[dict]:
+        """Each file up to the last with a scored token (--max-tokens may stop before the others); a file whose
+        bytes all went into a token that ends in the next file has 0 tokens and no mean."""
+        scored = np.flatnonzero(self.tokens)
+        return [{"path": self.names[i], "bytes": int(self.bytes[i]), "tokens": int(self.tokens[i]),
+                 "mean_nats": float(self.nats[i] / self.tokens[i]) if self.tokens[i] else None,
+                 "bits_per_byte": float(self.nats[i] / math.log(2) / self.bytes[i]) if self.bytes[i] else None}
+                for i in range(scored[-1] + 1 if len(scored) else 0)]
 
 
 def _first_tokens(pieces, max_tokens: int | None):
@@ -207,6 +320,9 @@ def describe(report: dict, trained_val_bpb: float | None = None) -> str:
     if report.get("weights", "float") != "float":  # two evals of one folder differ only here: say which was scored
         lines.insert(1, f"weights: {report['weights']} (in_proj, out_proj and the head; the rest in the model's "
                         f"dtype)")
+    if report.get("files"):
+        lines.append(f"each file's own figures (its tokens, given all the text before them): --json's \"files\" "
+                     f"({_count(len(report['files']), 'file')})")
     if trained_val_bpb is not None:
         lines.append(f"training reported {trained_val_bpb:.4f} bits per byte on its fixed validation windows "
                      f"(a sample of windows of --seq-len, each from a zero state; --window SEQ_LEN --reset-state "

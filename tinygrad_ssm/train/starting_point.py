@@ -12,12 +12,15 @@ fine-tuning with --init-from, or the run's own checkpoint on --resume).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
 from ..io.checkpoints import CheckpointNotFound
+from ..io.safetensors import SafetensorsFile
 from ..models.mamba2 import Mamba2Config, Mamba2LMHeadModel
 from ..models.mamba2.checkpoint_config import parse_config, read_config
+from ..models.mamba2.pretrained import _weight_files
 from ..models.mamba2.quantized_files import QUANTIZATION_KEY
 from ..registry import VarMap
 from ..tokenizer import (BYTES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, ByteTokenizer, FileTokenizer, check_fits,
@@ -29,9 +32,11 @@ MODEL_SHAPE_FIELDS = ("d_model", "n_layer", "d_state", "headdim")  # what --init
 PAD_VOCAB_MULTIPLE = 16  # a tokenizer's vocabulary is padded to this for the model's embedding (as mamba_ssm does)
 
 
-def resolve_starting_point(cfg, overrides: dict) -> None:
+def resolve_starting_point(cfg, overrides: dict, say=None) -> None:
     """For a fresh run (in place on cfg): --init-from resolved to its model folder (absolute) and the model's
-    shape read from it; --tokenizer (or --init-from's own tokenizer) resolved to an absolute file, or bytes."""
+    shape read from it; --tokenizer (or --init-from's own tokenizer) resolved to an absolute file, or bytes.
+    `say` is told, in one line, when --dtype was left out and the checkpoint's weights are stored in another
+    dtype than the run trains in (a float64 checkpoint trained in float32 lost its precision without a word)."""
     if cfg.init_from is not None:
         given = [f"--{f.replace('_', '-')}" for f in MODEL_SHAPE_FIELDS if f in overrides]
         if given:
@@ -46,6 +51,9 @@ def resolve_starting_point(cfg, overrides: dict) -> None:
                              f"the result")
         config, _ = parse_config(raw)
         cfg.init_from = str(folder)
+        note = dtype_note(folder, cfg.dtype) if "dtype" not in overrides else None
+        if note and say is not None:
+            say(note)
         for field in MODEL_SHAPE_FIELDS:
             setattr(cfg, field, getattr(config, field))
         if "tokenizer" not in overrides:
@@ -54,6 +62,42 @@ def resolve_starting_point(cfg, overrides: dict) -> None:
     if cfg.tokenizer != BYTES:
         tok = load_tokenizer(cfg.tokenizer)      # fails here, naming the flag's file, before any work
         cfg.tokenizer = str(Path(tok.name).absolute())
+
+
+_DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # safetensors' tags
+
+
+def dtype_note(folder: Path, dtype: str) -> str | None:
+    """What --init-from's run does to weights stored in another dtype than `dtype` (read from the weight files'
+    headers; None when they match, or when the folder cannot be read: from_pretrained then says why)."""
+    try:
+        stored = set()
+        for path in _weight_files(folder)[0]:
+            with SafetensorsFile(path) as f:
+                stored.update(_DTYPE_NAMES.get(info.dtype, info.dtype) for info in f.tensors.values())
+    except (OSError, ValueError):
+        return None
+    if not stored or stored == {dtype}:
+        return None
+    keeps = " (--dtype float64 keeps them)" if "float64" in stored and dtype != "float64" else \
+        f" (the run's checkpoints hold {dtype})"
+    return f"the checkpoint's weights are {' and '.join(sorted(stored))}; training in {dtype}{keeps}"
+
+
+def starting_files(cfg) -> dict[str, str]:
+    """--init-from's files as read, so that a run can be traced to the exact checkpoint: file -> sha256 of each
+    weight file from_pretrained read and of the tokenizer.json the run reads (named relative to the --init-from
+    folder; a --tokenizer elsewhere by its path). Each file hashed in blocks after the load: no second copy of the
+    weights in memory."""
+    folder, found = Path(cfg.init_from), {}
+    paths = list(_weight_files(folder)[0]) + ([Path(cfg.tokenizer)] if cfg.tokenizer != BYTES else [])
+    for path in paths:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:                                      # (hashlib.file_digest: Python 3.11+)
+            while block := f.read(1 << 20):
+                digest.update(block)
+        found[path.name if path.parent == folder else str(path)] = digest.hexdigest()
+    return found
 
 
 def paths_as_saved(overrides: dict, saved: dict) -> dict:
@@ -133,6 +177,7 @@ def build_model(cfg, tokenizer, state: dict | None = None):
                              f"start from another checkpoint")
         check_fits(tokenizer, model.config.vocab_size, cfg.init_from)
         model.config.chunk_size = cfg.chunk_size  # speed only: the results are equal up to rounding
+        cfg.init_from_sha256 = starting_files(cfg)  # saved with the run's settings (trainer_state.json, run.json)
         return model
     else:
         padding = {} if tokenizer.name == BYTES else {"pad_vocab_size_multiple": PAD_VOCAB_MULTIPLE}

@@ -58,9 +58,12 @@ def evaluate(model, ids, window: int = 512, *, carry_state: bool = True,
 
 
 def evaluate_pieces(model, pieces: Iterable, window: int = 512, *, carry_state: bool = True,
-                    progress: Callable[[int], None] | None = None) -> EvalResult:
+                    progress: Callable[[int], None] | None = None,
+                    token_nats: Callable[[np.ndarray], None] | None = None) -> EvalResult:
     """evaluate of the ids the 1-D arrays of `pieces` join into, read as they come (a text tokenized piece by
-    piece: memory flat in its length): the same windows, so the same result, as evaluate of the whole."""
+    piece: memory flat in its length): the same windows, so the same result, as evaluate of the whole.
+    `token_nats(nats)` is called with each window's (w,) float64 cross entropies, one per prediction in the text's
+    order (eval's per-file figures): the result's `nats` is their sum, so parts of them add up to it."""
     if not isinstance(window, (int, np.integer)) or isinstance(window, bool) or window < 1:
         raise ValueError(f"evaluate: window must be an int >= 1, got {window!r}")
     cross_entropy = row_ops.cross_entropy if model.fused else F.cross_entropy
@@ -72,8 +75,12 @@ def evaluate_pieces(model, pieces: Iterable, window: int = 512, *, carry_state: 
         nonlocal nats, windows, tokens
         x, y = chunk[None, :-1], chunk[None, 1:]                         # (1, w) each
         logits = model(x, cache)                                         # (1, w, V); the cache moves to the end
-        nats += float(cross_entropy(logits, y).data) * y.size            # the mean over the window's w predictions
+        # each prediction's loss (the kernel computes them for the mean anyway), added up in float64
+        losses = np.asarray(cross_entropy(logits, y, reduction="none").data, np.float64).reshape(-1)   # (w,)
+        nats += float(losses.sum())
         windows, tokens = windows + 1, tokens + y.size
+        if token_nats is not None:
+            token_nats(losses)
         if progress is not None:
             progress(y.size)
 

@@ -1,0 +1,136 @@
+"""eval's command line against score() in Python: --dtype float64 gives score()'s numbers on a float64 model (float32,
+the default, rounds them); a tokenizer's U+FFFD for bytes that are not UTF-8 is said on stderr as training says it,
+the numbers and the JSON on stdout unchanged; a folder's report lists each file's own figures, which add up to
+the totals."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tests.support.checkpoints import write_checkpoint
+from tinygrad_ssm import VarMap
+from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
+from tinygrad_ssm.models.mamba2.evaluation import evaluate, evaluate_pieces
+from tinygrad_ssm.tokenizer import ByteTokenizer, FileTokenizer, invalid_utf8_bytes
+from tinygrad_ssm.train import cli, generate, scoring
+from tinygrad_ssm.train.data import load_corpus, non_utf8_note, tokenize
+
+TEXT = b"".join(b"line %d: the quick brown fox jumps over the lazy dog\n" % i for i in range(12))   # ~650 bytes
+CONFIG = dict(d_model=32, n_layer=1, d_state=16, headdim=16, chunk_size=16)
+
+
+def _folder(tmp_path, dtype="float64", vocab_size=256, tokenizer_json=None, name="model"):
+    model = Mamba2LMHeadModel(Mamba2Config(vocab_size=vocab_size, **CONFIG), VarMap(seed=1), dtype=dtype)
+    return write_checkpoint("save_pretrained", tmp_path / name, model, tokenizer_json=tokenizer_json)
+
+
+def _eval(capsys, folder, data, *extra) -> tuple[dict, str]:
+    """(the JSON eval --json - prints, its stderr)."""
+    assert cli.main(["eval", "--model", str(folder), "--data", str(data), "--json", "-", "--no-progress",
+                     "--window", "40", *extra]) == cli.EXIT_OK
+    out = capsys.readouterr()
+    return json.loads(out.out), out.err
+
+
+def test_dtype_float64_gives_the_numbers_of_score_on_a_float64_model(tmp_path, capsys):
+    folder, text = _folder(tmp_path), tmp_path / "text.txt"
+    text.write_bytes(TEXT)
+    model = Mamba2LMHeadModel.from_pretrained(folder, dtype="float64")
+    expected = scoring.score(model, ByteTokenizer(), scoring.read_eval_text(str(text), folder, ByteTokenizer()),
+                             window=40, progress=False)
+    report, _ = _eval(capsys, folder, text, "--dtype", "float64")
+    assert report["tokens"] == expected["tokens"] == len(TEXT) - 1 and report["dtype"] == "float64"
+    for key in ("mean_nats", "bits_per_byte"):
+        assert abs(report[key] - expected[key]) <= 1e-12, key
+    default, _ = _eval(capsys, folder, text)                             # float32: the float64 weights rounded
+    assert default == _eval(capsys, folder, text, "--dtype", "float32")[0] | {"seconds": default["seconds"],
+                                                                            "tokens_per_s": default["tokens_per_s"]}
+    assert 1e-9 < abs(default["mean_nats"] - expected["mean_nats"]) < 1e-4
+
+
+def test_generate_decodes_in_the_dtype_given(tmp_path, capsys, monkeypatch):
+    folder, loaded = _folder(tmp_path), []
+
+    def spy(*args, **kwargs):
+        loaded.append(real(*args, **kwargs)[0])
+        return loaded[-1], ByteTokenizer()
+
+    real = generate.load_model
+    monkeypatch.setattr(cli, "load_model", spy)
+    for dtype in ("float64", "float32"):
+        assert cli.main(["generate", "--model", str(folder), "--prompt", "line", "--max-new-tokens", "5",
+                         "--temperature", "0", "--dtype", dtype]) == cli.EXIT_OK
+        model = Mamba2LMHeadModel.from_pretrained(folder, dtype=dtype)
+        assert loaded[-1].dtype == np.dtype(dtype)
+        text = "".join(generate.stream_text(model, "line", 5, temperature=0))
+        assert capsys.readouterr().out == "line" + generate.escape_controls(text) + "\n"
+
+
+def test_bytes_that_are_not_utf8_are_said_on_stderr_as_training_says_them(bpe_tokenizer, tmp_path, capsys,
+                                                                           monkeypatch):
+    """A latin-1 file and a UTF-16 one among UTF-8 files (characters cut between blocks of 7 bytes): eval names
+    them on stderr in training's words (the count is tokenizer.invalid_utf8_bytes's of the text), and its JSON on
+    stdout is the JSON alone, with the numbers of the text's ids; a byte model reads the bytes as they are."""
+    folder, data = _folder(tmp_path, vocab_size=320, tokenizer_json=bpe_tokenizer), tmp_path / "texts"
+    data.mkdir()
+    files = {"a.txt": "café 日本語 naïve\n".encode() * 3, "b.txt": "café à la crème\n".encode("latin-1"),
+             "c.txt": "ok\n".encode(), "d.txt": "日本語の文".encode("utf-16")}    # no NUL: not binary
+    for name, body in files.items():
+        (data / name).write_bytes(body)
+    monkeypatch.setattr(scoring, "READ_BLOCK", 7)
+    report, err = _eval(capsys, folder, data, "--dtype", "float64")
+    joined = b"".join(files.values())
+    tok = FileTokenizer(bpe_tokenizer)
+    note = non_utf8_note(invalid_utf8_bytes(joined), ("b.txt", "d.txt (UTF-16)"))
+    assert f"{report['data']}: {note}\n" in err.splitlines(keepends=True) and note.startswith("9 bytes")
+    assert note in tokenize(load_corpus(data), tok).describe()           # what training says of the folder
+    ids, _ = tok.encode_bytes_with_ends(joined)
+    expected = evaluate(Mamba2LMHeadModel.from_pretrained(folder, dtype="float64"), ids, 40)
+    assert report["mean_nats"] == expected.mean_nats and report["tokens"] == expected.tokens
+    _, err = _eval(capsys, folder, data / "b.txt")                          # a single file: named as training names it
+    assert err.splitlines()[0] == f"{data / 'b.txt'}: {non_utf8_note(3, ('b.txt',))}"
+    _, err = _eval(capsys, _folder(tmp_path, name="bytes"), data)        # bytes: nothing read as U+FFFD
+    assert "UTF-8" not in err
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "bpe"])
+def test_a_folders_report_has_each_files_own_figures_which_add_up_to_the_totals(tokenizer, bpe_tokenizer, tmp_path,
+                                                                                capsys, monkeypatch):
+    """Each file's tokens (those that end in it: the tokenizer's byte ends against the files' sizes), their losses
+    scored with the state the files before left (the per-token losses of one evaluate over the joined text), and
+    the bytes they cover; the files' tokens, bytes, nats and bits add up to the totals. A single file has none."""
+    tok_json = None if tokenizer == "bytes" else bpe_tokenizer
+    folder, data = _folder(tmp_path, vocab_size=256 if tok_json is None else 320, tokenizer_json=tok_json), \
+        tmp_path / "texts"
+    (data / "sub").mkdir(parents=True)
+    bodies = {"a.txt": TEXT[:300], "b.bin": b"\x00x", "sub/c.txt": TEXT[300:301], "sub/d.txt": TEXT[301:]}
+    for name, body in bodies.items():
+        (data / name).write_bytes(body)
+    monkeypatch.setattr(scoring, "READ_BLOCK", 64)
+    report, _ = _eval(capsys, folder, data, "--dtype", "float64")
+    tok = ByteTokenizer() if tok_json is None else FileTokenizer(tok_json)
+    ids, ends = tok.encode_bytes_with_ends(TEXT)                         # the joined text: a.txt, c.txt, d.txt
+    losses = []
+    whole = evaluate_pieces(Mamba2LMHeadModel.from_pretrained(folder, dtype="float64"), [ids], 40,
+                            token_nats=losses.append)
+    losses, in_file = np.concatenate(losses), np.searchsorted([300, 301, len(TEXT)], ends[1:])   # (n - 1,) each
+    spans = np.diff(ends)
+    files = report["files"]
+    assert [f["path"] for f in files] == ["a.txt", "sub/c.txt", "sub/d.txt"]
+    for i, f in enumerate(files):
+        mine = in_file == i
+        assert f["tokens"] == mine.sum() and f["bytes"] == spans[mine].sum()
+        if f["tokens"]:
+            assert f["mean_nats"] == pytest.approx(losses[mine].mean(), rel=1e-12, abs=0)
+            assert f["bits_per_byte"] == pytest.approx(losses[mine].sum() / math.log(2) / f["bytes"], rel=1e-12)
+    assert files[0]["tokens"] > 20 and files[2]["tokens"] > 20
+    assert sum(f["tokens"] for f in files) == report["tokens"] == whole.tokens
+    assert sum(f["bytes"] for f in files) == report["bytes"]
+    nats = sum(f["mean_nats"] * f["tokens"] for f in files if f["tokens"])
+    assert nats == pytest.approx(report["mean_nats"] * report["tokens"], rel=1e-12, abs=0)
+    bits = sum(f["bits_per_byte"] * f["bytes"] for f in files if f["bytes"])
+    assert bits == pytest.approx(report["bits_per_byte"] * report["bytes"], rel=1e-12, abs=0)
+    cut, _ = _eval(capsys, folder, data, "--dtype", "float64", "--max-tokens", "50")   # only the files scored
+    assert [f["path"] for f in cut["files"]] == ["a.txt"] and cut["files"][0]["tokens"] == 50
+    assert "files" not in _eval(capsys, folder, data / "a.txt")[0]

@@ -1,0 +1,69 @@
+"""What `train --init-from` says and records of its start: a checkpoint stored in another dtype than the run trains
+in is named in one line (a float64 one trained in float32 lost its precision without a word), and the run's
+settings (trainer_state.json's train_config, the run folder's marker) hold the sha256 of every weight file and of
+the tokenizer.json it read, kept by --resume, so a run can be traced to the exact checkpoint."""
+import hashlib
+import json
+
+from tests.support.checkpoints import write_checkpoint, write_transformers_dir
+from tests.support.training import TINY, quiet
+from tinygrad_ssm import VarMap
+from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
+from tinygrad_ssm.train import cli
+from tinygrad_ssm.train.config import TrainConfig
+from tinygrad_ssm.train.loop import train
+from tinygrad_ssm.train.run_folder import MARKER_FILE
+from tinygrad_ssm.train.starting_point import resolve_starting_point
+
+SHAPE = dict(d_model=32, n_layer=1, d_state=16, headdim=16, chunk_size=16)
+SETTINGS = {k: v for k, v in TINY.items() if k not in ("d_model", "n_layer", "d_state", "headdim")}
+FLOAT64_NOTE = "the checkpoint's weights are float64; training in float32 (--dtype float64 keeps them)"
+
+
+def _model(dtype="float32", vocab_size=256):
+    return Mamba2LMHeadModel(Mamba2Config(vocab_size=vocab_size, **SHAPE), VarMap(seed=2), dtype=dtype)
+
+
+def _flags(settings: dict) -> list[str]:
+    return [part for k, v in settings.items() for part in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def test_a_float64_checkpoint_trained_in_float32_is_said_in_one_line(corpus, tmp_path, capsys):
+    folder = write_checkpoint("save_pretrained", tmp_path / "f64", _model("float64"))
+    base = ["train", "--init-from", str(folder), "--data", str(corpus), "--steps", "1", "--no-progress",
+            *_flags(SETTINGS)]
+    assert cli.main([*base, "--out", str(tmp_path / "run")]) == cli.EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines.count(FLOAT64_NOTE) == 1 and lines.index(FLOAT64_NOTE) < 2, lines[:3]   # first, before the data
+    assert cli.main([*base, "--out", str(tmp_path / "kept"), "--dtype", "float64"]) == cli.EXIT_OK
+    assert "the checkpoint's weights" not in capsys.readouterr().out
+
+
+def test_the_line_names_each_stored_dtype_and_only_when_dtype_was_left_out(tmp_path):
+    f16, f32 = tmp_path / "f16", tmp_path / "f32"
+    f16.mkdir()
+    write_transformers_dir(f16, _model(), dtype="float16")
+    write_checkpoint("save_pretrained", f32, _model())
+    said = []
+    for folder, overrides in ((f16, {}), (f32, {}), (f16, {"dtype": "float32"})):
+        resolve_starting_point(TrainConfig(init_from=str(folder)), {"init_from": str(folder), **overrides},
+                               said.append)
+    assert said == ["the checkpoint's weights are float16; training in float32 (the run's checkpoints hold "
+                    "float32)"]
+
+
+def test_the_run_records_the_sha256_of_each_file_it_started_from(bpe_tokenizer, corpus, tmp_path):
+    """Two weight shards and the tokenizer.json: hashlib of each file; the record survives --resume."""
+    folder = write_checkpoint("sharded", tmp_path / "start", _model(vocab_size=320), tokenizer_json=bpe_tokenizer)
+    shards = sorted(p.name for p in folder.glob("model-*.safetensors"))
+    assert len(shards) == 2
+    expected = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in [*shards, "tokenizer.json"]}
+    run = tmp_path / "run"
+    train(TrainConfig(**SETTINGS, steps=2, data=str(corpus), out=str(run), init_from=str(folder)), stop_at=1,
+          progress=False, say=quiet)
+    resumed = train(resume=str(run), progress=False, say=quiet)
+    for checkpoint in ("step-000001", "step-000002"):
+        state = json.loads((run / "checkpoints" / checkpoint / "trainer_state.json").read_text())
+        assert state["train_config"]["init_from_sha256"] == expected, checkpoint
+    assert resumed.step == 2
+    assert json.loads((run / MARKER_FILE).read_text())["train_config"]["init_from_sha256"] == expected
