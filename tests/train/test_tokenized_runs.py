@@ -339,3 +339,23 @@ def test_batch_size_is_checked(bpe_run, tmp_path, capsys, flags, message):
     batch = [] if "--prompt" in flags else ["--batch-file", str(tmp_path / "p.txt")]
     assert cli.main(["generate", "--model", str(bpe_run), *batch, *flags]) == cli.EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_eval_at_training_windows_gives_what_training_reported(bpe_run, capsys, dtype):
+    """--training-windows scores the run's split at training's own windows (here 2 of 32 BPE tokens, from zero
+    states), through training's tokens per byte: the bits per byte its trainer_state.json holds, to the bit when
+    loaded in the run's float64 (the same computation), to float32's rounding when loaded in float32."""
+    checkpoint = bpe_run / "checkpoints" / "step-000002"
+    reported = json.loads((checkpoint / "trainer_state.json").read_text())["val_bpb"]
+    assert cli.main(["eval", "--model", str(bpe_run), "--training-windows", "--json", "-", "--dtype", dtype]) == 0
+    out = capsys.readouterr()
+    report = json.loads(out.out)
+    assert report["training_windows"] and report["windows"] == 2 and report["tokens"] == 2 * SETTINGS["seq_len"]
+    if dtype == "float64":
+        assert report["bits_per_byte"] == reported
+    else:
+        assert report["bits_per_byte"] == pytest.approx(reported, rel=1e-5) and report["bits_per_byte"] != reported
+    assert f"training reported {reported:.4f} bits per byte for this checkpoint, on these windows" in out.err
+    assert cli.main(["eval", "--model", str(bpe_run), "--training-windows", "--window", "64"]) == cli.EXIT_USAGE
+    assert "leave out --window" in capsys.readouterr().err

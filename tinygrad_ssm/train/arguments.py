@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "the text); bits per byte are their total bits over the text's bytes after the "
                                     "first token (a file's own bytes: an invalid UTF-8 byte counts one). A folder's "
                                     "files are joined in sorted order as they are (hidden, empty and binary ones left "
-                                    "out), with no separator and the state carried across them; --json's \"files\" then gives each "
+                                    "out), with no separator and the state carried across them; --json's "
+                                    "\"files\" then gives each "
                                     "file's own figures (the tokens that end in it, given all the text before "
                                     "them), which add up to the totals. The text is read in "
                                     "windows with the model's state carried from one to the next, so every token "
@@ -169,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--reset-state", action="store_true",
                     help="start every window from a zero state (how training validates) instead of carrying it")
     ev.add_argument("--max-tokens", type=int, default=None, help="score only the first N tokens [all]")
+    ev.add_argument("--training-windows", action="store_true",
+                    help="a run's checkpoint only, without --data: score its validation split at the windows "
+                         "training scores (--seq-len long, --batch-size x --eval-batches of them, each from a zero "
+                         "state), which gives the bits per byte training reported for it")
     ev.add_argument("--json", metavar="FILE", default=None, help="also write the report as JSON, to a new file or "
                                                                  "over an earlier report of eval's (- for stdout, "
                                                                  "which then holds the JSON alone: the report "
@@ -280,6 +285,13 @@ def eval_flag_problems(args) -> list[str]:
     bad = empty_path_problems(args) + _backend_problems(args)
     if args.window < 1:
         bad.append(f"--window must be >= 1, got {args.window}")
+    if args.training_windows:  # training's own windows: their length and state are the run's, the text its split
+        given = [flag for flag, value in (("--data", args.data), ("--window", args.window != 512),
+                                          ("--reset-state", args.reset_state), ("--max-tokens", args.max_tokens))
+                 if value not in (None, False)]
+        if given:
+            bad.append(f"--training-windows scores the run's validation split at training's windows; leave out "
+                       f"{', '.join(given)}")
     if args.max_tokens is not None and args.max_tokens < 1:
         bad.append(f"--max-tokens must be >= 1 (leave it out for the whole text), got {args.max_tokens}")
     if args.json not in (None, "-", ""):                               # checked before the text is scored

@@ -46,7 +46,8 @@ from .generation_config import sampling_settings, stop_ids
 from .loop import TrainingDiverged, train
 from .mpi_cli import python_cmd, refuse_single_process_commands
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name
-from .scoring import REPORT_MARK, REPORT_MARK_VALUE, describe, read_eval_text, score, trained_val_bpb, write_report
+from .scoring import (REPORT_MARK, REPORT_MARK_VALUE, describe, read_eval_text, score, score_training_windows,
+                      trained_val_bpb, write_report)
 
 # the parser and the exit statuses live in train/arguments.py; callers (tests, scripts) take them from here
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_DIVERGED", "EXIT_USAGE", "EXIT_IO", "EXIT_INTERRUPTED"]
@@ -220,15 +221,18 @@ def _eval(args) -> int:
     model, tokenizer = loaded
     folder = resolve_model_folder(args.model)
     try:
-        text = read_eval_text(args.data, folder, tokenizer)
-        report = score(model, tokenizer, text, window=args.window, carry_state=not args.reset_state,
-                       max_tokens=args.max_tokens, progress=not args.no_progress)
+        if args.training_windows:
+            report, text = score_training_windows(model, tokenizer, folder), None
+        else:
+            text = read_eval_text(args.data, folder, tokenizer)
+            report = score(model, tokenizer, text, window=args.window, carry_state=not args.reset_state,
+                           max_tokens=args.max_tokens, progress=not args.no_progress)
     except DataError as e:
         return _error(str(e))
     except KeyboardInterrupt:
         print("stopped by Ctrl-C", file=sys.stderr)
         return EXIT_INTERRUPTED
-    if text.read.non_utf8_note():  # as training's corpus line says it; on stderr, so --json - stays JSON alone
+    if text is not None and text.read.non_utf8_note():  # as training's corpus line says it; on stderr (--json -)
         print(f"{text.source}: {text.read.non_utf8_note()}", file=sys.stderr)
     report["model"] = str(folder)
     report[REPORT_MARK] = REPORT_MARK_VALUE  # what lets a later eval --json replace this file

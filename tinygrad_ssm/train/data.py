@@ -148,9 +148,10 @@ def non_utf8_note(invalid_bytes: int, files: tuple[str, ...]) -> str:
     """What training's corpus line and eval (train/scoring.py) say of the bytes a tokenizer.json reads as U+FFFD:
     how many, in which files (named: a folder's total alone left the user to find them), and the fix."""
     named = f" in {', '.join(files[:3])}{f' and {len(files) - 3} more' if len(files) > 3 else ''}" if files else ""
+    one = len(files) == 1
     return (f"{_count(invalid_bytes, 'byte')} not UTF-8{named}, each read as U+FFFD by the tokenizer (convert "
-            f"{'that file' if len(files) == 1 else 'the files'} to UTF-8 to keep {'its' if len(files) == 1 else 'their'} "
-            f"characters, e.g. iconv -f latin1 -t utf-8)")
+            f"{'that file' if one else 'the files'} to UTF-8 to keep {'its' if one else 'their'} characters, e.g. "
+            f"iconv -f latin1 -t utf-8)")
 
 
 def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,

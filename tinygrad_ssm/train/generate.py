@@ -81,8 +81,8 @@ def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | 
     """(model, tokenizer) of any model folder (module docstring); `tokenizer` (--tokenizer) overrides its own.
     weights (--weights): "int8" / "bfloat16" quantize a float folder's model at load (models/mamba2/quantize.py),
     "float32" keeps it float; None: as stored. dtype (--dtype): the float arrays', whatever the folder stores
-    (float64: eval's numbers are those of score() on a float64 model). A quantized folder loads only as its own format. The model's
-    `generation_defaults` are the folder's stop ids and sampling settings (generation_config.py)."""
+    (float64: eval's numbers are those of score() on a float64 model). A quantized folder loads only as its own
+    format. The model's `generation_defaults` are the folder's stop ids and sampling settings (generation_config.py)."""
     folder = resolve_model_folder(path, flag)
     model = Mamba2LMHeadModel.from_pretrained(folder, dtype=dtype, backend=backend)
     model.generation_defaults = read_generation_defaults(folder, model.config.padded_vocab_size)

@@ -27,9 +27,10 @@ from ..io.atomic_write import write_atomic
 from ..models.mamba2.evaluation import evaluate_pieces
 from .config import TrainConfig
 from ..tokenizer import invalid_utf8_bytes
-from .data import (_BINARY_SNIFF_BYTES, DataError, _count, _looks_binary, folder_files, load_corpus, non_utf8_note,
-                   utf16_mark)
+from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, eval_window_starts, folder_files,
+                   load_corpus, non_utf8_note, utf16_mark)
 from .generate import _run_tokenizer
+from .loop import evaluate
 
 
 REPORT_MARK, REPORT_MARK_VALUE = "written_by", "tinygrad_ssm eval"  # a key of every report eval --json writes
@@ -138,28 +139,36 @@ def _text_file(path: Path) -> tuple[int, bool]:
     return (0 if not head or binary else max(size, len(head))), binary
 
 
+def run_validation_split(folder: Path, tokenizer) -> tuple[Corpus, np.ndarray, TrainConfig]:
+    """(corpus, validation tokens, the run's TrainConfig) of the run the checkpoint `folder` belongs to: its data
+    read and split again as training split it, checked against the fingerprint the checkpoint saved (a changed
+    data folder would split differently)."""
+    state = _saved_trainer_state(folder)
+    if state is None:
+        raise DataError(f"eval: {str(folder)!r} is not a checkpoint of a tinygrad_ssm run, so it has no "
+                        f"validation split of its own; give --data PATH (a text file or a folder)")
+    trained = TrainConfig.from_dict(state["train_config"])
+    where = "the standard library" if trained.data is None else repr(trained.data)
+    try:
+        corpus = load_corpus(trained.data, seed=trained.data_seed, val_fraction=trained.val_fraction)
+    except DataError as e:
+        raise DataError(f"eval: the data this run trained on ({where}) cannot be read now ({e}); give --data "
+                        f"PATH to score another text") from None
+    val = corpus.val if tokenizer.name == "bytes" else tokenizer.encode_bytes(corpus.val.tobytes()).astype(np.int32)
+    saved = state["data_fingerprint"]
+    if (saved.get("val_bytes"), saved.get("val_crc32")) != (len(val), zlib.crc32(val)):
+        raise DataError(f"eval: the data this run trained on ({where}) has changed since (files added, removed "
+                        f"or edited), so its validation split is not the run's any more; give --data PATH to "
+                        f"score a text of your choice")
+    return corpus, val, trained
+
+
 def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
     """--data (a file, or a folder's text files in sorted order, binary ones skipped); without it, the
     validation split of the run the checkpoint `folder` belongs to (the same files training validated on,
     checked against the fingerprint the checkpoint saved: a changed data folder would split differently)."""
     if path is None:
-        state = _saved_trainer_state(folder)
-        if state is None:
-            raise DataError(f"eval: {str(folder)!r} is not a checkpoint of a tinygrad_ssm run, so it has no "
-                            f"validation split of its own; give --data PATH (a text file or a folder)")
-        trained = TrainConfig.from_dict(state["train_config"])
-        where = "the standard library" if trained.data is None else repr(trained.data)
-        try:
-            corpus = load_corpus(trained.data, seed=trained.data_seed, val_fraction=trained.val_fraction)
-        except DataError as e:
-            raise DataError(f"eval: the data this run trained on ({where}) cannot be read now ({e}); give --data "
-                            f"PATH to score another text") from None
-        val = corpus.val if tokenizer.name == "bytes" else tokenizer.encode_bytes(corpus.val.tobytes()).astype(np.int32)
-        saved = state["data_fingerprint"]
-        if (saved.get("val_bytes"), saved.get("val_crc32")) != (len(val), zlib.crc32(val)):
-            raise DataError(f"eval: the data this run trained on ({where}) has changed since (files added, removed "
-                            f"or edited), so its validation split is not the run's any more; give --data PATH to "
-                            f"score a text of your choice")
+        corpus, val, _ = run_validation_split(folder, tokenizer)
         files = f"{len(corpus.val_files)} file{'s' * (len(corpus.val_files) != 1)}"
         blocks = lambda: (corpus.val[i:i + READ_BLOCK].tobytes() for i in range(0, len(corpus.val), READ_BLOCK))
         read = TextRead()
@@ -305,6 +314,28 @@ def _first_tokens(pieces, max_tokens: int | None):
         left = None if left is None else left - len(ids)
 
 
+def score_training_windows(model, tokenizer, folder: Path) -> dict:
+    """eval --training-windows: the run's validation split scored as training scores it (loop.evaluate: the fixed
+    windows of its --seq-len, --batch-size x --eval-batches of them, each from a zero state, bits per byte through
+    the split's tokens per byte), so the figure is the one training reported for this checkpoint, to rounding.
+    A report with score()'s keys; "bytes" are the windows' share of the split's bytes."""
+    corpus, val, trained = run_validation_split(folder, tokenizer)
+    tokens_per_byte = len(val) / max(len(corpus.val), 1)
+    windows = len(eval_window_starts(len(val), trained.batch_size, trained.seq_len, trained.eval_batches))
+    start = time.perf_counter()
+    bpb = evaluate(model, val, trained, tokens_per_byte=tokens_per_byte)
+    seconds = time.perf_counter() - start
+    tokens = windows * trained.seq_len                                   # each window's seq_len targets
+    mean_nats = bpb * math.log(2) / tokens_per_byte
+    files = f"{len(corpus.val_files)} file{'s' * (len(corpus.val_files) != 1)}"
+    return {"data": f"the validation split of {corpus.source} ({files}, as the run split it), at the windows "
+                    f"training scores", "tokenizer": tokenizer.name, "tokens": tokens,
+            "bytes": round(tokens / tokens_per_byte), "mean_nats": mean_nats, "perplexity": math.exp(mean_nats),
+            "bits_per_token": mean_nats / math.log(2), "bits_per_byte": bpb, "window": trained.seq_len,
+            "carry_state": False, "windows": windows, "training_windows": True, "seconds": seconds,
+            "tokens_per_s": tokens / seconds if seconds > 0 else None}
+
+
 def describe(report: dict, trained_val_bpb: float | None = None) -> str:
     bpb = report["bits_per_byte"]
     lines = [f"data: {report['data']}",
@@ -323,10 +354,12 @@ def describe(report: dict, trained_val_bpb: float | None = None) -> str:
     if report.get("files"):
         lines.append(f"each file's own figures (its tokens, given all the text before them): --json's \"files\" "
                      f"({_count(len(report['files']), 'file')})")
-    if trained_val_bpb is not None:
+    if trained_val_bpb is not None and report.get("training_windows"):
+        lines.append(f"training reported {trained_val_bpb:.4f} bits per byte for this checkpoint, on these windows")
+    elif trained_val_bpb is not None:
         lines.append(f"training reported {trained_val_bpb:.4f} bits per byte on its fixed validation windows "
-                     f"(a sample of windows of --seq-len, each from a zero state; --window SEQ_LEN --reset-state "
-                     f"scores every window that way, so it comes close, not equal)")
+                     f"(a sample of windows of --seq-len, each from a zero state: --training-windows scores "
+                     f"those)")
     return "\n".join(lines)
 
 

@@ -87,8 +87,8 @@ BUGS = [
     Bug(TK, '        if self._rule.drop_to is not None and not first:', '        if self._rule.drop_to is not None:',
         PIECES, "a one-word text's first piece loses its start-of-text tokens too"),
     # --- eval's data (train/scoring.py) --------------------------------------------------------------------------
-    Bug("tinygrad_ssm/train/scoring.py", '        if (saved.get("val_bytes"), saved.get("val_crc32")) != (len(val), zlib.crc32(val)):',
-        '        if saved.get("val_bytes") != len(val):', ("tests/train/test_cli_flags.py", "-k", "changed_since"),
+    Bug("tinygrad_ssm/train/scoring.py", '    if (saved.get("val_bytes"), saved.get("val_crc32")) != (len(val), zlib.crc32(val)):',
+        '    if saved.get("val_bytes") != len(val):', ("tests/train/test_cli_flags.py", "-k", "changed_since"),
         "eval of a run's own split accepts data edited since training (same length)"),
     Bug("tinygrad_ssm/train/scoring.py", '    return (0 if not head or binary else max(size, len(head))), binary',
         '    return (0 if not head else max(size, len(head))), binary', ("tests/train/test_scoring_streams.py", "tests/train/test_tokenized_runs.py", "-k", "eval or folder or max_tokens or pieces"),
