@@ -193,8 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Write a model folder as a new folder: with --layout transformers (the default) "
                                     "transformers.Mamba2ForCausalLM.from_pretrained(OUT) and "
                                     "AutoTokenizer.from_pretrained(OUT) load it; with --layout mamba_ssm it is the "
-                                    "package's own save_pretrained folder. The weights are written as stored, bit "
-                                    "for bit; the tokenizer.json the model was trained with is copied (a byte-level "
+                                    "package's own save_pretrained folder. float32 and float64 weights are written "
+                                    "as stored, bit for bit (float16 and bfloat16 ones as float32: the same "
+                                    "values); the tokenizer.json the model was trained with is copied (a byte-level "
                                     "model gets one that gives each byte its own id), and generation_config.json "
                                     "when the folder has one. --out must be new or an empty folder: nothing is "
                                     "replaced.")
