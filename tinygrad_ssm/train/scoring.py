@@ -246,7 +246,8 @@ def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: b
     return {"data": text.source, "tokenizer": tokenizer.name, "tokens": result.tokens,
             "bytes": int(scored_bytes), "mean_nats": result.mean_nats, "perplexity": result.perplexity,
             "bits_per_token": result.bits_per_token, "bits_per_byte": bits_per_byte,
-            "window": window, "carry_state": carry_state, "windows": result.windows, "seconds": seconds,
+            "window": window, "carry_state": carry_state, "windows": result.windows, "training_windows": False,
+            "seconds": seconds,
             "tokens_per_s": result.tokens / seconds if seconds > 0 else None,
             **({} if files is None else {"files": files.report()})}
 
