@@ -2,6 +2,8 @@
 pickle, which the package never reads: from_pretrained names the file and gives the command that converts it to
 model.safetensors once, and that very command (run where torch is installed) gives a folder that loads to the
 weights torch saved."""
+import hashlib
+import os
 import shlex
 import subprocess
 import sys
@@ -31,6 +33,8 @@ def test_a_folder_of_pickles_is_named_with_the_command_that_converts_it(tmp_path
     message = _conversion_error(tmp_path)
     assert files[0] in message and "pickle" in message and "model.safetensors" in message
     assert message.endswith(pickle_conversion_command(tmp_path))
+    assert f"with this command, which writes {str(tmp_path / 'model.safetensors')!r}: python -c " in message
+    assert "Hugging Face cache" not in message
 
 
 def _torch_state_dict(model, torch):
@@ -44,7 +48,7 @@ def _torch_state_dict(model, torch):
 def test_the_command_in_the_message_converts_the_pickle_to_the_same_weights(tmp_path, shards):
     torch = pytest.importorskip("torch")
     pytest.importorskip("safetensors.torch")
-    folder = tmp_path / "a folder's name with spaces"
+    folder = tmp_path / "a folder's \"name\" with spaces, $HOME and [x]"     # quoted for the shell, escaped for glob
     model = small_model(seed=3, dtype="float32")
     model.save_pretrained(folder)
     (folder / "model.safetensors").unlink()
@@ -62,3 +66,31 @@ def test_the_command_in_the_message_converts_the_pickle_to_the_same_weights(tmp_
     for name, t in model.varmap.named_vars():
         assert np.array_equal(loaded.varmap[name].data, t.data), name
     assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
+
+def test_a_cache_snapshot_is_converted_in_place_and_the_message_says_so(tmp_path):
+    """A Hugging Face cache's snapshot, its files links into blobs/: the message says the file goes into the
+    snapshot, beside the links; the command writes it there and the repository folder then loads."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("safetensors.torch")
+    model, source = small_model(seed=5, dtype="float32"), tmp_path / "source"
+    model.save_pretrained(source)
+    (source / "model.safetensors").unlink()
+    torch.save(_torch_state_dict(model, torch), source / "pytorch_model.bin")
+    repo, commit = tmp_path / "hub" / "models--org--mamba2-tiny", "c" * 40
+    snapshot = repo / "snapshots" / commit
+    for folder in (repo / "blobs", repo / "refs", snapshot):
+        folder.mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    for path in source.iterdir():                                        # as huggingface_hub lays a download out
+        blob = hashlib.sha256(path.read_bytes()).hexdigest()
+        (repo / "blobs" / blob).write_bytes(path.read_bytes())
+        os.symlink(f"../../blobs/{blob}", snapshot / path.name)
+    message = _conversion_error(repo)
+    assert (f"which writes {str(snapshot / 'model.safetensors')!r} inside the Hugging Face cache's snapshot, beside "
+            f"its links") in message and message.endswith(pickle_conversion_command(snapshot))
+    command = shlex.split(message[message.index("python -c "):])
+    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (snapshot / "model.safetensors").is_file() and not (snapshot / "model.safetensors").is_symlink()
+    assert np.array_equal(Mamba2LMHeadModel.from_pretrained(repo)(IDS).data, model(IDS).data)

@@ -359,3 +359,16 @@ def test_eval_at_training_windows_gives_what_training_reported(bpe_run, capsys, 
     assert f"training reported {reported:.4f} bits per byte for this checkpoint, on these windows" in out.err
     assert cli.main(["eval", "--model", str(bpe_run), "--training-windows", "--window", "64"]) == cli.EXIT_USAGE
     assert "leave out --window" in capsys.readouterr().err
+
+
+def test_training_windows_load_the_run_in_its_own_dtype_unless_told(bpe_run, capsys):
+    """Left out, --dtype is the run's (float64 here) with --training-windows, so the figure is training's to the
+    bit as the line under it says (it was float32's, 1e-7 off); a plain eval stays float32."""
+    reported = json.loads((bpe_run / "checkpoints" / "step-000002" / "trainer_state.json").read_text())["val_bpb"]
+    assert cli.main(["eval", "--model", str(bpe_run), "--training-windows", "--json", "-", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["dtype"] == "float64" and report["bits_per_byte"] == reported
+    assert cli.main(["eval", "--model", str(bpe_run), "--json", "-", "--no-progress", "--max-tokens", "8"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["dtype"] == "float32" and plain["training_windows"] is False
+    assert list(plain) == list(report)                                  # one set of keys, in one order, either way

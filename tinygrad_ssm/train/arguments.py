@@ -182,15 +182,20 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--backend", default="auto", help="SSD scan backend [%(default)s]")
     ev.add_argument("--weights", choices=("float32", "bfloat16", "int8"), default=None,
                     help="decode from 8- or 16-bit weights (quantized at load; a quantized folder loads as saved)")
-    ev.add_argument("--dtype", choices=DTYPES, default=_D.dtype, help=DTYPE_HELP)
+    # None: float32, or with --training-windows the run's own dtype (training's figure to the bit, not to float32's
+    # rounding); cli._eval settles it
+    ev.add_argument("--dtype", choices=DTYPES, default=None,
+                    help=DTYPE_HELP.removesuffix(f"[{_D.dtype}]") + f"[{_D.dtype}; with --training-windows, the dtype "
+                                                                   f"the run trained in]")
 
     ex = sub.add_parser("export", help="write a model folder (a run, a checkpoint, any model folder) as a new folder "
                                        "that transformers (or mamba_ssm's layout) loads",
                         description="Write a model folder as a new folder: with --layout transformers (the default) "
                                     "transformers.Mamba2ForCausalLM.from_pretrained(OUT) and "
                                     "AutoTokenizer.from_pretrained(OUT) load it; with --layout mamba_ssm it is the "
-                                    "package's own save_pretrained folder. The weights are written as stored, bit "
-                                    "for bit; the tokenizer.json the model was trained with is copied (a byte-level "
+                                    "package's own save_pretrained folder. float32 and float64 weights are written "
+                                    "as stored, bit for bit (float16 and bfloat16 ones as float32: the same "
+                                    "values); the tokenizer.json the model was trained with is copied (a byte-level "
                                     "model gets one that gives each byte its own id), and generation_config.json "
                                     "when the folder has one. --out must be new or an empty folder: nothing is "
                                     "replaced.")

@@ -33,7 +33,7 @@ from .. import distributed
 from ..io.checkpoints import CHECKPOINTS_DIR, CheckpointNotFound, checkpoint_names, resolve_checkpoint
 from ..models.mamba2.sampling import NonFiniteLogits
 from ..tokenizer import TokenizerError
-from .arguments import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_USAGE, argument_problem,
+from .arguments import (DTYPES, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_USAGE, argument_problem,
                         build_parser, eval_flag_problems, export_flag_problems, generate_flag_problems,
                         problems_or_none, train_flag_problems)
 from .config import TrainConfig
@@ -47,7 +47,7 @@ from .loop import TrainingDiverged, train
 from .mpi_cli import python_cmd, refuse_single_process_commands
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name
 from .scoring import (REPORT_MARK, REPORT_MARK_VALUE, describe, read_eval_text, score, score_training_windows,
-                      trained_val_bpb, write_report)
+                      trained_val_bpb, training_dtype, write_report)
 
 # the parser and the exit statuses live in train/arguments.py; callers (tests, scripts) take them from here
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_DIVERGED", "EXIT_USAGE", "EXIT_IO", "EXIT_INTERRUPTED"]
@@ -215,6 +215,8 @@ def _eval(args) -> int:
     problem = problems_or_none(eval_flag_problems(args))
     if problem:
         return _error(problem)
+    if args.dtype is None:  # --training-windows: the run's dtype, in which its figure is training's to the bit
+        args.dtype = (training_dtype(args.model) if args.training_windows else None) or DTYPES[0]
     loaded, code = _load(args)
     if loaded is None:
         return code

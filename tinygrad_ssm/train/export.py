@@ -10,7 +10,9 @@ as a new folder another library loads as it is:
 
 A byte-level model of this package (no tokenizer.json: its ids are the UTF-8 bytes) gets byte_level_tokenizer_json:
 each byte its own id, so any tokenizers-based reader gives the ids the model was trained on. generation_config.json
-is copied when the model folder has one. The weights are written in the dtype they are stored in, bit for bit.
+is copied when the model folder has one. float32 and float64 weights are written as stored, bit for bit; float16 and
+bfloat16 ones as float32 (the same values, twice the bytes: the package computes and writes float32 and float64
+only), and a folder mixing float64 with narrower tensors as float64 throughout; export says so when it happens.
 
 OUT must not exist or be an empty folder, and not be a link: export replaces nothing. It is written as a temporary
 folder beside OUT and renamed into place at the end, so a failed export leaves no partial folder behind.
@@ -20,13 +22,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..io.atomic_write import new_temporary_folder, write_atomic
 from ..io.finite import non_finite_problems
 from ..models.mamba2 import Mamba2LMHeadModel
-from ..models.mamba2.pretrained import LAYOUTS, stored_float_dtype
+from ..io.safetensors import SafetensorsFile
+from ..models.mamba2.pretrained import LAYOUTS, _weight_files, stored_float_dtype
 from ..tokenizer import BYTES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 from .generate import load_tokenizer_for, resolve_model_folder
 from .generation_config import GENERATION_CONFIG_FILE, _read_json
@@ -48,6 +52,8 @@ class Exported:
     layout: str
     byte_level: bool        # the tokenizer.json written is byte_level_tokenizer_json's
     files: list[str]
+    stored: tuple[str, ...] = ()    # the weights' dtypes in the model folder, when not only the one written
+    written: str = ""               # the dtype the weights are written in
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -119,6 +125,18 @@ def _tokenizer_texts(tokenizer) -> tuple[dict[str, str], bool]:
     return files, byte_level
 
 
+_DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # safetensors' tags
+
+
+def _stored_dtypes(folder: Path) -> tuple[str, ...]:
+    """The dtypes of the folder's weight files (their headers only), sorted."""
+    stored = set()
+    for path in _weight_files(folder)[0]:
+        with SafetensorsFile(path) as f:
+            stored.update(_DTYPE_NAMES.get(info.dtype, info.dtype) for info in f.tensors.values())
+    return tuple(sorted(stored))
+
+
 def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "transformers",
            tokenizer: str | None = None, backend: str = "auto") -> Exported:
     """Write the model folder `model` (resolved as generate resolves --model) into the new folder `out`
@@ -128,7 +146,8 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
     out = Path(out).expanduser()
     check_out(out)
     folder = resolve_model_folder(model)
-    loaded = Mamba2LMHeadModel.from_pretrained(folder, dtype=stored_float_dtype(folder), backend=backend)
+    written = stored_float_dtype(folder)
+    loaded = Mamba2LMHeadModel.from_pretrained(folder, dtype=written, backend=backend)
     tok = load_tokenizer_for(folder, loaded.config.vocab_size, tokenizer)
     if getattr(loaded, "quantized", None) and layout == "transformers":
         raise ExportError(f"--model {str(folder)!r} holds {loaded.weights_format}-quantized weights, which "
@@ -147,7 +166,11 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
     tmp = Path(new_temporary_folder(out.parent, out.name))
     try:
         token_ids = _token_ids(folder, tok) if layout == "transformers" else None
-        loaded.save_pretrained(tmp, layout=layout, token_ids=token_ids)
+        with warnings.catch_warnings(record=True) as said:  # they name the folder as written: --out's name, not tmp's
+            warnings.simplefilter("always")
+            loaded.save_pretrained(tmp, layout=layout, token_ids=token_ids)
+        for w in said:
+            warnings.warn(str(w.message).replace(str(tmp), str(out)), w.category, stacklevel=2)
         for name, text in files.items():
             write_atomic(tmp / name, text)
         try:
@@ -161,7 +184,9 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Exported(out, folder, layout, byte_level, sorted(p.name for p in out.iterdir()))
+    stored = _stored_dtypes(folder) if not getattr(loaded, "quantized", None) else ()
+    return Exported(out, folder, layout, byte_level, sorted(p.name for p in out.iterdir()),
+                    stored if stored != (written,) else (), written)
 
 
 def describe(result: Exported) -> str:
@@ -176,6 +201,9 @@ def describe(result: Exported) -> str:
     else:
         lines += ["load it with this package: Mamba2LMHeadModel.from_pretrained(...), or "
                   f"python -m tinygrad_ssm generate --model {out}"]
+    if result.stored:
+        lines.append(f"the weights are stored as {' and '.join(result.stored)} in {result.source} and written as "
+                     f"{result.written} (the same values; the package writes float32 and float64 only)")
     if result.byte_level:
         lines.append("the model reads bytes: its tokenizer.json gives each byte its own id (ids = "
                      "list(text.encode('utf-8'))), and decodes ids back to the text")

@@ -29,7 +29,7 @@ from .config import TrainConfig
 from ..tokenizer import invalid_utf8_bytes
 from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, eval_window_starts, folder_files,
                    load_corpus, non_utf8_note, utf16_mark)
-from .generate import _run_tokenizer
+from .generate import _run_tokenizer, resolve_model_folder
 from .loop import evaluate
 
 
@@ -246,7 +246,8 @@ def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: b
     return {"data": text.source, "tokenizer": tokenizer.name, "tokens": result.tokens,
             "bytes": int(scored_bytes), "mean_nats": result.mean_nats, "perplexity": result.perplexity,
             "bits_per_token": result.bits_per_token, "bits_per_byte": bits_per_byte,
-            "window": window, "carry_state": carry_state, "windows": result.windows, "seconds": seconds,
+            "window": window, "carry_state": carry_state, "windows": result.windows, "training_windows": False,
+            "seconds": seconds,
             "tokens_per_s": result.tokens / seconds if seconds > 0 else None,
             **({} if files is None else {"files": files.report()})}
 
@@ -361,6 +362,18 @@ def describe(report: dict, trained_val_bpb: float | None = None) -> str:
                      f"(a sample of windows of --seq-len, each from a zero state: --training-windows scores "
                      f"those)")
     return "\n".join(lines)
+
+
+def training_dtype(model: str | os.PathLike) -> str | None:
+    """The dtype the run of --model (a run folder or one of its checkpoints) trained in; None for any other
+    folder, or one that cannot be read (loading it then says what is wrong)."""
+    try:
+        state = _saved_trainer_state(resolve_model_folder(model))
+    except (OSError, ValueError):
+        return None
+    config = state.get("train_config") if isinstance(state, dict) else None
+    dtype = config.get("dtype") if isinstance(config, dict) else None
+    return dtype if dtype in ("float32", "float64") else None
 
 
 def trained_val_bpb(folder: Path) -> float | None:

@@ -72,7 +72,8 @@ def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:
         raise FileNotFoundError(f"from_pretrained: {str(directory)!r} holds {', '.join(pickles[:3])}, PyTorch's pickle "
                                 f"format, which this package never reads (unpickling can run code), and neither "
                                 f"{WEIGHTS_NAME} nor {INDEX_NAME}; convert it once, where PyTorch and safetensors "
-                                f"are installed: {pickle_conversion_command(directory)}")
+                                f"are installed, with this command, which writes {str(directory / WEIGHTS_NAME)!r}"
+                                f"{_in_cache_note(directory)}: {pickle_conversion_command(directory)}")
     raise FileNotFoundError(f"from_pretrained: {str(directory)!r} has neither {WEIGHTS_NAME} nor {INDEX_NAME} "
                             f"(only safetensors is read: no pickle)")
 
@@ -85,6 +86,16 @@ def stored_float_dtype(directory) -> str:
             if any(info.dtype == "F64" for info in f.tensors.values()):
                 return "float64"
     return "float32"
+
+
+def _in_cache_note(directory: Path) -> str:
+    """Where the conversion's file goes when `directory` is a Hugging Face cache's snapshot (its files links into
+    blobs/): into the snapshot, a file of its own; the cache's tools (scan-cache, delete-cache) count and delete it
+    with the snapshot, and a newer revision's snapshot needs its own."""
+    if directory.parent.name != "snapshots" or not (directory.parent.parent / "blobs").is_dir():
+        return ""
+    return (" inside the Hugging Face cache's snapshot, beside its links (a file of its own, which "
+            "`huggingface-cli delete-cache` removes with the snapshot; another revision needs it again)")
 
 
 def pickle_conversion_command(directory: Path) -> str:
