@@ -263,3 +263,29 @@ def test_sgd_state_without_the_buffer_of_a_momentum_set_since_the_last_step_load
         (p * p * p).sum().backward()
         o.step()
     assert np.array_equal(a.data, twin.params[0][1].data) and twin.momentum == 0.9
+
+
+def test_a_groups_own_numbers_round_trip_as_torch_keeps_them(tmp_path):
+    """torch's LambdaLR writes "initial_lr" into each group and reads it back after a resume: a state dict keeps a
+    group's numbers beside its hyper-parameters (ints as ints), through a safetensors file, into a fresh
+    optimizer; a string key is no number a safetensors file holds, so the loading optimizer keeps its own."""
+    from tinygrad_ssm.io.safetensors import load_file, save_file
+    vm, x, y = problem()
+    named = dict(vm.named_vars())
+    def build():
+        return optim.AdamW([{"params": [("W", named["W"])], "name": "matrices"},
+                            {"params": [("b", named["b"]), ("c", named["c"])], "weight_decay": 0.0}], lr=0.01)
+    opt = build()
+    opt.param_groups[0]["initial_lr"], opt.param_groups[1]["initial_lr"] = 0.01, 0.003
+    opt.param_groups[1]["cycles"] = 3
+    save_file(tmp_path / "opt.safetensors", opt.state_dict())
+    fresh = build()
+    fresh.param_groups[0]["name"] = "mine"
+    fresh.load_state_dict(load_file(tmp_path / "opt.safetensors"))
+    assert fresh.param_groups[0]["initial_lr"] == 0.01 and fresh.param_groups[1]["initial_lr"] == 0.003
+    assert fresh.param_groups[1]["cycles"] == 3 and type(fresh.param_groups[1]["cycles"]) is int
+    assert fresh.param_groups[0]["name"] == "mine" and "initial_lr" not in build().param_groups[0]
+    for bad in ({"extra/2/initial_lr": np.array(1.0)}, {"extra/0/lr": np.array(1.0)},
+                {"extra/0/initial_lr": np.zeros(2)}):
+        with pytest.raises(ValueError, match="extra/"):
+            build().load_state_dict({**opt.state_dict(), **bad})

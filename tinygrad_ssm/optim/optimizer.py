@@ -12,6 +12,7 @@ freshly built model: `state_dict()` is a flat dict str -> ndarray
                                                                 param_groups (Adam's betas as beta1, beta2)
     "state/<param name>/<slot>"                         e.g. "state/layers.0.mixer.A_log/exp_avg"
     "state/<param name>/step"                           0-d int64 (steps this parameter was updated)
+    "extra/<group>/<key>"                               a group's other numbers (a schedule's "initial_lr")
 
 so `safetensors_io.save_file(path, opt.state_dict())` writes it as is and a resumed run continues bit for bit.
 Hyper-parameters are matched to groups by index (as torch's), state to parameters by name: which group a parameter
@@ -19,6 +20,8 @@ is in is the loading optimizer's. A state saved before parameter groups ("hparam
 into an optimizer with one group.
 """
 from __future__ import annotations
+
+import numbers
 
 import numpy as np
 
@@ -178,9 +181,18 @@ class Optimizer:
         """The inverse of _flat_hparams: saved numbers -> a group's keys."""
         return dict(flat)
 
+    def _extra_keys(self, group: dict) -> dict:
+        """A group's own numbers beside its hyper-parameters (a schedule's "initial_lr", as torch's LambdaLR
+        writes it): a state dict keeps them as torch's does. Other values (a "name" string) are not numbers a
+        safetensors file holds: the loading optimizer keeps its own."""
+        return {k: v for k, v in group.items() if k not in ("params", "param_names") and k not in self.defaults
+                and isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))}
+
     def state_dict(self) -> dict[str, np.ndarray]:
         out = {f"hparams/{i}/{k}": np.array(v, dtype=np.float64)
                for i, group in enumerate(self.param_groups) for k, v in self._flat_hparams(group).items()}
+        out.update({f"extra/{i}/{k}": np.array(v, dtype=np.int64 if isinstance(v, numbers.Integral) else np.float64)
+                    for i, group in enumerate(self.param_groups) for k, v in self._extra_keys(group).items()})
         for name, state in self.state.items():
             for slot, array in state.items():
                 out[f"state/{name}/{slot}"] = array.copy()
@@ -238,11 +250,21 @@ class Optimizer:
             loaded = {**group, **(self._group_hparams(hparams[i]) if len(hparams[i]) == len(self.hparam_names)
                                   else {})}
             slots.update({name: self._slots(loaded) for name in group["param_names"]})
-        state = {}
+        state, extras = {}, [{} for _ in self.param_groups]
         for key, value in state_dict.items():
             value = np.asarray(value)
             kind, _, rest = key.partition("/")
             if kind == "hparams":
+                continue
+            if kind == "extra":  # a group's own numbers (_extra_keys)
+                index, _, name = rest.partition("/")
+                if not (index.isdigit() and int(index) < len(extras)) or not name or name in self.defaults \
+                        or name in ("params", "param_names"):
+                    problems.append(f"unexpected key {key!r}")
+                elif value.shape != () or value.dtype.kind not in "iuf":
+                    problems.append(f"{key!r}: must be one number, got {value.dtype} {value.shape}")
+                else:
+                    extras[int(index)][name] = int(value) if value.dtype.kind in "iu" else float(value)
                 continue
             name, _, slot = rest.rpartition("/")
             if kind != "state" or name not in shapes or slot not in (*slots[name], "step"):
@@ -273,9 +295,10 @@ class Optimizer:
                 problems.append(f"parameter {name!r}: missing {', '.join(absent)}")
         if problems:
             raise ValueError(f"{who}: the state does not fit this optimizer's parameters:\n  " + "\n  ".join(problems))
-        for group, values in zip(self.param_groups, hparams):
+        for group, values, extra in zip(self.param_groups, hparams, extras):
             for k, v in self._group_hparams(values).items():
                 dict.__setitem__(group, k, v)  # each checked above
+            group.update(extra)
         self.state = {name: {slot: np.array(v, dtype=np.int64 if slot == "step" else dtypes[name])
                              for slot, v in saved.items()} for name, saved in state.items()}
 
