@@ -357,8 +357,9 @@ def test_eval_at_training_windows_gives_what_training_reported(bpe_run, capsys, 
     else:
         assert report["bits_per_byte"] == pytest.approx(reported, rel=1e-5) and report["bits_per_byte"] != reported
     assert f"training reported {reported:.4f} bits per byte for this checkpoint, on these windows" in out.err
-    assert cli.main(["eval", "--model", str(bpe_run), "--training-windows", "--window", "64"]) == cli.EXIT_USAGE
-    assert "leave out --window" in capsys.readouterr().err
+    for window in ("64", "512"):    # 512 is eval's own default: given, it is still not training's window
+        assert cli.main(["eval", "--model", str(bpe_run), "--training-windows", "--window", window]) == cli.EXIT_USAGE
+        assert "leave out --window" in capsys.readouterr().err
 
 
 def test_training_windows_load_the_run_in_its_own_dtype_unless_told(bpe_run, capsys):

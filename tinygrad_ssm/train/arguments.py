@@ -16,6 +16,7 @@ from .generation_config import DEFAULT_TEMPERATURE
 from .scoring import is_eval_report
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_IO, EXIT_INTERRUPTED = 0, 1, 2, 74, 130  # 74: sysexits' EX_IOERR
+EVAL_WINDOW = 512  # eval's --window when it is not given (None: so --training-windows can tell it was given)
 
 _D = TrainConfig()  # the defaults, shown in --help
 DTYPES = ("float32", "float64")  # generate's and eval's --dtype: the model's float arrays, as train's --dtype
@@ -165,8 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--data", metavar="PATH", default=None,
                     help="a text file or a folder of text files [for a run of this package: its validation split]")
     ev.add_argument("--tokenizer", metavar="PATH", default=None, help="as for generate [the model folder's own]")
-    ev.add_argument("--window", type=int, default=512, help="tokens per forward pass (memory, not the result) "
-                                                            "[%(default)s]")
+    ev.add_argument("--window", type=int, default=None, help="tokens per forward pass (memory, not the result) "
+                                                             f"[{EVAL_WINDOW}]")
     ev.add_argument("--reset-state", action="store_true",
                     help="start every window from a zero state (how training validates) instead of carrying it")
     ev.add_argument("--max-tokens", type=int, default=None, help="score only the first N tokens [all]")
@@ -288,10 +289,10 @@ def _backend_problems(args) -> list[str]:
 
 def eval_flag_problems(args) -> list[str]:
     bad = empty_path_problems(args) + _backend_problems(args)
-    if args.window < 1:
+    if args.window is not None and args.window < 1:
         bad.append(f"--window must be >= 1, got {args.window}")
     if args.training_windows:  # training's own windows: their length and state are the run's, the text its split
-        given = [flag for flag, value in (("--data", args.data), ("--window", args.window != 512),
+        given = [flag for flag, value in (("--data", args.data), ("--window", args.window),
                                           ("--reset-state", args.reset_state), ("--max-tokens", args.max_tokens))
                  if value not in (None, False)]
         if given:

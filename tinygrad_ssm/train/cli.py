@@ -33,9 +33,9 @@ from .. import distributed
 from ..io.checkpoints import CHECKPOINTS_DIR, CheckpointNotFound, checkpoint_names, resolve_checkpoint
 from ..models.mamba2.sampling import NonFiniteLogits
 from ..tokenizer import TokenizerError
-from .arguments import (DTYPES, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_USAGE, argument_problem,
-                        build_parser, eval_flag_problems, export_flag_problems, generate_flag_problems,
-                        problems_or_none, train_flag_problems)
+from .arguments import (DTYPES, EVAL_WINDOW, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_USAGE,
+                        argument_problem, build_parser, eval_flag_problems, export_flag_problems,
+                        generate_flag_problems, problems_or_none, train_flag_problems)
 from .config import TrainConfig
 from .data import DataError
 from .generate import (DEFAULT_PROMPT_BATCH, escape_controls, generate_batches, load_model, read_batch_file,
@@ -227,7 +227,8 @@ def _eval(args) -> int:
             report, text = score_training_windows(model, tokenizer, folder), None
         else:
             text = read_eval_text(args.data, folder, tokenizer)
-            report = score(model, tokenizer, text, window=args.window, carry_state=not args.reset_state,
+            window = EVAL_WINDOW if args.window is None else args.window
+            report = score(model, tokenizer, text, window=window, carry_state=not args.reset_state,
                            max_tokens=args.max_tokens, progress=not args.no_progress)
     except DataError as e:
         return _error(str(e))

@@ -287,12 +287,12 @@ BUGS = [
     Bug("tinygrad_ssm/optim/optimizer.py",
         "        if problems:\n            raise ValueError(f\"{who}: the state does not fit this optimizer's"
         " parameters:\\n  \" "
-        "+ \"\\n  \".join(problems))\n        for group, values in zip(self.param_groups, hparams):\n",
+        "+ \"\\n  \".join(problems))\n        for group, values, extra in zip(self.param_groups, hparams, extras):\n",
         "        for group, values in zip(self.param_groups, hparams):\n            for k, v in self._group_hparams("
         "values).items():\n                dict.__setitem__(group, k, v)\n        if problems:\n           "
         " raise "
         "ValueError(f\"{who}: the state does not fit this optimizer's parameters:\\n  \" + \"\\n  \".join(problems))\n"
-        "        for group, values in zip(self.param_groups, hparams):\n",
+        "        for group, values, extra in zip(self.param_groups, hparams, extras):\n",
         OPTIM, "a refused load_state_dict has already set the saved hyperparameters"),
     Bug("tinygrad_ssm/optim/optimizer.py", "def zero_grad(self, set_to_none: bool = True):",
         "def zero_grad(self, set_to_none: bool = False):", OPTIM, "zero_grad zeroes in place by default (torch: None)"),
