@@ -2,6 +2,7 @@
 pickle, which the package never reads: from_pretrained names the file and gives the command that converts it to
 model.safetensors once, and that very command (run where torch is installed) gives a folder that loads to the
 weights torch saved."""
+import os
 import shlex
 import subprocess
 import sys
@@ -44,7 +45,7 @@ def _torch_state_dict(model, torch):
 def test_the_command_in_the_message_converts_the_pickle_to_the_same_weights(tmp_path, shards):
     torch = pytest.importorskip("torch")
     pytest.importorskip("safetensors.torch")
-    folder = tmp_path / "a folder's name with spaces"
+    folder = tmp_path / "a folder's [name] with spaces"     # quoted for the shell, escaped for glob
     model = small_model(seed=3, dtype="float32")
     model.save_pretrained(folder)
     (folder / "model.safetensors").unlink()
@@ -62,3 +63,27 @@ def test_the_command_in_the_message_converts_the_pickle_to_the_same_weights(tmp_
     for name, t in model.varmap.named_vars():
         assert np.array_equal(loaded.varmap[name].data, t.data), name
     assert np.array_equal(loaded(IDS).data, model(IDS).data)
+
+
+class _RunsCode:
+    """Unpickled, it makes a folder: what any code a pickle names could do."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return os.mkdir, (self.path,)
+
+
+def test_the_command_runs_no_code_a_pickle_holds(tmp_path):
+    """The command loads with torch's weights_only loader: a pickle that names a function to call (os.mkdir here)
+    is refused, and the function never runs."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("safetensors.torch")
+    folder, marker = tmp_path / "model", tmp_path / "the pickle ran code"
+    folder.mkdir()
+    torch.save({"w": torch.zeros(2), "x": _RunsCode(str(marker))}, folder / "pytorch_model.bin")
+    command = shlex.split(pickle_conversion_command(folder))
+    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "weights_only" in done.stderr, done.stderr
+    assert not marker.exists() and not (folder / "model.safetensors").exists()
