@@ -1,10 +1,11 @@
 """Bugs in the text side: io/text_pieces.py (where a long text may be cut, special tokens around it), the rest of
-tokenizer.py (encode_stream, byte ends, the EOS lookup, tokenizer_config's special keys), eval's checks of its data
-(train/scoring.py), the decoder's Python driver (models/mamba2/decode.py: sessions, entry points, step numbers),
+tokenizer.py (encode_stream, byte ends and the first token's overlap, the EOS lookup, tokenizer_config's special keys,
+the stream's context across special tokens), eval's checks of its data (train/scoring.py), the files not UTF-8 that
+train/data.py names, the decoder's Python driver (models/mamba2/decode.py: sessions, entry points, step numbers),
 generate --batch-file / --batch-size, and the command line's checks (train/arguments.py, checks.py, config.py,
 cli.py). app.py holds the tokenizer's, generation's and eval's other bugs; none is repeated here. Last full run:
-50 of 50 caught, 470 s of tests on the shared 2-core machine, on main on 2026-12-06 after the token block's count
-moved into numba (bugs 30 and 33 rewritten for it; the decode.py bugs pay numba's compilation, 17-40 s each)."""
+62 of 62 caught, 10 min 6 s on the shared 2-core machine (605 s of tests), on 2026-12-06 after the bugs of the
+afternoon's merges (53-62; the decode.py bugs pay numba's compilation, 17-40 s each)."""
 from inject_bugs import Bug
 
 TP = "tinygrad_ssm/io/text_pieces.py"
