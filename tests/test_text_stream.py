@@ -103,6 +103,21 @@ def test_a_prompt_ending_in_a_byte_run_longer_than_the_context_is_decoded_with_a
         assert "".join(_text_of(tok, prompt, iter(ids), True)) == whole[len(tok.decode(prompt)):]
 
 
+def test_the_prompts_byte_run_is_followed_back_across_a_special_token_inside_it(tokenizers):
+    """A special token inside the prompt's byte run (E6 BC <s> A2 E5 AD 97: decode skips it, the run is 漢字) does
+    not end it: the context goes back to the run's start (E6), or its cut run A2 E5 AD 97 is invalid and a new byte
+    token that continues it (y) came out as U+FFFD."""
+    tok = tokenizers["byte_fallback"]
+    b = {x: tok._tok.token_to_id(f"<0x{x:02X}>") for x in range(256)}
+    run = "漢字".encode()
+    special = max(tok.skipped_ids)
+    prompt = np.array([*tok.encode("a"), b[run[0]], b[run[1]], special, *(b[x] for x in run[2:])])
+    ids = [b[ord("y")], *tok.encode("x y").tolist()[-1:]]
+    whole = tok.decode([*prompt, *ids])
+    assert whole.startswith(tok.decode(prompt)) and tok.decode(prompt).endswith("漢字") and "字y" in whole
+    assert "".join(_text_of(tok, prompt, iter(ids), True)) == whole[len(tok.decode(prompt)):]
+
+
 @pytest.mark.parametrize("kind", ["byte_fallback", "byte_level"])
 def test_a_prompt_ending_in_special_tokens_keeps_the_space_before_the_first_new_word(tokenizers, kind):
     """decode skips special tokens, and Llama's decoder strips the space of the first token with text (Strip, as a

@@ -233,10 +233,12 @@ def test_an_eos_id_past_the_vocabulary_is_refused(bpe_tokenizer):
             FileTokenizer(bpe_tokenizer, eos_token_id=bad)
 
 
-def test_a_special_eos_comes_before_an_ordinary_token_of_a_usual_name(bpe_tokenizer, tmp_path):
+@pytest.mark.parametrize("ordinary", ["vocabulary", "added"])
+def test_a_special_eos_comes_before_an_ordinary_token_of_a_usual_name(bpe_tokenizer, tmp_path, ordinary):
     """Without a tokenizer_config.json, the EOS is looked up by the usual names: one that is a special added token
     (Llama-3's <|end_of_text|>) comes before an ordinary BPE token spelled like another (a byte-level vocabulary
-    learns "</s>" from text: Qwen2's has it as token 128247), which is no end of a document."""
+    learns "</s>" from text: Qwen2's has it as token 128247), which is no end of a document; so does an added token
+    that is not special ("added": decode keeps it as text)."""
     import json
 
     from tokenizers import AddedToken, Tokenizer
@@ -246,9 +248,23 @@ def test_a_special_eos_comes_before_an_ordinary_token_of_a_usual_name(bpe_tokeni
     vocab["</s>"] = vocab.pop("<|endoftext|>")                     # an ordinary token now, and no <|endoftext|>
     tok = Tokenizer.from_str(json.dumps(spec))
     tok.add_special_tokens([AddedToken("<|end_of_text|>", special=True)])
+    if ordinary == "added":
+        tok.add_tokens([AddedToken("</s>", special=False)])
+        assert any(t.content == "</s>" and not t.special for t in tok.get_added_tokens_decoder().values())
     tok.save(str(tmp_path / "tokenizer.json"))
     found = FileTokenizer(tmp_path / "tokenizer.json")
     assert found.token_text(found.eos_token_id) == "<|end_of_text|>"
+
+
+def test_a_tokenizer_configs_eos_token_that_is_no_token_falls_back_to_the_usual_names(bpe_tokenizer, tmp_path):
+    """A tokenizer_config.json naming an EOS the file lacks (a chat fine-tune's <|im_end|> beside the base model's
+    tokenizer.json) is passed over for the usual names, as before special tokens were looked up first."""
+    import json
+    import shutil
+    shutil.copy(bpe_tokenizer, tmp_path / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}), encoding="utf-8")
+    tok = FileTokenizer(tmp_path / "tokenizer.json")
+    assert tok.eos_token_id == FileTokenizer(bpe_tokenizer).eos_token_id == 0          # <|endoftext|>
 
 
 def test_truncation_and_padding_saved_in_the_file_are_not_applied(bpe_tokenizer, tmp_path):

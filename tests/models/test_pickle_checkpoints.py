@@ -94,3 +94,27 @@ def test_a_cache_snapshot_is_converted_in_place_and_the_message_says_so(tmp_path
     assert done.returncode == 0, done.stderr
     assert (snapshot / "model.safetensors").is_file() and not (snapshot / "model.safetensors").is_symlink()
     assert np.array_equal(Mamba2LMHeadModel.from_pretrained(repo)(IDS).data, model(IDS).data)
+
+
+class _RunsCode:
+    """Unpickled, it makes a folder: what any code a pickle names could do."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return os.mkdir, (self.path,)
+
+
+def test_the_command_runs_no_code_a_pickle_holds(tmp_path):
+    """The command loads with torch's weights_only loader: a pickle that names a function to call (os.mkdir here)
+    is refused, and the function never runs."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("safetensors.torch")
+    folder, marker = tmp_path / "model", tmp_path / "the pickle ran code"
+    folder.mkdir()
+    torch.save({"w": torch.zeros(2), "x": _RunsCode(str(marker))}, folder / "pytorch_model.bin")
+    command = shlex.split(pickle_conversion_command(folder))
+    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "weights_only" in done.stderr, done.stderr
+    assert not marker.exists() and not (folder / "model.safetensors").exists()

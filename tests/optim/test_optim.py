@@ -304,6 +304,16 @@ def test_clip_grad_norm_scales_to_max_norm_and_returns_the_total():
         np.testing.assert_allclose(vm[k].grad.data, grads[k] * 0.5 / (total + 1e-6), rtol=1e-12)
 
 
+def test_clip_grad_norm_sums_float32_squares_in_float64():
+    """float32 gradients whose squares overflow float32 (|g| > 1.8e19) have a finite total in float64, and are
+    clipped by it (torch computes the norm in the gradients' dtype and returns inf there)."""
+    p = tg.Tensor(np.zeros(2, dtype=np.float32), requires_grad=True)
+    p.grad = tg.Tensor(np.array([3e19, 4e19], dtype=np.float32))
+    total = optim.clip_grad_norm_([("p", p)], 1.0)
+    assert total == pytest.approx(5e19, rel=1e-6)
+    assert p.grad.dtype == np.float32 and np.linalg.norm(p.grad.data.astype(np.float64)) == pytest.approx(1.0, rel=1e-6)
+
+
 def test_clip_grad_norm_nonfinite():
     vm, x, y = problem()
     loss_of(vm, x, y).backward()
@@ -392,8 +402,10 @@ def test_clip_grad_norm_takes_one_tensor_as_torch():
     assert np.linalg.norm(p.grad.data) == pytest.approx(1.0, rel=1e-5)
 
 
-def test_sgd_momentum_set_after_construction_starts_its_buffer_as_torch():
-    """It raised KeyError('momentum_buffer'): the buffer was only made for a momentum given to __init__."""
+@pytest.mark.parametrize("dampening", [0.0, 0.5])
+def test_sgd_momentum_set_after_construction_starts_its_buffer_as_torch(dampening):
+    """It raised KeyError('momentum_buffer'): the buffer was only made for a momentum given to __init__. The buffer
+    starts as the gradient itself, undampened, as torch's None buffer does (and as on a first step)."""
     torch = pytest.importorskip("torch")
     a = tg.Tensor(np.array([1.0, -2.0]), requires_grad=True)
     ta = torch.tensor([1.0, -2.0], dtype=torch.float64, requires_grad=True)
@@ -401,6 +413,7 @@ def test_sgd_momentum_set_after_construction_starts_its_buffer_as_torch():
     for step in range(4):
         if step == 2:
             ours.momentum = theirs.param_groups[0]["momentum"] = 0.9
+            ours.dampening = theirs.param_groups[0]["dampening"] = dampening
         ours.zero_grad(), theirs.zero_grad()
         (a * a * a).sum().backward(), (ta * ta * ta).sum().backward()
         ours.step(), theirs.step()

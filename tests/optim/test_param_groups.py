@@ -93,8 +93,16 @@ def test_param_groups_are_torch_shaped_dicts_with_names():
     assert [n for n, _ in opt.params] == ["W", "b", "c"]
     bare = optim.SGD([{"params": [vm["W"]]}, {"params": [vm["b"], vm["c"]], "lr": 0.5}], lr=0.1)
     assert [n for n, _ in bare.params] == ["param.0", "param.1", "param.2"]  # numbered across groups, as torch
+    # counted by the parameters before the group, not by the groups (a first group of two: 0, 1, then 2)
+    two_first = optim.SGD([{"params": [vm["W"], vm["b"]]}, {"params": [vm["c"]], "lr": 0.5}], lr=0.1)
+    assert two_first.param_groups[1]["param_names"] == ["param.2"]
+    added = optim.SGD([vm["W"], vm["b"]], lr=0.1)
+    added.add_param_group({"params": [vm["c"]]})
+    assert added.param_groups[1]["param_names"] == ["param.2"]
     torch_style = optim.SGD([{"params": [vm["W"], vm["b"]], "param_names": ["W", "b"]}], lr=0.1)
     assert [n for n, _ in torch_style.params] == ["W", "b"]
+    with pytest.raises(ValueError, match=r"SGD.param_groups\[0\]: 1 param_names for 2 params; give one name each"):
+        optim.SGD([{"params": [vm["W"], vm["b"]], "param_names": ["W"]}], lr=0.1)  # zip would drop b
 
 
 def test_the_optimizers_attribute_is_every_groups_value():
@@ -112,6 +120,18 @@ def test_the_optimizers_attribute_is_every_groups_value():
     assert opt.lr == 2e-3
 
 
+def test_setting_one_beta_keeps_each_groups_other_beta():
+    vm, _, _ = problem()
+    opt = optim.Adam([{"params": [vm["W"]], "betas": (0.8, 0.99)}, {"params": [vm["b"]], "betas": (0.5, 0.9)}])
+    opt.beta2 = 0.95
+    assert [g["betas"] for g in opt.param_groups] == [(0.8, 0.95), (0.5, 0.95)]
+    opt.beta1 = 0.7
+    assert [g["betas"] for g in opt.param_groups] == [(0.7, 0.95), (0.7, 0.95)] and opt.beta1 == 0.7
+    with pytest.raises(ValueError, match=r"Adam: beta2 must be a finite number in \[0, 1\), got 1"):
+        opt.beta2 = 1
+    assert [g["betas"] for g in opt.param_groups] == [(0.7, 0.95), (0.7, 0.95)]  # checked before any is set
+
+
 @pytest.mark.parametrize("key, value, problem", [
     ("lr", -1.0, "lr must be a finite number >= 0, got -1.0"), ("lr", float("nan"), "lr must be a finite number"),
     ("betas", (0.9, 1.0), r"beta2 must be a finite number in \[0, 1\), got 1.0 \(betas=\(0.9, 1.0\)\)"),
@@ -127,6 +147,10 @@ def test_a_groups_hyperparameter_is_checked_when_set(key, value, problem):
     assert opt.param_groups[1].get(key) == before
     with pytest.raises(ValueError, match=rf"AdamW.param_groups\[1\]: {problem}"):
         opt.param_groups[1].update({key: value})
+    if key not in opt.param_groups[1]:  # setdefault sets only a key the group lacks: checked as well
+        with pytest.raises(ValueError, match=rf"AdamW.param_groups\[1\]: {problem}"):
+            opt.param_groups[1].setdefault(key, value)
+        assert key not in opt.param_groups[1]
     with pytest.raises(ValueError, match=rf"AdamW.param_groups\[1\]: {problem}"):
         optim.AdamW([{"params": [vm["W"]]}, {"params": [vm["b"]], key: value}])
 
@@ -161,6 +185,9 @@ def test_add_param_group_and_a_parameter_in_two_groups():
         optim.AdamW({"params": [vm["W"]]})
     with pytest.raises(ValueError, match=r"\['params'\] cannot be replaced"):
         opt.param_groups[0]["params"] = [vm["c"]]
+    with pytest.raises(ValueError, match=r"\['param_names'\] cannot be replaced"):
+        opt.param_groups[0]["param_names"] = ["renamed"]  # the state is keyed by these names
+    assert opt.param_groups[0]["param_names"] == ["W"]
     with pytest.raises(ValueError, match="got an empty parameter list"):
         optim.AdamW([{"params": []}])
     assert len(opt.param_groups) == 2
@@ -289,3 +316,22 @@ def test_a_groups_own_numbers_round_trip_as_torch_keeps_them(tmp_path):
                 {"extra/0/initial_lr": np.zeros(2)}):
         with pytest.raises(ValueError, match="extra/"):
             build().load_state_dict({**opt.state_dict(), **bad})
+
+
+def test_a_state_with_momentum_loads_into_an_sgd_built_without_it():
+    """The slots a state may hold follow the momentum being loaded, not the loading optimizer's own: an SGD built
+    with momentum 0 takes a saved momentum 0.9 and its buffer, and continues as the saved one does."""
+    vm, x, y = problem()
+    opt = optim.SGD(vm, lr=0.05, momentum=0.9)
+    steps(opt, vm, x, y, 2)
+    saved = opt.state_dict()
+    assert "state/W/momentum_buffer" in saved
+    vm2, _, _ = problem()
+    for k in "Wbc":
+        vm2.set_one(k, vm[k].data)
+    twin = optim.SGD(vm2, lr=0.05)
+    twin.load_state_dict(saved)
+    assert twin.momentum == 0.9
+    assert np.array_equal(twin.state["W"]["momentum_buffer"], opt.state["W"]["momentum_buffer"])
+    steps(opt, vm, x, y, 2), steps(twin, vm2, x, y, 2)
+    assert all(vm[k].data.tobytes() == vm2[k].data.tobytes() for k in "Wbc")

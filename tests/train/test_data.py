@@ -312,3 +312,29 @@ def test_a_utf16_file_is_named_as_such_when_a_tokenizer_reads_it(tmp_path, bpe_t
     single = D.tokenize(load_corpus(folder / "a16.txt"), FileTokenizer(bpe_tokenizer))
     assert "2 bytes not UTF-8 in a16.txt (UTF-16), each read" in single.describe()
     assert load_corpus(folder / "b8.txt").non_utf8_files == ()
+
+
+def test_a_big_endian_utf16_file_is_named_as_such(tmp_path, bpe_tokenizer):
+    """UTF-16 with either byte order mark (FF FE little-endian, FE FF big-endian) is named as UTF-16."""
+    text = "caf\u00e9 ok\n" * 50
+    path = tmp_path / "be.txt"
+    path.write_bytes(b"\xfe\xff" + text.encode("utf-16-be"))
+    single = D.tokenize(load_corpus(path), FileTokenizer(bpe_tokenizer))
+    assert single.non_utf8_files == ("be.txt (UTF-16)",) and "in be.txt (UTF-16), each read" in single.describe()
+
+
+def test_is_utf8_reads_in_blocks_and_ends_with_the_last_one():
+    """A character split across two blocks is UTF-8; one cut at the end of the text is not, also when the text is a
+    whole number of blocks (the last block must be decoded as final)."""
+    assert D._is_utf8("a\u00e9b".encode(), block=2)                        # 61 C3 | A9 62
+    assert not D._is_utf8(b"ab\xc3", block=3) and not D._is_utf8(b"ab\xc3", block=2)
+    assert not D._is_utf8(b"abcd\xe6\xbc", block=3) and D._is_utf8("abcd\u6f22".encode(), block=3)
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_the_files_not_utf8_are_named_three_at_most(tmp_path, bpe_tokenizer, n):
+    names = [f"f{i}.txt" for i in range(n)]
+    folder = _write(tmp_path, {name: "caf\u00e9 latin-1\n".encode("latin-1") * 20 for name in names})
+    described = D.tokenize(load_corpus(folder, seed=0, val_fraction=0.25), FileTokenizer(bpe_tokenizer)).describe()
+    shown = "f0.txt, f1.txt, f2.txt" + (" and 1 more" if n == 4 else "")
+    assert f"not UTF-8 in {shown}, each read as U+FFFD by the tokenizer (convert the files to UTF-8" in described

@@ -1,8 +1,7 @@
 """Bugs in the model and the application (tinygrad_ssm/models/mamba2/, tokenizer.py, io/, train/, and the numba
 decoding and sampling kernels they run): each should fail a test of tests/models, tests/fast, tests/io,
-tests/train or the tokenizer's tests. Last full run: 54 of 54 caught, 19 min 24 s on the shared 2-core machine (when
-the harness still deleted the numba caches around every bug in a file that names numba); the nine of min_p and the
-repetition penalty (55-63) were caught when they were added, with bug 11 again (2026-12-06)."""
+tests/train or the tokenizer's tests. Last full run: 72 of 72 caught, 10 min 20 s on the shared 2-core machine (619 s
+of tests), on 2026-12-06 after the bugs of eval's bits per byte and the pickle folder's conversion command (66-72)."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
@@ -205,4 +204,30 @@ BUGS = [
         "generation_config.json's do_sample false drops its repetition_penalty (transformers keeps it)"),
     Bug("tinygrad_ssm/train/cli.py", "\"min_p\": args.min_p,", "\"min_p\": None,",
         ("tests/train/test_generation_config.py", "-k", "flags"), "--min-p is parsed and not used"),
+    # --- eval's bits per byte of no byte, its report; from_pretrained's pickle folder (2026-12-06's merges) ---------
+    Bug("tinygrad_ssm/train/scoring.py", "    bits_per_byte = result.bits_per_byte(scored_bytes) if scored_bytes else None",
+        "    bits_per_byte = result.bits_per_byte(max(scored_bytes, 1))",
+        ("tests/train/test_scoring_streams.py", "tests/train/test_eval_reference.py", "-k", "not transformers"),
+        "eval reports the bits over one byte as bits per byte when the scored tokens cover none"),
+    Bug("tinygrad_ssm/train/scoring.py", "({_count(report['bytes'], 'byte')}; tokenizer", "({report['bytes']:,} bytes; tokenizer",
+        ("tests/train/test_scoring_streams.py", "tests/train/test_eval_reference.py", "-k", "not transformers"),
+        "eval's report says '1 bytes'"),
+    Bug(M + "pretrained.py", "    pickles = sorted(p.name for p in directory.glob(\"pytorch_model*.bin\"))",
+        "    pickles = sorted(p.name for p in directory.glob(\"pytorch_model.bin\"))",
+        ("tests/models/test_pickle_checkpoints.py", "tests/models/test_pretrained.py"),
+        "a folder of sharded pickles (pytorch_model-00001-of-00002.bin) gets no conversion command"),
+    Bug(M + "pretrained.py", "for f in sorted(glob.glob(glob.escape(d) + \\\"/pytorch_model*.bin\\\"))",
+        "for f in sorted(glob.glob(d + \\\"/pytorch_model*.bin\\\"))",
+        ("tests/models/test_pickle_checkpoints.py",),
+        "the conversion command globs the folder's name unescaped (a folder named with [ ] converts nothing)"),
+    Bug(M + "pretrained.py", "save_file({k: v.clone() for f in", "save_file({k: v for f in",
+        ("tests/models/test_pickle_checkpoints.py",),
+        "the conversion command saves the tied head and embedding as they are (one storage: safetensors refuses)"),
+    Bug(M + "pretrained.py", "    return f\"python -c {shlex.quote(script)} {shlex.quote(str(directory))}\"",
+        "    return f\"python -c {shlex.quote(script)} {str(directory)}\"",
+        ("tests/models/test_pickle_checkpoints.py",),
+        "the conversion command's folder not quoted (a name with spaces is split)"),
+    Bug(M + "pretrained.py", "map_location=\\\"cpu\\\", weights_only=True)", "map_location=\\\"cpu\\\", weights_only=False)",
+        ("tests/models/test_pickle_checkpoints.py",),
+        "the conversion command unpickles with torch's full loader (a pickle's code runs)"),
 ]

@@ -1,10 +1,11 @@
 """Bugs in the text side: io/text_pieces.py (where a long text may be cut, special tokens around it), the rest of
-tokenizer.py (encode_stream, byte ends, the EOS lookup, tokenizer_config's special keys), eval's checks of its data
-(train/scoring.py), the decoder's Python driver (models/mamba2/decode.py: sessions, entry points, step numbers),
+tokenizer.py (encode_stream, byte ends and the first token's overlap, the EOS lookup, tokenizer_config's special keys,
+the stream's context across special tokens), eval's checks of its data (train/scoring.py), the files not UTF-8 that
+train/data.py names, the decoder's Python driver (models/mamba2/decode.py: sessions, entry points, step numbers),
 generate --batch-file / --batch-size, and the command line's checks (train/arguments.py, checks.py, config.py,
 cli.py). app.py holds the tokenizer's, generation's and eval's other bugs; none is repeated here. Last full run:
-50 of 50 caught, 470 s of tests on the shared 2-core machine, on main on 2026-12-06 after the token block's count
-moved into numba (bugs 30 and 33 rewritten for it; the decode.py bugs pay numba's compilation, 17-40 s each)."""
+62 of 62 caught, 10 min 6 s on the shared 2-core machine (605 s of tests), on 2026-12-06 after the bugs of the
+afternoon's merges (53-62; the decode.py bugs pay numba's compilation, 17-40 s each)."""
 from inject_bugs import Bug
 
 TP = "tinygrad_ssm/io/text_pieces.py"
@@ -152,4 +153,34 @@ BUGS = [
         '    if cfg.steps < resumed_step - 1:                                      # a run cannot go back',
         ("tests/train/test_cli_flags.py", "tests/train/test_train.py", "-k", "stop_at or resume_refuses"),
         "--steps one before the resumed checkpoint accepted"),
+    # --- the stream's context, the first token's overlap, the EOS lookup, files not UTF-8 (2026-12-06's merges) -----
+    Bug(TK, "        while start > 0 and (ids[start - 1] in byte_ids or ids[start - 1] in skipped):",
+        "        while start > 0 and ids[start - 1] in byte_ids:", ("tests/test_text_stream.py", "tests/test_tokenizer.py"),
+        "the prompt's context backs up to its byte run's start only until a special token inside the run"),
+    Bug(TK, "specials = {t.content: int(i) for i, t in self._tok.get_added_tokens_decoder().items() if t.special}",
+        "specials = {t.content: int(i) for i, t in self._tok.get_added_tokens_decoder().items()}", TOKENIZER,
+        "a non-special added token of a usual EOS name taken as the special EOS"),
+    Bug(TK, "        if isinstance(eos, str) and self._tok.token_to_id(eos) is not None:",
+        "        if isinstance(eos, str):", TOKENIZER,
+        "tokenizer_config.json's eos_token that is no token of the file: int(None), not the usual names"),
+    Bug(TK, "            ends[text_tokens[0]] = encoding.offsets[text_tokens[1]][0]",
+        "            ends[0] = encoding.offsets[text_tokens[1]][0]", TOKENIZER + ("tests/train/test_scoring_streams.py",),
+        "the first token's overlap written into ends[0], the BOS's where there is one"),
+    Bug(TK, "text_tokens = [i for i, special in enumerate(encoding.special_tokens_mask) if not special][:2]",
+        "text_tokens = [i for i, special in enumerate(encoding.special_tokens_mask)][:2]",
+        TOKENIZER + ("tests/train/test_scoring_streams.py",),
+        "the overlap rule looks at the first two tokens, a BOS among them (the \"\u2581\" after it keeps its end)"),
+    Bug("tinygrad_ssm/train/data.py", "\" (UTF-16)\" if head[:2] in (b\"\\xff\\xfe\", b\"\\xfe\\xff\") else \"\"",
+        "\" (UTF-16)\" if head[:2] == b\"\\xff\\xfe\" else \"\"", ("tests/train/test_data.py",),
+        "a big-endian UTF-16 file (byte order mark FE FF) not named as UTF-16"),
+    Bug("tinygrad_ssm/train/data.py", "final=start + block >= len(data))", "final=start + block > len(data))",
+        ("tests/train/test_data.py",),
+        "_is_utf8 never ends a text of whole blocks: a character cut at its end taken as UTF-8"),
+    Bug("tinygrad_ssm/train/data.py", "    return Corpus(str(path), arr[:cut].copy(), arr[cut:].copy(), (name,), (name,),\n"
+        "                  non_utf8_files=_non_utf8([name], [data]))",
+        "    return Corpus(str(path), arr[:cut].copy(), arr[cut:].copy(), (name,), (name,))",
+        ("tests/train/test_data.py",), "a --data file that is not UTF-8 is not named (a folder's files are)"),
+    Bug("tinygrad_ssm/train/data.py", "{f' and {len(files) - 3} more' if len(files) > 3 else ''}",
+        "{f' and {len(files) - 3} more' if len(files) >= 3 else ''}", ("tests/train/test_data.py",),
+        "three files not UTF-8 described as '... and 0 more'"),
 ]
