@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+from tokenizers import Tokenizer
 
 from tinygrad_ssm.tokenizer import (ByteTokenizer, FileTokenizer, TextStream, TokenizerError, check_fits,
                                     find_tokenizer, load_tokenizer)
@@ -271,16 +272,27 @@ def test_truncation_and_padding_saved_in_the_file_are_not_applied(bpe_tokenizer,
     """A tokenizer.json saved with truncation and padding set (a T5 or BERT fine-tune's, max_length 32) truncates and
     pads every encode in the library; transformers' tokenizer(text) does neither, nor may encode (a training text
     cut to 32 tokens, a prompt padded with <pad>)."""
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
+    text = "def main():\n    return [x * 2 for x in range(10)]\n" * 3
+    tok = FileTokenizer(_truncating_and_padding(bpe_tokenizer, tmp_path))
+    expected = Tokenizer.from_file(str(bpe_tokenizer)).encode(text).ids      # the same file without them
+    assert len(expected) > 8 and tok.encode(text).tolist() == expected
+    assert tok.encode_bytes(text.encode()).tolist() == expected
+    assert tok.encode("x").tolist() == FileTokenizer(bpe_tokenizer).encode("x").tolist()
+
+
+def test_truncation_and_padding_saved_in_the_file_are_off_as_in_transformers(bpe_tokenizer, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    path = _truncating_and_padding(bpe_tokenizer, tmp_path)
+    text = "def main():\n    return [x * 2 for x in range(10)]\n" * 3
+    expected = transformers.PreTrainedTokenizerFast(tokenizer_file=str(path))(text)["input_ids"]
+    assert len(expected) > 8 and FileTokenizer(path).encode(text).tolist() == expected
+
+
+def _truncating_and_padding(bpe_tokenizer, tmp_path):
+    """bpe_tokenizer's file saved with truncation and padding to 8 tokens, which the library then applies."""
     lib = Tokenizer.from_file(str(bpe_tokenizer))
     lib.enable_truncation(max_length=8)
     lib.enable_padding(length=8, pad_id=0, pad_token="<|endoftext|>")
     lib.save(str(tmp_path / "tokenizer.json"))
-    text = "def main():\n    return [x * 2 for x in range(10)]\n" * 3
-    assert len(lib.encode(text).ids) == 8 and lib.encode("x").ids[1:] == [0] * 7
-    tok = FileTokenizer(tmp_path / "tokenizer.json")
-    expected = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))(text)["input_ids"]
-    assert len(expected) > 8 and tok.encode(text).tolist() == expected
-    assert tok.encode_bytes(text.encode()).tolist() == expected
-    assert tok.encode("x").tolist() == FileTokenizer(bpe_tokenizer).encode("x").tolist()
+    assert len(lib.encode("x " * 40).ids) == 8 and lib.encode("x").ids[1:] == [0] * 7
+    return tmp_path / "tokenizer.json"
