@@ -134,3 +134,20 @@ def test_a_folders_report_has_each_files_own_figures_which_add_up_to_the_totals(
     cut, _ = _eval(capsys, folder, data, "--dtype", "float64", "--max-tokens", "50")   # only the files scored
     assert [f["path"] for f in cut["files"]] == ["a.txt"] and cut["files"][0]["tokens"] == 50
     assert "files" not in _eval(capsys, folder, data / "a.txt")[0]
+
+
+def test_the_reports_keys_are_the_ones_docs_mamba2_lists(tmp_path, capsys):
+    """docs/mamba2.md's table of eval's JSON keys is the report's keys, a folder's file entries included."""
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).parents[2] / "docs" / "mamba2.md").read_text(encoding="utf-8")
+    table = doc[doc.index("| key | what |"):].split("\n\n", 1)[0]
+    documented = {key for row in table.splitlines()[2:] for key in re.findall(r"`(\w+)`", row.split("|")[1])}
+    folder, data = _folder(tmp_path), tmp_path / "texts"
+    data.mkdir()
+    (data / "a.txt").write_bytes(TEXT[:200])
+    (data / "b.txt").write_bytes(TEXT[200:])
+    report, _ = _eval(capsys, folder, data)
+    assert set(report) == documented
+    file_keys = re.search(r"each file's (.*) \|", table).group(1)
+    assert set(report["files"][0]) == set(re.findall(r"`(\w+)`", file_keys))
