@@ -9,7 +9,6 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.support.checkpoints import write_transformers_dir
