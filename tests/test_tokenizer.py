@@ -296,3 +296,19 @@ def _truncating_and_padding(bpe_tokenizer, tmp_path):
     lib.save(str(tmp_path / "tokenizer.json"))
     assert len(lib.encode("x " * 40).ids) == 8 and lib.encode("x").ids[1:] == [0] * 7
     return tmp_path / "tokenizer.json"
+
+
+def test_a_byte_level_post_processors_trimmed_offsets_are_read_untrimmed(tmp_path):
+    """GPT-NeoX's ByteLevel post-processor trims whitespace off offsets: a first token " " spanned no byte, and
+    eval counted the text's bytes after it one too many. The ends are the text's own now (each token ends after
+    its own bytes); the ids are the library's, and the file a checkpoint copies is the file as given."""
+    from tests.support.tokenizers import train_bpe
+    path = train_bpe(["hello world the quick brown fox\n\n"] * 50, tmp_path / "tokenizer.json",
+                     byte_level_post_processor=True)
+    tok = FileTokenizer(path)
+    for text in (" hello world", "  hello world", "hello\n\nworld", " h"):
+        ids, ends = tok.encode_bytes_with_ends(text.encode())
+        assert ids.tolist() == Tokenizer.from_file(str(path)).encode(text).ids
+        own = np.cumsum([len(tok.decode(ids[i:i + 1]).encode()) for i in range(len(ids))])   # (n,)
+        assert ends.tolist() == own.tolist(), text
+    assert tok.to_str() == path.read_text(encoding="utf-8")

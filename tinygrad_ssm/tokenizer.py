@@ -134,6 +134,7 @@ class FileTokenizer:
         # text; transformers' tokenizer(text) does neither, nor does encode
         self._tok.no_truncation()
         self._tok.no_padding()
+        self._untrimmed_offsets()
         self.name = str(self.path)
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
         self.special_config = self._read_special_config() if text is None else dict(special_config or {})
@@ -144,6 +145,18 @@ class FileTokenizer:
         if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
             raise TokenizerError(f"the EOS token id {self.eos_token_id} is outside {str(self.path)!r}'s vocabulary "
                                  f"of {self.vocab_size}")
+
+    def _untrimmed_offsets(self) -> None:
+        """Offsets as the text has them. A ByteLevel post-processor (GPT-2's, GPT-NeoX's) trims whitespace off
+        them, so a token of spaces or a newline gets an empty span at its start: a text's first token " " then
+        covered no byte, and eval, which scores the bytes after the first token, counted one too many. The ids are
+        the same either way (trim_offsets moves offsets only); the file a checkpoint copies is left as it was."""
+        from tokenizers import processors
+
+        post = self._tok.post_processor
+        if isinstance(post, processors.ByteLevel) and post.trim_offsets:
+            self._tok.post_processor = processors.ByteLevel(add_prefix_space=post.add_prefix_space,
+                                                            trim_offsets=False, use_regex=post.use_regex)
 
     def _stream_ids(self) -> tuple[frozenset, frozenset]:
         """The ids of a byte-fallback BPE's byte tokens (<0x00>..<0xFF>), whose runs the ByteFallback decoder
