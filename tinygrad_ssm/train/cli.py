@@ -64,7 +64,9 @@ def _next_steps(result) -> str:
              f"  python -m tinygrad_ssm generate --model {run} --max-new-tokens 300   # text from the model",
              f"  python -m tinygrad_ssm eval --model {run}   # its validation split, every token in context",
              f"  {python_cmd()} -m tinygrad_ssm train --resume {run} --steps {2 * result.step}   # train on, to step "
-             f"{2 * result.step}"]
+             f"{2 * result.step}",
+             f"  python -m tinygrad_ssm export --model {run} --out {shlex.quote(str(result.out) + '-hf')}   # a folder "
+             f"transformers loads"]
     return "\n".join(lines)  # (the plot's path, or why there is none, is in the summary just above)
 
 
