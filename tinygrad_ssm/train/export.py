@@ -29,8 +29,7 @@ from pathlib import Path
 from ..io.atomic_write import new_temporary_folder, write_atomic
 from ..io.finite import non_finite_problems
 from ..models.mamba2 import Mamba2LMHeadModel
-from ..io.safetensors import SafetensorsFile
-from ..models.mamba2.pretrained import LAYOUTS, _weight_files, stored_float_dtype
+from ..models.mamba2.pretrained import LAYOUTS, stored_dtypes
 from ..tokenizer import BYTES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 from .generate import load_tokenizer_for, resolve_model_folder
 from .generation_config import GENERATION_CONFIG_FILE, _read_json
@@ -125,18 +124,6 @@ def _tokenizer_texts(tokenizer) -> tuple[dict[str, str], bool]:
     return files, byte_level
 
 
-_DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # safetensors' tags
-
-
-def _stored_dtypes(folder: Path) -> tuple[str, ...]:
-    """The dtypes of the folder's weight files (their headers only), sorted."""
-    stored = set()
-    for path in _weight_files(folder)[0]:
-        with SafetensorsFile(path) as f:
-            stored.update(_DTYPE_NAMES.get(info.dtype, info.dtype) for info in f.tensors.values())
-    return tuple(sorted(stored))
-
-
 def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "transformers",
            tokenizer: str | None = None, backend: str = "auto") -> Exported:
     """Write the model folder `model` (resolved as generate resolves --model) into the new folder `out`
@@ -146,7 +133,8 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
     out = Path(out).expanduser()
     check_out(out)
     folder = resolve_model_folder(model)
-    written = stored_float_dtype(folder)
+    stored = stored_dtypes(folder)
+    written = "float64" if "float64" in stored else "float32"   # the dtype that keeps every stored value exactly
     loaded = Mamba2LMHeadModel.from_pretrained(folder, dtype=written, backend=backend)
     tok = load_tokenizer_for(folder, loaded.config.vocab_size, tokenizer)
     if getattr(loaded, "quantized", None) and layout == "transformers":
@@ -184,7 +172,7 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    stored = _stored_dtypes(folder) if not getattr(loaded, "quantized", None) else ()
+    stored = stored if not getattr(loaded, "quantized", None) else ()
     return Exported(out, folder, layout, byte_level, sorted(p.name for p in out.iterdir()),
                     stored if stored != (written,) else (), written)
 

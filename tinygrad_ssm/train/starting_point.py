@@ -17,10 +17,9 @@ import json
 from pathlib import Path
 
 from ..io.checkpoints import CheckpointNotFound
-from ..io.safetensors import SafetensorsFile
 from ..models.mamba2 import Mamba2Config, Mamba2LMHeadModel
 from ..models.mamba2.checkpoint_config import parse_config, read_config
-from ..models.mamba2.pretrained import _weight_files
+from ..models.mamba2.pretrained import _weight_files, stored_dtypes
 from ..models.mamba2.quantized_files import QUANTIZATION_KEY
 from ..registry import VarMap
 from ..tokenizer import (BYTES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, ByteTokenizer, FileTokenizer, check_fits,
@@ -64,17 +63,11 @@ def resolve_starting_point(cfg, overrides: dict, say=None) -> None:
         cfg.tokenizer = str(Path(tok.name).absolute())
 
 
-_DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # safetensors' tags
-
-
 def dtype_note(folder: Path, dtype: str) -> str | None:
     """What --init-from's run does to weights stored in another dtype than `dtype` (read from the weight files'
     headers; None when they match, or when the folder cannot be read: from_pretrained then says why)."""
     try:
-        stored = set()
-        for path in _weight_files(folder)[0]:
-            with SafetensorsFile(path) as f:
-                stored.update(_DTYPE_NAMES.get(info.dtype, info.dtype) for info in f.tensors.values())
+        stored = set(stored_dtypes(folder))
     except (OSError, ValueError):
         return None
     if not stored or stored == {dtype}:

@@ -78,14 +78,17 @@ def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:
                             f"(only safetensors is read: no pickle)")
 
 
-def stored_float_dtype(directory) -> str:
-    """The dtype from_pretrained keeps a resolved folder's stored weights in exactly: "float64" when a tensor is
-    stored F64, else "float32" (F32, and the F16 / BF16 it upcasts). Only the headers are read."""
+_DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # safetensors' tags
+
+
+def stored_dtypes(directory) -> tuple[str, ...]:
+    """The dtypes a resolved folder's weight files store (NumPy's names, bfloat16 included), sorted; only the
+    headers are read."""
+    stored = set()
     for path in _weight_files(Path(directory))[0]:
         with SafetensorsFile(path) as f:
-            if any(info.dtype == "F64" for info in f.tensors.values()):
-                return "float64"
-    return "float32"
+            stored.update(_DTYPE_NAMES.get(info.dtype, info.dtype) for info in f.tensors.values())
+    return tuple(sorted(stored))
 
 
 def _in_cache_note(directory: Path) -> str:
