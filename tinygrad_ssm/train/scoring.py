@@ -169,7 +169,7 @@ def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
     checked against the fingerprint the checkpoint saved: a changed data folder would split differently)."""
     if path is None:
         corpus, val, _ = run_validation_split(folder, tokenizer)
-        files = f"{len(corpus.val_files)} file{'s' * (len(corpus.val_files) != 1)}"
+        files = _count(len(corpus.val_files), "file")
         blocks = lambda: (corpus.val[i:i + READ_BLOCK].tobytes() for i in range(0, len(corpus.val), READ_BLOCK))
         read = TextRead()
         if tokenizer.name != "bytes":  # the split's own bytes, and those of its files that load_corpus named
@@ -191,11 +191,11 @@ def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
     if not texts:
         raise DataError(f"--data folder {str(root)!r} holds no text files")
     binary = sum(is_binary for _, _, is_binary in sizes)                  # skipped, as train skips them: say so
-    skipped = f", {binary} binary file{'s' * (binary != 1)} skipped" if binary else ""
+    skipped = f", {_count(binary, 'binary file')} skipped" if binary else ""
     named = [(p, p.relative_to(root).as_posix()) for p in texts]                       # named as training names them
     read = TextRead(file_names=tuple(name for _, name in named))
     return EvalText(lambda: _read_files(named, read, count_utf8), sum(size for _, size, _ in sizes),
-                    f"{root} ({len(texts)} text file{'s' * (len(texts) != 1)}{skipped})", read)
+                    f"{root} ({_count(len(texts), 'text file')}{skipped})", read)
 
 
 def _saved_trainer_state(folder: Path) -> dict | None:
@@ -247,8 +247,7 @@ def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: b
             "bytes": int(scored_bytes), "mean_nats": result.mean_nats, "perplexity": result.perplexity,
             "bits_per_token": result.bits_per_token, "bits_per_byte": bits_per_byte,
             "window": window, "carry_state": carry_state, "windows": result.windows, "training_windows": False,
-            "seconds": seconds,
-            "tokens_per_s": result.tokens / seconds if seconds > 0 else None,
+            "seconds": seconds, "tokens_per_s": result.tokens / seconds if seconds > 0 else None,
             **({} if files is None else {"files": files.report()})}
 
 
@@ -328,7 +327,7 @@ def score_training_windows(model, tokenizer, folder: Path) -> dict:
     seconds = time.perf_counter() - start
     tokens = windows * trained.seq_len                                   # each window's seq_len targets
     mean_nats = bpb * math.log(2) / tokens_per_byte
-    files = f"{len(corpus.val_files)} file{'s' * (len(corpus.val_files) != 1)}"
+    files = _count(len(corpus.val_files), "file")
     return {"data": f"the validation split of {corpus.source} ({files}, as the run split it), at the windows "
                     f"training scores", "tokenizer": tokenizer.name, "tokens": tokens,
             "bytes": round(tokens / tokens_per_byte), "mean_nats": mean_nats, "perplexity": math.exp(mean_nats),
