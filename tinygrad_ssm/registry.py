@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .io.safetensors import CheckpointError, SafetensorsFile, save_file
+from .io.safetensors import CheckpointError, SafetensorsFile, save_file, stored_as
 from .autograd.tensor import Tensor, is_float, no_grad
 
 InitFn = Callable[[tuple, np.random.Generator, np.dtype], np.ndarray]
@@ -251,12 +251,16 @@ class VarMap:
             self._unfilled.discard(name)
 
     # --- checkpoints ------------------------------------------------------------------------------------
-    def save(self, path, metadata: dict | None = None, rename=None):
+    def save(self, path, metadata: dict | None = None, rename=None, dtype: str | None = None):
         """Write every variable to `path` as safetensors, atomically (temporary file, fsync, rename).
-        `rename`: name -> the name it is stored under (another layout's names for the same weights)."""
+        `rename`: name -> the name it is stored under (another layout's names for the same weights). `dtype`:
+        every variable stored in "float64", "float32", "float16" or "bfloat16", rounded to nearest (a value
+        past float16's range is refused, naming the variable); None: each in its own dtype, bit for bit."""
         self._require_filled(f"save {os.fspath(path)!r}")
         rename = rename or (lambda name: name)
-        save_file(path, {rename(name): t.data for name, t in self._vars.items()}, metadata)
+        arrays = {rename(name): t.data if dtype is None else stored_as(name, t.data, dtype)
+                  for name, t in self._vars.items()}
+        save_file(path, arrays, metadata, bfloat16=set(arrays) if dtype == "bfloat16" else set())
 
     def load(self, path, strict: bool = True):
         """Fill the existing variables in place from a safetensors file: BF16/F16 are upcast, F64 into a float32

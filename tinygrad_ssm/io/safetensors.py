@@ -69,6 +69,43 @@ def bf16_to_float32(raw: np.ndarray) -> np.ndarray:
     return (raw.astype(np.uint32) << 16).view(np.float32)
 
 
+def float_to_bf16(values: np.ndarray) -> np.ndarray:
+    """float values -> bfloat16 bits (uint16), rounded to nearest, ties to even, as torch's .to(torch.bfloat16):
+    a float64 value through float32 first (torch does the same); NaN stays a quiet NaN of its sign, a value past
+    bfloat16's largest becomes infinity."""
+    with np.errstate(over="ignore"):                                    # past float32's range: infinity, as torch
+        f32 = np.array(values, np.float32, order="C")                   # (a 0-d array stays 0-d)
+    bits = f32.view(np.uint32)
+    rounded = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(f32), ((bits >> 16) | 0x40).astype(np.uint16), rounded)
+
+
+STORED_DTYPES = ("float64", "float32", "float16", "bfloat16")   # what a float array may be stored as
+
+
+def stored_as(name: str, array: np.ndarray, dtype: str) -> np.ndarray:
+    """The float `array` as it is stored in `dtype` (STORED_DTYPES), rounded to nearest, ties to even: an array of
+    that dtype, or for "bfloat16" its bits (uint16, for save_file's `bfloat16`). Checked first (check_storable)."""
+    check_storable(name, array, dtype)
+    return float_to_bf16(array) if dtype == "bfloat16" else np.asarray(array).astype(dtype, copy=False)
+
+
+def check_storable(name: str, array: np.ndarray, dtype: str) -> None:
+    """Raises ValueError, naming the tensor `name`, when `dtype` is not one of STORED_DTYPES or a finite value of
+    `array` would be stored as infinity (float16 past 65,504). Rounding is monotonic, so the largest finite
+    magnitude alone decides."""
+    if dtype not in STORED_DTYPES:
+        raise ValueError(f"store {name!r}: dtype must be one of {', '.join(STORED_DTYPES)}, got {dtype!r}")
+    finite = np.abs(array[np.isfinite(array)])
+    largest = finite.max() if finite.size else 0.0
+    with np.errstate(over="ignore"):                                    # the overflow is what is looked for
+        stored = bf16_to_float32(float_to_bf16(largest)) if dtype == "bfloat16" else np.asarray(largest).astype(dtype)
+    if np.isinf(stored):
+        wider = {"float16": "float32 or bfloat16", "bfloat16": "float32"}.get(dtype, "float64")
+        raise ValueError(f"store {name!r}: its values reach {float(largest):.6g} in magnitude, past the largest "
+                         f"{dtype}, and would be stored as infinity; store it as {wider}")
+
+
 class SafetensorsFile:
     """A validated safetensors file: `.tensors` (name -> TensorInfo, file order), `.metadata`, `read(name)`.
     Opening checks the header completely (JSON, dtypes, shapes, offsets inside the file, sizes that match
@@ -302,9 +339,11 @@ def load_file(path, dtype=None) -> dict:
         return {name: f.read(name, dtype) for name in f.tensors}
 
 
-def save_file(path, arrays: dict, metadata: dict | None = None):
+def save_file(path, arrays: dict, metadata: dict | None = None, bfloat16: frozenset | set = frozenset()):
     """Write name -> ndarray as safetensors, atomically: a temporary file in the same directory, synced to
-    disk, then renamed over `path` (a crash leaves either the old file or the new one, never half of one)."""
+    disk, then renamed over `path` (a crash leaves either the old file or the new one, never half of one).
+    `bfloat16`: the names whose arrays are bfloat16 bits (uint16, float_to_bf16's), stored as BF16 (the
+    safetensors library's NumPy writer has none: _tagged_bfloat16)."""
     path = os.fspath(path)
     if metadata is not None:
         if not isinstance(metadata, dict):
@@ -322,9 +361,28 @@ def save_file(path, arrays: dict, metadata: dict | None = None):
         if array.dtype.newbyteorder("=") not in readable:
             raise TypeError(f"save {path!r}: tensor {name!r} has dtype {array.dtype}, which a safetensors file read "
                             f"by this package cannot hold (dtypes: {', '.join(str(d) for d in readable)})")
+        if name in bfloat16 and array.dtype.newbyteorder("=") != np.uint16:
+            raise TypeError(f"save {path!r}: tensor {name!r} is to be stored as BF16 but holds {array.dtype}, not "
+                            f"the uint16 bits of bfloat16 (float_to_bf16 gives them)")
+    unknown = sorted(set(bfloat16) - set(arrays))
+    if unknown:
+        raise ValueError(f"save {path!r}: bfloat16 names tensors that are not saved: {unknown}")
     from safetensors.numpy import save as encode  # imported here: only writing needs the library
 
     # (not np.ascontiguousarray: it turns a 0-d array into shape (1,))
     payload = encode({k: np.array(v, order="C", copy=not v.flags.c_contiguous) for k, v in arrays.items()},
                      metadata=metadata)
-    write_atomic(path, payload)
+    write_atomic(path, _tagged_bfloat16(payload, bfloat16) if bfloat16 else payload)
+
+
+def _tagged_bfloat16(payload: bytes, names) -> bytes:
+    """The library's file with the tensors `names` (written as U16: its NumPy writer has no bfloat16) tagged BF16:
+    the same bytes of data, the header re-encoded as the library encodes it (compact JSON, padded with spaces to a
+    multiple of 8 bytes). The data's offsets count from the header's end, so they stay as they are."""
+    n = struct.unpack("<Q", payload[:8])[0]
+    header = json.loads(payload[8:8 + n])
+    for name in names:
+        header[name]["dtype"] = "BF16"
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + payload[8 + n:]

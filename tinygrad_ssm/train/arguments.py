@@ -8,6 +8,7 @@ import math
 import os
 from pathlib import Path
 
+from ..io.safetensors import STORED_DTYPES
 from ..models.mamba2.pretrained import LAYOUTS
 from ..scan import available_backends
 from .config import TrainConfig
@@ -194,9 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Write a model folder as a new folder: with --layout transformers (the default) "
                                     "transformers.Mamba2ForCausalLM.from_pretrained(OUT) and "
                                     "AutoTokenizer.from_pretrained(OUT) load it; with --layout mamba_ssm it is the "
-                                    "package's own save_pretrained folder. float32 and float64 weights are written "
-                                    "as stored, bit for bit (float16 and bfloat16 ones as float32: the same "
-                                    "values); the tokenizer.json the model was trained with is copied (a byte-level "
+                                    "package's own save_pretrained folder. The weights are written in the dtype "
+                                    "they are stored in, bit for bit (--dtype to change it); the tokenizer.json the "
+                                    "model was trained with is copied (a byte-level "
                                     "model gets one that gives each byte its own id), and generation_config.json "
                                     "when the folder has one. --out must be new or an empty folder: nothing is "
                                     "replaced.")
@@ -208,6 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "save_pretrained folder [%(default)s]")
     ex.add_argument("--tokenizer", metavar="PATH", default=None,
                     help="as for generate: the tokenizer.json to write [the model folder's own]")
+    ex.add_argument("--dtype", choices=STORED_DTYPES, default=None,
+                    help="the dtype every weight is written in, rounded to nearest (as torch's .to(dtype)): bfloat16 "
+                         "or float16 halve a float32 model's files [the dtype the weights are stored in; a folder "
+                         "mixing dtypes: the widest of them, which holds every stored value]")
     return parser
 
 

@@ -272,7 +272,7 @@ def _export(args) -> int:
     if problem:
         return _error(problem)
     try:
-        result = export(args.model, args.out, layout=args.layout, tokenizer=args.tokenizer)
+        result = export(args.model, args.out, layout=args.layout, tokenizer=args.tokenizer, dtype=args.dtype)
     except (FileNotFoundError, ValueError) as e:  # a missing model folder or weights (CheckpointNotFound is one);
         # ExportError, PretrainedError, TokenizerError are ValueErrors
         return _error(str(e))

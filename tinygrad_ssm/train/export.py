@@ -10,9 +10,10 @@ as a new folder another library loads as it is:
 
 A byte-level model of this package (no tokenizer.json: its ids are the UTF-8 bytes) gets byte_level_tokenizer_json:
 each byte its own id, so any tokenizers-based reader gives the ids the model was trained on. generation_config.json
-is copied when the model folder has one. float32 and float64 weights are written as stored, bit for bit; float16 and
-bfloat16 ones as float32 (the same values, twice the bytes: the package computes and writes float32 and float64
-only), and a folder mixing float64 with narrower tensors as float64 throughout; export says so when it happens.
+is copied when the model folder has one. The weights are written in the dtype they are stored in, bit for bit (a
+bfloat16 folder stays bfloat16), a folder mixing dtypes in the widest of them (which holds every stored value), or
+with `dtype` (--dtype) every weight in that one, rounded to nearest; export says so when the written dtype is not
+the stored one.
 
 OUT must not exist or be an empty folder, and not be a link: export replaces nothing. It is written as a temporary
 folder beside OUT and renamed into place at the end, so a failed export leaves no partial folder behind.
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from ..io.atomic_write import new_temporary_folder, write_atomic
 from ..io.finite import non_finite_problems
+from ..io.safetensors import STORED_DTYPES
 from ..models.mamba2 import Mamba2LMHeadModel
 from ..models.mamba2.pretrained import LAYOUTS, stored_dtypes
 from ..tokenizer import BYTES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
@@ -53,6 +55,7 @@ class Exported:
     files: list[str]
     stored: tuple[str, ...] = ()    # the weights' dtypes in the model folder, when not only the one written
     written: str = ""               # the dtype the weights are written in
+    rounded: bool = False           # written narrower than stored (--dtype): rounded to nearest, not the same values
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -124,19 +127,43 @@ def _tokenizer_texts(tokenizer) -> tuple[dict[str, str], bool]:
     return files, byte_level
 
 
+# each float dtype's bits: a wider one holds every value of a narrower one exactly (bfloat16 and float16 hold
+# different values: both are held by float32)
+_WIDTH = {"float64": 64, "float32": 32, "float16": 16, "bfloat16": 16}
+
+
+def written_dtype(stored: tuple[str, ...], dtype: str | None = None) -> str:
+    """The dtype export writes: `dtype` where given, else the one the weights are stored in, or for a folder
+    mixing dtypes the narrowest that holds every stored value (float64 if there is any, else float32)."""
+    if dtype is not None:
+        return dtype
+    if len(stored) == 1:
+        return stored[0]
+    return "float64" if "float64" in stored else "float32"
+
+
 def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "transformers",
-           tokenizer: str | None = None, backend: str = "auto") -> Exported:
+           tokenizer: str | None = None, backend: str = "auto", dtype: str | None = None) -> Exported:
     """Write the model folder `model` (resolved as generate resolves --model) into the new folder `out`
-    (module docstring). `tokenizer`: --tokenizer, a tokenizer.json to use instead of the folder's own."""
+    (module docstring). `tokenizer`: --tokenizer, a tokenizer.json to use instead of the folder's own; `dtype`:
+    --dtype, the dtype every weight is written in."""
     if layout not in LAYOUTS:
         raise ExportError(f"--layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if dtype is not None and dtype not in STORED_DTYPES:
+        raise ExportError(f"--dtype must be one of {', '.join(STORED_DTYPES)}, got {dtype!r}")
     out = Path(out).expanduser()
     check_out(out)
     folder = resolve_model_folder(model)
     stored = stored_dtypes(folder)
-    written = "float64" if "float64" in stored else "float32"   # the dtype that keeps every stored value exactly
-    loaded = Mamba2LMHeadModel.from_pretrained(folder, dtype=written, backend=backend)
+    written = written_dtype(stored, dtype)
+    # computed in the dtype that holds every stored value exactly: float32 holds float16's and bfloat16's
+    loaded = Mamba2LMHeadModel.from_pretrained(folder, dtype="float64" if "float64" in stored else "float32",
+                                               backend=backend)
     tok = load_tokenizer_for(folder, loaded.config.vocab_size, tokenizer)
+    if getattr(loaded, "quantized", None) and dtype is not None:
+        raise ExportError(f"--model {str(folder)!r} holds {loaded.weights_format}-quantized weights, which are "
+                          f"written in that format: leave --dtype out, or export the float model's folder they "
+                          f"were quantized from")
     if getattr(loaded, "quantized", None) and layout == "transformers":
         raise ExportError(f"--model {str(folder)!r} holds {loaded.weights_format}-quantized weights, which "
                           f"transformers' Mamba2ForCausalLM cannot read; export the float model's folder it was "
@@ -156,7 +183,8 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
         token_ids = _token_ids(folder, tok) if layout == "transformers" else None
         with warnings.catch_warnings(record=True) as said:  # they name the folder as written: --out's name, not tmp's
             warnings.simplefilter("always")
-            loaded.save_pretrained(tmp, layout=layout, token_ids=token_ids)
+            loaded.save_pretrained(tmp, layout=layout, token_ids=token_ids,
+                                   dtype=None if getattr(loaded, "quantized", None) else written)
         for w in said:
             warnings.warn(str(w.message).replace(str(tmp), str(out)), w.category, stacklevel=2)
         for name, text in files.items():
@@ -174,7 +202,9 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
         raise
     stored = stored if not getattr(loaded, "quantized", None) else ()
     return Exported(out, folder, layout, byte_level, sorted(p.name for p in out.iterdir()),
-                    stored if stored != (written,) else (), written)
+                    stored if stored != (written,) else (), written,
+                    rounded=any(_WIDTH[written] < _WIDTH[kind] or {kind, written} == {"float16", "bfloat16"}
+                                for kind in stored))
 
 
 def describe(result: Exported) -> str:
@@ -190,8 +220,9 @@ def describe(result: Exported) -> str:
         lines += ["load it with this package: Mamba2LMHeadModel.from_pretrained(...), or "
                   f"python -m tinygrad_ssm generate --model {out}"]
     if result.stored:
+        how = "rounded to nearest" if result.rounded else "the same values"
         lines.append(f"the weights are stored as {' and '.join(result.stored)} in {result.source} and written as "
-                     f"{result.written} (the same values; the package writes float32 and float64 only)")
+                     f"{result.written} ({how})")
     if result.byte_level:
         lines.append("the model reads bytes: its tokenizer.json gives each byte its own id (ids = "
                      "list(text.encode('utf-8'))), and decodes ids back to the text")

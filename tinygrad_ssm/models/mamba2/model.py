@@ -379,10 +379,13 @@ class Mamba2LMHeadModel:
                         fused: bool = True) -> Mamba2LMHeadModel:
         return load_model_folder(cls, directory, dtype=dtype, backend=backend, fused=fused)
 
-    def save_pretrained(self, directory, layout: str = "mamba_ssm", token_ids: dict | None = None):
+    def save_pretrained(self, directory, layout: str = "mamba_ssm", token_ids: dict | None = None,
+                        dtype: str | None = None):
         """config.json + model.safetensors in mamba_ssm's layout, or transformers' (layout="transformers": what
-        transformers.Mamba2ForCausalLM.from_pretrained reads; token_ids: its bos/eos/pad_token_id where known)."""
-        save_model_folder(self, directory, layout=layout, token_ids=token_ids)
+        transformers.Mamba2ForCausalLM.from_pretrained reads; token_ids: its bos/eos/pad_token_id where known).
+        The weights as they are, or every one stored in `dtype`: "float64", "float32", "float16" or "bfloat16"
+        (rounded to nearest, as torch's .to(dtype); the model itself is unchanged)."""
+        save_model_folder(self, directory, layout=layout, token_ids=token_ids, dtype=dtype)
 
     def __repr__(self):
         c = self.config

@@ -27,7 +27,7 @@ from ...io.atomic_write import write_atomic
 from ...io.checkpoints import CHECKPOINTS_DIR, resolve_checkpoint
 from ...io.file_checks import require_regular_file
 from ...io.finite import non_finite_problems
-from ...io.safetensors import CheckpointError, SafetensorsFile
+from ...io.safetensors import CheckpointError, SafetensorsFile, check_storable
 from ...registry import VarMap
 from .checkpoint_config import (CONFIG_NAME, PretrainedError, mamba_ssm_config, parse_config, read_config,
                                 transformers_config)
@@ -307,7 +307,8 @@ def _same_values(file_a: SafetensorsFile, key_a: str, file_b: SafetensorsFile, k
 LAYOUTS = ("mamba_ssm", "transformers")  # parse_config's names of the two layouts
 
 
-def save_pretrained(model, directory, layout: str = "mamba_ssm", token_ids: dict | None = None):
+def save_pretrained(model, directory, layout: str = "mamba_ssm", token_ids: dict | None = None,
+                    dtype: str | None = None):
     """Write config.json and model.safetensors into `directory` (created if needed) in `layout`:
 
     - "mamba_ssm": its config keys and weight names. A model whose RMSNorm epsilon is not mamba_ssm's 1e-5 (a
@@ -316,19 +317,21 @@ def save_pretrained(model, directory, layout: str = "mamba_ssm", token_ids: dict
     - "transformers": what transformers.Mamba2ForCausalLM.from_pretrained reads (checkpoint_config.
       transformers_config; backbone.embeddings.weight; lm_head.weight only when untied: transformers' own save
       of a tied model leaves it out and ties it at load). `token_ids`: its bos/eos/pad_token_id, where known.
-    Either way the weights are stored as they are (their dtype, bit for bit)."""
+    Either way the weights are stored as they are (their dtype, bit for bit), or with `dtype` ("float64",
+    "float32", "float16", "bfloat16") every one in that dtype, rounded to nearest (as torch's .to(dtype)); a
+    weight past float16's range is refused before anything is written."""
     if layout not in LAYOUTS:
         raise ValueError(f"save_pretrained: layout must be one of {LAYOUTS}, got {layout!r}")
     if token_ids and layout != "transformers":
         raise ValueError("save_pretrained: token_ids go into transformers' config.json only (mamba_ssm's "
                          "MambaConfig has no such keys); pass layout='transformers' or leave token_ids out")
-    directory = prepare_save_folder(directory, model.varmap.named_vars())
+    directory = prepare_save_folder(directory, model.varmap.named_vars(), dtype)
     if layout == "transformers":
-        dtype = str(model.varmap[EMBEDDING].data.dtype)
-        text = json.dumps(transformers_config(model.config, dtype, token_ids), indent=2)
+        stored = dtype or str(model.varmap[EMBEDDING].data.dtype)
+        text = json.dumps(transformers_config(model.config, stored, token_ids), indent=2)
         write_atomic(directory / CONFIG_NAME, text + "\n")
         model.varmap.save(directory / WEIGHTS_NAME, metadata={"format": "pt"},
-                          rename=lambda name: _stored_name(name, layout))
+                          rename=lambda name: _stored_name(name, layout), dtype=dtype)
         return
     config = mamba_ssm_config(model.config)
     if "norm_epsilon" in config:
@@ -337,21 +340,29 @@ def save_pretrained(model, directory, layout: str = "mamba_ssm", token_ids: dict
                       f"does not (its MambaConfig refuses the key)", UserWarning, stacklevel=4)
     text = json.dumps(config, indent=2)
     write_atomic(directory / CONFIG_NAME, text + "\n")
-    model.varmap.save(directory / WEIGHTS_NAME, metadata={"format": "pt"})
+    model.varmap.save(directory / WEIGHTS_NAME, metadata={"format": "pt"}, dtype=dtype)
 
 
-def prepare_save_folder(directory, tensors) -> Path:
+def prepare_save_folder(directory, tensors, dtype: str | None = None) -> Path:
     """What every save of a model folder (this one, quantized_files.save_quantized) checks before it writes: a
     folder, not a file; no link and no other program's config.json replaced (_check_replaceable); every float
-    tensor of (name, array) `tensors` finite. Creates the folder; returns it as a Path."""
+    tensor of (name, array) `tensors` finite, and storable in `dtype` where one is given (check_storable).
+    Creates the folder; returns it as a Path."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise PretrainedError(f"save_pretrained: {str(directory)!r} is a file; give a folder (it is created if "
                               f"needed) for {CONFIG_NAME} and {WEIGHTS_NAME}")
     _check_replaceable(directory)
+    tensors = list(tensors)
     bad = non_finite_problems(tensors)
     if bad:  # a folder from_pretrained would load without a word, every logit NaN
         raise PretrainedError(f"save_pretrained: {'; '.join(bad[:3])}; nothing was written to {str(directory)!r}")
+    if dtype is not None:
+        for name, array in tensors:
+            try:
+                check_storable(name, array if isinstance(array, np.ndarray) else array.data, dtype)   # or a Tensor
+            except ValueError as e:
+                raise PretrainedError(f"save_pretrained: {e}; nothing was written to {str(directory)!r}") from None
     os.makedirs(directory, exist_ok=True)
     return directory
 

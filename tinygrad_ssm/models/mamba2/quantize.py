@@ -26,6 +26,7 @@ from ...autograd.tensor import Tensor
 from ...fast.products import rows_product
 from ...fast.quantized_kernels import bfloat16_dequantized, int8_dequantized
 from ...io.finite import non_finite_problems
+from ...io.safetensors import float_to_bf16
 
 FORMATS = ("int8", "bfloat16")
 DEFAULT_BLOCK = 32      # llama.cpp's Q8_0 block (smaller blocks: a closer scale per weight); other blocks'
@@ -50,10 +51,7 @@ def quantize_int8(w: np.ndarray, block: int = DEFAULT_BLOCK) -> tuple[np.ndarray
 
 def quantize_bfloat16(w: np.ndarray) -> np.ndarray:
     """w (out, in) float -> uint16 bits of bfloat16, round to nearest even (NaN stays a quiet NaN)."""
-    bits = np.ascontiguousarray(w, np.float32).view(np.uint32)
-    rounded = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    nan = np.isnan(np.asarray(w, np.float32))
-    return np.where(nan, ((bits >> 16) | 0x40).astype(np.uint16), rounded)
+    return float_to_bf16(w)
 
 
 def dequantize(fmt: str, q: np.ndarray, scales: np.ndarray | None = None, dtype=np.float64) -> np.ndarray:

@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from ...io.atomic_write import write_atomic
-from ...io.safetensors import SafetensorsFile, save_file
+from ...io.safetensors import STORED_DTYPES, SafetensorsFile, save_file
 from ...registry import VarMap
 from .checkpoint_config import CONFIG_NAME, PretrainedError, mamba_ssm_config, parse_config, read_config
 from .pretrained import (LAYOUTS, WEIGHTS_NAME, load_pretrained, prepare_save_folder, resolve_pretrained_folder,
@@ -101,12 +101,20 @@ def load_model_folder(cls, directory, dtype="float32", backend: str = "auto", fu
     return load_pretrained(cls, folder, dtype=dtype, backend=backend, fused=fused)
 
 
-def save_model_folder(model, directory, layout: str = "mamba_ssm", token_ids: dict | None = None) -> None:
+def save_model_folder(model, directory, layout: str = "mamba_ssm", token_ids: dict | None = None,
+                      dtype: str | None = None) -> None:
     """Mamba2LMHeadModel.save_pretrained: the quantized format for a quantized model (mamba_ssm's layout with a
-    "quantization" entry, which only this package reads), else pretrained.py's in `layout`."""
+    "quantization" entry, which only this package reads), else pretrained.py's in `layout` and `dtype`."""
     if layout not in LAYOUTS:
         raise ValueError(f"save_pretrained: layout must be one of {LAYOUTS}, got {layout!r}")
+    if dtype is not None and dtype not in STORED_DTYPES:
+        raise ValueError(f"save_pretrained: dtype must be one of {', '.join(STORED_DTYPES)} or None (each weight "
+                         f"in its own dtype), got {dtype!r}")
     if getattr(model, "quantized", None):
+        if dtype is not None:
+            raise ValueError(f"save_pretrained: the model's matrices are quantized ({model.weights_format}) and are "
+                             f"stored in that format; dtype={dtype!r} applies to a float model: leave it out, or "
+                             f"save the float model it was quantized from")
         if layout != "mamba_ssm":  # transformers' Mamba2 reads float weights only: no int8 + scales, no U16 bits
             raise PretrainedError(f"save_pretrained: the model's weights are quantized ({model.weights_format}), "
                                   f"which transformers' Mamba2ForCausalLM cannot read; nothing was written to "
@@ -120,4 +128,4 @@ def save_model_folder(model, directory, layout: str = "mamba_ssm", token_ids: di
         raise ValueError(f"save_pretrained: the model's VarMap lacks {', '.join(missing[:3])}"
                          f"{', ...' if len(missing) > 3 else ''} ({len(missing)} weights): another model on the same "
                          f"VarMap was quantized, which drops their float arrays from it; nothing was written")
-    save_pretrained(model, directory, layout=layout, token_ids=token_ids)
+    save_pretrained(model, directory, layout=layout, token_ids=token_ids, dtype=dtype)
