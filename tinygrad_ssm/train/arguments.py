@@ -12,6 +12,7 @@ from ..io.safetensors import STORED_DTYPES
 from ..models.mamba2.pretrained import LAYOUTS
 from ..scan import available_backends
 from .config import TrainConfig
+from .data import DOCUMENT_ENDS
 from .generate import DEFAULT_PROMPT_BATCH, not_utf8
 from .generation_config import DEFAULT_TEMPERATURE
 from .scoring import is_eval_report
@@ -90,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "To continue a run with its optimizer state, use --resume")
     tr.add_argument("--tokenizer", metavar="PATH", default=None,
                     help="tokenize --data with this tokenizer.json ('bytes': raw bytes) [bytes, or --init-from's own]")
+    tr.add_argument("--document-end", choices=DOCUMENT_ENDS, default=None,
+                    help="eos: tokenize each file of a --data folder alone and put the tokenizer's EOS token after "
+                         "it, as Mamba's pretraining data marks where a document ends, so that the model learns "
+                         "where a text ends (generate stops at the EOS); needs a tokenizer [none: the files joined "
+                         "into one text]")
     tr.add_argument("--resume", metavar="DIR", default=None,
                     help="continue the run in DIR (a run folder or one of its checkpoints) with its saved "
                          "settings; N steps + resumed steps give the same weights as one uninterrupted run")
@@ -172,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--reset-state", action="store_true",
                     help="start every window from a zero state (how training validates) instead of carrying it")
     ev.add_argument("--max-tokens", type=int, default=None, help="score only the first N tokens [all]")
+    ev.add_argument("--document-end", choices=DOCUMENT_ENDS, default=None,
+                    help="with --data: eos puts the tokenizer's EOS token after each file, each tokenized alone, as "
+                         "train --document-end eos reads its data [none: the files joined into one text; without "
+                         "--data, the run's split as the run read it]")
     ev.add_argument("--training-windows", action="store_true",
                     help="a run's checkpoint only, without --data: score its validation split at the windows "
                          "training scores (--seq-len long, --batch-size x --eval-batches of them, each from a zero "
@@ -296,6 +306,9 @@ def eval_flag_problems(args) -> list[str]:
     bad = empty_path_problems(args) + _backend_problems(args)
     if args.window is not None and args.window < 1:
         bad.append(f"--window must be >= 1, got {args.window}")
+    if args.document_end is not None and args.data is None:
+        bad.append("--document-end applies to --data; without it eval reads the run's validation split as the run "
+                   "read it (with the EOS token after each file where the run put one): leave --document-end out")
     if args.training_windows:  # training's own windows: their length and state are the run's, the text its split
         given = [flag for flag, value in (("--data", args.data), ("--window", args.window),
                                           ("--reset-state", args.reset_state), ("--max-tokens", args.max_tokens))

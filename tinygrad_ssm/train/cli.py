@@ -228,7 +228,7 @@ def _eval(args) -> int:
         if args.training_windows:
             report, text = score_training_windows(model, tokenizer, folder), None
         else:
-            text = read_eval_text(args.data, folder, tokenizer)
+            text = read_eval_text(args.data, folder, tokenizer, args.document_end or "none")
             window = EVAL_WINDOW if args.window is None else args.window
             report = score(model, tokenizer, text, window=window, carry_state=not args.reset_state,
                            max_tokens=args.max_tokens, progress=not args.no_progress)

@@ -27,6 +27,7 @@ class TrainConfig:
     data_seed: int = 0  # file order and train/validation split; separate from `seed` so runs compare
     val_fraction: float = 0.05
     tokenizer: str = "bytes"  # "bytes", or the absolute path of the tokenizer.json --data was tokenized with
+    document_end: str = "none"  # "eos": the tokenizer's EOS token after each file of a --data folder
     init_from: str | None = None  # fine-tuning: the model folder whose weights the run started from
     init_from_sha256: dict | None = None  # its files as read (file -> sha256), set when the run starts: no flag
     # model

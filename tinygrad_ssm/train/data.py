@@ -123,6 +123,9 @@ class Corpus:
     train_tokens_per_byte: float = 1.0  # bits per token x this = bits per byte
     val_tokens_per_byte: float = 1.0
     val_text: bytes | None = None  # the validation bytes of a tokenized corpus (its sample prompt)
+    train_file_sizes: tuple[int, ...] = ()  # each file's bytes in `train`, in stream order (a folder's corpus)
+    val_file_sizes: tuple[int, ...] = ()
+    document_end: str = "none"  # "eos": the tokenizer's EOS after each file's tokens (tokenize; DOCUMENT_ENDS)
 
     def describe(self) -> str:
         skipped = f", {_count(len(self.skipped_files), 'binary file')} skipped" if self.skipped_files else ""
@@ -209,6 +212,8 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
         source=source,
         train=_concat(texts[i] for i in train_idx),
         val=_concat(texts[i] for i in val_idx),
+        train_file_sizes=tuple(len(texts[i]) for i in train_idx),
+        val_file_sizes=tuple(len(texts[i]) for i in val_idx),
         train_files=tuple(names[i] for i in train_idx),
         val_files=tuple(names[i] for i in val_idx),
         skipped_files=tuple(skipped),
@@ -253,18 +258,77 @@ def _split_single_file(path: Path, data: bytes, val_fraction: float) -> Corpus:
                   non_utf8_files=_non_utf8([name], [data]))
 
 
-def tokenize(corpus: Corpus, tokenizer) -> Corpus:
-    """The corpus as token ids of `tokenizer` (tokenizer.py); a byte corpus stays as it is for bytes."""
+def tokenize(corpus: Corpus, tokenizer, document_end: str = "none") -> Corpus:
+    """The corpus as token ids of `tokenizer` (tokenizer.py); a byte corpus stays as it is for bytes. Each split is
+    one text, its files joined; with document_end "eos" each file is tokenized alone and followed by the
+    tokenizer's EOS (split_ids)."""
+    check_document_end(corpus, tokenizer, document_end)
     if tokenizer.name == "bytes":
         return corpus
-    train, val = tokenizer.encode_bytes(corpus.train.tobytes()), tokenizer.encode_bytes(corpus.val.tobytes())
+    train = split_ids(corpus.train, corpus.train_file_sizes, tokenizer, document_end)
+    val = split_ids(corpus.val, corpus.val_file_sizes, tokenizer, document_end)
     if max(int(train.max(initial=0)), int(val.max(initial=0))) >= np.iinfo(np.int32).max:
         raise DataError(f"the tokenizer {tokenizer.name!r} gave ids beyond int32")
     invalid = invalid_utf8_bytes(corpus.train.tobytes()) + invalid_utf8_bytes(corpus.val.tobytes())
     return replace(corpus, train=train.astype(np.int32), val=val.astype(np.int32),
                    train_tokens_per_byte=len(train) / max(len(corpus.train), 1),
                    val_tokens_per_byte=len(val) / max(len(corpus.val), 1), val_text=corpus.val.tobytes(),
-                   invalid_utf8_bytes=invalid)
+                   invalid_utf8_bytes=invalid, document_end=document_end)
+
+
+DOCUMENT_ENDS = ("none", "eos")   # train's --document-end
+
+
+def check_document_end(corpus: Corpus, tokenizer, document_end: str) -> None:
+    """--document-end eos needs an EOS token and files to end: a DataError naming what is missing and the fix."""
+    if document_end not in DOCUMENT_ENDS:
+        raise DataError(f"--document-end must be one of {', '.join(DOCUMENT_ENDS)}, got {document_end!r}")
+    if document_end == "none":
+        return
+    if tokenizer.name == "bytes":
+        raise DataError("--document-end eos puts the tokenizer's EOS token after each file, and a byte-level run has "
+                        "no EOS token (its ids are the bytes); give --tokenizer PATH or --init-from a model folder "
+                        "with a tokenizer.json, or leave --document-end out")
+    if tokenizer.eos_token_id is None:
+        raise DataError(f"--document-end eos: the tokenizer {tokenizer.name!r} has no EOS token (none named in its "
+                        f"tokenizer_config.json, no special token that reads as one); leave --document-end out")
+    if not corpus.train_file_sizes:                                     # one text, split by bytes
+        raise DataError(f"--document-end eos marks where each file of a --data folder ends; {corpus.source!r} is "
+                        f"one text, split by bytes into training and validation, so no file ends inside either: "
+                        f"leave --document-end out (or give a folder of several files)")
+
+
+def split_ids(data: np.ndarray, file_sizes: tuple[int, ...], tokenizer, document_end: str) -> np.ndarray:
+    """One split's bytes (its files joined, file_sizes in order) as the ids training reads: the whole text's
+    encode_bytes, or with document_end "eos" each file's own ids (its special tokens: a Llama-style tokenizer's
+    BOS starts every file) followed by the EOS id, unless its ids end with it already (document_ids)."""
+    if document_end == "none":
+        return tokenizer.encode_bytes(data.tobytes())
+    pieces = document_ids(tokenizer, file_texts(data, file_sizes))
+    return np.concatenate([np.zeros(0, np.int64), *(ids for ids, _ in pieces)])
+
+
+def file_texts(data: np.ndarray, file_sizes: tuple[int, ...]):
+    """Each file's bytes of a split, in order."""
+    ends = np.cumsum(file_sizes)
+    for start, end in zip(ends - np.asarray(file_sizes), ends):
+        yield data[start:end].tobytes()
+
+
+def document_ids(tokenizer, documents) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(ids, ends) pieces of the documents' joined text (encode_stream's, ends in bytes from its start): each
+    document tokenized alone, then the tokenizer's EOS, which ends where the document does (it covers no byte),
+    left out where the document's ids end with it already (a post_processor that appends one)."""
+    offset, eos = 0, np.array([tokenizer.eos_token_id], np.int64)
+    for document in documents:
+        last = None
+        for ids, ends in tokenizer.encode_stream([document]):
+            if len(ids):
+                last = int(ids[-1])
+            yield ids, ends + offset
+        offset += len(document)
+        if last != tokenizer.eos_token_id:
+            yield eos, np.array([offset], np.int64)
 
 
 def _concat(chunks) -> np.ndarray:

@@ -206,7 +206,8 @@ def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = S
                              f"without mpiexec)")
         raise ValueError(f"--batch-size {cfg.batch_size} (the global batch) must be divisible by the number of "
                          f"MPI ranks, {world.size}: each rank trains on batch_size / ranks sequences")
-    corpus = tokenize(load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction), tokenizer)
+    corpus = tokenize(load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction), tokenizer,
+                      cfg.document_end)
     check_length(corpus.train, cfg.seq_len, "training", corpus.source, corpus.train_files)
     check_length(corpus.val, cfg.seq_len, "validation", corpus.source, corpus.val_files)
     fingerprint = _fingerprint(corpus, tokenizer)

@@ -27,8 +27,8 @@ from ..io.atomic_write import write_atomic
 from ..models.mamba2.evaluation import evaluate_pieces
 from .config import TrainConfig
 from ..tokenizer import invalid_utf8_bytes
-from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, eval_window_starts, folder_files,
-                   load_corpus, non_utf8_note, utf16_mark)
+from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, document_ids, eval_window_starts,
+                   file_texts, folder_files, load_corpus, non_utf8_note, split_ids, utf16_mark)
 from .generate import _run_tokenizer, resolve_model_folder
 from .loop import evaluate
 
@@ -87,6 +87,9 @@ class EvalText:
     size: int  # its bytes
     source: str  # what the user is told was scored
     read: TextRead = field(default_factory=TextRead)  # filled in as `blocks` reads the text
+    # (ids, ends) pieces of the text where they are not its tokenizer's encode_stream of `blocks`: a run's split
+    # whose files each end with an EOS (--document-end eos)
+    pieces: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]] | None = None
 
     @property
     def data(self) -> bytes:
@@ -154,7 +157,8 @@ def run_validation_split(folder: Path, tokenizer) -> tuple[Corpus, np.ndarray, T
     except DataError as e:
         raise DataError(f"eval: the data this run trained on ({where}) cannot be read now ({e}); give --data "
                         f"PATH to score another text") from None
-    val = corpus.val if tokenizer.name == "bytes" else tokenizer.encode_bytes(corpus.val.tobytes()).astype(np.int32)
+    val = corpus.val if tokenizer.name == "bytes" else \
+        split_ids(corpus.val, corpus.val_file_sizes, tokenizer, trained.document_end).astype(np.int32)
     saved = state["data_fingerprint"]
     if (saved.get("val_bytes"), saved.get("val_crc32")) != (len(val), zlib.crc32(val)):
         raise DataError(f"eval: the data this run trained on ({where}) has changed since (files added, removed "
@@ -163,26 +167,35 @@ def run_validation_split(folder: Path, tokenizer) -> tuple[Corpus, np.ndarray, T
     return corpus, val, trained
 
 
-def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
+def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str = "none") -> EvalText:
     """--data (a file, or a folder's text files in sorted order, binary ones skipped); without it, the
     validation split of the run the checkpoint `folder` belongs to (the same files training validated on,
-    checked against the fingerprint the checkpoint saved: a changed data folder would split differently)."""
+    checked against the fingerprint the checkpoint saved: a changed data folder would split differently; with the
+    EOS token after each file where the run put one). `document_end` "eos" (--document-end, for --data): each
+    file tokenized alone and followed by the tokenizer's EOS token, as train --document-end eos reads them."""
+    if path is not None and document_end != "none":
+        _check_eos(tokenizer)
     if path is None:
-        corpus, val, _ = run_validation_split(folder, tokenizer)
+        corpus, val, trained = run_validation_split(folder, tokenizer)
         files = _count(len(corpus.val_files), "file")
+        ends = ", each followed by the EOS token" if trained.document_end == "eos" else ""
+        pieces = None if trained.document_end == "none" else \
+            lambda: document_ids(tokenizer, file_texts(corpus.val, corpus.val_file_sizes))
         blocks = lambda: (corpus.val[i:i + READ_BLOCK].tobytes() for i in range(0, len(corpus.val), READ_BLOCK))
         read = TextRead()
         if tokenizer.name != "bytes":  # the split's own bytes, and those of its files that load_corpus named
             read.invalid_utf8_bytes = invalid_utf8_bytes(corpus.val.tobytes())
             read.non_utf8_files = [name for name in corpus.non_utf8_files
                                    if name.removesuffix(" (UTF-16)") in corpus.val_files]
-        return EvalText(blocks, len(corpus.val), f"the validation split of {corpus.source} ({files}, as the run "
-                                                 f"split it)", read)
+        return EvalText(blocks, len(corpus.val), f"the validation split of {corpus.source} ({files}{ends}, as the "
+                                                 f"run split it)", read, pieces)
     root, count_utf8 = Path(path).expanduser(), tokenizer.name != "bytes"
+    ends = ", each followed by the EOS token" if document_end == "eos" else ""
     if root.is_file():
         read = TextRead()
-        return EvalText(lambda: _read_files([(root, root.name)], read, count_utf8), root.stat().st_size, str(root),
-                        read)
+        return EvalText(lambda: _read_files([(root, root.name)], read, count_utf8), root.stat().st_size,
+                        str(root) + (" (followed by the EOS token)" if ends else ""), read,
+                        _documents_of([(root, root.name)], read, count_utf8, tokenizer) if ends else None)
     if not root.is_dir():
         raise DataError(f"--data path {str(root)!r} does not exist" if not root.exists() else
                         f"--data path {str(root)!r} is neither a regular file nor a folder")
@@ -195,7 +208,30 @@ def read_eval_text(path: str | None, folder: Path, tokenizer) -> EvalText:
     named = [(p, p.relative_to(root).as_posix()) for p in texts]                       # named as training names them
     read = TextRead(file_names=tuple(name for _, name in named))
     return EvalText(lambda: _read_files(named, read, count_utf8), sum(size for _, size, _ in sizes),
-                    f"{root} ({_count(len(texts), 'text file')}{skipped})", read)
+                    f"{root} ({_count(len(texts), 'text file')}{ends}{skipped})", read,
+                    _documents_of(named, read, count_utf8, tokenizer) if ends else None)
+
+
+def _check_eos(tokenizer) -> None:
+    if tokenizer.name == "bytes" or tokenizer.eos_token_id is None:
+        what = "reads bytes, which have" if tokenizer.name == "bytes" else f"has a tokenizer ({tokenizer.name!r}) with"
+        raise DataError(f"--document-end eos puts the tokenizer's EOS token after each file, and the model {what} "
+                        f"no EOS token; leave --document-end out")
+
+
+def _documents_of(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool, tokenizer):
+    """EvalText.pieces for --document-end eos: data.document_ids of the files, each read whole (one at a time)
+    and counted in `read` as _read_files counts it."""
+    def documents():
+        pending, ended = [], 0
+        for block in _read_files(files, read, count_utf8):
+            if len(read.file_ends) > ended:       # the file before this block has ended (its end recorded)
+                yield b"".join(pending)
+                pending, ended = [], len(read.file_ends)
+            pending.append(block)
+        if pending:
+            yield b"".join(pending)
+    return lambda: document_ids(tokenizer, documents())
 
 
 def _saved_trainer_state(folder: Path) -> dict | None:
@@ -210,7 +246,8 @@ def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: b
     report (the JSON `eval --json` writes)."""
     from tqdm import tqdm
 
-    pieces = _first_tokens(tokenizer.encode_stream(text.blocks()), max_tokens)   # (ids, ends) pieces
+    pieces = _first_tokens(tokenizer.encode_stream(text.blocks()) if text.pieces is None else text.pieces(),
+                           max_tokens)                                   # (ids, ends) pieces
     first = []                                                           # the pieces up to the second token
     for piece in pieces:
         first.append(piece)
