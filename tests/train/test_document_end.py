@@ -42,6 +42,8 @@ def test_each_file_is_tokenized_alone_and_followed_by_eos(folder, bpe_tokenizer)
     np.testing.assert_array_equal(ended.train, _each_file_then_eos(tok, corpus.train_files, folder))
     np.testing.assert_array_equal(ended.val, _each_file_then_eos(tok, corpus.val_files, folder))
     assert ended.document_end == "eos" and (ended.train == tok.eos_token_id).sum() == 7
+    assert ended.describe().endswith("; each file followed by the tokenizer's EOS token (--document-end eos)")
+    assert "EOS" not in tokenize(corpus, tok).describe()
     assert ended.val_tokens_per_byte == len(ended.val) / len(corpus.val)   # the EOS counted: bits per byte of the split
     joined = tokenize(corpus, tok)                                       # the default: the files as one text
     np.testing.assert_array_equal(joined.train, tok.encode_bytes(corpus.train.tobytes()))
@@ -129,7 +131,9 @@ def test_the_run_keeps_the_setting_and_eval_reads_the_split_as_training_did(ende
     assert report["bytes"] == len(corpus.val) - len(tok.decode(val[:1]).encode())   # the EOS covers no byte
     assert "each followed by the EOS token" in report["data"]
     assert cli.main(["eval", "--model", str(ended_run), "--training-windows", "--json", "-"]) == 0
-    assert json.loads(capsys.readouterr().out)["bits_per_byte"] == state["val_bpb"]   # to the bit (float64)
+    report = json.loads(capsys.readouterr().out)
+    assert report["bits_per_byte"] == state["val_bpb"]                  # to the bit (float64)
+    assert "(1 file, each followed by the EOS token, as the run split it)" in report["data"]
 
 
 def test_resume_keeps_it_and_refuses_to_change_it(ended_run, tmp_path, capsys):

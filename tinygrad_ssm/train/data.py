@@ -133,6 +133,8 @@ class Corpus:
             skipped += f", {_count(len(self.run_folders), 'run folder')} left out ({', '.join(self.run_folders[:3])})"
         if self.invalid_utf8_bytes:
             skipped += "; " + non_utf8_note(self.invalid_utf8_bytes, self.non_utf8_files)
+        if self.document_end == "eos":
+            skipped += "; each file followed by the tokenizer's EOS token (--document-end eos)"
         train, val = self._size(self.train, self.train_tokens_per_byte), self._size(self.val, self.val_tokens_per_byte)
         return (f"{self.source}: {_count(len(self.train_files), 'train file')} ({train}), "
                 f"{_count(len(self.val_files), 'validation file')} ({val}){skipped}")

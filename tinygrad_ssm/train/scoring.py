@@ -364,7 +364,8 @@ def score_training_windows(model, tokenizer, folder: Path) -> dict:
     seconds = time.perf_counter() - start
     tokens = windows * trained.seq_len                                   # each window's seq_len targets
     mean_nats = bpb * math.log(2) / tokens_per_byte
-    files = _count(len(corpus.val_files), "file")
+    files = _count(len(corpus.val_files), "file") + (", each followed by the EOS token" if trained.document_end == "eos"
+                                                    else "")
     return {"data": f"the validation split of {corpus.source} ({files}, as the run split it), at the windows "
                     f"training scores", "tokenizer": tokenizer.name, "tokens": tokens,
             "bytes": round(tokens / tokens_per_byte), "mean_nats": mean_nats, "perplexity": math.exp(mean_nats),
