@@ -49,7 +49,7 @@ def test_the_line_names_each_stored_dtype_and_only_when_dtype_was_left_out(tmp_p
         resolve_starting_point(TrainConfig(init_from=str(folder)), {"init_from": str(folder), **overrides},
                                said.append)
     assert said == ["the checkpoint's weights are float16; training in float32 (the run's checkpoints hold "
-                    "float32)"]
+                    "float32; export --dtype float16 writes a fine-tuned folder in float16 again)"]
 
 
 def test_the_run_records_the_sha256_of_each_file_it_started_from(bpe_tokenizer, corpus, tmp_path):

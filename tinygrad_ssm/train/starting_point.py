@@ -72,8 +72,10 @@ def dtype_note(folder: Path, dtype: str) -> str | None:
         return None
     if not stored or stored == {dtype}:
         return None
+    narrow = sorted(stored)[0] if len(stored) == 1 and stored < {"float16", "bfloat16"} else None
     keeps = " (--dtype float64 keeps them)" if "float64" in stored and dtype != "float64" else \
-        f" (the run's checkpoints hold {dtype})"
+        f" (the run's checkpoints hold {dtype}; export --dtype {narrow} writes a fine-tuned folder in {narrow} " \
+        f"again)" if narrow else f" (the run's checkpoints hold {dtype})"
     return f"the checkpoint's weights are {' and '.join(sorted(stored))}; training in {dtype}{keeps}"
 
 
