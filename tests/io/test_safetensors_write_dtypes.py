@@ -25,8 +25,14 @@ def _nearest_bf16(x: float) -> float:
     down = bits & 0xFFFF0000
     up = down + 0x10000
     lo, hi = (float(np.array(b, np.uint32).view(np.float32)) for b in (down, up))
-    if hi == float("inf") or np.isinf(np.float32(hi)):
-        hi = float("inf") if x > 0 else float("-inf")
+    if np.isinf(hi):        # past the largest: infinity stands where 2^128 would be, and is chosen as that would be
+        beyond = float(np.copysign(2.0 ** 128, float(x)))
+        chosen = _nearest_of(x, lo, beyond, down)
+        return hi if chosen == beyond else lo
+    return _nearest_of(x, lo, hi, down)
+
+
+def _nearest_of(x: float, lo: float, hi: float, down: int) -> float:
     d_lo, d_hi = abs(float(x) - lo), abs(hi - float(x))
     if d_lo != d_hi:
         return lo if d_lo < d_hi else hi
@@ -47,6 +53,16 @@ def test_bfloat16_ties_go_to_the_even_neighbour():
     # and 1 + 2^-6 (even): truncation or rounding halves up would give another value for one of them
     halfway = np.array([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8)], np.float32)
     np.testing.assert_array_equal(bf16_to_float32(float_to_bf16(halfway)), [1.0, 1 + 2**-6, -1.0])
+
+
+def test_bfloat16_past_its_largest_value_ties_to_infinity():
+    """The float32 halfway between bfloat16's largest (odd) and where the next would be (2^128) goes to infinity,
+    as IEEE's rounding (and torch) has it; just under it, to the largest."""
+    largest = float(bf16_to_float32(np.array([0x7F7F], np.uint16))[0])
+    halfway = np.array([0x7F7F8000, 0x7F7F7FFF], np.uint32).view(np.float32)
+    got = bf16_to_float32(float_to_bf16(np.concatenate([halfway, -halfway])))
+    np.testing.assert_array_equal(got, [np.inf, largest, -np.inf, -largest])
+    assert [_nearest_bf16(x) for x in halfway] == [np.inf, largest]
 
 
 def test_bfloat16_of_nan_and_infinity():

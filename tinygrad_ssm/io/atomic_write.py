@@ -47,13 +47,14 @@ def keep_mode_of(fd: int, path) -> None:
         os.fchmod(fd, stat.S_IMODE(st.st_mode))
 
 
-def write_atomic(path, data: bytes | str, replace: bool = True) -> None:
+def write_atomic(path, data: bytes | str | tuple, replace: bool = True) -> None:
     """Write `data` to a temporary file beside `path`, sync it to disk, then rename it over `path`:
-    readers see the old file or the new one, never a mix. str is written as UTF-8. replace=False: `path` must
-    not exist (FileExistsError if a file appeared there meanwhile; it is left as it is)."""
+    readers see the old file or the new one, never a mix. str is written as UTF-8; a tuple of bytes-like pieces
+    one after the other (a file's new header before the rest of another's bytes, without joining them in memory).
+    replace=False: `path` must not exist (FileExistsError if a file appeared there meanwhile; it is left as it is)."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    payload = data.encode("utf-8") if isinstance(data, str) else data
+    pieces = data if isinstance(data, tuple) else (data.encode("utf-8") if isinstance(data, str) else data,)
     try:
         fd, tmp = new_temporary_file(directory, os.path.basename(path))
     except OSError as error:                                    # no such folder, not writable: name the file asked for
@@ -62,7 +63,8 @@ def write_atomic(path, data: bytes | str, replace: bool = True) -> None:
         if replace:
             keep_mode_of(fd, path)
         with os.fdopen(fd, "wb") as f:
-            f.write(payload)
+            for piece in pieces:
+                f.write(piece)
             f.flush()
             os.fsync(f.fileno())
         if replace:

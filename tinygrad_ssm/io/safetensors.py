@@ -375,14 +375,14 @@ def save_file(path, arrays: dict, metadata: dict | None = None, bfloat16: frozen
     write_atomic(path, _tagged_bfloat16(payload, bfloat16) if bfloat16 else payload)
 
 
-def _tagged_bfloat16(payload: bytes, names) -> bytes:
-    """The library's file with the tensors `names` (written as U16: its NumPy writer has no bfloat16) tagged BF16:
-    the same bytes of data, the header re-encoded as the library encodes it (compact JSON, padded with spaces to a
-    multiple of 8 bytes). The data's offsets count from the header's end, so they stay as they are."""
+def _tagged_bfloat16(payload: bytes, names) -> tuple:
+    """The library's file with the tensors `names` (written as U16: its NumPy writer has no bfloat16) tagged BF16,
+    as write_atomic's pieces: the header re-encoded as the library encodes it (compact JSON, padded with spaces to
+    a multiple of 8 bytes), then the same bytes of data, not copied (the offsets count from the header's end)."""
     n = struct.unpack("<Q", payload[:8])[0]
     header = json.loads(payload[8:8 + n])
     for name in names:
         header[name]["dtype"] = "BF16"
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + payload[8 + n:]
+    return struct.pack("<Q", len(text)) + text, memoryview(payload)[8 + n:]
