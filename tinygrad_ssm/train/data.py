@@ -287,17 +287,22 @@ def check_document_end(corpus: Corpus, tokenizer, document_end: str) -> None:
         raise DataError(f"--document-end must be one of {', '.join(DOCUMENT_ENDS)}, got {document_end!r}")
     if document_end == "none":
         return
-    if tokenizer.name == "bytes":
-        raise DataError("--document-end eos puts the tokenizer's EOS token after each file, and a byte-level run has "
-                        "no EOS token (its ids are the bytes); give --tokenizer PATH or --init-from a model folder "
-                        "with a tokenizer.json, or leave --document-end out")
-    if tokenizer.eos_token_id is None:
-        raise DataError(f"--document-end eos: the tokenizer {tokenizer.name!r} has no EOS token (none named in its "
-                        f"tokenizer_config.json, no special token that reads as one); leave --document-end out")
+    require_eos_token(tokenizer, "a byte-level run has no EOS token (its ids are the bytes); give --tokenizer PATH "
+                                 "or --init-from a model folder with a tokenizer.json, or leave --document-end out")
     if not corpus.train_file_sizes:                                     # one text, split by bytes
         raise DataError(f"--document-end eos marks where each file of a --data folder ends; {corpus.source!r} is "
                         f"one text, split by bytes into training and validation, so no file ends inside either: "
                         f"leave --document-end out (or give a folder of several files)")
+
+
+def require_eos_token(tokenizer, byte_level: str) -> None:
+    """--document-end eos needs the tokenizer's EOS token: a DataError ending in `byte_level` (the fix where the ids
+    are bytes), or naming the tokenizer that has none."""
+    if tokenizer.name == "bytes":
+        raise DataError(f"--document-end eos puts the tokenizer's EOS token after each file, and {byte_level}")
+    if tokenizer.eos_token_id is None:
+        raise DataError(f"--document-end eos: the tokenizer {tokenizer.name!r} has no EOS token (none named in its "
+                        f"tokenizer_config.json, no special token that reads as one); leave --document-end out")
 
 
 def split_ids(data: np.ndarray, file_sizes: tuple[int, ...], tokenizer, document_end: str) -> np.ndarray:

@@ -28,7 +28,8 @@ from ..models.mamba2.evaluation import evaluate_pieces
 from .config import TrainConfig
 from ..tokenizer import invalid_utf8_bytes
 from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, document_ids, eval_window_starts,
-                   file_texts, folder_files, load_corpus, non_utf8_note, split_ids, utf16_mark)
+                   file_texts, folder_files, load_corpus, non_utf8_note, require_eos_token, split_ids,
+                   utf16_mark)
 from .generate import _run_tokenizer, resolve_model_folder
 from .loop import evaluate
 
@@ -57,6 +58,7 @@ def write_report(path: Path, text: str) -> None:
     write_atomic(path, text, replace=existing)
 
 
+EOS_AFTER_FILES = ", each followed by the EOS token"   # the data line's words for --document-end eos
 READ_BLOCK = 1 << 20  # bytes read from a file at a time: eval holds a block and a tokenizer's piece, not the text
 
 
@@ -174,11 +176,11 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
     EOS token after each file where the run put one). `document_end` "eos" (--document-end, for --data): each
     file tokenized alone and followed by the tokenizer's EOS token, as train --document-end eos reads them."""
     if path is not None and document_end != "none":
-        _check_eos(tokenizer)
+        require_eos_token(tokenizer, "the model reads bytes, which have no EOS token; leave --document-end out")
     if path is None:
         corpus, val, trained = run_validation_split(folder, tokenizer)
         files = _count(len(corpus.val_files), "file")
-        ends = ", each followed by the EOS token" if trained.document_end == "eos" else ""
+        ends = EOS_AFTER_FILES if trained.document_end == "eos" else ""
         pieces = None if trained.document_end == "none" else \
             lambda: document_ids(tokenizer, file_texts(corpus.val, corpus.val_file_sizes))
         blocks = lambda: (corpus.val[i:i + READ_BLOCK].tobytes() for i in range(0, len(corpus.val), READ_BLOCK))
@@ -190,7 +192,7 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
         return EvalText(blocks, len(corpus.val), f"the validation split of {corpus.source} ({files}{ends}, as the "
                                                  f"run split it)", read, pieces)
     root, count_utf8 = Path(path).expanduser(), tokenizer.name != "bytes"
-    ends = ", each followed by the EOS token" if document_end == "eos" else ""
+    ends = EOS_AFTER_FILES if document_end == "eos" else ""
     if root.is_file():
         read = TextRead()
         return EvalText(lambda: _read_files([(root, root.name)], read, count_utf8), root.stat().st_size,
@@ -210,13 +212,6 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
     return EvalText(lambda: _read_files(named, read, count_utf8), sum(size for _, size, _ in sizes),
                     f"{root} ({_count(len(texts), 'text file')}{ends}{skipped})", read,
                     _documents_of(named, read, count_utf8, tokenizer) if ends else None)
-
-
-def _check_eos(tokenizer) -> None:
-    if tokenizer.name == "bytes" or tokenizer.eos_token_id is None:
-        what = "reads bytes, which have" if tokenizer.name == "bytes" else f"has a tokenizer ({tokenizer.name!r}) with"
-        raise DataError(f"--document-end eos puts the tokenizer's EOS token after each file, and the model {what} "
-                        f"no EOS token; leave --document-end out")
 
 
 def _documents_of(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool, tokenizer):
@@ -364,8 +359,7 @@ def score_training_windows(model, tokenizer, folder: Path) -> dict:
     seconds = time.perf_counter() - start
     tokens = windows * trained.seq_len                                   # each window's seq_len targets
     mean_nats = bpb * math.log(2) / tokens_per_byte
-    files = _count(len(corpus.val_files), "file") + (", each followed by the EOS token" if trained.document_end == "eos"
-                                                    else "")
+    files = _count(len(corpus.val_files), "file") + (EOS_AFTER_FILES if trained.document_end == "eos" else "")
     return {"data": f"the validation split of {corpus.source} ({files}, as the run split it), at the windows "
                     f"training scores", "tokenizer": tokenizer.name, "tokens": tokens,
             "bytes": round(tokens / tokens_per_byte), "mean_nats": mean_nats, "perplexity": math.exp(mean_nats),
