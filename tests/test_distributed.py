@@ -178,6 +178,33 @@ def test_weights_that_differ_between_ranks_stop_the_run(corpus, tmp_path):
 
 
 @needs_mpi
+def test_micro_batches_on_two_ranks_equal_one_process_and_send_once(corpus, tmp_path):
+    """--grad-accum 2 on 2 ranks (each rank's 4 rows as 2 micro-batches of 2): one process's step of the whole
+    batch, to rounding; the first backward sends nothing (no_sync), the last one sends every bucket; a rank's share
+    that the micro-batches cannot split is named with the values that can."""
+    steps = ["--steps", "3", "--eval-every", "2", "--dtype", "float64", "--data", corpus, "--batch-size", "8"]
+    cfg = TrainConfig(data=str(corpus), out=str(tmp_path / "one"), d_model=32, n_layer=1, d_state=16, headdim=16,
+                      batch_size=8, seq_len=32, eval_batches=2, sample_bytes=8, lr=1e-2, min_lr=1e-3,
+                      warmup_steps=2, steps=3, eval_every=2, dtype="float64")
+    train(cfg, progress=False, say=quiet)
+    two = mpirun(2, ["-m", "tinygrad_ssm", "train", *TINY, *steps, "--grad-accum", "2", "--out", tmp_path / "two"])
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "(in 2 micro-batches of 2 per rank)" in two.stdout, two.stdout
+    assert_close(weights(tmp_path / "two"), weights(tmp_path / "one"))
+    records = [json.loads(line) for line in (tmp_path / "two" / "log.jsonl").read_text().splitlines()]
+    sent = {r["buckets_sent_in_backward"] for r in records if "train_loss" in r}
+    (only,) = sent
+    assert only.split("/")[0] == only.split("/")[1], sent
+    bad = mpirun(2, ["-m", "tinygrad_ssm", "train", *TINY, "--batch-size", "4", "--grad-accum", "4", "--data", corpus,
+                     "--out", tmp_path / "bad"], timeout=90)
+    assert bad.returncode == cli.EXIT_USAGE, bad.stderr[-3000:]
+    message = ("--grad-accum 4 must divide each MPI rank's share of the batch (--batch-size 4 over 2 ranks: 2 "
+               "sequences), the rank's micro-batches being equal; give --grad-accum one of 1, 2")
+    assert bad.stderr.count(message) == 1, bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+@needs_mpi
 def test_global_batch_not_divisible_by_the_ranks(corpus, tmp_path):
     proc = mpirun(2, ["-m", "tinygrad_ssm", "train", *TINY, "--batch-size", "3", "--data", corpus,
                       "--out", tmp_path / "run"], timeout=90)

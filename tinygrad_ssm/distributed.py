@@ -8,7 +8,9 @@ weights stay identical without ever being sent. PyTorch DDP's refinements, both 
 - overlap: a bucket's non-blocking Iallreduce starts as soon as its last gradient is final during the
   backward walk (`Tensor.register_post_accumulate_grad_hook`), so communication runs beside the rest of
   the backward. Buckets are launched strictly in index order, so every rank issues the same collectives
-  in the same order (MPI requires it), whatever order its hooks fire in.
+  in the same order (MPI requires it), whatever order its hooks fire in;
+- accumulation: several backwards a step (micro-batches), all but the last inside `reducer.no_sync()`, so that
+  the sums travel once, during the last backward.
 
 mpi4py is optional (`pip install -e ".[distributed]"` in a checkout, which also brings the mpich wheel and its
 `mpiexec`). Nothing imports it unless `init()` is called; `launcher_world_size()` only reads the environment.
@@ -23,6 +25,7 @@ mpi4py is optional (`pip install -e ".[distributed]"` in a checkout, which also 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -261,7 +264,8 @@ class GradientAllreducer:
     With overlap, hooks on the parameters copy each final gradient into its bucket during backward and
     start the bucket's Iallreduce when it is full; `finish()` then sends what is left, waits, and writes the
     means back into .grad. Without overlap everything happens in `finish()`. One backward per step with
-    overlap (a second backward before `finish()` raises: accumulate with overlap=False). With overlap a
+    overlap (a second backward before `finish()` raises): to accumulate gradients over several backwards, run all
+    but the last inside `no_sync()` (as torch's DistributedDataParallel.no_sync), or use overlap=False. With overlap a
     gradient is sent when backward() makes it final: the averaged gradients are in .grad only after `finish()`,
     so change them after it (as after Horovod's synchronize()); a .grad replaced (or changed by a tensor op) between
     backward() and finish() makes finish() raise instead of dropping the change. Without overlap, what .grad holds
@@ -290,11 +294,29 @@ class GradientAllreducer:
         self._handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
                          for _, p in named] if overlap and world.size > 1 else []
         self._next, self._seen, self.last_finish_s, self.last_launched_early = 0, {}, 0.0, 0
+        self._held = False  # inside no_sync(): a backward's gradients stay in .grad, unsent
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """The backwards inside leave their gradients in .grad, summed there, and send nothing; the next backward
+        outside sends the sums (each gradient once it is final, as always). Gradient accumulation over
+        micro-batches: every micro-batch's backward but the last inside it, then the last one, then finish()."""
+        if self._seen:
+            raise RuntimeError("GradientAllreducer.no_sync(): a backward since the last finish() has already sent "
+                               "gradients; hold back the backwards before the last one, not after it")
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
 
     def _grad_ready(self, leaf) -> None:
+        if self._held:
+            return
         if id(leaf) in self._seen:
             raise RuntimeError("GradientAllreducer(overlap=True): a second backward before finish(); to accumulate "
-                               "gradients over several backwards, use overlap=False")
+                               "gradients over several backwards, run all but the last inside no_sync(), or use "
+                               "overlap=False")
         self._seen[id(leaf)] = (leaf.grad, None if leaf.grad is None else leaf.grad._version[0])  # as sent
         b, i = self._where[id(leaf)]
         bucket = self.buckets[b]

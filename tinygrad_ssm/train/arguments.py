@@ -34,6 +34,9 @@ _TRAIN_FLAGS = [
     ("--val-fraction", "val_fraction", float, f"fraction of the files kept for validation [{_D.val_fraction}]"),
     ("--steps", "steps", int, f"total optimizer steps; also the length of the cosine schedule [{_D.steps}]"),
     ("--batch-size", "batch_size", int, f"sequences per step [{_D.batch_size}]"),
+    ("--grad-accum", "grad_accum", int, f"run each step's batch as this many equal micro-batches, one after another, "
+                                        f"their gradients summed: the same step (up to rounding) with the "
+                                        f"activation memory of one micro-batch [{_D.grad_accum}]"),
     ("--seq-len", "seq_len", int, f"bytes per sequence (tokens when the run has a tokenizer) [{_D.seq_len}]"),
     ("--d-model", "d_model", int, f"model width [{_D.d_model}]"),
     ("--n-layer", "n_layer", int, f"number of Mamba-2 blocks [{_D.n_layer}]"),

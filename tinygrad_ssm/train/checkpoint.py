@@ -19,7 +19,7 @@ from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR
                               LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, CheckpointNotFound, checkpoint_names,
                               resolve_checkpoint, run_dir_of)
 from ..io.file_checks import require_regular_file
-from ..io.finite import non_finite_problems  # noqa: F401 (loop.py and starting_point.py take it from here)
+from ..io.finite import non_finite_problems  # noqa: F401 (step.py and starting_point.py take it from here)
 from ..io.safetensors import load_file, save_file
 from .checks import train_config_problems
 from .config import TrainConfig

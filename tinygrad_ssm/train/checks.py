@@ -15,9 +15,9 @@ import os
 from ..scan import available_backends
 
 # TrainConfig field -> smallest allowed value, for the integer settings
-_MIN_INT = {"steps": 1, "batch_size": 1, "seq_len": 1, "d_model": 1, "n_layer": 1, "d_state": 1, "headdim": 1,
-            "chunk_size": 1, "eval_every": 1, "eval_batches": 1, "checkpoint_every": 1, "keep_checkpoints": 1,
-            "warmup_steps": 0, "sample_bytes": 0, "seed": 0, "data_seed": 0}
+_MIN_INT = {"steps": 1, "batch_size": 1, "grad_accum": 1, "seq_len": 1, "d_model": 1, "n_layer": 1, "d_state": 1,
+            "headdim": 1, "chunk_size": 1, "eval_every": 1, "eval_batches": 1, "checkpoint_every": 1,
+            "keep_checkpoints": 1, "warmup_steps": 0, "sample_bytes": 0, "seed": 0, "data_seed": 0}
 # bytes of NumPy memory per (token x unit) of a training step's forward + backward, measured with tracemalloc
 # on four model sizes (13.3 to 13.9 bytes; units: see step_memory_bytes)
 _BYTES_PER_UNIT = 14
@@ -29,6 +29,12 @@ def flag(field: str) -> str:
     return field if field.startswith("beta") else "--" + field.replace("_", "-")
 
 
+def divisors(n: int) -> list[int]:
+    """The positive divisors of n >= 1, ascending (what a batch of n sequences can be split by)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
 def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -38,15 +44,17 @@ def _is_real(value) -> bool:
 
 
 def step_memory_bytes(cfg, vocab_size: int = VOCAB) -> int:
-    """Estimated peak bytes of one training step (activations kept for backward, and their gradients).
-    Per token and layer the mixer keeps its in_proj output, the conv input/output, several d_inner-wide
-    tensors and the (heads x chunk) decay matrix of the SSD scan; the head keeps logits and their softmax."""
+    """Estimated peak bytes of one training step (activations kept for backward, and their gradients), of one
+    micro-batch (--grad-accum: a micro-batch's activations are freed before the next). Per token and layer the
+    mixer keeps its in_proj output, the conv input/output, several d_inner-wide tensors and the (heads x chunk)
+    decay matrix of the SSD scan; the head keeps logits and their softmax."""
     d_inner = 2 * cfg.d_model
     nheads = max(1, d_inner // max(1, cfg.headdim))
     conv_dim = d_inner + 2 * cfg.d_state
     d_in_proj = 2 * d_inner + 2 * cfg.d_state + nheads
     per_layer = d_in_proj + 2 * conv_dim + 4 * d_inner + nheads * cfg.chunk_size
-    return _BYTES_PER_UNIT * cfg.batch_size * cfg.seq_len * (cfg.n_layer * per_layer + 3 * vocab_size)
+    micro_batch = -(-cfg.batch_size // cfg.grad_accum)
+    return _BYTES_PER_UNIT * micro_batch * cfg.seq_len * (cfg.n_layer * per_layer + 3 * vocab_size)
 
 
 def parameter_memory_bytes(cfg, vocab_size: int = VOCAB) -> int:
@@ -110,6 +118,9 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
         return bad
     if (2 * cfg.d_model) % cfg.headdim:
         bad.append(f"--headdim {cfg.headdim} must divide 2 * --d-model = {2 * cfg.d_model}")
+    if cfg.batch_size % cfg.grad_accum:
+        bad.append(f"--grad-accum {cfg.grad_accum} must divide --batch-size {cfg.batch_size} (each step's batch in "
+                   f"that many equal micro-batches); give one of {', '.join(map(str, divisors(cfg.batch_size)))}")
     if "warmup_steps" in explicit and cfg.warmup_steps > cfg.steps:
         bad.append(f"--warmup-steps {cfg.warmup_steps} is longer than the whole run (--steps {cfg.steps}): the "
                    f"learning rate would never reach --lr; give at most {cfg.steps}")
@@ -131,9 +142,11 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
                    f"a model whose weights, gradients and optimizer state need about {weights / 2 ** 30:,.0f} GiB, "
                    f"more than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --d-model or --n-layer")
     elif have is not None and need > have:
-        bad.append(f"--batch-size {cfg.batch_size} x --seq-len {cfg.seq_len} (with --d-model {cfg.d_model}, "
+        micro = "" if cfg.grad_accum == 1 else f" in {cfg.grad_accum} micro-batches"
+        bad.append(f"--batch-size {cfg.batch_size} x --seq-len {cfg.seq_len}{micro} (with --d-model {cfg.d_model}, "
                    f"--n-layer {cfg.n_layer}{vocab}) needs about {need / 2 ** 30:,.0f} GiB for one training step, more "
-                   f"than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --batch-size or --seq-len")
+                   f"than this machine's {have / 2 ** 30:,.0f} GiB of memory; raise --grad-accum (the same step in "
+                   f"smaller pieces) or lower --batch-size or --seq-len")
     return bad
 
 

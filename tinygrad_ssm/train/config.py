@@ -41,6 +41,7 @@ class TrainConfig:
     steps: int = 660
     batch_size: int = 32
     seq_len: int = 128
+    grad_accum: int = 1  # each step's batch in this many micro-batches, one after another: memory, not the math
     lr: float = 4e-3
     min_lr: float | None = None  # None: lr / 10
     warmup_steps: int = 10
@@ -59,9 +60,10 @@ class TrainConfig:
     sample_bytes: int = 300
     sample_prompt: str = ""  # "" -> the first line of the validation text (see data.sample_prompt_from)
 
-    # flags that may differ on --resume without changing the weights the run produces
+    # flags that may differ on --resume without changing the weights the run produces (backend and grad_accum:
+    # the same sums, up to rounding; a run that ran out of memory resumes with a higher --grad-accum)
     RESUME_SAFE = ("out", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints", "sample_bytes",
-                   "sample_prompt", "backend")
+                   "sample_prompt", "backend", "grad_accum")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

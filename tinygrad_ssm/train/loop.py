@@ -1,10 +1,10 @@
 """Train a byte-level Mamba-2 language model: AdamW, warmup + cosine decay, gradient clipping.
 
-One step: draw a batch, loss = mean cross entropy of the next byte, backward, clip the global gradient
-norm, AdamW update with the scheduled learning rate. Validation bits per byte are measured on fixed
-windows of the validation files every `eval_every` steps. Checkpoints (see train/checkpoint.py) hold everything
-that decides the next step: weights, optimizer moments, step, sampler state (its RNG), config; so a
-resumed run continues bit for bit.
+One step (step.py): draw a batch, loss = mean cross entropy of the next byte, backward (in --grad-accum
+micro-batches), clip the global gradient norm, AdamW update with the scheduled learning rate. Validation bits per
+byte are measured on fixed windows of the validation files every `eval_every` steps. Checkpoints (see
+train/checkpoint.py) hold everything that decides the next step: weights, optimizer moments, step, sampler state
+(its RNG), config; so a resumed run continues bit for bit.
 
 Stopping: Ctrl-C (or SIGTERM) finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
 Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done; a Ctrl-C during that
@@ -20,7 +20,6 @@ before clipping, so every rank applies the same AdamW step. Rank 0 alone prints,
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
 import zlib
@@ -35,7 +34,7 @@ from ..autograd.grad_mode import no_grad
 from ..distributed import (SINGLE, DistributedError, GradientAllreducer, RanksDiverged, World,
                            broadcast_weights_and_optimizers, check_same_weights, launcher_world_size)
 from . import checkpoint as ckpt
-from .checks import check_train_config
+from .checks import check_train_config, divisors
 from .config import VOCAB_SIZE, TrainConfig, _resume_config  # noqa: F401 (re-exported)
 from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batches, load_corpus, sample_prompt_from,
                    tokenize, unigram_entropy_bits)
@@ -45,6 +44,7 @@ from .mpi_cli import python_cmd
 from .optimizers import load_flat_optimizer_state, flat_optimizer_state, build_optimizers
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
 from .sigint import FinishTheSave, StopOnSigint
+from .step import TrainingDiverged, last_good, train_step  # noqa: F401 (TrainingDiverged re-exported)
 from .starting_point import (paths_as_saved, resolve_starting_point, run_vocab_size, shared_model,
                              shared_tokenizer, tokenizer_files)
 
@@ -76,10 +76,6 @@ class TrainResult:
     sample: str | None = None
 
 
-class TrainingDiverged(RuntimeError):
-    """The loss or the gradient norm became NaN or infinite; nothing was written after the last good step."""
-
-
 def default_out_dir() -> str:
     return str(Path("runs") / time.strftime("mamba2-%Y%m%d-%H%M%S"))
 
@@ -94,14 +90,17 @@ def _fingerprint(corpus: Corpus, tokenizer) -> dict:
 
 def evaluate(model, data: np.ndarray, cfg: TrainConfig, world: World = SINGLE, tokens_per_byte: float = 1.0) -> float:
     """Mean next-token cross entropy on the fixed validation windows, in bits per byte. Under MPI each rank
-    takes every world.size-th batch and the sums are added up over the ranks."""
+    takes every world.size-th batch and the sums are added up over the ranks. A batch runs in --grad-accum
+    pieces, as training's (its logits alone are 3.3 GB at 32 x 512 tokens of a 50k vocabulary)."""
 
     total, count = 0.0, 0
     with no_grad():
         for i, (x, y) in enumerate(eval_batches(data, cfg.batch_size, cfg.seq_len, cfg.eval_batches)):
             if i % world.size == world.rank:
-                total += float(model.loss(x, y).data) * y.size
-                count += y.size
+                for xm, ym in zip(np.array_split(x, cfg.grad_accum), np.array_split(y, cfg.grad_accum)):
+                    if len(ym):  # the last batch may hold fewer windows than pieces
+                        total += float(model.loss(xm, ym).data) * ym.size
+                        count += ym.size
     total, count = (float(v) for v in world.sum([total, count]))
     return bits_per_byte(total / count, tokens_per_byte)
 
@@ -198,7 +197,7 @@ def _resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):
 
 def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = SINGLE) -> tuple[Corpus, dict]:
     if cfg.batch_size % world.size:
-        counts = " or ".join(str(n) for n in range(1, cfg.batch_size + 1) if cfg.batch_size % n == 0)
+        counts = " or ".join(map(str, divisors(cfg.batch_size)))
         if state is not None:  # the batch is the run's: the number of ranks must fit it
             raise ValueError(f"--resume: this run's global batch is {cfg.batch_size} sequences (its --batch-size, kept "
                              f"in the checkpoint; a resumed run keeps it), which {world.size} MPI ranks cannot share "
@@ -206,6 +205,11 @@ def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = S
                              f"without mpiexec)")
         raise ValueError(f"--batch-size {cfg.batch_size} (the global batch) must be divisible by the number of "
                          f"MPI ranks, {world.size}: each rank trains on batch_size / ranks sequences")
+    share = cfg.batch_size // world.size
+    if share % cfg.grad_accum:  # train_config_problems checked it for one process
+        raise ValueError(f"--grad-accum {cfg.grad_accum} must divide each MPI rank's share of the batch (--batch-size "
+                         f"{cfg.batch_size} over {world.size} ranks: {share} sequences), the rank's micro-batches "
+                         f"being equal; give --grad-accum one of {', '.join(map(str, divisors(share)))}")
     corpus = tokenize(load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction), tokenizer,
                       cfg.document_end)
     check_length(corpus.train, cfg.seq_len, "training", corpus.source, corpus.train_files)
@@ -275,9 +279,12 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
     origin = f"; from {cfg.init_from}" if cfg.init_from and state is None else ""
     unit = "bytes" if tokenizer.name == "bytes" else "tokens"
     ranks = f" over {world.size} MPI ranks" if world.size > 1 else ""
+    per_rank = " per rank" if world.size > 1 else ""
+    micro = (f" (in {cfg.grad_accum} micro-batches of {cfg.batch_size // world.size // cfg.grad_accum}{per_rank})"
+             if cfg.grad_accum > 1 else "")
     say(f"model: {run.model.varmap.num_parameters():,} parameters (d_model {cfg.d_model}, {layers}, d_state "
-        f"{cfg.d_state}, headdim {cfg.headdim}{origin}); {steps} of {cfg.batch_size} x {cfg.seq_len} {unit}{ranks}; "
-        f"out {out}")
+        f"{cfg.d_state}, headdim {cfg.headdim}{origin}); {steps} of {cfg.batch_size} x {cfg.seq_len} {unit}{ranks}"
+        f"{micro}; out {out}")
     return run
 
 
@@ -295,56 +302,6 @@ def _restore(run: _Run, state: dict, resume_dir: Path | None) -> None:
     run.sampler.load_state_dict(state["sampler"])
     run.step, run.tokens, run.train_s = state["step"], state["tokens"], state["train_s"]
     run.val_bpb, run.last_ckpt, run.saved_step = state.get("val_bpb"), resume_dir, run.step
-
-
-def _step(run: _Run, stop_requested: bool = False) -> dict:
-    """One optimizer step: batch, loss, backward, clip, AdamW. Returns the step's log record. Under MPI the
-    rank's rows of the global batch; the loss (and any rank's Ctrl-C) and the gradients averaged over ranks."""
-    t0 = time.perf_counter()
-    lr = run.schedule(run.step)
-    x, y = run.sampler.next_batch()  # (b, l) each: the global batch, the same on every rank
-    rows = slice(run.world.rank * len(x) // run.world.size, (run.world.rank + 1) * len(x) // run.world.size)
-    x, y = x[rows], y[rows]  # (b / ranks, l): this rank's share
-    for opt in run.optimizers.values():
-        opt.zero_grad()
-    loss = run.model.loss(x, y)
-    run.loss_val = float(loss.data)
-    if run.world.size > 1:
-        sums = run.world.sum([run.loss_val, *(np.arange(run.world.size) == run.world.rank) * stop_requested])
-        run.loss_val, run.stop_ranks = sums[0] / run.world.size, tuple(np.flatnonzero(sums[1:]).tolist())
-        run.stop_requested = bool(run.stop_ranks)
-    if not math.isfinite(run.loss_val):
-        raise TrainingDiverged(_diverged(f"loss is {run.loss_val}", run.step + 1, lr, run.last_ckpt))
-    loss.backward()
-    if run.reducer is not None:
-        run.reducer.finish()
-    grad_norm = float(run.clip(run.model.varmap.all_vars(), run.cfg.grad_clip))
-    if not math.isfinite(grad_norm):
-        raise TrainingDiverged(_diverged(f"gradient norm is {grad_norm}", run.step + 1, lr, run.last_ckpt))
-    run.in_update = True
-    for opt in run.optimizers.values():
-        opt.lr = lr
-        opt.step()
-    run.in_update = False
-    bad = ckpt.non_finite_problems(run.model.varmap.named_vars())
-    if bad:  # a finite gradient times a huge lr: nothing after the last good checkpoint may be saved
-        raise TrainingDiverged(f"training diverged: the update at step {run.step + 1} (lr {lr:.3g}) made the "
-                               f"weights non-finite ({bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})"
-                               f"; nothing was saved; {_last_good(run.last_ckpt)}. Try a lower --lr or more "
-                               f"--warmup-steps.")
-    run.step += 1
-    n_tokens = x.size * run.world.size
-    run.tokens += n_tokens
-    dt = time.perf_counter() - t0
-    run.train_s += dt
-    run.rate = n_tokens / dt if run.rate is None else 0.9 * run.rate + 0.1 * n_tokens / dt
-    record = {"step": run.step, "train_loss": run.loss_val,
-              "train_bpb": bits_per_byte(run.loss_val, run.corpus.train_tokens_per_byte), "lr": lr,
-              "grad_norm": grad_norm, "tokens": run.tokens, "tokens_per_s": n_tokens / dt}
-    if run.reducer is not None:
-        record["allreduce_s"] = run.reducer.last_finish_s
-        record["buckets_sent_in_backward"] = f"{run.reducer.last_launched_early}/{len(run.reducer.buckets)}"
-    return record
 
 
 def _after_step(run: _Run, record: dict, bar, say) -> None:
@@ -402,7 +359,7 @@ def _loop(run: _Run, stop_at, callback, bar, sigint, say) -> str:
             return "interrupted"
         if stop_at is not None and run.step >= stop_at:
             return "stopped"
-        record = _step(run, sigint.requested)
+        record = train_step(run, sigint.requested)
         _after_step(run, record, bar, say)
         if callback is not None:
             callback(StepInfo(run.step, run.loss_val, record["lr"], run.model))
@@ -458,17 +415,6 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
         raise
 
 
-def _last_good(last_ckpt: Path | None) -> str:
-    """What a stopped run leaves to go on from (its checkpoints are written only while the weights are good)."""
-    return (f"the last good checkpoint {last_ckpt} was left untouched" if last_ckpt is not None
-            else "no checkpoint had been written yet")
-
-
-def _diverged(what: str, step: int, lr: float, last_ckpt: Path | None) -> str:
-    return (f"training diverged: {what} at step {step} (lr {lr:.3g}); stopped without updating the weights; "
-            f"{_last_good(last_ckpt)}. Try a lower --lr or more --warmup-steps.")
-
-
 def _check_ranks_agree(run: _Run) -> None:
     """check_same_weights, its RanksDiverged told what is left: the last good checkpoint (resume from it), or none
     yet (the run starts again). Under MPI every rank raises it alike, with the same checkpoint (save() tells all)."""
@@ -477,7 +423,7 @@ def _check_ranks_agree(run: _Run) -> None:
     except RanksDiverged as e:
         then = (f"; resume from it: --resume {run.last_ckpt}" if run.last_ckpt is not None
                 else "; start the run again")
-        raise RanksDiverged(f"{e}; nothing of the diverged ranks was saved; {_last_good(run.last_ckpt)}"
+        raise RanksDiverged(f"{e}; nothing of the diverged ranks was saved; {last_good(run.last_ckpt)}"
                             f"{then}") from None
 
 

@@ -10,6 +10,7 @@ GEN = ("tests/models/test_generation.py",)
 SAMPLE = ("tests/fast/test_sampling_kernels.py",)
 TOK = ("tests/test_tokenizer.py", "tests/test_text_stream.py")
 IO = ("tests/io",)
+GRAD_ACCUM = ("tests/train/test_grad_accum.py",)
 
 BUGS = [
     # --- sampling (NumPy spec and its numba twin) --------------------------------------------------------------
@@ -268,4 +269,16 @@ BUGS = [
         "eval --document-end eos of a folder leaves its last file out"),
     Bug("tinygrad_ssm/train/arguments.py", "    if args.document_end is not None and args.data is None:",
         "    if False:", ("tests/train/test_document_end.py",), "eval --document-end without --data is ignored without a word"),
+    # --- --grad-accum (2026-12-06, evening) ----------------------------------------------------------------------
+    Bug("tinygrad_ssm/train/step.py", "        with _unsent(run.reducer):  # the sums go to the other ranks once, in the last backward\n            (loss / pieces).backward()",
+        "        with _unsent(run.reducer):  # the sums go to the other ranks once, in the last backward\n            loss.backward()",
+        GRAD_ACCUM, "the micro-batches before the last count N times in the step's gradient"),
+    Bug("tinygrad_ssm/train/step.py", "    run.loss_val = (loss_sum + float(loss.data)) / pieces", "    run.loss_val = float(loss.data)",
+        GRAD_ACCUM, "the logged loss is the last micro-batch's alone"),
+    Bug("tinygrad_ssm/train/loop.py", "                for xm, ym in zip(np.array_split(x, cfg.grad_accum), np.array_split(y, cfg.grad_accum)):",
+        "                for xm, ym in [(x, y)]:", GRAD_ACCUM, "validation runs the whole batch at once (its logits alone: GBs)"),
+    Bug("tinygrad_ssm/train/checks.py", "    micro_batch = -(-cfg.batch_size // cfg.grad_accum)", "    micro_batch = cfg.batch_size",
+        GRAD_ACCUM, "the memory check refuses a batch that fits in micro-batches"),
+    Bug("tinygrad_ssm/train/checks.py", "    if cfg.batch_size % cfg.grad_accum:", "    if False:", GRAD_ACCUM,
+        "--grad-accum that does not divide the batch: micro-batches of unequal sizes weighted as equal"),
 ]

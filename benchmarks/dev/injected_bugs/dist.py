@@ -14,9 +14,11 @@ MPI_RUNS = ("tests/test_mpi_runs.py",)
 TWO_EQUALS_ONE = ("tests/test_distributed.py::test_two_ranks_equal_one_process_fresh_resumed_and_with_another_world_size",)
 ROWS = ("tests/test_distributed.py::test_each_rank_trains_on_its_own_share_of_the_global_batch",)
 GRAD = ("tests/test_gradient_report.py",)
+MICRO = ("tests/test_distributed.py::test_micro_batches_on_two_ranks_equal_one_process_and_send_once",)
 IO = ("tests/io",)
 ST = "tinygrad_ssm/io/safetensors.py"
 LOOP = "tinygrad_ssm/train/loop.py"
+STEP = "tinygrad_ssm/train/step.py"
 
 BUGS = [
     # --- distributed.py: the gradient averaging -------------------------------------------------------------------
@@ -67,16 +69,16 @@ BUGS = [
     # --- loop.py under MPI ----------------------------------------------------------------------------------------
     Bug(LOOP, "            if i % world.size == world.rank:", "            if i % world.size == 0:",
         TWO_EQUALS_ONE, "every rank evaluates the same validation batches (the others skipped): val_bpb of the first half"),
-    Bug(LOOP, "        run.loss_val, run.stop_ranks = sums[0] / run.world.size,", "        run.loss_val, run.stop_ranks = sums[0],",
+    Bug(STEP, "        run.loss_val, run.stop_ranks = sums[0] / run.world.size,", "        run.loss_val, run.stop_ranks = sums[0],",
         TWO_EQUALS_ONE, "the logged loss is the sum over the ranks, not their mean"),
-    Bug(LOOP, "    n_tokens = x.size * run.world.size", "    n_tokens = x.size",
+    Bug(STEP, "    n_tokens = x.size * run.world.size", "    n_tokens = x.size",
         TWO_EQUALS_ONE, "tokens seen counts one rank's share of the batch"),
     Bug(LOOP, "    if run.world.is_root:\n        run.log.append(record)", "    if True:\n        run.log.append(record)",
         TWO_EQUALS_ONE, "every rank appends its step record to the run's log"),
-    Bug(LOOP, "    rows = slice(run.world.rank * len(x) // run.world.size, (run.world.rank + 1) * len(x) // run.world.size)",
+    Bug(STEP, "    rows = slice(run.world.rank * len(x) // run.world.size, (run.world.rank + 1) * len(x) // run.world.size)",
         "    rows = slice(run.world.rank * len(x) // run.world.size, (run.world.rank + 1) * len(x) // run.world.size + 1)",
         ROWS, "the ranks' shares of the global batch overlap by a row"),
-    Bug(LOOP, "        run.stop_requested = bool(run.stop_ranks)", "        run.stop_requested = stop_requested",
+    Bug(STEP, "        run.stop_requested = bool(run.stop_ranks)", "        run.stop_requested = stop_requested",
         ("tests/test_mpi_runs.py::test_ctrl_c_on_rank_1_is_said_by_rank_0_and_a_second_one_after_the_stop_ends_the_job",),
         "a Ctrl-C on rank 1 stops rank 1 alone"),
     Bug(LOOP, "        _check_ranks_agree(self)\n        self.last_ckpt, self.saved_step", "        self.last_ckpt, self.saved_step",
@@ -149,4 +151,11 @@ BUGS = [
     Bug("tinygrad_ssm/train/log.py", "        keep_mode_of(fd, path)\n        with os.fdopen(fd, \"wb\") as f:\n            fig.savefig",
         "        with os.fdopen(fd, \"wb\") as f:\n            fig.savefig",
         ("tests/io/test_file_modes.py",), "a replaced loss plot loses its permission bits"),
+    # --- --grad-accum under MPI: the micro-batches' backwards before the last hold their gradients back ---------
+    Bug(D, "        self._held = True\n", "        self._held = False\n", MICRO,
+        "no_sync() holds nothing back: the second micro-batch's backward raises"),
+    Bug(STEP, "    return reducer.no_sync() if reducer is not None else contextlib.nullcontext()",
+        "    return contextlib.nullcontext()", MICRO, "the training step accumulates without no_sync() under MPI"),
+    Bug(LOOP, "    if share % cfg.grad_accum:", "    if False:", MICRO,
+        "a rank's share the micro-batches cannot split: unequal micro-batches weighted as equal"),
 ]
