@@ -363,17 +363,23 @@ def peak_memory_by_side(script: str, argv: list, names) -> dict:
     return result
 
 
+def release_freed_memory() -> None:
+    """Hand what the process has freed back to the system: glibc's free heap (malloc_trim) and the package's unused
+    pooled arrays (heap_reuse.release_unused), after a garbage collection."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+    if "tinygrad_ssm.fast.heap_reuse" in sys.modules:
+        sys.modules["tinygrad_ssm.fast.heap_reuse"].release_unused()
+
+
 def peak_added_bytes(fn):
     """Peak resident memory added by fn() over what the process holds before it (Linux: VmHWM reset through
     /proc/self/clear_refs, after handing freed heap back with malloc_trim and the package's unused pooled arrays
     with heap_reuse.release_unused, so a step's own arrays count in its peak). The same measure for both sides:
     arrays, tensors and allocator slack alike. None where /proc does not allow it."""
     try:
-        gc.collect()
-        if _LIBC is not None:
-            _LIBC.malloc_trim(0)
-        if "tinygrad_ssm.fast.heap_reuse" in sys.modules:
-            sys.modules["tinygrad_ssm.fast.heap_reuse"].release_unused()
+        release_freed_memory()
         before = _status("VmRSS")
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")                                                # reset the peak to the current RSS

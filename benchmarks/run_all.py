@@ -27,6 +27,8 @@ SCRIPTS = (
     ("bench_generate.py", "Generation against transformers", ["--threads", "2"]),
     ("bench_pretrained_shape.py", "Mamba-2 130M's shape against transformers: generation, prompt, eval, fine-tuning",
      ["--threads", "2"]),
+    ("bench_grad_accum.py", "Gradient accumulation: a step of the same batch in micro-batches (130M's shape)",
+     ["--threads", "2"]),
     ("bench_quantized.py", "Decoding from int8 and bfloat16 weights against float32 (130M's shape)",
      ["--threads", "2"]),
     ("bench_load.py", "Loading a checkpoint: peak memory and time", []),
