@@ -399,7 +399,8 @@ def test_a_batch_files_byte_order_mark_is_not_part_of_its_first_prompt(tmp_path,
 
 @pytest.mark.parametrize("command,flag", [
     ("train", "--data"), ("train", "--out"), ("train", "--resume"), ("train", "--init-from"), ("train", "--tokenizer"),
-    ("generate", "--tokenizer"), ("generate", "--batch-file"), ("eval", "--model"), ("eval", "--data"),
+    ("generate", "--tokenizer"), ("generate", "--batch-file"), ("generate", "--prompt-file"), ("eval", "--model"),
+    ("eval", "--data"),
     ("eval", "--json")])
 def test_an_empty_path_is_refused_by_name_not_read_as_the_current_folder(stopped_run, corpus, tmp_path, monkeypatch,
                                                                          capsys, command, flag):

@@ -125,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a tokenizer.json (or a folder holding one), or 'bytes' [the model folder's own]")
     ge.add_argument("--prompt", default="", help="text to continue [none: the model starts a fresh line (bytes) "
                                                  "or a document (after the EOS token)]")
+    ge.add_argument("--prompt-file", metavar="FILE", default=None,
+                    help="the prompt is this file's text, whole (UTF-8, every newline kept; - for standard input): "
+                         "for a prompt too long, or of too many lines, for the command line")
     ge.add_argument("--batch-file", metavar="FILE", default=None,
                     help="generate for every prompt in FILE at once (one prompt per line, blank lines skipped; a "
                          ".jsonl file: one {\"prompt\": ...} per line, for prompts with newlines); the results are "
@@ -239,7 +242,8 @@ _PATH_FLAGS = {
               "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "bytes (or --init-from's own)")},
     "generate": {"--model": ("model", "a model folder", None),
                  "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "the model folder's own"),
-                 "--batch-file": ("batch_file", "a file of prompts", "--prompt")},
+                 "--batch-file": ("batch_file", "a file of prompts", "--prompt"),
+                 "--prompt-file": ("prompt_file", "a file holding the prompt (or - for standard input)", "--prompt")},
     "eval": {"--model": ("model", "a model folder", None),
              "--data": ("data", "a text file or folder", "a run's validation split"),
              "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "the model folder's own"),
@@ -291,6 +295,10 @@ def generate_flag_problems(args) -> list[str]:
         bad.append(not_utf8("--prompt", args.prompt))
     if args.batch_file is not None and args.prompt:
         bad.append("--prompt and --batch-file exclude each other (put the prompt into the file)")
+    if args.prompt_file is not None and args.prompt:
+        bad.append("--prompt and --prompt-file exclude each other (give the prompt one way)")
+    if args.prompt_file is not None and args.batch_file is not None:
+        bad.append("--prompt-file and --batch-file exclude each other (a --batch-file holds every prompt)")
     if args.batch_size is not None and args.batch_file is None:
         bad.append("--batch-size counts the prompts of --batch-file decoded together; give --batch-file FILE, or "
                    "leave --batch-size out")

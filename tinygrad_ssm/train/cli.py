@@ -39,7 +39,7 @@ from .arguments import (DTYPES, EVAL_WINDOW, EXIT_DIVERGED, EXIT_INTERRUPTED, EX
 from .config import TrainConfig
 from .data import DataError
 from .generate import (DEFAULT_PROMPT_BATCH, escape_controls, generate_batches, load_model, read_batch_file,
-                       resolve_model_folder, stream_text)
+                       read_prompt_file, resolve_model_folder, stream_text)
 from .export import describe as describe_export
 from .export import export
 from .generation_config import sampling_settings, stop_ids
@@ -139,6 +139,8 @@ def _generate(args) -> int:
         return _error(problem)
     try:
         prompts = read_batch_file(args.batch_file) if args.batch_file is not None else None   # (prompts, lines)
+        if args.prompt_file is not None:
+            args.prompt = read_prompt_file(args.prompt_file)
     except (OSError, ValueError) as e:
         return _error(str(e))
     loaded, code = _load(args)

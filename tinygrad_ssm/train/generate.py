@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -209,6 +210,24 @@ def generate_batch(model, prompts: list[str], max_new_tokens: int, tokenizer=Non
     rows = model.generate(ids, max_new_tokens, eos_token_id=eos, vocab_size=tokenizer.vocab_size, **sampling)
     return ["".join(_text_of(tokenizer, prompt, (int(t) for t in row[len(prompt):]), stop_at_eos, stops))
             for prompt, row in zip(ids, rows)]
+
+
+def read_prompt_file(path: str) -> str:
+    """--prompt-file: the file's text, whole (a UTF-8 byte order mark dropped); "-" reads standard input's bytes."""
+    if path == "-":
+        data, name = sys.stdin.buffer.read(), "- (standard input)"
+    else:
+        p = Path(path).expanduser()
+        require_regular_file(p, "--prompt-file", ValueError)
+        data, name = p.read_bytes(), repr(str(p))
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--prompt-file {name} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    if not text:
+        raise ValueError(f"--prompt-file {name} is empty; leave --prompt-file out for the model to start on its own, "
+                         f"or put the prompt into the file")
+    return text
 
 
 def read_batch_file(path: str) -> tuple[list[str], list[int]]:

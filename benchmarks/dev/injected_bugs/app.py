@@ -11,6 +11,7 @@ SAMPLE = ("tests/fast/test_sampling_kernels.py",)
 TOK = ("tests/test_tokenizer.py", "tests/test_text_stream.py")
 IO = ("tests/io",)
 GRAD_ACCUM = ("tests/train/test_grad_accum.py",)
+PROMPT_FILE = ("tests/train/test_prompt_file.py",)
 
 BUGS = [
     # --- sampling (NumPy spec and its numba twin) --------------------------------------------------------------
@@ -281,4 +282,14 @@ BUGS = [
         GRAD_ACCUM, "the memory check refuses a batch that fits in micro-batches"),
     Bug("tinygrad_ssm/train/checks.py", "    if cfg.batch_size % cfg.grad_accum:", "    if False:", GRAD_ACCUM,
         "--grad-accum that does not divide the batch: micro-batches of unequal sizes weighted as equal"),
+    # --- generate --prompt-file (2026-12-06, evening) ---------------------------------------------------------------
+    Bug("tinygrad_ssm/train/cli.py", "        if args.prompt_file is not None:\n            args.prompt = read_prompt_file(args.prompt_file)\n", "",
+        PROMPT_FILE, "--prompt-file is read and ignored: the model starts without the prompt"),
+    Bug("tinygrad_ssm/train/generate.py", "        text = data.decode(\"utf-8-sig\")", "        text = data.decode(\"utf-8\")",
+        PROMPT_FILE, "a UTF-8 file saved with a byte order mark gives a prompt that starts with U+FEFF"),
+    Bug("tinygrad_ssm/train/generate.py", "        data, name = sys.stdin.buffer.read(), \"- (standard input)\"",
+        "        data, name = sys.stdin.read().encode(), \"- (standard input)\"",
+        PROMPT_FILE, "--prompt-file - reads standard input in the locale's encoding, not as UTF-8"),
+    Bug("tinygrad_ssm/train/arguments.py", "    if args.prompt_file is not None and args.prompt:", "    if False:",
+        PROMPT_FILE, "--prompt beside --prompt-file is silently dropped"),
 ]
