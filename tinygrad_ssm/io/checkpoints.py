@@ -1,10 +1,12 @@
 """The checkpoint folders of a training run, as the library reads them (from_pretrained of a run folder) and the
 training application writes them (train/checkpoint.py):
 
-    run/checkpoints/step-000200/   one complete checkpoint (older ones are pruned, the newest `keep` stay)
+    run/checkpoints/step-000200/   one complete checkpoint (older ones are pruned: the newest `keep` stay, and
+                                   the one with the best validation of its own step)
         config.json, model.safetensors   written by `model.save_pretrained` (so from_pretrained reads it)
         optimizer.safetensors            optimizer moments, flattened to name -> array
-        trainer_state.json               step, tokens seen, train config, data sampler + RNG state, ...
+        trainer_state.json               step, tokens seen, validation (val_bpb, val_bpb_step), train config,
+                                         data sampler + RNG state, ...
     run/checkpoints/LATEST           the name of the newest complete checkpoint folder
 """
 from __future__ import annotations

@@ -60,7 +60,8 @@ _TRAIN_FLAGS = [
     ("--eval-batches", "eval_batches", int, f"validation batches per evaluation [{_D.eval_batches}]"),
     ("--checkpoint-every", "checkpoint_every", int, f"write a checkpoint every this many steps (and at the end) "
                                                     f"[{_D.checkpoint_every}]"),
-    ("--keep-checkpoints", "keep_checkpoints", int, f"how many recent checkpoints to keep [{_D.keep_checkpoints}]"),
+    ("--keep-checkpoints", "keep_checkpoints", int, f"how many recent checkpoints to keep, besides the one with the "
+                                                    f"best validation [{_D.keep_checkpoints}]"),
     ("--sample-bytes", "sample_bytes", int, f"bytes generated for the sample at the end (tokens when the run "
                                              f"has a tokenizer) [{_D.sample_bytes}]"),
     ("--sample-prompt", "sample_prompt", str, "text the sample at the end continues [the first line of the "

@@ -88,9 +88,9 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
     return final
 
 
-def _run_id_of(checkpoint: Path) -> str | None:
-    """The run id in a checkpoint folder's trainer_state.json; None when it is not a (readable) one of ours:
-    a symbolic link, a folder without the file, a file that is not JSON, a checkpoint from before run ids."""
+def _state_of(checkpoint: Path) -> dict | None:
+    """A checkpoint folder's trainer_state.json; None when it is not a (readable) one: a symbolic link, a folder
+    without the file, a file that is not a JSON object."""
     path = checkpoint / STATE_FILE
     if checkpoint.is_symlink() or not checkpoint.is_dir() or path.is_symlink() or not path.is_file():
         return None
@@ -98,19 +98,63 @@ def _run_id_of(checkpoint: Path) -> str | None:
         state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    return state.get("run_id") if isinstance(state, dict) and isinstance(state.get("run_id"), str) else None
+    return state if isinstance(state, dict) else None
+
+
+def _run_id_of(checkpoint: Path) -> str | None:
+    """The run id in a checkpoint folder's trainer_state.json; None when it is not a (readable) one of ours,
+    or one from before run ids."""
+    state = _state_of(checkpoint)
+    return state.get("run_id") if state is not None and isinstance(state.get("run_id"), str) else None
+
+
+def own_validation(state: dict | None) -> float | None:
+    """The validation bits per byte of a checkpoint's own step (its trainer_state's val_bpb, when val_bpb_step is
+    its step); None when the last validation before it was at an earlier step, or there was none."""
+    if state is None or not _is_int(state.get("step")) or state.get("val_bpb_step") != state["step"]:
+        return None
+    value = state.get("val_bpb")
+    return float(value) if _is_number(value) else None
+
+
+def _ours_by_step(root: Path, run_id: str) -> list[tuple[Path, dict]]:
+    """(folder, trainer state) of this run family's checkpoints under `root`, oldest first."""
+    ours = []
+    for p in root.iterdir():
+        state = _state_of(p) if CHECKPOINT_NAME.fullmatch(p.name) else None
+        if state is not None and state.get("run_id") == run_id:
+            ours.append((p, state))
+    return sorted(ours, key=lambda item: int(item[0].name[len("step-"):]))
+
+
+def best_checkpoint(run_dir: str | os.PathLike, run_id: str | None) -> tuple[Path, float] | None:
+    """(folder, bits per byte) of the run family's checkpoint with the lowest validation of its own step (the
+    later one on a tie), or None when none has one."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if run_id is None or not root.is_dir():
+        return None
+    return _best_of(_ours_by_step(root, run_id))
+
+
+def _best_of(ours: list[tuple[Path, dict]]) -> tuple[Path, float] | None:
+    scored = [(value, p) for p, state in ours if (value := own_validation(state)) is not None]
+    if not scored:
+        return None
+    best = min(value for value, _ in scored)
+    return next((p, value) for value, p in reversed(scored) if value == best)
 
 
 def _prune(root: Path, keep: int, current: str, run_id: str | None = None) -> None:
     """Delete all but the newest `keep` checkpoints of this run family (those whose trainer_state.json holds
-    `run_id`): a folder the run cannot prove it wrote (the user's, another run's, one from before run ids)
-    is never deleted, nor counted."""
+    `run_id`) and the one with the best validation of its own step (`best_checkpoint`: fine-tuning that starts to
+    overfit keeps the checkpoint from before). A folder the run cannot prove it wrote (the user's, another
+    run's, one from before run ids) is never deleted, nor counted."""
     if run_id is None or keep <= 0:
         return
-    ours = sorted(p for p in root.iterdir() if CHECKPOINT_NAME.fullmatch(p.name) and _run_id_of(p) == run_id)
-    ours.sort(key=lambda p: int(p.name[len("step-"):]))
-    for p in ours[:-keep]:
-        if p.name != current:
+    ours = _ours_by_step(root, run_id)
+    best = _best_of(ours)
+    for p, _ in ours[:-keep]:
+        if p.name != current and (best is None or p != best[0]):
             shutil.rmtree(p, ignore_errors=True)
 
 

@@ -73,6 +73,7 @@ class TrainResult:
     tokens_per_s: float
     unigram_bits: float  # of the validation split: what a context-free model would reach
     plot: Path | None = None
+    best: tuple[Path, float] | None = None  # (folder, bits per byte): the best validation of a checkpoint's own step
     sample: str | None = None
 
 
@@ -130,6 +131,7 @@ class _Run:
     last_ckpt: Path | None = None
     saved_step: int | None = None
     val_bpb: float | None = None
+    val_step: int | None = None  # the step val_bpb was measured at: a checkpoint's own validation, or an earlier one
     loss_val: float | None = None
     rate: float | None = None  # smoothed tokens/s, for the progress bar
     in_update: bool = False  # True while AdamW writes the weights: a checkpoint now would be half-updated
@@ -146,6 +148,7 @@ class _Run:
 
     def _write(self) -> str:
         trainer_state = {"tokens": self.tokens, "train_s": self.train_s, "val_bpb": self.val_bpb,
+                         "val_bpb_step": self.val_step,
                          "train_config": self.cfg.to_dict(), "model_config": self.model.config.to_dict(),
                          "sampler": self.sampler.state_dict(), "data_fingerprint": self.fingerprint,
                          "world_size": self.world.size, **({"run_id": self.run_id} if self.run_id else {})}
@@ -301,7 +304,8 @@ def _restore(run: _Run, state: dict, resume_dir: Path | None) -> None:
         run.log.truncate_after(state["step"])
     run.sampler.load_state_dict(state["sampler"])
     run.step, run.tokens, run.train_s = state["step"], state["tokens"], state["train_s"]
-    run.val_bpb, run.last_ckpt, run.saved_step = state.get("val_bpb"), resume_dir, run.step
+    run.val_bpb, run.val_step = state.get("val_bpb"), state.get("val_bpb_step")
+    run.last_ckpt, run.saved_step = resume_dir, run.step
 
 
 def _after_step(run: _Run, record: dict, bar, say) -> None:
@@ -315,6 +319,7 @@ def _after_step(run: _Run, record: dict, bar, say) -> None:
     if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
         _check_ranks_agree(run)
         run.val_bpb = evaluate(run.model, run.corpus.val, cfg, run.world, run.corpus.val_tokens_per_byte)
+        run.val_step = run.step
         if run.world.is_root:
             run.log.append({"step": run.step, "val_bpb": run.val_bpb, "tokens": run.tokens})
         say(f"step {run.step}: validation {run.val_bpb:.3f} bits per byte (train loss {run.loss_val:.3f})")
@@ -330,7 +335,8 @@ def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
     plot = plot_curves(run.log.records(), run.out / PLOT_FILE, run.val_unigram) if run.world.is_root else None
     result = TrainResult(status, run.step, run.out, run.last_ckpt, run.val_bpb, run.loss_val, run.tokens,
                          time.perf_counter() - t_begin, run.train_s,
-                         run.tokens / run.train_s if run.train_s else 0.0, run.val_unigram, plot)
+                         run.tokens / run.train_s if run.train_s else 0.0, run.val_unigram, plot,
+                         best=ckpt.best_checkpoint(run.out, run.run_id) if run.world.is_root else None)
     if status != "done":
         say(f"stopped at step {run.step}/{run.cfg.steps}; checkpoint {run.last_ckpt}\n"
             f"continue with: {python_cmd(run.world.size)} -m tinygrad_ssm train --resume {run.out}")
@@ -436,6 +442,9 @@ def summary(r: TrainResult) -> str:
         f"session of the run); this session's wall time {r.wall_s:.1f} s",
         f"checkpoint: {r.checkpoint}",
     ]
+    if r.best is not None and r.checkpoint is not None and Path(r.best[0]) != Path(r.checkpoint):
+        lines.append(f"best validation: {r.best[1]:.3f} bits per byte, at {r.best[0]} (kept until a checkpoint "
+                     f"validates better)")
     lines.append(f"curves: {r.plot}" if r.plot is not None else f"no loss plot: {plot_unavailable_reason()}")
     if r.sample is not None:  # control bytes escaped: a sample must not drive the terminal
         lines += ["sample:", "-" * 60, escape_controls(r.sample), "-" * 60]

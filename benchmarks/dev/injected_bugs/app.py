@@ -12,6 +12,7 @@ TOK = ("tests/test_tokenizer.py", "tests/test_text_stream.py")
 IO = ("tests/io",)
 GRAD_ACCUM = ("tests/train/test_grad_accum.py",)
 PROMPT_FILE = ("tests/train/test_prompt_file.py",)
+BEST = ("tests/train/test_best_checkpoint.py",)
 
 BUGS = [
     # --- sampling (NumPy spec and its numba twin) --------------------------------------------------------------
@@ -292,4 +293,13 @@ BUGS = [
         PROMPT_FILE, "--prompt-file - reads standard input in the locale's encoding, not as UTF-8"),
     Bug("tinygrad_ssm/train/arguments.py", "    if args.prompt_file is not None and args.prompt:", "    if False:",
         PROMPT_FILE, "--prompt beside --prompt-file is silently dropped"),
+    # --- the best checkpoint kept (2026-12-06, evening) -------------------------------------------------------------
+    Bug("tinygrad_ssm/train/checkpoint.py", "        if p.name != current and (best is None or p != best[0]):", "        if p.name != current:",
+        BEST, "pruning deletes the best checkpoint once it is not among the newest"),
+    Bug("tinygrad_ssm/train/checkpoint.py", "    if state is None or not _is_int(state.get(\"step\")) or state.get(\"val_bpb_step\") != state[\"step\"]:",
+        "    if state is None or not _is_int(state.get(\"step\")):", BEST,
+        "a checkpoint is judged by the last validation before it, of other weights"),
+    Bug("tinygrad_ssm/train/checkpoint.py", "    return next((p, value) for value, p in reversed(scored) if value == best)",
+        "    return next((p, value) for value, p in scored if value == best)", BEST, "the earlier of two equal checkpoints is kept"),
+    Bug("tinygrad_ssm/train/loop.py", "        run.val_step = run.step\n", "", BEST, "no checkpoint records its own validation: none is kept as the best"),
 ]

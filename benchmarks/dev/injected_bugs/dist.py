@@ -112,9 +112,10 @@ BUGS = [
     # --- io/checkpoints.py, train/checkpoint.py (pruning) -------------------------------------------------------
     Bug("tinygrad_ssm/io/checkpoints.py", "        if (p / CHECKPOINTS_DIR / name / STATE_FILE).is_file():", "        if (p / CHECKPOINTS_DIR / name).is_dir():",
         ("tests/train/test_run_folder.py",), "LATEST naming a folder without trainer_state.json is resumed from"),
-    Bug("tinygrad_ssm/train/checkpoint.py", "    for p in ours[:-keep]:", "    for p in ours[:-keep - 1]:",
+    Bug("tinygrad_ssm/train/checkpoint.py", "    for p, _ in ours[:-keep]:", "    for p, _ in ours[:-keep - 1]:",
         ("tests/train/test_ownership.py", "-k", "pruning"), "pruning keeps keep + 1 checkpoints"),
-    Bug("tinygrad_ssm/train/checkpoint.py", "    ours.sort(key=lambda p: int(p.name[len(\"step-\"):]))\n", "",
+    Bug("tinygrad_ssm/train/checkpoint.py", "    return sorted(ours, key=lambda item: int(item[0].name[len(\"step-\"):]))",
+        "    return sorted(ours, key=lambda item: item[0].name)",
         ("tests/train/test_ownership.py", "-k", "pruning"), "pruning orders step-1000000 before step-999999 (by name, not number)"),
     # --- train/sigint.py, run_folder.py (the lock), log.py -------------------------------------------------------
     Bug("tinygrad_ssm/train/sigint.py", "STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)", "STOP_SIGNALS = (signal.SIGINT,)",
