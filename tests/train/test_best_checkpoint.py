@@ -3,6 +3,7 @@ that a fine-tuning run which starts to overfit still has the checkpoint from bef
 import json
 
 from tinygrad_ssm.train import checkpoint as ckpt
+from tinygrad_ssm.train import cli
 from tinygrad_ssm.train import loop
 from tinygrad_ssm.train.loop import TrainConfig, summary, train
 
@@ -31,6 +32,8 @@ def test_the_best_checkpoint_outlives_the_newest_ones_and_the_end_names_it(corpu
     assert (out / "checkpoints" / "LATEST").read_text().strip() == "step-000004"
     assert result.best == (out / "checkpoints" / "step-000002", 3.0)
     assert f"best validation: 3.000 bits per byte, at {out / 'checkpoints' / 'step-000002'}" in summary(result)
+    assert f"generate --model {out / 'checkpoints' / 'step-000002'}   # the checkpoint with the best" in \
+        cli._next_steps(result)
     # resumed, a better checkpoint replaces it; one that is newest and best is named once, as the checkpoint
     scripted_validation(monkeypatch, [2.0, 2.5])
     result = train(resume=str(out), overrides={"steps": 6}, progress=False, say=quiet)
@@ -39,6 +42,7 @@ def test_the_best_checkpoint_outlives_the_newest_ones_and_the_end_names_it(corpu
     scripted_validation(monkeypatch, [1.0])
     result = train(resume=str(out), overrides={"steps": 7}, progress=False, say=quiet)
     assert kept(out) == ["step-000007"] and "best validation" not in summary(result)
+    assert "the checkpoint with the best" not in cli._next_steps(result)
 
 
 def test_a_checkpoint_whose_last_validation_came_earlier_is_not_judged_by_it(corpus, tmp_path, monkeypatch):

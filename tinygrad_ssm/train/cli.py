@@ -67,6 +67,9 @@ def _next_steps(result) -> str:
              f"{2 * result.step}",
              f"  python -m tinygrad_ssm export --model {run} --out {shlex.quote(str(result.out) + '-hf')}   # a folder "
              f"transformers loads"]
+    if result.best is not None and result.checkpoint is not None and result.best[0] != result.checkpoint:
+        lines.append(f"  python -m tinygrad_ssm generate --model {shlex.quote(str(result.best[0]))}   # the checkpoint "
+                     f"with the best validation (also for eval, export, train --init-from)")
     return "\n".join(lines)  # (the plot's path, or why there is none, is in the summary just above)
 
 
