@@ -145,10 +145,10 @@ def _best_of(ours: list[tuple[Path, dict]]) -> tuple[Path, float] | None:
 
 
 def _prune(root: Path, keep: int, current: str, run_id: str | None = None) -> None:
-    """Delete all but the newest `keep` checkpoints of this run family (those whose trainer_state.json holds
-    `run_id`) and the one with the best validation of its own step (`best_checkpoint`: fine-tuning that starts to
-    overfit keeps the checkpoint from before). A folder the run cannot prove it wrote (the user's, another
-    run's, one from before run ids) is never deleted, nor counted."""
+    """Delete this run family's checkpoints (those whose trainer_state.json holds `run_id`) but the newest `keep`
+    and the one with the best validation of its own step (`best_checkpoint`: fine-tuning that starts to overfit
+    keeps the checkpoint from before). A folder the run cannot prove it wrote (the user's, another run's, one
+    from before run ids) is never deleted, nor counted."""
     if run_id is None or keep <= 0:
         return
     ours = _ours_by_step(root, run_id)
