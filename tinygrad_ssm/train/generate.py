@@ -212,18 +212,23 @@ def generate_batch(model, prompts: list[str], max_new_tokens: int, tokenizer=Non
             for prompt, row in zip(ids, rows)]
 
 
+def _prompt_text(data: bytes, what: str) -> str:
+    """A prompt file's bytes as text (a byte order mark, Notepad's UTF-8, is no text); `what` names the file."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+
+
 def read_prompt_file(path: str) -> str:
-    """--prompt-file: the file's text, whole (a UTF-8 byte order mark dropped); "-" reads standard input's bytes."""
+    """--prompt-file: the file's text, whole; "-" reads standard input's bytes."""
     if path == "-":
         data, name = sys.stdin.buffer.read(), "- (standard input)"
     else:
         p = Path(path).expanduser()
         require_regular_file(p, "--prompt-file", ValueError)
         data, name = p.read_bytes(), repr(str(p))
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"--prompt-file {name} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    text = _prompt_text(data, f"--prompt-file {name}")
     if not text:
         raise ValueError(f"--prompt-file {name} is empty; leave --prompt-file out for the model to start on its own, "
                          f"or put the prompt into the file")
@@ -235,10 +240,7 @@ def read_batch_file(path: str) -> tuple[list[str], list[int]]:
     Returns the prompts and the line each came from (1-based)."""
     p = Path(path).expanduser()
     require_regular_file(p, "--batch-file", ValueError)
-    try:
-        lines = p.read_text(encoding="utf-8-sig").splitlines()  # a byte order mark (Notepad's UTF-8) is no text
-    except UnicodeDecodeError as e:
-        raise ValueError(f"--batch-file {str(p)!r} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    lines = _prompt_text(p.read_bytes(), f"--batch-file {str(p)!r}").splitlines()
     if p.suffix != ".jsonl":
         numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
         prompts, line_numbers = [line for _, line in numbered], [n for n, _ in numbered]

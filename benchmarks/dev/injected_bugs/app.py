@@ -12,6 +12,7 @@ TOK = ("tests/test_tokenizer.py", "tests/test_text_stream.py")
 IO = ("tests/io",)
 GRAD_ACCUM = ("tests/train/test_grad_accum.py",)
 PROMPT_FILE = ("tests/train/test_prompt_file.py",)
+BATCH_FILE = ("tests/train/test_cli_flags.py::test_a_batch_files_byte_order_mark_is_not_part_of_its_first_prompt",)
 BEST = ("tests/train/test_best_checkpoint.py",)
 
 BUGS = [
@@ -286,8 +287,8 @@ BUGS = [
     # --- generate --prompt-file (2026-12-06, evening) ---------------------------------------------------------------
     Bug("tinygrad_ssm/train/cli.py", "        if args.prompt_file is not None:\n            args.prompt = read_prompt_file(args.prompt_file)\n", "",
         PROMPT_FILE, "--prompt-file is read and ignored: the model starts without the prompt"),
-    Bug("tinygrad_ssm/train/generate.py", "        text = data.decode(\"utf-8-sig\")", "        text = data.decode(\"utf-8\")",
-        PROMPT_FILE, "a UTF-8 file saved with a byte order mark gives a prompt that starts with U+FEFF"),
+    Bug("tinygrad_ssm/train/generate.py", "        return data.decode(\"utf-8-sig\")", "        return data.decode(\"utf-8\")",
+        PROMPT_FILE + BATCH_FILE, "a UTF-8 file saved with a byte order mark gives a prompt that starts with U+FEFF"),
     Bug("tinygrad_ssm/train/generate.py", "        data, name = sys.stdin.buffer.read(), \"- (standard input)\"",
         "        data, name = sys.stdin.read().encode(), \"- (standard input)\"",
         PROMPT_FILE, "--prompt-file - reads standard input in the locale's encoding, not as UTF-8"),

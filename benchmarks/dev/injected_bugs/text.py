@@ -121,7 +121,7 @@ BUGS = [
     # --- generate --batch-file / --batch-size -----------------------------------------------------------------------
     Bug(GEN, '        batch_seed = seed if k == 0 or seed is None else int(np.random.SeedSequence([seed, k]).generate_state(1)[0])',
         '        batch_seed = seed', BATCH, "every batch samples with --seed itself (prompts at the same place share their draws)"),
-    Bug(GEN, 'lines = p.read_text(encoding="utf-8-sig").splitlines()', 'lines = p.read_text(encoding="utf-8").splitlines()',
+    Bug(GEN, 'lines = _prompt_text(p.read_bytes(), f"--batch-file {str(p)!r}").splitlines()', 'lines = p.read_text(encoding="utf-8").splitlines()',
         BATCH, "a batch file's byte order mark becomes part of its first prompt"),
     Bug(GEN, '        numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]',
         '        numbered = [(n, line) for n, line in enumerate(lines, 1) if line]', BATCH, "a line of spaces is a prompt"),
