@@ -290,7 +290,7 @@ def test_batch_file_gives_each_prompt_its_own_text(bpe_run, tmp_path, capsys):
     (tmp_path / "bad.jsonl").write_text('{"prompt": "ok"}\n[1, 2]\n')
     assert cli.main(["generate", "--model", str(bpe_run), "--batch-file", str(tmp_path / "bad.jsonl")]) == \
         cli.EXIT_USAGE
-    assert "line 2 must be an object" in capsys.readouterr().err
+    assert "line 2 is a JSON array, not an object {\"prompt\": \"...\"}" in capsys.readouterr().err
 
 
 def test_batch_file_decodes_batch_size_prompts_at_a_time_and_prints_each_batch_as_it_ends(bpe_run, tmp_path,

@@ -28,10 +28,12 @@ DTYPE_HELP = (f"the model's dtype, whatever the folder stores: float32 or float6
 # (flag, TrainConfig field, type, help); every default is None so that we know what was given explicitly
 _TRAIN_FLAGS = [
     ("--data", "data", str, "a text file or a folder of text files (read as bytes; hidden and binary files "
-                            "skipped) [default: the running Python's standard library .py sources, without "
-                            "site-packages and test suites]"),
+                            "skipped; a .jsonl file: JSON Lines, each record's text a document) [default: the "
+                            "running Python's standard library .py sources, without site-packages and test suites]"),
+    ("--text-field", "text_field", str, f"the field of a .jsonl file's records that holds the text [{_D.text_field}]"),
     ("--data-seed", "data_seed", int, f"seed of the file order and train/validation split [{_D.data_seed}]"),
-    ("--val-fraction", "val_fraction", float, f"fraction of the files kept for validation [{_D.val_fraction}]"),
+    ("--val-fraction", "val_fraction", float, f"fraction of the files (or .jsonl records) kept for validation "
+                                              f"[{_D.val_fraction}]"),
     ("--steps", "steps", int, f"total optimizer steps; also the length of the cosine schedule [{_D.steps}]"),
     ("--batch-size", "batch_size", int, f"sequences per step [{_D.batch_size}]"),
     ("--grad-accum", "grad_accum", int, f"run each step's batch as this many equal micro-batches, one after another, "
@@ -85,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "warmup + cosine decay and gradient clipping. Defaults are in brackets; with "
                                     "them a run takes about three minutes on 2 cores.")
     for flag, field, typ, text in _TRAIN_FLAGS:
-        metavar = {"data": "PATH", "out": "DIR", "backend": "NAME", "sample_prompt": "TEXT"}.get(
-            field, "N" if typ is int else "X")
+        metavar = {"data": "PATH", "out": "DIR", "backend": "NAME", "sample_prompt": "TEXT",
+                   "text_field": "NAME"}.get(field, "N" if typ is int else "X")
         tr.add_argument(flag, dest=field, type=typ, default=None, help=text, metavar=metavar)
     tr.add_argument("--init-from", dest="init_from", metavar="DIR", default=None,
                     help="fine-tune: start a new run (step 0, fresh AdamW moments and schedule, its own --out) from "
@@ -96,10 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--tokenizer", metavar="PATH", default=None,
                     help="tokenize --data with this tokenizer.json ('bytes': raw bytes) [bytes, or --init-from's own]")
     tr.add_argument("--document-end", choices=DOCUMENT_ENDS, default=None,
-                    help="eos: tokenize each file of a --data folder alone and put the tokenizer's EOS token after "
-                         "it, as Mamba's pretraining data marks where a document ends, so that the model learns "
-                         "where a text ends (generate stops at the EOS); needs a tokenizer [none: the files joined "
-                         "into one text]")
+                    help="eos: tokenize each file of a --data folder (each record of a .jsonl file) alone and put "
+                         "the tokenizer's EOS token after it, as Mamba's pretraining data marks where a document ends, "
+                         "so that the model learns where a text ends (generate stops at the EOS); needs a tokenizer "
+                         "[none: the files (records) joined into one text]")
     tr.add_argument("--resume", metavar="DIR", default=None,
                     help="continue the run in DIR (a run folder or one of its checkpoints) with its saved "
                          "settings; N steps + resumed steps give the same weights as one uninterrupted run")
@@ -178,7 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "windows) and the numbers do not depend on --window.")
     ev.add_argument("--model", "--checkpoint", dest="model", required=True, metavar="DIR", help="model folder")
     ev.add_argument("--data", metavar="PATH", default=None,
-                    help="a text file or a folder of text files [for a run of this package: its validation split]")
+                    help="a text file or a folder of text files (a .jsonl file: JSON Lines, its records' texts in "
+                         "order) [for a run of this package: its validation split]")
+    ev.add_argument("--text-field", metavar="NAME", default=None,
+                    help=f"as for train: the field of a .jsonl file's records that holds the text [{_D.text_field}]")
     ev.add_argument("--tokenizer", metavar="PATH", default=None, help="as for generate [the model folder's own]")
     ev.add_argument("--window", type=int, default=None, help="tokens per forward pass (memory, not the result) "
                                                              f"[{EVAL_WINDOW}]")
@@ -186,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="start every window from a zero state (how training validates) instead of carrying it")
     ev.add_argument("--max-tokens", type=int, default=None, help="score only the first N tokens [all]")
     ev.add_argument("--document-end", choices=DOCUMENT_ENDS, default=None,
-                    help="with --data: eos puts the tokenizer's EOS token after each file, each tokenized alone, as "
+                    help="with --data: eos puts the tokenizer's EOS token after each file (each record of a .jsonl "
+                         "file), each tokenized alone, as "
                          "train --document-end eos reads its data [none: the files joined into one text; without "
                          "--data, the run's split as the run read it]")
     ev.add_argument("--training-windows", action="store_true",
@@ -318,6 +324,9 @@ def eval_flag_problems(args) -> list[str]:
     bad = empty_path_problems(args) + _backend_problems(args)
     if args.window is not None and args.window < 1:
         bad.append(f"--window must be >= 1, got {args.window}")
+    if args.text_field is not None and args.data is None:
+        bad.append("--text-field applies to --data; without it eval reads the run's validation split as the run read "
+                   "it (with its --text-field): leave --text-field out")
     if args.document_end is not None and args.data is None:
         bad.append("--document-end applies to --data; without it eval reads the run's validation split as the run "
                    "read it (with the EOS token after each file where the run put one): leave --document-end out")

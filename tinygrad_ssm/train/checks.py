@@ -105,7 +105,7 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
     if not isinstance(cfg.backend, str) or (machine and cfg.backend != "auto" and
                                             cfg.backend not in available_backends()):
         bad.append(f"--backend must be 'auto' or one of {', '.join(available_backends())}, got {cfg.backend!r}")
-    for field in ("out", "sample_prompt"):
+    for field in ("out", "sample_prompt", "text_field"):
         if not isinstance(getattr(cfg, field), str):
             bad.append(f"{flag(field)} must be a string, got {getattr(cfg, field)!r}")
     if cfg.data is not None and not isinstance(cfg.data, str):

@@ -43,6 +43,7 @@ from .generate import (DEFAULT_PROMPT_BATCH, escape_controls, generate_batches, 
 from .export import describe as describe_export
 from .export import export
 from .generation_config import sampling_settings, stop_ids
+from .json_lines import TEXT_FIELD
 from .loop import TrainingDiverged, train
 from .mpi_cli import python_cmd, refuse_single_process_commands
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name
@@ -233,7 +234,8 @@ def _eval(args) -> int:
         if args.training_windows:
             report, text = score_training_windows(model, tokenizer, folder), None
         else:
-            text = read_eval_text(args.data, folder, tokenizer, args.document_end or "none")
+            text = read_eval_text(args.data, folder, tokenizer, args.document_end or "none",
+                                  args.text_field or TEXT_FIELD)
             window = EVAL_WINDOW if args.window is None else args.window
             report = score(model, tokenizer, text, window=window, carry_state=not args.reset_state,
                            max_tokens=args.max_tokens, progress=not args.no_progress)

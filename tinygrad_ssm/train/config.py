@@ -27,7 +27,8 @@ class TrainConfig:
     data_seed: int = 0  # file order and train/validation split; separate from `seed` so runs compare
     val_fraction: float = 0.05
     tokenizer: str = "bytes"  # "bytes", or the absolute path of the tokenizer.json --data was tokenized with
-    document_end: str = "none"  # "eos": the tokenizer's EOS token after each file of a --data folder
+    document_end: str = "none"  # "eos": the tokenizer's EOS token after each document (file, .jsonl record) of --data
+    text_field: str = "text"  # the field of a .jsonl file's records that holds the text (train/json_lines.py)
     init_from: str | None = None  # fine-tuning: the model folder whose weights the run started from
     init_from_sha256: dict | None = None  # its files as read (file -> sha256), set when the run starts: no flag
     # model

@@ -14,6 +14,9 @@ Choices, and why:
 - Files are sorted by relative path (independent of the file system's listing order), then shuffled with
   `seed`; the first `val_fraction` of them is the validation set. Splitting by file means no validation
   text is ever trained on. A single file is split by bytes instead: its last `val_fraction` is validation.
+- A .jsonl file is JSON Lines (train/json_lines.py): each record's "text" (--text-field) is a document, split as
+  the files are (a file's records in line order among the other files' documents), since a fine-tuning set
+  usually comes as one such file; its JSON is never trained on as text.
 - The train sampler draws `batch_size` windows at uniform random offsets from one np.random.Generator;
   its whole state (bit generator state + batches drawn) is JSON, so a resumed run draws exactly the
   batches the uninterrupted run would have drawn.
@@ -21,6 +24,7 @@ Choices, and why:
 from __future__ import annotations
 
 import codecs
+import io
 import math
 import os
 import sysconfig
@@ -31,6 +35,7 @@ from typing import Iterator
 import numpy as np
 
 from ..tokenizer import invalid_utf8_bytes
+from .json_lines import SUFFIX as JSON_LINES, TEXT_FIELD, is_json_lines, record_texts
 from .run_folder import MARKER_FILE as RUN_MARKER_FILE
 
 DEFAULT_VAL_FRACTION = 0.05
@@ -123,8 +128,10 @@ class Corpus:
     train_tokens_per_byte: float = 1.0  # bits per token x this = bits per byte
     val_tokens_per_byte: float = 1.0
     val_text: bytes | None = None  # the validation bytes of a tokenized corpus (its sample prompt)
-    train_file_sizes: tuple[int, ...] = ()  # each file's bytes in `train`, in stream order (a folder's corpus)
+    # each document's bytes in `train`, in stream order (a corpus of several: a file's, or a .jsonl record's)
+    train_file_sizes: tuple[int, ...] = ()
     val_file_sizes: tuple[int, ...] = ()
+    unit: str = "file"  # what train_files and val_files name: "file", "record" (of .jsonl files) or "document" (both)
     document_end: str = "none"  # "eos": the tokenizer's EOS after each file's tokens (tokenize; DOCUMENT_ENDS)
 
     def describe(self) -> str:
@@ -134,10 +141,10 @@ class Corpus:
         if self.invalid_utf8_bytes:
             skipped += "; " + non_utf8_note(self.invalid_utf8_bytes, self.non_utf8_files)
         if self.document_end == "eos":
-            skipped += "; each file followed by the tokenizer's EOS token (--document-end eos)"
+            skipped += f"; each {self.unit} followed by the tokenizer's EOS token (--document-end eos)"
         train, val = self._size(self.train, self.train_tokens_per_byte), self._size(self.val, self.val_tokens_per_byte)
-        return (f"{self.source}: {_count(len(self.train_files), 'train file')} ({train}), "
-                f"{_count(len(self.val_files), 'validation file')} ({val}){skipped}")
+        return (f"{self.source}: {_count(len(self.train_files), 'train ' + self.unit)} ({train}), "
+                f"{_count(len(self.val_files), 'validation ' + self.unit)} ({val}){skipped}")
 
     def _size(self, stream: np.ndarray, tokens_per_byte: float) -> str:
         if stream.dtype == np.uint8:                                     # bytes: not tokenized
@@ -159,9 +166,10 @@ def non_utf8_note(invalid_bytes: int, files: tuple[str, ...]) -> str:
             f"iconv -f latin1 -t utf-8)")
 
 
-def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
-                val_fraction: float = DEFAULT_VAL_FRACTION) -> Corpus:
-    """Read the corpus at `path` (a text file or a folder of them; None = the standard library).
+def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fraction: float = DEFAULT_VAL_FRACTION,
+                text_field: str = TEXT_FIELD) -> Corpus:
+    """Read the corpus at `path` (a text file or a folder of them; None = the standard library). A .jsonl file
+    (train/json_lines.py) gives a document a record, the string in its `text_field`; any other file is one.
 
     Every file is read here, up front, so a missing, empty or unreadable path fails before any training
     work starts, with a DataError naming the path.
@@ -185,26 +193,41 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
             files = folder_files(root, run_folders)
             if not files:
                 raise DataError(f"--data folder {str(root)!r} contains no files")
-        elif root.is_file():
-            return _split_single_file(root, _read(root), val_fraction)
-        else:
+        elif not root.is_file():
             raise DataError(f"--data path {str(root)!r} is neither a regular file nor a folder")
+        else:
+            files = [root]
+    one_file = path is not None and root.is_file()
+    reads_json_lines = path is not None and any(map(is_json_lines, files))
+    if text_field != TEXT_FIELD and not reads_json_lines:
+        raise DataError(f"--text-field names the field of a {JSON_LINES} file's records that holds the text, and "
+                        f"{source!r} holds no {JSON_LINES} file; leave --text-field out")
 
-    texts, names, skipped = [], [], []
+    texts, names, skipped, records = [], [], [], 0                     # the documents: a file's text or a record's
     for p in files:
         data = _read(p)
-        name = p.relative_to(root).as_posix()
-        if path is not None and _looks_binary(data):
+        name = p.name if one_file else p.relative_to(root).as_posix()
+        if reads_json_lines and is_json_lines(p):
+            for line, text in record_texts(io.BytesIO(data), text_field, f"--data file {str(p)!r}", DataError):
+                if text:
+                    texts.append(text)
+                    names.append(f"{name}:{line}")
+                    records += 1
+        elif path is not None and not one_file and _looks_binary(data):  # a file named by --data is read as it is
             skipped.append(name)
         elif data:
             texts.append(data)
             names.append(name)
+    if not texts and one_file:
+        raise DataError(f"--data file {str(root)!r} " + (f"holds no record with text in its {text_field!r} field"
+                                                          if records == 0 and is_json_lines(root) else "is empty"))
     if not texts:
         why = "only binary files" if skipped else "only empty files"
         raise DataError(f"corpus {source!r} contains no text: {why}")
+    unit = "file" if not records else "record" if records == len(texts) else "document"
     if len(texts) == 1:
-        split = _split_single_file(root / names[0], texts[0], val_fraction)
-        return replace(split, source=source, skipped_files=tuple(skipped), run_folders=tuple(run_folders))
+        split = _split_single_file(source, names[0], texts[0], val_fraction)
+        return replace(split, skipped_files=tuple(skipped), run_folders=tuple(run_folders), unit=unit)
 
     # sorted above; now a seeded shuffle so that validation files are a fair sample of the whole tree
     order = np.random.default_rng(seed).permutation(len(texts))
@@ -221,6 +244,7 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0,
         skipped_files=tuple(skipped),
         run_folders=tuple(run_folders),
         non_utf8_files=_non_utf8(names, texts),
+        unit=unit,
     )
 
 
@@ -250,13 +274,11 @@ def _is_utf8(data: bytes, block: int = 1 << 22) -> bool:
     return True
 
 
-def _split_single_file(path: Path, data: bytes, val_fraction: float) -> Corpus:
-    if not data:
-        raise DataError(f"--data file {str(path)!r} is empty")
+def _split_single_file(source: str, name: str, data: bytes, val_fraction: float) -> Corpus:
+    """One text (a file, or a .jsonl file's one record), split by bytes: its last val_fraction is validation."""
     cut = len(data) - max(1, int(len(data) * val_fraction))
     arr = np.frombuffer(data, dtype=np.uint8)
-    name = path.name
-    return Corpus(str(path), arr[:cut].copy(), arr[cut:].copy(), (name,), (name,),
+    return Corpus(source, arr[:cut].copy(), arr[cut:].copy(), (name,), (name,),
                   non_utf8_files=_non_utf8([name], [data]))
 
 
@@ -290,9 +312,9 @@ def check_document_end(corpus: Corpus, tokenizer, document_end: str) -> None:
     require_eos_token(tokenizer, "a byte-level run has no EOS token (its ids are the bytes); give --tokenizer PATH "
                                  "or --init-from a model folder with a tokenizer.json, or leave --document-end out")
     if not corpus.train_file_sizes:                                     # one text, split by bytes
-        raise DataError(f"--document-end eos marks where each file of a --data folder ends; {corpus.source!r} is "
-                        f"one text, split by bytes into training and validation, so no file ends inside either: "
-                        f"leave --document-end out (or give a folder of several files)")
+        raise DataError(f"--document-end eos marks where each file of a --data folder (each record of a {JSON_LINES} "
+                        f"file) ends; {corpus.source!r} is one text, split by bytes into training and validation, so "
+                        f"no file ends inside either: leave --document-end out (or give a folder of several files)")
 
 
 def require_eos_token(tokenizer, byte_level: str) -> None:
@@ -371,16 +393,18 @@ def sample_prompt_from(data: np.ndarray, max_bytes: int = 24) -> str:
     return line[:max_bytes].decode("utf-8", errors="ignore") or "\n"
 
 
-def check_length(data: np.ndarray, seq_len: int, what: str, source: str, files: tuple = ()) -> None:
-    """At least one window of seq_len + 1 in `data` (bytes, or token ids), else a DataError with the fixes."""
+def check_length(data: np.ndarray, seq_len: int, what: str, source: str, files: tuple = (),
+                 noun: str = "file") -> None:
+    """At least one window of seq_len + 1 in `data` (bytes, or token ids), else a DataError with the fixes; `files`:
+    the split's documents, each a `noun` (Corpus.unit)."""
     need = seq_len + 1  # one window = seq_len inputs + the next token as the last target
     if len(data) < need:
         unit = "byte" if data.dtype == np.uint8 else "token"
-        held = f" ({_count(len(files), 'file')}: {', '.join(files[:3])}{', ...' if len(files) > 3 else ''})" \
+        held = f" ({_count(len(files), noun)}: {', '.join(files[:3])}{', ...' if len(files) > 3 else ''})" \
             if files else ""
         fixes = "a bigger corpus or a smaller --seq-len"
         if what == "validation":  # a folder's split is whole files, a single file's its last val_fraction
-            fixes = f"a larger --val-fraction, another --data-seed (a folder's split is whole files), {fixes}"
+            fixes = f"a larger --val-fraction, another --data-seed (a folder's split is whole {noun}s), {fixes}"
         raise DataError(f"the {what} split of {source!r}{held} has {_count(len(data), unit)}; a sequence of "
                         f"--seq-len {seq_len} needs at least {need:,} (use {fixes})")
 

@@ -24,6 +24,7 @@ from ..models.mamba2 import Mamba2LMHeadModel
 from ..models.mamba2.pretrained import hub_snapshot
 from ..tokenizer import BYTES, ByteTokenizer, TextStream, TokenizerError, find_tokenizer
 from .generation_config import read_generation_defaults
+from .json_lines import field_values, is_json_lines
 
 DEFAULT_PROMPT_BATCH = 32  # --batch-file's prompts decoded together (8 of the 130M shape's: 138 tokens/s against 54)
 EMPTY_PROMPT_BYTES = b"\n"  # a byte model needs at least one byte of context; a newline starts a fresh line
@@ -240,23 +241,13 @@ def read_batch_file(path: str) -> tuple[list[str], list[int]]:
     Returns the prompts and the line each came from (1-based)."""
     p = Path(path).expanduser()
     require_regular_file(p, "--batch-file", ValueError)
-    lines = _prompt_text(p.read_bytes(), f"--batch-file {str(p)!r}").splitlines()
-    if p.suffix != ".jsonl":
-        numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
-        prompts, line_numbers = [line for _, line in numbered], [n for n, _ in numbered]
-    else:
-        prompts, line_numbers = [], []
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as e:
-                raise ValueError(f"--batch-file {str(p)!r} line {n} is not JSON ({e})") from None
-            if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
-                raise ValueError(f'--batch-file {str(p)!r} line {n} must be an object {{"prompt": "text"}}')
-            prompts.append(record["prompt"])
-            line_numbers.append(n)
+    text = _prompt_text(p.read_bytes(), f"--batch-file {str(p)!r}")
+    if not is_json_lines(p):
+        numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    else:  # cut at "\n" alone: a JSON string may hold U+2028 as it is, where splitlines would cut it
+        numbered = list(field_values(enumerate(text.split("\n"), 1), "prompt", f"--batch-file {str(p)!r}",
+                                     'each line must be an object {"prompt": "text"}'))
+    prompts, line_numbers = [line for _, line in numbered], [n for n, _ in numbered]
     if not prompts:
         raise ValueError(f"--batch-file {str(p)!r} holds no prompt")
     return prompts, line_numbers

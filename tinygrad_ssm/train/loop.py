@@ -213,10 +213,10 @@ def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = S
         raise ValueError(f"--grad-accum {cfg.grad_accum} must divide each MPI rank's share of the batch (--batch-size "
                          f"{cfg.batch_size} over {world.size} ranks: {share} sequences), the rank's micro-batches "
                          f"being equal; give --grad-accum one of {', '.join(map(str, divisors(share)))}")
-    corpus = tokenize(load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction), tokenizer,
-                      cfg.document_end)
-    check_length(corpus.train, cfg.seq_len, "training", corpus.source, corpus.train_files)
-    check_length(corpus.val, cfg.seq_len, "validation", corpus.source, corpus.val_files)
+    corpus = tokenize(load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction,
+                                  text_field=cfg.text_field), tokenizer, cfg.document_end)
+    check_length(corpus.train, cfg.seq_len, "training", corpus.source, corpus.train_files, corpus.unit)
+    check_length(corpus.val, cfg.seq_len, "validation", corpus.source, corpus.val_files, corpus.unit)
     fingerprint = _fingerprint(corpus, tokenizer)
     saved = state["data_fingerprint"] if state is not None else fingerprint
     if saved != fingerprint and {**saved, "tokenizer": None} == {**fingerprint, "tokenizer": None}:

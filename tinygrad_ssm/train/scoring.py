@@ -31,6 +31,7 @@ from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary
                    file_texts, folder_files, load_corpus, non_utf8_note, require_eos_token, split_ids,
                    utf16_mark)
 from .generate import _run_tokenizer, resolve_model_folder
+from .json_lines import SUFFIX as JSON_LINES, TEXT_FIELD, is_json_lines, record_texts
 from .loop import evaluate
 
 
@@ -71,6 +72,8 @@ class TextRead:
     non_utf8_files: list[str] = field(default_factory=list)  # in reading order, " (UTF-16)" where it looks so
     file_names: tuple[str, ...] = ()  # a --data folder's text files, in reading order: the report's "files"
     file_ends: list[int] = field(default_factory=list)  # where each file read to its end ends in the joined text
+    # where each document read to its end ends: a file's, or each record's of a .jsonl file (--document-end eos)
+    document_ends: list[int] = field(default_factory=list)
 
     def count(self, name: str, invalid: int) -> None:
         self.invalid_utf8_bytes += invalid
@@ -86,7 +89,7 @@ class EvalText:
     """A text to score, read as it is scored (memory flat in its length)."""
 
     blocks: Callable[[], Iterator[bytes]]  # a fresh iterator over the text's bytes, READ_BLOCK at a time
-    size: int  # its bytes
+    size: int | None  # its bytes (None: known once read, a .jsonl file's records' texts)
     source: str  # what the user is told was scored
     read: TextRead = field(default_factory=TextRead)  # filled in as `blocks` reads the text
     # (ids, ends) pieces of the text where they are not its tokenizer's encode_stream of `blocks`: a run's split
@@ -99,11 +102,19 @@ class EvalText:
         return b"".join(self.blocks())
 
 
-def _file_blocks(path: Path) -> Iterator[bytes]:
+def _file_blocks(path: Path, text_field: str) -> Iterator[bytes]:
+    """The file's bytes, READ_BLOCK at a time; a .jsonl file's records' texts (json_lines.py), each followed by b""
+    (where a document ends: a file's blocks are never empty)."""
     try:
         with open(path, "rb") as f:
-            while block := f.read(READ_BLOCK):
-                yield block
+            if not is_json_lines(path):
+                while block := f.read(READ_BLOCK):
+                    yield block
+                return
+            for _, text in record_texts(f, text_field, f"--data file {str(path)!r}", DataError):
+                if text:
+                    yield from (text[i:i + READ_BLOCK] for i in range(0, len(text), READ_BLOCK))
+                    yield b""
     except OSError as e:
         raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
 
@@ -111,15 +122,22 @@ def _file_blocks(path: Path) -> Iterator[bytes]:
 _ESCAPED = re.compile("[\udc80-\udcff]")  # an invalid byte, decoded with errors="surrogateescape"
 
 
-def _read_files(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool) -> Iterator[bytes]:
-    """The (path, name) files' bytes, joined, READ_BLOCK at a time; with count_utf8 (a tokenizer.json reads the
-    text), `read` counts the bytes that are not UTF-8 as they go by (tokenizer.invalid_utf8_bytes's count, a block
-    at a time: the incremental decoder keeps a character cut between two blocks whole)."""
-    read.invalid_utf8_bytes, read.non_utf8_files[:], read.file_ends[:], offset = 0, [], [], 0
+def _read_files(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool,
+                text_field: str = TEXT_FIELD) -> Iterator[bytes]:
+    """The (path, name) files' bytes (a .jsonl file's records' texts), joined, READ_BLOCK at a time; with count_utf8
+    (a tokenizer.json reads the text), `read` counts the bytes that are not UTF-8 as they go by
+    (tokenizer.invalid_utf8_bytes's count, a block at a time: the incremental decoder keeps a character cut between
+    two blocks whole)."""
+    read.invalid_utf8_bytes, read.non_utf8_files[:], read.file_ends[:], read.document_ends[:] = 0, [], [], []
+    offset = 0
     for path, name in files:
         decoder, head = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape"), b""
-        for block in itertools.chain(_file_blocks(path), [None]):        # None: the file's end
+        for block in itertools.chain(_file_blocks(path, text_field), [None]):  # None: the file's end
             offset += len(block or b"")
+            if not block and offset > (read.document_ends[-1] if read.document_ends else 0):
+                read.document_ends.append(offset)                        # a record's end, or the file's
+            if block == b"":
+                continue
             if block is None:      # (before the next file's first block is handed on: see _FileFigures)
                 read.file_ends.append(offset)
             if count_utf8:
@@ -155,7 +173,8 @@ def run_validation_split(folder: Path, tokenizer) -> tuple[Corpus, np.ndarray, T
     trained = TrainConfig.from_dict(state["train_config"])
     where = "the standard library" if trained.data is None else repr(trained.data)
     try:
-        corpus = load_corpus(trained.data, seed=trained.data_seed, val_fraction=trained.val_fraction)
+        corpus = load_corpus(trained.data, seed=trained.data_seed, val_fraction=trained.val_fraction,
+                             text_field=trained.text_field)
     except DataError as e:
         raise DataError(f"eval: the data this run trained on ({where}) cannot be read now ({e}); give --data "
                         f"PATH to score another text") from None
@@ -169,17 +188,19 @@ def run_validation_split(folder: Path, tokenizer) -> tuple[Corpus, np.ndarray, T
     return corpus, val, trained
 
 
-def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str = "none") -> EvalText:
+def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str = "none",
+                   text_field: str = TEXT_FIELD) -> EvalText:
     """--data (a file, or a folder's text files in sorted order, binary ones skipped); without it, the
     validation split of the run the checkpoint `folder` belongs to (the same files training validated on,
     checked against the fingerprint the checkpoint saved: a changed data folder would split differently; with the
     EOS token after each file where the run put one). `document_end` "eos" (--document-end, for --data): each
-    file tokenized alone and followed by the tokenizer's EOS token, as train --document-end eos reads them."""
+    file tokenized alone and followed by the tokenizer's EOS token, as train --document-end eos reads them. A .jsonl
+    file gives its records' `text_field` strings (json_lines.py), each a document."""
     if path is not None and document_end != "none":
         require_eos_token(tokenizer, "the model reads bytes, which have no EOS token; leave --document-end out")
     if path is None:
         corpus, val, trained = run_validation_split(folder, tokenizer)
-        files = _count(len(corpus.val_files), "file")
+        files = _count(len(corpus.val_files), corpus.unit)
         ends = EOS_AFTER_FILES if trained.document_end == "eos" else ""
         pieces = None if trained.document_end == "none" else \
             lambda: document_ids(tokenizer, file_texts(corpus.val, corpus.val_file_sizes))
@@ -194,10 +215,13 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
     root, count_utf8 = Path(path).expanduser(), tokenizer.name != "bytes"
     ends = EOS_AFTER_FILES if document_end == "eos" else ""
     if root.is_file():
-        read = TextRead()
-        return EvalText(lambda: _read_files([(root, root.name)], read, count_utf8), root.stat().st_size,
-                        str(root) + (" (followed by the EOS token)" if ends else ""), read,
-                        _documents_of([(root, root.name)], read, count_utf8, tokenizer) if ends else None)
+        named, read = [(root, root.name)], TextRead()
+        _require_json_lines(text_field, named, root)
+        ended = " (each record followed by the EOS token)" if is_json_lines(root) else " (followed by the EOS token)"
+        return EvalText(lambda: _read_files(named, read, count_utf8, text_field),
+                        None if is_json_lines(root) else root.stat().st_size,
+                        str(root) + (ended if ends else ""), read,
+                        _documents_of(named, read, count_utf8, tokenizer, text_field) if ends else None)
     if not root.is_dir():
         raise DataError(f"--data path {str(root)!r} does not exist" if not root.exists() else
                         f"--data path {str(root)!r} is neither a regular file nor a folder")
@@ -208,21 +232,31 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
     binary = sum(is_binary for _, _, is_binary in sizes)                  # skipped, as train skips them: say so
     skipped = f", {_count(binary, 'binary file')} skipped" if binary else ""
     named = [(p, p.relative_to(root).as_posix()) for p in texts]                       # named as training names them
+    _require_json_lines(text_field, named, root)
+    if ends and any(is_json_lines(p) for p in texts):
+        ends = ", each file and .jsonl record followed by the EOS token"
     read = TextRead(file_names=tuple(name for _, name in named))
-    return EvalText(lambda: _read_files(named, read, count_utf8), sum(size for _, size, _ in sizes),
+    size = None if any(is_json_lines(p) for p in texts) else sum(size for _, size, _ in sizes)  # None: known once read
+    return EvalText(lambda: _read_files(named, read, count_utf8, text_field), size,
                     f"{root} ({_count(len(texts), 'text file')}{ends}{skipped})", read,
-                    _documents_of(named, read, count_utf8, tokenizer) if ends else None)
+                    _documents_of(named, read, count_utf8, tokenizer, text_field) if ends else None)
 
 
-def _documents_of(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool, tokenizer):
-    """EvalText.pieces for --document-end eos: data.document_ids of the files, each read whole (one at a time)
-    and counted in `read` as _read_files counts it."""
+def _require_json_lines(text_field: str, files: list[tuple[Path, str]], root: Path) -> None:
+    if text_field != TEXT_FIELD and not any(is_json_lines(p) for p, _ in files):
+        raise DataError(f"--text-field names the field of a {JSON_LINES} file's records that holds the text, and "
+                        f"{str(root)!r} holds no {JSON_LINES} file; leave --text-field out")
+
+
+def _documents_of(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool, tokenizer, text_field: str):
+    """EvalText.pieces for --document-end eos: data.document_ids of the documents (the files, a .jsonl file's
+    records), each read whole (one at a time) and counted in `read` as _read_files counts it."""
     def documents():
         pending, ended = [], 0
-        for block in _read_files(files, read, count_utf8):
-            if len(read.file_ends) > ended:       # the file before this block has ended (its end recorded)
+        for block in _read_files(files, read, count_utf8, text_field):
+            if len(read.document_ends) > ended:   # the document before this block has ended (its end recorded)
                 yield b"".join(pending)
-                pending, ended = [], len(read.file_ends)
+                pending, ended = [], len(read.document_ends)
             pending.append(block)
         if pending:
             yield b"".join(pending)
@@ -265,7 +299,8 @@ def score(model, tokenizer, text: EvalText, *, window: int = 512, carry_state: b
                 yield ids
 
     # the bar counts tokens: a byte text's are known, a tokenizer's only once the whole text is read
-    total = min(text.size - 1, text.size if max_tokens is None else max_tokens) if tokenizer.name == "bytes" else None
+    total = min(text.size - 1, text.size if max_tokens is None else max_tokens) \
+        if tokenizer.name == "bytes" and text.size is not None else None
     start = time.perf_counter()
     with tqdm(total=total, unit="tok", disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
         result = evaluate_pieces(model, ids_of(itertools.chain(first, pieces)), window, carry_state=carry_state,
@@ -359,7 +394,7 @@ def score_training_windows(model, tokenizer, folder: Path) -> dict:
     seconds = time.perf_counter() - start
     tokens = windows * trained.seq_len                                   # each window's seq_len targets
     mean_nats = bpb * math.log(2) / tokens_per_byte
-    files = _count(len(corpus.val_files), "file") + (EOS_AFTER_FILES if trained.document_end == "eos" else "")
+    files = _count(len(corpus.val_files), corpus.unit) + (EOS_AFTER_FILES if trained.document_end == "eos" else "")
     return {"data": f"the validation split of {corpus.source} ({files}, as the run split it), at the windows "
                     f"training scores", "tokenizer": tokenizer.name, "tokens": tokens,
             "bytes": round(tokens / tokens_per_byte), "mean_nats": mean_nats, "perplexity": math.exp(mean_nats),

@@ -2,8 +2,8 @@
 tokenizer.py (encode_stream, byte ends and the first token's overlap, the EOS lookup, tokenizer_config's special keys,
 the stream's context across special tokens), eval's checks of its data (train/scoring.py), the files not UTF-8 that
 train/data.py names, the decoder's Python driver (models/mamba2/decode.py: sessions, entry points, step numbers),
-generate --batch-file / --batch-size, and the command line's checks (train/arguments.py, checks.py, config.py,
-cli.py). app.py holds the tokenizer's, generation's and eval's other bugs; none is repeated here. Last full run:
+generate --batch-file / --batch-size, JSON Lines data (train/json_lines.py), and the command line's checks
+(train/arguments.py, checks.py, config.py, cli.py). app.py holds the tokenizer's, generation's and eval's other bugs; none is repeated here. Last full run:
 62 of 62 caught, 10 min 6 s on the shared 2-core machine (605 s of tests), on 2026-12-06 after the bugs of the
 afternoon's merges (53-62; the decode.py bugs pay numba's compilation, 17-40 s each)."""
 from inject_bugs import Bug
@@ -18,6 +18,8 @@ GEN = "tinygrad_ssm/train/generate.py"
 ARGS = "tinygrad_ssm/train/arguments.py"
 CLI_FLAGS = ("tests/train/test_cli_flags.py", "-k", "generate_flags or empty_path or eval_json")
 BATCH = ("tests/train/test_tokenized_runs.py", "tests/train/test_cli_flags.py", "-k", "batch")
+JL = "tinygrad_ssm/train/json_lines.py"
+JSONL = ("tests/train/test_json_lines.py",)
 
 BUGS = [
     # --- io/text_pieces.py: the cut rules -------------------------------------------------------------------------
@@ -121,10 +123,10 @@ BUGS = [
     # --- generate --batch-file / --batch-size -----------------------------------------------------------------------
     Bug(GEN, '        batch_seed = seed if k == 0 or seed is None else int(np.random.SeedSequence([seed, k]).generate_state(1)[0])',
         '        batch_seed = seed', BATCH, "every batch samples with --seed itself (prompts at the same place share their draws)"),
-    Bug(GEN, 'lines = _prompt_text(p.read_bytes(), f"--batch-file {str(p)!r}").splitlines()', 'lines = p.read_text(encoding="utf-8").splitlines()',
+    Bug(GEN, 'text = _prompt_text(p.read_bytes(), f"--batch-file {str(p)!r}")', 'text = p.read_text(encoding="utf-8")',
         BATCH, "a batch file's byte order mark becomes part of its first prompt"),
-    Bug(GEN, '        numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]',
-        '        numbered = [(n, line) for n, line in enumerate(lines, 1) if line]', BATCH, "a line of spaces is a prompt"),
+    Bug(GEN, '        numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]',
+        '        numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line]', BATCH, "a line of spaces is a prompt"),
     Bug("tinygrad_ssm/train/cli.py", '            for prompt, text, line in zip(prompts[done:], texts, line_numbers[done:]):',
         '            for prompt, text, line in zip(prompts, texts, line_numbers):', BATCH,
         "each batch's texts printed under the first batch's prompts and lines"),
@@ -176,11 +178,33 @@ BUGS = [
     Bug("tinygrad_ssm/train/data.py", "final=start + block >= len(data))", "final=start + block > len(data))",
         ("tests/train/test_data.py",),
         "_is_utf8 never ends a text of whole blocks: a character cut at its end taken as UTF-8"),
-    Bug("tinygrad_ssm/train/data.py", "    return Corpus(str(path), arr[:cut].copy(), arr[cut:].copy(), (name,), (name,),\n"
+    Bug("tinygrad_ssm/train/data.py", "    return Corpus(source, arr[:cut].copy(), arr[cut:].copy(), (name,), (name,),\n"
         "                  non_utf8_files=_non_utf8([name], [data]))",
-        "    return Corpus(str(path), arr[:cut].copy(), arr[cut:].copy(), (name,), (name,))",
+        "    return Corpus(source, arr[:cut].copy(), arr[cut:].copy(), (name,), (name,))",
         ("tests/train/test_data.py",), "a --data file that is not UTF-8 is not named (a folder's files are)"),
     Bug("tinygrad_ssm/train/data.py", "{f' and {len(files) - 3} more' if len(files) > 3 else ''}",
         "{f' and {len(files) - 3} more' if len(files) >= 3 else ''}", ("tests/train/test_data.py",),
         "three files not UTF-8 described as '... and 0 more'"),
+    # --- JSON Lines: a .jsonl file of --data (train/json_lines.py, data.py, scoring.py), --batch-file's records -------
+    Bug(JL, "        yield number, line.removeprefix(_UTF8_BOM) if number == 1 else line", "        yield number, line",
+        JSONL, "a .jsonl file that starts with a UTF-8 byte order mark refused as not JSON"),
+    Bug(JL, "        if not isinstance(value, str):\n", "        if False:\n", JSONL,
+        "a record whose text is a number or null crashes (AttributeError) instead of being named"),
+    Bug(JL, "        except UnicodeEncodeError as e:", "        except KeyError as e:", JSONL,
+        "an unpaired surrogate escape crashes (UnicodeEncodeError) instead of being named"),
+    Bug("tinygrad_ssm/train/data.py", "                if text:\n                    texts.append(text)",
+        "                if True:\n                    texts.append(text)", JSONL,
+        "an empty record counted as a document (the split differs from a folder's, where empty files are left out)"),
+    Bug("tinygrad_ssm/train/data.py", "    if text_field != TEXT_FIELD and not reads_json_lines:", "    if False:", JSONL,
+        "train --text-field on data without a .jsonl file accepted (and ignored)"),
+    Bug("tinygrad_ssm/train/scoring.py", "            if len(read.document_ends) > ended:",
+        "            if len(read.file_ends) > ended:", JSONL,
+        "eval --document-end eos of a .jsonl file puts one EOS after the file, not one after each record"),
+    Bug("tinygrad_ssm/train/scoring.py", "                             text_field=trained.text_field)", ")", JSONL,
+        "eval of a run's validation split reads its .jsonl with the default field, not the run's --text-field"),
+    Bug("tinygrad_ssm/train/scoring.py", "    if text_field != TEXT_FIELD and not any(is_json_lines(p) for p, _ in files):",
+        "    if False:", JSONL, "eval --text-field on data without a .jsonl file accepted (and ignored)"),
+    Bug(GEN, 'numbered = list(field_values(enumerate(text.split("\\n"), 1), "prompt"',
+        'numbered = list(field_values(enumerate(text.splitlines(), 1), "prompt"', JSONL,
+        "a --batch-file record whose prompt holds U+2028 cut into two lines (neither JSON)"),
 ]

@@ -1,0 +1,226 @@
+"""A .jsonl file of --data is JSON Lines: each record's "text" (--text-field) is a document, split into training
+and validation as a folder's files are, each followed by the EOS token with --document-end eos; eval reads the
+records' texts in order. Its JSON is never read as text, and a line that is not a record with that field is
+named with the fix. generate --batch-file reads its .jsonl prompts through the same reader."""
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from tests.support.training import TINY, quiet
+from tinygrad_ssm.models.mamba2 import Mamba2LMHeadModel
+from tinygrad_ssm.models.mamba2.evaluation import evaluate
+from tinygrad_ssm.tokenizer import FileTokenizer
+from tinygrad_ssm.train import cli
+from tinygrad_ssm.train.data import DataError, load_corpus, tokenize
+from tinygrad_ssm.train.generate import read_batch_file
+from tinygrad_ssm.train.json_lines import record_texts
+from tinygrad_ssm.train.loop import TrainConfig, train
+
+# texts a JSON string holds as they are and str.splitlines would cut (U+2028, U+0085), quotes, newlines, non-ASCII
+TEXTS = ["first record: the quick brown fox\n", 'a "quoted" line\u2028and the next', "caf\u00e9 \u0085 na\u00efve",
+         "", "line %d of a longer record, with\ttabs and \\ backslashes\n" * 12, "short", "\U0001f600 emoji",
+         "the last record"]
+
+
+def _write(path, records, field="text", ensure_ascii=False, newline="\n"):
+    path.write_text(newline.join(json.dumps({"id": i, field: t}, ensure_ascii=ensure_ascii)
+                                 for i, t in enumerate(records)) + newline, encoding="utf-8", newline="")
+    return path
+
+
+@given(texts=st.lists(st.text(max_size=40), max_size=8), ensure_ascii=st.booleans(), crlf=st.booleans(),
+       blank_lines=st.lists(st.integers(0, 8), max_size=3), bom=st.booleans())
+def test_each_records_text_is_read_whole_in_order(texts, ensure_ascii, crlf, blank_lines, bom):
+    newline = "\r\n" if crlf else "\n"
+    lines = [json.dumps({"text": t, "n": i}, ensure_ascii=ensure_ascii) for i, t in enumerate(texts)]
+    for at in sorted(blank_lines, reverse=True):
+        lines.insert(min(at, len(lines)), "  ")
+    data = (b"\xef\xbb\xbf" if bom else b"") + newline.join(lines).encode("utf-8")
+    got = list(record_texts(data.splitlines(keepends=True), "text", "f.jsonl"))
+    assert [text for _, text in got] == [t.encode("utf-8") for t in texts]
+    assert [lines[number - 1] for number, _ in got] == [ln for ln in lines if ln.strip()]   # each at its own line
+
+
+def test_records_are_split_as_a_folders_files(tmp_path):
+    """The records of one .jsonl file give the streams a folder of the same texts as files (in the same order) gives:
+    the seeded shuffle and the validation share count documents; an empty record is left out as an empty file is."""
+    data = _write(tmp_path / "data.jsonl", TEXTS)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for i, text in enumerate(TEXTS):
+        (folder / f"{i:03d}.txt").write_bytes(text.encode())
+    for seed in (0, 1, 2):
+        records, files = load_corpus(data, seed=seed, val_fraction=0.25), load_corpus(folder, seed=seed,
+                                                                                       val_fraction=0.25)
+        np.testing.assert_array_equal(records.train, files.train)
+        np.testing.assert_array_equal(records.val, files.val)
+        assert records.train_file_sizes == files.train_file_sizes and records.val_file_sizes == files.val_file_sizes
+        lines = [int(name.split(":")[1]) for name in records.val_files]  # a record is named by its line
+        assert [f"{n - 1:03d}.txt" for n in lines] == list(files.val_files)
+    assert records.unit == "record"
+    assert records.describe().endswith("5 train records (%s bytes), 2 validation records (%s bytes)" % (
+        f"{len(records.train):,}", f"{len(records.val):,}"))
+    assert b'"text"' not in records.train.tobytes() + records.val.tobytes()   # no JSON read as text
+
+
+def test_a_folder_mixes_files_and_records_and_one_record_is_split_by_bytes(tmp_path):
+    _write(tmp_path / "a.jsonl", TEXTS[:3])
+    (tmp_path / "b.txt").write_text("a plain text file\n" * 5)
+    corpus = load_corpus(tmp_path, val_fraction=0.3)
+    assert corpus.unit == "document" and len(corpus.train_files) + len(corpus.val_files) == 4
+    assert sorted(corpus.train_files + corpus.val_files) == ["a.jsonl:1", "a.jsonl:2", "a.jsonl:3", "b.txt"]
+    one = load_corpus(_write(tmp_path / "one.jsonl", [TEXTS[4]]), val_fraction=0.1)
+    text = TEXTS[4].encode()
+    assert one.train.tobytes() + one.val.tobytes() == text and len(one.val) == int(len(text) * 0.1)
+    assert one.train_files == one.val_files == ("one.jsonl:1",) and one.train_file_sizes == ()
+
+
+def test_text_field_names_the_records_field(tmp_path):
+    data = _write(tmp_path / "data.jsonl", TEXTS, field="content")
+    with pytest.raises(DataError, match=r"data.jsonl' line 1 has no \"text\" field \(its fields: \"id\", "
+                                        r"\"content\"\); give --text-field the name of the field that holds the text"):
+        load_corpus(data)
+    corpus = load_corpus(data, text_field="content")
+    assert len(corpus.train) + len(corpus.val) == sum(len(t.encode()) for t in TEXTS)
+    with pytest.raises(DataError, match=r"line 1 has no \"body\" field .* check --text-field"):
+        load_corpus(data, text_field="body")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "a.txt").write_text("text")
+    with pytest.raises(DataError, match=r"--text-field names the field of a .jsonl file's records .* holds no .jsonl "
+                                        r"file; leave --text-field out"):
+        load_corpus(tmp_path / "plain", text_field="content")
+
+
+@pytest.mark.parametrize("line, message", [
+    (b'{"text": "ok"', r"line 2 is not JSON \(Expecting ',' delimiter\); a .jsonl file holds one JSON object a line "
+                      r"\(to read the file as plain text, give it another suffix, e.g. .txt\)"),
+    (b'["a", "b"]', r'line 2 is a JSON array, not an object \{"text": "..."\}'),
+    (b'"just a string"', r'line 2 is a JSON string, not an object'),
+    (b'{"text": null}', r'line 2: its "text" is a JSON null, not a string'),
+    (b'{"text": ["a"]}', r'line 2: its "text" is a JSON array, not a string'),
+    (b'{"text": "\\udc80 alone"}', r'line 2: its "text" holds an unpaired surrogate \(\\udc80\), which is no '
+                                   r'character'),
+    (b'{"text": "caf\xe9"}', r"line 2 is not UTF-8; convert the file to UTF-8"),
+])
+def test_a_bad_line_is_named_with_the_fix(tmp_path, line, message):
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(b'{"text": "a good first record"}\n' + line + b'\n{"text": "never read"}\n')
+    with pytest.raises(DataError, match=f"--data file '{path}' " + message):
+        load_corpus(path)
+
+
+def test_a_utf16_file_is_named(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_bytes('{"text": "a"}\n{"text": "b"}\n'.encode("utf-16"))
+    with pytest.raises(DataError, match=r"data.jsonl' is UTF-16 .* convert it to UTF-8"):
+        load_corpus(path)
+
+
+def test_a_file_of_empty_records_holds_no_text(tmp_path):
+    with pytest.raises(DataError, match=r"data.jsonl' holds no record with text in its 'text' field"):
+        load_corpus(_write(tmp_path / "data.jsonl", ["", ""]))
+
+
+def test_eos_after_each_record(tmp_path, bpe_tokenizer):
+    tok = FileTokenizer(bpe_tokenizer)
+    corpus = load_corpus(_write(tmp_path / "data.jsonl", TEXTS), val_fraction=0.25)
+    ended = tokenize(corpus, tok, "eos")
+    by_line = {i + 1: t.encode() for i, t in enumerate(TEXTS)}
+
+    def spec(names):                                                     # each record's ids, then the EOS
+        return np.concatenate([np.append(tok.encode_bytes(by_line[int(n.split(":")[1])]), tok.eos_token_id)
+                               for n in names])
+    np.testing.assert_array_equal(ended.train, spec(corpus.train_files))
+    np.testing.assert_array_equal(ended.val, spec(corpus.val_files))
+    assert "each record followed by the tokenizer's EOS token" in ended.describe()
+
+
+SETTINGS = dict(TINY, dtype="float64", steps=2)
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    """A fine-tuning set as one .jsonl file: 40 records, their text in "content"."""
+    root = tmp_path_factory.mktemp("records")
+    texts = [f"record {k}: " + "the quick brown fox jumps\n" * (3 + k % 5) for k in range(40)]
+    return _write(root / "set.jsonl", texts, field="content"), texts
+
+
+@pytest.fixture(scope="module")
+def record_run(records, bpe_tokenizer, tmp_path_factory):
+    out = tmp_path_factory.mktemp("record_run") / "run"
+    overrides = {"tokenizer": str(bpe_tokenizer), "document_end": "eos", "text_field": "content"}
+    result = train(TrainConfig(**SETTINGS, data=str(records[0]), out=str(out), **overrides), overrides=overrides,
+                   progress=False, say=quiet)
+    assert result.status == "done"
+    return out
+
+
+def test_a_run_on_records_and_eval_of_its_split(record_run, records, bpe_tokenizer, capsys):
+    state = json.loads((record_run / "checkpoints" / "step-000002" / "trainer_state.json").read_text())
+    assert state["train_config"]["text_field"] == "content"
+    tok = FileTokenizer(bpe_tokenizer)
+    corpus = load_corpus(records[0], text_field="content")
+    assert len(corpus.val_files) == 2
+    val = np.concatenate([np.append(tok.encode_bytes(records[1][int(n.split(":")[1]) - 1].encode()),
+                                    tok.eos_token_id) for n in corpus.val_files])
+    model = Mamba2LMHeadModel.from_pretrained(record_run, dtype="float64")
+    assert cli.main(["eval", "--model", str(record_run), "--json", "-", "--no-progress", "--dtype", "float64"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tokens"] == len(val) - 1
+    assert report["mean_nats"] == pytest.approx(evaluate(model, val, 512).mean_nats, rel=1e-12)
+    assert "(2 records, each followed by the EOS token, as the run split it)" in report["data"]
+    assert cli.main(["eval", "--model", str(record_run), "--training-windows", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["bits_per_byte"] == state["val_bpb"]   # to the bit (float64)
+    code = cli.main(["train", "--resume", str(record_run), "--text-field", "text", "--no-progress"])
+    assert code != cli.EXIT_OK
+    assert "--text-field (saved 'content', given 'text')" in capsys.readouterr().err
+
+
+def test_eval_of_a_jsonl_file_reads_its_records_in_order(record_run, records, bpe_tokenizer, tmp_path, capsys):
+    """eval --data FILE.jsonl scores the records' texts joined (the default) or each followed by the EOS; a folder
+    holding it gives it one entry of "files"."""
+    path, texts = records
+    tok = FileTokenizer(bpe_tokenizer)
+    model = Mamba2LMHeadModel.from_pretrained(record_run, dtype="float64")
+    common = ["--json", "-", "--no-progress", "--dtype", "float64", "--window", "64", "--text-field", "content"]
+    joined = tok.encode_bytes("".join(texts).encode())
+    assert cli.main(["eval", "--model", str(record_run), "--data", str(path), *common]) == cli.EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["tokens"] == len(joined) - 1
+    assert report["mean_nats"] == pytest.approx(evaluate(model, joined, 64).mean_nats, rel=1e-12)
+    ended = np.concatenate([np.append(tok.encode_bytes(t.encode()), tok.eos_token_id) for t in texts])
+    assert cli.main(["eval", "--model", str(record_run), "--data", str(path), "--document-end", "eos",
+                     *common]) == cli.EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["tokens"] == len(ended) - 1 and report["data"].endswith("(each record followed by the EOS token)")
+    assert report["mean_nats"] == pytest.approx(evaluate(model, ended, 64).mean_nats, rel=1e-12)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "set.jsonl").write_bytes(path.read_bytes())
+    (folder / "z.txt").write_text("a plain file at the end\n")
+    assert cli.main(["eval", "--model", str(record_run), "--data", str(folder), "--document-end", "eos",
+                     *common]) == cli.EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    both = np.concatenate([ended, tok.encode_bytes(b"a plain file at the end\n"), [tok.eos_token_id]])
+    assert report["tokens"] == len(both) - 1 and [f["path"] for f in report["files"]] == ["set.jsonl", "z.txt"]
+    assert sum(f["tokens"] for f in report["files"]) == report["tokens"]
+    assert "each file and .jsonl record followed by the EOS token" in report["data"]
+
+
+def test_eval_refuses_text_field_where_it_means_nothing(record_run, corpus, capsys):
+    assert cli.main(["eval", "--model", str(record_run), "--text-field", "content"]) == cli.EXIT_USAGE
+    assert "--text-field applies to --data" in capsys.readouterr().err
+    assert cli.main(["eval", "--model", str(record_run), "--data", str(corpus), "--text-field", "content"]) != 0
+    assert "holds no .jsonl file; leave --text-field out" in capsys.readouterr().err
+
+
+def test_batch_file_records_keep_a_line_separator_inside_a_prompt(tmp_path):
+    path = _write(tmp_path / "prompts.jsonl", ["one\u2028prompt", "two\u0085still two"], field="prompt")
+    assert read_batch_file(str(path)) == (["one\u2028prompt", "two\u0085still two"], [1, 2])
+    path.write_text('{"prompt": "a"}\n{"text": "b"}\n')
+    with pytest.raises(ValueError, match=r"line 2 has no \"prompt\" field \(its fields: \"text\"\); each line must be "
+                                         r"an object \{\"prompt\": \"text\"\}"):
+        read_batch_file(str(path))
