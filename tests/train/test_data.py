@@ -8,8 +8,8 @@ import pytest
 
 from tinygrad_ssm.tokenizer import FileTokenizer
 from tinygrad_ssm.train import data as D
-from tinygrad_ssm.train.data import (BatchSampler, DataError, bits_per_byte, eval_batches, load_corpus,
-                               unigram_entropy_bits)
+from tinygrad_ssm.train.batches import BatchSampler, eval_batches, eval_window_starts
+from tinygrad_ssm.train.data import DataError, bits_per_byte, load_corpus, unigram_entropy_bits
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +234,7 @@ def test_eval_batches_are_fixed_non_overlapping_windows():
     for (x, y), (x2, _) in zip(first, again):
         np.testing.assert_array_equal(x, x2)
         np.testing.assert_array_equal((x + 1) % 256, y)
-    starts = D.eval_window_starts(1000, 4, 50, max_batches=3)
+    starts = eval_window_starts(1000, 4, 50, max_batches=3)
     np.testing.assert_array_equal(np.concatenate([x[:, 0] for x, _ in first]), data[starts])
     assert len(starts) == 12 and starts[0] == 0 and starts[-1] == 1000 - 51
     assert np.all(np.diff(starts) >= 50)  # no byte is counted twice

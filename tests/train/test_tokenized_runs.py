@@ -16,7 +16,8 @@ from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
 from tinygrad_ssm.models.mamba2.evaluation import evaluate
 from tinygrad_ssm.tokenizer import FileTokenizer, TokenizerError
 from tinygrad_ssm.train import cli
-from tinygrad_ssm.train.data import BatchSampler, load_corpus, tokenize
+from tinygrad_ssm.train.batches import BatchSampler
+from tinygrad_ssm.train.data import load_corpus, tokenize
 from tinygrad_ssm.train.generate import escape_controls, load_model, stream_text
 from tinygrad_ssm.train.loop import TrainConfig, train
 

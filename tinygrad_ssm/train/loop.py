@@ -36,8 +36,9 @@ from ..distributed import (SINGLE, DistributedError, GradientAllreducer, RanksDi
 from . import checkpoint as ckpt
 from .checks import check_train_config, divisors
 from .config import VOCAB_SIZE, TrainConfig, _resume_config  # noqa: F401 (re-exported)
-from .data import (BatchSampler, Corpus, bits_per_byte, check_length, eval_batches, load_corpus, sample_prompt_from,
-                   tokenize, unigram_entropy_bits)
+from .batches import BatchSampler, eval_batches
+from .data import (Corpus, bits_per_byte, check_length, load_corpus, sample_prompt_from, tokenize,
+                   unigram_entropy_bits)
 from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
 from .mpi_cli import python_cmd

@@ -27,9 +27,9 @@ from ..io.atomic_write import write_atomic
 from ..models.mamba2.evaluation import evaluate_pieces
 from .config import TrainConfig
 from ..tokenizer import invalid_utf8_bytes
-from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, document_ids, eval_window_starts,
-                   file_texts, folder_files, load_corpus, non_utf8_note, require_eos_token, split_ids,
-                   utf16_mark)
+from .batches import eval_window_starts
+from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, document_ids, file_texts,
+                   folder_files, load_corpus, non_utf8_note, require_eos_token, split_ids, utf16_mark)
 from .generate import _run_tokenizer, resolve_model_folder
 from .json_lines import SUFFIX as JSON_LINES, TEXT_FIELD, is_json_lines, record_texts
 from .loop import evaluate

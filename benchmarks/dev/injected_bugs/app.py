@@ -179,7 +179,7 @@ BUGS = [
     Bug("tinygrad_ssm/train/checkpoint.py", "if n is not None and n != state[\"step\"]]",
         "if n is not None and n > state[\"step\"]]", ("tests/train/test_ownership.py", "-k", "counters"),
         "a checkpoint whose step is past its folder's name or its sampler's batches is resumed from"),
-    Bug("tinygrad_ssm/train/data.py", "    return np.linspace(0, data_len - seq_len - 1, n_windows).astype(np.int64)",
+    Bug("tinygrad_ssm/train/batches.py", "    return np.linspace(0, data_len - seq_len - 1, n_windows).astype(np.int64)",
         "    return np.linspace(0, data_len - seq_len - 2, n_windows).astype(np.int64)",
         ("tests/train/test_data.py", "-k", "eval_batches"), "the validation windows stop one token short of the stream's end"),
     # --- min_p and the repetition penalty ------------------------------------------------------------------
