@@ -86,9 +86,14 @@ def test_stop_at_must_come_after_the_resumed_step(corpus, tmp_path, capsys):
     assert run_train(corpus, out, "--steps", "3", "--stop-at", "2") == cli.EXIT_OK
     capsys.readouterr()
     assert cli.main(["train", "--resume", str(out), "--stop-at", "2", "--no-progress"]) == cli.EXIT_USAGE
-    assert "--stop-at 2 is not after the checkpoint being resumed (step 2)" in capsys.readouterr().err
+    assert "--stop-at 2 is not after the checkpoint being resumed (step 2); give a step in [3, 3]" in \
+        capsys.readouterr().err
     assert cli.main(["train", "--resume", str(out), "--stop-at", "4", "--no-progress"]) == cli.EXIT_USAGE
     assert "--stop-at 4 is past the end of the run (--steps 3)" in capsys.readouterr().err
+    code = cli.main(["train", "--resume", str(out), "--steps", "2", "--stop-at", "1", "--no-progress"])
+    assert code == cli.EXIT_USAGE
+    assert "--stop-at 1 is not after the checkpoint being resumed (step 2); the run has done all its --steps 2; " \
+           "raise --steps to train on" in capsys.readouterr().err
     state = sorted((out / "checkpoints").rglob("*.json"))
     before = [p.read_bytes() for p in state]
     assert cli.main(["train", "--resume", str(out), "--steps", "1", "--no-progress"]) == cli.EXIT_USAGE

@@ -31,9 +31,12 @@ _TRAIN_FLAGS = [
                             "skipped; a .jsonl file: JSON Lines, each record's text a document) [default: the "
                             "running Python's standard library .py sources, without site-packages and test suites]"),
     ("--text-field", "text_field", str, f"the field of a .jsonl file's records that holds the text [{_D.text_field}]"),
+    ("--val-data", "val_data", str, "validate on this text file or folder (as --data reads it) and train on all of "
+                                    "--data, as transformers' run_clm takes --validation_file [a --val-fraction "
+                                    "of --data]"),
     ("--data-seed", "data_seed", int, f"seed of the file order and train/validation split [{_D.data_seed}]"),
-    ("--val-fraction", "val_fraction", float, f"fraction of the files (or .jsonl records) kept for validation "
-                                              f"[{_D.val_fraction}]"),
+    ("--val-fraction", "val_fraction", float, f"fraction of the files (or .jsonl records) kept for validation, "
+                                              f"without --val-data [{_D.val_fraction}]"),
     ("--steps", "steps", int, f"total optimizer steps; also the length of the cosine schedule [{_D.steps}]"),
     ("--batch-size", "batch_size", int, f"sequences per step [{_D.batch_size}]"),
     ("--grad-accum", "grad_accum", int, f"run each step's batch as this many equal micro-batches, one after another, "
@@ -87,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "warmup + cosine decay and gradient clipping. Defaults are in brackets; with "
                                     "them a run takes about three minutes on 2 cores.")
     for flag, field, typ, text in _TRAIN_FLAGS:
-        metavar = {"data": "PATH", "out": "DIR", "backend": "NAME", "sample_prompt": "TEXT",
+        metavar = {"data": "PATH", "val_data": "PATH", "out": "DIR", "backend": "NAME", "sample_prompt": "TEXT",
                    "text_field": "NAME"}.get(field, "N" if typ is int else "X")
         tr.add_argument(flag, dest=field, type=typ, default=None, help=text, metavar=metavar)
     tr.add_argument("--init-from", dest="init_from", metavar="DIR", default=None,
@@ -243,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
 # is refused, not read as Path("") = the current folder (a training set or model folder of whatever is there)
 _PATH_FLAGS = {
     "train": {"--data": ("data", "a text file or folder", "the standard library's sources"),
+              "--val-data": ("val_data", "a text file or folder", "a --val-fraction of --data"),
               "--out": ("out", "a run folder", "a new folder runs/mamba2-DATE-TIME"),
               "--resume": ("resume", "a run folder or checkpoint", "a new run"),
               "--init-from": ("init_from", "a model folder", "a fresh model"),

@@ -108,8 +108,12 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
     for field in ("out", "sample_prompt", "text_field"):
         if not isinstance(getattr(cfg, field), str):
             bad.append(f"{flag(field)} must be a string, got {getattr(cfg, field)!r}")
-    if cfg.data is not None and not isinstance(cfg.data, str):
-        bad.append(f"--data must be a path, got {cfg.data!r}")
+    for field in ("data", "val_data"):
+        if getattr(cfg, field) is not None and not isinstance(getattr(cfg, field), str):
+            bad.append(f"{flag(field)} must be a path, got {getattr(cfg, field)!r}")
+    if cfg.val_data is not None and "val_fraction" in explicit:
+        bad.append(f"--val-fraction {cfg.val_fraction} splits --data into training and validation, and --val-data "
+                   f"gives the validation text: leave one of them out")
     if stop_at is not None and (not _is_int(stop_at) or stop_at < 1):
         bad.append(f"--stop-at must be a step >= 1, got {stop_at!r}")
     if cfg.dtype not in ("float32", "float64"):
@@ -132,8 +136,9 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
             bad.append(f"--stop-at {stop_at} is past the end of the run (--steps {cfg.steps}); give a step in "
                        f"[1, {cfg.steps}] or raise --steps")
         elif stop_at <= resumed_step:
-            bad.append(f"--stop-at {stop_at} is not after the checkpoint being resumed (step {resumed_step}); "
-                       f"give a step in [{resumed_step + 1}, {cfg.steps}]")
+            room = (f"give a step in [{resumed_step + 1}, {cfg.steps}]" if cfg.steps > resumed_step else  # none left:
+                    f"the run has done all its --steps {cfg.steps}; raise --steps to train on")      # [3, 2] said so
+            bad.append(f"--stop-at {stop_at} is not after the checkpoint being resumed (step {resumed_step}); {room}")
     weights, have = parameter_memory_bytes(cfg, vocab_size), physical_memory_bytes() if machine else None
     need = weights + step_memory_bytes(cfg, vocab_size)
     vocab = "" if vocab_size == VOCAB else f", vocabulary {vocab_size:,}"   # a tokenizer's or a checkpoint's

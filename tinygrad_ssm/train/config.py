@@ -26,6 +26,7 @@ class TrainConfig:
     data: str | None = None  # None: the running interpreter's standard library sources
     data_seed: int = 0  # file order and train/validation split; separate from `seed` so runs compare
     val_fraction: float = 0.05
+    val_data: str | None = None  # validate on this text file or folder (all of --data trained on); absolute
     tokenizer: str = "bytes"  # "bytes", or the absolute path of the tokenizer.json --data was tokenized with
     document_end: str = "none"  # "eos": the tokenizer's EOS token after each document (file, .jsonl record) of --data
     text_field: str = "text"  # the field of a .jsonl file's records that holds the text (train/json_lines.py)

@@ -114,7 +114,7 @@ class Corpus:
     """Train and validation streams and the files they came from, in stream order: bytes (uint8), or token ids
     (int32) after `tokenize`, which also records how many tokens a byte of each split became."""
 
-    source: str
+    source: str  # what the user is told was read: --data's path, or the standard library's
     train: np.ndarray  # (n_train,) uint8 bytes, or int32 token ids
     val: np.ndarray  # (n_val,)
     train_files: tuple[str, ...]
@@ -131,6 +131,7 @@ class Corpus:
     val_file_sizes: tuple[int, ...] = ()
     unit: str = "file"  # what train_files and val_files name: "file", "record" (of .jsonl files) or "document" (both)
     document_end: str = "none"  # "eos": the tokenizer's EOS after each file's tokens (tokenize; DOCUMENT_ENDS)
+    val_source: str | None = None  # --val-data's path: `val` is all of it, `train` all of `source`
 
     def describe(self) -> str:
         skipped = f", {_count(len(self.skipped_files), 'binary file')} skipped" if self.skipped_files else ""
@@ -141,7 +142,8 @@ class Corpus:
         if self.document_end == "eos":
             skipped += f"; each {self.unit} followed by the tokenizer's EOS token (--document-end eos)"
         train, val = self._size(self.train, self.train_tokens_per_byte), self._size(self.val, self.val_tokens_per_byte)
-        return (f"{self.source}: {_count(len(self.train_files), 'train ' + self.unit)} ({train}), "
+        validation = f"; {self.val_source}:" if self.val_source else ","
+        return (f"{self.source}: {_count(len(self.train_files), 'train ' + self.unit)} ({train}){validation} "
                 f"{_count(len(self.val_files), 'validation ' + self.unit)} ({val}){skipped}")
 
     def _size(self, stream: np.ndarray, tokens_per_byte: float) -> str:
@@ -165,15 +167,74 @@ def non_utf8_note(invalid_bytes: int, files: tuple[str, ...]) -> str:
 
 
 def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fraction: float = DEFAULT_VAL_FRACTION,
-                text_field: str = TEXT_FIELD) -> Corpus:
-    """Read the corpus at `path` (a text file or a folder of them; None = the standard library). A .jsonl file
-    (train/json_lines.py) gives a document a record, the string in its `text_field`; any other file is one.
+                text_field: str = TEXT_FIELD, val_path: str | os.PathLike | None = None) -> Corpus:
+    """Read the corpus at `path` (a text file or a folder of them; None = the standard library) and split it into
+    training and validation; with `val_path` (--val-data) all of `path` is trained on and `val_path` is the
+    validation text. A .jsonl file (train/json_lines.py) gives a document a record, the string in its
+    `text_field`; any other file is one.
 
     Every file is read here, up front, so a missing, empty or unreadable path fails before any training
     work starts, with a DataError naming the path.
     """
     if not 0.0 < val_fraction < 1.0:
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    docs = _read_documents(path, text_field, "--data")
+    val = None if val_path is None else _read_documents(val_path, text_field, "--val-data")
+    if text_field != TEXT_FIELD and not docs.records and not (val and val.records):
+        raise DataError(f"--text-field names the field of a {JSON_LINES} file's records that holds the text, and "
+                        f"{docs.source!r} holds no {JSON_LINES} file; leave --text-field out")
+    if val is not None:
+        _refuse_overlap(docs.root, val.root)
+        records, count = docs.records + val.records, len(docs.texts) + len(val.texts)
+        return Corpus(
+            source=docs.source, val_source=val.source,
+            train=_concat(docs.texts), val=_concat(val.texts),
+            train_file_sizes=tuple(map(len, docs.texts)), val_file_sizes=tuple(map(len, val.texts)),
+            train_files=tuple(docs.names), val_files=tuple(val.names),
+            skipped_files=docs.skipped + val.skipped, run_folders=docs.run_folders + val.run_folders,
+            non_utf8_files=_non_utf8(docs.names + val.names, docs.texts + val.texts),
+            unit="file" if not records else "record" if records == count else "document")
+    texts, names = docs.texts, docs.names
+    unit = "file" if not docs.records else "record" if docs.records == len(texts) else "document"
+    if len(texts) == 1:
+        split = _split_single_file(docs.source, names[0], texts[0], val_fraction)
+        return replace(split, skipped_files=docs.skipped, run_folders=docs.run_folders, unit=unit)
+
+    # sorted above; now a seeded shuffle so that validation files are a fair sample of the whole tree
+    order = np.random.default_rng(seed).permutation(len(texts))
+    n_val = min(len(texts) - 1, max(1, round(val_fraction * len(texts))))
+    val_idx, train_idx = order[:n_val], order[n_val:]
+    return Corpus(
+        source=docs.source,
+        train=_concat(texts[i] for i in train_idx),
+        val=_concat(texts[i] for i in val_idx),
+        train_file_sizes=tuple(len(texts[i]) for i in train_idx),
+        val_file_sizes=tuple(len(texts[i]) for i in val_idx),
+        train_files=tuple(names[i] for i in train_idx),
+        val_files=tuple(names[i] for i in val_idx),
+        skipped_files=docs.skipped,
+        run_folders=docs.run_folders,
+        non_utf8_files=_non_utf8(names, texts),
+        unit=unit,
+    )
+
+
+@dataclass(frozen=True)
+class _Documents:
+    """What one path (--data's or --val-data's) holds: its documents' texts and names, in reading order."""
+
+    source: str  # what the user is told was read
+    root: Path
+    texts: list[bytes]
+    names: list[str]  # a file's path under the folder, or "FILE.jsonl:LINE" for a record
+    skipped: tuple[str, ...]  # binary files left out of a folder
+    run_folders: tuple[str, ...]  # this package's run folders left out of a folder
+    records: int  # how many of the documents are .jsonl records
+
+
+def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) -> _Documents:
+    """The documents of a text file or folder (None: the standard library), each file one and each record of a
+    .jsonl file one (empty ones left out), named; a DataError naming `flag` and the path where there is none."""
     run_folders: list[str] = []
     if path is None:
         root = default_corpus_root()
@@ -186,27 +247,23 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
         root = Path(path).expanduser()
         source = str(root)
         if not root.exists():
-            raise DataError(f"--data path {str(root)!r} does not exist")
+            raise DataError(f"{flag} path {str(root)!r} does not exist")
         if root.is_dir():
             files = folder_files(root, run_folders)
             if not files:
-                raise DataError(f"--data folder {str(root)!r} contains no files")
+                raise DataError(f"{flag} folder {str(root)!r} contains no files")
         elif not root.is_file():
-            raise DataError(f"--data path {str(root)!r} is neither a regular file nor a folder")
+            raise DataError(f"{flag} path {str(root)!r} is neither a regular file nor a folder")
         else:
             files = [root]
     one_file = path is not None and root.is_file()
-    reads_json_lines = path is not None and any(map(is_json_lines, files))
-    if text_field != TEXT_FIELD and not reads_json_lines:
-        raise DataError(f"--text-field names the field of a {JSON_LINES} file's records that holds the text, and "
-                        f"{source!r} holds no {JSON_LINES} file; leave --text-field out")
 
     texts, names, skipped, records = [], [], [], 0                     # the documents: a file's text or a record's
     for p in files:
         data = _read(p)
         name = p.name if one_file else p.relative_to(root).as_posix()
-        if reads_json_lines and is_json_lines(p):
-            for line, text in record_texts(io.BytesIO(data), text_field, f"--data file {str(p)!r}", DataError):
+        if path is not None and is_json_lines(p):
+            for line, text in record_texts(io.BytesIO(data), text_field, f"{flag} file {str(p)!r}", DataError):
                 if text:
                     texts.append(text)
                     names.append(f"{name}:{line}")
@@ -217,33 +274,22 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
             texts.append(data)
             names.append(name)
     if not texts and one_file:
-        raise DataError(f"--data file {str(root)!r} " + (f"holds no record with text in its {text_field!r} field"
-                                                          if records == 0 and is_json_lines(root) else "is empty"))
+        raise DataError(f"{flag} file {str(root)!r} " + (f"holds no record with text in its {text_field!r} field"
+                                                         if is_json_lines(root) else "is empty"))
     if not texts:
         why = "only binary files" if skipped else "only empty files"
-        raise DataError(f"corpus {source!r} contains no text: {why}")
-    unit = "file" if not records else "record" if records == len(texts) else "document"
-    if len(texts) == 1:
-        split = _split_single_file(source, names[0], texts[0], val_fraction)
-        return replace(split, skipped_files=tuple(skipped), run_folders=tuple(run_folders), unit=unit)
+        raise DataError(f"{flag} {source!r} contains no text: {why}")
+    return _Documents(source, root, texts, names, tuple(skipped), tuple(run_folders), records)
 
-    # sorted above; now a seeded shuffle so that validation files are a fair sample of the whole tree
-    order = np.random.default_rng(seed).permutation(len(texts))
-    n_val = min(len(texts) - 1, max(1, round(val_fraction * len(texts))))
-    val_idx, train_idx = order[:n_val], order[n_val:]
-    return Corpus(
-        source=source,
-        train=_concat(texts[i] for i in train_idx),
-        val=_concat(texts[i] for i in val_idx),
-        train_file_sizes=tuple(len(texts[i]) for i in train_idx),
-        val_file_sizes=tuple(len(texts[i]) for i in val_idx),
-        train_files=tuple(names[i] for i in train_idx),
-        val_files=tuple(names[i] for i in val_idx),
-        skipped_files=tuple(skipped),
-        run_folders=tuple(run_folders),
-        non_utf8_files=_non_utf8(names, texts),
-        unit=unit,
-    )
+
+def _refuse_overlap(data_root: Path, val_root: Path) -> None:
+    """--val-data must hold none of the text trained on: not --data itself, nor inside its folder, nor holding it."""
+    data, val = data_root.resolve(), val_root.resolve()
+    if data == val or data in val.parents or val in data.parents:
+        where = "is" if data == val else "lies inside" if data in val.parents else "holds"
+        raise DataError(f"--val-data {str(val_root)!r} {where} --data {str(data_root)!r}: the validation text would be "
+                        f"trained on; give a --val-data outside --data (or leave it out to validate on a "
+                        f"--val-fraction of --data's files)")
 
 
 def _non_utf8(names: list[str], texts: list[bytes]) -> tuple[str, ...]:
@@ -392,18 +438,21 @@ def sample_prompt_from(data: np.ndarray, max_bytes: int = 24) -> str:
 
 
 def check_length(data: np.ndarray, seq_len: int, what: str, source: str, files: tuple = (),
-                 noun: str = "file") -> None:
+                 noun: str = "file", of_val_data: bool = False) -> None:
     """At least one window of seq_len + 1 in `data` (bytes, or token ids), else a DataError with the fixes; `files`:
-    the split's documents, each a `noun` (Corpus.unit)."""
+    the split's documents, each a `noun` (Corpus.unit); of_val_data: `data` is all of --val-data, not a split."""
     need = seq_len + 1  # one window = seq_len inputs + the next token as the last target
     if len(data) < need:
         unit = "byte" if data.dtype == np.uint8 else "token"
         held = f" ({_count(len(files), noun)}: {', '.join(files[:3])}{', ...' if len(files) > 3 else ''})" \
             if files else ""
         fixes = "a bigger corpus or a smaller --seq-len"
-        if what == "validation":  # a folder's split is whole files, a single file's its last val_fraction
+        if of_val_data:
+            fixes = "a longer --val-data text or a smaller --seq-len"
+        elif what == "validation":  # a folder's split is whole files, a single file's its last val_fraction
             fixes = f"a larger --val-fraction, another --data-seed (a folder's split is whole {noun}s), {fixes}"
-        raise DataError(f"the {what} split of {source!r}{held} has {_count(len(data), unit)}; a sequence of "
+        text = f"the --val-data text {source!r}" if of_val_data else f"the {what} split of {source!r}"
+        raise DataError(f"{text}{held} has {_count(len(data), unit)}; a sequence of "
                         f"--seq-len {seq_len} needs at least {need:,} (use {fixes})")
 
 

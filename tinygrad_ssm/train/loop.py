@@ -163,8 +163,9 @@ def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, 
     every flag checked (train/checks.py), `stop_at` against the steps done and to do."""
     if resume is None:
         cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
-        if cfg.data is not None:  # absolute, so that --resume works from any folder
-            cfg.data = str(Path(cfg.data).expanduser().absolute())
+        for field in ("data", "val_data"):  # absolute, so that --resume works from any folder
+            if getattr(cfg, field) is not None:
+                setattr(cfg, field, str(Path(getattr(cfg, field)).expanduser().absolute()))
         resolve_starting_point(cfg, overrides or {}, say)
         check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg))
         return cfg, None, None
@@ -215,9 +216,10 @@ def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = S
                          f"{cfg.batch_size} over {world.size} ranks: {share} sequences), the rank's micro-batches "
                          f"being equal; give --grad-accum one of {', '.join(map(str, divisors(share)))}")
     corpus = tokenize(load_corpus(cfg.data, seed=cfg.data_seed, val_fraction=cfg.val_fraction,
-                                  text_field=cfg.text_field), tokenizer, cfg.document_end)
+                                  text_field=cfg.text_field, val_path=cfg.val_data), tokenizer, cfg.document_end)
     check_length(corpus.train, cfg.seq_len, "training", corpus.source, corpus.train_files, corpus.unit)
-    check_length(corpus.val, cfg.seq_len, "validation", corpus.source, corpus.val_files, corpus.unit)
+    check_length(corpus.val, cfg.seq_len, "validation", corpus.val_source or corpus.source, corpus.val_files,
+                 corpus.unit, of_val_data=corpus.val_source is not None)
     fingerprint = _fingerprint(corpus, tokenizer)
     saved = state["data_fingerprint"] if state is not None else fingerprint
     if saved != fingerprint and {**saved, "tokenizer": None} == {**fingerprint, "tokenizer": None}:

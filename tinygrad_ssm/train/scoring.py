@@ -171,10 +171,11 @@ def run_validation_split(folder: Path, tokenizer) -> tuple[Corpus, np.ndarray, T
         raise DataError(f"eval: {str(folder)!r} is not a checkpoint of a tinygrad_ssm run, so it has no "
                         f"validation split of its own; give --data PATH (a text file or a folder)")
     trained = TrainConfig.from_dict(state["train_config"])
-    where = "the standard library" if trained.data is None else repr(trained.data)
+    where = ("the standard library" if trained.data is None else repr(trained.data)) + \
+        ("" if trained.val_data is None else f", validated on {trained.val_data!r}")
     try:
         corpus = load_corpus(trained.data, seed=trained.data_seed, val_fraction=trained.val_fraction,
-                             text_field=trained.text_field)
+                             text_field=trained.text_field, val_path=trained.val_data)
     except DataError as e:
         raise DataError(f"eval: the data this run trained on ({where}) cannot be read now ({e}); give --data "
                         f"PATH to score another text") from None
@@ -186,6 +187,12 @@ def run_validation_split(folder: Path, tokenizer) -> tuple[Corpus, np.ndarray, T
                         f"or edited), so its validation split is not the run's any more; give --data PATH to "
                         f"score a text of your choice")
     return corpus, val, trained
+
+
+def validation_text(corpus: Corpus) -> str:
+    """What a run validated on, in eval's report: its --val-data, or the split of its --data."""
+    return f"the validation data {corpus.val_source}" if corpus.val_source else \
+        f"the validation split of {corpus.source}"
 
 
 def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str = "none",
@@ -210,8 +217,8 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
             read.invalid_utf8_bytes = invalid_utf8_bytes(corpus.val.tobytes())
             read.non_utf8_files = [name for name in corpus.non_utf8_files
                                    if name.removesuffix(" (UTF-16)") in corpus.val_files]
-        return EvalText(blocks, len(corpus.val), f"the validation split of {corpus.source} ({files}{ends}, as the "
-                                                 f"run split it)", read, pieces)
+        return EvalText(blocks, len(corpus.val), f"{validation_text(corpus)} ({files}{ends}, as the run "
+                                                 f"{'read' if corpus.val_source else 'split'} it)", read, pieces)
     root, count_utf8 = Path(path).expanduser(), tokenizer.name != "bytes"
     ends = EOS_AFTER_FILES if document_end == "eos" else ""
     if root.is_file():
@@ -395,7 +402,8 @@ def score_training_windows(model, tokenizer, folder: Path) -> dict:
     tokens = windows * trained.seq_len                                   # each window's seq_len targets
     mean_nats = bpb * math.log(2) / tokens_per_byte
     files = _count(len(corpus.val_files), corpus.unit) + (EOS_AFTER_FILES if trained.document_end == "eos" else "")
-    return {"data": f"the validation split of {corpus.source} ({files}, as the run split it), at the windows "
+    return {"data": f"{validation_text(corpus)} ({files}, as the run {'read' if corpus.val_source else 'split'} "
+                    f"it), at the windows "
                     f"training scores", "tokenizer": tokenizer.name, "tokens": tokens,
             "bytes": round(tokens / tokens_per_byte), "mean_nats": mean_nats, "perplexity": math.exp(mean_nats),
             "bits_per_token": mean_nats / math.log(2), "bits_per_byte": bpb, "window": trained.seq_len,

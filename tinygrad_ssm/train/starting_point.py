@@ -101,7 +101,7 @@ def paths_as_saved(overrides: dict, saved: dict) -> dict:
     saved), so that the comparison is of places, not of spellings. A flag that names another place, or none
     any more, is left as given."""
     out = dict(overrides)
-    resolvers = {"data": lambda v: Path(v).expanduser(),
+    resolvers = {"data": lambda v: Path(v).expanduser(), "val_data": lambda v: Path(v).expanduser(),
                  "init_from": lambda v: resolve_model_folder(v, "--init-from"),
                  "tokenizer": lambda v: Path(load_tokenizer(v).name)}
     for field, resolve in resolvers.items():

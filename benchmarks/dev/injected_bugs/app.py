@@ -14,6 +14,7 @@ GRAD_ACCUM = ("tests/train/test_grad_accum.py",)
 PROMPT_FILE = ("tests/train/test_prompt_file.py",)
 BATCH_FILE = ("tests/train/test_cli_flags.py::test_a_batch_files_byte_order_mark_is_not_part_of_its_first_prompt",)
 BEST = ("tests/train/test_best_checkpoint.py",)
+VAL_DATA = ("tests/train/test_val_data.py",)
 
 BUGS = [
     # --- sampling (NumPy spec and its numba twin) --------------------------------------------------------------
@@ -303,4 +304,21 @@ BUGS = [
     Bug("tinygrad_ssm/train/checkpoint.py", "    return next((p, value) for value, p in reversed(scored) if value == best)",
         "    return next((p, value) for value, p in scored if value == best)", BEST, "the earlier of two equal checkpoints is kept"),
     Bug("tinygrad_ssm/train/loop.py", "        run.val_step = run.step\n", "", BEST, "no checkpoint records its own validation: none is kept as the best"),
+    # --- train --val-data (2026-12-06, late evening) -----------------------------------------------------------------
+    Bug("tinygrad_ssm/train/data.py", "        _refuse_overlap(docs.root, val.root)\n", "", VAL_DATA,
+        "a --val-data inside --data (or --data itself) accepted: the validation text is trained on"),
+    Bug("tinygrad_ssm/train/data.py", "    if data == val or data in val.parents or val in data.parents:",
+        "    if data == val or data in val.parents:", VAL_DATA, "a --val-data folder that holds --data accepted"),
+    Bug("tinygrad_ssm/train/data.py", "            source=docs.source, val_source=val.source,", "            source=docs.source,",
+        VAL_DATA, "the run's line and eval name --data's split as the validation text, not --val-data"),
+    Bug("tinygrad_ssm/train/checks.py", "    if cfg.val_data is not None and \"val_fraction\" in explicit:", "    if False:", VAL_DATA,
+        "--val-fraction beside --val-data accepted (and ignored)"),
+    Bug("tinygrad_ssm/train/loop.py", "        for field in (\"data\", \"val_data\"):  # absolute",
+        "        for field in (\"data\",):  # absolute", VAL_DATA, "a relative --val-data saved as given: --resume from elsewhere fails"),
+    Bug("tinygrad_ssm/train/scoring.py", "text_field=trained.text_field, val_path=trained.val_data)", "text_field=trained.text_field)",
+        VAL_DATA, "eval of a --val-data run scores a split of its --data instead"),
+    Bug("tinygrad_ssm/train/starting_point.py", ", \"val_data\": lambda v: Path(v).expanduser(),", ",", VAL_DATA,
+        "--resume refuses --val-data spelled otherwise than saved (relative) though it names the same file"),
+    Bug("tinygrad_ssm/train/loop.py", "                 corpus.unit, of_val_data=corpus.val_source is not None)", "                 corpus.unit)",
+        VAL_DATA, "a --val-data too short is refused with the fixes of a split (--val-fraction, --data-seed)"),
 ]
