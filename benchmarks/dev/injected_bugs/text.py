@@ -3,9 +3,11 @@ tokenizer.py (encode_stream, byte ends and the first token's overlap, the EOS lo
 the stream's context across special tokens), eval's checks of its data (train/scoring.py), the files not UTF-8 that
 train/data.py names, the decoder's Python driver (models/mamba2/decode.py: sessions, entry points, step numbers),
 generate --batch-file / --batch-size, JSON Lines data (train/json_lines.py), and the command line's checks
-(train/arguments.py, checks.py, config.py, cli.py). app.py holds the tokenizer's, generation's and eval's other bugs; none is repeated here. Last full run:
-62 of 62 caught, 10 min 6 s on the shared 2-core machine (605 s of tests), on 2026-12-06 after the bugs of the
-afternoon's merges (53-62; the decode.py bugs pay numba's compilation, 17-40 s each)."""
+(train/arguments.py, checks.py, config.py, cli.py). app.py holds the tokenizer's, generation's and eval's other
+bugs; none is repeated here. Last full run: 71 of 71 caught, about 11 min on the shared 2-core machine (608 s of
+tests), on 2026-12-06 (late evening, an AMD EPYC) after the JSON Lines bugs (63-71; the decode.py bugs pay numba's
+compilation, 17-43 s each); 66, 67 and 69 caught again after --val-data moved their text.
+"""
 from inject_bugs import Bug
 
 TP = "tinygrad_ssm/io/text_pieces.py"
