@@ -68,8 +68,9 @@ DEV_TOOLS = (
      "taking turns"),
     ("benchmarks/dev/decode_chunking.py", "the numba decoder's chunking of its projections (the small chunks' size, "
      "the big chunks' share) switched between calls in one process, rounds beside a bandwidth probe"),
-    ("benchmarks/dev/decode_ceiling.py", "how close batch-1 decoding can come to the bandwidth limit with the "
-     "decoder's own kernels: its weights and states streamed with no phases, beside its real step and the probe"),
+    ("benchmarks/dev/decode_ceiling.py", "how close batch-1 decoding can come to the bandwidth limit: a plain read "
+     "of the step's weights (the ceiling of any decoder), the decoder's own kernels streaming its weights and "
+     "states with no phases, its real step, and the probe"),
     ("benchmarks/dev/tokenizer_pieces_memory.py [--mb N] [--check]", "peak memory and time of tokenizing a long "
      "text whole against in pieces, for each tokenizer.json layout tinygrad_ssm/io/text_pieces.py cuts (Mistral's, "
      "Llama-2's, Llama-3's, Metaspace's), each in a fresh process; --check holds the pieces' ids and byte ends to "

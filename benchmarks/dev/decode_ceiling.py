@@ -11,8 +11,9 @@ as the decoder's steps run, N - 1 of them in a row over the same arrays.
     python benchmarks/dev/decode_ceiling.py                 # Mamba-2 130M's shape, 2 threads, 15 rounds
     python benchmarks/dev/decode_ceiling.py --quick         # the small model, 2 rounds: a smoke run
 
-Rows: the phase-free weights alone, the phase-free weights and states, the decoder's step; each as ms a step
-and as a share of the limit (the median over rounds of each round's ratio to that round's probe). The
+Rows: a plain read of the same weights (each thread sums its half of every matrix, in the step's order, and does
+nothing else: no decoder can read them faster), the phase-free weights alone, the phase-free weights and states,
+the decoder's step; each as ms a step and as a share of the limit (the median over rounds of each round's ratio to that round's probe). The
 phase-free step with states is what a decoder built of these kernels can reach here: the phases, the norms,
 the conv and the claims of the real step are the difference. docs/mamba2.md has what it measured.
 """
@@ -57,6 +58,25 @@ def phase_free_step(in_w, out_w, head, in_b, out_b, head_b, ssms, with_states, u
         weight_rows(head, t * head.shape[0] // 2, (t + 1) * head.shape[0] // 2, u, head_b, zero, logits)
 
 
+@njit(parallel=True, **_JIT)
+def plain_read(in_w, out_w, head):
+    """Thread t of 2 sums rows [t n / 2, (t + 1) n / 2) of every projection and of the LM head, in the decoder's
+    order, with nothing else to do: the fastest these weights can be read here, whatever a kernel does with them."""
+    total = np.zeros(2, head.dtype)
+    for t in prange(2):
+        acc = head.dtype.type(0)
+        for layer in range(len(in_w)):
+            for w in (in_w[layer], out_w[layer]):
+                flat = w[t * w.shape[0] // 2:(t + 1) * w.shape[0] // 2].ravel()
+                for i in range(flat.size):
+                    acc += flat[i]
+        flat = head[t * head.shape[0] // 2:(t + 1) * head.shape[0] // 2].ravel()
+        for i in range(flat.size):
+            acc += flat[i]
+        total[t] = acc
+    return total
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=common.positive_int, default=15)
@@ -95,6 +115,11 @@ def main(argv=None) -> dict:
                                                              with_states, u, y, proj, delta, logits, coef)
                                              for _ in range(passes)]) / passes
 
+    def plain():
+        """Seconds a plain read of the weights, over as many reads in a row as the decoder's timed steps."""
+        passes = args.new_tokens - 1
+        return common.timed(lambda: [plain_read(in_w, out_w, w.head) for _ in range(passes)]) / passes
+
     def decoder_step():
         """Seconds a step: generate(N new tokens) runs N steps (the prompt's, which gives the first token, and
         N - 1 more); less generate(1 new token), the prompt's step alone, that leaves the N - 1."""
@@ -105,7 +130,8 @@ def main(argv=None) -> dict:
     weights = weight_bytes_per_step(model)
     probe = np.ones((2**28 if not args.quick else 2**22), np.float32)  # 1 GiB (16 MiB for --quick), resident
     _sum(probe)
-    sides = {"phase-free: weights": phase_free(False),
+    sides = {"plain read: weights": plain,
+             "phase-free: weights": phase_free(False),
              "phase-free: weights + states": phase_free(True),
              "the decoder's step": decoder_step}
     for side in sides.values():                                         # warm-ups (phase_free_step compiles)
