@@ -224,3 +224,16 @@ def test_batch_file_records_keep_a_line_separator_inside_a_prompt(tmp_path):
     with pytest.raises(ValueError, match=r"line 2 has no \"prompt\" field \(its fields: \"text\"\); each line must be "
                                          r"an object \{\"prompt\": \"text\"\}"):
         read_batch_file(str(path))
+
+
+def test_a_broken_jsonl_file_in_a_folder_is_named_by_train_and_eval_alike(record_run, tmp_path, capsys):
+    """A NUL byte makes a text file binary (left out, and counted); in a .jsonl file it is a line that is not JSON,
+    named by train and eval alike rather than skipped by one of them."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a plain text file\n" * 4)
+    (folder / "b.jsonl").write_bytes(b'{"text": "fine"}\n{"text": "a NUL \x00 inside"}\n')
+    with pytest.raises(DataError, match=r"b.jsonl' line 2 is not JSON"):
+        load_corpus(folder)
+    assert cli.main(["eval", "--model", str(record_run), "--data", str(folder), "--no-progress"]) != cli.EXIT_OK
+    assert "b.jsonl' line 2 is not JSON" in capsys.readouterr().err

@@ -151,14 +151,14 @@ def _read_files(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool,
 
 def _text_file(path: Path) -> tuple[int, bool]:
     """(the size of a folder's file that eval reads, 0 for an empty or a binary one; whether it is binary: the first
-    bytes decide)."""
+    bytes decide, and a .jsonl file is never one: its lines are read as JSON, as train reads them)."""
     try:
         with open(path, "rb") as f:
             head = f.read(_BINARY_SNIFF_BYTES)
             size = os.fstat(f.fileno()).st_size
     except OSError as e:
         raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
-    binary = bool(head) and _looks_binary(head)
+    binary = bool(head) and _looks_binary(head) and not is_json_lines(path)
     return (0 if not head or binary else max(size, len(head))), binary
 
 

@@ -211,4 +211,7 @@ BUGS = [
     Bug(GEN, 'numbered = list(field_values(enumerate(text.split("\\n"), 1), "prompt"',
         'numbered = list(field_values(enumerate(text.splitlines(), 1), "prompt"', JSONL,
         "a --batch-file record whose prompt holds U+2028 cut into two lines (neither JSON)"),
+    Bug("tinygrad_ssm/train/scoring.py", "    binary = bool(head) and _looks_binary(head) and not is_json_lines(path)",
+        "    binary = bool(head) and _looks_binary(head)", JSONL,
+        "eval skips a .jsonl file with a NUL byte as binary where train names its broken line"),
 ]
