@@ -6,7 +6,7 @@ generate --batch-file / --batch-size, JSON Lines data (train/json_lines.py), and
 (train/arguments.py, checks.py, config.py, cli.py). app.py holds the tokenizer's, generation's and eval's other
 bugs; none is repeated here. Last full run: 71 of 71 caught, about 11 min on the shared 2-core machine (608 s of
 tests), on 2026-12-06 (late evening, an AMD EPYC) after the JSON Lines bugs (63-71; the decode.py bugs pay numba's
-compilation, 17-43 s each); 66, 67 and 69 caught again after --val-data moved their text.
+compilation, 17-43 s each); 66, 67 and 69 caught again after --val-data moved their text, and 72 (added after) alone.
 """
 from inject_bugs import Bug
 
