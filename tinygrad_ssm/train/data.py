@@ -22,7 +22,6 @@ Choices, and why:
 from __future__ import annotations
 
 import codecs
-import io
 import math
 import os
 import sysconfig
@@ -97,6 +96,15 @@ def _read(path: Path) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as e:  # PermissionError, IsADirectoryError, a broken symlink, ...
+        raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
+
+
+def _records(path: Path, text_field: str, source: str) -> Iterator[tuple[int, bytes]]:
+    """A .jsonl file's (line number, text) records (json_lines.record_texts), read a line at a time."""
+    try:
+        with open(path, "rb") as f:
+            yield from record_texts(f, text_field, source, DataError)
+    except OSError as e:
         raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
 
 
@@ -260,15 +268,16 @@ def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) 
 
     texts, names, skipped, records = [], [], [], 0                     # the documents: a file's text or a record's
     for p in files:
-        data = _read(p)
         name = p.name if one_file else p.relative_to(root).as_posix()
-        if path is not None and is_json_lines(p):
-            for line, text in record_texts(io.BytesIO(data), text_field, f"{flag} file {str(p)!r}", DataError):
+        if path is not None and is_json_lines(p):                     # a line at a time: the file is not held
+            for line, text in _records(p, text_field, f"{flag} file {str(p)!r}"):
                 if text:
                     texts.append(text)
                     names.append(f"{name}:{line}")
                     records += 1
-        elif path is not None and not one_file and _looks_binary(data):  # a file named by --data is read as it is
+            continue
+        data = _read(p)
+        if path is not None and not one_file and _looks_binary(data):  # a file named by --data is read as it is
             skipped.append(name)
         elif data:
             texts.append(data)
