@@ -193,7 +193,6 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
                         f"{docs.source!r} holds no {JSON_LINES} file; leave --text-field out")
     if val is not None:
         _refuse_overlap(docs.root, val.root)
-        records, count = docs.records + val.records, len(docs.texts) + len(val.texts)
         return Corpus(
             source=docs.source, val_source=val.source,
             train=_concat(docs.texts), val=_concat(val.texts),
@@ -201,9 +200,9 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
             train_files=tuple(docs.names), val_files=tuple(val.names),
             skipped_files=docs.skipped + val.skipped, run_folders=docs.run_folders + val.run_folders,
             non_utf8_files=_non_utf8(docs.names + val.names, docs.texts + val.texts),
-            unit="file" if not records else "record" if records == count else "document")
+            unit=_unit(docs.records + val.records, len(docs.texts) + len(val.texts)))
     texts, names = docs.texts, docs.names
-    unit = "file" if not docs.records else "record" if docs.records == len(texts) else "document"
+    unit = _unit(docs.records, len(texts))
     if len(texts) == 1:
         split = _split_single_file(docs.source, names[0], texts[0], val_fraction)
         return replace(split, skipped_files=docs.skipped, run_folders=docs.run_folders, unit=unit)
@@ -225,6 +224,11 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
         non_utf8_files=_non_utf8(names, texts),
         unit=unit,
     )
+
+
+def _unit(records: int, documents: int) -> str:
+    """Corpus.unit: what its documents are, when `records` of them are .jsonl records."""
+    return "file" if not records else "record" if records == documents else "document"
 
 
 @dataclass(frozen=True)
