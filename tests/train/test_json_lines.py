@@ -80,7 +80,8 @@ def test_a_folder_mixes_files_and_records_and_one_record_is_split_by_bytes(tmp_p
 def test_text_field_names_the_records_field(tmp_path):
     data = _write(tmp_path / "data.jsonl", TEXTS, field="content")
     with pytest.raises(DataError, match=r"data.jsonl' line 1 has no \"text\" field \(its fields: \"id\", "
-                                        r"\"content\"\); give --text-field the name of the field that holds the text"):
+                                        r"\"content\"\); give --text-field the name of the field that holds the text "
+                                        r"\(or, to read the file as plain text, give it another suffix, e.g. .txt\)"):
         load_corpus(data)
     corpus = load_corpus(data, text_field="content")
     assert len(corpus.train) + len(corpus.val) == sum(len(t.encode()) for t in TEXTS)

@@ -69,7 +69,8 @@ def field_values(lines: Iterable[tuple[int, bytes | str]], field: str, source: s
 def record_texts(stream: io.BufferedIOBase | Iterable[bytes], field: str, source: str,
                  error: type[Exception] = ValueError) -> Iterator[tuple[int, bytes]]:
     """(line number, UTF-8 bytes of the text) of each record of a JSON Lines file of --data (`field_values`)."""
-    missing = ("give --text-field the name of the field that holds the text" if field == TEXT_FIELD else
+    missing = ("give --text-field the name of the field that holds the text (or, to read the file as plain text, "
+               "give it another suffix, e.g. .txt)" if field == TEXT_FIELD else
                "check --text-field, or give every record that field")
     for number, text in field_values(numbered_lines(stream), field, source, missing, error):
         try:
