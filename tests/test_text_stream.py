@@ -142,7 +142,7 @@ def test_the_batch_file_path_prints_the_same_text(tokenizers):
         def generate(self, prompts, n, **kw):
             return [np.concatenate([p, r]) for p, r in zip(prompts, rows)]
 
-    texts = generate_batch(Fixed(), ["a", "b"], 4, tok, temperature=0)
+    texts = [result.text for result in generate_batch(Fixed(), ["a", "b"], 4, tok, temperature=0)]
     for prompt, row, text in zip(["a", "b"], rows, texts):
         ids = tok.encode(prompt)
         assert text == tok.decode([*ids, *row])[len(tok.decode(ids)):]

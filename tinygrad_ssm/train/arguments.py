@@ -142,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"--batch-file's prompts decoded together, N at a time, each batch's results printed as it "
                          f"ends (memory grows with N: a sequence's state, ~20 MB at the 130M shape; a batch after "
                          f"the first samples with its own seed drawn from --seed) [{DEFAULT_PROMPT_BATCH}]")
+    ge.add_argument("--json", metavar="FILE", default=None,
+                    help="also write --batch-file's results as JSON Lines, one object a prompt (index, line, prompt, "
+                         "text, new_tokens, finish: eos or length), each batch's as it ends, to a new file (- for "
+                         "stdout, which then holds the JSON alone: the texts go to stderr)")
     ge.add_argument("--max-new-tokens", type=int, default=300, help="tokens to generate [%(default)s]")
     ge.add_argument("--temperature", type=float, default=None,
                     help=f"divide the logits by this; 0 means greedy [{DEFAULT_TEMPERATURE}; with none of "
@@ -254,7 +258,8 @@ _PATH_FLAGS = {
     "generate": {"--model": ("model", "a model folder", None),
                  "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "the model folder's own"),
                  "--batch-file": ("batch_file", "a file of prompts", "--prompt"),
-                 "--prompt-file": ("prompt_file", "a file holding the prompt (or - for standard input)", "--prompt")},
+                 "--prompt-file": ("prompt_file", "a file holding the prompt (or - for standard input)", "--prompt"),
+                 "--json": ("json", "a file to write the results to (or - for stdout)", "no JSON")},
     "eval": {"--model": ("model", "a model folder", None),
              "--data": ("data", "a text file or folder", "a run's validation split"),
              "--tokenizer": ("tokenizer", "a tokenizer.json or 'bytes'", "the model folder's own"),
@@ -315,7 +320,11 @@ def generate_flag_problems(args) -> list[str]:
                    "leave --batch-size out")
     if args.batch_size is not None and args.batch_size < 1:
         bad.append(f"--batch-size must be >= 1, got {args.batch_size}")
-    return bad
+    if args.json is not None and args.batch_file is None:
+        bad.append("--json writes the results of --batch-file's prompts; give --batch-file FILE (a file of one line "
+                   "for one prompt), or leave --json out")
+    problem = json_path_problem(args.json, lambda path: False, "is not generate's to replace; give a new file name")
+    return bad + ([problem] if problem else [])
 
 
 def _backend_problems(args) -> list[str]:
@@ -343,21 +352,29 @@ def eval_flag_problems(args) -> list[str]:
                        f"{', '.join(given)}")
     if args.max_tokens is not None and args.max_tokens < 1:
         bad.append(f"--max-tokens must be >= 1 (leave it out for the whole text), got {args.max_tokens}")
-    if args.json not in (None, "-", ""):                               # checked before the text is scored
-        path = Path(args.json).expanduser()
-        folder = path.parent
-        if path.is_dir():
-            bad.append(f"--json {args.json!r} is a folder; give the path of the file to write (or - for stdout)")
-        elif folder.exists() and not folder.is_dir():
-            bad.append(f"--json {args.json!r}: {str(folder)!r} is a file, not a folder")
-        elif not folder.is_dir():
-            bad.append(f"--json {args.json!r}: the folder {str(folder)!r} does not exist")
-        elif not os.access(folder, os.W_OK | os.X_OK):
-            bad.append(f"--json {args.json!r}: the folder {str(folder)!r} is not writable")
-        elif (path.exists() or path.is_symlink()) and not is_eval_report(path):  # e.g. the text, a config.json
-            bad.append(f"--json {args.json!r} exists and is not a report eval wrote; give a new file name (eval "
-                       f"replaces only its own reports)")
-    return bad
+    problem = json_path_problem(args.json, is_eval_report, "is not a report eval wrote; give a new file name (eval "
+                                                           "replaces only its own reports)")
+    return bad + ([problem] if problem else [])   # checked before the text is scored
+
+
+def json_path_problem(value: str | None, replaceable, exists: str) -> str | None:
+    """What is wrong with --json's path (a file to write; "-": stdout), or None: a folder, a missing or unwritable
+    folder, or an existing file that `replaceable(path)` does not allow replacing (`exists` says so, and the fix)."""
+    if value in (None, "-", ""):
+        return None
+    path = Path(value).expanduser()
+    folder = path.parent
+    if path.is_dir():
+        return f"--json {value!r} is a folder; give the path of the file to write (or - for stdout)"
+    if folder.exists() and not folder.is_dir():
+        return f"--json {value!r}: {str(folder)!r} is a file, not a folder"
+    if not folder.is_dir():
+        return f"--json {value!r}: the folder {str(folder)!r} does not exist"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"--json {value!r}: the folder {str(folder)!r} is not writable"
+    if (path.exists() or path.is_symlink()) and not replaceable(path):   # e.g. the text, a config.json
+        return f"--json {value!r} exists and {exists}"
+    return None
 
 
 def export_flag_problems(args) -> list[str]:

@@ -201,21 +201,36 @@ def _stream(model, tokenizer, args, out) -> int:
 
 
 def _generate_batch(model, tokenizer, batch: tuple[list[str], list[int]], args, out) -> int:
+    """--batch-file: each batch's texts printed as it ends (on stderr with --json -), and with --json its results as
+    JSON Lines, to a file created at the first batch's end (a failed load or first batch leaves no file)."""
     prompts, line_numbers = batch
     size = args.batch_size or DEFAULT_PROMPT_BATCH
-    done = 0
+    shown = sys.stderr if args.json == "-" else out                     # --json -: stdout holds the JSON alone
+    done, results_file = 0, None
     try:
-        for texts in generate_batches(model, prompts, args.max_new_tokens, tokenizer, batch_size=size,
-                                      **_sampling(args, model, tokenizer)):
-            for prompt, text, line in zip(prompts[done:], texts, line_numbers[done:]):
+        for results in generate_batches(model, prompts, args.max_new_tokens, tokenizer, batch_size=size,
+                                        **_sampling(args, model, tokenizer)):
+            records = []
+            for prompt, result, line in zip(prompts[done:], results, line_numbers[done:]):
                 done += 1
-                out.write(f"=== {done}/{len(prompts)}, line {line} ===\n{escape_controls(prompt + text)}\n")
-            out.flush()
+                shown.write(f"=== {done}/{len(prompts)}, line {line} ===\n{escape_controls(prompt + result.text)}\n")
+                records.append(json.dumps({"index": done, "line": line, "prompt": prompt, "text": result.text,
+                                           "new_tokens": result.new_tokens, "finish": result.finish},
+                                          ensure_ascii=False) + "\n")
+            shown.flush()
+            if args.json is not None:
+                results_file = results_file or (out if args.json == "-" else  # new: "x" never opens a file of the
+                                                open(Path(args.json).expanduser(), "x", encoding="utf-8"))  # user's
+                results_file.writelines(records)
+                results_file.flush()
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except NonFiniteLogits as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED
+    finally:
+        if results_file is not None and results_file is not out:
+            results_file.close()
     return EXIT_OK
 
 

@@ -14,6 +14,7 @@ import os
 import sys
 import unicodedata
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -199,18 +200,33 @@ def generate_batches(model, prompts: list[str], max_new_tokens: int, tokenizer=N
                              **kwargs)
 
 
+@dataclass(frozen=True)
+class Generated:
+    """One prompt's continuation (generate_batch): its text, how many ids were generated (the EOS that ended it
+    included) and why it ended: "eos" (an end-of-text id) or "length" (max_new_tokens reached)."""
+
+    text: str
+    new_tokens: int
+    finish: str
+
+
 def generate_batch(model, prompts: list[str], max_new_tokens: int, tokenizer=None, *, stop_at_eos: bool = True,
-                   eos_token_ids=None, **sampling) -> list[str]:
+                   eos_token_ids=None, **sampling) -> list[Generated]:
     """The continuations of many prompts (of any lengths), decoded together: one batch of b sequences, each
     prefilled from its own prompt (Mamba2LMHeadModel.generate on a list), each ended at an EOS as stream_text
-    ends. Returns one text per prompt."""
+    ends. Returns one Generated per prompt."""
     tokenizer = tokenizer or ByteTokenizer()
     ids = [prompt_ids(p, tokenizer) for p in prompts]
     stops = _stops(tokenizer, eos_token_ids)
     eos = list(stops) if stop_at_eos and stops else None
     rows = model.generate(ids, max_new_tokens, eos_token_id=eos, vocab_size=tokenizer.vocab_size, **sampling)
-    return ["".join(_text_of(tokenizer, prompt, (int(t) for t in row[len(prompt):]), stop_at_eos, stops))
-            for prompt, row in zip(ids, rows)]
+    results = []
+    for prompt, row in zip(ids, rows):                                   # a row is cut after its first EOS
+        new = [int(t) for t in row[len(prompt):]]
+        ended = eos is not None and len(new) > 0 and new[-1] in stops
+        results.append(Generated("".join(_text_of(tokenizer, prompt, iter(new), stop_at_eos, stops)), len(new),
+                                 "eos" if ended else "length"))
+    return results
 
 
 def _prompt_text(data: bytes, what: str) -> str:

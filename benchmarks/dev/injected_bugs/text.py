@@ -22,6 +22,7 @@ CLI_FLAGS = ("tests/train/test_cli_flags.py", "-k", "generate_flags or empty_pat
 BATCH = ("tests/train/test_tokenized_runs.py", "tests/train/test_cli_flags.py", "-k", "batch")
 JL = "tinygrad_ssm/train/json_lines.py"
 JSONL = ("tests/train/test_json_lines.py",)
+GEN_JSON = ("tests/train/test_generate_json.py",)
 
 BUGS = [
     # --- io/text_pieces.py: the cut rules -------------------------------------------------------------------------
@@ -129,8 +130,8 @@ BUGS = [
         BATCH, "a batch file's byte order mark becomes part of its first prompt"),
     Bug(GEN, '        numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]',
         '        numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line]', BATCH, "a line of spaces is a prompt"),
-    Bug("tinygrad_ssm/train/cli.py", '            for prompt, text, line in zip(prompts[done:], texts, line_numbers[done:]):',
-        '            for prompt, text, line in zip(prompts, texts, line_numbers):', BATCH,
+    Bug("tinygrad_ssm/train/cli.py", '            for prompt, result, line in zip(prompts[done:], results, line_numbers[done:]):',
+        '            for prompt, result, line in zip(prompts, results, line_numbers):', BATCH,
         "each batch's texts printed under the first batch's prompts and lines"),
     # --- the command line's checks -------------------------------------------------------------------------------
     Bug(ARGS, '    if args.batch_size is not None and args.batch_file is None:', '    if False:',
@@ -214,4 +215,17 @@ BUGS = [
     Bug("tinygrad_ssm/train/scoring.py", "    binary = bool(head) and _looks_binary(head) and not is_json_lines(path)",
         "    binary = bool(head) and _looks_binary(head)", JSONL,
         "eval skips a .jsonl file with a NUL byte as binary where train names its broken line"),
+    # --- generate --batch-file --json (2026-12-06, late evening) ------------------------------------------------------
+    Bug(ARGS, "    problem = json_path_problem(args.json, lambda path: False, \"is not generate's to replace;",
+        "    problem = json_path_problem(args.json, lambda path: True, \"is not generate's to replace;", GEN_JSON,
+        "generate --json writes over a file that exists (the user's own)"),
+    Bug(ARGS, "    if args.json is not None and args.batch_file is None:", "    if False:", GEN_JSON,
+        "generate --json without --batch-file accepted (and nothing written)"),
+    Bug("tinygrad_ssm/train/cli.py", "    shown = sys.stderr if args.json == \"-\" else out", "    shown = out", GEN_JSON,
+        "generate --json - mixes the texts into the JSON on stdout"),
+    Bug(GEN, "        ended = eos is not None and len(new) > 0 and new[-1] in stops",
+        "        ended = eos is not None", GEN_JSON, "every result says it ended at an EOS, also those cut at --max-new-tokens"),
+    Bug(GEN, "_text_of(tokenizer, prompt, iter(new), stop_at_eos, stops)), len(new),",
+        "_text_of(tokenizer, prompt, iter(new), stop_at_eos, stops)), len(row),", GEN_JSON,
+        "new_tokens counts the prompt's ids too"),
 ]
