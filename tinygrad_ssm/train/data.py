@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 
 from ..tokenizer import invalid_utf8_bytes
-from .json_lines import SUFFIX as JSON_LINES, TEXT_FIELD, is_json_lines, record_texts
+from .json_lines import SUFFIX as JSON_LINES, TEXT_FIELD, check_text_field, is_json_lines, record_texts
 from .run_folder import MARKER_FILE as RUN_MARKER_FILE
 
 DEFAULT_VAL_FRACTION = 0.05
@@ -188,9 +188,7 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
     docs = _read_documents(path, text_field, "--data")
     val = None if val_path is None else _read_documents(val_path, text_field, "--val-data")
-    if text_field != TEXT_FIELD and not docs.records and not (val and val.records):
-        raise DataError(f"--text-field names the field of a {JSON_LINES} file's records that holds the text, and "
-                        f"{docs.source!r} holds no {JSON_LINES} file; leave --text-field out")
+    check_text_field(text_field, docs.records > 0 or (val is not None and val.records > 0), docs.source, DataError)
     if val is not None:
         _refuse_overlap(docs.root, val.root)
         return Corpus(

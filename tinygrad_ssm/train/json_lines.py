@@ -26,6 +26,13 @@ def is_json_lines(path: str | Path) -> bool:
     return Path(path).suffix.lower() == SUFFIX
 
 
+def check_text_field(text_field: str, reads_json_lines: bool, source: str, error: type[Exception] = ValueError) -> None:
+    """--text-field names a field of .jsonl records: `error` where it is given and `source` holds no such file."""
+    if text_field != TEXT_FIELD and not reads_json_lines:
+        raise error(f"--text-field names the field of a {SUFFIX} file's records that holds the text, and {source!r} "
+                    f"holds no {SUFFIX} file; leave --text-field out")
+
+
 def numbered_lines(stream: io.BufferedIOBase | Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, line) of a binary file or its bytes' lines, cut at b"\\n" (a file object reads a line at
     a time: memory flat in the file's length); a UTF-8 byte order mark before the first line dropped."""

@@ -28,10 +28,10 @@ from ..models.mamba2.evaluation import evaluate_pieces
 from .config import TrainConfig
 from ..tokenizer import invalid_utf8_bytes
 from .batches import eval_window_starts
-from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, document_ids, file_texts,
+from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, _records, document_ids, file_texts,
                    folder_files, load_corpus, non_utf8_note, require_eos_token, split_ids, utf16_mark)
 from .generate import _run_tokenizer, resolve_model_folder
-from .json_lines import SUFFIX as JSON_LINES, TEXT_FIELD, is_json_lines, record_texts
+from .json_lines import TEXT_FIELD, check_text_field, is_json_lines
 from .loop import evaluate
 
 
@@ -105,16 +105,16 @@ class EvalText:
 def _file_blocks(path: Path, text_field: str) -> Iterator[bytes]:
     """The file's bytes, READ_BLOCK at a time; a .jsonl file's records' texts (json_lines.py), each followed by b""
     (where a document ends: a file's blocks are never empty)."""
+    if is_json_lines(path):                                             # read a line at a time, as train reads it
+        for _, text in _records(path, text_field, f"--data file {str(path)!r}"):
+            if text:
+                yield from (text[i:i + READ_BLOCK] for i in range(0, len(text), READ_BLOCK))
+                yield b""
+        return
     try:
         with open(path, "rb") as f:
-            if not is_json_lines(path):
-                while block := f.read(READ_BLOCK):
-                    yield block
-                return
-            for _, text in record_texts(f, text_field, f"--data file {str(path)!r}", DataError):
-                if text:
-                    yield from (text[i:i + READ_BLOCK] for i in range(0, len(text), READ_BLOCK))
-                    yield b""
+            while block := f.read(READ_BLOCK):
+                yield block
     except OSError as e:
         raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
 
@@ -223,7 +223,7 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
     ends = EOS_AFTER_FILES if document_end == "eos" else ""
     if root.is_file():
         named, read = [(root, root.name)], TextRead()
-        _require_json_lines(text_field, named, root)
+        check_text_field(text_field, any(is_json_lines(p) for p, _ in named), str(root), DataError)
         ended = " (each record followed by the EOS token)" if is_json_lines(root) else " (followed by the EOS token)"
         return EvalText(lambda: _read_files(named, read, count_utf8, text_field),
                         None if is_json_lines(root) else root.stat().st_size,
@@ -239,7 +239,7 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
     binary = sum(is_binary for _, _, is_binary in sizes)                  # skipped, as train skips them: say so
     skipped = f", {_count(binary, 'binary file')} skipped" if binary else ""
     named = [(p, p.relative_to(root).as_posix()) for p in texts]                       # named as training names them
-    _require_json_lines(text_field, named, root)
+    check_text_field(text_field, any(is_json_lines(p) for p, _ in named), str(root), DataError)
     if ends and any(is_json_lines(p) for p in texts):
         ends = ", each file and .jsonl record followed by the EOS token"
     read = TextRead(file_names=tuple(name for _, name in named))
@@ -247,12 +247,6 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
     return EvalText(lambda: _read_files(named, read, count_utf8, text_field), size,
                     f"{root} ({_count(len(texts), 'text file')}{ends}{skipped})", read,
                     _documents_of(named, read, count_utf8, tokenizer, text_field) if ends else None)
-
-
-def _require_json_lines(text_field: str, files: list[tuple[Path, str]], root: Path) -> None:
-    if text_field != TEXT_FIELD and not any(is_json_lines(p) for p, _ in files):
-        raise DataError(f"--text-field names the field of a {JSON_LINES} file's records that holds the text, and "
-                        f"{str(root)!r} holds no {JSON_LINES} file; leave --text-field out")
 
 
 def _documents_of(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool, tokenizer, text_field: str):
