@@ -214,11 +214,12 @@ def _generate_batch(model, tokenizer, batch: tuple[list[str], list[int]], args, 
             for prompt, result, line in zip(prompts[done:], results, line_numbers[done:]):
                 done += 1
                 shown.write(f"=== {done}/{len(prompts)}, line {line} ===\n{escape_controls(prompt + result.text)}\n")
-                records.append(json.dumps({"index": done, "line": line, "prompt": prompt, "text": result.text,
-                                           "new_tokens": result.new_tokens, "finish": result.finish},
-                                          ensure_ascii=False) + "\n")
+                if args.json is not None:
+                    records.append(json.dumps({"index": done, "line": line, "prompt": prompt, "text": result.text,
+                                               "new_tokens": result.new_tokens, "finish": result.finish},
+                                              ensure_ascii=False) + "\n")
             shown.flush()
-            if args.json is not None:
+            if records:
                 results_file = results_file or (out if args.json == "-" else  # new: "x" never opens a file of the
                                                 open(Path(args.json).expanduser(), "x", encoding="utf-8"))  # user's
                 results_file.writelines(records)
