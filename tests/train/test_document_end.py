@@ -85,7 +85,7 @@ def test_refused_without_an_eos_token_or_a_file_that_ends(folder, corpus, bpe_to
         tokenize(load_corpus(folder), ByteTokenizer(), "eos")
     tok = FileTokenizer(bpe_tokenizer)
     with pytest.raises(DataError, match=r"--document-end eos marks where each file of a --data folder \(each record of a "
-                                        r"\.jsonl file\) ends; .* is "
+                                        r"\.jsonl or \.json file\) ends; .* is "
                                         r"one text, split by bytes"):
         tokenize(load_corpus(corpus), tok, "eos")
     tok = load_tokenizer(_word_level_without_specials(tmp_path / "words.json"))

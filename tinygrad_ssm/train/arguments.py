@@ -28,14 +28,16 @@ DTYPE_HELP = (f"the model's dtype, whatever the folder stores: float32 or float6
 # (flag, TrainConfig field, type, help); every default is None so that we know what was given explicitly
 _TRAIN_FLAGS = [
     ("--data", "data", str, "a text file or a folder of text files (read as bytes; hidden and binary files "
-                            "skipped; a .jsonl file: JSON Lines, each record's text a document) [default: the "
+                            "skipped; a .jsonl file, or a .json file given as --data itself: JSON records (an "
+                            "array, or one a line), each record's text a document) [default: the "
                             "running Python's standard library .py sources, without site-packages and test suites]"),
-    ("--text-field", "text_field", str, f"the field of a .jsonl file's records that holds the text [{_D.text_field}]"),
+    ("--text-field", "text_field", str, f"the field of the records (.jsonl, .json) that holds the text "
+                                        f"[{_D.text_field}]"),
     ("--val-data", "val_data", str, "validate on this text file or folder (as --data reads it) and train on all of "
                                     "--data, as transformers' run_clm takes --validation_file [a --val-fraction "
                                     "of --data]"),
     ("--data-seed", "data_seed", int, f"seed of the file order and train/validation split [{_D.data_seed}]"),
-    ("--val-fraction", "val_fraction", float, f"fraction of the files (or .jsonl records) kept for validation, "
+    ("--val-fraction", "val_fraction", float, f"fraction of the files (or records) kept for validation, "
                                               f"without --val-data [{_D.val_fraction}]"),
     ("--steps", "steps", int, f"total optimizer steps; also the length of the cosine schedule [{_D.steps}]"),
     ("--batch-size", "batch_size", int, f"sequences per step [{_D.batch_size}]"),
@@ -101,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--tokenizer", metavar="PATH", default=None,
                     help="tokenize --data with this tokenizer.json ('bytes': raw bytes) [bytes, or --init-from's own]")
     tr.add_argument("--document-end", choices=DOCUMENT_ENDS, default=None,
-                    help="eos: tokenize each file of a --data folder (each record of a .jsonl file) alone and put "
+                    help="eos: tokenize each file of a --data folder (each record of a .jsonl or .json file) alone "
+                         "and put "
                          "the tokenizer's EOS token after it, as Mamba's pretraining data marks where a document ends, "
                          "so that the model learns where a text ends (generate stops at the EOS); needs a tokenizer "
                          "[none: the files (records) joined into one text]")
@@ -136,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "for a prompt too long, or of too many lines, for the command line")
     ge.add_argument("--batch-file", metavar="FILE", default=None,
                     help="generate for every prompt in FILE at once (one prompt per line, blank lines skipped; a "
-                         ".jsonl file: one {\"prompt\": ...} per line, for prompts with newlines); the results are "
+                         ".jsonl or .json file: records {\"prompt\": ...}, one a line or a JSON array, for "
+                         "prompts with newlines); the results are "
                          "printed in order, each headed by its number and line")
     ge.add_argument("--batch-size", type=int, default=None, metavar="N",
                     help=f"--batch-file's prompts decoded together, N at a time, each batch's results printed as it "
@@ -187,10 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
                                     "windows) and the numbers do not depend on --window.")
     ev.add_argument("--model", "--checkpoint", dest="model", required=True, metavar="DIR", help="model folder")
     ev.add_argument("--data", metavar="PATH", default=None,
-                    help="a text file or a folder of text files (a .jsonl file: JSON Lines, its records' texts in "
-                         "order) [for a run of this package: its validation split]")
+                    help="a text file or a folder of text files (a .jsonl file, or a .json file given as --data "
+                         "itself: JSON records, their texts in order) [for a run of this package: its validation "
+                         "split]")
     ev.add_argument("--text-field", metavar="NAME", default=None,
-                    help=f"as for train: the field of a .jsonl file's records that holds the text [{_D.text_field}]")
+                    help=f"as for train: the field of the records (.jsonl, .json) that holds the text "
+                         f"[{_D.text_field}]")
     ev.add_argument("--tokenizer", metavar="PATH", default=None, help="as for generate [the model folder's own]")
     ev.add_argument("--window", type=int, default=None, help="tokens per forward pass (memory, not the result) "
                                                              f"[{EVAL_WINDOW}]")
@@ -199,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-tokens", type=int, default=None, help="score only the first N tokens [all]")
     ev.add_argument("--document-end", choices=DOCUMENT_ENDS, default=None,
                     help="with --data: eos puts the tokenizer's EOS token after each file (each record of a .jsonl "
-                         "file), each tokenized alone, as "
+                         "or .json file), each tokenized alone, as "
                          "train --document-end eos reads its data [none: the files joined into one text; without "
                          "--data, the run's split as the run read it]")
     ev.add_argument("--training-windows", action="store_true",

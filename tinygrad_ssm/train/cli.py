@@ -43,7 +43,7 @@ from .generate import (DEFAULT_PROMPT_BATCH, escape_controls, generate_batches, 
 from .export import describe as describe_export
 from .export import export
 from .generation_config import sampling_settings, stop_ids
-from .json_lines import TEXT_FIELD
+from .json_records import TEXT_FIELD
 from .loop import TrainingDiverged, train
 from .mpi_cli import python_cmd, refuse_single_process_commands
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name

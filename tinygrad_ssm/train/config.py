@@ -29,7 +29,7 @@ class TrainConfig:
     val_data: str | None = None  # validate on this text file or folder (all of --data trained on); absolute
     tokenizer: str = "bytes"  # "bytes", or the absolute path of the tokenizer.json --data was tokenized with
     document_end: str = "none"  # "eos": the tokenizer's EOS token after each document (file, .jsonl record) of --data
-    text_field: str = "text"  # the field of a .jsonl file's records that holds the text (train/json_lines.py)
+    text_field: str = "text"  # the field of a .jsonl file's records that holds the text (train/json_records.py)
     init_from: str | None = None  # fine-tuning: the model folder whose weights the run started from
     init_from_sha256: dict | None = None  # its files as read (file -> sha256), set when the run starts: no flag
     # model

@@ -14,9 +14,10 @@ Choices, and why:
 - Files are sorted by relative path (independent of the file system's listing order), then shuffled with
   `seed`; the first `val_fraction` of them is the validation set. Splitting by file means no validation
   text is ever trained on. A single file is split by bytes instead: its last `val_fraction` is validation.
-- A .jsonl file is JSON Lines (train/json_lines.py): each record's "text" (--text-field) is a document, split as
-  the files are (a file's records in line order among the other files' documents), since a fine-tuning set
-  usually comes as one such file; its JSON is never trained on as text.
+- A .jsonl file, and a .json file given as --data itself, are files of JSON records (train/json_records.py): each
+  record's "text" (--text-field) is a document, split as the files are (a file's records in order among the other
+  files' documents), since a fine-tuning set usually comes as one such file; its JSON is never trained on as text.
+  A .json file in a --data folder is text (a code folder's package.json), and the corpus's line counts them.
 - The batches drawn from the streams: train/batches.py.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Iterator
 import numpy as np
 
 from ..tokenizer import invalid_utf8_bytes
-from .json_lines import SUFFIX as JSON_LINES, TEXT_FIELD, check_text_field, is_json_lines, record_texts
+from .json_records import NAMED_SUFFIX, SUFFIX as JSON_LINES, TEXT_FIELD, check_text_field, reads_records, record_texts
 from .run_folder import MARKER_FILE as RUN_MARKER_FILE
 
 DEFAULT_VAL_FRACTION = 0.05
@@ -100,10 +101,11 @@ def _read(path: Path) -> bytes:
 
 
 def _records(path: Path, text_field: str, source: str) -> Iterator[tuple[int, bytes]]:
-    """A .jsonl file's (line number, text) records (json_lines.record_texts), read a line at a time."""
+    """A file of records' (line number, text) records (json_records.record_texts): a .jsonl file read a line at a
+    time, a .json file's array at once."""
     try:
         with open(path, "rb") as f:
-            yield from record_texts(f, text_field, source, DataError)
+            yield from record_texts(f, text_field, source, DataError, path.suffix.lower())
     except OSError as e:
         raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
 
@@ -129,6 +131,7 @@ class Corpus:
     val_files: tuple[str, ...]
     skipped_files: tuple[str, ...] = field(default=())  # binary files left out of a --data folder
     run_folders: tuple[str, ...] = field(default=())  # this package's run folders left out of a --data folder
+    json_as_text: tuple[str, ...] = field(default=())  # a --data folder's .json files, read as text (json_records.py)
     invalid_utf8_bytes: int = 0  # bytes a tokenizer.json read as U+FFFD (not UTF-8), said in describe()
     non_utf8_files: tuple[str, ...] = field(default=())  # the files holding them (" (UTF-16)" where it looks so)
     train_tokens_per_byte: float = 1.0  # bits per token x this = bits per byte
@@ -137,7 +140,7 @@ class Corpus:
     # each document's bytes in `train`, in stream order (a corpus of several: a file's, or a .jsonl record's)
     train_file_sizes: tuple[int, ...] = ()
     val_file_sizes: tuple[int, ...] = ()
-    unit: str = "file"  # what train_files and val_files name: "file", "record" (of .jsonl files) or "document" (both)
+    unit: str = "file"  # what train_files and val_files name: "file", "record" (of JSON records) or "document" (both)
     document_end: str = "none"  # "eos": the tokenizer's EOS after each file's tokens (tokenize; DOCUMENT_ENDS)
     val_source: str | None = None  # --val-data's path: `val` is all of it, `train` all of `source`
 
@@ -145,6 +148,8 @@ class Corpus:
         skipped = f", {_count(len(self.skipped_files), 'binary file')} skipped" if self.skipped_files else ""
         if self.run_folders:
             skipped += f", {_count(len(self.run_folders), 'run folder')} left out ({', '.join(self.run_folders[:3])})"
+        if self.json_as_text:
+            skipped += "; " + json_as_text_note(self.json_as_text)
         if self.invalid_utf8_bytes:
             skipped += "; " + non_utf8_note(self.invalid_utf8_bytes, self.non_utf8_files)
         if self.document_end == "eos":
@@ -164,6 +169,13 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
+def json_as_text_note(names: tuple[str, ...]) -> str:
+    """What training's corpus line and eval say of a folder's .json files, which they read as text, not records."""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"{_count(len(names), NAMED_SUFFIX + ' file')} read as text, not as records ({shown}; give a file of "
+            f"records as --data itself, or as {JSON_LINES})")
+
+
 def non_utf8_note(invalid_bytes: int, files: tuple[str, ...]) -> str:
     """What training's corpus line and eval (train/scoring.py) say of the bytes a tokenizer.json reads as U+FFFD:
     how many, in which files (named: a folder's total alone left the user to find them), and the fix."""
@@ -178,8 +190,8 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
                 text_field: str = TEXT_FIELD, val_path: str | os.PathLike | None = None) -> Corpus:
     """Read the corpus at `path` (a text file or a folder of them; None = the standard library) and split it into
     training and validation; with `val_path` (--val-data) all of `path` is trained on and `val_path` is the
-    validation text. A .jsonl file (train/json_lines.py) gives a document a record, the string in its
-    `text_field`; any other file is one.
+    validation text. A .jsonl file, or a .json file given as `path` itself (train/json_records.py), gives a
+    document a record, the string in its `text_field`; any other file is one.
 
     Every file is read here, up front, so a missing, empty or unreadable path fails before any training
     work starts, with a DataError naming the path.
@@ -197,13 +209,15 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
             train_file_sizes=tuple(map(len, docs.texts)), val_file_sizes=tuple(map(len, val.texts)),
             train_files=tuple(docs.names), val_files=tuple(val.names),
             skipped_files=docs.skipped + val.skipped, run_folders=docs.run_folders + val.run_folders,
+            json_as_text=docs.json_as_text + val.json_as_text,
             non_utf8_files=_non_utf8(docs.names + val.names, docs.texts + val.texts),
             unit=_unit(docs.records + val.records, len(docs.texts) + len(val.texts)))
     texts, names = docs.texts, docs.names
     unit = _unit(docs.records, len(texts))
     if len(texts) == 1:
         split = _split_single_file(docs.source, names[0], texts[0], val_fraction)
-        return replace(split, skipped_files=docs.skipped, run_folders=docs.run_folders, unit=unit)
+        return replace(split, skipped_files=docs.skipped, run_folders=docs.run_folders, json_as_text=docs.json_as_text,
+                       unit=unit)
 
     # sorted above; now a seeded shuffle so that validation files are a fair sample of the whole tree
     order = np.random.default_rng(seed).permutation(len(texts))
@@ -219,13 +233,14 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
         val_files=tuple(names[i] for i in val_idx),
         skipped_files=docs.skipped,
         run_folders=docs.run_folders,
+        json_as_text=docs.json_as_text,
         non_utf8_files=_non_utf8(names, texts),
         unit=unit,
     )
 
 
 def _unit(records: int, documents: int) -> str:
-    """Corpus.unit: what its documents are, when `records` of them are .jsonl records."""
+    """Corpus.unit: what its documents are, when `records` of them are JSON records."""
     return "file" if not records else "record" if records == documents else "document"
 
 
@@ -236,15 +251,17 @@ class _Documents:
     source: str  # what the user is told was read
     root: Path
     texts: list[bytes]
-    names: list[str]  # a file's path under the folder, or "FILE.jsonl:LINE" for a record
+    names: list[str]  # a file's path under the folder, or "FILE.jsonl:LINE" for a record (the line it starts on)
     skipped: tuple[str, ...]  # binary files left out of a folder
     run_folders: tuple[str, ...]  # this package's run folders left out of a folder
-    records: int  # how many of the documents are .jsonl records
+    records: int  # how many of the documents are JSON records
+    json_as_text: tuple[str, ...]  # a folder's .json files, read as text
 
 
 def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) -> _Documents:
     """The documents of a text file or folder (None: the standard library), each file one and each record of a
-    .jsonl file one (empty ones left out), named; a DataError naming `flag` and the path where there is none."""
+    file of records one (json_records.reads_records; empty ones left out), named; a DataError naming `flag` and
+    the path where there is none."""
     run_folders: list[str] = []
     if path is None:
         root = default_corpus_root()
@@ -269,9 +286,10 @@ def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) 
     one_file = path is not None and root.is_file()
 
     texts, names, skipped, records = [], [], [], 0                     # the documents: a file's text or a record's
+    json_as_text = []
     for p in files:
         name = p.name if one_file else p.relative_to(root).as_posix()
-        if path is not None and is_json_lines(p):                     # a line at a time: the file is not held
+        if path is not None and reads_records(p, named=one_file):
             for line, text in _records(p, text_field, f"{flag} file {str(p)!r}"):
                 if text:
                     texts.append(text)
@@ -284,13 +302,15 @@ def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) 
         elif data:
             texts.append(data)
             names.append(name)
+            if path is not None and p.suffix.lower() == NAMED_SUFFIX:
+                json_as_text.append(name)
     if not texts and one_file:
         raise DataError(f"{flag} file {str(root)!r} " + (f"holds no record with text in its {text_field!r} field"
-                                                         if is_json_lines(root) else "is empty"))
+                                                         if reads_records(root, named=True) else "is empty"))
     if not texts:
         why = "only binary files" if skipped else "only empty files"
         raise DataError(f"{flag} {source!r} contains no text: {why}")
-    return _Documents(source, root, texts, names, tuple(skipped), tuple(run_folders), records)
+    return _Documents(source, root, texts, names, tuple(skipped), tuple(run_folders), records, tuple(json_as_text))
 
 
 def _refuse_overlap(data_root: Path, val_root: Path) -> None:
@@ -368,8 +388,8 @@ def check_document_end(corpus: Corpus, tokenizer, document_end: str) -> None:
                                  "or --init-from a model folder with a tokenizer.json, or leave --document-end out")
     if not corpus.train_file_sizes:                                     # one text, split by bytes
         raise DataError(f"--document-end eos marks where each file of a --data folder (each record of a {JSON_LINES} "
-                        f"file) ends; {corpus.source!r} is one text, split by bytes into training and validation, so "
-                        f"no file ends inside either: leave --document-end out (or give a folder of several files)")
+                        f"or {NAMED_SUFFIX} file) ends; {corpus.source!r} is one text, split by bytes into training and validation, "
+                        f"so no file ends inside either: leave --document-end out (or give a folder of several files)")
 
 
 def require_eos_token(tokenizer, byte_level: str) -> None:

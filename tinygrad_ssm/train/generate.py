@@ -25,7 +25,7 @@ from ..models.mamba2 import Mamba2LMHeadModel
 from ..models.mamba2.pretrained import hub_snapshot
 from ..tokenizer import BYTES, ByteTokenizer, TextStream, TokenizerError, find_tokenizer
 from .generation_config import read_generation_defaults
-from .json_lines import field_values, is_json_lines
+from .json_records import field_values, parsed_records, reads_records
 
 DEFAULT_PROMPT_BATCH = 32  # --batch-file's prompts decoded together (8 of the 130M shape's: 138 tokens/s against 54)
 EMPTY_PROMPT_BYTES = b"\n"  # a byte model needs at least one byte of context; a newline starts a fresh line
@@ -253,16 +253,18 @@ def read_prompt_file(path: str) -> str:
 
 
 def read_batch_file(path: str) -> tuple[list[str], list[int]]:
-    """--batch-file: one prompt per line (blank lines skipped), or JSON lines {"prompt": ...} for a .jsonl file.
-    Returns the prompts and the line each came from (1-based)."""
+    """--batch-file: one prompt per line (blank lines skipped), or records {"prompt": ...} for a .jsonl file (one
+    a line) or a .json file (a JSON array of them, or one a line: json_records.py). Returns the prompts and the
+    line each came from (1-based)."""
     p = Path(path).expanduser()
     require_regular_file(p, "--batch-file", ValueError)
-    text = _prompt_text(p.read_bytes(), f"--batch-file {str(p)!r}")
-    if not is_json_lines(p):
+    source = f"--batch-file {str(p)!r}"
+    text = _prompt_text(p.read_bytes(), source)
+    if not reads_records(p, named=True):
         numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     else:  # cut at "\n" alone: a JSON string may hold U+2028 as it is, where splitlines would cut it
-        numbered = list(field_values(enumerate(text.split("\n"), 1), "prompt", f"--batch-file {str(p)!r}",
-                                     'each line must be an object {"prompt": "text"}'))
+        records = parsed_records(enumerate(text.split("\n"), 1), source, ValueError, p.suffix.lower())
+        numbered = list(field_values(records, "prompt", source, 'each record must be an object {"prompt": "text"}'))
     prompts, line_numbers = [line for _, line in numbered], [n for n, _ in numbered]
     if not prompts:
         raise ValueError(f"--batch-file {str(p)!r} holds no prompt")

@@ -29,9 +29,10 @@ from .config import TrainConfig
 from ..tokenizer import invalid_utf8_bytes
 from .batches import eval_window_starts
 from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, _records, document_ids, file_texts,
-                   folder_files, load_corpus, non_utf8_note, require_eos_token, split_ids, utf16_mark)
+                   folder_files, json_as_text_note, load_corpus, non_utf8_note, require_eos_token, split_ids,
+                   utf16_mark)
 from .generate import _run_tokenizer, resolve_model_folder
-from .json_lines import TEXT_FIELD, check_text_field, is_json_lines
+from .json_records import NAMED_SUFFIX, TEXT_FIELD, check_text_field, is_json_lines, reads_records
 from .loop import evaluate
 
 
@@ -102,10 +103,10 @@ class EvalText:
         return b"".join(self.blocks())
 
 
-def _file_blocks(path: Path, text_field: str) -> Iterator[bytes]:
-    """The file's bytes, READ_BLOCK at a time; a .jsonl file's records' texts (json_lines.py), each followed by b""
-    (where a document ends: a file's blocks are never empty)."""
-    if is_json_lines(path):                                             # read a line at a time, as train reads it
+def _file_blocks(path: Path, text_field: str, records: bool) -> Iterator[bytes]:
+    """The file's bytes, READ_BLOCK at a time; with `records`, its records' texts (json_records.py), each followed by
+    b"" (where a document ends: a file's blocks are never empty)."""
+    if records:                                                         # read as train reads it
         for _, text in _records(path, text_field, f"--data file {str(path)!r}"):
             if text:
                 yield from (text[i:i + READ_BLOCK] for i in range(0, len(text), READ_BLOCK))
@@ -123,7 +124,7 @@ _ESCAPED = re.compile("[\udc80-\udcff]")  # an invalid byte, decoded with errors
 
 
 def _read_files(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool,
-                text_field: str = TEXT_FIELD) -> Iterator[bytes]:
+                text_field: str = TEXT_FIELD, named: bool = False) -> Iterator[bytes]:
     """The (path, name) files' bytes (a .jsonl file's records' texts), joined, READ_BLOCK at a time; with count_utf8
     (a tokenizer.json reads the text), `read` counts the bytes that are not UTF-8 as they go by
     (tokenizer.invalid_utf8_bytes's count, a block at a time: the incremental decoder keeps a character cut between
@@ -132,7 +133,8 @@ def _read_files(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool,
     offset = 0
     for path, name in files:
         decoder, head = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape"), b""
-        for block in itertools.chain(_file_blocks(path, text_field), [None]):  # None: the file's end
+        blocks = _file_blocks(path, text_field, reads_records(path, named))
+        for block in itertools.chain(blocks, [None]):                    # None: the file's end
             offset += len(block or b"")
             if not block and offset > (read.document_ends[-1] if read.document_ends else 0):
                 read.document_ends.append(offset)                        # a record's end, or the file's
@@ -202,7 +204,8 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
     checked against the fingerprint the checkpoint saved: a changed data folder would split differently; with the
     EOS token after each file where the run put one). `document_end` "eos" (--document-end, for --data): each
     file tokenized alone and followed by the tokenizer's EOS token, as train --document-end eos reads them. A .jsonl
-    file gives its records' `text_field` strings (json_lines.py), each a document."""
+    file (or a .json file given as `path` itself) gives its records' `text_field` strings (json_records.py), each a
+    document; a folder's .json files are text, as train reads them."""
     if path is not None and document_end != "none":
         require_eos_token(tokenizer, "the model reads bytes, which have no EOS token; leave --document-end out")
     if path is None:
@@ -223,12 +226,13 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
     ends = EOS_AFTER_FILES if document_end == "eos" else ""
     if root.is_file():
         named, read = [(root, root.name)], TextRead()
-        check_text_field(text_field, any(is_json_lines(p) for p, _ in named), str(root), DataError)
-        ended = " (each record followed by the EOS token)" if is_json_lines(root) else " (followed by the EOS token)"
-        return EvalText(lambda: _read_files(named, read, count_utf8, text_field),
-                        None if is_json_lines(root) else root.stat().st_size,
+        records = reads_records(root, named=True)
+        check_text_field(text_field, records, str(root), DataError)
+        ended = " (each record followed by the EOS token)" if records else " (followed by the EOS token)"
+        return EvalText(lambda: _read_files(named, read, count_utf8, text_field, named=True),
+                        None if records else root.stat().st_size,
                         str(root) + (ended if ends else ""), read,
-                        _documents_of(named, read, count_utf8, tokenizer, text_field) if ends else None)
+                        _documents_of(named, read, count_utf8, tokenizer, text_field, named=True) if ends else None)
     if not root.is_dir():
         raise DataError(f"--data path {str(root)!r} does not exist" if not root.exists() else
                         f"--data path {str(root)!r} is neither a regular file nor a folder")
@@ -238,6 +242,8 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
         raise DataError(f"--data folder {str(root)!r} holds no text files")
     binary = sum(is_binary for _, _, is_binary in sizes)                  # skipped, as train skips them: say so
     skipped = f", {_count(binary, 'binary file')} skipped" if binary else ""
+    as_text = tuple(p.relative_to(root).as_posix() for p in texts if p.suffix.lower() == NAMED_SUFFIX)
+    skipped += f"; {json_as_text_note(as_text)}" if as_text else ""
     named = [(p, p.relative_to(root).as_posix()) for p in texts]                       # named as training names them
     check_text_field(text_field, any(is_json_lines(p) for p, _ in named), str(root), DataError)
     if ends and any(is_json_lines(p) for p in texts):
@@ -249,12 +255,13 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
                     _documents_of(named, read, count_utf8, tokenizer, text_field) if ends else None)
 
 
-def _documents_of(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool, tokenizer, text_field: str):
+def _documents_of(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool, tokenizer, text_field: str,
+                  named: bool = False):
     """EvalText.pieces for --document-end eos: data.document_ids of the documents (the files, a .jsonl file's
     records), each read whole (one at a time) and counted in `read` as _read_files counts it."""
     def documents():
         pending, ended = [], 0
-        for block in _read_files(files, read, count_utf8, text_field):
+        for block in _read_files(files, read, count_utf8, text_field, named):
             if len(read.document_ends) > ended:   # the document before this block has ended (its end recorded)
                 yield b"".join(pending)
                 pending, ended = [], len(read.document_ends)

@@ -2,7 +2,7 @@
 tokenizer.py (encode_stream, byte ends and the first token's overlap, the EOS lookup, tokenizer_config's special keys,
 the stream's context across special tokens), eval's checks of its data (train/scoring.py), the files not UTF-8 that
 train/data.py names, the decoder's Python driver (models/mamba2/decode.py: sessions, entry points, step numbers),
-generate --batch-file / --batch-size, JSON Lines data (train/json_lines.py), and the command line's checks
+generate --batch-file / --batch-size, JSON records data (train/json_records.py), and the command line's checks
 (train/arguments.py, checks.py, config.py, cli.py). app.py holds the tokenizer's, generation's and eval's other
 bugs; none is repeated here. Last full run: 71 of 71 caught, about 11 min on the shared 2-core machine (608 s of
 tests), on 2026-12-06 (late evening, an AMD EPYC) after the JSON Lines bugs (63-71; the decode.py bugs pay numba's
@@ -20,8 +20,8 @@ GEN = "tinygrad_ssm/train/generate.py"
 ARGS = "tinygrad_ssm/train/arguments.py"
 CLI_FLAGS = ("tests/train/test_cli_flags.py", "-k", "generate_flags or empty_path or eval_json")
 BATCH = ("tests/train/test_tokenized_runs.py", "tests/train/test_cli_flags.py", "-k", "batch")
-JL = "tinygrad_ssm/train/json_lines.py"
-JSONL = ("tests/train/test_json_lines.py",)
+JL = "tinygrad_ssm/train/json_records.py"
+JSONL = ("tests/train/test_json_records.py",)
 GEN_JSON = ("tests/train/test_generate_json.py",)
 
 BUGS = [
@@ -126,7 +126,7 @@ BUGS = [
     # --- generate --batch-file / --batch-size -----------------------------------------------------------------------
     Bug(GEN, '        batch_seed = seed if k == 0 or seed is None else int(np.random.SeedSequence([seed, k]).generate_state(1)[0])',
         '        batch_seed = seed', BATCH, "every batch samples with --seed itself (prompts at the same place share their draws)"),
-    Bug(GEN, 'text = _prompt_text(p.read_bytes(), f"--batch-file {str(p)!r}")', 'text = p.read_text(encoding="utf-8")',
+    Bug(GEN, 'text = _prompt_text(p.read_bytes(), source)', 'text = p.read_text(encoding="utf-8")',
         BATCH, "a batch file's byte order mark becomes part of its first prompt"),
     Bug(GEN, '        numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]',
         '        numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line]', BATCH, "a line of spaces is a prompt"),
@@ -188,7 +188,7 @@ BUGS = [
     Bug("tinygrad_ssm/train/data.py", "{f' and {len(files) - 3} more' if len(files) > 3 else ''}",
         "{f' and {len(files) - 3} more' if len(files) >= 3 else ''}", ("tests/train/test_data.py",),
         "three files not UTF-8 described as '... and 0 more'"),
-    # --- JSON Lines: a .jsonl file of --data (train/json_lines.py, data.py, scoring.py), --batch-file's records -------
+    # --- JSON Lines: a .jsonl file of --data (train/json_records.py, data.py, scoring.py), --batch-file's records ----
     Bug(JL, "        yield number, line.removeprefix(_UTF8_BOM) if number == 1 else line", "        yield number, line",
         JSONL, "a .jsonl file that starts with a UTF-8 byte order mark refused as not JSON"),
     Bug(JL, "        if not isinstance(value, str):\n", "        if False:\n", JSONL,
@@ -209,12 +209,28 @@ BUGS = [
         "eval of a run's validation split reads its .jsonl with the default field, not the run's --text-field"),
     Bug(JL, "    if text_field != TEXT_FIELD and not reads_json_lines:", "    if False:", JSONL,
         "--text-field on data without a .jsonl file accepted (and ignored), by train and eval"),
-    Bug(GEN, 'numbered = list(field_values(enumerate(text.split("\\n"), 1), "prompt"',
-        'numbered = list(field_values(enumerate(text.splitlines(), 1), "prompt"', JSONL,
+    Bug(GEN, 'records = parsed_records(enumerate(text.split("\\n"), 1), source',
+        'records = parsed_records(enumerate(text.splitlines(), 1), source', JSONL,
         "a --batch-file record whose prompt holds U+2028 cut into two lines (neither JSON)"),
     Bug("tinygrad_ssm/train/scoring.py", "    binary = bool(head) and _looks_binary(head) and not is_json_lines(path)",
         "    binary = bool(head) and _looks_binary(head)", JSONL,
         "eval skips a .jsonl file with a NUL byte as binary where train names its broken line"),
+    # --- a .json file named as the path itself: a JSON array of records, or JSON Lines (2026-12-06, night) -----------
+    Bug("tinygrad_ssm/train/data.py", "        if path is not None and reads_records(p, named=one_file):",
+        "        if path is not None and reads_records(p, named=True):", JSONL,
+        "a --data folder's package.json read as records (refused), not as the folder's text"),
+    Bug("tinygrad_ssm/train/data.py", "        if path is not None and reads_records(p, named=one_file):",
+        "        if path is not None and reads_records(p, named=False):", JSONL,
+        "--data set.json trained on as its JSON text, not its records' texts"),
+    Bug(JL, "            yield line_of(i), value", "            yield line_of(end), value", JSONL,
+        "an array's record named by the line it closes on, not the line it opens on"),
+    Bug(JL, "    if skip_space(i) < len(text):", "    if False:", JSONL,
+        "a second array after the first one's ']' silently dropped"),
+    Bug("tinygrad_ssm/train/scoring.py", "        blocks = _file_blocks(path, text_field, reads_records(path, named))",
+        "        blocks = _file_blocks(path, text_field, is_json_lines(path))", JSONL,
+        "eval --data set.json scores its JSON text, not its records' texts"),
+    Bug("tinygrad_ssm/train/scoring.py", '    skipped += f"; {json_as_text_note(as_text)}" if as_text else ""',
+        '    skipped += ""', JSONL, "eval of a folder does not say that its .json files were read as text"),
     # --- generate --batch-file --json (2026-12-06, late evening) ------------------------------------------------------
     Bug(ARGS, "    problem = json_path_problem(args.json, lambda path: False, \"is not generate's to replace;",
         "    problem = json_path_problem(args.json, lambda path: True, \"is not generate's to replace;", GEN_JSON,

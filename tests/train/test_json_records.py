@@ -15,7 +15,7 @@ from tinygrad_ssm.tokenizer import FileTokenizer
 from tinygrad_ssm.train import cli
 from tinygrad_ssm.train.data import DataError, load_corpus, tokenize
 from tinygrad_ssm.train.generate import read_batch_file
-from tinygrad_ssm.train.json_lines import record_texts
+from tinygrad_ssm.train.json_records import record_texts
 from tinygrad_ssm.train.loop import TrainConfig, train
 
 # texts a JSON string holds as they are and str.splitlines would cut (U+2028, U+0085), quotes, newlines, non-ASCII
@@ -89,8 +89,9 @@ def test_text_field_names_the_records_field(tmp_path):
         load_corpus(data, text_field="body")
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "a.txt").write_text("text")
-    with pytest.raises(DataError, match=r"--text-field names the field of a .jsonl file's records .* holds no .jsonl "
-                                        r"file; leave --text-field out"):
+    with pytest.raises(DataError, match=r"--text-field names the field of the records of a .jsonl file \(or of a "
+                                        r".json file given as the path itself\) .* holds no such file; leave "
+                                        r"--text-field out"):
         load_corpus(tmp_path / "plain", text_field="content")
 
 
@@ -215,14 +216,14 @@ def test_eval_refuses_text_field_where_it_means_nothing(record_run, corpus, caps
     assert cli.main(["eval", "--model", str(record_run), "--text-field", "content"]) == cli.EXIT_USAGE
     assert "--text-field applies to --data" in capsys.readouterr().err
     assert cli.main(["eval", "--model", str(record_run), "--data", str(corpus), "--text-field", "content"]) != 0
-    assert "holds no .jsonl file; leave --text-field out" in capsys.readouterr().err
+    assert "holds no such file; leave --text-field out" in capsys.readouterr().err
 
 
 def test_batch_file_records_keep_a_line_separator_inside_a_prompt(tmp_path):
     path = _write(tmp_path / "prompts.jsonl", ["one\u2028prompt", "two\u0085still two"], field="prompt")
     assert read_batch_file(str(path)) == (["one\u2028prompt", "two\u0085still two"], [1, 2])
     path.write_text('{"prompt": "a"}\n{"text": "b"}\n')
-    with pytest.raises(ValueError, match=r"line 2 has no \"prompt\" field \(its fields: \"text\"\); each line must be "
+    with pytest.raises(ValueError, match=r"line 2 has no \"prompt\" field \(its fields: \"text\"\); each record must be "
                                          r"an object \{\"prompt\": \"text\"\}"):
         read_batch_file(str(path))
 
@@ -238,3 +239,116 @@ def test_a_broken_jsonl_file_in_a_folder_is_named_by_train_and_eval_alike(record
         load_corpus(folder)
     assert cli.main(["eval", "--model", str(record_run), "--data", str(folder), "--no-progress"]) != cli.EXIT_OK
     assert "b.jsonl' line 2 is not JSON" in capsys.readouterr().err
+
+
+# --- a .json file given as the path itself: a JSON array of records, or JSON Lines ------------------------------------
+
+def _write_array(path, records, field="text", indent=2, before=""):
+    path.write_text(before + json.dumps([{"id": i, field: t} for i, t in enumerate(records)], indent=indent,
+                                        ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+@given(texts=st.lists(st.text(max_size=40), max_size=8), indent=st.sampled_from([None, 0, 1, 4]),
+       before=st.sampled_from(["", "\n\n", "  \n\t"]), bom=st.booleans())
+def test_a_json_arrays_records_are_read_whole_in_order_each_at_its_line(texts, indent, before, bom):
+    data = (b"\xef\xbb\xbf" if bom else b"") + (before + json.dumps([{"n": i, "text": t} for i, t in enumerate(texts)],
+                                                                    indent=indent, ensure_ascii=False)).encode("utf-8")
+    got = list(record_texts(data.splitlines(keepends=True), "text", "f.json", suffix=".json"))
+    assert [text for _, text in got] == [t.encode("utf-8") for t in texts]
+    lines = data.decode("utf-8-sig").split("\n")
+    for k, (number, _) in enumerate(got):                                # each named by the line its object opens on
+        opened = [i + 1 for i, line in enumerate(lines) if '{"n": ' in line or line.strip() == "{"]
+        assert number == (opened[k] if indent is not None else len(before.split("\n")))
+
+
+def test_a_json_file_gives_the_corpus_of_the_same_records_as_json_lines(tmp_path):
+    """A JSON array and JSON Lines (what datasets' to_json writes, also under .json) give the split a .jsonl file of
+    the same records gives, to the byte; an array's records are named by the line each opens on."""
+    lines = load_corpus(_write(tmp_path / "set.jsonl", TEXTS), val_fraction=0.25)
+    array = load_corpus(_write_array(tmp_path / "set.json", TEXTS, indent=None), val_fraction=0.25)
+    also_lines = load_corpus(_write(tmp_path / "lines.json", TEXTS), val_fraction=0.25)
+    for corpus in (array, also_lines):
+        np.testing.assert_array_equal(corpus.train, lines.train)
+        np.testing.assert_array_equal(corpus.val, lines.val)
+        assert corpus.train_file_sizes == lines.train_file_sizes and corpus.unit == "record"
+    assert also_lines.val_files == tuple(n.replace("set.jsonl", "lines.json") for n in lines.val_files)
+    assert all(n.endswith(":1") for n in array.train_files + array.val_files)     # one line: every record on it
+    pretty = load_corpus(_write_array(tmp_path / "pretty.json", TEXTS, indent=2), val_fraction=0.25)
+    np.testing.assert_array_equal(pretty.train, lines.train)
+    text = (tmp_path / "pretty.json").read_text().split("\n")
+    for name in pretty.train_files + pretty.val_files:                  # the object that opens on that line holds it
+        assert text[int(name.split(":")[1]) - 1].strip() == "{"
+    assert b'"text"' not in pretty.train.tobytes() + pretty.val.tobytes()
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{\n  "version": 1,\n  "data": [{"text": "a"}]\n}\n',
+     r"is one JSON object \(its fields: \"version\", \"data\"\), not records: a .json file holds a JSON array of "
+     r"objects, or one JSON object a line; where the records are a list in one field, write that list to the file"),
+    ('[\n  {"text": "a"},\n  "b"\n]', r'line 3 is a JSON string, not an object \{"text": "..."\}'),
+    ('[\n  {"text": "a"},\n  {"body": "b"}\n]', r'line 3 has no "text" field \(its fields: "body"\); give --text-field'),
+    ('[\n  {"text": "a"},\n  {"text": 7}\n]', r'line 3: its "text" is a JSON number, not a string'),
+    ('[\n  {"text": "a"},\n  {"text": "b"},\n]', r"line 4 is not JSON \(Expecting value\); a .json file holds a JSON "
+                                               r"array of objects, or one JSON object a line"),
+    ('[\n  {"text": "a"}\n  {"text": "b"}\n]', r"line 3: its array goes on without a ',' between two items, or ends "
+                                              r"without a '\]'"),
+    ('[\n  {"text": "a"},\n  {"text": "b"}\n', r"line 4: its array goes on without a ',' between two items, or ends "
+                                              r"without a '\]'"),
+    ('[{"text": "a"}]\n[{"text": "b"}]\n', r"line 2 holds more after the array's closing '\]'"),
+    ('{"text": "a"}\n{"text": "b"\n', r"line 2 is not JSON \(Expecting ',' delimiter\); a .json file holds a JSON "
+                                     r"array of objects, or one JSON object a line \(to read the file as plain text, "
+                                     r"give it another suffix, e.g. .txt\)"),
+])
+def test_a_bad_json_file_is_named_with_the_line_and_the_fix(tmp_path, content, message):
+    path = tmp_path / "data.json"
+    path.write_text(content)
+    with pytest.raises(DataError, match=f"--data file '{path}' " + message):
+        load_corpus(path)
+
+
+def test_a_json_file_not_utf8_and_an_empty_array(tmp_path):
+    path = tmp_path / "data.json"
+    path.write_bytes(b'[\n  {"text": "ok"},\n  {"text": "caf\xe9"}\n]\n')
+    with pytest.raises(DataError, match=r"data.json' line 3 is not UTF-8; convert the file to UTF-8"):
+        load_corpus(path)
+    path.write_text("[]\n")
+    with pytest.raises(DataError, match=r"data.json' holds no record with text in its 'text' field"):
+        load_corpus(path)
+
+
+def test_a_json_file_in_a_folder_is_text_and_said_so(tmp_path, record_run, capsys):
+    """In a --data folder a .json file is a text file (a code folder's package.json), and train's corpus line and
+    eval's description say it was read so."""
+    folder = tmp_path / "code"
+    folder.mkdir()
+    (folder / "package.json").write_text('{\n  "name": "x",\n  "version": "1.0.0"\n}\n')
+    (folder / "index.js").write_text("console.log('hello');\n" * 5)
+    corpus = load_corpus(folder, val_fraction=0.5)
+    assert corpus.unit == "file" and sorted(corpus.train_files + corpus.val_files) == ["index.js", "package.json"]
+    assert b'"version": "1.0.0"' in corpus.train.tobytes() + corpus.val.tobytes()
+    note = "1 .json file read as text, not as records (package.json; give a file of records as --data itself"
+    assert note in corpus.describe()
+    assert cli.main(["eval", "--model", str(record_run), "--data", str(folder), "--json", "-", "--no-progress"]) == 0
+    assert note in json.loads(capsys.readouterr().out)["data"]
+
+
+def test_eval_and_batch_file_read_a_json_array_as_its_records(record_run, records, tmp_path, capsys):
+    path, texts = records
+    array = _write_array(tmp_path / "set.json", texts, field="content")
+    common = ["--json", "-", "--no-progress", "--dtype", "float64", "--window", "64", "--text-field", "content"]
+    reports = []
+    for data in (path, array):
+        assert cli.main(["eval", "--model", str(record_run), "--data", str(data), "--document-end", "eos",
+                         *common]) == cli.EXIT_OK
+        reports.append(json.loads(capsys.readouterr().out))
+    assert reports[1]["tokens"] == reports[0]["tokens"] and reports[1]["mean_nats"] == reports[0]["mean_nats"]
+    assert reports[1]["data"].endswith("(each record followed by the EOS token)")
+    prompts = ["one\u2028prompt", "two\nlines", "three"]
+    batch = _write_array(tmp_path / "prompts.json", prompts, field="prompt")
+    assert read_batch_file(str(batch)) == (prompts, [2, 6, 10])       # each at the line its object opens on
+    assert read_batch_file(str(_write(tmp_path / "lines.json", prompts, field="prompt"))) == (prompts, [1, 2, 3])
+    batch.write_text('[{"prompt": "a"}, {"text": "b"}]')
+    with pytest.raises(ValueError, match=r"prompts.json' line 1 has no \"prompt\" field \(its fields: "
+                                         r"\"text\"\); each record must be an object \{\"prompt\": \"text\"\}"):
+        read_batch_file(str(batch))
