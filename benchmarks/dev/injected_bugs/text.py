@@ -6,7 +6,9 @@ generate --batch-file / --batch-size, JSON records data (train/json_records.py),
 (train/arguments.py, checks.py, config.py, cli.py). app.py holds the tokenizer's, generation's and eval's other
 bugs; none is repeated here. Last full run: 71 of 71 caught, about 11 min on the shared 2-core machine (608 s of
 tests), on 2026-12-06 (late evening, an AMD EPYC) after the JSON Lines bugs (63-71; the decode.py bugs pay numba's
-compilation, 17-43 s each); 66, 67 and 69 caught again after --val-data moved their text, and 72 (added after) alone.
+compilation, 17-43 s each); 66, 67 and 69 caught again after --val-data moved their text, and 72 (added after) alone;
+40 and 63-78 (73-78: a .json file given as the path, an array of records) 17 of 17 after json_records.py replaced
+json_lines.py (2026-12-06, night, 2 min 39 s).
 """
 from inject_bugs import Bug
 
