@@ -124,8 +124,12 @@ def _array_items(blank: str, first: bytes | str, rest: Iterable[bytes | str], so
             i += 1
         return i
 
-    def line_of(i: int) -> int:
-        return text.count("\n", 0, i) + 1
+    line, counted = 1, 0                                                 # the line at offset `counted`
+
+    def line_of(i: int) -> int:                                          # offsets only grow: each newline counted once
+        nonlocal line, counted
+        line, counted = line + text.count("\n", counted, i), i
+        return line
 
     decoder = json.JSONDecoder()
     i = skip_space(skip_space(0) + 1)                                    # past "["
