@@ -223,8 +223,8 @@ def test_batch_file_records_keep_a_line_separator_inside_a_prompt(tmp_path):
     path = _write(tmp_path / "prompts.jsonl", ["one\u2028prompt", "two\u0085still two"], field="prompt")
     assert read_batch_file(str(path)) == (["one\u2028prompt", "two\u0085still two"], [1, 2])
     path.write_text('{"prompt": "a"}\n{"text": "b"}\n')
-    with pytest.raises(ValueError, match=r"line 2 has no \"prompt\" field \(its fields: \"text\"\); each record must be "
-                                         r"an object \{\"prompt\": \"text\"\}"):
+    with pytest.raises(ValueError, match=r"line 2 has no \"prompt\" field \(its fields: \"text\"\); each record "
+                                         r"must be an object \{\"prompt\": \"text\"\}"):
         read_batch_file(str(path))
 
 
@@ -287,7 +287,8 @@ def test_a_json_file_gives_the_corpus_of_the_same_records_as_json_lines(tmp_path
      r"is one JSON object \(its fields: \"version\", \"data\"\), not records: a .json file holds a JSON array of "
      r"objects, or one JSON object a line; where the records are a list in one field, write that list to the file"),
     ('[\n  {"text": "a"},\n  "b"\n]', r'line 3 is a JSON string, not an object \{"text": "..."\}'),
-    ('[\n  {"text": "a"},\n  {"body": "b"}\n]', r'line 3 has no "text" field \(its fields: "body"\); give --text-field'),
+    ('[\n  {"text": "a"},\n  {"body": "b"}\n]',
+     r'line 3 has no "text" field \(its fields: "body"\); give --text-field'),
     ('[\n  {"text": "a"},\n  {"text": 7}\n]', r'line 3: its "text" is a JSON number, not a string'),
     ('[\n  {"text": "a"},\n  {"text": "b"},\n]', r"line 4 is not JSON \(Expecting value\); a .json file holds a JSON "
                                                r"array of objects, or one JSON object a line"),
@@ -352,3 +353,19 @@ def test_eval_and_batch_file_read_a_json_array_as_its_records(record_run, record
     with pytest.raises(ValueError, match=r"prompts.json' line 1 has no \"prompt\" field \(its fields: "
                                          r"\"text\"\); each record must be an object \{\"prompt\": \"text\"\}"):
         read_batch_file(str(batch))
+
+
+def test_records_in_a_list_field_are_named_with_the_fix(tmp_path):
+    """A file that holds its records in one field's list (SQuAD's {"data": [...]}) is refused, and the error says
+    where the records are; a list of strings is no such hint."""
+    for suffix in (".json", ".jsonl"):
+        path = tmp_path / ("data" + suffix)
+        path.write_text('{"version": 2, "data": [{"text": "a"}, {"text": "b"}]}\n')
+        with pytest.raises(DataError, match=r"line 1 has no \"text\" field \(its fields: \"version\", \"data\"; "
+                                            r"\"data\" holds a list of objects: where those are the records, write "
+                                            r"that list to the file\); give --text-field"):
+            load_corpus(path)
+    path.write_text('{"tags": ["a", "b"]}\n')
+    with pytest.raises(DataError) as refused:
+        load_corpus(path)
+    assert "holds a list of objects" not in str(refused.value)

@@ -171,7 +171,10 @@ def field_values(records: Iterable[tuple[int, object]], field: str, source: str,
             raise error(f"{where} is a JSON {_JSON_TYPES.get(type(record), type(record).__name__)}, not an object "
                         f"{{\"{field}\": \"...\"}}")
         if field not in record:
-            raise error(f"{where} has no {json.dumps(field)} field (its fields: {_fields(record)}); {missing}")
+            nested = [k for k, v in record.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
+            inside = (f"; {json.dumps(nested[0])} holds a list of objects: where those are the records, write that "
+                      f"list to the file" if nested else "")
+            raise error(f"{where} has no {json.dumps(field)} field (its fields: {_fields(record)}{inside}); {missing}")
         value = record[field]
         if not isinstance(value, str):
             raise error(f"{where}: its {json.dumps(field)} is a JSON "
