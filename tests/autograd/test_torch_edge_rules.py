@@ -280,3 +280,95 @@ def test_a_broadcast_gradient_is_summed_and_extra_gradients_are_refused():
     y = _op_whose_backward_returns(lambda g: (g, g)).apply(leaf(np.ones(2)))
     with pytest.raises(RuntimeError, match=r"Scale\.backward returned 2 gradients for 1 tensor input\(s\)"):
         y.backward(np.ones(2))
+
+
+# --- found by differential testing against torch (2026-12-06) -------------------------------------------------
+
+def test_an_int_and_an_index_array_index_as_torch_reads_them():
+    """x[0, :, [1, 2]] was NumPy's (2, 3) (the int broadcast with the list, their axis first); torch applies the int
+    first: (3, 2). Writing through such an index took the transposed value and refused torch's."""
+    x = np.arange(24.0).reshape(2, 3, 4)
+    picked = Tensor(x)[0, :, [1, 2]]
+    np.testing.assert_array_equal(picked.data, x[0][:, [1, 2]])
+    assert picked.shape == (3, 2)
+    assert Tensor(x)[:, 2, np.array([[0], [3]])].shape == (2, 2, 1)            # torch: (2, 2, 1); NumPy: (2, 1, 2)
+    assert Tensor(x)[Tensor(np.array(1)), :, [0, 3]].shape == (3, 2)         # a 0-d index tensor counts as an int
+    buf = Tensor(np.zeros((2, 3, 4)))
+    buf[1, :, [0, 3]] = np.arange(6.0).reshape(3, 2)
+    np.testing.assert_array_equal(buf.data[1][:, [0, 3]], np.arange(6.0).reshape(3, 2))
+    assert buf.data[0].sum() == 0 and buf.data[1][:, 1:3].sum() == 0
+    buf[Tensor(np.array(0)), :, [0]] = 7.0                                   # a 0-d index tensor writes too
+    assert (buf.data[0][:, 0] == 7).all() and buf.data[0].sum() == 21
+    with pytest.raises(ValueError, match=r"a value of shape \(2, 3\) does not broadcast to the indexed shape \(3, 2\)"):
+        buf[1, :, [0, 3]] = np.zeros((2, 3))
+
+
+def test_a_tuple_inside_an_index_is_an_index_array_whose_repeats_add_up():
+    """x[:, (0, 0)] picked column 0 twice, but its gradient counted it once: the tuple was not seen as an index array,
+    so backward wrote the gradient instead of adding it."""
+    x = leaf(np.arange(6.0).reshape(2, 3))
+    x[:, (0, 0)].sum().backward()
+    assert x.grad.data.tolist() == [[2.0, 0.0, 0.0], [2.0, 0.0, 0.0]]
+    z = leaf([1.0, 2.0, 3.0])
+    z[(0, 0, 2),].sum().backward()
+    assert z.grad.data.tolist() == [2.0, 0.0, 1.0]
+
+
+def test_an_empty_index_list_picks_nothing():
+    """x[[]] was refused as a float index (np.asarray([]) is float64); NumPy and torch give an empty selection."""
+    x = Tensor(np.zeros((3, 4)))
+    assert x[[]].shape == (0, 4) and x[:, []].shape == (3, 0)
+
+
+def test_where_with_a_zero_dim_operand_keeps_the_tensors_dtype():
+    """where(c, float32 tensor, 0-d float64 tensor) was float64; the binary ops' rule (torch's) keeps float32."""
+    c = np.array([True, False])
+    assert F.where(c, Tensor(np.ones(2, np.float32)), Tensor(np.array(2.0))).dtype == np.float32
+    assert F.where(c, Tensor(np.ones(2, np.int32)), Tensor(np.array(2))).dtype == np.int32
+    assert F.where(c, Tensor(np.ones(2, np.float32)), Tensor(np.ones(2))).dtype == np.float64  # both n-d: widens
+
+
+@pytest.mark.parametrize("reduce", [F.sum, F.mean, F.amax, F.amin, F.logsumexp])
+def test_reducing_over_no_listed_axes_reduces_every_axis_as_torch(reduce):
+    """sum(x, dim=()) reduced nothing (NumPy's axis=()); torch reduces every axis."""
+    x = np.arange(6.0).reshape(2, 3)
+    for empty in ((), []):
+        out = reduce(Tensor(x), empty)
+        assert out.shape == () and out.data == pytest.approx(reduce(Tensor(x)).data)
+    assert F.flip(Tensor(x), ()).data.tolist() == x.tolist()                  # not a reduction: no axes, no change
+
+
+@pytest.mark.parametrize("op, smaller_gets", [(F.maximum, 0.0), (F.minimum, 1.0)])
+def test_maximum_and_minimum_pass_the_gradient_to_both_sides_of_a_nan(op, smaller_gets):
+    """torch's formula: where a NaN meets a number, both inputs get the whole gradient (here the NaN side got none)."""
+    a, b = leaf([np.nan, 1.0, 2.0, 3.0]), leaf([1.0, np.nan, 2.0, 5.0])
+    op(a, b).sum().backward()
+    assert a.grad.data.tolist() == [1.0, 1.0, 0.5, smaller_gets]
+    assert b.grad.data.tolist() == [1.0, 1.0, 0.5, 1.0 - smaller_gets]
+
+
+def test_einsum_takes_a_zero_dim_operand():
+    """einsum(',i->i', s, v) was refused ("subscripts '' don't fit an operand of shape ()")."""
+    s, v = leaf(np.array(2.0)), leaf([1.0, 2.0, 3.0])
+    out = F.einsum(",i->i", s, v)
+    assert out.data.tolist() == [2.0, 4.0, 6.0]
+    out.sum().backward()
+    assert s.grad.data == 6.0 and v.grad.data.tolist() == [2.0, 2.0, 2.0]
+    assert F.einsum("->", Tensor(np.array(3.0))).data == 3.0
+
+
+def test_integer_tensors_reduce_and_clip_in_torchs_dtypes():
+    """sum and cumsum of uint8 were uint64 (NumPy's; torch: int64), clip of an int64 tensor to float bounds float64
+    (torch: float32, as int64 + 0.5)."""
+    u8 = Tensor(np.array([200, 100], np.uint8))
+    assert F.sum(u8).dtype == np.int64 and F.sum(u8).data == 300
+    assert F.cumsum(u8, 0).dtype == np.int64 and F.cumsum(u8, 0).data.tolist() == [200, 300]
+    assert F.sum(Tensor(np.array([True, True]))).dtype == np.int64
+    clipped = F.clip(Tensor(np.array([0, 1, 2])), 0.5, 1.5)
+    assert clipped.dtype == np.float32 and clipped.data.tolist() == [0.5, 1.0, 1.5]
+    assert F.clip(Tensor(np.array([0, 1, 2])), 0, 1).dtype == np.int64
+
+
+def test_flatten_with_start_after_end_says_so():
+    with pytest.raises(ValueError, match=r"flatten: start axis 2 comes after end axis 0 .*give start <= end"):
+        F.flatten(Tensor(np.zeros((2, 3, 4))), 2, 0)

@@ -256,7 +256,11 @@ spec("getitem", grad=S.getitem_grad,
      forward={**{name: S.getitem_forward(name) for name in S.GETITEM_CASES}, "basic indices": S.getitem_basic_forward},
      torch=[([randn(4, 3)], (lambda i: lambda x: x[i])(index), (lambda i: lambda x: x[to_torch(i)])(index))
             for index in ((1, slice(None, None, 2)), (Ellipsis, None, 1), _rows, (_rows, slice(1, 3)),
-                          (_rows, np.array([0, 1, 2, 1])), _mask)],
+                          (_rows, np.array([0, 1, 2, 1])), _mask)]
+          + [([randn(2, 3, 4)], (lambda i: lambda x: x[i])(index), (lambda i: lambda x: x[to_torch(i)])(index))
+             for index in ((0, slice(None), [1, 3, 1]), (slice(None), -1, np.array([[0], [2]])), (slice(None), (0, 0)),
+                           (Ellipsis, 1, [2, 0]), (1, None, slice(None), np.array([True, False, True, True])),
+                           ([], slice(None)))],
      float32=lambda: f32(3)[np.array([0, 0])], example=lambda: (f64(2, 3), (0, slice(None))))
 spec("cat", grad=S.cat_grad, forward=S.cat_forward,
      torch=[([randn(2, 3), randn(2, 1), randn(2, 2)], lambda *xs: F.cat(xs, 1), lambda *xs: torch.cat(xs, 1))],

@@ -144,6 +144,8 @@ GETITEM_CASES = {  # index -> the expected value written with Python lists
     "integer array": (np.array(ROWS), [L43[r] for r in ROWS]),
     "integer tensor": (Tensor(np.array(ROWS)), [L43[r] for r in ROWS]),
     "integer list": (ROWS, [L43[r] for r in ROWS]),
+    "integer tuple at axis 1": ((slice(None), (0, 2, 0)), [[r[0], r[2], r[0]] for r in L43]),
+    "integer range": (range(1, 3), L43[1:3]),
     "integer array and slice": ((np.array(ROWS), slice(1, 3)), [L43[r][1:3] for r in ROWS]),
     "two integer arrays": ((np.array(ROWS), np.array(COLS)), [L43[r][c] for r, c in zip(ROWS, COLS)]),
     "bool mask": (MASK, [L43[i][j] for i in range(4) for j in range(3) if MASK[i, j]]),

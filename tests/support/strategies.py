@@ -175,9 +175,13 @@ def einsum_shapes(draw, spec: str):
 @st.composite
 def getitem_cases(draw):
     """(shape, index, kind): basic indexing (ints, slices with steps, None, Ellipsis), integer arrays (repeats
-    make the scatter-add matter), integer arrays mixed with a slice, or a bool mask."""
+    make the scatter-add matter), integer arrays mixed with a slice, a tuple of ints at some axis (a sequence
+    is an index array too), an int and an integer array with a slice between them (torch applies the int first),
+    or a bool mask."""
     shape = draw(shapes(min_dims=1))
-    kind = draw(st.sampled_from(["basic", "integer", "mixed", "mask"]))
+    kind = draw(st.sampled_from(["basic", "integer", "mixed", "tuple", "int then array", "mask"]))
+    if kind == "int then array" and len(shape) < 3:
+        kind = "tuple"
     if kind == "basic":
         index = draw(hnp.basic_indices(shape, min_dims=0, allow_newaxis=True, allow_ellipsis=True))
     elif kind == "integer":
@@ -186,6 +190,13 @@ def getitem_cases(draw):
         rows = draw(hnp.arrays(np.int64, draw(shapes(min_dims=1, max_dims=2)),
                                elements=st.integers(-shape[0], shape[0] - 1)))
         index = (rows,) + (slice(None, None, -1),) * (len(shape) > 1)
+    elif kind == "tuple":
+        axis = draw(st.integers(0, len(shape) - 1))
+        picks = draw(st.lists(st.integers(-shape[axis], shape[axis] - 1), min_size=1, max_size=4))
+        index = (slice(None),) * axis + (tuple(picks),)
+    elif kind == "int then array":
+        columns = draw(st.lists(st.integers(-shape[2], shape[2] - 1), min_size=1, max_size=4))
+        index = (draw(st.integers(-shape[0], shape[0] - 1)), slice(None), np.array(columns))
     else:
         index = draw(hnp.arrays(np.bool_, shape))
     return shape, index, kind

@@ -152,6 +152,14 @@ def axes(op: str, axis_argument, ndim: int, shape: tuple = ()):
     return normalised if ndim else ()  # reducing a 0-d tensor over its axis 0 / -1 leaves it as is (torch)
 
 
+def reduced_axes(op: str, axis_argument, ndim: int, shape: tuple = ()):
+    """A reduction's axes: as `axes`, except that no axes (dim=() or dim=[]) reduce every axis, as torch's
+    sum(x, dim=()) does (NumPy's sum(x, axis=()) reduces none)."""
+    if isinstance(axis_argument, (tuple, list)) and not axis_argument:
+        return None
+    return axes(op, axis_argument, ndim, shape)
+
+
 def nonempty_reduction(op: str, x: Tensor, reduced) -> None:
     """max and the like have no value over no elements (torch: 'Expected reduction dim to have non-zero
     size'); a reduction over non-empty axes of an empty tensor is fine (an empty result)."""
@@ -182,7 +190,7 @@ def parse_einsum(subscripts: str, shapes):
         if "..." in spec:
             n = len(shape) - (len(spec) - 3)
             spec = spec.replace("...", ellipsis_letters[len(ellipsis_letters) - n:] if n else "")
-        if len(spec) != len(shape) or not spec.isalpha():
+        if len(spec) != len(shape) or not (spec.isalpha() or spec == ""):  # "" is a 0-d operand
             raise ValueError(f"einsum: subscripts {spec!r} don't fit an operand of shape {tuple(shape)}")
         if len(set(spec)) != len(spec):
             raise ValueError(f"einsum: repeated letter in {spec!r} (diagonals) is not supported")

@@ -8,12 +8,13 @@ import builtins
 import numpy as np
 
 from . import args as A
+from . import indexing as I
 from .ops import elementwise as E
 from .ops import linalg as L
 from .ops import movement as M
 from .ops import reduce as R
 from .dtypes import is_float, promoted
-from .tensor import Tensor
+from .tensor import DEFAULT_FLOAT, Tensor
 from .torch_names import torch_names
 
 # Every differentiable op, by name, in the order defined below: `@op` adds a function here. Each one has an
@@ -29,16 +30,22 @@ def op(fn):
 
 
 def _binary(op_name: str, fn, a, b):
-    """A binary op's checks and dtype rules (torch's: a number or 0-d tensor never widens a tensor of its kind)."""
+    """A binary op's checks and dtype rules."""
     like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
     a, b = A.as_tensor(op_name, "a", a, like), A.as_tensor(op_name, "b", b, like)
     A.broadcast_shape(op_name, f"shapes {A.shape_text(a, b)}", a.shape, b.shape)
-    if is_float(a.dtype) != is_float(b.dtype):  # an integer tensor meeting a float one takes its dtype
+    return fn.apply(*_meet(a, b))
+
+
+def _meet(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """Two operands in the dtype torch gives their result: a number or 0-d tensor never widens a tensor of its
+    kind (float32 with a 0-d float64 stays float32); an integer tensor meeting a float one takes its dtype."""
+    if is_float(a.dtype) != is_float(b.dtype):
         dtype = promoted(a.dtype, b.dtype)
-        a, b = (t if t.dtype == dtype else Tensor(t.data.astype(dtype)) for t in (a, b))
-    elif a.dtype != b.dtype and (a.ndim == 0) != (b.ndim == 0) and (a.dtype.kind == "b") == (b.dtype.kind == "b"):
-        a, b = (cast(a, b.dtype), b) if a.ndim == 0 else (a, cast(b, a.dtype))  # torch: a 0-d tensor never widens
-    return fn.apply(a, b)
+        return tuple(t if t.dtype == dtype else Tensor(t.data.astype(dtype)) for t in (a, b))
+    if a.dtype != b.dtype and (a.ndim == 0) != (b.ndim == 0) and (a.dtype.kind == "b") == (b.dtype.kind == "b"):
+        return (cast(a, b.dtype), b) if a.ndim == 0 else (a, cast(b, a.dtype))
+    return a, b
 
 
 # --- elementwise ----------------------------------------------------------------------------------------
@@ -100,7 +107,10 @@ def clip(x, min=None, max=None):
     min, max = A.number("clip", "min", min, allow_none=True), A.number("clip", "max", max, allow_none=True)
     if min is None and max is None:
         raise ValueError("clip: at least one of min and max must be given")
-    return E.Clip.apply(A.as_tensor("clip", "x", x), low=min, high=max)
+    x = A.as_tensor("clip", "x", x)
+    if not is_float(x.dtype) and builtins.any(isinstance(bound, float) for bound in (min, max)):
+        x = cast(x, DEFAULT_FLOAT)  # torch: an integer tensor clamped to a float bound is float32, as in x + 0.5
+    return E.Clip.apply(x, low=min, high=max)
 
 
 clamp = clip
@@ -114,7 +124,8 @@ def where(condition, x, y):
     x, y = A.as_tensor("where", "x", x, like), A.as_tensor("where", "y", y, like)
     A.broadcast_shape("where", f"condition {condition.shape}, x {x.shape} and y {y.shape}", condition.shape, x.shape,
                       y.shape)
-    if x.dtype != y.dtype:
+    x, y = _meet(x, y)
+    if x.dtype != y.dtype:  # Where takes one dtype (NumPy's ufuncs meet the others' on their own)
         dtype = promoted(x.dtype, y.dtype)
         x, y = cast(x, dtype), cast(y, dtype)
     return E.Where.apply(condition, x, y)
@@ -143,14 +154,14 @@ def cast(x, dtype):
 @op
 def sum(x, axis=None, keepdims=False):
     x = A.as_tensor("sum", "x", x)
-    return R.Sum.apply(x, axis=A.axes("sum", axis, x.ndim, x.shape), keepdims=keepdims)
+    return R.Sum.apply(x, axis=A.reduced_axes("sum", axis, x.ndim, x.shape), keepdims=keepdims)
 
 
 @op
 def mean(x, axis=None, keepdims=False):
     """The mean over no elements is nan, as torch."""
     x = A.float_tensor("mean", "x", x)
-    return R.Mean.apply(x, axis=A.axes("mean", axis, x.ndim, x.shape), keepdims=keepdims)
+    return R.Mean.apply(x, axis=A.reduced_axes("mean", axis, x.ndim, x.shape), keepdims=keepdims)
 
 
 @op
@@ -162,7 +173,7 @@ def min(x, axis=None, keepdims=False): return _extreme("min", R.Min, x, axis, ke
 def _extreme(name: str, function: type, x, axis, keepdims):
     """max and min: NumPy's, torch's amax and amin (the values only; the indices are argmax's and argmin's)."""
     x = A.as_tensor(name, "x", x)
-    axis = A.axes(name, axis, x.ndim, x.shape)
+    axis = A.reduced_axes(name, axis, x.ndim, x.shape)
     A.nonempty_reduction(name, x, axis)
     return function.apply(x, axis=axis, keepdims=keepdims)
 
@@ -183,7 +194,7 @@ def amin(x, axis=None, keepdims=False):
 def logsumexp(x, axis=None, keepdims=False):
     """-inf over no elements (log of an empty sum), as torch."""
     x = A.float_tensor("logsumexp", "x", x)
-    return R.LogSumExp.apply(x, axis=A.axes("logsumexp", axis, x.ndim, x.shape), keepdims=keepdims)
+    return R.LogSumExp.apply(x, axis=A.reduced_axes("logsumexp", axis, x.ndim, x.shape), keepdims=keepdims)
 
 
 @op
@@ -270,6 +281,9 @@ def flatten(x, start=0, end=-1):
     if x.ndim == 0:
         return reshape(x, (1,))
     start, end = A.axis("flatten", start, x.ndim, x.shape), A.axis("flatten", end, x.ndim, x.shape)
+    if start > end:
+        raise ValueError(f"flatten: start axis {start} comes after end axis {end} (tensor of shape {x.shape}); "
+                         f"give start <= end")
     return reshape(x, x.shape[:start] + (-1,) + x.shape[end + 1:])
 
 
@@ -329,12 +343,10 @@ def squeeze(x, axis=None):
 
 @op
 def getitem(x, index):
-    """x[index]: ints, slices, None, Ellipsis, integer arrays/tensors and bool masks, as NumPy.
-    A bad index is an IndexError, as in NumPy and torch."""
+    """x[index]: ints, slices, None, Ellipsis, integer arrays/tensors/sequences and bool masks, as torch reads
+    them (`indexing.py`: integers apply before index arrays). A bad index is an IndexError, as in NumPy and torch."""
     x = A.as_tensor("getitem", "x", x)
-    items = index if isinstance(index, tuple) else (index,)
-    items = tuple(np.asarray(i.data if isinstance(i, Tensor) else i) if isinstance(i, (Tensor, list)) else i
-                  for i in items)
+    items = I.index_items(index)
     for i in items:
         if isinstance(i, np.ndarray) and not (np.issubdtype(i.dtype, np.integer) or i.dtype == np.bool_):
             raise IndexError(f"getitem: index arrays must be integers or bools, got dtype {i.dtype}")
@@ -343,6 +355,9 @@ def getitem(x, index):
         x.data[index]  # let NumPy validate the index before anything is recorded
     except IndexError as e:
         raise A.index_error("getitem", e, x.shape, index) from None
+    if stages := I.torch_stages(items):
+        integers_first, rest = stages
+        return M.Getitem.apply(M.Getitem.apply(x, index=integers_first), index=rest)
     return M.Getitem.apply(x, index=index)
 
 

@@ -336,17 +336,26 @@ class Tensor:
         return self._inplace("copy_", lambda: np.copyto(self.data, src, casting="same_kind"))
 
     def __setitem__(self, index, value):
-        index = _index_arrays(index)
+        items = _indexing.index_items(index)
+        index = items if isinstance(index, tuple) else items[0]
+        stages = _indexing.torch_stages(items)  # integers before index arrays, as torch reads them
         value = self._operand(value, "__setitem__")
+
+        def indexed():
+            return self.data[stages[0]][stages[1]] if stages else self.data[index]
 
         def update():
             try:
-                self.data[index] = value
+                if stages:
+                    self.data[index]  # NumPy's IndexError for the index as written, before anything is written
+                    self.data[stages[0]][stages[1]] = value  # the first stage is a view of self.data
+                else:
+                    self.data[index] = value
             except IndexError as e:
                 raise _args.index_error("__setitem__", e, self.shape, index) from None
             except ValueError:
                 try:
-                    target = self.data[index].shape
+                    target = indexed().shape
                 except (IndexError, ValueError):
                     raise
                 raise ValueError(f"__setitem__: a value of shape {np.shape(value)} does not broadcast to the indexed "
@@ -480,17 +489,11 @@ class Tensor:
     def bool(self): return F.cast(self, np.bool_)
 
 
-def _index_arrays(index):
-    """Tensors used as indices become their arrays."""
-    if isinstance(index, tuple):
-        return tuple(i.data if isinstance(i, Tensor) else i for i in index)
-    return index.data if isinstance(index, Tensor) else index
-
-
 from . import functional as F  # noqa: E402  (the ops import Tensor from this module)
 from . import protocols as P  # noqa: E402  (comparisons and NumPy's ufuncs on tensors, made of the ops)
 from . import args as _args  # noqa: E402  (args imports Tensor from this module)
 from . import hooks as H  # noqa: E402  (register_hook and its kind)
+from . import indexing as _indexing  # noqa: E402  (indexing imports Tensor from this module)
 from .torch_names import take_torch_names  # noqa: E402
 
 take_torch_names(Tensor)  # every method with an axis argument takes torch's names for it too (dim=, keepdim=, ...)

@@ -71,7 +71,8 @@ class Pow(Function):
 
 
 class Maximum(Function):
-    """The larger input gets the gradient; a tie splits it in half (as torch)."""
+    """The larger input gets the gradient; a tie splits it in half; where either is NaN (so is the result)
+    both get all of it (torch's formula: each input's share is 1, 0 where it is the smaller, 1/2 on a tie)."""
 
     def forward(self, a, b):
         self.save_for_backward(a, b)
@@ -79,19 +80,21 @@ class Maximum(Function):
 
     def backward(self, grad):
         a, b = self.saved
-        share_a = (a > b) + 0.5 * (a == b)
-        return grad * share_a, grad * (1 - share_a)
+        tie = 0.5 * (a == b)
+        return grad * (1 - (a < b) - tie), grad * (1 - (b < a) - tie)
 
 
 class Minimum(Function):
+    """As Maximum, with the smaller input getting the gradient."""
+
     def forward(self, a, b):
         self.save_for_backward(a, b)
         return np.minimum(a, b)
 
     def backward(self, grad):
         a, b = self.saved
-        share_a = (a < b) + 0.5 * (a == b)
-        return grad * share_a, grad * (1 - share_a)
+        tie = 0.5 * (a == b)
+        return grad * (1 - (a > b) - tie), grad * (1 - (b > a) - tie)
 
 
 class Where(Function):

@@ -16,10 +16,15 @@ def _keep(grad, input_ndim, axis, keepdims):
     return np.expand_dims(grad, tuple(axes))
 
 
+def _sum_dtype(a: np.ndarray):
+    """torch sums integers and bools as int64 (NumPy sums uint8 as uint64); floats keep their dtype."""
+    return np.int64 if a.dtype.kind in "biu" else None
+
+
 class Sum(Function):
     def forward(self, a, axis=None, keepdims=False):
         self.shape, self.axis, self.keepdims = a.shape, axis, keepdims
-        return np.sum(a, axis=axis, keepdims=keepdims)
+        return np.sum(a, axis=axis, keepdims=keepdims, dtype=_sum_dtype(a))
 
     def backward(self, grad):
         return np.broadcast_to(_keep(grad, len(self.shape), self.axis, self.keepdims), self.shape)
@@ -162,7 +167,7 @@ class Cumsum(Function):
 
     def forward(self, a, axis=0):
         self.axis = axis
-        return np.cumsum(a, axis=axis)
+        return np.cumsum(a, axis=axis, dtype=_sum_dtype(a))
 
     def backward(self, grad):
         return np.flip(np.cumsum(np.flip(grad, self.axis), axis=self.axis), self.axis)
