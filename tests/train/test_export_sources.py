@@ -147,3 +147,29 @@ def test_a_warning_names_out_not_the_temporary_folder(tmp_path, capsys):
     messages = [str(w.message) for w in said if "RMSNorm epsilon" in str(w.message)]
     assert messages and all(f"save_pretrained: {str(out)!r}:" in m and ".tmp" not in m for m in messages)
     assert json.loads((out / "config.json").read_text())["norm_epsilon"] == 1e-3
+
+
+def test_out_may_be_the_empty_working_folder(tmp_path, capsys, monkeypatch):
+    """export --out . in an empty folder failed, saying the folder "was created or filled by something else while
+    exporting" (os.replace onto '.', a path with no name, fails)."""
+    Mamba2LMHeadModel(Mamba2Config(**CONFIG), VarMap(seed=4)).save_pretrained(tmp_path / "source")
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    assert _export(capsys, "--model", tmp_path / "source", "--out", ".")[0] == cli.EXIT_OK
+    assert sorted(p.name for p in (tmp_path / "here").iterdir()) == ["config.json", "model.safetensors",
+                                                                     "tokenizer.json", "tokenizer_config.json"]
+
+
+def test_a_training_checkpoint_says_nothing_of_mamba_ssm(tmp_path, corpus, recwarn):
+    """Fine-tuning a model whose RMSNorm epsilon is not 1e-5 warned at every checkpoint that mamba_ssm could not
+    load its config.json, naming the checkpoint's temporary folder, gone by then."""
+    from tinygrad_ssm.train.loop import TrainConfig, train
+    from tests.support.training import TINY, quiet
+    config = Mamba2Config(**CONFIG, rms_norm_eps=1e-3)
+    Mamba2LMHeadModel(config, VarMap(seed=4)).save_pretrained(tmp_path / "source", layout="transformers")
+    cfg = TrainConfig(**{**TINY, "d_model": 32, "n_layer": 1}, steps=2, data=str(corpus), out=str(tmp_path / "run"),
+                      init_from=str(tmp_path / "source"))
+    assert train(cfg, progress=False, say=quiet).status == "done"
+    assert not [w for w in recwarn if "RMSNorm epsilon" in str(w.message)]
+    saved = json.loads((tmp_path / "run" / "checkpoints" / "step-000002" / "config.json").read_text())
+    assert saved["norm_epsilon"] == 1e-3                                 # the key is still written

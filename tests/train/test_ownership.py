@@ -189,8 +189,12 @@ def test_resuming_a_checkpoint_copied_out_of_its_run_writes_nothing_of_the_users
     before = snapshot(mine)
     assert cli.main(["train", "--resume", str(checkpoint), "--steps", "3", "--no-progress"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
-    assert "is not a run folder of this package (no tinygrad_ssm_run.json)" in err and "--init-from" in err
+    assert "has no tinygrad_ssm_run.json, the file that proves a folder is a run" in err and "--init-from" in err
     assert snapshot(mine) == before
+    # the fix the message gives: the same --resume into a new folder
+    assert cli.main(["train", "--resume", str(checkpoint), "--out", str(tmp_path / "new"), "--steps", "3",
+                     "--no-progress"]) == 0
+    assert (tmp_path / "new" / "checkpoints" / "step-000003").is_dir() and snapshot(mine) == before
 
 
 def test_a_checkpoint_without_latest_is_named_and_never_overwritten_by_a_new_run(run, corpus, capsys):

@@ -221,6 +221,9 @@ def test_only_a_last_line_without_its_newline_is_a_torn_one(tmp_path):
 def test_a_runs_checkpoints_folder_resolves_to_its_newest_checkpoint(run, capsys):
     newest = ckpt.resolve_checkpoint(run)
     assert ckpt.resolve_checkpoint(run / "checkpoints") == newest
+    from tinygrad_ssm.models.mamba2 import Mamba2LMHeadModel                 # and in Python, as the CLI takes it
+    assert Mamba2LMHeadModel.from_pretrained(run / "checkpoints").config == Mamba2LMHeadModel.from_pretrained(
+        newest).config
     assert cli.main(["generate", "--model", str(run / "checkpoints"), "--max-new-tokens", "3"]) == cli.EXIT_OK
     capsys.readouterr()
 
@@ -233,3 +236,52 @@ def test_resuming_a_run_stopped_before_its_first_checkpoint_says_so(corpus, tmp_
     assert "stopped before its first checkpoint" in err and f"start it again with --out {out}" in err
     assert cli.main(["train", "--resume", str(tmp_path), "--no-progress"]) == cli.EXIT_USAGE   # not a run
     assert "is neither a checkpoint folder" in capsys.readouterr().err
+
+
+def test_a_resume_from_an_older_checkpoint_keeps_the_newest_ones_log_until_it_saves(run, monkeypatch):
+    """A resume of step-000001 while LATEST named step-000002 dropped the log's records of step 2 when it started:
+    killed before its first save, it left LATEST at step 2 with a log that stopped at step 1."""
+    from tinygrad_ssm.train import loop
+    before = (run / "log.jsonl").read_text()
+    assert {r["step"] for r in RunLog(run).records()} == {1, 2}
+
+    def dies(*args, **kwargs):
+        raise RuntimeError("killed")
+    monkeypatch.setattr(loop, "train_step", dies)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(resume=str(run / "checkpoints" / "step-000001"), progress=False, say=quiet)
+    assert (run / "checkpoints" / "LATEST").read_text().strip() == "step-000002"
+    assert (run / "log.jsonl").read_text() == before                     # still step 2's log
+    monkeypatch.undo()
+    assert train(resume=str(run / "checkpoints" / "step-000001"), progress=False, say=quiet).status == "done"
+    steps = [r["step"] for r in RunLog(run).records() if "train_loss" in r]
+    assert steps == [1, 2, 3]                                            # the branch's 2 and 3 replaced the old 2
+
+
+def test_a_branch_of_the_log_replaces_the_old_records_only_when_saved(tmp_path):
+    log = RunLog(tmp_path)
+    for step in (1, 2, 3, 4):
+        log.append({"step": step, "train_loss": float(step)})
+    log.resume_at(2, newest_saved_step=3)       # step 4 was never saved: it goes now; 3 stays until a save
+    assert [r["step"] for r in log.records()] == [1, 2, 3]
+    log.append({"step": 3, "train_loss": 30.0})
+    assert [r["train_loss"] for r in RunLog(tmp_path).records()] == [1.0, 2.0, 3.0]
+    log.saved()
+    assert [r["train_loss"] for r in log.records()] == [1.0, 2.0, 30.0]
+    log.append({"step": 4, "train_loss": 40.0})                           # then appended as usual
+    assert [r["train_loss"] for r in RunLog(tmp_path).records()] == [1.0, 2.0, 30.0, 40.0]
+    log.resume_at(4, newest_saved_step=4)                                 # from the newest: nothing is held
+    assert log.branch_step is None
+
+
+def test_out_with_a_tilde_the_shell_left_is_the_home_folder(corpus, tmp_path, monkeypatch):
+    """--out=~/run (bash expands no ~ after '=') made a folder named '~' in the working folder, and printed
+    --resume '~/run', which the shell then expanded to the home folder, where no run was."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "home").mkdir()
+    assert cli.main(["train", "--data", str(corpus), "--out=~/run", "--steps", "1", "--no-progress", "--d-model", "32",
+                     "--n-layer", "1", "--d-state", "16", "--headdim", "16", "--batch-size", "2", "--seq-len", "32",
+                     "--eval-batches", "1", "--sample-bytes", "4"]) == 0
+    assert (tmp_path / "home" / "run" / "checkpoints" / "step-000001").is_dir()
+    assert not (tmp_path / "~").exists()

@@ -11,6 +11,7 @@ import math
 import numbers
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 
@@ -21,6 +22,7 @@ from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR
 from ..io.file_checks import require_regular_file
 from ..io.finite import non_finite_problems  # noqa: F401 (step.py and starting_point.py take it from here)
 from ..io.safetensors import load_file, save_file
+from ..models.mamba2.checkpoint_config import NotMambaSsmLoadableWarning
 from .checks import train_config_problems
 from .config import TrainConfig
 
@@ -67,7 +69,9 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
                                      f"{run_id}); it was left as it is: move it away, or choose another --out")
     tmp = Path(new_temporary_folder(root, final.name))  # 0777 less the umask, as its files are 0666 less it
     try:
-        model.save_pretrained(tmp)
+        with warnings.catch_warnings():  # a run's checkpoint is this package's to read, not mamba_ssm's
+            warnings.simplefilter("ignore", NotMambaSsmLoadableWarning)
+            model.save_pretrained(tmp)
         for name, text in (tokenizer_files or {}).items():
             write_atomic(tmp / name, text)
         save_file(tmp / OPTIMIZER_FILE, optimizer_state, metadata={"format": "tinygrad_ssm optimizer"})

@@ -151,7 +151,7 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
         raise ExportError(f"--layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if dtype is not None and dtype not in STORED_DTYPES:
         raise ExportError(f"--dtype must be one of {', '.join(STORED_DTYPES)}, got {dtype!r}")
-    out = Path(out).expanduser()
+    out = Path(out).expanduser().absolute()  # "." has no name to rename a folder onto
     check_out(out)
     folder = resolve_model_folder(model)
     stored = stored_dtypes(folder)

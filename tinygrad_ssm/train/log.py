@@ -22,8 +22,31 @@ class RunLog:
 
     def __init__(self, run_dir: str | os.PathLike):
         self.path = Path(run_dir) / LOG_FILE
+        self.branch_step: int | None = None  # resumed from an older checkpoint than the run's newest: see resume_at
+        self.held: list[dict] = []  # this run's records while branch_step is set
+
+    def resume_at(self, step: int, newest_saved_step: int | None) -> None:
+        """A resumed run redoes the steps after `step`, so their records go. Those past the run's newest checkpoint
+        (`newest_saved_step`) describe steps no checkpoint holds: they go now. Those up to it (a resume from an
+        older checkpoint than the newest) still describe the checkpoint LATEST names: they go only when this run
+        saves a checkpoint of its own (`saved`), which becomes LATEST; until then this run's records are held, so
+        that a run killed before that leaves the log whole, as its newest checkpoint's."""
+        newest = step if newest_saved_step is None else max(step, newest_saved_step)
+        self.truncate_after(newest)
+        if newest > step and any(r["step"] > step for r in self.records()):
+            self.branch_step = step
+
+    def saved(self) -> None:
+        """A checkpoint of this run was written (and is LATEST): a branch's records replace the older ones."""
+        if self.branch_step is not None:
+            kept = [r for r in self.records() if r["step"] <= self.branch_step] + self.held
+            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+            self.branch_step, self.held = None, []
 
     def append(self, record: dict) -> None:
+        if self.branch_step is not None:
+            self.held.append(record)
+            return
         # O_NOFOLLOW: a log.jsonl that is a symbolic link is never written through (it could lead out of the run)
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)

@@ -145,6 +145,8 @@ class _Run:
         alone writes, and every rank learns the checkpoint's path, or rank 0's write error (raised on every rank)."""
         _check_ranks_agree(self)
         self.last_ckpt, self.saved_step = Path(self.world.on_root(self._write)), self.step
+        if self.world.is_root:
+            self.log.saved()
         return self.last_ckpt
 
     def _write(self) -> str:
@@ -241,7 +243,7 @@ def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = S
 def _make_run_folder(cfg: TrainConfig, resume_dir: Path | None, world: World,
                      state: dict | None = None) -> tuple[Path, RunFolderLock | None]:
     """The run folder, checked and locked by rank 0 (train/run_folder.py): no second run writes into it meanwhile."""
-    out = Path(cfg.out or default_out_dir())
+    out = Path(cfg.out or default_out_dir()).expanduser()  # --out=~/x: the shell leaves that ~ to us
     if world.size > 1:  # one folder for all ranks, named by rank 0's clock
         out = Path(world.broadcast_json(str(out)))
     lock = None
@@ -304,11 +306,19 @@ def _restore(run: _Run, state: dict, resume_dir: Path | None) -> None:
         ckpt.check_loaded_state(resume_dir, ckpt.OPTIMIZER_FILE, moments.items())
         ckpt.check_optimizer_steps(resume_dir, state["step"], moments)
         load_flat_optimizer_state(run.optimizers, moments)
-        run.log.truncate_after(state["step"])
+        run.log.resume_at(state["step"], _newest_saved_step(run.out))
     run.sampler.load_state_dict(state["sampler"])
     run.step, run.tokens, run.train_s = state["step"], state["tokens"], state["train_s"]
     run.val_bpb, run.val_step = state.get("val_bpb"), state.get("val_bpb_step")
     run.last_ckpt, run.saved_step = resume_dir, run.step
+
+
+def _newest_saved_step(out: Path) -> int | None:
+    """The step of the checkpoint LATEST names in the run folder `out` (None: none, or none readable)."""
+    try:
+        return int(ckpt.resolve_checkpoint(out).name.removeprefix("step-"))
+    except (ckpt.CheckpointNotFound, OSError, ValueError):
+        return None
 
 
 def _after_step(run: _Run, record: dict, bar, say) -> None:

@@ -197,9 +197,10 @@ def claim_run_folder(out: str | os.PathLike, resuming_from: str | os.PathLike | 
         marker = read_marker(out)
     if same_run and marker is None:  # a checkpoint copied out of its run: the folder around it is the user's
         raise RunFolderError(f"--resume: {str(out)!r}, where the checkpoint's run would go on (its log, plot and "
-                             f"new checkpoints), is not a run folder of this package (no {MARKER_FILE}); resume "
-                             f"the checkpoint inside its own run folder (RUN/{CHECKPOINTS_DIR}/step-N), or start "
-                             f"from its weights with --init-from")
+                             f"new checkpoints), has no {MARKER_FILE}, the file that proves a folder is a run of "
+                             f"this package (a checkpoint copied out of its run, or a run made before the marker "
+                             f"existed), so nothing is written there: continue the run in a new folder (the same --resume, "
+                             f"with --out NEW_DIR), or start from its weights with --init-from")
     if not same_run and out.is_dir():
         entries = sorted(p.name for p in out.iterdir())
         checkpoints = out / CHECKPOINTS_DIR

@@ -60,6 +60,11 @@ class IgnoredConfigKeysWarning(UserWarning):
     """config.json holds keys this loader does not know; they were ignored."""
 
 
+class NotMambaSsmLoadableWarning(UserWarning):
+    """save_pretrained wrote a mamba_ssm-layout config.json that mamba_ssm itself cannot load (a key only this
+    package reads)."""
+
+
 def check_config_keys(raw: dict, known, where: str) -> None:
     """Refuse an unknown key that looks like a misspelling of a known one (tie_embedding for tie_embeddings
     would silently load an untied checkpoint as tied); warn, naming every other unknown key."""

@@ -29,8 +29,8 @@ from ...io.file_checks import require_regular_file
 from ...io.finite import non_finite_problems
 from ...io.safetensors import CheckpointError, SafetensorsFile, check_storable
 from ...registry import VarMap
-from .checkpoint_config import (CONFIG_NAME, PretrainedError, mamba_ssm_config, parse_config, read_config,
-                                transformers_config)
+from .checkpoint_config import (CONFIG_NAME, NotMambaSsmLoadableWarning, PretrainedError, mamba_ssm_config,
+                                parse_config, read_config, transformers_config)
 from .config import Mamba2Config
 
 WEIGHTS_NAME, INDEX_NAME = "model.safetensors", "model.safetensors.index.json"
@@ -182,7 +182,7 @@ def resolve_pretrained_folder(directory) -> Path:
     directory = hub_snapshot(directory) or directory
     if (directory / CONFIG_NAME).exists():
         return directory
-    if (directory / CHECKPOINTS_DIR).is_dir():
+    if (directory / CHECKPOINTS_DIR).is_dir() or directory.name == CHECKPOINTS_DIR:  # a run, or its checkpoints/
         return resolve_checkpoint(directory)  # CheckpointNotFound (a FileNotFoundError) names what is wrong
     return directory
 
@@ -337,7 +337,7 @@ def save_pretrained(model, directory, layout: str = "mamba_ssm", token_ids: dict
     if "norm_epsilon" in config:
         warnings.warn(f"save_pretrained: {str(directory)!r}: the model's RMSNorm epsilon is {config['norm_epsilon']}, "
                       f"not mamba_ssm's 1e-5: config.json gets 'norm_epsilon', which tinygrad_ssm reads and mamba_ssm "
-                      f"does not (its MambaConfig refuses the key)", UserWarning, stacklevel=4)
+                      f"does not (its MambaConfig refuses the key)", NotMambaSsmLoadableWarning, stacklevel=4)
     text = json.dumps(config, indent=2)
     write_atomic(directory / CONFIG_NAME, text + "\n")
     model.varmap.save(directory / WEIGHTS_NAME, metadata={"format": "pt"}, dtype=dtype)
