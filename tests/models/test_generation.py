@@ -287,3 +287,27 @@ def test_the_other_libraries_off_values_of_top_k_and_top_p_are_explained(kw, hin
     model = twin_models(seed=0, vocab_size=40)[0]
     with pytest.raises(ValueError, match=hint):
         model.generate(np.array([[1, 2]]), 2, **kw)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_top_k_of_the_vocabulary_or_more_keeps_every_token(fused):
+    """top_k=10**20 reached the numba sampler as an int64 and failed with numba's TypingError; any k >= the
+    vocabulary filters nothing, so it draws what top_k=None draws."""
+    model = twin_models(seed=3, vocab_size=40)[0 if fused else 1]
+    prompts = np.random.default_rng(3).integers(0, 40, (2, 3))
+    free = model.generate(prompts, 12, temperature=1.5, seed=4)
+    for k in (40, 10**20):
+        assert np.array_equal(model.generate(prompts, 12, temperature=1.5, top_k=k, seed=4), free)
+    assert not np.array_equal(model.generate(prompts, 12, temperature=1.5, top_k=2, seed=4), free)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_repetition_penalty_that_overflows_a_logit_is_named_not_blamed_on_the_weights(fused):
+    """repetition_penalty=1e-310 divided a positive logit past float64's range: the +inf was reported as the
+    checkpoint's ("check the checkpoint for NaN/inf weights")."""
+    model = twin_models(seed=3, vocab_size=40)[0 if fused else 1]
+    prompt = np.arange(20)[None]                                          # many seen tokens, some with logits > 0
+    with pytest.raises(ValueError, match=r"repetition_penalty 1e-310 divides the logit .* past float64's range; "
+                                         r"give a penalty nearer 1"):
+        model.generate(prompt, 3, temperature=0, repetition_penalty=1e-310)
+    assert model.generate(prompt, 3, temperature=0, repetition_penalty=1e-3).shape == (1, 23)

@@ -65,6 +65,8 @@ def test_the_stop_ids_come_from_generation_config_else_config_json(folder):
     ({"eos_token_id": 3}, {}),
     ({"do_sample": True}, {"temperature": 1.0, "top_k": 50, "top_p": None}),        # transformers' defaults
     ({"do_sample": True, "top_p": 0.9}, {"temperature": 1.0, "top_k": 50, "top_p": 0.9}),
+    # top_p 0: transformers keeps the likeliest token alone (it was refused here)
+    ({"do_sample": True, "top_p": 0.0}, {"temperature": 0.0, "top_k": 50, "top_p": None}),
     ({"min_p": 0.1, "repetition_penalty": 1.0}, {"min_p": 0.1, "repetition_penalty": None}),
     ({"min_p": 0, "repetition_penalty": 1.3}, {"min_p": None, "repetition_penalty": 1.3}),
     # greedy: transformers drops its warpers (min_p) and keeps its processors (the repetition penalty)
@@ -100,7 +102,9 @@ def test_a_bad_generation_config_is_named_with_its_key(folder, stated, message, 
     ({"temperature": -1}, "generation_config.json': temperature must be a number >= 0, got -1; fix it, or give "
                           "--temperature"),
     ({"top_k": 2.5}, "top_k must be an int >= 0"),
-    ({"top_p": 0}, r"top_p must be in \(0, 1\]"),
+    ({"top_p": 1.5}, r"top_p must be in \[0, 1\]"),
+    ({"top_k": float("inf")}, "top_k must be an int >= 0"),                 # Infinity in the file: was a traceback
+    ({"top_k": float("nan")}, "top_k must be an int >= 0"),                 # NaN: an error naming neither
     ({"do_sample": "no"}, "do_sample must be true or false, got 'no'; fix it, or give --temperature"),
     ({"min_p": 1.5}, r"min_p must be in \[0, 1\] \(0: no filter\), got 1.5; fix it, or give --min-p"),
     ({"repetition_penalty": 0}, "repetition_penalty must be a finite number > 0 .*give --repetition-penalty"),
@@ -175,7 +179,10 @@ def test_defaults_of_a_folder_without_files_are_the_clis(tmp_path):
 
 @pytest.mark.parametrize("stated, named", [({"do_sample": True, "typical_p": 0.9}, "typical_p 0.9"),
                                            ({"no_repeat_ngram_size": 3, "num_beams": 4},
-                                            "no_repeat_ngram_size 3, num_beams 4")])
+                                            "no_repeat_ngram_size 3, num_beams 4"),
+                                           ({"do_sample": False, "min_length": 10, "stop_strings": "z",
+                                             "encoder_repetition_penalty": 2.0},
+                                            "encoder_repetition_penalty 2.0, min_length 10, stop_strings 'z'")])
 def test_a_setting_generate_lacks_is_refused_where_the_files_settings_apply(folder, stated, named, capsys):
     """transformers applies typical_p, beams, n-gram bans...; sampling without them would silently give another
     distribution than the folder states. Named where the file's settings would apply; a sampling flag (the CLI's
@@ -247,3 +254,16 @@ def test_the_min_p_and_repetition_penalty_flags_reach_generate(folder, capsys):
     new = new[:new.index(0)] if 0 in new else new                       # config.json's eos_token_id 0
     penalised = _generate(path, capsys, "--temperature", "0", "--repetition-penalty", "0.5")
     assert penalised == escape_controls(PROMPT + tok.decode(new)) + "\n" != greedy
+
+
+def test_eval_reads_no_generation_config(folder, tmp_path, capsys):
+    """eval refused a folder whose generation_config.json generate would refuse (a trailing comma, an eos id past
+    the vocabulary), though it never uses the file; transformers loads such a folder."""
+    path, _ = folder
+    text = tmp_path / "t.txt"
+    text.write_text("line 7: the quick brown fox\n" * 4)
+    for stated in ('{"eos_token_id": 0,}', '{"eos_token_id": [0, 50281]}'):
+        (path / "generation_config.json").write_text(stated)
+        assert cli.main(["eval", "--model", str(path), "--data", str(text)]) == cli.EXIT_OK
+        assert cli.main(["generate", "--model", str(path), "--prompt", "x"]) == cli.EXIT_USAGE
+        assert "generation_config.json" in capsys.readouterr().err

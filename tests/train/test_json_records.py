@@ -219,6 +219,14 @@ def test_eval_refuses_text_field_where_it_means_nothing(record_run, corpus, caps
     assert "holds no such file; leave --text-field out" in capsys.readouterr().err
 
 
+def test_a_text_batch_file_is_cut_at_newlines_alone(tmp_path):
+    """splitlines cut a plain-text --batch-file at U+2028, form feeds and \\x1c-\\x1e too: 3 lines (wc -l) gave 5
+    prompts, numbered with lines the file does not have."""
+    path = tmp_path / "prompts.txt"
+    path.write_bytes("first\r\nsecond\u2028half of second\n\nthird \x0c page\n".encode())
+    assert read_batch_file(str(path)) == (["first", "second\u2028half of second", "third \x0c page"], [1, 2, 4])
+
+
 def test_batch_file_records_keep_a_line_separator_inside_a_prompt(tmp_path):
     path = _write(tmp_path / "prompts.jsonl", ["one\u2028prompt", "two\u0085still two"], field="prompt")
     assert read_batch_file(str(path)) == (["one\u2028prompt", "two\u0085still two"], [1, 2])

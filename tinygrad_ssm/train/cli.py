@@ -127,11 +127,11 @@ def _train_io_error(e: OSError, args) -> int:
     return EXIT_IO
 
 
-def _load(args):
+def _load(args, for_generation: bool = True):
     """(model, tokenizer) of --model, or the exit status after saying what is wrong."""
     try:
         return load_model(args.model, backend=args.backend, tokenizer=args.tokenizer, weights=args.weights,
-                          dtype=args.dtype), None
+                          dtype=args.dtype, for_generation=for_generation), None
     except (CheckpointNotFound, ValueError, OSError) as e:  # TokenizerError and PretrainedError are ValueErrors
         return None, _error(str(e))
 
@@ -241,7 +241,7 @@ def _eval(args) -> int:
         return _error(problem)
     if args.dtype is None:  # --training-windows: the run's dtype, in which its figure is training's to the bit
         args.dtype = (training_dtype(args.model) if args.training_windows else None) or DTYPES[0]
-    loaded, code = _load(args)
+    loaded, code = _load(args, for_generation=False)
     if loaded is None:
         return code
     model, tokenizer = loaded

@@ -80,15 +80,17 @@ def load_tokenizer_for(folder: Path, vocab_size: int, override: str | None = Non
 
 
 def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | None = None, flag: str = "--model",
-               weights: str | None = None, dtype: str = "float32"):
+               weights: str | None = None, dtype: str = "float32", for_generation: bool = True):
     """(model, tokenizer) of any model folder (module docstring); `tokenizer` (--tokenizer) overrides its own.
     weights (--weights): "int8" / "bfloat16" quantize a float folder's model at load (models/mamba2/quantize.py),
     "float32" keeps it float; None: as stored. dtype (--dtype): the float arrays', whatever the folder stores
     (float64: eval's numbers are those of score() on a float64 model). A quantized folder loads only as its own
-    format. The model's `generation_defaults` are the folder's stop ids and sampling settings (generation_config.py)."""
+    format. for_generation: the model's `generation_defaults` are the folder's stop ids and sampling settings
+    (generation_config.py); eval leaves them unread, so that a generation_config.json it never uses cannot stop it."""
     folder = resolve_model_folder(path, flag)
     model = Mamba2LMHeadModel.from_pretrained(folder, dtype=dtype, backend=backend)
-    model.generation_defaults = read_generation_defaults(folder, model.config.padded_vocab_size)
+    if for_generation:
+        model.generation_defaults = read_generation_defaults(folder, model.config.padded_vocab_size)
     stored = getattr(model, "weights_format", "float")
     if weights is not None and stored != ("float" if weights == "float32" else weights):
         if stored != "float":
@@ -261,7 +263,8 @@ def read_batch_file(path: str) -> tuple[list[str], list[int]]:
     source = f"--batch-file {str(p)!r}"
     text = _prompt_text(p.read_bytes(), source)
     if not reads_records(p, named=True):
-        numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        # cut at "\n" alone, as `wc -l` counts lines (splitlines also cuts at U+2028, form feeds, \x1c-\x1e, ...)
+        numbered = [(n, line.removesuffix("\r")) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
     else:  # cut at "\n" alone: a JSON string may hold U+2028 as it is, where splitlines would cut it
         records = parsed_records(enumerate(text.split("\n"), 1), source, ValueError, p.suffix.lower())
         numbered = list(field_values(records, "prompt", source, 'each record must be an object {"prompt": "text"}'))

@@ -31,9 +31,13 @@ TRANSFORMERS_SAMPLING = {"temperature": 1.0, "top_k": 50, "top_p": None}
 
 # generation_config.json settings that transformers applies and generate does not implement, with the values
 # that change nothing (transformers' defaults): a file stating another value is not silently sampled without it
-UNSUPPORTED = {"typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "no_repeat_ngram_size": 0, "num_beams": 1,
+UNSUPPORTED = {"typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None, "no_repeat_ngram_size": 0,
+               "encoder_repetition_penalty": 1.0, "num_beams": 1, "num_beam_groups": 1, "penalty_alpha": None,
                "num_return_sequences": 1, "bad_words_ids": None, "suppress_tokens": None,
-               "begin_suppress_tokens": None, "sequence_bias": None, "forced_eos_token_id": None, "min_new_tokens": 0}
+               "begin_suppress_tokens": None, "sequence_bias": None, "forced_bos_token_id": None,
+               "forced_eos_token_id": None, "min_length": 0, "min_new_tokens": 0, "stop_strings": None,
+               "exponential_decay_length_penalty": None, "guidance_scale": None, "dola_layers": None,
+               "watermarking_config": None}
 
 
 @dataclass(frozen=True)
@@ -83,11 +87,13 @@ def _sampling(config: dict, where: str) -> dict:
     if "temperature" in config and config["temperature"] is not None:
         out["temperature"] = float(number("temperature", lambda v: math.isfinite(v) and v >= 0, "a number >= 0"))
     if "top_k" in config and config["top_k"] is not None:
-        k = number("top_k", lambda v: v == int(v) and v >= 0, "an int >= 0 (0: no limit)")
+        k = number("top_k", lambda v: math.isfinite(v) and v == int(v) and v >= 0, "an int >= 0 (0: no limit)")
         out["top_k"] = int(k) or None
     if "top_p" in config and config["top_p"] is not None:
-        p = number("top_p", lambda v: 0 < v <= 1, "in (0, 1] (1.0: no limit)")
-        out["top_p"] = None if p == 1 else float(p)
+        p = number("top_p", lambda v: 0 <= v <= 1, "in [0, 1] (1.0: no limit)")
+        if p == 0:  # transformers keeps the likeliest token alone (its min_tokens_to_keep): greedy, penalty kept
+            out["temperature"] = 0.0
+        out["top_p"] = None if p in (0, 1) else float(p)
     if "min_p" in config and config["min_p"] is not None:
         m = number("min_p", lambda v: 0 <= v <= 1, "in [0, 1] (0: no filter)")
         out["min_p"] = float(m) or None

@@ -126,6 +126,8 @@ def generate_stream(model, input_ids, max_new_tokens: int | None = None, tempera
         if not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, bool) or vocab_size < 1:
             raise ValueError(f"generate: vocab_size must be None or an int >= 1, got {vocab_size!r}")
         vocab = min(vocab, int(vocab_size))
+    # k >= vocab keeps every token, as None does (and a k of 10**20 would not fit the numba sampler's int64)
+    top_k = None if top_k is not None and top_k >= vocab else top_k
     sampling = Sampling(temperature, top_k, top_p, min_p or None,
                         None if repetition_penalty == 1 else repetition_penalty)
     return _stream(model, prompts, int(max_new_tokens), sampling, np.random.default_rng(seed), eos, vocab)

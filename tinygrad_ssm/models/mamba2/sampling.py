@@ -51,7 +51,14 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
             raise ValueError(f"sample_next: a repetition_penalty needs seen, a bool array of the logits' shape "
                              f"{logits.shape} marking the ids each row has seen; got "
                              f"{None if seen is None else np.shape(seen)}")
-        penalised = np.where(logits < 0, logits * repetition_penalty, logits / repetition_penalty)
+        with np.errstate(over="ignore"):
+            penalised = np.where(logits < 0, logits * repetition_penalty, logits / repetition_penalty)
+        overflowed = seen & np.isposinf(penalised) & np.isfinite(logits)  # a tiny penalty: x / 1e-310
+        if overflowed.any():  # the model is fine: the penalty made the +inf (the numba twin stops there too)
+            row, token = map(int, np.argwhere(overflowed)[0])
+            raise ValueError(f"generate: repetition_penalty {repetition_penalty!r} divides the logit "
+                             f"{logits[row, token]!r} of token {token} (batch row {row}) past float64's range; "
+                             f"give a penalty nearer 1 (1 = none, < 1 makes repeats more likely)")
         logits = np.where(seen, penalised, logits)                      # NaN and +inf stay what they were
     if temperature == 0:
         ids = np.argmax(logits, axis=-1)                                # (b,) a NaN counts as the largest
