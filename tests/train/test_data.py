@@ -307,8 +307,9 @@ def test_a_utf16_file_is_named_as_such_when_a_tokenizer_reads_it(tmp_path, bpe_t
     folder = _write(tmp_path, {"a16.txt": text.encode("utf-16"), "b8.txt": text.encode(), "c1.txt": text.encode(
         "latin-1", errors="replace"), "d.txt": b"plain ascii\n" * 50})
     corpus = D.tokenize(load_corpus(folder, seed=0, val_fraction=0.25), FileTokenizer(bpe_tokenizer))
-    assert corpus.skipped_files == ("a16.txt",) and corpus.non_utf8_files == ("c1.txt",)
-    assert "1 binary file skipped; 100 bytes not UTF-8 in c1.txt, each read" in corpus.describe()
+    assert corpus.skipped_files == ("a16.txt (UTF-16)",) and corpus.non_utf8_files == ("c1.txt",)
+    assert ("1 binary file skipped (a16.txt (UTF-16); UTF-16 text is read only as UTF-8: convert it); 100 bytes not "
+            "UTF-8 in c1.txt, each read") in corpus.describe()
     single = D.tokenize(load_corpus(folder / "a16.txt"), FileTokenizer(bpe_tokenizer))
     assert "2 bytes not UTF-8 in a16.txt (UTF-16), each read" in single.describe()
     assert load_corpus(folder / "b8.txt").non_utf8_files == ()

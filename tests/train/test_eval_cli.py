@@ -157,3 +157,97 @@ def test_the_reports_keys_are_the_ones_docs_mamba2_lists(tmp_path, capsys):
     assert set(report) == documented
     file_keys = re.search(r"each file's (.*) \|", table).group(1)
     assert set(report["files"][0]) == set(re.findall(r"`(\w+)`", file_keys))
+
+
+# --- the --json file and the --data folder, found by an audit of eval (2026-12-06) ---------------------------
+
+def _run_eval(folder, data, *extra) -> int:
+    return cli.main(["eval", "--model", str(folder), "--data", str(data), "--no-progress", "--window", "40", *extra])
+
+
+def test_a_report_inside_the_data_folder_is_left_out_of_the_next_evals_text(tmp_path, capsys):
+    """eval --data D --json D/report.json scored its own last report on every run after the first: the same
+    command gave 59, then 819, then 1,040 tokens."""
+    folder, data = _folder(tmp_path), tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_bytes(TEXT)
+    reports = []
+    for _ in range(3):
+        assert _run_eval(folder, data, "--json", str(data / "report.json")) == cli.EXIT_OK
+        reports.append(json.loads((data / "report.json").read_text()))
+    assert [r["tokens"] for r in reports] == [len(TEXT) - 1] * 3
+    assert reports[-1]["data"] == f"{data} (1 text file, 1 eval report left out (report.json))"
+    assert capsys.readouterr().out.count("1 eval report left out (report.json)") == 2
+    corpus = load_corpus(data)                                           # train leaves it out too
+    assert corpus.eval_reports == ("report.json",) and "1 eval report left out (report.json)" in corpus.describe()
+
+
+def test_a_report_of_any_size_is_replaced_by_the_next_eval(tmp_path, capsys, monkeypatch):
+    """A report over 1 MiB (a folder of thousands of files) was not recognised as eval's: the same command then
+    refused to replace it ("exists and is not a report eval wrote")."""
+    folder, data, out = _folder(tmp_path), tmp_path / "t.txt", tmp_path / "r.json"
+    data.write_bytes(TEXT)
+    assert _run_eval(folder, data, "--json", str(out)) == cli.EXIT_OK
+    report = json.loads(out.read_text())
+    out.write_text(scoring.report_text({**report, "padding": "x" * (2 << 20)}))   # as large as such a report
+    assert _run_eval(folder, data, "--json", str(out)) == cli.EXIT_OK and "padding" not in json.loads(out.read_text())
+    older = {k: v for k, v in report.items() if k != scoring.REPORT_MARK} | {scoring.REPORT_MARK: "tinygrad_ssm eval"}
+    out.write_text(json.dumps(older, indent=1))                          # an earlier version's: its mark last
+    assert _run_eval(folder, data, "--json", str(out)) == cli.EXIT_OK
+    out.write_text(json.dumps({"mine": 1, "written_by": "someone"}))     # not a report: left as it is
+    assert _run_eval(folder, data, "--json", str(out)) == cli.EXIT_USAGE
+    assert json.loads(out.read_text()) == {"mine": 1, "written_by": "someone"}
+    capsys.readouterr()
+
+
+def test_json_with_a_tilde_is_written_where_it_was_checked(tmp_path, capsys, monkeypatch):
+    """--json '~/r.json' was checked as $HOME/r.json and written to ./~/r.json (or failed after scoring)."""
+    folder, data = _folder(tmp_path), tmp_path / "t.txt"
+    data.write_bytes(TEXT)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "cwd" / "~").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "cwd")
+    assert _run_eval(folder, data, "--json", "~/r.json") == cli.EXIT_OK
+    assert json.loads((tmp_path / "home" / "r.json").read_text())["tokens"] == len(TEXT) - 1
+    assert list((tmp_path / "cwd" / "~").iterdir()) == []
+    capsys.readouterr()
+
+
+def test_a_closed_stdout_does_not_lose_the_json_file(tmp_path, capsys, monkeypatch):
+    """eval ... --json FILE | true: the broken pipe on stdout returned before FILE was written."""
+    folder, data, out = _folder(tmp_path), tmp_path / "t.txt", tmp_path / "r.json"
+    data.write_bytes(TEXT)
+
+    def broken_pipe(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+    monkeypatch.setattr("builtins.print", broken_pipe)
+    monkeypatch.setattr(cli, "silence_stdout", lambda: None)
+    monkeypatch.setattr(cli, "say_error", lambda message: said.append(message))
+    said = []
+    assert _run_eval(folder, data, "--json", str(out)) == cli.EXIT_IO
+    assert json.loads(out.read_text())["tokens"] == len(TEXT) - 1
+    assert said and f"the report was written to {out}" in said[0]
+
+
+def test_a_folder_is_read_once_per_real_file_and_says_what_it_left_out(tmp_path, capsys):
+    """A link to a file beside it was read twice (and train could put the two copies in training and validation);
+    run folders were left out of eval's text without a word (train named them); a link to nothing was dropped."""
+    from tinygrad_ssm.train.run_folder import claim_run_folder
+    folder, data = _folder(tmp_path), tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_bytes(TEXT)
+    (data / "b_link.txt").symlink_to(data / "a.txt")
+    claim_run_folder(data / "run1").release()                            # a run folder of ours inside --data
+    report, _ = _eval(capsys, folder, data)
+    assert report["tokens"] == len(TEXT) - 1
+    assert report["data"] == f"{data} (1 text file, 1 run folder left out (run1))"
+    (data / "c.txt").write_bytes(TEXT[::-1])
+    corpus = load_corpus(data, seed=0, val_fraction=0.5)
+    assert sorted(corpus.train_files + corpus.val_files) == ["a.txt", "c.txt"]
+    (data / "gone.txt").symlink_to(tmp_path / "missing.txt")
+    assert _run_eval(folder, data) == cli.EXIT_USAGE
+    assert "gone.txt': it is a symbolic link to" in capsys.readouterr().err
+    with pytest.raises(Exception, match=r"gone.txt': it is a symbolic link to .*missing.txt', which does not exist; "
+                                        r"remove the link or restore its file"):
+        load_corpus(data)

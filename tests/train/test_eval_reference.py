@@ -115,7 +115,7 @@ def test_a_folder_is_scored_as_transformers_scores_its_joined_text(folders, kind
     theirs = losses(ids)
     for window in (1, 7, 10_000):
         report = _score(folders[kind], data, window)
-        assert report["data"] == f"{data} (4 text files, 1 binary file skipped)"
+        assert report["data"] == f"{data} (4 text files, 1 binary file skipped (bin.dat))"
         assert report["tokens"] == len(ids) - 1 and abs(report["mean_nats"] - theirs.mean()) < 1e-10
     assert report["bytes"] == len(joined) - (0 if kind == "bos" else len(hf_tok.decode(ids[:1]).encode()))
 

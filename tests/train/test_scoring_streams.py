@@ -92,5 +92,5 @@ def test_a_folder_is_read_file_by_file_as_its_join(tmp_path, capsys, monkeypatch
     joined.write_bytes(TEXT)
     monkeypatch.setattr(scoring, "READ_BLOCK", 100)
     report, expected = _run(capsys, folder, data), _run(capsys, folder, joined)
-    assert report["data"] == f"{data} (3 text files, 1 binary file skipped)"   # c.bin; d.txt is empty
+    assert report["data"] == f"{data} (3 text files, 1 binary file skipped (c.bin))"   # d.txt is empty
     assert [report[k] for k in NUMBERS] == [expected[k] for k in NUMBERS]

@@ -15,7 +15,7 @@ from .config import TrainConfig
 from .data import DOCUMENT_ENDS
 from .generate import DEFAULT_PROMPT_BATCH, not_utf8
 from .generation_config import DEFAULT_TEMPERATURE
-from .scoring import is_eval_report
+from .eval_report import is_eval_report
 
 EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_IO, EXIT_INTERRUPTED = 0, 1, 2, 74, 130  # 74: sysexits' EX_IOERR
 EVAL_WINDOW = 512  # eval's --window when it is not given (None: so --training-windows can tell it was given)

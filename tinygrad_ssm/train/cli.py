@@ -47,7 +47,7 @@ from .json_records import TEXT_FIELD
 from .loop import TrainingDiverged, train
 from .mpi_cli import python_cmd, refuse_single_process_commands
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name
-from .scoring import (REPORT_MARK, REPORT_MARK_VALUE, describe, read_eval_text, score, score_training_windows,
+from .scoring import (describe, report_text, read_eval_text, score, score_training_windows,
                       trained_val_bpb, training_dtype, write_report)
 
 # the parser and the exit statuses live in train/arguments.py; callers (tests, scripts) take them from here
@@ -263,29 +263,31 @@ def _eval(args) -> int:
     if text is not None and text.read.non_utf8_note():  # as training's corpus line says it; on stderr (--json -)
         print(f"{text.source}: {text.read.non_utf8_note()}", file=sys.stderr)
     report["model"] = str(folder)
-    report[REPORT_MARK] = REPORT_MARK_VALUE  # what lets a later eval --json replace this file
     # the weights as scored: "float" (the model's dtype) or the quantized format (--weights, or as saved)
     report["weights"] = getattr(model, "weights_format", "float")
     report["dtype"] = str(model.dtype)  # --dtype: float64 gives score()'s numbers on a float64 model
+    summary = describe(report, trained_val_bpb(folder) if args.data is None else None)
+    if args.json not in (None, "-"):  # the file first: a closed stdout (eval ... | head) must not lose it
+        try:
+            write_report(Path(args.json).expanduser(), report_text(report))  # its mark lets a later eval replace it
+        except FileExistsError:
+            print(summary)
+            say_error(f"--json {args.json!r}: a file that is not eval's report appeared there while scoring; it was "
+                      f"left as it is and the JSON not written (the report is above)")
+            return EXIT_IO
+        except OSError as e:
+            print(summary)
+            say_error(f"cannot write {e.filename or args.json}: {io_cause(e)}")
+            return EXIT_IO
     try:
         # with --json -, stdout is the JSON alone (a program reads it), the report goes to stderr
-        print(describe(report, trained_val_bpb(folder) if args.data is None else None),
-              file=sys.stderr if args.json == "-" else sys.stdout)
-        if args.json is not None:
-            text = json.dumps(report, indent=1) + "\n"
-            if args.json == "-":
-                sys.stdout.write(text)
-            else:
-                write_report(Path(args.json), text)
-    except FileExistsError:
-        say_error(f"--json {args.json!r}: a file that is not eval's report appeared there while scoring; it was "
-                  f"left as it is and the JSON not written (the report is above)")
-        return EXIT_IO
+        print(summary, file=sys.stderr if args.json == "-" else sys.stdout)
+        if args.json == "-":
+            sys.stdout.write(report_text(report))
     except OSError as e:
-        where = e.filename or stdout_name()
-        if e.filename is None:
-            silence_stdout()
-        say_error(f"cannot write {where}: {io_cause(e)}")
+        silence_stdout()
+        written = f"; the report was written to {args.json}" if args.json not in (None, "-") else ""
+        say_error(f"cannot write {stdout_name()}: {io_cause(e)}{written}")
         return EXIT_IO
     return EXIT_OK if np.isfinite(report["mean_nats"]) else EXIT_DIVERGED
 

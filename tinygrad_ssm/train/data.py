@@ -34,7 +34,7 @@ import numpy as np
 
 from ..tokenizer import invalid_utf8_bytes
 from .json_records import NAMED_SUFFIX, SUFFIX as JSON_LINES, TEXT_FIELD, check_text_field, reads_records, record_texts
-from .run_folder import MARKER_FILE as RUN_MARKER_FILE
+from .folder_listing import DataError, _count, folder_files, left_out_note  # noqa: F401 (scoring.py takes them here)
 
 DEFAULT_VAL_FRACTION = 0.05
 EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"})
@@ -42,10 +42,6 @@ _BINARY_SNIFF_BYTES = 8192
 # ids counted at a time for the unigram entropy: bincount copies what it counts as int64, 8 bytes an id (the whole
 # 285 MB training split of a 300 MB folder took 2.3 GB at once)
 HISTOGRAM_BLOCK = 1 << 22
-
-
-class DataError(ValueError):
-    """The corpus path is missing, empty or unreadable, or holds too little text for the run."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -67,29 +63,6 @@ def stdlib_sources(root: Path | None = None) -> list[Path]:
         dirnames[:] = [d for d in dirnames if d not in EXCLUDED_DIRS and not d.startswith(".")]
         found.extend(Path(dirpath) / f for f in filenames if f.endswith(".py"))
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
-
-
-def folder_files(root: Path, run_folders: list | None = None) -> list[Path]:
-    """Every regular, non-hidden file under `root` (recursively, through linked folders too, each real folder
-    once), sorted by relative path. A run folder of this package (its marker file says so: `--data .` with the
-    default --out puts runs/ inside) holds logs and checkpoints, not text: it is left out, and its relative
-    path appended to `run_folders`."""
-    found, seen = [], {os.path.realpath(root)}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        kept = []
-        for d in sorted(dirnames):
-            real = os.path.realpath(os.path.join(dirpath, d))
-            if d.startswith(".") or d == "__pycache__" or real in seen:  # a link back up would loop
-                continue
-            seen.add(real)
-            if os.path.isfile(os.path.join(real, RUN_MARKER_FILE)):
-                if run_folders is not None:
-                    run_folders.append((Path(dirpath) / d).relative_to(root).as_posix())
-                continue
-            kept.append(d)
-        dirnames[:] = kept
-        found.extend(Path(dirpath) / f for f in filenames if not f.startswith("."))
-    return sorted((p for p in found if p.is_file()), key=lambda p: p.relative_to(root).as_posix())
 
 
 def _read(path: Path) -> bytes:
@@ -129,8 +102,9 @@ class Corpus:
     val: np.ndarray  # (n_val,)
     train_files: tuple[str, ...]
     val_files: tuple[str, ...]
-    skipped_files: tuple[str, ...] = field(default=())  # binary files left out of a --data folder
+    skipped_files: tuple[str, ...] = field(default=())  # binary files left out of a --data folder (" (UTF-16)": so)
     run_folders: tuple[str, ...] = field(default=())  # this package's run folders left out of a --data folder
+    eval_reports: tuple[str, ...] = field(default=())  # eval --json reports left out of a --data folder
     json_as_text: tuple[str, ...] = field(default=())  # a --data folder's .json files, read as text (json_records.py)
     invalid_utf8_bytes: int = 0  # bytes a tokenizer.json read as U+FFFD (not UTF-8), said in describe()
     non_utf8_files: tuple[str, ...] = field(default=())  # the files holding them (" (UTF-16)" where it looks so)
@@ -145,9 +119,7 @@ class Corpus:
     val_source: str | None = None  # --val-data's path: `val` is all of it, `train` all of `source`
 
     def describe(self) -> str:
-        skipped = f", {_count(len(self.skipped_files), 'binary file')} skipped" if self.skipped_files else ""
-        if self.run_folders:
-            skipped += f", {_count(len(self.run_folders), 'run folder')} left out ({', '.join(self.run_folders[:3])})"
+        skipped = left_out_note(self.skipped_files, self.run_folders, self.eval_reports)
         if self.json_as_text:
             skipped += "; " + json_as_text_note(self.json_as_text)
         if self.invalid_utf8_bytes:
@@ -163,10 +135,6 @@ class Corpus:
         if stream.dtype == np.uint8:                                     # bytes: not tokenized
             return f"{len(stream):,} bytes"
         return f"{round(len(stream) / tokens_per_byte):,} bytes, {len(stream):,} tokens"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def json_as_text_note(names: tuple[str, ...]) -> str:
@@ -209,6 +177,7 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
             train_file_sizes=tuple(map(len, docs.texts)), val_file_sizes=tuple(map(len, val.texts)),
             train_files=tuple(docs.names), val_files=tuple(val.names),
             skipped_files=docs.skipped + val.skipped, run_folders=docs.run_folders + val.run_folders,
+            eval_reports=docs.eval_reports + val.eval_reports,
             json_as_text=docs.json_as_text + val.json_as_text,
             non_utf8_files=_non_utf8(docs.names + val.names, docs.texts + val.texts),
             unit=_unit(docs.records + val.records, len(docs.texts) + len(val.texts)))
@@ -216,8 +185,8 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
     unit = _unit(docs.records, len(texts))
     if len(texts) == 1:
         split = _split_single_file(docs.source, names[0], texts[0], val_fraction)
-        return replace(split, skipped_files=docs.skipped, run_folders=docs.run_folders, json_as_text=docs.json_as_text,
-                       unit=unit)
+        return replace(split, skipped_files=docs.skipped, run_folders=docs.run_folders, eval_reports=docs.eval_reports,
+                       json_as_text=docs.json_as_text, unit=unit)
 
     # sorted above; now a seeded shuffle so that validation files are a fair sample of the whole tree
     order = np.random.default_rng(seed).permutation(len(texts))
@@ -233,6 +202,7 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
         val_files=tuple(names[i] for i in val_idx),
         skipped_files=docs.skipped,
         run_folders=docs.run_folders,
+        eval_reports=docs.eval_reports,
         json_as_text=docs.json_as_text,
         non_utf8_files=_non_utf8(names, texts),
         unit=unit,
@@ -254,6 +224,7 @@ class _Documents:
     names: list[str]  # a file's path under the folder, or "FILE.jsonl:LINE" for a record (the line it starts on)
     skipped: tuple[str, ...]  # binary files left out of a folder
     run_folders: tuple[str, ...]  # this package's run folders left out of a folder
+    eval_reports: tuple[str, ...]  # eval --json reports left out of a folder
     records: int  # how many of the documents are JSON records
     json_as_text: tuple[str, ...]  # a folder's .json files, read as text
 
@@ -263,6 +234,7 @@ def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) 
     file of records one (json_records.reads_records; empty ones left out), named; a DataError naming `flag` and
     the path where there is none."""
     run_folders: list[str] = []
+    eval_reports: list[str] = []
     if path is None:
         root = default_corpus_root()
         files = stdlib_sources(root)
@@ -276,7 +248,7 @@ def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) 
         if not root.exists():
             raise DataError(f"{flag} path {str(root)!r} does not exist")
         if root.is_dir():
-            files = folder_files(root, run_folders)
+            files = folder_files(root, run_folders, eval_reports)
             if not files:
                 raise DataError(f"{flag} folder {str(root)!r} contains no files")
         elif not root.is_file():
@@ -298,7 +270,7 @@ def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) 
             continue
         data = _read(p)
         if path is not None and not one_file and _looks_binary(data):  # a file named by --data is read as it is
-            skipped.append(name)
+            skipped.append(name + utf16_mark(data))
         elif data:
             texts.append(data)
             names.append(name)
@@ -310,7 +282,8 @@ def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) 
     if not texts:
         why = "only binary files" if skipped else "only empty files"
         raise DataError(f"{flag} {source!r} contains no text: {why}")
-    return _Documents(source, root, texts, names, tuple(skipped), tuple(run_folders), records, tuple(json_as_text))
+    return _Documents(source, root, texts, names, tuple(skipped), tuple(run_folders), tuple(eval_reports), records,
+                      tuple(json_as_text))
 
 
 def _refuse_overlap(data_root: Path, val_root: Path) -> None:

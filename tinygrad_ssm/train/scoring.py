@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import codecs
 import collections
-import errno
 import itertools
 import json
 import math
@@ -23,41 +22,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.atomic_write import write_atomic
 from ..models.mamba2.evaluation import evaluate_pieces
 from .config import TrainConfig
 from ..tokenizer import invalid_utf8_bytes
 from .batches import eval_window_starts
+from .eval_report import REPORT_MARK, REPORT_MARK_VALUE, is_eval_report, report_text, write_report  # noqa: F401
 from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, _records, document_ids, file_texts,
-                   folder_files, json_as_text_note, load_corpus, non_utf8_note, require_eos_token, split_ids,
-                   utf16_mark)
+                   folder_files, json_as_text_note, left_out_note, load_corpus, non_utf8_note, require_eos_token,
+                   split_ids, utf16_mark)
 from .generate import _run_tokenizer, resolve_model_folder
 from .json_records import NAMED_SUFFIX, TEXT_FIELD, check_text_field, is_json_lines, reads_records
 from .loop import evaluate
 
 
-REPORT_MARK, REPORT_MARK_VALUE = "written_by", "tinygrad_ssm eval"  # a key of every report eval --json writes
-
-
-def is_eval_report(path: Path) -> bool:
-    """Whether `path` is a report eval --json wrote (a regular file, not a link, holding our mark): the only
-    existing file eval may replace."""
-    try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
-            return False
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(report, dict) and report.get(REPORT_MARK) == REPORT_MARK_VALUE
-
-
-def write_report(path: Path, text: str) -> None:
-    """eval --json FILE: a new file, or over an earlier report, checked again here (a file may have appeared at
-    that path while scoring: FileExistsError, and it is left as it is)."""
-    existing = path.exists() or path.is_symlink()
-    if existing and not is_eval_report(path):
-        raise FileExistsError(errno.EEXIST, "exists", str(path))
-    write_atomic(path, text, replace=existing)
 
 
 EOS_AFTER_FILES = ", each followed by the EOS token"   # the data line's words for --document-end eos
@@ -151,9 +128,10 @@ def _read_files(files: list[tuple[Path, str]], read: TextRead, count_utf8: bool,
                 yield block
 
 
-def _text_file(path: Path) -> tuple[int, bool]:
-    """(the size of a folder's file that eval reads, 0 for an empty or a binary one; whether it is binary: the first
-    bytes decide, and a .jsonl file is never one: its lines are read as JSON, as train reads them)."""
+def _text_file(path: Path) -> tuple[int, str | None]:
+    """(the size of a folder's file that eval reads, 0 for an empty or a binary one; None for a text file, else the
+    binary one's mark, " (UTF-16)" where it looks so: the first bytes decide, and a .jsonl file is never one: its
+    lines are read as JSON, as train reads them)."""
     try:
         with open(path, "rb") as f:
             head = f.read(_BINARY_SNIFF_BYTES)
@@ -161,7 +139,7 @@ def _text_file(path: Path) -> tuple[int, bool]:
     except OSError as e:
         raise DataError(f"cannot read corpus file {str(path)!r}: {e.strerror or e}") from e
     binary = bool(head) and _looks_binary(head) and not is_json_lines(path)
-    return (0 if not head or binary else max(size, len(head))), binary
+    return (0 if not head or binary else max(size, len(head))), utf16_mark(head) if binary else None
 
 
 def run_validation_split(folder: Path, tokenizer) -> tuple[Corpus, np.ndarray, TrainConfig]:
@@ -236,12 +214,13 @@ def read_eval_text(path: str | None, folder: Path, tokenizer, document_end: str 
     if not root.is_dir():
         raise DataError(f"--data path {str(root)!r} does not exist" if not root.exists() else
                         f"--data path {str(root)!r} is neither a regular file nor a folder")
-    sizes = [(p, *_text_file(p)) for p in folder_files(root)]                # (path, size, binary)
+    run_folders, eval_reports = [], []                                     # left out, as train leaves them out
+    sizes = [(p, *_text_file(p)) for p in folder_files(root, run_folders, eval_reports)]  # (path, size, binary)
     texts = [p for p, size, _ in sizes if size]
     if not texts:
         raise DataError(f"--data folder {str(root)!r} holds no text files")
-    binary = sum(is_binary for _, _, is_binary in sizes)                  # skipped, as train skips them: say so
-    skipped = f", {_count(binary, 'binary file')} skipped" if binary else ""
+    binary = tuple(p.relative_to(root).as_posix() + mark for p, _, mark in sizes if mark is not None)  # skipped
+    skipped = left_out_note(binary, tuple(run_folders), tuple(eval_reports))
     as_text = tuple(p.relative_to(root).as_posix() for p in texts if p.suffix.lower() == NAMED_SUFFIX)
     skipped += f"; {json_as_text_note(as_text)}" if as_text else ""
     named = [(p, p.relative_to(root).as_posix()) for p in texts]                       # named as training names them
