@@ -312,3 +312,23 @@ def test_a_byte_level_post_processors_trimmed_offsets_are_read_untrimmed(tmp_pat
         own = np.cumsum([len(tok.decode(ids[i:i + 1]).encode()) for i in range(len(ids))])   # (n,)
         assert ends.tolist() == own.tolist(), text
     assert tok.to_str() == path.read_text(encoding="utf-8")
+
+
+def test_a_byte_level_first_token_inside_a_character_ends_after_its_own_bytes(bpe_tokenizer):
+    """A text that starts with a character a byte-level BPE splits ("日" as "æĹ" + "¥", a BOM as "ï" + "»¿") counted
+    the first token as covering nothing, so eval's bytes after the first token were the whole text's (22 for
+    22 bytes, not 20). Its end is now its own bytes (as transformers' tokens give them); the other tokens' ends are
+    unchanged, and a first token that is a whole character is as before."""
+    tok = FileTokenizer(bpe_tokenizer)
+    assert tok.byte_level
+    lib = Tokenizer.from_file(str(bpe_tokenizer))
+    for text in ("日本語 state space\n", "\ufeffhello world\n", "x日本語\n"):
+        data = text.encode()
+        ids, ends = tok.encode_bytes_with_ends(data)
+        encoding = lib.encode(text)
+        assert ids.tolist() == encoding.ids
+        first_bytes = len(encoding.tokens[0])                     # ByteLevel: one character of a token per byte
+        assert ends[0] == first_bytes and ends[-1] == len(data), text
+        assert (np.diff(ends) >= 0).all()
+    ids, ends = tok.encode_bytes_with_ends(b"\xff\xfeab")          # invalid bytes: U+FFFD's 3 token bytes, 1 of ours
+    assert ends[0] <= 1 and ends[-1] == 4

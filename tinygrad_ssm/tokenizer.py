@@ -142,6 +142,8 @@ class FileTokenizer:
         self.adds_special_tokens = int(self._tok.num_special_tokens_to_add(False)) > 0
         self.byte_fallback_ids, self.skipped_ids = self._stream_ids()
         self.cuts_in_pieces = self._cuts_in_pieces()
+        from tokenizers import decoders
+        self.byte_level = isinstance(self._tok.decoder, decoders.ByteLevel)  # a token's characters are its bytes
         if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
             raise TokenizerError(f"the EOS token id {self.eos_token_id} is outside {str(self.path)!r}'s vocabulary "
                                  f"of {self.vocab_size}")
@@ -289,15 +291,21 @@ class FileTokenizer:
         encoding = self._tok.encode(text, add_special_tokens=add_special_tokens)
         ends = [end for _, end in encoding.offsets]
         text_tokens = [i for i, special in enumerate(encoding.special_tokens_mask) if not special][:2]
-        if len(text_tokens) == 2 and encoding.offsets[text_tokens[1]][0] < ends[text_tokens[0]]:
+        shared = len(text_tokens) == 2 and encoding.offsets[text_tokens[1]][0] < ends[text_tokens[0]]
+        if shared:
             # the first token shares its character with the next: the "▁" a Llama-style normalizer prepends has
             # the offsets of the character after it, so it ends where that begins (eval left the first character
-            # out of the bytes its scored tokens cover); a first character split into byte tokens now counts whole
-            # with the scored ones (its first byte too many, not its other bytes too few)
+            # out of the bytes its scored tokens cover); a first character split into byte tokens ends there too
+            # here, and below where its bytes end when the tokenizer is byte-level
             ends[text_tokens[0]] = encoding.offsets[text_tokens[1]][0]
         ends_in_chars = np.maximum.accumulate(np.asarray(ends or [0], dtype=np.int64))[:len(encoding.ids)]  # (n,)
         bytes_before = np.concatenate([[0], np.cumsum(_utf8_lengths(data, text))])         # (chars + 1,)
-        return np.asarray(encoding.ids, dtype=np.int64), bytes_before[ends_in_chars]
+        byte_ends = bytes_before[ends_in_chars]                                              # (n,)
+        if shared and self.byte_level:  # "日" as "æĹ" + "¥": the first token is the character's first 2 bytes
+            first = text_tokens[0]
+            start, end = encoding.offsets[first]   # (an invalid byte read as U+FFFD is 3 token bytes but 1 of the text)
+            byte_ends[first] = min(bytes_before[start] + len(encoding.tokens[first]), bytes_before[end])
+        return np.asarray(encoding.ids, dtype=np.int64), byte_ends
 
     def decode(self, ids) -> str:
         """An id past the vocabulary (a padded vocabulary's) becomes U+FFFD where it stands."""
