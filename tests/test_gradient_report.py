@@ -134,3 +134,14 @@ def test_a_loss_computed_without_grad_is_not_ok():
     assert report.rows[0].status == "ok" and not report.ok and "verdict: NOT OK (loss is cut off)" in str(report)
     with pytest.raises(TypeError, match="loss must be a Tensor"):
         gradient_report(1.0, vm)
+
+
+def test_an_empty_parameter_is_not_reported_as_a_zero_gradient():
+    """A parameter with a 0 in its shape got its (empty) gradient and was flagged ZERO GRADIENT: verdict NOT OK."""
+    vm = VarMap()
+    vb = VarBuilder.from_varmap(vm)
+    w, empty = vb.get((2,), "w", init=init.Const(1.0)), vb.get((0, 3), "empty", init=init.Const(1.0))
+    loss = (w * w).sum() + empty.sum()
+    loss.backward()
+    report = gradient_report(loss, vm)
+    assert report.zero_grad == [] and [r.status for r in report.rows] == ["ok", "ok"]

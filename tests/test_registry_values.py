@@ -47,10 +47,12 @@ def test_an_init_that_returns_no_real_numbers_is_refused(drawn):
     (np.array([1 + 1j, 0]), TypeError, "need real numbers, got an array of dtype complex128"),
     (None, TypeError, r"need an array or Tensor of shape \(2,\), got None"),
     (np.array([1e300, 0.0]), ValueError, "the value 1e\\+300 is beyond the range of float32"),
+    (np.array([1, 70000]), ValueError, "the value 70000 is beyond the range of float16"),      # an int: was inf
 ])
 def test_set_one_takes_real_values_within_the_dtypes_range(value, error, message):
     vm = VarMap()
-    w = vm.get((2,), "w", init=init.Const(0.5))
+    w = vm.get((2,), "w", init=init.Const(0.5), dtype="float16" if value is not None and value.dtype.kind == "i"
+               else "float32")
     with pytest.raises(error, match=message):
         vm.set_one("w", value)
     assert w.data.tolist() == [0.5, 0.5]
@@ -115,3 +117,31 @@ def test_a_strict_load_refuses_each_kind_of_mismatch_alone(tmp_path, fault):
     with pytest.raises(CheckpointError, match=expected):
         vm.load(path)
     assert all(np.array_equal(vm[name].data, array) for name, array in before.items())
+
+
+def test_read_into_refuses_a_value_past_the_variables_range_and_changes_nothing(tmp_path):
+    """read_into wrote the converted values before refusing an overflow: the variable held [0.5, inf, 0.25] (its
+    old weights lost, its version unchanged) after the error."""
+    path = tmp_path / "wide.safetensors"
+    save_file(path, {"w": np.array([0.5, 1e300, 0.25]), "h": np.array([1.0, 70000.0], np.float32)})
+    vm = VarMap()
+    w, h = vm.get((3,), "w", init=init.Const(7.0)), vm.get((2,), "h", init=init.Const(7.0), dtype="float16")
+    with pytest.raises(CheckpointError, match=r"'w' holds 1e\+300, beyond the range of float32"):
+        vm.read_into("w", SafetensorsFile(path))
+    assert w.data.tolist() == [7.0, 7.0, 7.0]
+    with pytest.raises(CheckpointError, match=r"'h' holds 70000.0, beyond the range of float16"):
+        vm.read_into("h", SafetensorsFile(path))
+    assert h.data.tolist() == [7.0, 7.0]
+    save_file(path, {"w": np.array([0.5, 1e30, 0.25])})
+    vm.read_into("w", SafetensorsFile(path))                                          # within range: read
+    assert w.data.tolist() == np.array([0.5, 1e30, 0.25], np.float32).tolist()
+
+
+def test_save_refuses_a_rename_that_gives_two_variables_one_name(tmp_path):
+    """Two names renamed to one were saved as one tensor, the other lost without a word."""
+    vm = VarMap()
+    vm.get((2,), "layer.0.w", init=init.Const(1.0))
+    vm.get((2,), "layer.1.w", init=init.Const(2.0))
+    with pytest.raises(ValueError, match=r"rename gives 'layer.0.w' and 'layer.1.w' the same stored name 'layer.w'"):
+        vm.save(tmp_path / "m.safetensors", rename=lambda name: "layer.w")
+    assert not (tmp_path / "m.safetensors").exists()

@@ -187,7 +187,7 @@ def gradient_report(loss: Tensor, varmap, model=None) -> GradientReport:
             status = NO_GRAD
         elif not np.all(np.isfinite(grad.data)):
             status = NON_FINITE
-        elif not np.any(grad.data):
+        elif grad.data.size and not np.any(grad.data):  # an empty parameter's empty gradient is all it can get
             status = ZERO_GRAD
         else:
             status = OK

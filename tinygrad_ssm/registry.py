@@ -66,7 +66,7 @@ def _real_values(value, target_dtype, what: str) -> np.ndarray:
         raise TypeError(f"{what}: need real numbers, got an array of dtype {array.dtype}")
     with np.errstate(over="ignore", invalid="ignore"):
         cast = array.astype(target_dtype, copy=False)
-    if array.dtype.kind == "f" and not np.isfinite(cast).all():
+    if array.dtype.kind in "fiu" and not np.isfinite(cast).all():  # an integer too: 70000 into float16
         made = ~np.isfinite(cast) & np.isfinite(array)
         if made.any():
             raise ValueError(f"{what}: the value {array.reshape(-1)[np.argmax(made.reshape(-1))]} is beyond the range "
@@ -258,6 +258,12 @@ class VarMap:
         past float16's range is refused, naming the variable); None: each in its own dtype, bit for bit."""
         self._require_filled(f"save {os.fspath(path)!r}")
         rename = rename or (lambda name: name)
+        stored_names = {}
+        for name in self._vars:  # two variables under one stored name: the second would replace the first unsaid
+            other = stored_names.setdefault(rename(name), name)
+            if other != name:
+                raise ValueError(f"save {os.fspath(path)!r}: rename gives {other!r} and {name!r} the same stored name "
+                                 f"{rename(name)!r}; one would be lost: give each its own name")
         arrays = {rename(name): t.data if dtype is None else stored_as(name, t.data, dtype)
                   for name, t in self._vars.items()}
         save_file(path, arrays, metadata, bfloat16=set(arrays) if dtype == "bfloat16" else set())

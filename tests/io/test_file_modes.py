@@ -68,3 +68,15 @@ def test_the_loss_plot_follows_the_umask_and_a_replaced_one_keeps_its_bits(tmp_p
     os.chmod(path, 0o640)
     plot_curves(records, path)
     assert mode(path) == 0o640
+
+
+def test_a_pipe_or_device_at_the_path_is_refused_not_replaced(tmp_path):
+    """The rename put a regular file in place of whatever was at the path: save_file("/dev/null", ...) run as root
+    replaced the machine's /dev/null (found when a test did just that). A FIFO stands in for the device here."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for write in (lambda: write_atomic(fifo, b"x"), lambda: save_file(fifo, {"w": np.zeros(2)})):
+        with pytest.raises(OSError, match="not a regular file"):
+            write()
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]     # no temporary file left

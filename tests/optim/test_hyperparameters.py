@@ -139,3 +139,39 @@ def test_a_refused_load_state_dict_keeps_the_hyperparameters_even_valid_saved_on
     with pytest.raises(ValueError, match=r"'state/W/exp_avg': shape \(4, 3\)"):
         opt.load_state_dict(state)
     assert (opt.lr, opt.weight_decay) == (1e-3, 0.1)
+
+
+def test_a_refused_extra_number_changes_no_hyperparameter():
+    """A group's extra number (extra/0/eps, an initial_lr) was checked only as it was set, after that group's lr had
+    been replaced: the load raised with the optimizer half-loaded, and the message named no key."""
+    vm = params()
+    opt = optim.SGD(vm, lr=0.1)
+    state = {**opt.state_dict(), "hparams/0/lr": np.array(5.0), "extra/0/eps": np.array(NAN)}
+    with pytest.raises(ValueError, match=r"'extra/0/eps': eps must be a finite number >= 0, got nan"):
+        opt.load_state_dict(state)
+    assert opt.lr == 0.1
+
+
+def test_sgd_on_a_zero_dim_parameter_with_late_momentum_and_weight_decay_steps_as_torch(tmp_path):
+    """A 0-d parameter with weight decay, momentum switched on after two steps: grad + wd * p of two 0-d arrays
+    was a NumPy scalar, stored as the buffer, which the in-place updates then left unchanged: wrong steps without
+    a word, and a state_dict that could not be saved. Then momentum set to 0 and the state loaded back (torch
+    keeps the buffer): it was refused as an unexpected key."""
+    torch = pytest.importorskip("torch")
+    from tinygrad_ssm.io.safetensors import save_file
+    vm = VarMap()
+    p = VarBuilder.from_varmap(vm, "float64").get((), "p", init=init.Const(1.5))
+    tp = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
+    ours, theirs = optim.SGD(vm, lr=0.1, weight_decay=0.1), torch.optim.SGD([tp], lr=0.1, weight_decay=0.1)
+    for step in range(5):
+        if step == 2:
+            ours.param_groups[0]["momentum"] = theirs.param_groups[0]["momentum"] = 0.9
+        p.grad, tp.grad = None, None
+        (p * p * 3).sum().backward()
+        (tp * tp * 3).backward()
+        ours.step(), theirs.step()
+    assert p.data == pytest.approx(tp.item(), rel=1e-15)
+    save_file(tmp_path / "sgd.safetensors", ours.state_dict())           # real arrays, savable
+    ours.param_groups[0]["momentum"] = 0.0
+    ours.load_state_dict(ours.state_dict())                              # the buffer kept, as torch keeps it
+    assert "momentum_buffer" in ours.state["p"]

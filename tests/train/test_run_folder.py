@@ -285,3 +285,10 @@ def test_out_with_a_tilde_the_shell_left_is_the_home_folder(corpus, tmp_path, mo
                      "--eval-batches", "1", "--sample-bytes", "4"]) == 0
     assert (tmp_path / "home" / "run" / "checkpoints" / "step-000001").is_dir()
     assert not (tmp_path / "~").exists()
+
+
+def test_checkpoint_names_are_in_step_order_past_a_million(tmp_path):
+    """step-1000000 sorted before step-999998 (as strings), so the 'newest' a message offered was an older one."""
+    for step in (999998, 999999, 1000000):
+        (tmp_path / "checkpoints" / f"step-{step:06d}").mkdir(parents=True)
+    assert ckpt.checkpoint_names(tmp_path) == ["step-999998", "step-999999", "step-1000000"]

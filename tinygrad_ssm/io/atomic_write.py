@@ -6,6 +6,7 @@ never through a link someone left at the name) with mode 0666 / 0777 less the um
 `mkdir` give; a file that replaces another keeps that one's permission bits, as an overwrite in place would."""
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -51,8 +52,17 @@ def write_atomic(path, data: bytes | str | tuple, replace: bool = True) -> None:
     """Write `data` to a temporary file beside `path`, sync it to disk, then rename it over `path`:
     readers see the old file or the new one, never a mix. str is written as UTF-8; a tuple of bytes-like pieces
     one after the other (a file's new header before the rest of another's bytes, without joining them in memory).
-    replace=False: `path` must not exist (FileExistsError if a file appeared there meanwhile; it is left as it is)."""
+    replace=False: `path` must not exist (FileExistsError if a file appeared there meanwhile; it is left as it is).
+    A device, pipe or socket at `path` is refused (OSError EINVAL): the rename would replace it with a file
+    (`save("/dev/null")` as root took /dev/null away from every program of the machine)."""
     path = os.fspath(path)
+    try:
+        kind = os.lstat(path).st_mode
+    except OSError:
+        kind = None                                             # nothing there (or unreadable: the write says so)
+    if kind is not None and not (stat.S_ISREG(kind) or stat.S_ISLNK(kind) or stat.S_ISDIR(kind)):
+        raise OSError(errno.EINVAL, "not a regular file (a device, pipe or socket), which a file written here "
+                                    "would replace; give the path of a file", path)
     directory = os.path.dirname(os.path.abspath(path))
     pieces = data if isinstance(data, tuple) else (data.encode("utf-8") if isinstance(data, str) else data,)
     try:

@@ -69,8 +69,8 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
 def checkpoint_names(run: Path) -> list[str]:
     """The checkpoint folders (step-NNNNNN) of a run folder, oldest first; each got its name once complete."""
     root = run / CHECKPOINTS_DIR
-    return sorted(q.name for q in root.iterdir() if q.is_dir() and CHECKPOINT_NAME.fullmatch(q.name)) \
-        if root.is_dir() else []
+    names = [q.name for q in root.iterdir() if q.is_dir() and CHECKPOINT_NAME.fullmatch(q.name)] if root.is_dir() else []
+    return sorted(names, key=lambda name: int(name.removeprefix("step-")))  # by step: step-1000000 after step-999999
 
 
 def run_dir_of(checkpoint_dir: Path) -> Path:

@@ -192,32 +192,48 @@ class SafetensorsFile:
 
     def _read_elements(self, info: TensorInfo, out: np.ndarray, first: int) -> np.ndarray:
         """Fill the contiguous `out` with the stored elements first, first + 1, ... (flat, C order), converted.
-        A conversion that turns a finite stored value into an infinity (F64 1e300 into float32) is refused."""
+        A conversion that turns a finite stored value into an infinity (F64 1e300 into float32) is refused before
+        anything is written into `out` (a narrowing conversion reads the elements twice: checked, then written)."""
         name, flat = info.name, out.reshape(-1)                         # (n,) a view: out is contiguous
         self._native(info)
         stored = _DTYPES[info.dtype]
+        where = lambda: f"{self.path!r}: tensor {name!r}"  # noqa: E731
         with self._lock:
             if self._file.closed:
                 raise ValueError(f"{self.path!r} was closed; open it again (SafetensorsFile) to read {name!r}")
-            f = self._file
-            f.seek(self._data_start + info.begin + first * stored.itemsize)
+            f, offset = self._file, self._data_start + info.begin + first * stored.itemsize
+            f.seek(offset)
             if stored == out.dtype and info.dtype != "BF16":             # the same bytes: no conversion
                 self._read_exactly(f, flat.view(np.uint8), name)
                 return out
-            per_piece = max(1, READ_PIECE_BYTES // stored.itemsize)
-            buffer = np.empty(min(per_piece, flat.size), dtype=stored)  # (piece,) the stored dtype
-            for start in range(0, flat.size, per_piece):
-                piece = buffer[:min(per_piece, flat.size - start)]
-                self._read_exactly(f, piece.view(np.uint8), name)
-                into = flat[start:start + piece.size]
-                if info.dtype == "BF16" and out.dtype == np.float32:    # widened straight into out's bits
-                    np.left_shift(piece, 16, out=into.view(np.uint32), dtype=np.uint32)
-                else:
+            if info.dtype == "BF16" and out.dtype == np.float32:        # widened straight into out's bits
+                for start, piece in self._pieces(f, stored, flat.size, name):
+                    np.left_shift(piece, 16, out=flat[start:start + piece.size].view(np.uint32), dtype=np.uint32)
+                return out
+            if _may_overflow(np.float32 if info.dtype == "BF16" else stored, out.dtype):
+                scratch = np.empty(min(max(1, READ_PIECE_BYTES // stored.itemsize), flat.size), out.dtype)
+                for _, piece in self._pieces(f, stored, flat.size, name):
                     values = bf16_to_float32(piece) if info.dtype == "BF16" else piece
+                    converted = scratch[:values.size]
                     with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below
-                        np.copyto(into, values, casting="unsafe")       # astype's conversion
-                    _check_no_overflow(values, into, lambda: f"{self.path!r}: tensor {name!r}", out.dtype)
+                        np.copyto(converted, values, casting="unsafe")
+                    _check_no_overflow(values, converted, where, out.dtype)
+                f.seek(offset)
+            for start, piece in self._pieces(f, stored, flat.size, name):
+                values = bf16_to_float32(piece) if info.dtype == "BF16" else piece
+                with np.errstate(over="ignore", invalid="ignore"):      # (checked above where it can overflow)
+                    np.copyto(flat[start:start + values.size], values, casting="unsafe")  # astype's conversion
         return out
+
+    def _pieces(self, f, stored: np.dtype, count: int, name: str):
+        """(start, piece) of the next `count` stored elements of the open file f, READ_PIECE_BYTES at a time;
+        one buffer, reused: each piece is valid until the next."""
+        per_piece = max(1, READ_PIECE_BYTES // stored.itemsize)
+        buffer = np.empty(min(per_piece, count), dtype=stored)          # (piece,) the stored dtype
+        for start in range(0, count, per_piece):
+            piece = buffer[:min(per_piece, count - start)]
+            self._read_exactly(f, piece.view(np.uint8), name)
+            yield start, piece
 
     def _read_exactly(self, f, target: np.ndarray, name: str) -> None:
         view, done = memoryview(target), 0  # (bytes,) one read may return less than asked (2 GiB cap on Linux)
@@ -226,6 +242,15 @@ class SafetensorsFile:
             if not n:  # the file shrank after we validated it
                 raise CheckpointError(f"{self.path!r}: truncated while reading {name!r}")
             done += n
+
+
+def _may_overflow(source: np.dtype, target: np.dtype) -> bool:
+    """Whether converting `source` values to `target` can make an infinity of a finite value."""
+    source, target = np.dtype(source), np.dtype(target)
+    if target.kind != "f" or source.kind not in "iuf":
+        return False
+    largest = np.finfo(source).max if source.kind == "f" else np.iinfo(source).max
+    return float(largest) > float(np.finfo(target).max)
 
 
 def _check_no_overflow(stored: np.ndarray, converted: np.ndarray, where, dtype) -> None:

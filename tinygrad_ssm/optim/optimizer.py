@@ -264,10 +264,15 @@ class Optimizer:
                 elif value.shape != () or value.dtype.kind not in "iuf":
                     problems.append(f"{key!r}: must be one number, got {value.dtype} {value.shape}")
                 else:
-                    extras[int(index)][name] = int(value) if value.dtype.kind in "iu" else float(value)
+                    number = int(value) if value.dtype.kind in "iu" else float(value)
+                    try:  # checked now, as the group will check it: on error nothing changes
+                        extras[int(index)][name] = self._check_hparam(name, number)
+                    except ValueError as e:
+                        problems.append(f"{key!r}: {e}")
                 continue
             name, _, slot = rest.rpartition("/")
-            if kind != "state" or name not in shapes or slot not in (*slots[name], "step"):
+            # an optional slot is kept whatever the settings: SGD's buffer of a momentum since set to 0 (as torch)
+            if kind != "state" or name not in shapes or slot not in (*slots[name], *self.optional_slots, "step"):
                 problems.append(f"unexpected key {key!r}")
             elif slot == "step" and (value.shape != () or value.dtype.kind not in "iu"):
                 problems.append(f"{key!r}: step must be a 0-d integer, got {value.dtype} {value.shape}")

@@ -40,7 +40,9 @@ class SGD(Optimizer):
         if momentum:
             buf = state.get("momentum_buffer")
             if buf is None:  # momentum set after this parameter's first steps: its buffer starts now
-                buf = state["momentum_buffer"] = grad.astype(p.dtype, copy=True)
+                # np.array, not astype: grad + wd * p of two 0-d arrays is a NumPy scalar, which the in-place
+                # updates below would leave unchanged in the state
+                buf = state["momentum_buffer"] = np.array(grad, dtype=p.dtype)
             elif state["step"] == 1:
                 np.copyto(buf, grad)
             else:

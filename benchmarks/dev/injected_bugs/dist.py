@@ -105,7 +105,7 @@ BUGS = [
     Bug(ST, "    if isinstance(metadata, _Duplicated):\n", "    if False:\n", IO, "__metadata__ naming a key twice accepted"),
     Bug(ST, "    made = ~np.isfinite(converted) & np.isfinite(stored)", "    made = ~np.isfinite(converted)",
         IO, "a stored infinity refused as if the cast had overflowed"),
-    Bug(ST, "            f = self._file\n", "            f = open(self.path, \"rb\", buffering=0)\n",
+    Bug(ST, "            f, offset = self._file, self._data_start", "            f, offset = open(self.path, \"rb\", buffering=0), self._data_start",
         IO, "a read reopens the path: a file replaced after it was opened is read in its place"),
     Bug(ST, "        if not info.shape or not 0 <= start <= stop <= info.shape[0]:", "        if not info.shape or not 0 <= start <= stop <= info.shape[0] + 1:",
         IO, "read_rows accepts a stop one past the last row"),
