@@ -367,6 +367,8 @@ def test_bad_inputs_are_named():
     for dtype in ("float16", "bfloat16"):
         with pytest.raises(ValueError, match="dtype must be one of"):
             Mamba2LMHeadModel(small_config(), dtype=dtype)
+    # None is the default, as transformers' dtype=None (np.dtype(None) is float64: it gave a float64 model)
+    assert Mamba2LMHeadModel(small_config(), VarMap(seed=0), dtype=None).dtype == np.float32
     with pytest.raises(ValueError, match="unknown backend 'fast'"):
         Mamba2LMHeadModel(small_config(), backend="fast")
 
