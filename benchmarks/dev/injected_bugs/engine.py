@@ -2,7 +2,8 @@
 registry.py): each should fail a test of the tests a developer runs for its file. Last full run: 129 of 129 caught,
 12 min 50 s on the shared 2-core machine (most of it pytest's start and collection of tests/autograd, ~10 s a bug),
 on 2026-12-06 after the fifth round (parameter groups, per-group betas, SGD's late buffer, clip's norm_type); 10 and
-130-139 (torch's indexing and dtype rules, found by differential testing against torch) 11 of 11 the same night."""
+130-139 (torch's indexing and dtype rules, found by differential testing against torch) 11 of 11 the same night;
+56, 125, 126 and 140-146 (the registry, optimizer and safetensors audit) 10 of 10 after them."""
 from inject_bugs import Bug
 
 AUTOGRAD = ("tests/autograd",)
