@@ -1,7 +1,7 @@
 """Data-parallel throughput on one machine: 1 process x 2 threads (and x 1 thread) against 2 MPI ranks x 1
 thread each, with and without overlapping the gradient allreduce with the backward, and the allreduce time.
 
-    python benchmarks/bench_distributed.py                       # the CLI's default model and batch, 8 steps
+    python benchmarks/bench_distributed.py                       # d_model 256, 4 layers, the CLI's batch, 8 steps
     python benchmarks/bench_distributed.py --steps 12 --json out.json
 
 Each configuration is a real `python -m tinygrad_ssm train` run (under `mpiexec -n 2` for the MPI ones) with
@@ -70,7 +70,8 @@ def bare_allreduce(args) -> None:
 
     from tinygrad_ssm import distributed as dist
     from tinygrad_ssm.tokenizer import ByteTokenizer
-    from tinygrad_ssm.train.loop import TrainConfig, build_model
+    from tinygrad_ssm.train.loop import TrainConfig
+    from tinygrad_ssm.train.starting_point import build_model
 
     world = dist.init()
     model = build_model(TrainConfig(d_model=args.d_model, n_layer=args.n_layer), ByteTokenizer())

@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     p.add_argument("--chunk-size", type=common.positive_int, default=128, help="the scan's chunk [%(default)s]")
     p.add_argument("--repeats", type=common.positive_int, default=3, help="timed steps per row [%(default)s]")
     p.add_argument("--quick", action="store_true", help="a small model and batch: a smoke run")
-    p.add_argument("--json", nargs="?", const=common.default_json(NAME), default=None, help=common.json_help(NAME))
+    p.add_argument("--json", default=None, help=common.json_help(NAME))
     p.add_argument("--threads", type=int, default=2, help="threads (set before NumPy loads) [%(default)s]")
     p.add_argument(common.MEMORY_FLAG, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -115,12 +115,10 @@ def main(argv=None) -> int:
     print(f"a training step at batch {args.batch} x {args.seq_len}, d_model {shape['d_model']}, {shape['n_layer']} "
           f"layers, vocab {shape['vocab_size']:,}, float32, chunk {args.chunk_size}, {THREADS} threads; median of "
           f"{args.repeats}")
-    if not args.json:
-        print(common.format_table(columns, rows))
-    else:
-        common.write_result(common.result_path(args.json, NAME, args.quick), NAME,
-                            f"--grad-accum: a step at batch {args.batch} x {args.seq_len} in micro-batches",
-                            columns, rows, notes=notes(shape, times), threads=THREADS)
+    # a --quick run writes bench_grad_accum_quick.json (a bare --json wrote the record's file, even for --quick)
+    common.write_result(common.result_path(args.json, NAME, args.quick), NAME,
+                        f"--grad-accum: a step at batch {args.batch} x {args.seq_len} in micro-batches",
+                        columns, rows, notes=notes(shape, times), threads=THREADS)
     return 0
 
 

@@ -125,7 +125,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="a small shape (a smoke run)")
     parser.add_argument("--threads", type=common.positive_int, default=None,
                         help="threads of every pool (read before NumPy)")
-    parser.add_argument("--json", default=None, help=common.json_help("load"))
+    parser.add_argument("--json", default=None, help=common.json_help("bench_load"))
     parser.add_argument("--measure", nargs=2, metavar=("WAY", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -156,7 +156,7 @@ def main():
                "/ weights", "load s", "/ read file s"]
     notes = [f"shape {shape}; float32 model; peak RSS: VmHWM added by the first load in a fresh process",
              "load s: median of 3 loads, the file in the page cache; read file s: np.fromfile of model.safetensors"]
-    common.write_result(common.result_path(args.json, "load", args.quick), "load", "Loading a checkpoint: from_pretrained vs. build-then-copy",
+    common.write_result(common.result_path(args.json, "bench_load", args.quick), "load", "Loading a checkpoint: from_pretrained vs. build-then-copy",
                         columns, rows, notes, shape=shape, raw=raw, threads=THREADS)
 
 
