@@ -84,9 +84,10 @@ def test_a_grad_accum_that_cannot_split_the_batch_is_named(corpus, tmp_path, cap
 def test_the_memory_estimate_is_one_micro_batchs():
     """A batch too big for this machine fits in pieces: the estimate is the micro-batch's, and the message says
     --grad-accum is the way that keeps the step."""
-    one = step_memory_bytes(TrainConfig(batch_size=8))
-    assert step_memory_bytes(TrainConfig(batch_size=32, grad_accum=4)) == one
-    assert step_memory_bytes(TrainConfig(batch_size=32)) == 4 * one
+    ids = 16 * 128  # a sequence's input and target ids (int64), drawn for the whole batch at once
+    one = step_memory_bytes(TrainConfig(batch_size=8)) - 8 * ids
+    assert step_memory_bytes(TrainConfig(batch_size=32, grad_accum=4)) == one + 32 * ids
+    assert step_memory_bytes(TrainConfig(batch_size=32)) == 4 * one + 32 * ids
     refused = train_config_problems(TrainConfig(batch_size=10 ** 8, grad_accum=4))
     assert len(refused) == 1 and "in 4 micro-batches" in refused[0] and "raise --grad-accum" in refused[0], refused
 

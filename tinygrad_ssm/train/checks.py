@@ -45,7 +45,8 @@ def _is_real(value) -> bool:
 
 def step_memory_bytes(cfg, vocab_size: int = VOCAB) -> int:
     """Estimated peak bytes of one training step (activations kept for backward, and their gradients), of one
-    micro-batch (--grad-accum: a micro-batch's activations are freed before the next). Per token and layer the
+    micro-batch (--grad-accum: a micro-batch's activations are freed before the next), and the whole batch's ids
+    (the sampler draws the global batch at once). Per token and layer the
     mixer keeps its in_proj output, the conv input/output, several d_inner-wide tensors and the (heads x chunk)
     decay matrix of the SSD scan; the head keeps logits and their softmax."""
     d_inner = 2 * cfg.d_model
@@ -54,7 +55,8 @@ def step_memory_bytes(cfg, vocab_size: int = VOCAB) -> int:
     d_in_proj = 2 * d_inner + 2 * cfg.d_state + nheads
     per_layer = d_in_proj + 2 * conv_dim + 4 * d_inner + nheads * cfg.chunk_size
     micro_batch = -(-cfg.batch_size // cfg.grad_accum)
-    return _BYTES_PER_UNIT * micro_batch * cfg.seq_len * (cfg.n_layer * per_layer + 3 * vocab_size)
+    batch_ids = 16 * cfg.batch_size * cfg.seq_len  # the global batch's inputs and targets (int64), drawn whole
+    return _BYTES_PER_UNIT * micro_batch * cfg.seq_len * (cfg.n_layer * per_layer + 3 * vocab_size) + batch_ids
 
 
 def parameter_memory_bytes(cfg, vocab_size: int = VOCAB) -> int:

@@ -81,7 +81,9 @@ class TrainConfig:
 
 def _resume_config(saved: dict, overrides: dict) -> TrainConfig:
     cfg = TrainConfig.from_dict(saved)
-    changed = {k: v for k, v in overrides.items() if getattr(cfg, k) != v}
+    # min_lr None is --lr / 10 (the schedule's default): --min-lr of that value changes nothing
+    as_run = {"min_lr": cfg.lr / 10} if cfg.min_lr is None else {}
+    changed = {k: v for k, v in overrides.items() if as_run.get(k, getattr(cfg, k)) != v}
     bad = sorted(k for k in changed if k not in TrainConfig.RESUME_SAFE and k != "steps")
     if bad:
         raise ValueError("--resume continues the saved run; these settings differ from it and would change "

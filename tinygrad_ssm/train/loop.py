@@ -20,6 +20,7 @@ before clipping, so every rank applies the same AdamW step. Rank 0 alone prints,
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 import zlib
@@ -182,6 +183,9 @@ def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, 
         raise
     state = ckpt.load_trainer_state(resume_dir)
     cfg = _resume_config(state["train_config"], paths_as_saved(overrides or {}, state["train_config"]))
+    # the warmup the run had: a run of 6 steps warmed up over 6 of the default 10 (_setup's min); resumed with
+    # --steps 12 it warmed up again from step 6 to 10, its lr falling and rising
+    cfg.warmup_steps = min(cfg.warmup_steps, state["train_config"]["steps"])
     if cfg.steps != state["train_config"]["steps"]:
         say(f"note: --steps changed from {state['train_config']['steps']} to {cfg.steps}: the learning-rate "
             f"schedule now spans {cfg.steps} steps, so this run is not the one it would have been")
@@ -332,6 +336,10 @@ def _after_step(run: _Run, record: dict, bar, say) -> None:
     if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
         _check_ranks_agree(run)
         run.val_bpb = evaluate(run.model, run.corpus.val, cfg, run.world, run.corpus.val_tokens_per_byte)
+        if not math.isfinite(run.val_bpb):  # finite weights whose forward overflows: a checkpoint of them is no good
+            raise TrainingDiverged(f"training diverged: the validation loss is {run.val_bpb} after step {run.step} (the "
+                                   f"weights are finite, their forward on the validation text is not); nothing was "
+                                   f"saved; {last_good(run.last_ckpt)}. Try a lower --lr or more --warmup-steps.")
         run.val_step = run.step
         if run.world.is_root:
             run.log.append({"step": run.step, "val_bpb": run.val_bpb, "tokens": run.tokens})
@@ -340,8 +348,9 @@ def _after_step(run: _Run, record: dict, bar, say) -> None:
         run.save()
 
 
-def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
-    """The end: a last checkpoint, the curves, the summary and (when done) a sample; files on rank 0 only."""
+def _finish(run: _Run, status: str, t_begin: float, say, sigint=None) -> TrainResult:
+    """The end: a last checkpoint, the curves, the summary and (when done) a sample, which a Ctrl-C (`sigint`'s, said
+    during the last steps' validation or the sample itself) leaves out; files on rank 0 only."""
     if run.step > 0 and (run.saved_step != run.step or status == "done"):
         with FinishTheSave(say):
             run.save()
@@ -350,20 +359,38 @@ def _finish(run: _Run, status: str, t_begin: float, say) -> TrainResult:
                          time.perf_counter() - t_begin, run.train_s,
                          run.tokens / run.train_s if run.train_s else 0.0, run.val_unigram, plot,
                          best=ckpt.best_checkpoint(run.out, run.run_id) if run.world.is_root else None)
-    if status != "done":
+    if status != "done" and run.last_ckpt is None:  # stopped before the first step was done: there is no checkpoint
+        say(f"stopped at step {run.step}/{run.cfg.steps}, before the first checkpoint; nothing was saved\n"
+            f"start it again with: {python_cmd(run.world.size)} -m tinygrad_ssm train --out {run.out} and its flags")
+    elif status != "done":
         say(f"stopped at step {run.step}/{run.cfg.steps}; checkpoint {run.last_ckpt}\n"
             f"continue with: {python_cmd(run.world.size)} -m tinygrad_ssm train --resume {run.out}")
     elif run.world.is_root:
 
         val_text = run.corpus.val if run.corpus.val_text is None else np.frombuffer(run.corpus.val_text, np.uint8)
         prompt = run.cfg.sample_prompt or sample_prompt_from(val_text)
-        result.sample = prompt + sample_text(run.model, prompt, run.cfg.sample_bytes, tokenizer=run.tokenizer,
-                                             temperature=0.8, seed=run.cfg.seed)
+        try:
+            if sigint is not None and sigint.requested:
+                raise _SampleStopped
+            result.sample = prompt + sample_text(run.model, prompt, run.cfg.sample_bytes, tokenizer=run.tokenizer,
+                                                 temperature=0.8, seed=run.cfg.seed, on_piece=lambda piece:
+                                                 _stop_if(sigint is not None and sigint.requested))
+        except _SampleStopped:  # every step is done and saved: only the sample is left out
+            say("the run is done and saved; the sample is left out (stopped by a signal)")
         say(summary(result))
     if run.lock is not None:
         run.lock.release()
     run.world.sum([0.0])  # under MPI every rank ends with rank 0, its Ctrl-C handler still in place
     return result
+
+
+class _SampleStopped(Exception):
+    """A Ctrl-C or SIGTERM during the end's sample: the sample stops there."""
+
+
+def _stop_if(requested: bool) -> None:
+    if requested:
+        raise _SampleStopped
 
 
 def _loop(run: _Run, stop_at, callback, bar, sigint, say) -> str:
@@ -426,7 +453,7 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
                             f"(last checkpoint: {run.last_ckpt})")
                         raise
                     status = "interrupted"
-            return _finish(run, status, t_begin, say)
+            return _finish(run, status, t_begin, say, sigint)
     except BaseException as e:
         every_rank = isinstance(e, (TrainingDiverged, RanksDiverged)) or getattr(e, "raised_on_every_rank", False)
         if world.size > 1 and not every_rank:  # one rank's error ends the whole job: none is left waiting

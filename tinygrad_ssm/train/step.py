@@ -45,7 +45,18 @@ def train_step(run, stop_requested: bool = False) -> dict:
     over ranks."""
     t0 = time.perf_counter()
     lr = run.schedule(run.step)
+    step, drawn_before = run.step, run.sampler.state_dict()
     x, y = run.sampler.next_batch()  # (b, l) each: the global batch, the same on every rank
+    try:
+        return _step_on(run, x, y, lr, stop_requested, t0)
+    except BaseException:
+        if run.step == step:  # the step was not done: a checkpoint saved now (a second Ctrl-C) would skip its batch
+            run.sampler.load_state_dict(drawn_before)
+        raise
+
+
+def _step_on(run, x, y, lr: float, stop_requested: bool, t0: float) -> dict:
+    """train_step after its batch (x, y) is drawn; run.step counts the step once its update is done."""
     rows = slice(run.world.rank * len(x) // run.world.size, (run.world.rank + 1) * len(x) // run.world.size)
     x, y = x[rows], y[rows]  # (b / ranks, l): this rank's share
     for opt in run.optimizers.values():
@@ -80,14 +91,14 @@ def train_step(run, stop_requested: bool = False) -> dict:
     for opt in run.optimizers.values():
         opt.lr = lr
         opt.step()
+    run.step += 1  # (before in_update ends: a Ctrl-C between the two finds the update half-done, and saves nothing)
     run.in_update = False
     bad = ckpt.non_finite_problems(run.model.varmap.named_vars())
     if bad:  # a finite gradient times a huge lr: nothing after the last good checkpoint may be saved
-        raise TrainingDiverged(f"training diverged: the update at step {run.step + 1} (lr {lr:.3g}) made the "
+        raise TrainingDiverged(f"training diverged: the update at step {run.step} (lr {lr:.3g}) made the "
                                f"weights non-finite ({bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})"
                                f"; nothing was saved; {last_good(run.last_ckpt)}. Try a lower --lr or more "
                                f"--warmup-steps.")
-    run.step += 1
     n_tokens = x.size * run.world.size
     run.tokens += n_tokens
     dt = time.perf_counter() - t0

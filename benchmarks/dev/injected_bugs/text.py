@@ -153,7 +153,7 @@ BUGS = [
     Bug(ARGS, '    if args.window is not None and args.window < 1:', '    if args.window is not None and args.window < 0:', ("tests/train/test_cli_flags.py", "tests/models/test_evaluation.py"), "eval --window 0 accepted"),
     Bug(ARGS, '                 "--batch-file": ("batch_file", "a file of prompts", "--prompt"),\n', '',
         ("tests/train/test_cli_flags.py",), "generate --batch-file '' not refused as an empty path"),
-    Bug("tinygrad_ssm/train/config.py", '    changed = {k: v for k, v in overrides.items() if getattr(cfg, k) != v}',
+    Bug("tinygrad_ssm/train/config.py", '    changed = {k: v for k, v in overrides.items() if as_run.get(k, getattr(cfg, k)) != v}',
         '    changed = dict(overrides)', ("tests/train/test_train.py", "-k", "resume_refuses or resume_takes"),
         "--resume refuses a flag given with the saved run's own value"),
     Bug("tinygrad_ssm/train/checks.py", '        elif stop_at <= resumed_step:', '        elif stop_at < resumed_step:',
