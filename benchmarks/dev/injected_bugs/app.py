@@ -2,7 +2,8 @@
 decoding and sampling kernels they run): each should fail a test of tests/models, tests/fast, tests/io,
 tests/train or the tokenizer's tests. Last full run: 108 of 108 caught, 16 min 40 s on the shared 2-core machine (an
 AMD EPYC; 1,001 s of tests), on 2026-12-06 late evening after the bugs of --val-data (101-108); 109-117 (the audits
-of generate, fine-tuning and the tokenizer) 9 of 9 late that night, 37, 118 and 119 3 of 3 after them."""
+of generate, fine-tuning and the tokenizer) 9 of 9 late that night, 37, 118 and 119 3 of 3 after them, 120-126 (the training
+command's audit) 7 of 7."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 

@@ -10,7 +10,7 @@ compilation, 17-43 s each); 66, 67 and 69 caught again after --val-data moved th
 40 and 63-78 (73-78: a .json file given as the path, an array of records) 17 of 17 after json_records.py replaced
 json_lines.py (2026-12-06, night, 2 min 39 s), and the other bugs of data.py, scoring.py, generate.py and arguments.py
 (29-32, 39, 41, 43-50, 59-62, 79, 80, 82, 83) 22 of 22 the same night (3 min 34 s); 30, 41 and 84-91 (the eval
-audit's folder listing, reports and batch-file lines) 10 of 10 late that night.
+audit's folder listing, reports and batch-file lines) 10 of 10 late that night, 51 after --min-lr's change.
 """
 from inject_bugs import Bug
 
