@@ -1,5 +1,7 @@
 """tokenizer.py: bytes and tokenizer.json read alike; TextStream never prints half a character and, joined, prints
 exactly what decoding every id at once prints; a tokenizer that does not fit a model is refused, naming both sizes."""
+import json
+
 import numpy as np
 import pytest
 from hypothesis import example, given
@@ -332,3 +334,50 @@ def test_a_byte_level_first_token_inside_a_character_ends_after_its_own_bytes(bp
         assert (np.diff(ends) >= 0).all()
     ids, ends = tok.encode_bytes_with_ends(b"\xff\xfeab")          # invalid bytes: U+FFFD's 3 token bytes, 1 of ours
     assert ends[0] <= 1 and ends[-1] == 4
+
+
+def test_what_transformers_reads_beside_the_file_special_tokens_map_and_split_special_tokens(tmp_path):
+    """special_tokens_map.json's eos_token was never read (a guessed "<|endoftext|>" was taken instead), and
+    tokenizer_config.json's split_special_tokens was ignored (a special token written in the text became its id,
+    where transformers reads its characters). Found by the tokenizer audit (2026-12-06)."""
+    from tokenizers import AddedToken
+    from tests.support.tokenizers import train_bpe
+    path = train_bpe(["hello world the quick brown fox\n\n"] * 50, tmp_path / "tokenizer.json")
+    lib = Tokenizer.from_file(str(path))
+    lib.add_special_tokens([AddedToken("<|im_end|>", special=True)])
+    lib.save(str(path))
+    im_end = lib.token_to_id("<|im_end|>")
+    (tmp_path / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    assert FileTokenizer(path).eos_token_id == im_end                  # it was <|endoftext|>'s 0
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
+    assert FileTokenizer(path).eos_token_id == 0                        # tokenizer_config.json first, as transformers
+    text = "hello<|endoftext|>world"
+    assert 0 in FileTokenizer(path).encode(text).tolist()
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"split_special_tokens": True}))
+    split = FileTokenizer(path)
+    assert 0 not in split.encode(text).tolist() and split.decode(split.encode(text)) == text
+    assert split.special_config["split_special_tokens"] is True        # kept in a checkpoint's copy
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.PreTrainedTokenizerFast.from_pretrained(str(tmp_path))
+    assert split.encode(text).tolist() == theirs(text)["input_ids"]
+
+
+def test_every_byte_of_a_text_ends_in_some_token(tmp_path):
+    """An NFC normalizer (GPT-NeoX's tokenizer.json has one) maps a composed character to its first character's
+    offsets: a text ending in a combining accent ended a byte short (bits per byte over too few bytes); a ByteLevel
+    post-processor inside a Sequence (Llama-3's) still trimmed a first space token's offsets to nothing."""
+    from tokenizers import normalizers, processors
+    from tests.support.tokenizers import train_bpe
+    path = train_bpe(["hello world caf\u00e9 the quick brown fox\n\n"] * 50, tmp_path / "tokenizer.json")
+    lib = Tokenizer.from_file(str(path))
+    lib.normalizer = normalizers.NFC()
+    lib.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=True)])
+    lib.save(str(path))
+    tok = FileTokenizer(path)
+    for text in ("x cafe\u0301", "x \u1100\u1161\u11a8 \u1100\u1161", "  x", "hello world"):
+        data = text.encode()
+        ids, ends = tok.encode_bytes_with_ends(data)
+        assert ids.tolist() == lib.encode(text).ids
+        assert ends[-1] == len(data) and (np.diff(ends) >= 0).all(), (text, ends)
+    assert tok.encode_bytes_with_ends(b"  x")[1].tolist() == [1, 2, 3]    # the first space covers its byte
+    assert tok.to_str() == path.read_text(encoding="utf-8")             # the file as given, for a checkpoint

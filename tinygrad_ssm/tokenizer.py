@@ -100,7 +100,9 @@ class ByteTokenizer:
         return "ByteTokenizer()"
 
 
-SPECIAL_CONFIG_KEYS = ("bos_token", "eos_token", "add_bos_token", "add_eos_token")  # kept in a checkpoint's copy
+# kept in a checkpoint's copy; split_special_tokens: transformers reads a special token written in the text as text
+SPECIAL_CONFIG_KEYS = ("bos_token", "eos_token", "add_bos_token", "add_eos_token", "split_special_tokens")
+SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"  # transformers takes bos_token / eos_token from it too
 
 
 class FileTokenizer:
@@ -130,14 +132,16 @@ class FileTokenizer:
         except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception with the parser's message)
             raise TokenizerError(f"{str(self.path)!r} is not a tokenizer.json the tokenizers library can read: "
                                  f"{e}") from None
+        self._untrimmed_offsets()
         # a file saved with truncation or padding set (a T5 or BERT fine-tune's max_length) would cut and pad every
         # text; transformers' tokenizer(text) does neither, nor does encode
         self._tok.no_truncation()
         self._tok.no_padding()
-        self._untrimmed_offsets()
         self.name = str(self.path)
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
         self.special_config = self._read_special_config() if text is None else dict(special_config or {})
+        if self.special_config.get("split_special_tokens") is True:
+            self._tok.encode_special_tokens = True  # "<|endoftext|>" written in a text is its characters
         self.eos_token_id = eos_token_id if eos_token_id is not None or text is not None else self._find_eos()
         self.adds_special_tokens = int(self._tok.num_special_tokens_to_add(False)) > 0
         self.byte_fallback_ids, self.skipped_ids = self._stream_ids()
@@ -152,13 +156,21 @@ class FileTokenizer:
         """Offsets as the text has them. A ByteLevel post-processor (GPT-2's, GPT-NeoX's) trims whitespace off
         them, so a token of spaces or a newline gets an empty span at its start: a text's first token " " then
         covered no byte, and eval, which scores the bytes after the first token, counted one too many. The ids are
-        the same either way (trim_offsets moves offsets only); the file a checkpoint copies is left as it was."""
-        from tokenizers import processors
+        the same either way (trim_offsets moves offsets only); the file a checkpoint copies is left as it was. A
+        ByteLevel inside a Sequence of post-processors (Llama-3's: ByteLevel, then the BOS template) the same."""
+        from tokenizers import Tokenizer
 
-        post = self._tok.post_processor
-        if isinstance(post, processors.ByteLevel) and post.trim_offsets:
-            self._tok.post_processor = processors.ByteLevel(add_prefix_space=post.add_prefix_space,
-                                                            trim_offsets=False, use_regex=post.use_regex)
+        try:
+            stated = json.loads(self._json)
+        except ValueError:
+            return
+        post = stated.get("post_processor") if isinstance(stated, dict) else None
+        steps = post.get("processors", []) if isinstance(post, dict) and post.get("type") == "Sequence" else [post]
+        trimming = [s for s in steps if isinstance(s, dict) and s.get("type") == "ByteLevel" and s.get("trim_offsets")]
+        if trimming:
+            for step in trimming:
+                step["trim_offsets"] = False
+            self._tok = Tokenizer.from_str(json.dumps(stated))
 
     def _stream_ids(self) -> tuple[frozenset, frozenset]:
         """The ids of a byte-fallback BPE's byte tokens (<0x00>..<0xFF>), whose runs the ByteFallback decoder
@@ -200,13 +212,19 @@ class FileTokenizer:
         return True
 
     def _read_special_config(self) -> dict:
-        """The special-token keys (SPECIAL_CONFIG_KEYS) of the tokenizer_config.json beside the file, as stated."""
-        config = self.path.parent / TOKENIZER_CONFIG_FILE
-        try:
-            stated = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
-        except (OSError, ValueError):
-            stated = {}
-        return {k: stated[k] for k in SPECIAL_CONFIG_KEYS if isinstance(stated, dict) and k in stated}
+        """The special-token keys (SPECIAL_CONFIG_KEYS) of the tokenizer_config.json beside the file, as stated; a
+        bos_token or eos_token it leaves out from special_tokens_map.json, as transformers reads the two."""
+        found = {}
+        for name in (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE):
+            config = self.path.parent / name
+            try:
+                stated = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
+            except (OSError, ValueError):
+                stated = {}
+            keys = SPECIAL_CONFIG_KEYS if name == TOKENIZER_CONFIG_FILE else ("bos_token", "eos_token")
+            found.update({k: stated[k] for k in keys
+                          if isinstance(stated, dict) and stated.get(k) is not None and k not in found})
+        return found
 
     def _find_eos(self) -> int | None:
         """tokenizer_config.json's eos_token beside the file, else a usual EOS name: a special added token's first
@@ -301,6 +319,13 @@ class FileTokenizer:
         ends_in_chars = np.maximum.accumulate(np.asarray(ends or [0], dtype=np.int64))[:len(encoding.ids)]  # (n,)
         bytes_before = np.concatenate([[0], np.cumsum(_utf8_lengths(data, text))])         # (chars + 1,)
         byte_ends = bytes_before[ends_in_chars]                                              # (n,)
+        text_tokens_all = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
+        if text_tokens_all:
+            # every byte of the text is some token's: an NFC normalizer's offsets put a composed character at its
+            # first character only ("café" with a combining accent ended a byte short), a BERT one drops trailing
+            # spaces; the last text token (and the special tokens after it) ends at the text's end
+            last = text_tokens_all[-1]
+            byte_ends[last:] = np.maximum(byte_ends[last:], len(data))
         if shared and self.byte_level:  # "日" as "æĹ" + "¥": the first token is the character's first 2 bytes
             first = text_tokens[0]
             start, end = encoding.offsets[first]   # (an invalid byte read as U+FFFD is 3 token bytes but 1 of the text)

@@ -10,7 +10,7 @@ compilation, 17-43 s each); 66, 67 and 69 caught again after --val-data moved th
 40 and 63-78 (73-78: a .json file given as the path, an array of records) 17 of 17 after json_records.py replaced
 json_lines.py (2026-12-06, night, 2 min 39 s), and the other bugs of data.py, scoring.py, generate.py and arguments.py
 (29-32, 39, 41, 43-50, 59-62, 79, 80, 82, 83) 22 of 22 the same night (3 min 34 s); 30, 41 and 84-91 (the eval
-audit's folder listing, reports and batch-file lines) 10 of 10 late that night, 51 after --min-lr's change.
+audit's folder listing, reports and batch-file lines) 10 of 10 late that night, 51 after --min-lr's change, 92-95 (the tokenizer audit) after them.
 """
 from inject_bugs import Bug
 
@@ -269,4 +269,13 @@ BUGS = [
     Bug("tinygrad_ssm/train/generate.py", '(n, line.removesuffix("\\r")) for n, line in enumerate(text.split("\\n"), 1)',
         '(n, line.removesuffix("\\r")) for n, line in enumerate(text.splitlines(), 1)', ("tests/train/test_json_records.py",),
         "a text --batch-file is cut at U+2028 and form feeds too"),
+    # --- found by an audit of the tokenizer layer (2026-12-06, late night) ---------------------------------------------
+    Bug("tinygrad_ssm/tokenizer.py", '        for name in (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE):', '        for name in (TOKENIZER_CONFIG_FILE,):', ("tests/test_tokenizer.py",),
+        "special_tokens_map.json's eos_token is never read"),
+    Bug("tinygrad_ssm/tokenizer.py", '            self._tok.encode_special_tokens = True', '            pass', ("tests/test_tokenizer.py",),
+        "tokenizer_config.json's split_special_tokens is ignored"),
+    Bug("tinygrad_ssm/tokenizer.py", '            byte_ends[last:] = np.maximum(byte_ends[last:], len(data))', '            pass', ("tests/test_tokenizer.py",),
+        "a text ending in a combining accent (NFC) ends a byte short"),
+    Bug("tinygrad_ssm/tokenizer.py", 'steps = post.get("processors", []) if isinstance(post, dict) and post.get("type") == "Sequence" else [post]',
+        'steps = [post]', ("tests/test_tokenizer.py",), "a ByteLevel post-processor inside a Sequence still trims offsets"),
 ]
