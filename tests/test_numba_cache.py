@@ -106,3 +106,30 @@ def test_a_read_only_install_caches_kernels_in_the_user_wide_folder(read_only_in
     assert (second["misses"], second["hits"]) == (0, 1)                 # ... then loaded by a new process
     assert second["cache_path"] == first["cache_path"] and second["changed"] == []
     assert files_under(read_only_install) == package_files              # nothing written into the package
+
+
+def test_with_no_folder_to_cache_in_the_kernels_compile_without_the_cache(read_only_install, tmp_path):
+    """A read-only install whose user has no writable cache folder either (a service account with a read-only
+    home): numba refused the decorators themselves ("cannot cache function ...: no locator available"), so every
+    model and the CLI failed at import. The kernels now compile without the cache, and one warning names the fix."""
+    home = tmp_path / "home"
+    (home / ".cache").mkdir(parents=True)
+    make_read_only(home)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_") and k != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(read_only_install), HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+    probe = ("import tinygrad_ssm; from tinygrad_ssm.fast import fast_exp, claims; "
+             "print(fast_exp.exp(1.0), tinygrad_ssm.__file__)")
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], cwd=home, env=env, capture_output=True, text=True,
+                              timeout=300, check=False,
+                              preexec_fn=drop_root_file_rights if os.geteuid() == 0 else None)
+    finally:
+        for path in [home, *home.rglob("*")]:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    if "cannot cache" not in done.stderr and "KernelCacheUnavailableWarning" not in done.stderr:
+        pytest.skip("the folders stayed writable here (root whose file rights cannot be dropped)")
+    assert done.returncode == 0, done.stderr[-3000:]
+    value, package = done.stdout.split()
+    assert float(value) == pytest.approx(2.718281828459045, rel=1e-15) and package.startswith(str(read_only_install))
+    assert done.stderr.count("KernelCacheUnavailableWarning") == 1 and "set NUMBA_CACHE_DIR" in done.stderr
+    assert list((home / ".cache").iterdir()) == []

@@ -19,10 +19,12 @@ import os
 import threading
 import time
 
-from llvmlite import ir
-from numba import config, njit, types
+from numba import config, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from llvmlite import ir  # after numba: where numba is missing, the error names it (llvmlite comes with it)
+
+from .jit import njit
 
 _LINE = 8  # int64s per cache line: the claim and done counters of a phase live on lines of their own
 

@@ -15,9 +15,8 @@ x[r, col + ch] they would not.
 """
 from __future__ import annotations
 
-from numba import njit
-
 from .fast_exp import sigmoid, silu
+from .jit import njit
 
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums may vectorise; no nnan/ninf
             error_model="numpy")  # x / 0 = inf, no ZeroDivisionError check: a branch per division stops SIMD

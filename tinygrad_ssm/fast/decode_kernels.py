@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.extending import overload
 
 from .fast_exp import silu
+from .jit import njit
 from .prefetch import prefetch_to_l2
 from .quantized_kernels import bfloat16_row, bfloat16_rows, int8_row, int8_rows
 from .vector_width import prefer_512_bit_vectors

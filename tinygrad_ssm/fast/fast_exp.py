@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 
-from llvmlite import ir
 import numpy as np
-from numba import config, njit, types
+from numba import config, types
 from numba.extending import intrinsic, overload
+from llvmlite import ir  # after numba: where numba is missing, the error names it (llvmlite comes with it)
+
+from .jit import njit
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01   # ln 2 split so n * _LN2_HI is exact for |n| < 2^11

@@ -33,7 +33,6 @@ clear_page_erms under do_huge_pmd_anonymous_page, 18% of the process's CPU time)
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import math
 import os
 import sys
@@ -69,7 +68,8 @@ def _set_thresholds() -> bool:
     if os.environ.get(SWITCH, "1") == "0" or any(name in os.environ for name in ENVIRONMENT):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # the process's own symbols, the C library's among them (find_library("c") ran
+        # /sbin/ldconfig -p in a subprocess: building a model forked the user's process)
         mallopt = libc.mallopt
         libc.gnu_get_libc_version  # noqa: B018  (only glibc has it: musl's mallopt does nothing)
     except (OSError, AttributeError):

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
-
 from .fast_exp import sigmoid
+from .jit import njit
 
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums may vectorise; no nnan/ninf
             error_model="numpy")  # x / 0 = inf, no ZeroDivisionError check: a branch per division stops SIMD

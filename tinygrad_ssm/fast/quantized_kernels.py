@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import config, njit, types
+from numba import config, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from .jit import njit
 from .prefetch import TO_L1, emit_prefetch
 
 # the options of decode_kernels._JIT (not imported: decode_kernels imports this module)

@@ -20,11 +20,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.extending import overload
 
 from . import heap_reuse
 from .fast_exp import exp, exp32
+from .jit import njit
 from .row_blocks import on_threads, rows_per_block
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from .jit import njit
 
 _SAMPLE_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 

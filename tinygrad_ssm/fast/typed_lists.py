@@ -2,8 +2,9 @@
 every number of layers."""
 from __future__ import annotations
 
-from numba import njit
 from numba.typed import List
+
+from .jit import njit
 
 
 def array_list(arrays) -> List:

@@ -36,13 +36,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import numba_cpu
-from .numba_cpu import (FASTMATH, _contiguous, _copy_piece, _decays, _finite, _masked_own_inputs, _on_threads,
-                        _rows_of, on_single_threaded_blas)
 from ..fast import heap_reuse
 from ..fast.claims import claim_from_end
-
-from numba import njit
+from ..fast.jit import njit
+from . import numba_cpu
+from .numba_cpu import (
+    FASTMATH,
+    _contiguous,
+    _copy_piece,
+    _decays,
+    _finite,
+    _masked_own_inputs,
+    _on_threads,
+    _rows_of,
+    on_single_threaded_blas,
+)
 
 MAX_CHUNK = 32
 

@@ -28,15 +28,14 @@ thread to take several (`head_blocks`).
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from ..fast import heap_reuse
 from ..fast.blas_threads import refresh_libraries, single_threaded_blas
 from ..fast.claims import claim_from_end, sync_array
+from ..fast.jit import njit
 from ..fast.row_blocks import as_rows, on_threads
-
-import numba
-from numba import njit
 
 FASTMATH = {"reassoc", "contract", "nsz"}   # lets LLVM vectorise the sums; keeps inf/NaN semantics
 PIECE = 16   # steps per piece of the forward: at the 130M shape (n = 128) pieces of 8, 12, 16, 24, 32, 64 took

@@ -148,7 +148,11 @@ def plot_curves(records: list[dict], path: str | os.PathLike, unigram_bits: floa
 
 def progress_bar(**kwargs):
     """The training bar: tqdm whose rate and ETA leave out the first step this process runs (numba compiling
-    its kernels, cold caches: many times slower than the rest); '?' until a second step is done."""
+    its kernels, cold caches: many times slower than the rest); '?' until a second step is done. disable=True: a
+    bar that shows nothing and starts nothing (tqdm starts its monitor thread for a disabled bar too, and it stayed
+    in the user's process after train() returned)."""
+    if kwargs.get("disable"):
+        return _NoBar()
     from tqdm import tqdm
 
     class SteadyEtaBar(tqdm):
@@ -173,3 +177,19 @@ def progress_bar(**kwargs):
             return d
 
     return SteadyEtaBar(**kwargs)
+
+
+class _NoBar:
+    """progress_bar(disable=True): the calls the loop makes, doing nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n=1):
+        pass
+
+    def set_postfix(self, *args, **kwargs):
+        pass

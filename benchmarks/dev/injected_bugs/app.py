@@ -3,7 +3,7 @@ decoding and sampling kernels they run): each should fail a test of tests/models
 tests/train or the tokenizer's tests. Last full run: 108 of 108 caught, 16 min 40 s on the shared 2-core machine (an
 AMD EPYC; 1,001 s of tests), on 2026-12-06 late evening after the bugs of --val-data (101-108); 109-117 (the audits
 of generate, fine-tuning and the tokenizer) 9 of 9 late that night, 37, 118 and 119 3 of 3 after them, 120-126 (the training
-command's audit) 7 of 7."""
+command's audit) 7 of 7, 127-129 (installs and process hygiene) after them."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
@@ -363,4 +363,12 @@ BUGS = [
         "--resume refuses --min-lr of the default value"),
     Bug("tinygrad_ssm/train/checks.py", "(cfg.n_layer * per_layer + 3 * vocab_size) + batch_ids", "(cfg.n_layer * per_layer + 3 * vocab_size)",
         ("tests/train/test_stopping.py",), "a huge batch in micro-batches passes the memory check and fails to allocate its ids"),
+    # --- found by an audit of installs and process hygiene (2026-12-07) ------------------------------------------------
+    Bug("tinygrad_ssm/fast/jit.py", '            if "cannot cache function" not in str(e):', "            if True:",
+        ("tests/test_numba_cache.py",), "with no folder to cache in, every model and the CLI fail at import"),
+    Bug("tinygrad_ssm/fast/heap_reuse.py", "        libc = ctypes.CDLL(None)  # the process's own symbols",
+        "        import ctypes.util; libc = ctypes.CDLL(ctypes.util.find_library(\"c\"))  # the process's own symbols",
+        ("tests/test_process_hygiene.py",), "building a fused model runs /sbin/ldconfig in a subprocess"),
+    Bug("tinygrad_ssm/train/log.py", '    if kwargs.get("disable"):\n        return _NoBar()\n', "", ("tests/test_process_hygiene.py",),
+        "train(progress=False) leaves tqdm's monitor thread running"),
 ]
