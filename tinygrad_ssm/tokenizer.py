@@ -308,8 +308,8 @@ class FileTokenizer:
         text = _utf8_text(data)
         encoding = self._tok.encode(text, add_special_tokens=add_special_tokens)
         ends = [end for _, end in encoding.offsets]
-        text_tokens = [i for i, special in enumerate(encoding.special_tokens_mask) if not special][:2]
-        shared = len(text_tokens) == 2 and encoding.offsets[text_tokens[1]][0] < ends[text_tokens[0]]
+        text_tokens = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
+        shared = len(text_tokens) >= 2 and encoding.offsets[text_tokens[1]][0] < ends[text_tokens[0]]
         if shared:
             # the first token shares its character with the next: the "▁" a Llama-style normalizer prepends has
             # the offsets of the character after it, so it ends where that begins (eval left the first character
@@ -319,12 +319,11 @@ class FileTokenizer:
         ends_in_chars = np.maximum.accumulate(np.asarray(ends or [0], dtype=np.int64))[:len(encoding.ids)]  # (n,)
         bytes_before = np.concatenate([[0], np.cumsum(_utf8_lengths(data, text))])         # (chars + 1,)
         byte_ends = bytes_before[ends_in_chars]                                              # (n,)
-        text_tokens_all = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
-        if text_tokens_all:
+        if text_tokens:
             # every byte of the text is some token's: an NFC normalizer's offsets put a composed character at its
             # first character only ("café" with a combining accent ended a byte short), a BERT one drops trailing
             # spaces; the last text token (and the special tokens after it) ends at the text's end
-            last = text_tokens_all[-1]
+            last = text_tokens[-1]
             byte_ends[last:] = np.maximum(byte_ends[last:], len(data))
         if shared and self.byte_level:  # "日" as "æĹ" + "¥": the first token is the character's first 2 bytes
             first = text_tokens[0]

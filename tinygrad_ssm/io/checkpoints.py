@@ -27,6 +27,11 @@ CHECKPOINT_NAME = re.compile(r"step-\d{6,}")  # the only names LATEST may hold: 
 CHECKPOINT_FILES = ("config.json", "model.safetensors", OPTIMIZER_FILE, STATE_FILE)
 
 
+def step_of(name: str) -> int:
+    """The step a checkpoint folder's name (CHECKPOINT_NAME) gives: step-000660 -> 660."""
+    return int(name.removeprefix("step-"))
+
+
 class CheckpointNotFound(FileNotFoundError):
     pass
 
@@ -70,7 +75,7 @@ def checkpoint_names(run: Path) -> list[str]:
     """The checkpoint folders (step-NNNNNN) of a run folder, oldest first; each got its name once complete."""
     root = run / CHECKPOINTS_DIR
     names = [q.name for q in root.iterdir() if q.is_dir() and CHECKPOINT_NAME.fullmatch(q.name)] if root.is_dir() else []
-    return sorted(names, key=lambda name: int(name.removeprefix("step-")))  # by step: step-1000000 after step-999999
+    return sorted(names, key=step_of)  # by step, not as strings: step-1000000 after step-999999
 
 
 def run_dir_of(checkpoint_dir: Path) -> Path:

@@ -40,17 +40,8 @@ from ..fast import heap_reuse
 from ..fast.claims import claim_from_end
 from ..fast.jit import njit
 from . import numba_cpu
-from .numba_cpu import (
-    FASTMATH,
-    _contiguous,
-    _copy_piece,
-    _decays,
-    _finite,
-    _masked_own_inputs,
-    _on_threads,
-    _rows_of,
-    on_single_threaded_blas,
-)
+from .numba_cpu import (FASTMATH, _contiguous, _copy_piece, _decays, _finite, _masked_own_inputs, _on_threads,
+                        _rows_of, on_single_threaded_blas)
 
 MAX_CHUNK = 32
 

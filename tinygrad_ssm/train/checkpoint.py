@@ -18,7 +18,7 @@ from pathlib import Path
 from ..io.atomic_write import new_temporary_folder, write_atomic
 from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR, FORMAT_VERSION,  # noqa: F401
                               LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, CheckpointNotFound, checkpoint_names,
-                              resolve_checkpoint, run_dir_of)
+                              resolve_checkpoint, run_dir_of, step_of)
 from ..io.file_checks import require_regular_file
 from ..io.finite import non_finite_problems  # noqa: F401 (step.py and starting_point.py take it from here)
 from ..io.safetensors import load_file, save_file
@@ -128,7 +128,7 @@ def _ours_by_step(root: Path, run_id: str) -> list[tuple[Path, dict]]:
         state = _state_of(p) if CHECKPOINT_NAME.fullmatch(p.name) else None
         if state is not None and state.get("run_id") == run_id:
             ours.append((p, state))
-    return sorted(ours, key=lambda item: int(item[0].name[len("step-"):]))
+    return sorted(ours, key=lambda item: step_of(item[0].name))
 
 
 def best_checkpoint(run_dir: str | os.PathLike, run_id: str | None) -> tuple[Path, float] | None:
@@ -224,7 +224,7 @@ def load_trainer_state(checkpoint_dir: Path) -> dict:
     if bad:
         raise CheckpointNotFound(f"{str(path)!r} is damaged: its 'train_config' is not a valid run "
                                  f"({'; '.join(bad)}); resume from another checkpoint")
-    counters = {"the folder's name": int(checkpoint_dir.name[5:]) if CHECKPOINT_NAME.fullmatch(checkpoint_dir.name)
+    counters = {"the folder's name": step_of(checkpoint_dir.name) if CHECKPOINT_NAME.fullmatch(checkpoint_dir.name)
                 else None, "the sampler's batches_drawn": state["sampler"].get("batches_drawn")}
     disagree = [f"{what} says {n}" for what, n in counters.items() if n is not None and n != state["step"]]
     if disagree:  # resumed as it was, the run would rewrite and then prune the checkpoint it came from

@@ -320,7 +320,7 @@ def _restore(run: _Run, state: dict, resume_dir: Path | None) -> None:
 def _newest_saved_step(out: Path) -> int | None:
     """The step of the checkpoint LATEST names in the run folder `out` (None: none, or none readable)."""
     try:
-        return int(ckpt.resolve_checkpoint(out).name.removeprefix("step-"))
+        return ckpt.step_of(ckpt.resolve_checkpoint(out).name)
     except (ckpt.CheckpointNotFound, OSError, ValueError):
         return None
 

@@ -346,8 +346,7 @@ BUGS = [
         "a byte-level first token inside a character covers no bytes (eval counts its bytes too)"),
     Bug("tinygrad_ssm/io/atomic_write.py", "    if kind is not None and not (stat.S_ISREG(kind)", "    if False and not (stat.S_ISREG(kind)",
         IO, "a file written over a device or pipe replaces it (save('/dev/null') as root)"),
-    Bug("tinygrad_ssm/io/checkpoints.py", 'return sorted(names, key=lambda name: int(name.removeprefix("step-")))',
-        "return sorted(names)", ("tests/train/test_run_folder.py",), "checkpoint names sorted as strings past step 999999"),
+    Bug("tinygrad_ssm/io/checkpoints.py", "return sorted(names, key=step_of)", "return sorted(names)", ("tests/train/test_run_folder.py",), "checkpoint names sorted as strings past step 999999"),
     # --- found by an audit of the training command (2026-12-06, late night) ------------------------------------------
     Bug("tinygrad_ssm/train/step.py", "        if run.step == step:  # the step was not done", "        if False:  # the step was not done",
         ("tests/train/test_stopping.py",), "a second Ctrl-C inside a step saves a checkpoint whose sampler is a batch ahead (--resume refuses it)"),

@@ -115,7 +115,7 @@ BUGS = [
         ("tests/train/test_run_folder.py",), "LATEST naming a folder without trainer_state.json is resumed from"),
     Bug("tinygrad_ssm/train/checkpoint.py", "    for p, _ in ours[:-keep]:", "    for p, _ in ours[:-keep - 1]:",
         ("tests/train/test_ownership.py", "-k", "pruning"), "pruning keeps keep + 1 checkpoints"),
-    Bug("tinygrad_ssm/train/checkpoint.py", "    return sorted(ours, key=lambda item: int(item[0].name[len(\"step-\"):]))",
+    Bug("tinygrad_ssm/train/checkpoint.py", "    return sorted(ours, key=lambda item: step_of(item[0].name))",
         "    return sorted(ours, key=lambda item: item[0].name)",
         ("tests/train/test_ownership.py", "-k", "pruning"), "pruning orders step-1000000 before step-999999 (by name, not number)"),
     # --- train/sigint.py, run_folder.py (the lock), log.py -------------------------------------------------------

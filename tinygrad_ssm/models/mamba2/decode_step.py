@@ -9,23 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...fast.claims import (
-    atomic_load,
-    atomic_store,
-    claim,
-    cycles,
-    finish,
-    relax,
-    wait_done,
-)
-from ...fast.decode_kernels import (
-    _JIT,
-    _group_norm,
-    _head_update,
-    _in_proj_rows,
-    _residual_norm,
-    weight_rows,
-)
+from ...fast.claims import atomic_load, atomic_store, claim, cycles, finish, relax, wait_done
+from ...fast.decode_kernels import _JIT, _group_norm, _head_update, _in_proj_rows, _residual_norm, weight_rows
 from ...fast.jit import njit
 from ...fast.sampling_kernels import sample_rows
 
