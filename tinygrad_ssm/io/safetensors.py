@@ -72,12 +72,20 @@ def bf16_to_float32(raw: np.ndarray) -> np.ndarray:
 def float_to_bf16(values: np.ndarray) -> np.ndarray:
     """float values -> bfloat16 bits (uint16), rounded to nearest, ties to even, as torch's .to(torch.bfloat16):
     a float64 value through float32 first (torch does the same); NaN stays a quiet NaN of its sign, a value past
-    bfloat16's largest becomes infinity."""
+    bfloat16's largest becomes infinity. In slabs of BF16_SLAB values: whole, its temporaries were 5x the array
+    (737 MiB for the 130M shape's 147 MiB head)."""
     with np.errstate(over="ignore"):                                    # past float32's range: infinity, as torch
-        f32 = np.array(values, np.float32, order="C")                   # (a 0-d array stays 0-d)
-    bits = f32.view(np.uint32)
-    rounded = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(f32), ((bits >> 16) | 0x40).astype(np.uint16), rounded)
+        f32 = np.asarray(values, np.float32)                            # (a 0-d array stays 0-d)
+    out = np.empty(f32.shape, np.uint16)
+    flat, out_flat = f32.reshape(-1), out.reshape(-1)                   # out's a view; f32's one if contiguous
+    for lo in range(0, flat.size, BF16_SLAB):
+        bits = flat[lo:lo + BF16_SLAB].view(np.uint32)
+        rounded = ((bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        out_flat[lo:lo + BF16_SLAB] = np.where(np.isnan(bits.view(np.float32)), (bits >> 16) | 0x40, rounded)
+    return out
+
+
+BF16_SLAB = 1 << 18
 
 
 STORED_DTYPES = ("float64", "float32", "float16", "bfloat16")   # what a float array may be stored as

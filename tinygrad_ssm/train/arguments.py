@@ -49,7 +49,8 @@ _TRAIN_FLAGS = [
     ("--n-layer", "n_layer", int, f"number of Mamba-2 blocks [{_D.n_layer}]"),
     ("--d-state", "d_state", int, f"SSM state size per head [{_D.d_state}]"),
     ("--headdim", "headdim", int, f"channels per SSM head (2*d_model must be a multiple) [{_D.headdim}]"),
-    ("--chunk-size", "chunk_size", int, f"SSD chunk length (speed; results equal up to rounding) "
+    ("--chunk-size", "chunk_size", int, f"SSD chunk length of the reference and cuda backends (the CPU's numba "
+                                        f"scan runs chunks of at most 32 steps; results equal up to rounding) "
                                         f"[{_D.chunk_size}]"),
     ("--lr", "lr", float, f"peak learning rate of AdamW [{_D.lr}]"),
     ("--min-lr", "min_lr", float, "learning rate at the end of the cosine decay [--lr / 10]"),

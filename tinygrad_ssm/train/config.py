@@ -15,7 +15,7 @@ class TrainConfig:
 
     Why these (measured on the default corpus, 2 cores): batches of 32 x 128 bytes, since at equal bytes per
     step more and shorter sequences learn faster in a run this short; peak lr 4e-3, which beat 3e-3 and 6e-3;
-    chunk 64, the fastest at seq_len 128; 3 layers of d_model 256 with d_state 64, since in a few minutes a
+    chunk 64 (the CPU's numba scan cuts it to 32-step chunks, as any chunk from 32 up: the same computation); 3 layers of d_model 256 with d_state 64, since in a few minutes a
     model this small sees about two bytes per parameter, so fewer layers and more steps win (2 layers fell
     behind); 660 steps, what fitted in about four minutes on a fresh clone, install and compilation included,
     when they were chosen (about three today: the step got faster; validation about 1.68 bits per byte). The
@@ -37,7 +37,7 @@ class TrainConfig:
     n_layer: int = 3
     d_state: int = 64
     headdim: int = 64
-    chunk_size: int = 64  # SSD chunk: 64 is ~3x faster than the official 256 at seq_len 512 on CPU
+    chunk_size: int = 64  # SSD chunk of the reference and cuda backends; numba_chunked (CPU) caps it at 32
     dtype: str = "float32"  # of the weights; float64 for exact comparisons
     # optimisation
     steps: int = 660

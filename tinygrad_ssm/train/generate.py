@@ -87,6 +87,10 @@ def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | 
     (float64: eval's numbers are those of score() on a float64 model). A quantized folder loads only as its own
     format. for_generation: the model's `generation_defaults` are the folder's stop ids and sampling settings
     (generation_config.py); eval leaves them unread, so that a generation_config.json it never uses cannot stop it."""
+    if weights == "float32" and dtype != "float32":                     # one flag said float32, the other not
+        raise ValueError(f"--weights float32 with the model in {dtype} (--dtype, or with --training-windows the "
+                         f"run's dtype): the two disagree; leave --weights out to keep the float weights in {dtype}, "
+                         f"or pass --dtype float32")
     folder = resolve_model_folder(path, flag)
     model = Mamba2LMHeadModel.from_pretrained(folder, dtype=dtype, backend=backend)
     if for_generation:

@@ -156,4 +156,11 @@ BUGS = [
         (TK, "-k", "stopped_early"), "a block stopped early and interrupted as it returned counts all n step numbers"),
     Bug(STEP, "        ran[0] = i + 1", "        ran[0] = i", (TK, "-k", "interrupted"),
         "the steps a block ran counted one short"),
+    # --- quantizing in slabs (found by the quantized-memory audit, 2026-12-07) -----------------------------------------
+    Bug("tinygrad_ssm/models/mamba2/quantize.py", "        rows = slice(lo, lo + _slab_rows(in_features))", "        rows = slice(lo, lo + _slab_rows(in_features) - 1)",
+        (TQ, "-k", "slabs_gives"), "each slab of int8 rows leaves its last row unquantized (np.empty's bytes)"),
+    Bug("tinygrad_ssm/models/mamba2/quantize.py", "    return max(1, SLAB_ELEMENTS // in_features)", "    return max(1, (1 << 30) // in_features)",
+        (TQ, "-k", "holds_slabs"), "int8 quantized whole: float64 temporaries of 6x the matrix (--weights int8 peaked at 3x float32's load)"),
+    Bug("tinygrad_ssm/io/safetensors.py", "    for lo in range(0, flat.size, BF16_SLAB):", "    for lo in range(0, flat.size - 1, BF16_SLAB):",
+        (TQ, "-k", "slabs_gives"), "the last bfloat16 slab of one value left unconverted"),
 ]

@@ -1,7 +1,7 @@
 """Decoding without the engine: one numba call advances every layer of a Mamba-2 model by one token, in place on
 the cache, and gives the logits; generation (decode_sampled, greedy or sampled) stays inside numba for many
 tokens, and a short prompt (decode_prompt) is one step whose rows are its tokens. The engine's `step`
-(mamba2.py, fused=False) is the reference it is tested against (tests/models/test_decode.py,
+(model.py, fused=False) is the reference it is tested against (tests/models/test_decode.py,
 test_decode_kernels.py: logits and states to 1e-10 in float64). The per-layer arrays travel in numba typed
 Lists, so the compiled functions' types hold no model size: one compilation (cached on disk) per dtype.
 

@@ -203,7 +203,7 @@ class Mamba2LMHeadModel:
     lm_head.weight only when the head is not tied to the embedding).
 
     fused=True (the default) runs the mixer's hot chains as fused numba ops and decodes (`step`, generation)
-    without the engine: two numba calls and two BLAS products per layer (decode.py); fused=False is the
+    without the engine: one numba call per token for every layer, no BLAS (decode.py); fused=False is the
     reference path of plain engine ops. Both give the same numbers (tests/fast/test_fused.py, test_decode.py)."""
 
     def __init__(self, config: Mamba2Config, varmap: VarMap | None = None, dtype="float32", backend: str = "auto",
@@ -332,7 +332,7 @@ class Mamba2LMHeadModel:
         """One token per sequence: input_ids (b,) -> logits (b, padded vocab); the cache advances by one."""
         ids = self._check_ids(input_ids, 1, "Mamba2LMHeadModel.step")
         self._check_cache(cache, ids, "step")
-        if self.fused:  # one numba call per layer, in place on the cache (decode.py)
+        if self.fused:  # one numba call for every layer, in place on the cache (decode.py)
             logits = decode_step(self, ids, cache)
             cache.seqlen_offset += 1
             return Tensor(logits)                                        # (b, V)
