@@ -8,6 +8,7 @@ from hypothesis import given, strategies as st
 import tinygrad_ssm as tg
 from tinygrad_ssm import optim
 from tinygrad_ssm.fast import adam_kernel
+from tests.support.kernel_calls import counting
 
 
 def trajectory(cls, start, grads, hparams, fused):
@@ -34,8 +35,11 @@ def test_adam_kernel_is_the_reference_bit_for_bit(cls, dtype, shape, lr, betas, 
     grads = [(rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 3)).astype(dtype) for _ in range(steps)]
     grads[0].flat[0] = 0.0                                               # v = 0 there: the denominator is eps
     hparams = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-    got = trajectory(cls, start, grads, hparams, fused=True)
-    expected = trajectory(cls, start, grads, hparams, fused=False)
+    with counting((adam_kernel, "adam_update")) as fused_calls:
+        got = trajectory(cls, start, grads, hparams, fused=True)
+    with counting((adam_kernel, "adam_update")) as reference_calls:
+        expected = trajectory(cls, start, grads, hparams, fused=False)
+    assert fused_calls["adam_update"] == steps and not reference_calls         # each side ran what it names
     for step, (g, e) in enumerate(zip(got, expected)):
         for name, a, b in zip(("param", "exp_avg", "exp_avg_sq"), g, e):
             assert a.dtype == dtype
@@ -59,8 +63,10 @@ def test_adam_with_arrays_the_kernel_does_not_take_runs_the_reference():
     rng = np.random.default_rng(0)
     start = rng.standard_normal((6, 5)).astype(np.float32).T                         # F-ordered (5, 6)
     grads = [rng.standard_normal((5, 6)).astype(np.float32) for _ in range(3)]
-    got = trajectory(optim.AdamW, start, grads, dict(lr=0.1), fused=True)
+    with counting((adam_kernel, "adam_update")) as fused_calls:
+        got = trajectory(optim.AdamW, start, grads, dict(lr=0.1), fused=True)
     expected = trajectory(optim.AdamW, start, grads, dict(lr=0.1), fused=False)
+    assert not fused_calls
     for g, e in zip(got, expected):
         for a, b in zip(g, e):
             np.testing.assert_array_equal(a, b)

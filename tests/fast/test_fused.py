@@ -15,7 +15,8 @@ from hypothesis import given, strategies as st
 import tinygrad_ssm as tg
 from tinygrad_ssm.autograd import functional as F
 from tinygrad_ssm.fast import fused, row_blocks
-from tests.support.fused_checks import LAYOUTS, TOL, assert_same, layout, values_and_grads
+from tests.support.fused_checks import (LAYOUTS, TOL, assert_same, fused_values_and_grads, layout,
+                                        values_and_grads)
 
 
 # --- the threads ---------------------------------------------------------------------------------------------
@@ -249,7 +250,7 @@ def test_saturated_sigmoids_equal_reference(dtype, big):
                                (lambda a, b_: fused.gated_rms_norm(a, b_, tg.Tensor(np.ones(3, dtype)), 3),
                                 lambda a, b_: fused.reference_gated_rms_norm(a, b_, tg.Tensor(np.ones(3, dtype)), 3),
                                 [y, z])):
-        (out_f, grads_f), (out_s, grads_s) = values_and_grads(fast, arrays), values_and_grads(slow, arrays)
+        (out_f, grads_f), (out_s, grads_s) = fused_values_and_grads(fast, arrays), values_and_grads(slow, arrays)
         tol = TOL if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
         assert np.isfinite(out_f).all() and all(np.isfinite(g).all() for g in grads_f)
         np.testing.assert_allclose(out_f, out_s, **tol)

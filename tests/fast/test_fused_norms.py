@@ -11,7 +11,8 @@ from hypothesis import given, strategies as st
 import tinygrad_ssm as tg
 from tinygrad_ssm.autograd import functional as F
 from tinygrad_ssm.fast import fused
-from tests.support.fused_checks import LAYOUTS, TOL, assert_same, layout, values_and_grads
+from tests.support.fused_checks import (LAYOUTS, TOL, assert_same, fused_values_and_grads, layout,
+                                        values_and_grads)
 
 
 # --- gated rms norm -------------------------------------------------------------------------------------------
@@ -176,8 +177,8 @@ def test_float32_kernels_are_within_a_few_ulp_of_float64():
     for fast, slow, arrays in cases:
         arrays = [a.astype(np.float32).astype(np.float64) for a in arrays]       # numbers float32 can hold
         with block_bytes(40):
-            out32, grads32 = values_and_grads(fast, [a.astype(np.float32) for a in arrays])
-            out64, grads64 = values_and_grads(fast, arrays)
+            out32, grads32 = fused_values_and_grads(fast, [a.astype(np.float32) for a in arrays])
+            out64, grads64 = fused_values_and_grads(fast, arrays)
         out_ref, grads_ref = values_and_grads(slow, arrays)
         np.testing.assert_allclose(out64, out_ref, rtol=1e-12, atol=1e-12)
         assert out32.dtype == np.float32 and _f32_gap(out32, out64, np.abs(out64).max()) <= 4

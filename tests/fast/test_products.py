@@ -10,6 +10,7 @@ import tinygrad_ssm as tg
 from tests.support.gradcheck import gradcheck
 from tinygrad_ssm.autograd import functional as F
 from tinygrad_ssm.fast import products
+from tests.support.kernel_calls import counting
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 
@@ -33,8 +34,11 @@ def test_row_split_products_equal_the_engines_in_float64(m, k, n, a_transposed, 
     weight = rng.standard_normal((m, n))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(products, "MIN_WORK", min_work)                    # 0: split whenever there are 2 x 32
-        got = values_and_grads(products.matmul, a, b, weight)
-    want = values_and_grads(F.matmul, a, b, weight)
+        with counting((products, "rows_product")) as fast_calls:
+            got = values_and_grads(products.matmul, a, b, weight)
+    with counting((products, "rows_product")) as engine_calls:
+        want = values_and_grads(F.matmul, a, b, weight)
+    assert fast_calls["rows_product"] == 3 and not engine_calls        # the product and both gradients
     for name, g, w in zip(("out", "grad a", "grad b"), got, want):
         np.testing.assert_allclose(g, w, **TOL, err_msg=name)
         assert (g.flags.c_contiguous, g.flags.f_contiguous) == (w.flags.c_contiguous, w.flags.f_contiguous), name

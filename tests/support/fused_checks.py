@@ -4,6 +4,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import tinygrad_ssm as tg
+from tests.support.kernel_calls import counting_fused_ops
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 
@@ -40,9 +41,20 @@ def layout(x: np.ndarray, how: str) -> np.ndarray:
 LAYOUTS = st.sampled_from(["contiguous", "offset view", "every other step", "every other column", "transposed"])
 
 
+def fused_values_and_grads(fn, arrays):
+    """values_and_grads of a call that must run a fused op (fast/fused.py), not fall back to its twin."""
+    with counting_fused_ops() as ops:
+        result = values_and_grads(fn, arrays)
+    assert ops, "no fused op ran: the call fell back to its engine-op twin"
+    return result
+
+
 def assert_same(fast, slow, arrays):
-    out_f, grads_f = values_and_grads(fast, arrays)
-    out_s, grads_s = values_and_grads(slow, arrays)
+    """fast's values and gradients equal slow's (TOL), and fast ran a fused op where slow ran none."""
+    out_f, grads_f = fused_values_and_grads(fast, arrays)
+    with counting_fused_ops() as slow_ops:
+        out_s, grads_s = values_and_grads(slow, arrays)
+    assert not slow_ops, f"the twin ran fused ops: {dict(slow_ops)}"
     np.testing.assert_allclose(out_f, out_s, **TOL)
     for i, (gf, gs) in enumerate(zip(grads_f, grads_s)):
         if gs is not None:

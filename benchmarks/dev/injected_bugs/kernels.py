@@ -157,4 +157,15 @@ BUGS = [
         ("tests/fast/test_row_kernels.py",), "a retained graph's second backward gives ignored rows a gradient"),
     Bug("tinygrad_ssm/fast/products.py", "lo, hi = bounds[blk], bounds[blk + 1]", "lo, hi = bounds[blk], bounds[blk + 1] - 1",
         ("tests/fast/test_products.py",), "each block of a split product leaves its last row or column unwritten"),
+    # --- fast paths that silently fall back to their twins (found by the test audit, 2026-12-07) ------------------
+    Bug("tinygrad_ssm/fast/fused.py", "    return all(t is None or t.dtype in KERNEL_DTYPES for t in tensors)", "    return False",
+        FUSED, "every fused op runs its engine-op twin: the equality tests compared the twin with itself"),
+    Bug("tinygrad_ssm/fast/fused.py", "    if not _kernels_take(x, m, weight) or np.result_type(total, weight.dtype) != total:",
+        "    if not _kernels_take(x, m, weight) or np.result_type(total, weight.dtype) != weight.dtype:",
+        ("tests/fast/test_fused_dtypes.py",), "add_rms_norm falls back to its twin for a float32 weight on float64 rows"),
+    Bug("tinygrad_ssm/optim/adam.py", "        if self.fused and adam_kernel.takes(p, m, v, grad):",
+        "        if False and self.fused and adam_kernel.takes(p, m, v, grad):",
+        ("tests/fast/test_adam_kernel.py",), "Adam never runs its numba kernel (the bit-for-bit test compared NumPy with itself)"),
+    Bug("tinygrad_ssm/fast/products.py", "    return a.ndim == b.ndim == 2 and a.dtype == b.dtype and a.dtype in FLOATS", "    return False",
+        ("tests/fast/test_products.py",), "RowSplitMatmul never splits: always NumPy's matmul"),
 ]
