@@ -64,6 +64,25 @@ def test_gradcheck_every_input(backend, l):
     assert gradcheck(fn, *inputs.values())
 
 
+@given(l=st.integers(1, 7), chunk=st.integers(1, 4), heads_per_group=st.integers(1, 2), g=st.integers(1, 2),
+       p=st.integers(1, 2), n=st.integers(1, 2), with_state=st.booleans(), backend=st.sampled_from(["reference", "scan"]),
+       seed=st.integers(0, 2**16))
+def test_gradcheck_on_drawn_shapes(l, chunk, heads_per_group, g, p, n, with_state, backend, seed):
+    """The spec's gradients at every chunk length against its sequence (a tail chunk, chunks of one step), in
+    float64 against central differences; test_gradcheck_every_input holds one shape of each backend."""
+    inputs = make_inputs(np.random.default_rng(seed), b=1, l=l, h=heads_per_group * g, p=p, g=g, n=n,
+                         initial_state=with_state)
+    if not with_state:
+        del inputs["initial_state"]
+    names = list(inputs)
+
+    def fn(*tensors):
+        y, state = ssd(**dict(zip(names, tensors)), chunk_size=chunk, backend=backend)
+        return tg.cat([tg.functional.flatten(y), tg.functional.flatten(state)])
+
+    assert gradcheck(fn, *inputs.values())
+
+
 def test_gradient_without_optional_inputs():
     inputs = make_inputs(np.random.default_rng(3), l=Q + 1, initial_state=False)
     del inputs["D"], inputs["initial_state"]
