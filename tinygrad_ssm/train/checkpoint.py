@@ -25,6 +25,7 @@ from ..io.safetensors import load_file, save_file
 from ..models.mamba2.checkpoint_config import NotMambaSsmLoadableWarning
 from .checks import train_config_problems
 from .config import TrainConfig
+from .run_folder import RUN_ID_RULE, is_run_id
 
 
 class NonFiniteCheckpoint(ValueError):
@@ -78,8 +79,8 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
         state = {"format_version": FORMAT_VERSION, "step": step, **trainer_state}
         write_atomic(tmp / STATE_FILE, json.dumps(state, indent=1))
         if final.exists():  # re-writing a step of this run (a resumed run passing an old checkpoint): swap it out
-            old = Path(new_temporary_folder(root, final.name, suffix=".old"))
-            os.replace(final, old / final.name)
+            _latest_away_from(root, final.name, run_id)  # a kill between the two renames: LATEST names a whole one
+            old = _move_aside(root, final)
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
         else:
@@ -90,6 +91,37 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
     write_atomic(root / LATEST_FILE, final.name + "\n")
     _prune(root, keep, current=final.name, run_id=run_id)
     return final
+
+
+def _latest_away_from(root: Path, name: str, run_id: str | None) -> None:
+    """Before checkpoint `name` is swapped out (two renames: for a moment no folder has its name), point LATEST
+    at the newest other complete checkpoint of this run family, when LATEST names `name`: a crash between the
+    renames then leaves LATEST naming a checkpoint that is there (save_checkpoint points it back after). With no
+    other checkpoint of the run LATEST is left as it is."""
+    latest = root / LATEST_FILE
+    try:
+        named = latest.read_text(encoding="utf-8", errors="replace").strip() if latest.is_file() else None
+    except OSError:
+        named = None
+    if named != name or run_id is None:
+        return
+    others = [p for p, _ in _ours_by_step(root, run_id)
+              if p.name != name and all((p / f).is_file() and not (p / f).is_symlink() for f in CHECKPOINT_FILES)]
+    if others:
+        write_atomic(latest, others[-1].name + "\n")
+
+
+def _move_aside(root: Path, checkpoint: Path) -> Path:
+    """Rename `checkpoint` (atomically) into a new hidden folder `.step-NNNNNN.RANDOM.old` beside it and return that
+    folder, for the caller to delete: a crash while deleting it then leaves a hidden folder (removed by the next
+    run, checkpoint_debris.py), never a folder named like a checkpoint that holds part of one."""
+    old = Path(new_temporary_folder(root, checkpoint.name, suffix=".old"))
+    try:
+        os.replace(checkpoint, old / checkpoint.name)
+    except BaseException:
+        os.rmdir(old)
+        raise
+    return old
 
 
 def _state_of(checkpoint: Path) -> dict | None:
@@ -159,7 +191,11 @@ def _prune(root: Path, keep: int, current: str, run_id: str | None = None) -> No
     best = _best_of(ours)
     for p, _ in ours[:-keep]:
         if p.name != current and (best is None or p != best[0]):
-            shutil.rmtree(p, ignore_errors=True)
+            try:
+                aside = _move_aside(root, p)  # a kill inside rmtree then leaves no step-N holding part of one
+            except OSError:
+                continue                      # not pruned this time (as rmtree's errors were ignored)
+            shutil.rmtree(aside, ignore_errors=True)
 
 
 def _is_int(v) -> bool:
@@ -186,7 +222,7 @@ _STATE_FIELDS = {
 }
 # optional fields (checkpoints written before them lack them): field -> (check, what it must be)
 _OPTIONAL_STATE_FIELDS = {
-    "run_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 64 and v.isalnum(), "a run id (letters and digits)"),
+    "run_id": (is_run_id, f"a run id ({RUN_ID_RULE})"),
 }
 
 

@@ -16,10 +16,14 @@ with `dtype` (--dtype) every weight in that one, rounded to nearest; export says
 the stored one.
 
 OUT must not exist or be an empty folder, and not be a link: export replaces nothing. It is written as a temporary
-folder beside OUT and renamed into place at the end, so a failed export leaves no partial folder behind.
+folder beside OUT and renamed into place at the end, so a failed export leaves no partial folder behind. An existing
+empty OUT is filled, never replaced (its owner, mode, ACLs, and a shell's working directory there stay): the
+temporary folder is made inside it and its files moved out one by one, the weights first and config.json last (a
+reader finds no config.json before the weights are complete), none over a name that appeared meanwhile.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -178,7 +182,9 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
         _read_json(generation)                  # an unreadable one is named, not copied
         files[GENERATION_CONFIG_FILE] = generation.read_text(encoding="utf-8")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(new_temporary_folder(out.parent, out.name))
+    into = out.is_dir()                         # an existing empty folder (check_out): filled, never replaced
+    tmp = Path(new_temporary_folder(out if into else out.parent, out.name))
+    placed: list[Path] = []
     try:
         token_ids = _token_ids(folder, tok) if layout == "transformers" else None
         with warnings.catch_warnings(record=True) as said:  # they name the folder as written: --out's name, not tmp's
@@ -189,15 +195,19 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
             warnings.warn(str(w.message).replace(str(tmp), str(out)), w.category, stacklevel=2)
         for name, text in files.items():
             write_atomic(tmp / name, text)
-        try:
-            os.replace(tmp, out)                # onto nothing, or onto an empty folder (POSIX rename)
-        except OSError as e:
-            if os.path.lexists(out):            # something appeared at --out meanwhile: it is left as it is
-                raise ExportError(f"--out {str(out)!r} was created or filled by something else while exporting; "
-                                  f"it was left as it is and nothing written there: give a new path for "
-                                  f"--out") from e
-            raise
+        if into:
+            _move_into(tmp, out, placed)
+        else:
+            try:
+                os.replace(tmp, out)            # onto nothing, or onto an empty folder (POSIX rename)
+            except OSError as e:
+                if os.path.lexists(out):        # something appeared at --out meanwhile: it is left as it is
+                    raise _filled_meanwhile(out) from e
+                raise
     except BaseException:
+        for path in placed:                     # what this export moved into --out, and only that
+            if os.path.lexists(path):
+                os.unlink(path)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     stored = stored if not getattr(loaded, "quantized", None) else ()
@@ -205,6 +215,36 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
                     stored if stored != (written,) else (), written,
                     rounded=any(_WIDTH[written] < _WIDTH[kind] or {kind, written} == {"float16", "bfloat16"}
                                 for kind in stored))
+
+
+def _filled_meanwhile(out: Path) -> ExportError:
+    return ExportError(f"--out {str(out)!r} was created or filled by something else while exporting; it was left "
+                       f"as it is and nothing written there: give a new path for --out")
+
+
+def _move_into(tmp: Path, out: Path, placed: list[Path]) -> None:
+    """Move the finished files of `tmp` (inside the empty folder `out`) into `out`, the weights first and
+    config.json last, each placed atomically and never over a name that is there (a hard link, then the temporary
+    name removed; a rename after a check where the file system has no hard links); then remove `tmp`. Each file
+    placed is added to `placed` (export removes them if this fails)."""
+    if any(p != tmp for p in out.iterdir()):
+        raise _filled_meanwhile(out)
+    for name in sorted(os.listdir(tmp), key=lambda n: (n == "config.json", not n.endswith(".safetensors"), n)):
+        source, target = tmp / name, out / name
+        try:
+            os.link(source, target)
+        except FileExistsError:
+            raise _filled_meanwhile(out) from None
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            if os.path.lexists(target):
+                raise _filled_meanwhile(out) from None
+            os.rename(source, target)
+        placed.append(target)
+        if os.path.lexists(source):
+            os.unlink(source)
+    os.rmdir(tmp)
 
 
 def describe(result: Exported) -> str:

@@ -55,6 +55,12 @@ class RunLog:
                 raise RunLogError(f"{str(self.path)!r} is a symbolic link; the run's log is never written through "
                                   f"a link: remove it, or choose another --out") from None
             raise
+        if os.fstat(fd).st_nlink != 1:  # a second name of someone's file (a hard link made since): as run.lock
+            os.close(fd)
+            raise RunLogError(f"{str(self.path)!r} has another name (a hard link to a file outside the run, made "
+                              f"after the run started); the run's log is never appended to a file it does not "
+                              f"own: it was left as it is: remove {LOG_FILE} (the run writes a new one), or "
+                              f"choose another --out")
         with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 

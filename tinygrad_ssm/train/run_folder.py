@@ -13,12 +13,17 @@
 - No name the package writes may be a symbolic link (run.lock, the marker, the log, the plot, checkpoints/):
   a link would send the write out of the run folder; the lock is opened with O_NOFOLLOW.
 - The run id (the marker's, carried by every checkpoint's trainer_state.json and into a resumed run) is what
-  pruning checks: only checkpoints of this run family are ever deleted.
+  pruning checks: only checkpoints of this run family are ever deleted. It is letters and digits (is_run_id),
+  checked in the marker as in the checkpoints: a marker the run's checkpoints could not carry is refused.
+- What a killed run left of its own (the temporary files of the marker, log and plot, io/atomic_write.py's
+  `.NAME.RANDOM.tmp`; in checkpoints/, the temporary folders of a save or prune, checkpoint_debris.py) does not
+  make the folder someone else's, and is removed by the next run once it holds the lock.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import uuid
 import weakref
@@ -26,12 +31,35 @@ from pathlib import Path
 
 from ..io.atomic_write import _sync_directory, keep_mode_of, new_temporary_file
 from ..io.checkpoints import CHECKPOINT_NAME, CHECKPOINTS_DIR, LATEST_FILE
+from .checkpoint_debris import remove_checkpoint_debris
 from .log import LOG_FILE, PLOT_FILE
 
 LOCK_FILE = "run.lock"
 MARKER_FILE = "tinygrad_ssm_run.json"
 MARKER_FORMAT = "tinygrad_ssm run folder"
 OUR_FILES = frozenset({LOCK_FILE, MARKER_FILE, LOG_FILE, PLOT_FILE, CHECKPOINTS_DIR})
+# a temporary file of the marker, log or plot (io/atomic_write.new_temporary_file's `.NAME.RANDOM.tmp`)
+OWN_TEMPORARY_FILE = re.compile(r"\.(?:" + "|".join(map(re.escape, (MARKER_FILE, LOG_FILE, PLOT_FILE)))
+                                + r")\.[0-9a-f]{8}\.tmp")
+RUN_ID_RULE = "1 to 64 letters and digits"
+
+
+def is_run_id(value) -> bool:
+    """A run id (RUN_ID_RULE; a new run's is a uuid4's hex). One rule for the marker and for every checkpoint's
+    trainer_state.json (train/checkpoint.py): a marker whose id the checkpoints could not carry would train and
+    save, then fail every --resume as a damaged checkpoint."""
+    return isinstance(value, str) and 0 < len(value) <= 64 and value.isalnum()
+
+
+def _own_leftover(path: Path) -> bool:
+    """A temporary file of the marker, log or plot that a killed run left: named exactly so, a regular file (not
+    a link)."""
+    if OWN_TEMPORARY_FILE.fullmatch(path.name) is None:
+        return False
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 try:
     import fcntl
@@ -143,9 +171,11 @@ def read_marker(out: Path) -> dict | None:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             problem = f"cannot be read as JSON ({e})"
         else:
-            if not (isinstance(marker, dict) and marker.get("format") == MARKER_FORMAT and
-                    isinstance(marker.get("run_id"), str) and marker["run_id"]):
+            if not (isinstance(marker, dict) and marker.get("format") == MARKER_FORMAT and "run_id" in marker):
                 problem = f"is not the marker of a tinygrad_ssm run (format {MARKER_FORMAT!r} with a run_id)"
+            elif not is_run_id(marker["run_id"]):
+                problem = (f"is malformed: its run_id {str(marker['run_id'])[:80]!r} is not a run id "
+                           f"({RUN_ID_RULE}, as a run writes it)")
     if problem is not None:
         raise RunFolderError(f"--out {str(out)!r} is not a run folder of ours: {str(path)!r} {problem}; it was "
                              f"left as it is: choose a new or empty folder for --out")
@@ -172,6 +202,17 @@ def _write_marker(out: Path, run_id: str, settings: dict | None, replace: bool) 
         if os.path.lexists(tmp):
             os.unlink(tmp)
     _sync_directory(str(out))
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Delete what killed runs left of their own in `out` (module docstring); called holding the lock."""
+    for p in sorted(out.iterdir()):
+        if _own_leftover(p):
+            try:
+                p.unlink()
+            except OSError:
+                pass                          # a leftover that cannot be deleted does not stop the run
+    remove_checkpoint_debris(out / CHECKPOINTS_DIR)
 
 
 def claim_run_folder(out: str | os.PathLike, resuming_from: str | os.PathLike | None = None,
@@ -202,7 +243,7 @@ def claim_run_folder(out: str | os.PathLike, resuming_from: str | os.PathLike | 
                              f"existed), so nothing is written there: continue the run in a new folder (the same --resume, "
                              f"with --out NEW_DIR), or start from its weights with --init-from")
     if not same_run and out.is_dir():
-        entries = sorted(p.name for p in out.iterdir())
+        entries = sorted(p.name for p in out.iterdir() if not _own_leftover(p))  # a killed run's: removed below
         checkpoints = out / CHECKPOINTS_DIR
         saved = sorted(p.name for p in checkpoints.iterdir() if CHECKPOINT_NAME.fullmatch(p.name)) \
             if checkpoints.is_dir() else []
@@ -221,13 +262,17 @@ def claim_run_folder(out: str | os.PathLike, resuming_from: str | os.PathLike | 
                                  f"{'' if marker is not None else f', and no {MARKER_FILE}'}); a run writes "
                                  f"checkpoints and logs there, so choose a new or empty folder for --out")
     out.mkdir(parents=True, exist_ok=True)
-    run_id = run_id or (marker or {}).get("run_id") or uuid.uuid4().hex
+    new_id = run_id or (marker or {}).get("run_id") or uuid.uuid4().hex
     if marker is None:
         try:
-            _write_marker(out, run_id, settings, replace=False)
-        except FileExistsError:  # another run created the folder at this moment: its lock decides below
-            pass
+            _write_marker(out, new_id, settings, replace=False)
+        except (FileExistsError, FileNotFoundError):  # another run made the folder's marker at this moment (or
+            if read_marker(out) is None:              # removed our temporary file as its leftover): the folder
+                raise                                 # is that run's, checked again as a folder found so
+            return claim_run_folder(out, resuming_from, run_id=run_id, settings=settings)
+    run_id = new_id
     lock = lock_run_folder(out)
+    _remove_leftovers(out)
     if marker is not None and not same_run and settings is not None:  # reused before its first checkpoint
         _write_marker(out, run_id, settings, replace=True)
     lock.run_id = run_id

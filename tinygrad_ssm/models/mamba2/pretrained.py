@@ -352,6 +352,10 @@ def prepare_save_folder(directory, tensors, dtype: str | None = None) -> Path:
     if directory.exists() and not directory.is_dir():
         raise PretrainedError(f"save_pretrained: {str(directory)!r} is a file; give a folder (it is created if "
                               f"needed) for {CONFIG_NAME} and {WEIGHTS_NAME}")
+    if directory.is_symlink() and not directory.exists():  # makedirs would say only "[Errno 17] File exists"
+        raise PretrainedError(f"save_pretrained: {str(directory)!r} is a dangling symbolic link (to "
+                              f"{os.readlink(directory)!r}, which does not exist); nothing was written: create the "
+                              f"folder it points to, remove the link, or save into another folder")
     _check_replaceable(directory)
     tensors = list(tensors)
     bad = non_finite_problems(tensors)
