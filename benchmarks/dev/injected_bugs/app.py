@@ -388,7 +388,7 @@ BUGS = [
     Bug('tinygrad_ssm/train/run_folder.py', 'for p in out.iterdir() if not _own_leftover(p))', 'for p in out.iterdir())',
         ("tests/train/test_crash_safety.py", "-k", 'temporary_file'), "a killed run's marker temporary file blocks the same command"),
     Bug('tinygrad_ssm/train/run_folder.py', '            return claim_run_folder(out, resuming_from, run_id=run_id, settings=settings)', '            pass',
-        ("tests/train/test_crash_safety.py", "-k", 'lose_the_race'), 'the process that loses the race for the marker runs under its own id'),
+        ("tests/train/test_crash_safety.py", "-k", "loses_the_race"), 'the process that loses the race for the marker runs under its own id'),
     Bug('tinygrad_ssm/train/export.py', '    into = out.is_dir()', '    into = False and out.is_dir()',
         ("tests/train/test_crash_safety.py", "-k", 'export_fills'), "export replaces the user's empty --out folder (owner, mode, ACLs lost) instead of filling it"),
     Bug('tinygrad_ssm/models/mamba2/pretrained.py', '    if directory.is_symlink() and not directory.exists():', '    if False:',
