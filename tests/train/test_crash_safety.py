@@ -116,6 +116,7 @@ def test_a_new_claim_removes_the_debris_of_killed_saves_and_prunes_and_nothing_e
     for name, files in ours.items():
         make(root / name, files)
     (root / ".step-000002.00000000.old").mkdir()
+    (root / ".LATEST.0a1b2c3d.tmp").write_text("step-0000")                    # a killed write of LATEST
     elsewhere = tmp_path / "elsewhere"
     make(elsewhere, {"config.json": b"the user's"})
     theirs = {  # named alike, but not provably ours: left as they are
@@ -131,7 +132,9 @@ def test_a_new_claim_removes_the_debris_of_killed_saves_and_prunes_and_nothing_e
     (root / ".step-000011.44444444.tmp").mkdir()
     (root / ".step-000011.44444444.tmp" / "config.json").symlink_to(elsewhere / "config.json")
     (root / ".step-000012.55555555.tmp").write_bytes(b"a file, not a folder")
-    kept = {name for name in os.listdir(root) if name not in ours and name != ".step-000002.00000000.old"}
+    (root / ".LATEST.4e5f6a7b.tmp").mkdir()                                      # a folder so named: not ours
+    kept = {name for name in os.listdir(root) if name not in ours and name not in (".step-000002.00000000.old",
+                                                                                   ".LATEST.0a1b2c3d.tmp")}
     before, outside = {k: v for k, v in snapshot(root).items() if k.split(os.sep)[0] in kept}, snapshot(elsewhere)
 
     from tinygrad_ssm.train.run_folder import claim_run_folder

@@ -2,7 +2,7 @@
 
 train/checkpoint.py writes a checkpoint in a hidden temporary folder `.step-NNNNNN.RANDOM.tmp` and, to replace or
 prune one, first renames it into a hidden folder `.step-NNNNNN.RANDOM.old` (io/atomic_write.new_temporary_folder
-makes both). A process killed at that moment (kill -9, a power loss, the OOM killer) leaves such a folder behind
+makes both), and LATEST through a temporary file `.LATEST.RANDOM.tmp`. A process killed at that moment (kill -9, a power loss, the OOM killer) leaves such a folder behind
 for good: every later kill adds one, and each holds a checkpoint's weights. The next training that claims the run
 folder (train/run_folder.claim_run_folder, holding its lock: no other save of this run is under way) removes them,
 but only a folder it can prove is such a leftover: its name is exactly of that pattern, it is a folder (not a
@@ -18,7 +18,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from ..io.checkpoints import CHECKPOINT_FILES
+from ..io.checkpoints import CHECKPOINT_FILES, LATEST_FILE
 from ..tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 
 # what a checkpoint folder holds (train/checkpoint.save_checkpoint): the files it needs, its tokenizer's copy
@@ -27,6 +27,8 @@ _FILE_NAMES = frozenset(CHECKPOINT_FILES) | {TOKENIZER_FILE, TOKENIZER_CONFIG_FI
 _TEMPORARY_FILE = re.compile(r"\.(?P<name>[^/]+)\.[0-9a-f]{8}\.tmp")
 # the leftover folders themselves (new_temporary_folder's names for a checkpoint step-NNNNNN)
 DEBRIS_FOLDER = re.compile(r"\.(?P<step>step-\d{6,})\.[0-9a-f]{8}\.(?P<kind>tmp|old)")
+# a temporary file of LATEST (write_atomic's, killed before its rename)
+DEBRIS_LATEST = re.compile(r"\." + re.escape(LATEST_FILE) + r"\.[0-9a-f]{8}\.tmp")
 
 
 def _is_real(path: str, kind) -> bool:
@@ -55,6 +57,8 @@ def _holds_only_checkpoint_files(folder: str) -> bool:
 def is_checkpoint_debris(path: str | os.PathLike) -> bool:
     """Whether `path` is a leftover of a killed save or prune (module docstring), provably."""
     path = os.fspath(path)
+    if DEBRIS_LATEST.fullmatch(os.path.basename(path)):
+        return _is_real(path, stat.S_ISREG)
     match = DEBRIS_FOLDER.fullmatch(os.path.basename(path))
     if match is None or not _is_real(path, stat.S_ISDIR):
         return False
@@ -81,6 +85,12 @@ def remove_checkpoint_debris(checkpoints: str | os.PathLike) -> list[str]:
         debris = sorted(p for p in checkpoints.iterdir() if is_checkpoint_debris(p))
     except OSError:
         return []
-    for folder in debris:
-        shutil.rmtree(folder, ignore_errors=True)   # a leftover that cannot be deleted does not stop the run
+    for path in debris:                             # a leftover that cannot be deleted does not stop the run
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                path.unlink()
+            except OSError:
+                pass
     return [p.name for p in debris]
