@@ -2,8 +2,9 @@
 
 train/checkpoint.py writes a checkpoint in a hidden temporary folder `.step-NNNNNN.RANDOM.tmp` and, to replace or
 prune one, first renames it into a hidden folder `.step-NNNNNN.RANDOM.old` (io/atomic_write.new_temporary_folder
-makes both), and LATEST through a temporary file `.LATEST.RANDOM.tmp`. A process killed at that moment (kill -9, a power loss, the OOM killer) leaves such a folder behind
-for good: every later kill adds one, and each holds a checkpoint's weights. The next training that claims the run
+makes both), and writes LATEST through a temporary file `.LATEST.RANDOM.tmp`. A process killed at that moment
+(kill -9, a power loss, the OOM killer) leaves such a folder or file behind for good: every later kill adds one, and
+each folder holds a checkpoint's weights. The next training that claims the run
 folder (train/run_folder.claim_run_folder, holding its lock: no other save of this run is under way) removes them,
 but only a folder it can prove is such a leftover: its name is exactly of that pattern, it is a folder (not a
 link), and it holds only what those folders hold (the checkpoint's file names and their temporary files, regular
