@@ -186,3 +186,12 @@ def test_gains_and_fans_match_torch():
         assert init.calculate_gain(name, a) == pytest.approx(torch.nn.init.calculate_gain(name, a))
     for shape in [(3, 4), (8, 1, 4), (5, 3, 2, 2)]:
         assert init.fans(shape) == torch.nn.init._calculate_fan_in_and_fan_out(torch.empty(shape))
+
+
+def test_dtype_none_is_the_packages_float32_as_the_models():
+    """VarMap.get and VarBuilder took dtype=None as NumPy does (float64), the model as float32 (found by an API
+    audit): None is float32 everywhere."""
+    vm = VarMap(seed=0)
+    assert vm.get((2,), "a", init.Const(0.0), dtype=None).dtype == np.float32
+    assert VarBuilder.from_varmap(vm, dtype=None).get((2,), "b", init.Const(0.0)).dtype == np.float32
+

@@ -24,6 +24,8 @@ InitFn = Callable[[tuple, np.random.Generator, np.dtype], np.ndarray]
 
 
 def _float_dtype(dtype, what: str) -> np.dtype:
+    if dtype is None:  # the package's default, as Mamba2LMHeadModel's (NumPy's np.dtype(None) would be float64)
+        return np.dtype(np.float32)
     if isinstance(dtype, str) and dtype == "bfloat16":
         raise TypeError(f"{what}: bfloat16 has no NumPy dtype; ask for float32 (stored bfloat16 is upcast)")
     dtype = np.dtype(dtype)

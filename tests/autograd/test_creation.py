@@ -33,3 +33,25 @@ def test_random_tensors_are_drawn_from_the_generator_given(make, draw):
     assert out.dtype == np.float32 and np.array_equal(out.data, expected)
     assert np.array_equal(make((3, 4), dtype=np.float64, rng=np.random.default_rng(5)).data,
                           getattr(np.random.default_rng(5), draw)((3, 4)))
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda: tg.full((2,), None), TypeError, r"full: value must be a number, got None"),       # was [nan, nan]
+    (lambda: tg.full((2,), "1"), TypeError, r"full: value must be a number"),
+    (lambda: tg.zeros_like([1, 2]), TypeError, r"zeros_like: input must be a Tensor, got list"),
+    (lambda: tg.ones_like(None), TypeError, r"ones_like: input must be a Tensor, got NoneType"),
+    (lambda: tg.arange(0, 10, 0), ValueError, r"arange: step must not be zero"),                # ZeroDivisionError
+    (lambda: tg.Tensor(np.ones(2), requires_grad="no"), TypeError, r"requires_grad must be True or False"),
+    (lambda: tg.Tensor(np.ones(2)).requires_grad_("no"), TypeError, r"requires_grad must be True or False"),
+    (lambda: tg.Tensor(np.ones(2), requires_grad=1), TypeError, r"requires_grad must be True or False"),
+])
+def test_bad_arguments_are_refused_naming_them(call, error, message):
+    """Found by an API audit: requires_grad="no" made a tensor that required grad (the string is truthy), and
+    full(shape, None) silently filled NaN."""
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_full_takes_an_int_shape_as_zeros_does():
+    assert tg.full(2, 1.5).shape == tg.zeros(2).shape == (2,)
+    assert tg.Tensor(np.ones(2), requires_grad=np.bool_(True)).requires_grad

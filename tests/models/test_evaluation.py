@@ -45,6 +45,9 @@ def test_resetting_the_state_scores_each_window_alone():
     (np.zeros(1, np.int64), 4, "at least 2 tokens"),
     (np.zeros(5, np.float64), 4, "ids must be a 1-D array of token ids"),
     (np.zeros(5, np.int64), 0, "window must be an int >= 1"),
+    # the last id is only a target: -100 (cross entropy's ignore_index) was skipped but counted, silently
+    (np.array([1, 2, -100]), 4, r"ids must be token ids in \[0, \d+\), got -100 at position 2"),
+    (np.array([1, 2, -1]), 4, r"got -1 at position 2"),
 ])
 def test_bad_arguments_are_named(ids, window, message):
     with pytest.raises(ValueError, match=message):
@@ -76,3 +79,10 @@ def test_pieces_are_read_as_they_are_scored():
     assert read == [0, 1, 3, 5, 7]                                        # windows scored before each piece came
     with pytest.raises(ValueError, match="at least 2 tokens"):
         evaluate_pieces(model, iter([np.zeros(1, np.int64), np.zeros(0, np.int64)]), 4)
+
+
+def test_a_bad_id_in_a_later_piece_is_named_at_its_position_in_the_text():
+    vocab = MODELS[True].config.padded_vocab_size
+    with pytest.raises(ValueError, match=rf"got {vocab} at position 7"):
+        evaluate_pieces(MODELS[True], [np.arange(5), np.array([1, 2, vocab])], window=2)
+

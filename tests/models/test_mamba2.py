@@ -55,6 +55,33 @@ def test_config_is_validated(kw, message):
 
 
 
+def test_a_config_changed_after_it_was_made_is_checked_by_the_model():
+    """config.headdim = 5 after construction (d_inner 32 not divisible by it): the model built, its step and
+    generate ran, its forward failed inside a reshape (found by an API audit)."""
+    config = Mamba2Config(d_model=16, n_layer=1, vocab_size=20, d_state=8, headdim=8, chunk_size=4)
+    config.headdim = 5
+    for fused in (True, False):
+        with pytest.raises(ValueError, match=r"d_inner = expand \* d_model = 32 must be divisible by headdim = 5"):
+            Mamba2LMHeadModel(config, fused=fused)
+
+
+def test_saving_a_model_whose_varmap_holds_another_models_variables_is_refused(tmp_path):
+    """A 2-layer model built on the VarMap of a 3-layer one saved layer 2 too, a folder from_pretrained refused;
+    refused at the save now, naming the variables, before anything is written."""
+    config = lambda n: Mamba2Config(d_model=16, n_layer=n, vocab_size=20, d_state=8, headdim=8, chunk_size=4)
+    varmap = VarMap(seed=0)
+    Mamba2LMHeadModel(config(3), varmap)
+    model = Mamba2LMHeadModel(config(2), varmap)
+    with pytest.raises(ValueError, match=r"VarMap also holds backbone\.layers\.2\..*variables the model does not "
+                                         r"have"):
+        model.save_pretrained(tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+    own = Mamba2LMHeadModel(config(2), VarMap(seed=0))
+    own.save_pretrained(tmp_path / "own")                                # its own VarMap: saved and loaded back
+    np.testing.assert_array_equal(Mamba2LMHeadModel.from_pretrained(tmp_path / "own")(np.array([[1, 2]])).data,
+                                  own(np.array([[1, 2]])).data)
+
+
 def test_a_floor_of_zero_is_a_config_mamba_ssm_takes():
     """mamba_ssm clamps the initial dt at dt_init_floor, 0 included (it floors nothing); such a checkpoint's
     config was refused."""

@@ -436,3 +436,23 @@ def test_load_state_dict_refuses_damaged_moments(slot, value, problem):
     with pytest.raises(ValueError, match=f"'state/a/{slot}': .*{problem}"):
         fresh.load_state_dict(saved)
     assert fresh.state == {}
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("make", [lambda ps, fused: optim.AdamW(ps, lr=0.1, fused=fused),
+                                  lambda ps, fused: optim.SGD(ps, lr=0.1, momentum=0.9)], ids=["adamw", "sgd"])
+def test_a_parameter_whose_data_changed_shape_after_the_first_step_is_refused_naming_it(make, fused):
+    """x.data rebound to a larger array after a step: the fused Adam kernel read and wrote past the end of exp_avg
+    (a wrong third element at size 3, a segfault at 1e6); refused, naming the parameter, before any update."""
+    x = tg.Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = tg.Tensor(np.array([3.0]), requires_grad=True)
+    opt = make([("y", y), ("x", x)], fused)
+    x.grad, y.grad = tg.Tensor(np.ones(2)), tg.Tensor(np.ones(1))
+    opt.step()
+    x.data = np.ones(3)
+    x.grad = tg.Tensor(np.ones(3))
+    y_before = y.data.copy()
+    with pytest.raises(RuntimeError, match=r"parameter 'x' has shape \(3,\) but its (exp_avg|momentum_buffer) \(2,\)"):
+        opt.step()
+    np.testing.assert_array_equal(y.data, y_before)                      # nothing was updated
+    np.testing.assert_array_equal(x.data, np.ones(3))

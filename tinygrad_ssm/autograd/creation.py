@@ -1,4 +1,6 @@
 """Making tensors: from data, filled, random, ranges. Float tensors are float32 unless a dtype is given."""
+import numbers
+
 import numpy as np
 
 from .tensor import DEFAULT_FLOAT, Tensor, carries_dtype
@@ -30,19 +32,30 @@ def ones(*shape, dtype=DEFAULT_FLOAT, requires_grad=False) -> Tensor:
 
 
 def full(shape, value, dtype=DEFAULT_FLOAT, requires_grad=False) -> Tensor:
-    return Tensor(np.full(tuple(shape), value, dtype=dtype), requires_grad=requires_grad)
+    if not isinstance(value, numbers.Number):  # None became NaN: torch refuses it
+        raise TypeError(f"full: value must be a number, got {value!r}")
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)   # as zeros(2)
+    return Tensor(np.full(shape, value, dtype=dtype), requires_grad=requires_grad)
+
+
+def _like(name: str, t) -> Tensor:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name}: input must be a Tensor, got {type(t).__name__}")
+    return t
 
 
 def zeros_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
-    return Tensor(np.zeros(t.shape, dtype=dtype or t.dtype), requires_grad=requires_grad)
+    return Tensor(np.zeros(_like("zeros_like", t).shape, dtype=dtype or t.dtype), requires_grad=requires_grad)
 
 
 def ones_like(t: Tensor, dtype=None, requires_grad=False) -> Tensor:
-    return Tensor(np.ones(t.shape, dtype=dtype or t.dtype), requires_grad=requires_grad)
+    return Tensor(np.ones(_like("ones_like", t).shape, dtype=dtype or t.dtype), requires_grad=requires_grad)
 
 
 def arange(start, stop=None, step=1, dtype=None) -> Tensor:
     """np.arange; from Python floats float32, as torch.arange (NumPy would give float64)."""
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
     values = np.arange(start, stop, step, dtype=dtype)
     from_python_floats = not any(isinstance(v, np.floating) for v in (start, stop, step))
     if dtype is None and values.dtype == np.float64 and from_python_floats:

@@ -66,8 +66,8 @@ class Tensor:
         if isinstance(data, Tensor) and self.data is data.data:
             self._version = data._version  # Tensor(t) wraps t's storage: an in-place change must count for both
         self.requires_grad = False
-        if requires_grad:
-            self.requires_grad_(True)
+        if requires_grad is not False:
+            self.requires_grad_(requires_grad)
 
     # --- basic properties ---------------------------------------------------------------------------------
     @property
@@ -164,6 +164,8 @@ class Tensor:
 
     # --- autograd flags -----------------------------------------------------------------------------------
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if not isinstance(requires_grad, (bool, np.bool_)):  # requires_grad="no" is truthy: torch refuses it too
+            raise TypeError(f"requires_grad must be True or False, got {requires_grad!r}")
         if requires_grad and not is_float(self.dtype):
             raise TypeError(f"requires_grad: only floating point tensors can require gradients, got dtype {self.dtype}")
         if not requires_grad and self._ctx is not None:

@@ -36,7 +36,8 @@ def _adam(p, m, v, g, decay, coupled_wd, one_minus_beta1, beta2, one_minus_beta2
 
 def takes(p: np.ndarray, m: np.ndarray, v: np.ndarray, grad: np.ndarray) -> bool:
     """Whether the kernel takes these arrays: one float dtype, p, m and v C-contiguous (written in place)."""
-    return (p.dtype in FLOATS and m.dtype == v.dtype == grad.dtype == p.dtype and p.shape == grad.shape
+    return (p.dtype in FLOATS and m.dtype == v.dtype == grad.dtype == p.dtype
+            and p.shape == grad.shape == m.shape == v.shape                      # the kernel reads them flat
             and p.flags.c_contiguous and m.flags.c_contiguous and v.flags.c_contiguous and p.flags.writeable)
 
 

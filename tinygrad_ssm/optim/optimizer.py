@@ -156,6 +156,7 @@ class Optimizer:
     def step(self):
         """Update every parameter that has a gradient with its group's hyper-parameters as they are now;
         parameters without one are skipped (as torch)."""
+        self._check_state_shapes()
         with no_grad():
             for group in self.param_groups:
                 for name, p in zip(group["param_names"], group["params"]):
@@ -168,6 +169,19 @@ class Optimizer:
                     state["step"] = np.array(state["step"] + 1, dtype=np.int64)  # stays an ndarray (safetensors)
                     self._update(p, p.grad.data, state, group)
                     p._bump()  # the update wrote into p.data: a graph that saved the old value must not backward
+
+    def _check_state_shapes(self):
+        """Every state array (exp_avg, a momentum buffer, ...) still has its parameter's shape: a parameter whose
+        .data was replaced by a larger array after the first step made the fused Adam kernel read and write past
+        the state's end (a crash, or wrong updates); torch fails there with a size mismatch too. Checked for every
+        parameter before any is updated."""
+        for name, p in self.params:
+            for slot, value in self.state.get(name, {}).items():
+                if slot != "step" and isinstance(value, np.ndarray) and value.shape != p.shape:
+                    raise RuntimeError(f"{type(self).__name__}.step: parameter {name!r} has shape {p.shape} but its "
+                                       f"{slot} {value.shape}: its .data was replaced by an array of another shape "
+                                       f"after the optimizer's first step; nothing was updated: make a new "
+                                       f"optimizer for the new shape")
 
     def _update(self, param: Tensor, grad: np.ndarray, state: dict, group: dict):  # pragma: no cover
         raise NotImplementedError

@@ -396,4 +396,11 @@ BUGS = [
         ("tests/train/test_crash_safety.py", "-k", 'dangling'), 'save_pretrained into a dangling link says only [Errno 17] File exists'),
     Bug("tinygrad_ssm/train/checkpoint_debris.py", "        return _is_real(path, stat.S_ISREG)", "        return False",
         ("tests/train/test_crash_safety.py", "-k", "debris"), "a killed write's .LATEST temporary file is never removed"),
+    # --- bad input the API audit found silently accepted (2026-12-07) --------------------------------------------------
+    Bug('tinygrad_ssm/models/mamba2/evaluation.py', '            _check_ids(piece, model.config.padded_vocab_size, read=tokens + len(pending))\n', '',
+        ('tests/models/test_evaluation.py',), 'a text ending in -100 is scored with its last prediction skipped but counted'),
+    Bug('tinygrad_ssm/models/mamba2/model.py', '        config.check()                      # again', '        pass                                # again',
+        ('tests/models/test_mamba2.py', '-k', 'changed_after'), 'a config changed after it was made builds a model that decodes'),
+    Bug('tinygrad_ssm/models/mamba2/quantized_files.py', '    if extra:  # from_pretrained refuses', '    if False:  # from_pretrained refuses',
+        ('tests/models/test_mamba2.py', '-k', 'another_models'), "a model on a VarMap holding another's variables saves a folder that never loads"),
 ]

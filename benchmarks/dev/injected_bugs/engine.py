@@ -416,4 +416,13 @@ BUGS = [
         ("tests/autograd/test_ops_grad.py", "-k", "rsqrt"), "rsqrt's gradient 0.09% too large (passed gradcheck at rtol 1e-3)"),
     Bug(A + "ops/elementwise.py", "        return grad * (1 - out * out)", "        return grad * (1 - out * out) * 1.0009",
         ("tests/autograd/test_ops_grad.py", "-k", "tanh"), "tanh's gradient 0.09% too large (passed gradcheck at rtol 1e-3)"),
+    # --- bad input the API audit found silently accepted (2026-12-07) --------------------------------------------------
+    Bug('tinygrad_ssm/optim/optimizer.py', '        self._check_state_shapes()\n', '',
+        ('tests/optim/test_optim.py', '-k', 'changed_shape'), "a parameter whose .data grew after the first step: the fused Adam kernel writes past exp_avg's end"),
+    Bug('tinygrad_ssm/autograd/tensor.py', '        if not isinstance(requires_grad, (bool, np.bool_)):', '        if False:',
+        ('tests/autograd/test_creation.py', '-k', 'bad_arguments'), 'requires_grad="no" makes a tensor that requires grad'),
+    Bug('tinygrad_ssm/autograd/creation.py', '    if not isinstance(value, numbers.Number):', '    if False:',
+        ('tests/autograd/test_creation.py', '-k', 'bad_arguments'), 'full(shape, None) fills NaN silently'),
+    Bug('tinygrad_ssm/registry.py', "    if dtype is None:  # the package's default", "    if False:  # the package's default",
+        ('tests/test_registry.py', '-k', 'dtype_none'), 'VarMap.get(dtype=None) makes float64 variables, the model float32'),
 ]

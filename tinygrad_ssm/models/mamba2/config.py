@@ -34,6 +34,12 @@ class Mamba2Config:
     conv_bias: bool = True
 
     def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Raise ValueError naming the first field that is wrong, or two that do not fit each other. Run when the
+        config is made and again by the model built on it: a field changed since (config.headdim = 5) built a
+        model whose step and generate ran and whose forward failed deep inside a reshape."""
         for name in ("d_model", "n_layer", "vocab_size", "d_state", "d_conv", "expand", "headdim", "ngroups",
                      "chunk_size", "pad_vocab_size_multiple"):
             value = getattr(self, name)

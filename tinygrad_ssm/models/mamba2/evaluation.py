@@ -57,6 +57,16 @@ def evaluate(model, ids, window: int = 512, *, carry_state: bool = True,
     return evaluate_pieces(model, [ids], window, carry_state=carry_state, progress=progress)
 
 
+def _check_ids(piece: np.ndarray, vocab: int, read: int) -> None:
+    """Every id of `piece` (the text's ids from position `read` on) is a row of the model's vocabulary. The model
+    checks its inputs, but the text's last id is only a target, which cross entropy would skip when it is -100
+    (its ignore_index) while the result still counted it: a silently wrong perplexity."""
+    bad = np.flatnonzero((piece < 0) | (piece >= vocab))
+    if bad.size:
+        raise ValueError(f"evaluate: ids must be token ids in [0, {vocab}), got {int(piece[bad[0]])} at position "
+                         f"{read + int(bad[0])}")
+
+
 def evaluate_pieces(model, pieces: Iterable, window: int = 512, *, carry_state: bool = True,
                     progress: Callable[[int], None] | None = None,
                     token_nats: Callable[[np.ndarray], None] | None = None) -> EvalResult:
@@ -90,6 +100,7 @@ def evaluate_pieces(model, pieces: Iterable, window: int = 512, *, carry_state: 
             if piece.ndim != 1 or not np.issubdtype(piece.dtype, np.integer):
                 raise ValueError(f"evaluate: ids must be a 1-D array of token ids, got dtype {piece.dtype} shape "
                                  f"{piece.shape}")
+            _check_ids(piece, model.config.padded_vocab_size, read=tokens + len(pending))
             pending = np.concatenate([pending, piece.astype(np.int64)])
             full = (len(pending) - 1) // window                          # whole windows with their targets
             for k in range(full):

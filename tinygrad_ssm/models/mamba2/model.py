@@ -210,6 +210,7 @@ class Mamba2LMHeadModel:
                  fused: bool = True):
         if not isinstance(config, Mamba2Config):
             raise TypeError(f"Mamba2LMHeadModel: config must be a Mamba2Config, got {type(config).__name__}")
+        config.check()                      # again: a field may have been changed since the config was made
         if dtype is None:  # the default, as transformers' dtype=None (NumPy's np.dtype(None) would be float64)
             dtype = "float32"
         try:

@@ -110,6 +110,12 @@ def save_model_folder(model, directory, layout: str = "mamba_ssm", token_ids: di
     if dtype is not None and dtype not in STORED_DTYPES:
         raise ValueError(f"save_pretrained: dtype must be one of {', '.join(STORED_DTYPES)} or None (each weight "
                          f"in its own dtype), got {dtype!r}")
+    extra = [name for name in model.varmap.names() if name not in model.config.param_shapes()]
+    if extra:  # from_pretrained refuses a weight its config does not describe: the folder would never load
+        raise ValueError(f"save_pretrained: the model's VarMap also holds {', '.join(extra[:3])}"
+                         f"{', ...' if len(extra) > 3 else ''} ({len(extra)} variables the model does not have: "
+                         f"another model was built on the same VarMap); a folder with them would not load, so "
+                         f"nothing was written: build the model on a VarMap of its own")
     if getattr(model, "quantized", None):
         if dtype is not None:
             raise ValueError(f"save_pretrained: the model's matrices are quantized ({model.weights_format}) and are "
