@@ -136,6 +136,8 @@ class VarMap:
         return iter(self._vars)
 
     def __getitem__(self, name: str) -> Tensor:
+        if not isinstance(name, str):
+            raise TypeError(f"VarMap[{name!r}]: variables are named by str (e.g. 'backbone.norm_f.weight')")
         try:
             return self._vars[name]
         except KeyError:

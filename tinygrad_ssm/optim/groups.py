@@ -46,7 +46,11 @@ def named_parameters(params, who: str, first_index: int = 0) -> list[tuple[str, 
                         f"pass it in a list: [tensor]")
     if hasattr(params, "named_vars"):
         params = params.named_vars()
-    params = list(params)
+    try:
+        params = list(params)
+    except TypeError:  # None, a number: "'NoneType' object is not iterable" named nothing
+        raise TypeError(f"{who}: params must be a VarMap, (name, Tensor) pairs or Tensors, got {params!r:.80}") \
+            from None
     named = []
     for i, p in enumerate(params):
         name, tensor = p if isinstance(p, tuple) else (f"param.{first_index + i}", p)

@@ -255,6 +255,9 @@ class Optimizer:
         """Replace hyperparameters and state with a saved copy. Everything is checked first (unknown
         parameter names, groups or slots, shapes, missing keys): on error nothing changes."""
         who = f"{type(self).__name__}.load_state_dict"
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"{who}: state_dict must be a dict (what state_dict() returns, or load_file of its "
+                            f"save), got {type(state_dict).__name__}")
         problems = []
         hparams = self._load_hparams(state_dict, problems)
         shapes = {name: p.shape for name, p in self.params}

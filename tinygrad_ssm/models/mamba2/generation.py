@@ -137,6 +137,8 @@ def eos_ids(eos_token_id, V: int) -> np.ndarray | None:
     """eos_token_id (None, an int, or a non-empty sequence of ints, each in [0, V)) as an int64 array, or None."""
     if eos_token_id is None:
         return None
+    if isinstance(eos_token_id, np.ndarray) and eos_token_id.ndim == 0:  # np.array(2): one id (list() refused it)
+        eos_token_id = eos_token_id.item()
     single = isinstance(eos_token_id, (int, np.integer))
     values = [eos_token_id] if single else list(eos_token_id) if isinstance(eos_token_id, (list, tuple, np.ndarray)) \
         else None
@@ -171,6 +173,16 @@ def generate(model, input_ids, max_new_tokens: int | None = None, temperature: f
     return rows
 
 
+def as_id_array(input_ids, what: str) -> np.ndarray:
+    """input_ids (a Tensor, an array, nested lists) as an array; rows of different lengths are named as such (NumPy
+    said only "inhomogeneous shape")."""
+    try:
+        return np.asarray(input_ids.data if isinstance(input_ids, Tensor) else input_ids)
+    except ValueError as e:
+        raise ValueError(f"{what}: input_ids must be integers of shape (b, l), but its rows differ in length or "
+                         f"kind ({e}); pad them to one length, or give generate a list of prompts") from None
+
+
 def check_prompts(model, input_ids):
     """(prompts, ragged): (b, l) ints checked by the model, or, for a list of sequences, a list of 1-D int64
     arrays, each checked and named by its row."""
@@ -178,7 +190,7 @@ def check_prompts(model, input_ids):
             not isinstance(p, (numbers.Number, np.generic)) for p in input_ids)):
         if isinstance(input_ids, (list, tuple)) and not input_ids:
             raise ValueError("generate: input_ids is an empty list; give (b, l) ids or a list of prompts")
-        ids = np.asarray(input_ids.data if isinstance(input_ids, Tensor) else input_ids)
+        ids = as_id_array(input_ids, "generate")
         return model._check_ids(ids[None] if ids.ndim == 1 else ids, 2, "generate"), False
     V, prompts = model.config.padded_vocab_size, []
     for i, p in enumerate(input_ids):

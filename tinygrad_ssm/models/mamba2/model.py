@@ -249,7 +249,7 @@ class Mamba2LMHeadModel:
         return {k: v for k, v in self.__dict__.items() if k != "_decode_weights"}
 
     def _check_ids(self, input_ids, ndim: int, what: str) -> np.ndarray:
-        ids = np.asarray(input_ids.data if isinstance(input_ids, Tensor) else input_ids)
+        ids = generation.as_id_array(input_ids, what)
         shape_text = "(b, l)" if ndim == 2 else "(b,)"
         if ids.ndim != ndim or not np.issubdtype(ids.dtype, np.integer) or 0 in ids.shape:
             sizes = "b >= 1 and l >= 1" if ndim == 2 else "b >= 1"
@@ -312,7 +312,7 @@ class Mamba2LMHeadModel:
 
     # --- decoding ----------------------------------------------------------------------------------------
     def allocate_cache(self, batch: int) -> Mamba2Cache:
-        if not isinstance(batch, (int, np.integer)) or batch < 1:
+        if not isinstance(batch, (int, np.integer)) or isinstance(batch, (bool, np.bool_)) or batch < 1:
             raise ValueError(f"allocate_cache: batch must be a positive int, got {batch!r}")
         return Mamba2Cache([layer.mixer.allocate_state(int(batch), self.dtype) for layer in self.layers])
 
@@ -327,6 +327,14 @@ class Mamba2LMHeadModel:
                              f"{len(self.layers)} layers; allocate it with this model's allocate_cache")
         if cache.batch_size != ids.shape[0]:
             raise ValueError(f"{who}: cache is for batch {cache.batch_size}, input_ids has shape {ids.shape}")
+        c, b = self.config, ids.shape[0]
+        conv, ssm = (b, c.conv_dim, c.d_conv), (b, c.nheads, c.headdim, c.d_state)
+        for i, state in enumerate(cache.layers):  # another model's cache failed deep in a layer, or ran in its dtype
+            if state.conv.shape != conv or state.ssm.shape != ssm or not state.conv.dtype == state.ssm.dtype == \
+                    self.dtype:
+                raise ValueError(f"{who}: cache layer {i} holds conv {state.conv.shape} and ssm {state.ssm.shape} "
+                                 f"states of {state.ssm.dtype}, this model's are {conv} and {ssm} of {self.dtype} "
+                                 f"(another model's cache?); allocate it with this model's allocate_cache")
 
     @no_grad()
     def step(self, input_ids, cache: Mamba2Cache) -> Tensor:
