@@ -131,3 +131,33 @@ def test_importing_the_scan_and_building_a_model_leave_the_environment_alone():
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
     result = json.loads(out.splitlines()[-1])
     assert result == {"changed": [], "after_a_product": "True"}
+
+
+def test_a_child_forked_while_another_thread_holds_the_limit_can_take_it():
+    """fork() while a thread of the parent was inside single_threaded_blas (a training thread, children made with
+    multiprocessing's fork): the child inherited the held lock and no thread to release it, and its first fused
+    product waited for ever (found by an audit: 3-4 of 30 children hung)."""
+    from tinygrad_ssm.fast import blas_threads
+    with single_threaded_blas():                                         # the fork hook is registered by first use
+        pass
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold():
+        with single_threaded_blas():
+            inside.set()
+            leave.wait(30)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert inside.wait(30)
+        with blas_threads._lock:                                         # at fork the lock is held, as at any moment
+            pid = os.fork()                                              # of a parent's step might find it
+            if pid == 0:                                                 # the child: take the limit, then leave
+                done = threading.Event()
+                threading.Thread(target=lambda: (single_threaded_blas().__enter__(), done.set()), daemon=True).start()
+                os._exit(0 if done.wait(10) else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0                    # 1: the child waited on the dead lock
+    finally:
+        leave.set()
+        holder.join()

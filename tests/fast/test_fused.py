@@ -42,6 +42,22 @@ def test_every_block_runs_once_and_a_helper_error_reaches_the_caller():
             row_blocks.on_threads(fail, 200)
 
 
+def test_an_op_at_interpreter_shutdown_does_every_block_on_the_callers_thread(monkeypatch):
+    """A fused op in a non-daemon thread after the main thread returned, or in an atexit handler: the pool (a
+    ThreadPoolExecutor) takes no new work then and raised "cannot schedule new futures after interpreter
+    shutdown" (found by an audit); the caller's thread does every block."""
+    import os
+
+    class ShutDown:
+        def submit(self, *args, **kwargs):
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+    monkeypatch.setattr(row_blocks, "_pool", ShutDown())
+    monkeypatch.setattr(row_blocks, "_pool_pid", os.getpid())
+    seen = []
+    row_blocks.on_threads(lambda blocks, share: seen.extend((b, share) for b in blocks), 10, threads=2)
+    assert sorted(seen) == [(b, 0) for b in range(10)]
+
+
 def test_the_caller_does_not_wait_for_a_helper_that_never_starts():
     """With every pool thread held up elsewhere, the op runs all blocks on the caller's thread and returns."""
     import numba

@@ -231,3 +231,46 @@ def test_a_state_replaced_in_one_layer_only_is_read():
         np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10,
                                    atol=1e-10)
         np.testing.assert_allclose(cache_f.layers[1].ssm.data, cache_s.layers[1].ssm.data, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_cache_advanced_by_another_thread_is_refused(fused):
+    """Two threads stepping one cache hung the process in the fused decoder (the session's step counters crossed)
+    and, unfused, left states that matched no order of the steps (found by an audit of threads): while one call
+    advances a cache, another thread's step or prefill on it is refused."""
+    import threading
+    model = twin_models(seed=3)[0 if fused else 1]
+    cache = model.allocate_cache(1)
+    errors = []
+
+    def other_thread():
+        for call in (lambda: model.step(np.array([1]), cache), lambda: model(np.array([[1, 2]]), cache)):
+            try:
+                call()
+            except RuntimeError as e:
+                errors.append(str(e))
+    with cache.advancing("a step of the first thread"):
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert len(errors) == 2 and all("being advanced by another thread" in e and "allocate_cache" in e for e in errors)
+    assert cache.seqlen_offset == 0 and not cache.layers[0].ssm.data.any()     # nothing was advanced
+    model.step(np.array([1]), cache)                                     # free again: steps as usual
+    assert cache.seqlen_offset == 1
+
+
+def test_a_module_replaced_on_the_model_is_what_the_decoder_reads():
+    """mixer.out_proj replaced by another Linear after a generate: the decoder's prepared weights checked the old
+    module's parameters (unchanged) and went on with them (found by an audit)."""
+    from tinygrad_ssm import VarBuilder, VarMap, nn
+    fast, _ = twin_models(seed=4)
+    ids = np.array([[3, 9, 27]])
+    fast.generate(ids, 3, temperature=0)                                 # the decoder's weights are prepared
+    old = fast.layers[0].mixer.out_proj
+    vb = VarBuilder.from_varmap(VarMap(seed=5), dtype=fast.dtype)
+    fast.layers[0].mixer.out_proj = nn.Linear(vb.pp("other"), old.in_features, old.out_features, bias=False,
+                                              fused=True)
+    fast.layers[0].mixer.out_proj.weight.data *= 30
+    cache = fast.allocate_cache(1)
+    fast(ids[:, :2], cache)                                              # prefill (the fused forward)
+    np.testing.assert_allclose(fast.step(ids[:, 2], cache).data, fast(ids).data[:, -1], rtol=1e-10, atol=1e-10)

@@ -17,6 +17,7 @@ user's holds it, the limit is not set, and the products run as they would have, 
 """
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -29,11 +30,25 @@ _controller: ThreadpoolController | None = None
 _owner: threading.Thread | None = None   # the thread that set the limit
 _depth = 0                               # how deep the owner is in nested single_threaded_blas() calls
 _limiter = None                          # what restores the thread counts when the owner leaves
+_fork_hook = False                       # _reset_after_fork registered
+
+
+def _reset_after_fork() -> None:
+    """In a child forked while another thread held the limit (or the lock), neither that thread nor its release
+    exists: a fresh lock and no owner, else the child's first fused product waited for ever (found by an audit).
+    The child's BLAS keeps the thread count it was forked with."""
+    global _lock, _owner, _depth, _limiter
+    _lock, _owner, _depth, _limiter = threading.Lock(), None, 0, None
 
 
 def _new_controller() -> ThreadpoolController:
     # imported here, when a limit is first needed: threadpoolctl's import sets KMP_DUPLICATE_LIB_OK in os.environ
-    # (README, "What the fast paths change"), which importing the package or the scan alone must not do
+    # (README, "What the fast paths change"), which importing the package or the scan alone must not do; the
+    # fork hook likewise (it touches only this module's state)
+    global _fork_hook
+    if not _fork_hook and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_reset_after_fork)
+        _fork_hook = True
     from threadpoolctl import ThreadpoolController
     return ThreadpoolController()
 

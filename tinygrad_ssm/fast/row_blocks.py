@@ -61,7 +61,10 @@ def on_threads(work, n_blocks: int, threads: int | None = None):
                 state["busy"] -= 1
                 lock.notify_all()
     for share in range(1, n):
-        _pool.submit(helper, share)
+        try:
+            _pool.submit(helper, share)
+        except RuntimeError:  # the interpreter is shutting down (a non-daemon thread's or an atexit handler's op):
+            break             # concurrent.futures takes no new work then; the caller's thread does every block
     try:
         work(blocks(), 0)
     finally:

@@ -111,6 +111,7 @@ class _Weights:
                      self.mats[1][0]), _chunking(c.padded_vocab_size, c.d_model, self.head),
                      _rows_per_chunk(c.headdim * c.d_state, dtype.itemsize, STATE_CHUNK_BYTES))  # heads
         self._modules, self._names, self._arrays = (list(column) for column in zip(*self.sources))
+        self._tree = _module_tree(model)
         self.entry_points = {}                                          # {numba function: entry point}, _Session.call
 
     def _take(self, module, name: str, dtype):
@@ -124,17 +125,33 @@ class _Weights:
         self.copied |= a is not tensor.data
         return a
 
-    def fresh(self) -> bool:
+    def fresh(self, model) -> bool:
         current = map(_DATA, map(getattr, self._modules, self._names))  # each module's parameter as it is now
-        return not self.copied and all(map(operator.is_, current, self._arrays))
+        return (not self.copied and all(map(operator.is_, current, self._arrays))
+                and _same_objects(_module_tree(model), self._tree))
 
 
 _DATA = operator.attrgetter("data")
 
 
+def _module_tree(model) -> list:
+    """The modules whose parameters a step reads, as the model holds them now: a module replaced on its parent
+    (mixer.out_proj = Linear(...), an adapter around lm_head) kept its old parameters' arrays, so `fresh` compared
+    those with themselves and the decoder went on with the old weights."""
+    tree = [model.embedding, model.lm_head, model.norm_f]
+    for layer in model.layers:
+        mixer = layer.mixer
+        tree += [layer, layer.norm, mixer, mixer.in_proj, mixer.conv1d, mixer.norm, mixer.out_proj]
+    return tree
+
+
+def _same_objects(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
 def _weights(model) -> _Weights:
     w = model.__dict__.get("_decode_weights")
-    if w is None or not w.fresh():
+    if w is None or not w.fresh(model):
         w = model._decode_weights = _Weights(model)
     return w
 

@@ -13,7 +13,9 @@ chunked); `step` then advances one token with O(1) work and memory.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,8 +87,28 @@ class Mamba2Cache:
     layers: list   # one LayerState per layer
     seqlen_offset: int = 0   # tokens seen so far
 
+    def __post_init__(self):
+        self._in_use = threading.Lock()
+
     def __getstate__(self):  # pickle, deepcopy: the fused decoder's session (numba's lists) is rebuilt when needed
-        return {k: v for k, v in self.__dict__.items() if k != "_decode_session"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_decode_session", "_in_use")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._in_use = threading.Lock()
+
+    @contextlib.contextmanager
+    def advancing(self, who: str):
+        """Held while a call advances the cache: a second thread meanwhile is refused. Two threads stepping one
+        cache hung the process in the fused decoder (its session's step counters crossed) and, unfused, left
+        states matching no order of the steps; a cache is one batch of sequences, read and written in order."""
+        if not self._in_use.acquire(blocking=False):
+            raise RuntimeError(f"{who}: this cache is being advanced by another thread; a cache holds one batch's "
+                               f"state and moves token by token: give each thread its own (model.allocate_cache)")
+        try:
+            yield
+        finally:
+            self._in_use.release()
 
     @property
     def batch_size(self) -> int:
@@ -273,8 +295,13 @@ class Mamba2LMHeadModel:
         not part of the graph: a loss on a later segment sends no gradient into the segments before it
         (truncated backpropagation through time; for the gradient of the whole text, one forward over it)."""
         ids = self._check_ids(input_ids, 2, "Mamba2LMHeadModel")
-        if cache is not None:
-            self._check_cache(cache, ids, "Mamba2LMHeadModel")
+        if cache is None:
+            return self._forward(ids, None)
+        self._check_cache(cache, ids, "Mamba2LMHeadModel")
+        with cache.advancing("Mamba2LMHeadModel"):
+            return self._forward(ids, cache)
+
+    def _forward(self, ids: np.ndarray, cache: Mamba2Cache | None) -> Tensor:
         x = self.embedding(ids)                                          # (b, l, d_model)
         states = [None] * len(self.layers) if cache is None else cache.layers
         if self.fused:
@@ -341,15 +368,16 @@ class Mamba2LMHeadModel:
         """One token per sequence: input_ids (b,) -> logits (b, padded vocab); the cache advances by one."""
         ids = self._check_ids(input_ids, 1, "Mamba2LMHeadModel.step")
         self._check_cache(cache, ids, "step")
-        if self.fused:  # one numba call for every layer, in place on the cache (decode.py)
-            logits = decode_step(self, ids, cache)
+        with cache.advancing("step"):
+            if self.fused:  # one numba call for every layer, in place on the cache (decode.py)
+                logits = decode_step(self, ids, cache)
+                cache.seqlen_offset += 1
+                return Tensor(logits)                                    # (b, V)
+            x = self.embedding(ids)                                      # (b, d_model)
+            for layer, state in zip(self.layers, cache.layers):
+                x = layer.step(x, state)
             cache.seqlen_offset += 1
-            return Tensor(logits)                                        # (b, V)
-        x = self.embedding(ids)                                          # (b, d_model)
-        for layer, state in zip(self.layers, cache.layers):
-            x = layer.step(x, state)
-        cache.seqlen_offset += 1
-        return self._head(x)                                             # (b, V)
+            return self._head(x)                                         # (b, V)
 
     def generate_stream(self, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0,
                         top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
