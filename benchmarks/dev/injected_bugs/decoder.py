@@ -26,10 +26,10 @@ BUGS = [
     # --- decode.py: weights taken once, rebuilt when replaced --------------------------------------------------
     Bug(DEC, "        self.copied |= a is not tensor.data", "        self.copied = a is not tensor.data",
         (TD, "-k", "copied"), "only the last weight taken decides whether the prepared weights hold a copy (a copied one is never taken again)"),
-    Bug(DEC, "        return not self.copied and all(map(operator.is_, current, self._arrays))",
-        "        return not self.copied and any(map(operator.is_, current, self._arrays))",
+    Bug(DEC, "        return (not self.copied and all(map(operator.is_, current, self._arrays))",
+        "        return (not self.copied and any(map(operator.is_, current, self._arrays))",
         (TK, "-k", "weights_changed"), "the prepared weights count as fresh while any one parameter is still the array taken"),
-    Bug(DEC, "    if w is None or not w.fresh():", "    if w is None:",
+    Bug(DEC, "    if w is None or not w.fresh(model):", "    if w is None:",
         (TK, "-k", "weights_changed"), "the prepared weights are never rebuilt after a parameter is replaced"),
     Bug(DEC, "        self.head = self.emb if model.lm_head is None else take(model.lm_head, \"weight\")",
         "        self.head = self.emb", (TD, "-k", "equals_engine"), "an untied model's logits read the embedding as the head"),
@@ -163,4 +163,13 @@ BUGS = [
         (TQ, "-k", "holds_slabs"), "int8 quantized whole: float64 temporaries of 6x the matrix (--weights int8 peaked at 3x float32's load)"),
     Bug("tinygrad_ssm/io/safetensors.py", "    for lo in range(0, flat.size, BF16_SLAB):", "    for lo in range(0, flat.size - 1, BF16_SLAB):",
         (TQ, "-k", "slabs_gives"), "the last bfloat16 slab of one value left unconverted"),
+    # --- threads and forks (found by an audit, 2026-12-07) -------------------------------------------------------------
+    Bug('tinygrad_ssm/models/mamba2/decode.py', '\n                and _same_objects(_module_tree(model), self._tree))', ')',
+        ('tests/models/test_decode.py', '-k', 'module_replaced'), "a module replaced on the model: the decoder goes on with the old module's weights"),
+    Bug('tinygrad_ssm/models/mamba2/model.py', '        if not self._in_use.acquire(blocking=False):', '        if False:',
+        ('tests/models/test_decode.py', '-k', 'another_thread'), 'two threads may advance one cache at once (the fused decoder hangs)'),
+    Bug('tinygrad_ssm/fast/row_blocks.py', '        except RuntimeError:  # the interpreter is shutting down', '        except ValueError:  # the interpreter is shutting down',
+        ('tests/fast/test_fused.py', '-k', 'shutdown'), 'a fused op at interpreter shutdown raises: the pool takes no new work'),
+    Bug('tinygrad_ssm/fast/blas_threads.py', '        os.register_at_fork(after_in_child=_reset_after_fork)', '        pass',
+        ('tests/fast/test_blas_threads.py', '-k', 'forked'), 'a child forked while a thread held the BLAS limit waits for ever'),
 ]

@@ -111,8 +111,8 @@ BUGS = [
     # --- decode.py: the decoder's Python driver ------------------------------------------------------------------
     Bug(DEC, '            steps = int(ran[0])', '            steps = int(ran[0]) if ran[0] == n else int(ran[0]) - 1',
         ("tests/models/test_decode.py", "-k", "finite"), "a generation stopped at non-finite logits counts one step fewer than it ran"),
-    Bug(DEC, '        return not self.copied and all(map(operator.is_, current, self._arrays))',
-        '        return all(map(operator.is_, current, self._arrays))', ("tests/models/test_decode.py", "-k", "copied or replaces or entry_points"),
+    Bug(DEC, '        return (not self.copied and all(map(operator.is_, current, self._arrays))',
+        '        return (all(map(operator.is_, current, self._arrays))', ("tests/models/test_decode.py", "-k", "copied or replaces or entry_points"),
         "weights copied into the kernel's layout never rebuilt after an in-place update of the model's"),
     Bug(DEC, "        finally:  # a Ctrl-C lands as the call returns: the step ran, and its number's claims are spent (a next\n            self.step_count += 1  # step under the same number would find every chunk claimed and do nothing)",
         "        except KeyboardInterrupt:\n            raise\n        self.step_count += 1",
