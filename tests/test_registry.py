@@ -195,3 +195,9 @@ def test_dtype_none_is_the_packages_float32_as_the_models():
     assert vm.get((2,), "a", init.Const(0.0), dtype=None).dtype == np.float32
     assert VarBuilder.from_varmap(vm, dtype=None).get((2,), "b", init.Const(0.0)).dtype == np.float32
 
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "0"])
+def test_a_bad_seed_is_named(seed):
+    with pytest.raises(ValueError, match=r"VarMap: seed must be an int >= 0"):
+        VarMap(seed=seed)
+

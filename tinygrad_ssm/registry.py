@@ -89,6 +89,8 @@ class VarMap:
     initialises them all."""
 
     def __init__(self, seed: int = 0):
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, (bool, np.bool_)) or seed < 0:
+            raise ValueError(f"VarMap: seed must be an int >= 0, got {seed!r}")
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self._vars: dict[str, Tensor] = {}

@@ -82,6 +82,11 @@ def test_saving_a_model_whose_varmap_holds_another_models_variables_is_refused(t
                                   own(np.array([[1, 2]])).data)
 
 
+def test_from_dict_needs_a_dict():
+    with pytest.raises(TypeError, match=r"Mamba2Config.from_dict: need a dict of its fields, got NoneType"):
+        Mamba2Config.from_dict(None)
+
+
 def test_a_floor_of_zero_is_a_config_mamba_ssm_takes():
     """mamba_ssm clamps the initial dt at dt_init_floor, 0 included (it floors nothing); such a checkpoint's
     config was refused."""

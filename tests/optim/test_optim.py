@@ -456,3 +456,29 @@ def test_a_parameter_whose_data_changed_shape_after_the_first_step_is_refused_na
         opt.step()
     np.testing.assert_array_equal(y.data, y_before)                      # nothing was updated
     np.testing.assert_array_equal(x.data, np.ones(3))
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: optim.WarmupCosine(1e-3, 0, 10)(float("nan")), r"step must be an int >= 0, got nan"),     # lr was nan
+    (lambda: optim.WarmupCosine(1e-3, 0, 10)(None), r"step must be an int >= 0, got None"),
+    (lambda: optim.WarmupCosine("1e-3", 0, 10), r"lr must be a finite number, got '1e-3'"),
+    (lambda: optim.WarmupCosine(float("inf"), 0, 10), r"lr must be a finite number, got inf"),
+    (lambda: optim.WarmupCosine(1e-3, 0.5, 10), r"warmup_steps must be an int, got 0.5"),
+])
+def test_a_schedule_names_a_bad_argument(call, message):
+    """Found by an API audit: a NaN step gave a NaN learning rate, an inf lr was taken, a str lr failed inside a
+    comparison."""
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_zero_grad_takes_a_bool_only():
+    """set_to_none="no" (truthy) dropped the gradients it was asked to keep."""
+    x = tg.Tensor(np.ones(2), requires_grad=True)
+    opt = optim.SGD([x], lr=0.1)
+    x.grad = tg.Tensor(np.ones(2))
+    with pytest.raises(TypeError, match=r"zero_grad: set_to_none must be True or False, got 'no'"):
+        opt.zero_grad(set_to_none="no")
+    assert x.grad is not None
+    opt.zero_grad(set_to_none=False)
+    assert x.grad is not None and not x.grad.data.any()

@@ -147,6 +147,8 @@ class Optimizer:
     # --- steps ------------------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True):
         """Forget the gradients (backward accumulates into .grad)."""
+        if not isinstance(set_to_none, bool):                           # "no" is truthy: the grads were dropped
+            raise TypeError(f"{type(self).__name__}.zero_grad: set_to_none must be True or False, got {set_to_none!r}")
         for _, p in self.params:
             if set_to_none:
                 p.grad = None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 
 class WarmupCosine:
@@ -12,6 +13,12 @@ class WarmupCosine:
         step > total_steps:                   min_lr"""
 
     def __init__(self, lr: float, warmup_steps: int, total_steps: int, min_lr: float = 0.0):
+        for name, value in (("lr", lr), ("min_lr", min_lr)):          # a str compared with a float, an inf lr
+            if not _is_number(value) or not math.isfinite(value):
+                raise ValueError(f"WarmupCosine: {name} must be a finite number, got {value!r}")
+        for name, value in (("warmup_steps", warmup_steps), ("total_steps", total_steps)):
+            if not _is_int(value):
+                raise ValueError(f"WarmupCosine: {name} must be an int, got {value!r}")
         if not (0 <= warmup_steps <= total_steps):
             raise ValueError(f"WarmupCosine: need 0 <= warmup_steps <= total_steps, got {warmup_steps}, {total_steps}")
         if not (0 <= min_lr <= lr):
@@ -19,8 +26,8 @@ class WarmupCosine:
         self.lr, self.warmup_steps, self.total_steps, self.min_lr = lr, warmup_steps, total_steps, min_lr
 
     def __call__(self, step: int) -> float:
-        if step < 0:
-            raise ValueError(f"WarmupCosine: step must be >= 0, got {step}")
+        if not _is_int(step) or step < 0:                             # step NaN gave lr NaN
+            raise ValueError(f"WarmupCosine: step must be an int >= 0, got {step!r}")
         if step < self.warmup_steps:
             return self.lr * (step + 1) / self.warmup_steps
         if step >= self.total_steps:
@@ -31,3 +38,12 @@ class WarmupCosine:
     def __repr__(self):
         return (f"WarmupCosine(lr={self.lr}, warmup_steps={self.warmup_steps}, total_steps={self.total_steps}, "
                 f"min_lr={self.min_lr})")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+

@@ -131,6 +131,8 @@ class Mamba2Config:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Mamba2Config":
+        if not isinstance(d, dict):
+            raise TypeError(f"Mamba2Config.from_dict: need a dict of its fields, got {type(d).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
