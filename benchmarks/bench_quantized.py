@@ -51,7 +51,7 @@ def main(argv=None) -> dict:
     models = {}
     for fmt in FORMATS:                                                 # the same random weights (seed 0)
         model = Mamba2LMHeadModel(config, VarMap(seed=0))
-        models[fmt] = model if fmt == "float32" else model.quantize(fmt, block=args.block)
+        models[fmt] = model if fmt == "float32" else model.quantize(fmt, block=args.block if fmt == "int8" else None)
     bandwidth = read_bandwidth(0.0625 if args.quick else 1.0)["gb_s"] * 1e9
     result = {"benchmark": "bench_quantized", "shape": shape, "block": args.block, "threads": THREADS,
               "read_bandwidth_gb_s": round(bandwidth / 1e9, 1), "rows": {}}

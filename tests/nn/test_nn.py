@@ -273,3 +273,14 @@ def test_linear_weight_gradient_is_c_contiguous_like_the_weight():
     grad = lin.weight.grad.data
     assert grad.flags.c_contiguous
     np.testing.assert_allclose(grad, w_out.reshape(-1, 3).T @ x.reshape(-1, 4), rtol=1e-12)
+
+
+@pytest.mark.parametrize("eps", [-1.0, 0.0, float("inf"), "1e-5", True])
+def test_a_norm_with_an_eps_that_is_not_a_positive_number_is_refused(eps):
+    """RMSNorm(eps=-1) made every output NaN; eps="x" failed at the first call (found by an API audit)."""
+    _, vb = builder()
+    with pytest.raises(ValueError, match=r"RMSNorm 'n': eps must be a positive finite number"):
+        nn.RMSNorm(vb.pp("n"), 4, eps=eps)
+    with pytest.raises(ValueError, match=r"GatedRMSNorm 'g': eps must be a positive finite number"):
+        nn.GatedRMSNorm(vb.pp("g"), 4, 2, eps=eps)
+

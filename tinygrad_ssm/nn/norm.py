@@ -1,6 +1,9 @@
 """RMS norms: plain (per token) and gated per group of channels (Mamba-2's output norm)."""
 from __future__ import annotations
 
+import math
+import numbers
+
 from ..autograd import functional as F
 from . import init
 from ..fast import fused as fused_ops
@@ -8,12 +11,19 @@ from ..registry import VarBuilder
 from ..autograd.tensor import Tensor
 
 
+def _positive_eps(layer: str, name: str, eps) -> float:
+    """eps as a float > 0: a negative one made every output NaN, a str failed at the first call (an API audit)."""
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not 0 < eps < math.inf:
+        raise ValueError(f"{layer} {name!r}: eps must be a positive finite number, got {eps!r}")
+    return float(eps)
+
+
 class RMSNorm:
     """x / sqrt(mean(x^2, last axis) + eps) * weight; "weight" (dim,) init 1, no bias.
     fused=True runs one numba op (fast/fused.py) instead of the engine's RMSNorm op; the same numbers."""
 
     def __init__(self, vb: VarBuilder, dim: int, eps: float = 1e-5, fused: bool = False):
-        self.name, self.dim, self.eps, self.fused = vb.prefix, dim, eps, fused
+        self.name, self.dim, self.eps, self.fused = vb.prefix, dim, _positive_eps("RMSNorm", vb.prefix, eps), fused
         self.weight = vb.get((dim,), "weight", init=init.Const(1.0))   # (dim,)
 
     def __call__(self, x: Tensor) -> Tensor:
@@ -36,7 +46,8 @@ class GatedRMSNorm:
     def __init__(self, vb: VarBuilder, dim: int, group_size: int, eps: float = 1e-5, fused: bool = False):
         if group_size <= 0 or dim % group_size:
             raise ValueError(f"GatedRMSNorm {vb.prefix!r}: dim={dim} must be a multiple of group_size={group_size}")
-        self.name, self.dim, self.group_size, self.eps, self.fused = vb.prefix, dim, group_size, eps, fused
+        self.name, self.dim, self.group_size, self.fused = vb.prefix, dim, group_size, fused
+        self.eps = _positive_eps("GatedRMSNorm", vb.prefix, eps)
         self.weight = vb.get((dim,), "weight", init=init.Const(1.0))   # (dim,)
 
     def __call__(self, y: Tensor, z: Tensor | None = None) -> Tensor:

@@ -229,6 +229,9 @@ def quantize_model(model, fmt: str, block: int | None = None, weights: dict | No
     (None: default_block). Returns the model."""
     if fmt not in FORMATS:
         raise ValueError(f"quantize: format must be one of {FORMATS}, got {fmt!r}")
+    if fmt == "bfloat16" and block is not None:  # it was ignored without a word
+        raise ValueError(f"quantize: block applies to int8 (a scale per block of weights); bfloat16 has none: leave "
+                         f"block out, got block={block!r}")
     if block is None:
         block = default_block(model.config)
     if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
