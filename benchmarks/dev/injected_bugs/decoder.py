@@ -5,7 +5,8 @@ its numba step (decode_step.py: chunks, prompt rows, the generation loop, the pr
 BLAS's thread limit (fast/blas_threads.py), the 8-bit products and dequantization (fast/quantized_kernels.py) and
 quantized folders (models/mamba2/quantized_files.py). Each should fail a test of tests/fast or tests/models.
 Last full run: 54 of 54 caught (bugs 1-54; again on main on 2026-12-06), 11 min 1 s of tests on the shared 2-core
-machine (the decode.py and decode_step.py bugs pay numba's compilation, 15-70 s each); 55 and 56 caught when added; 57-59 (quantizing in slabs) 3 of 3 on 2026-12-07."""
+machine (the decode.py and decode_step.py bugs pay numba's compilation, 15-70 s each); 55 and 56 caught when added; 57-59 (quantizing in slabs) 3 of 3 on 2026-12-07,
+60-64 (threads and forks, the API audit) 5 of 5 after them; 2 and 3 again after fresh() took the model."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 

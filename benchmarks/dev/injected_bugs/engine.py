@@ -4,7 +4,8 @@ registry.py): each should fail a test of the tests a developer runs for its file
 on 2026-12-06 after the fifth round (parameter groups, per-group betas, SGD's late buffer, clip's norm_type); 10 and
 130-139 (torch's indexing and dtype rules, found by differential testing against torch) 11 of 11 the same night;
 56, 125, 126 and 140-146 (the registry, optimizer and safetensors audit) 10 of 10 after them; 147 and 148
-(gradients 0.09% wrong, which gradcheck's old rtol 1e-3 passed) 2 of 2 on 2026-12-07."""
+(gradients 0.09% wrong, which gradcheck's old rtol 1e-3 passed) 2 of 2 on 2026-12-07, 149-154 (the API audit) 6 of 6
+after them."""
 from inject_bugs import Bug
 
 AUTOGRAD = ("tests/autograd",)
