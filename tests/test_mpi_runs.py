@@ -139,3 +139,25 @@ def test_another_corpus_on_rank_1_shows_both_fingerprints(corpus, tmp_path):
     assert proc.returncode == 2, proc.stderr[-3000:]
     said = re.search(r"rank 1 reads another corpus .*?\(rank 1: (\{.*?\}); rank 0: (\{.*?\})\)", proc.stderr)
     assert said and "'train_crc32': 12345" in said[1] and "'train_crc32': 12345" not in said[2], proc.stderr
+
+
+@needs_mpi
+def test_data_failing_on_an_inner_rank_of_four_ends_the_job_naming_it(corpus, tmp_path):
+    """Rank 2 of 4 failed before the corpus fingerprints' broadcast, which sat inside the agreed data loading: it
+    skipped the broadcast and rank 3, fed through it in MPICH's tree, waited for ever (the job hung)."""
+    proc = mpirun(4, [SCRIPTS / "one_rank_fails.py", "data", "2", "train", *TINY, "--data", corpus, "--steps", "2",
+                      "--out", tmp_path / "run"], timeout=150)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "rank 2 of 4 failed: ValueError: this rank has no data" in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "run").exists()
+
+
+@needs_mpi
+def test_an_import_failing_on_one_rank_ends_the_job(corpus, tmp_path):
+    """tqdm missing on rank 1 only: its ImportError came before train()'s code that ends the job on one rank's error,
+    so rank 1 sat in MPI_Finalize and rank 0 waited for it (the job hung)."""
+    proc = mpirun(2, [SCRIPTS / "one_rank_fails.py", "tqdm", "1", "train", *TINY, "--data", corpus, "--steps", "2",
+                      "--out", tmp_path / "run"], timeout=120)
+    assert proc.returncode != 0 and "[rank 1 of 2] error" in proc.stderr, proc.stderr[-3000:]
+    assert "tqdm" in proc.stderr
+

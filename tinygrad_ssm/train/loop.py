@@ -236,12 +236,18 @@ def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = S
     if state is not None and state["data_fingerprint"] != fingerprint:
         raise ValueError(f"--resume: the corpus {corpus.source!r} is not the one this run was trained on "
                          f"(saved {state['data_fingerprint']}, now {fingerprint})")
+    return corpus, fingerprint
+
+
+def _same_corpus_as_root(corpus: Corpus, fingerprint: dict, world: World) -> None:
+    """Every rank read the corpus rank 0 read. A collective of its own, after every rank has loaded its data: inside
+    _load_data a rank that failed before the broadcast skipped it, and with 4 ranks or more a rank fed through it
+    waited for ever (MPICH's broadcast tree; found by an audit)."""
     root_fingerprint = world.broadcast_json(fingerprint)
     if root_fingerprint != fingerprint:
         raise ValueError(f"rank {world.rank} reads another corpus from {corpus.source!r} than rank 0 "
                          f"(rank {world.rank}: {fingerprint}; rank 0: {root_fingerprint}); every machine needs "
                          f"the same --data")
-    return corpus, fingerprint
 
 
 def _make_run_folder(cfg: TrainConfig, resume_dir: Path | None, world: World,
@@ -263,7 +269,8 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
 
     cfg, state, resume_dir = _resolve_on_root(cfg, resume, overrides, stop_at, say, world)
     tokenizer = shared_tokenizer(cfg, resume_dir, world)  # rank 0's, sent to the others
-    corpus, fingerprint = world.agree(_load_data, cfg, state, tokenizer, world)
+    corpus, fingerprint = world.agree(_load_data, cfg, state, tokenizer, world)   # no collective inside (each rank
+    world.agree(_same_corpus_as_root, corpus, fingerprint, world)                  # may fail alone), then one
     model = shared_model(cfg, tokenizer, state, world)  # before the run folder: a bad --init-from changes nothing
     out, lock = world.agree(_make_run_folder, cfg, resume_dir, world, state)
     cfg.out = str(out)
@@ -424,15 +431,14 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
     the default single-process World under mpiexec -n N, N > 1, raises DistributedError); `overlap`
     starts each gradient bucket's allreduce during the backward (False: all of them after it).
     """
-    from tqdm import tqdm
-
     if world.size == 1 and launcher_world_size() > 1:  # N lone copies would train into one folder
         raise DistributedError(f"train(): a launcher (mpiexec) started {launcher_world_size()} processes, but world= "
                                f"is the single-process default, so each would train alone; pass "
                                f"world=tinygrad_ssm.distributed.init() (or start one process, without mpiexec)")
     t_begin = time.perf_counter()
-    say = (say or (lambda m: tqdm.write(m, file=sys.stdout))) if world.is_root else (lambda m: None)
-    try:
+    try:  # from here on one rank's error ends the whole job (below): an import failing on one rank left the rest waiting
+        from tqdm import tqdm
+        say = (say or (lambda m: tqdm.write(m, file=sys.stdout))) if world.is_root else (lambda m: None)
         run = _setup(cfg, resume, overrides, stop_at, say, world)
         if world.size > 1:
 
