@@ -161,3 +161,15 @@ def test_an_import_failing_on_one_rank_ends_the_job(corpus, tmp_path):
     assert proc.returncode != 0 and "[rank 1 of 2] error" in proc.stderr, proc.stderr[-3000:]
     assert "tqdm" in proc.stderr
 
+
+@needs_mpi
+def test_ranks_cutting_other_gradient_buckets_are_refused_on_every_rank(corpus, tmp_path):
+    """Another package version on rank 1 (buckets of 4 KB): each bucket's allreduce met another bucket of rank 0's,
+    the summed numbers made a NaN gradient norm, "training diverged ... try a lower --lr", and then a hang."""
+    proc = mpirun(2, [SCRIPTS / "one_rank_fails.py", "buckets", "1", "train", *TINY, "--data", corpus, "--steps", "2",
+                      "--out", tmp_path / "run"], timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]                    # as flags that differ between ranks
+    assert proc.stderr.count("error: GradientAllreducer: the gradient buckets of rank(s) [1] differ from rank 0's") \
+        == 1, proc.stderr[-3000:]
+    assert "diverged" not in proc.stderr
+

@@ -55,6 +55,11 @@ class SetupFailedOnAnotherRank(ValueError):
     """Raised on the ranks whose setup succeeded when another rank's failed: every rank stops together."""
 
 
+class RanksDisagree(ValueError):
+    """The ranks built different things (another package version or model on one): refused on every rank before
+    the first step, as a flag that differs between ranks is."""
+
+
 class RanksDiverged(DistributedError):
     """The weights differ between ranks: data-parallel training would silently train several models."""
 
@@ -291,10 +296,29 @@ class GradientAllreducer:
         for b, bucket in enumerate(self.buckets):
             for i, (_, p) in enumerate(bucket.named):
                 self._where[id(p)] = (b, i)
+        self._check_same_buckets()
         self._handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
                          for _, p in named] if overlap and world.size > 1 else []
         self._next, self._seen, self.last_finish_s, self.last_launched_early = 0, {}, 0.0, 0
         self._held = False  # inside no_sync(): a backward's gradients stay in .grad, unsent
+
+    def _check_same_buckets(self):
+        """Every rank cut the same buckets (names, shapes, dtypes, in order): each bucket is one Iallreduce, matched
+        with the other ranks' by its place, so a rank with another package version (another bucket size) or model
+        summed unrelated numbers, "diverged" with a false diagnosis and then hung (found by an audit). Raised on
+        every rank alike (no rank is left waiting)."""
+        if self.world.size == 1:
+            return
+        layout = [[(name, list(p.shape), str(p.dtype)) for name, p in bucket.named] for bucket in self.buckets]
+        layouts = self.world.comm.allgather(layout)
+        differ = [r for r, other in enumerate(layouts) if other != layouts[0]]
+        if differ:
+            error = RanksDisagree(
+                f"GradientAllreducer: the gradient buckets of rank(s) {differ} differ from rank 0's ({len(layouts[0])} "
+                f"buckets on rank 0, {[len(layouts[r]) for r in differ]} there): every rank must run the same package "
+                f"version and model (the same parameters, shapes, dtypes and bucket_bytes)")
+            error.raised_on_every_rank = True
+            raise error
 
     @contextlib.contextmanager
     def no_sync(self):
