@@ -87,6 +87,23 @@ def test_from_dict_needs_a_dict():
         Mamba2Config.from_dict(None)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_cache_of_another_dtype_or_width_is_refused_naming_its_layer(fused):
+    """A float64 model's cache given to a float32 model ran in float64 (__call__'s logits float64, the fused step
+    converting the cache silently); another width's failed deep in a layer (found by an API audit)."""
+    config = Mamba2Config(d_model=16, n_layer=1, vocab_size=20, d_state=8, headdim=8, chunk_size=4)
+    model = Mamba2LMHeadModel(config, VarMap(seed=0), fused=fused)
+    other_dtype = Mamba2LMHeadModel(config, VarMap(seed=0), dtype="float64").allocate_cache(1)
+    wider = Mamba2LMHeadModel(Mamba2Config(**{**config.to_dict(), "d_model": 32}), VarMap(seed=0)).allocate_cache(1)
+    cases = ((other_dtype, r"cache layer 0 holds .*states of float64, this model's are .* of float32"),
+             (wider, r"cache layer 0 holds conv \(1, 80, 4\)"))
+    for cache, what in cases:
+        with pytest.raises(ValueError, match=what):
+            model(np.array([[1, 2]]), cache)
+        with pytest.raises(ValueError, match=r"step: cache layer 0 holds"):
+            model.step(np.array([1]), cache)
+
+
 def test_a_floor_of_zero_is_a_config_mamba_ssm_takes():
     """mamba_ssm clamps the initial dt at dt_init_floor, 0 included (it floors nothing); such a checkpoint's
     config was refused."""

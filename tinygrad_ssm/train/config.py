@@ -15,9 +15,9 @@ class TrainConfig:
 
     Why these (measured on the default corpus, 2 cores): batches of 32 x 128 bytes, since at equal bytes per
     step more and shorter sequences learn faster in a run this short; peak lr 4e-3, which beat 3e-3 and 6e-3;
-    chunk 64 (the CPU's numba scan cuts it to 32-step chunks, as any chunk from 32 up: the same computation); 3 layers of d_model 256 with d_state 64, since in a few minutes a
-    model this small sees about two bytes per parameter, so fewer layers and more steps win (2 layers fell
-    behind); 660 steps, what fitted in about four minutes on a fresh clone, install and compilation included,
+    chunk 64 (the CPU's numba scan cuts it to 32-step chunks, as any chunk from 32 up: the same computation);
+    3 layers of d_model 256 with d_state 64, since in a few minutes a model this small sees about two bytes per
+    parameter, so fewer layers and more steps win (2 layers fell behind); 660 steps, what fitted in about four minutes on a fresh clone, install and compilation included,
     when they were chosen (about three today: the step got faster; validation about 1.68 bits per byte). The
     runs behind these choices, and the default run's figures through the package's history: CHANGELOG.md.
     """

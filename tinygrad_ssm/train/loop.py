@@ -436,7 +436,7 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
                                f"is the single-process default, so each would train alone; pass "
                                f"world=tinygrad_ssm.distributed.init() (or start one process, without mpiexec)")
     t_begin = time.perf_counter()
-    try:  # from here on one rank's error ends the whole job (below): an import failing on one rank left the rest waiting
+    try:  # from here on one rank's error ends the whole job (below): an import failing on one rank left all waiting
         from tqdm import tqdm
         say = (say or (lambda m: tqdm.write(m, file=sys.stdout))) if world.is_root else (lambda m: None)
         run = _setup(cfg, resume, overrides, stop_at, say, world)

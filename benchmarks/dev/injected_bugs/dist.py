@@ -163,7 +163,7 @@ BUGS = [
     # --- MPI failure modes (found by an audit, 2026-12-07) -------------------------------------------------------------
     Bug('tinygrad_ssm/train/loop.py', '    return corpus, fingerprint\n\n\ndef _same_corpus_as_root', '    _same_corpus_as_root(corpus, fingerprint, world)\n    return corpus, fingerprint\n\n\ndef _same_corpus_as_root',
         ('tests/test_mpi_runs.py', '-k', 'inner_rank'), "the corpus check's broadcast inside the agreed data loading: an inner rank's failure hangs 4 ranks"),
-    Bug('tinygrad_ssm/train/loop.py', "    try:  # from here on one rank's error ends the whole job (below): an import failing on one rank left the rest waiting\n        from tqdm import tqdm\n", "    from tqdm import tqdm\n    try:  # from here on one rank's error ends the whole job (below): an import failing on one rank left the rest waiting\n",
+    Bug('tinygrad_ssm/train/loop.py', "    try:  # from here on one rank's error ends the whole job (below): an import failing on one rank left all waiting\n        from tqdm import tqdm\n", "    from tqdm import tqdm\n    try:  # from here on one rank's error ends the whole job (below): an import failing on one rank left all waiting\n",
         ('tests/test_mpi_runs.py', '-k', 'import_failing'), "an import failing on one rank at train()'s start hangs the job"),
     Bug('tinygrad_ssm/distributed.py', '        self._check_same_buckets()\n', '',
         ('tests/test_mpi_runs.py', '-k', 'buckets'), 'ranks cutting other gradient buckets sum unrelated numbers (a false divergence, then a hang)'),

@@ -106,8 +106,8 @@ def generate_stream(model, input_ids, max_new_tokens: int | None = None, tempera
     below it; by default config.vocab_size, which leaves out the padding rows of a mamba_ssm config
     (pad_vocab_size_multiple) but not those of a transformers one (it states the padded count: 50,288 rows for
     GPT-NeoX's 50,280 tokens), so pass the tokenizer's size there. min_p as transformers takes it (mamba_ssm's
-    compares with the first token's logit: sample_next), repetition_penalty as both take it: the penalty applies to the ids of each row's own prompt and of its
-    tokens so far. Arguments are checked at the call, not at the first next(). mamba_ssm's and transformers'
+    compares with the first token's logit: sample_next), repetition_penalty as both take it: the penalty applies
+    to the ids of each row's own prompt and of its tokens so far. Arguments are checked at the call, not at the first next(). mamba_ssm's and transformers'
     other arguments (max_length, num_beams, ...) are refused by name, with what to pass instead, unless given
     their neutral value (FOREIGN_ARGUMENTS)."""
     prompts, _ = check_prompts(model, input_ids)
