@@ -1,4 +1,5 @@
 """Helpers of the tests that run training (tests/train/, tests/test_distributed.py)."""
+import os
 
 
 def quiet(msg):
@@ -8,3 +9,15 @@ def quiet(msg):
 # the smallest training run of the tests that stop, resume and damage runs (tests/train/)
 TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=2, seq_len=32, eval_batches=1,
             sample_bytes=4, warmup_steps=1, checkpoint_every=1)
+
+
+def snapshot(folder):
+    """relative path -> bytes (None for a folder, the target for a link) of everything under `folder`."""
+    out = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            rel = os.path.relpath(p, folder)
+            out[rel] = ("->" + os.readlink(p)) if os.path.islink(p) else None if os.path.isdir(p) else \
+                open(p, "rb").read()
+    return out

@@ -19,7 +19,7 @@ from tinygrad_ssm.train import cli
 from tinygrad_ssm.train.loop import train
 
 from tests.support.models import small_model
-from tests.support.training import TINY, quiet
+from tests.support.training import TINY, quiet, snapshot
 
 FLAGS = [f for k, v in TINY.items() for f in (f"--{k.replace('_', '-')}", str(v))]
 MOMENTS = {"decay/state/w/exp_avg": np.zeros(3, np.float32), "decay/state/w/exp_avg_sq": np.ones(3, np.float32)}
@@ -85,18 +85,6 @@ def test_a_kill_inside_pruning_leaves_no_partial_checkpoint_named_like_one(tmp_p
     # the run writes step 1 again (resumed from an older checkpoint elsewhere): not refused as someone else's
     ckpt.save_checkpoint(run, 1, small_model(dtype="float32"), MOMENTS, {"tokens": 0, "run_id": "ours"}, keep=2)
     assert (root / "step-000001" / ckpt.STATE_FILE).is_file()
-
-
-def snapshot(folder):
-    """relative path -> bytes (None for a folder, the target for a link) of everything under `folder`."""
-    out = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            p = os.path.join(root, name)
-            rel = os.path.relpath(p, folder)
-            out[rel] = ("->" + os.readlink(p)) if os.path.islink(p) else None if os.path.isdir(p) else \
-                open(p, "rb").read()
-    return out
 
 
 def make(folder, files):

@@ -18,21 +18,9 @@ from tinygrad_ssm.train.loop import train
 from tinygrad_ssm.train.run_folder import MARKER_FILE, RunFolderError, claim_run_folder, lock_run_folder
 
 from tests.support.models import small_model
-from tests.support.training import TINY, quiet
+from tests.support.training import TINY, quiet, snapshot
 
 FLAGS = [f for k, v in TINY.items() for f in (f"--{k.replace('_', '-')}", str(v))]
-
-
-def snapshot(folder):
-    """relative path -> bytes (None for a folder, the target for a link) of everything under `folder`."""
-    out = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            p = os.path.join(root, name)
-            rel = os.path.relpath(p, folder)
-            out[rel] = ("->" + os.readlink(p)) if os.path.islink(p) else None if os.path.isdir(p) else \
-                open(p, "rb").read()
-    return out
 
 
 def new_run(corpus, out, *extra):
