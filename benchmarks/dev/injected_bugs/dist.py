@@ -4,7 +4,9 @@ replaced after open, checkpoint lookup and pruning, the run lock, Ctrl-C/SIGTERM
 developer runs for its file. The MPI tests run under the venv's mpiexec -n 2 (mpi4py installed; they skip without).
 Last full run: 57 of 57 caught, 5 min 9 s wall on the shared 2-core machine (an AMD EPYC, 2026-12-06, after
 --grad-accum's bugs 55-57); the Ctrl-C bug alone can take ~90 s (rank 0 waits for rank 1 until the test's mpiexec
-timeout). 34 caught again after safetensors.py's two-pass read moved its text (2026-12-06, late night)."""
+timeout). 34 caught again after safetensors.py's two-pass read moved its text (2026-12-06, late night).
+58-60 (MPI failure modes, 2026-12-07; each hangs the job until its test's timeout) 3 of 3, 6 min 40 s.
+"""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
