@@ -139,11 +139,8 @@ class Tensor:
         return self.data.tolist()
 
     def __repr__(self):
-        extra = ""
-        if self._ctx is not None:
-            extra = f", grad_fn={self._ctx.name}"
-        elif self.requires_grad:
-            extra = ", requires_grad=True"
+        extra = (f", grad_fn={self._ctx.name}" if self._ctx is not None else
+                 ", requires_grad=True" if self.requires_grad else "")
         body = np.array2string(self.data, precision=4, separator=", ", threshold=20)
         return f"Tensor({body}, dtype={self.dtype}{extra})"
 
