@@ -158,10 +158,13 @@ def test_decode_rejects_a_cache_of_another_shape():
     fast, _ = twin_models(seed=1)
     cache = fast.allocate_cache(2)
     cache.layers[1].conv = type(cache.layers[1].conv)(np.zeros((2, 3, 4)))
-    with pytest.raises(ValueError, match=r"step: cache layer 1 holds conv \(2, 3, 4\) .* model's are \(2, 48, 4\)"):
-        fast.step(np.array([1, 2]), cache)                             # the model checks every layer's states
-    with pytest.raises(ValueError, match=r"decode: cache conv state has shape \(2, 3, 4\), expected"):
-        decode.decode_step(fast, np.array([1, 2]), cache)                 # and so does the decoder on its own
+    with pytest.raises(ValueError, match=r"decode: cache conv state has shape \(2, 3, 4\) and dtype float64, "
+                                         r"expected \(2, 48, 4\)"):
+        fast.step(np.array([1, 2]), cache)                             # the decoder checks every layer's states
+    with pytest.raises(ValueError, match=r"decode: cache conv state has shape \(2, 3, 4\)"):
+        decode.decode_step(fast, np.array([1, 2]), cache)                 # called on its own too
+    with pytest.raises(ValueError, match=r"Mamba2LMHeadModel: cache layer 1 holds conv \(2, 3, 4\)"):
+        fast(np.array([[1], [2]]), cache)                                 # and the model's forward before it runs
 
 
 def test_decode_replaces_a_non_contiguous_state_once():

@@ -40,13 +40,14 @@ PROFILE = None  # an int64 array (len(PROFILE_PHASES),): sessions made while it 
 
 
 def _contiguous_state(state, name: str, expected: tuple, dtype):
-    """The cache's array for in-place work: C-contiguous, writable, of the model's dtype (replaced once if not)."""
+    """The cache's array for in-place work: C-contiguous and writable (replaced once if not); of the model's shape
+    and dtype, else refused (another model's cache: a float64 one was converted, and ran, silently)."""
     tensor = getattr(state, name)
-    if tensor.shape != expected:
-        raise ValueError(f"decode: cache {name} state has shape {tensor.shape}, expected {expected}; "
-                         f"{_EMPTY_CACHE_HINT}")
+    if tensor.shape != expected or tensor.dtype != dtype:
+        raise ValueError(f"decode: cache {name} state has shape {tensor.shape} and dtype {tensor.dtype}, expected "
+                         f"{expected} and {np.dtype(dtype)}; {_EMPTY_CACHE_HINT}")
     a = tensor.data
-    if not (a.flags.c_contiguous and a.flags.writeable and a.dtype == dtype):
+    if not (a.flags.c_contiguous and a.flags.writeable):
         a = np.array(a, dtype=dtype, order="C")
         setattr(state, name, Tensor(a))
     return a
