@@ -196,6 +196,14 @@ def test_dtype_none_is_the_packages_float32_as_the_models():
     assert VarBuilder.from_varmap(vm, dtype=None).get((2,), "b", init.Const(0.0)).dtype == np.float32
 
 
+def test_a_dtype_numpy_cannot_read_is_named():
+    """NumPy's own "data type 'foo' not understood" named neither the call nor the variable (API fuzz)."""
+    with pytest.raises(TypeError, match=r"VarMap.get 'w': dtype 'foo' is not a dtype; use float32 or float64"):
+        VarMap(seed=0).get((2,), "w", init.Const(0.0), dtype="foo")
+    with pytest.raises(TypeError, match=r"VarBuilder: dtype 'foo' is not a dtype"):
+        VarBuilder.from_varmap(VarMap(seed=0), dtype="foo")
+
+
 @pytest.mark.parametrize("seed", [-1, 1.5, True, "0"])
 def test_a_bad_seed_is_named(seed):
     with pytest.raises(ValueError, match=r"VarMap: seed must be an int >= 0"):

@@ -28,7 +28,10 @@ def _float_dtype(dtype, what: str) -> np.dtype:
         return np.dtype(np.float32)
     if isinstance(dtype, str) and dtype == "bfloat16":
         raise TypeError(f"{what}: bfloat16 has no NumPy dtype; ask for float32 (stored bfloat16 is upcast)")
-    dtype = np.dtype(dtype)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{what}: dtype {dtype!r} is not a dtype; use float32 or float64") from None
     if not is_float(dtype):
         raise TypeError(f"{what}: variables must be floating point, got dtype {dtype}")
     return dtype

@@ -41,6 +41,11 @@ def test_random_tensors_are_drawn_from_the_generator_given(make, draw):
     (lambda: tg.zeros_like([1, 2]), TypeError, r"zeros_like: input must be a Tensor, got list"),
     (lambda: tg.ones_like(None), TypeError, r"ones_like: input must be a Tensor, got NoneType"),
     (lambda: tg.arange(0, 10, 0), ValueError, r"arange: step must not be zero"),                # ZeroDivisionError
+    (lambda: tg.zeros(2, -1), ValueError, r"zeros: sizes must be >= 0, got \(2, -1\)"),       # NumPy's, no op named
+    (lambda: tg.ones((-1,)), ValueError, r"ones: sizes must be >= 0"),
+    (lambda: tg.full(-1, 0.0), ValueError, r"full: sizes must be >= 0"),
+    (lambda: tg.randn(2.5), TypeError, r"randn: sizes must be ints, got \(2.5,\)"),
+    (lambda: tg.rand(True), TypeError, r"rand: sizes must be ints"),
     (lambda: tg.Tensor(np.ones(2), requires_grad="no"), TypeError, r"requires_grad must be True or False"),
     (lambda: tg.Tensor(np.ones(2)).requires_grad_("no"), TypeError, r"requires_grad must be True or False"),
     (lambda: tg.Tensor(np.ones(2), requires_grad=1), TypeError, r"requires_grad must be True or False"),

@@ -112,6 +112,14 @@ def test_repeated_and_non_integer_axes():
         F.mean(t(2, 3), axis=1.5)
 
 
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min", "logsumexp"])
+def test_reductions_take_keepdims_as_a_bool_only(op):
+    """keepdims="yes" reached NumPy, which read the str as an int (found by an API fuzz)."""
+    with raises_naming(TypeError, op, "keepdims", "'yes'"):
+        getattr(F, op)(t(2, 3), 1, "yes")
+    assert getattr(F, op)(t(2, 3), 1, np.bool_(True)).shape == (2, 1)
+
+
 def test_shape_ops_reject_bad_axes():
     with raises_naming(IndexError, "transpose", "axis 2", "(2, 3)"):
         F.transpose(t(2, 3), 0, 2)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tinygrad_ssm import Tensor, VarBuilder, VarMap
-from tinygrad_ssm.nn import Linear, init
+from tinygrad_ssm.nn import Embedding, Linear, init
 
 
 @pytest.mark.parametrize("fused", [False, True])
@@ -44,3 +44,16 @@ def test_rms_norm_over_an_empty_last_axis_is_empty_as_torch():
     y = F.rms_norm(x, weight)
     y.sum().backward()
     assert y.shape == x.grad.shape == (2, 0) and weight.grad.shape == (0,)
+
+
+def test_a_linear_names_a_size_that_is_not_an_int_and_an_input_that_is_not_a_tensor():
+    """Linear(vb, "4", 3) failed comparing a str with 0, a Linear called on a list with AttributeError 'shape'
+    (found by an API fuzz)."""
+    vb = VarBuilder.from_varmap(VarMap())
+    with pytest.raises(ValueError, match=r"'a.weight': shape must be non-negative ints, got \(3, '4'\)"):
+        Linear(vb.pp("a"), "4", 3)
+    layer = Linear(vb.pp("b"), 2, 3)
+    with pytest.raises(TypeError, match=r"Linear 'b': input must be a Tensor, got list"):
+        layer([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"Embedding.attend 'e': input must be a Tensor, got tuple"):
+        Embedding(vb.pp("e"), 5, 2).attend((1.0, 2.0))

@@ -106,6 +106,13 @@ def is_real_number(value) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
+def flag(op: str, argument: str, value) -> bool:
+    """A switch such as keepdims: a bool (NumPy would take "no" as true and a str as an axis count)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{op}: {argument} must be True or False, got {_describe(value)}")
+    return bool(value)
+
+
 def integer(op: str, argument: str, value) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{op}: {argument} must be an int, got {_describe(value)}")

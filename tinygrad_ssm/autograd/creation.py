@@ -19,22 +19,28 @@ def new_tensor(data, dtype=None, requires_grad=False) -> Tensor:
     return Tensor(array, dtype=dtype, requires_grad=requires_grad)
 
 
-def _shape(shape):
-    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+def _shape(op: str, shape) -> tuple:
+    """zeros(2, 3) and zeros((2, 3)) alike; every size an int >= 0, or a TypeError/ValueError naming the op."""
+    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_)) for n in shape):
+        raise TypeError(f"{op}: sizes must be ints, got {shape}")
+    if any(n < 0 for n in shape):
+        raise ValueError(f"{op}: sizes must be >= 0, got {shape}")
+    return shape
 
 
 def zeros(*shape, dtype=DEFAULT_FLOAT, requires_grad=False) -> Tensor:
-    return Tensor(np.zeros(_shape(shape), dtype=dtype), requires_grad=requires_grad)
+    return Tensor(np.zeros(_shape("zeros", shape), dtype=dtype), requires_grad=requires_grad)
 
 
 def ones(*shape, dtype=DEFAULT_FLOAT, requires_grad=False) -> Tensor:
-    return Tensor(np.ones(_shape(shape), dtype=dtype), requires_grad=requires_grad)
+    return Tensor(np.ones(_shape("ones", shape), dtype=dtype), requires_grad=requires_grad)
 
 
 def full(shape, value, dtype=DEFAULT_FLOAT, requires_grad=False) -> Tensor:
     if not isinstance(value, numbers.Number):  # None became NaN: torch refuses it
         raise TypeError(f"full: value must be a number, got {value!r}")
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)   # as zeros(2)
+    shape = _shape("full", (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape))   # as zeros(2)
     return Tensor(np.full(shape, value, dtype=dtype), requires_grad=requires_grad)
 
 
@@ -65,9 +71,9 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
 
 def randn(*shape, dtype=DEFAULT_FLOAT, requires_grad=False, rng=None) -> Tensor:
     rng = rng if rng is not None else np.random.default_rng()
-    return Tensor(rng.standard_normal(_shape(shape)).astype(dtype), requires_grad=requires_grad)
+    return Tensor(rng.standard_normal(_shape("randn", shape)).astype(dtype), requires_grad=requires_grad)
 
 
 def rand(*shape, dtype=DEFAULT_FLOAT, requires_grad=False, rng=None) -> Tensor:
     rng = rng if rng is not None else np.random.default_rng()
-    return Tensor(rng.random(_shape(shape)).astype(dtype), requires_grad=requires_grad)
+    return Tensor(rng.random(_shape("rand", shape)).astype(dtype), requires_grad=requires_grad)

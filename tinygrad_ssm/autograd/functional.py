@@ -154,14 +154,16 @@ def cast(x, dtype):
 @op
 def sum(x, axis=None, keepdims=False):
     x = A.as_tensor("sum", "x", x)
-    return R.Sum.apply(x, axis=A.reduced_axes("sum", axis, x.ndim, x.shape), keepdims=keepdims)
+    axis = A.reduced_axes("sum", axis, x.ndim, x.shape)
+    return R.Sum.apply(x, axis=axis, keepdims=A.flag("sum", "keepdims", keepdims))
 
 
 @op
 def mean(x, axis=None, keepdims=False):
     """The mean over no elements is nan, as torch."""
     x = A.float_tensor("mean", "x", x)
-    return R.Mean.apply(x, axis=A.reduced_axes("mean", axis, x.ndim, x.shape), keepdims=keepdims)
+    axis = A.reduced_axes("mean", axis, x.ndim, x.shape)
+    return R.Mean.apply(x, axis=axis, keepdims=A.flag("mean", "keepdims", keepdims))
 
 
 @op
@@ -175,7 +177,7 @@ def _extreme(name: str, function: type, x, axis, keepdims):
     x = A.as_tensor(name, "x", x)
     axis = A.reduced_axes(name, axis, x.ndim, x.shape)
     A.nonempty_reduction(name, x, axis)
-    return function.apply(x, axis=axis, keepdims=keepdims)
+    return function.apply(x, axis=axis, keepdims=A.flag(name, "keepdims", keepdims))
 
 
 @torch_names
@@ -194,7 +196,8 @@ def amin(x, axis=None, keepdims=False):
 def logsumexp(x, axis=None, keepdims=False):
     """-inf over no elements (log of an empty sum), as torch."""
     x = A.float_tensor("logsumexp", "x", x)
-    return R.LogSumExp.apply(x, axis=A.reduced_axes("logsumexp", axis, x.ndim, x.shape), keepdims=keepdims)
+    axis = A.reduced_axes("logsumexp", axis, x.ndim, x.shape)
+    return R.LogSumExp.apply(x, axis=axis, keepdims=A.flag("logsumexp", "keepdims", keepdims))
 
 
 @op

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..autograd import functional as F
 from . import init
 from ..registry import VarBuilder
@@ -18,12 +20,14 @@ class Linear:
     def __init__(self, vb: VarBuilder, in_features: int, out_features: int, bias: bool = True,
                  weight_init=None, bias_init=None, fused: bool = False):
         self.name, self.in_features, self.out_features, self.fused = vb.prefix, in_features, out_features, fused
-        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
-        self.weight = vb.get((out_features, in_features), "weight",
+        self.weight = vb.get((out_features, in_features), "weight",      # checks the sizes are ints >= 0
                              init=weight_init or init.KaimingUniform(a=math.sqrt(5)))   # (out, in)
+        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
         self.bias = vb.get((out_features,), "bias", init=bias_init or init.Uniform(-bound, bound)) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
+        if not isinstance(x, (Tensor, np.ndarray)):
+            raise TypeError(f"Linear {self.name!r}: input must be a Tensor, got {type(x).__name__}")
         if x.shape[-1:] != (self.in_features,):
             raise ValueError(f"Linear {self.name!r}: input must end with in_features={self.in_features}, "
                              f"got shape {x.shape}")
@@ -55,6 +59,8 @@ class Embedding:
 
     def attend(self, x: Tensor) -> Tensor:
         """x (..., d) @ weight^T -> (..., V): the tied output head (logits over the vocabulary)."""
+        if not isinstance(x, (Tensor, np.ndarray)):
+            raise TypeError(f"Embedding.attend {self.name!r}: input must be a Tensor, got {type(x).__name__}")
         if x.shape[-1:] != (self.dim,):
             raise ValueError(f"Embedding.attend {self.name!r}: input must end with dim={self.dim}, got shape {x.shape}")
         lead = x.shape[:-1]

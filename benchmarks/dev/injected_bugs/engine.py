@@ -430,4 +430,13 @@ BUGS = [
         ('tests/nn/test_nn.py', '-k', 'eps'), 'a norm takes eps=-1 (every output NaN)'),
     Bug('tinygrad_ssm/optim/schedule.py', '        if not _is_int(step) or step < 0:', '        if step < 0:',
         ('tests/optim/test_optim.py', '-k', 'schedule'), 'WarmupCosine(nan) gives a NaN learning rate'),
+    # --- raw errors the API fuzz left (2026-12-07, second session) -------------------------------------------------
+    Bug(A + "args.py", "    if not isinstance(value, (bool, np.bool_)):\n        raise TypeError(f\"{op}: {argument} must be True or False",
+        "    if False:\n        raise TypeError(f\"{op}: {argument} must be True or False",
+        ("tests/autograd/test_ops_errors.py", "-k", "keepdims"), 'sum(keepdims="yes") reaches NumPy, which reads the str as an int'),
+    Bug(A + "creation.py", "    if any(n < 0 for n in shape):", "    if False:",
+        ("tests/autograd/test_creation.py", "-k", "bad_arguments"), "zeros(-1) fails with NumPy's message, naming no op"),
+    Bug("tinygrad_ssm/nn/linear.py", "        if not isinstance(x, (Tensor, np.ndarray)):\n            raise TypeError(f\"Linear ",
+        "        if False:\n            raise TypeError(f\"Linear ",
+        ("tests/nn/test_nn_edges.py",), "a Linear called on a list fails with AttributeError 'shape'"),
 ]
