@@ -106,6 +106,11 @@ def is_real_number(value) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
+def is_integer(value) -> bool:
+    """A Python or NumPy int (not a bool): a size, a step, a count."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def flag(op: str, argument: str, value) -> bool:
     """A switch such as keepdims: a bool (NumPy would take "no" as true and a str as an axis count)."""
     if not isinstance(value, (bool, np.bool_)):

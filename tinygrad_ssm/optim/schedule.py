@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-import numbers
+
+from ..autograd.args import is_integer, is_real_number
 
 
 class WarmupCosine:
@@ -14,10 +15,10 @@ class WarmupCosine:
 
     def __init__(self, lr: float, warmup_steps: int, total_steps: int, min_lr: float = 0.0):
         for name, value in (("lr", lr), ("min_lr", min_lr)):          # a str compared with a float, an inf lr
-            if not _is_number(value) or not math.isfinite(value):
+            if not is_real_number(value) or not math.isfinite(value):
                 raise ValueError(f"WarmupCosine: {name} must be a finite number, got {value!r}")
         for name, value in (("warmup_steps", warmup_steps), ("total_steps", total_steps)):
-            if not _is_int(value):
+            if not is_integer(value):
                 raise ValueError(f"WarmupCosine: {name} must be an int, got {value!r}")
         if not (0 <= warmup_steps <= total_steps):
             raise ValueError(f"WarmupCosine: need 0 <= warmup_steps <= total_steps, got {warmup_steps}, {total_steps}")
@@ -26,7 +27,7 @@ class WarmupCosine:
         self.lr, self.warmup_steps, self.total_steps, self.min_lr = lr, warmup_steps, total_steps, min_lr
 
     def __call__(self, step: int) -> float:
-        if not _is_int(step) or step < 0:                             # step NaN gave lr NaN
+        if not is_integer(step) or step < 0:                             # step NaN gave lr NaN
             raise ValueError(f"WarmupCosine: step must be an int >= 0, got {step!r}")
         if step < self.warmup_steps:
             return self.lr * (step + 1) / self.warmup_steps
@@ -40,10 +41,4 @@ class WarmupCosine:
                 f"min_lr={self.min_lr})")
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 

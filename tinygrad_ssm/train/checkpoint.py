@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import os
 import shutil
 import warnings
 from pathlib import Path
 
 
+from ..autograd.args import is_integer, is_real_number
 from ..io.atomic_write import new_temporary_folder, write_atomic
 from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR, FORMAT_VERSION,  # noqa: F401
                               LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, CheckpointNotFound, checkpoint_names,
@@ -147,10 +147,10 @@ def _run_id_of(checkpoint: Path) -> str | None:
 def own_validation(state: dict | None) -> float | None:
     """The validation bits per byte of a checkpoint's own step (its trainer_state's val_bpb, when val_bpb_step is
     its step); None when the last validation before it was at an earlier step, or there was none."""
-    if state is None or not _is_int(state.get("step")) or state.get("val_bpb_step") != state["step"]:
+    if state is None or not is_integer(state.get("step")) or state.get("val_bpb_step") != state["step"]:
         return None
     value = state.get("val_bpb")
-    return float(value) if _is_number(value) else None
+    return float(value) if _is_finite_number(value) else None
 
 
 def _ours_by_step(root: Path, run_id: str) -> list[tuple[Path, dict]]:
@@ -198,24 +198,20 @@ def _prune(root: Path, keep: int, current: str, run_id: str | None = None) -> No
             shutil.rmtree(aside, ignore_errors=True)
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+def _is_finite_number(v) -> bool:
+    return is_real_number(v) and math.isfinite(v)
 
 
 # trainer_state.json: field -> (check, what it must be)
 _STATE_FIELDS = {
-    "step": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-    "tokens": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-    "train_s": (lambda v: _is_number(v) and v >= 0, "a finite number >= 0"),
-    "val_bpb": (lambda v: v is None or _is_number(v), "null or a finite number"),
+    "step": (lambda v: is_integer(v) and v >= 0, "an integer >= 0"),
+    "tokens": (lambda v: is_integer(v) and v >= 0, "an integer >= 0"),
+    "train_s": (lambda v: _is_finite_number(v) and v >= 0, "a finite number >= 0"),
+    "val_bpb": (lambda v: v is None or _is_finite_number(v), "null or a finite number"),
     "train_config": (lambda v: isinstance(v, dict), "an object"),
     "model_config": (lambda v: isinstance(v, dict), "an object"),
-    "sampler": (lambda v: isinstance(v, dict) and _is_int(v.get("batches_drawn")) and
-                isinstance(v.get("bit_generator"), dict) and all(_is_int(v.get(k)) for k in
+    "sampler": (lambda v: isinstance(v, dict) and is_integer(v.get("batches_drawn")) and
+                isinstance(v.get("bit_generator"), dict) and all(is_integer(v.get(k)) for k in
                                                                  ("batch_size", "seq_len", "data_len")),
                 "an object with batches_drawn, bit_generator, batch_size, seq_len and data_len"),
     "data_fingerprint": (lambda v: isinstance(v, dict), "an object"),

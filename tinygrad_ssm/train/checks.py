@@ -9,9 +9,9 @@ batch whose activations cannot fit in this machine's memory.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 
+from ..autograd.args import is_integer, is_real_number
 from ..scan import available_backends
 
 # TrainConfig field -> smallest allowed value, for the integer settings
@@ -33,14 +33,6 @@ def divisors(n: int) -> list[int]:
     """The positive divisors of n >= 1, ascending (what a batch of n sequences can be split by)."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return small + [n // d for d in reversed(small) if d * d != n]
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def step_memory_bytes(cfg, vocab_size: int = VOCAB) -> int:
@@ -86,7 +78,7 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
     bad = []
     for field, low in _MIN_INT.items():
         value = getattr(cfg, field)
-        if not _is_int(value):
+        if not is_integer(value):
             bad.append(f"{flag(field)} must be an integer, got {value!r}")
         elif value < low:
             bad.append(f"{flag(field)} must be >= {low}, got {value}")
@@ -94,15 +86,15 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
               "val_fraction": (0, 1, False), "beta1": (0, 1, True), "beta2": (0, 1, True)}
     for field, (low, high, low_ok) in floats.items():
         value = getattr(cfg, field)
-        if not _is_real(value) or not math.isfinite(value):
+        if not is_real_number(value) or not math.isfinite(value):
             bad.append(f"{flag(field)} must be a finite number, got {value!r}")
         elif value < low or (value == low and not low_ok) or (high is not None and value >= high):
             interval = f"{'[' if low_ok else '('}{low}, {'inf)' if high is None else f'{high})'}"
             bad.append(f"{flag(field)} must be in {interval}, got {value}")
     if cfg.min_lr is not None:
-        if not _is_real(cfg.min_lr) or not math.isfinite(cfg.min_lr):
+        if not is_real_number(cfg.min_lr) or not math.isfinite(cfg.min_lr):
             bad.append(f"--min-lr must be a finite number, got {cfg.min_lr!r}")
-        elif _is_real(cfg.lr) and not 0 <= cfg.min_lr <= cfg.lr:
+        elif is_real_number(cfg.lr) and not 0 <= cfg.min_lr <= cfg.lr:
             bad.append(f"--min-lr must be in [0, --lr = {cfg.lr}], got {cfg.min_lr}")
     if not isinstance(cfg.backend, str) or (machine and cfg.backend != "auto" and
                                             cfg.backend not in available_backends()):
@@ -116,7 +108,7 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
     if cfg.val_data is not None and "val_fraction" in explicit:
         bad.append(f"--val-fraction {cfg.val_fraction} splits --data into training and validation, and --val-data "
                    f"gives the validation text: leave one of them out")
-    if stop_at is not None and (not _is_int(stop_at) or stop_at < 1):
+    if stop_at is not None and (not is_integer(stop_at) or stop_at < 1):
         bad.append(f"--stop-at must be a step >= 1, got {stop_at!r}")
     if cfg.dtype not in ("float32", "float64"):
         bad.append(f"--dtype must be float32 or float64, got {cfg.dtype!r}")

@@ -301,8 +301,8 @@ BUGS = [
     # --- the best checkpoint kept (2026-12-06, evening) -------------------------------------------------------------
     Bug("tinygrad_ssm/train/checkpoint.py", "        if p.name != current and (best is None or p != best[0]):", "        if p.name != current:",
         BEST, "pruning deletes the best checkpoint once it is not among the newest"),
-    Bug("tinygrad_ssm/train/checkpoint.py", "    if state is None or not _is_int(state.get(\"step\")) or state.get(\"val_bpb_step\") != state[\"step\"]:",
-        "    if state is None or not _is_int(state.get(\"step\")):", BEST,
+    Bug("tinygrad_ssm/train/checkpoint.py", "    if state is None or not is_integer(state.get(\"step\")) or state.get(\"val_bpb_step\") != state[\"step\"]:",
+        "    if state is None or not is_integer(state.get(\"step\")):", BEST,
         "a checkpoint is judged by the last validation before it, of other weights"),
     Bug("tinygrad_ssm/train/checkpoint.py", "    return next((p, value) for value, p in reversed(scored) if value == best)",
         "    return next((p, value) for value, p in scored if value == best)", BEST, "the earlier of two equal checkpoints is kept"),

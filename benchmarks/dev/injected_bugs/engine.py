@@ -428,7 +428,7 @@ BUGS = [
         ('tests/test_registry.py', '-k', 'dtype_none'), 'VarMap.get(dtype=None) makes float64 variables, the model float32'),
     Bug('tinygrad_ssm/nn/norm.py', '    if not isinstance(eps, numbers.Real) or isinstance(eps, bool) or not 0 < eps < math.inf:', '    if not isinstance(eps, numbers.Real) or isinstance(eps, bool):',
         ('tests/nn/test_nn.py', '-k', 'eps'), 'a norm takes eps=-1 (every output NaN)'),
-    Bug('tinygrad_ssm/optim/schedule.py', '        if not _is_int(step) or step < 0:', '        if step < 0:',
+    Bug('tinygrad_ssm/optim/schedule.py', '        if not is_integer(step) or step < 0:', '        if step < 0:',
         ('tests/optim/test_optim.py', '-k', 'schedule'), 'WarmupCosine(nan) gives a NaN learning rate'),
     # --- raw errors the API fuzz left (2026-12-07, second session) -------------------------------------------------
     Bug(A + "args.py", "    if not isinstance(value, (bool, np.bool_)):\n        raise TypeError(f\"{op}: {argument} must be True or False",

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import asdict, dataclass, fields
 
-
-def _is_real(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+from ...autograd.args import is_real_number
 
 
 @dataclass
@@ -50,12 +47,12 @@ class Mamba2Config:
                 raise ValueError(f"Mamba2Config: {name} must be a bool (true/false), got {getattr(self, name)!r}")
         for name in ("rms_norm_eps", "dt_min", "dt_max", "dt_init_floor"):
             value = getattr(self, name)
-            if not _is_real(value) or not math.isfinite(value):  # eps = Infinity would make every logit 0
+            if not is_real_number(value) or not math.isfinite(value):  # eps = Infinity would make every logit 0
                 raise ValueError(f"Mamba2Config: {name} must be a finite number, got {value!r}")
             setattr(self, name, float(value))
         for name in ("dt_limit", "A_init_range"):
             value = getattr(self, name)
-            if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(_is_real(v) for v in value):
+            if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(is_real_number(v) for v in value):
                 raise ValueError(f"Mamba2Config: {name} must be a pair of numbers (low, high), got {value!r}")
             setattr(self, name, tuple(float(v) for v in value))
         if not all(math.isfinite(v) for v in self.A_init_range) or math.isnan(self.dt_limit[1]):
