@@ -1,4 +1,5 @@
 """Helpers of the tests that run training (tests/train/, tests/test_distributed.py)."""
+import json
 import os
 
 
@@ -9,6 +10,17 @@ def quiet(msg):
 # the smallest training run of the tests that stop, resume and damage runs (tests/train/)
 TINY = dict(d_model=32, n_layer=1, d_state=16, headdim=16, batch_size=2, seq_len=32, eval_batches=1,
             sample_bytes=4, warmup_steps=1, checkpoint_every=1)
+
+
+def forget_digest(checkpoint, name):
+    """Remove `name`'s size and SHA-256 from a checkpoint's trainer_state.json, as for a file changed on purpose:
+    the tests that damage a file's values in place test the checks after the digest's."""
+    path = os.path.join(checkpoint, "trainer_state.json")
+    with open(path) as f:
+        state = json.load(f)
+    del state["files"][name]
+    with open(path, "w") as f:
+        json.dump(state, f)
 
 
 def snapshot(folder):

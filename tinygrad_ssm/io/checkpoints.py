@@ -6,11 +6,14 @@ training application writes them (train/checkpoint.py):
         config.json, model.safetensors   written by `model.save_pretrained` (so from_pretrained reads it)
         optimizer.safetensors            optimizer moments, flattened to name -> array
         trainer_state.json               step, tokens seen, validation (val_bpb, val_bpb_step), train config,
-                                         data sampler + RNG state, ...
+                                         data sampler + RNG state, the size and SHA-256 of each file above
+                                         ("files": a file damaged on disk afterwards is refused, naming it), ...
     run/checkpoints/LATEST           the name of the newest complete checkpoint folder
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -34,6 +37,69 @@ def step_of(name: str) -> int:
 
 class CheckpointNotFound(FileNotFoundError):
     pass
+
+
+class CheckpointDamaged(CheckpointNotFound):
+    """A checkpoint's file no longer has the size or SHA-256 its trainer_state.json recorded when it was saved."""
+
+
+FILE_DIGESTS = "files"  # trainer_state.json's field: file name -> {"bytes": size, "sha256": hex digest}
+
+
+def file_digest(path) -> dict:
+    """{"bytes": size, "sha256": hex} of the file at `path`, read in pieces (never all of it in memory)."""
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256") if hasattr(hashlib, "file_digest") else _sha256_of(f)
+        return {"bytes": f.tell(), "sha256": digest.hexdigest()}
+
+
+def _sha256_of(f):  # Python 3.10 has no hashlib.file_digest
+    digest = hashlib.sha256()
+    while piece := f.read(1 << 22):
+        digest.update(piece)
+    return digest
+
+
+def is_digest_record(value) -> bool:
+    """A trainer_state.json "files" field: {name: {"bytes": int >= 0, "sha256": 64 lowercase hex digits}}."""
+    return isinstance(value, dict) and all(
+        isinstance(name, str) and isinstance(d, dict) and set(d) == {"bytes", "sha256"}
+        and isinstance(d["bytes"], int) and not isinstance(d["bytes"], bool) and d["bytes"] >= 0
+        and isinstance(d["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", d["sha256"]) is not None
+        for name, d in value.items())
+
+
+def check_file_digests(checkpoint_dir, names=None, state: dict | None = None) -> None:
+    """Each file `names` (all it recorded when None) of a checkpoint folder against the size and SHA-256 that its
+    trainer_state.json recorded when the checkpoint was saved; CheckpointDamaged names the first that differs (a
+    file cut short, zeroed or changed on disk since). A checkpoint saved before the record, or a folder without
+    trainer_state.json, has nothing to check against. `state`: the trainer state when the caller has read it."""
+    checkpoint_dir = Path(checkpoint_dir)
+    if state is None:
+        try:
+            state = json.loads((checkpoint_dir / STATE_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return  # not a training checkpoint (or its state is unreadable: load_trainer_state names that)
+    record = state.get(FILE_DIGESTS) if isinstance(state, dict) else None
+    if record is None:
+        return
+    if not is_digest_record(record):
+        raise CheckpointDamaged(f"{str(checkpoint_dir / STATE_FILE)!r} is damaged: its {FILE_DIGESTS!r} must map "
+                                f"file names to {{'bytes': size, 'sha256': hex}}; resume from another checkpoint")
+    for name in (record if names is None else [n for n in names if n in record]):
+        path = checkpoint_dir / name
+        try:
+            found = file_digest(path)
+        except OSError as e:
+            raise CheckpointDamaged(f"cannot read {str(path)!r} to check it: {e.strerror or e}") from e
+        if found != record[name]:
+            what = (f"{found['bytes']:,} bytes where {record[name]['bytes']:,} were saved"
+                    if found["bytes"] != record[name]["bytes"] else "its SHA-256 differs from the one saved")
+            others = (f"use another checkpoint (this run's: {checkpoint_names(run_dir_of(checkpoint_dir))})"
+                      if checkpoint_dir.parent.name == CHECKPOINTS_DIR else "use an undamaged copy")
+            raise CheckpointDamaged(f"{str(path)!r} is damaged: {what} (the file changed on disk after the "
+                                    f"checkpoint was written); {others}. A file changed on purpose: remove its "
+                                    f"entry from {FILE_DIGESTS!r} in {STATE_FILE} to load it unchecked")
 
 
 

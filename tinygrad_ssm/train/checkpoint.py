@@ -16,8 +16,9 @@ from pathlib import Path
 
 from ..autograd.args import is_integer, is_real_number
 from ..io.atomic_write import new_temporary_folder, write_atomic
-from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR, FORMAT_VERSION,  # noqa: F401
-                              LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, CheckpointNotFound, checkpoint_names,
+from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR, FILE_DIGESTS,  # noqa: F401
+                              FORMAT_VERSION, LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, CheckpointNotFound,
+                              check_file_digests, checkpoint_names, file_digest, is_digest_record,
                               resolve_checkpoint, run_dir_of, step_of)
 from ..io.file_checks import require_regular_file
 from ..io.finite import non_finite_problems  # noqa: F401 (step.py and starting_point.py take it from here)
@@ -76,7 +77,10 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
         for name, text in (tokenizer_files or {}).items():
             write_atomic(tmp / name, text)
         save_file(tmp / OPTIMIZER_FILE, optimizer_state, metadata={"format": "tinygrad_ssm optimizer"})
-        state = {"format_version": FORMAT_VERSION, "step": step, **trainer_state}
+        # each file's size and SHA-256, read back from the disk: a loader refuses a file changed since (a disk
+        # error, a copy cut short), where NaN checks would pass a file whose last pages became zeros
+        digests = {name: file_digest(tmp / name) for name in sorted(os.listdir(tmp))}
+        state = {"format_version": FORMAT_VERSION, "step": step, **trainer_state, FILE_DIGESTS: digests}
         write_atomic(tmp / STATE_FILE, json.dumps(state, indent=1))
         if final.exists():  # re-writing a step of this run (a resumed run passing an old checkpoint): swap it out
             _latest_away_from(root, final.name, run_id)  # a kill between the two renames: LATEST names a whole one
@@ -219,6 +223,7 @@ _STATE_FIELDS = {
 # optional fields (checkpoints written before them lack them): field -> (check, what it must be)
 _OPTIONAL_STATE_FIELDS = {
     "run_id": (is_run_id, f"a run id ({RUN_ID_RULE})"),
+    FILE_DIGESTS: (is_digest_record, "file names mapped to {'bytes': size, 'sha256': hex}"),
 }
 
 
@@ -262,6 +267,7 @@ def load_trainer_state(checkpoint_dir: Path) -> dict:
     if disagree:  # resumed as it was, the run would rewrite and then prune the checkpoint it came from
         raise CheckpointNotFound(f"{str(path)!r} is damaged: its 'step' is {state['step']}, but "
                                  f"{', '.join(disagree)}; resume from another checkpoint")
+    check_file_digests(checkpoint_dir, state=state)  # every file a resume reads, as it was saved
     return state
 
 

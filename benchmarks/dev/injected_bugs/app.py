@@ -403,4 +403,14 @@ BUGS = [
         ('tests/models/test_mamba2.py', '-k', 'changed_after'), 'a config changed after it was made builds a model that decodes'),
     Bug('tinygrad_ssm/models/mamba2/quantized_files.py', '    if extra:  # from_pretrained refuses', '    if False:  # from_pretrained refuses',
         ('tests/models/test_mamba2.py', '-k', 'another_models'), "a model on a VarMap holding another's variables saves a folder that never loads"),
+    # --- checkpoint files damaged on disk after the save (2026-12-07, later) -------------------------------------
+    Bug("tinygrad_ssm/models/mamba2/pretrained.py", "    check_file_digests(directory, [CONFIG_NAME, *(p.name for p in files)])\n", "",
+        ("tests/train/test_checkpoint_digests.py",), "from_pretrained of a run loads weights whose last 4 KiB became zeros"),
+    Bug("tinygrad_ssm/train/checkpoint.py", "    check_file_digests(checkpoint_dir, state=state)  # every file", "    pass  # every file",
+        ("tests/train/test_checkpoint_digests.py",), "--resume takes an optimizer file cut short or weights zeroed at the end"),
+    Bug("tinygrad_ssm/io/checkpoints.py", "        if found != record[name]:", "        if found[\"bytes\"] != record[name][\"bytes\"]:",
+        ("tests/train/test_checkpoint_digests.py",), "only the sizes are compared: a file zeroed in place passes"),
+    Bug("tinygrad_ssm/train/checkpoint.py", "        digests = {name: file_digest(tmp / name) for name in sorted(os.listdir(tmp))}",
+        "        digests = {name: file_digest(tmp / name) for name in sorted(os.listdir(tmp)) if name != \"config.json\"}",
+        ("tests/train/test_checkpoint_digests.py",), "config.json is saved without its digest"),
 ]

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ...io.atomic_write import write_atomic
-from ...io.checkpoints import CHECKPOINTS_DIR, resolve_checkpoint
+from ...io.checkpoints import CHECKPOINTS_DIR, check_file_digests, resolve_checkpoint
 from ...io.file_checks import require_regular_file
 from ...io.finite import non_finite_problems
 from ...io.safetensors import CheckpointError, SafetensorsFile, check_storable
@@ -215,6 +215,8 @@ def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fuse
     config, layout = parse_config(read_config(directory))
     stored = {}
     files, weight_map = _weight_files(directory)
+    # a training checkpoint recorded each file's SHA-256 when it was saved: a file damaged since is refused
+    check_file_digests(directory, [CONFIG_NAME, *(p.name for p in files)])
     for path in files:
         f = SafetensorsFile(path)  # the header only: validated against the file's size
         for name in f.tensors:
