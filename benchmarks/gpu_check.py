@@ -6,10 +6,11 @@
 
 1. Correctness, float32 and float64: forward (y, final state) and every gradient of backend "cuda" against the
    best other backend available here (numba on the CPU when installed, else the engine-op reference), on a
-   shape with several chunks and a short last one, g = 2, initial_state and D. float64 must agree to 1e-10,
-   float32 to 1e-4 (both relative to the largest value).
+   shape with several chunks and a short last one, g = 2, initial_state and D, under mild and under strong decay
+   (DECAYS). float64 must agree to 1e-10, float32 to 1e-4 (both relative to the largest value).
 2. Speed (not with --tiny): forward, and forward + backward, at b=8, l=8192, h=24, p=64, n=128 (g=1, chunk 256),
-   float32 and float64, with the arrays already on the GPU (copies are not timed: the backend's NumPy interface
+   float32 and float64 under mild decay and float32 under strong decay (every chunk of kernel 7 the exact way: what
+   that costs), with the arrays already on the GPU (copies are not timed: the backend's NumPy interface
    copies every call, `forward_device` / `backward_device` do not), beside a PyTorch CUDA chunked SSD written
    here (ssd_minimal's algorithm; autograd for its backward). Best of --repeats, time.perf_counter around a
    cuda.synchronize(), after a warm-up call (which compiles). Bandwidth: the bytes the op must move at least
@@ -36,9 +37,15 @@ CHECK_SHAPE = dict(b=2, l=600, h=4, p=32, g=2, n=64)
 TINY_SHAPE = dict(b=1, l=11, h=4, p=3, g=2, n=5)
 
 
-def make_inputs(rng, b, l, h, p, g, n, dtype):
-    inputs = dict(x=rng.standard_normal((b, l, h, p)), dt=rng.uniform(0.01, 0.3, (b, l, h)),
-                  A=-rng.uniform(0.5, 2.0, h), B=rng.standard_normal((b, l, g, n)) / np.sqrt(n),
+# dt and -A drawn from: "mild" decay (the fast sum of kernel 7 keeps every chunk), "strong" (dt A down to -80, as a
+# real checkpoint's A_log up to log 16 allows: kernel 7 redoes every chunk the exact way, scan/cuda_decay.py)
+DECAYS = {"mild": ((0.01, 0.3), (0.5, 2.0)), "strong": ((1.0, 5.0), (8.0, 16.0))}
+
+
+def make_inputs(rng, b, l, h, p, g, n, dtype, decay="mild"):
+    (dt_low, dt_high), (a_low, a_high) = DECAYS[decay]
+    inputs = dict(x=rng.standard_normal((b, l, h, p)), dt=rng.uniform(dt_low, dt_high, (b, l, h)),
+                  A=-rng.uniform(a_low, a_high, h), B=rng.standard_normal((b, l, g, n)) / np.sqrt(n),
                   C=rng.standard_normal((b, l, g, n)) / np.sqrt(n), D=rng.standard_normal(h),
                   initial_state=rng.standard_normal((b, h, p, n)))
     return {k: v.astype(dtype) for k, v in inputs.items()}
@@ -60,18 +67,21 @@ def run_backend(backend: str, inputs: dict, chunk_size: int):
 
 
 def check(shape: dict, chunk_size: int) -> dict:
+    """Each decay and dtype: every output's largest difference from the CPU backend's, relative to its largest value
+    (dA under strong decay is ~1e-4: relative to max(1, that), as before, would pass any error of dA there)."""
     cpu = [name for name in available_backends() if name != "cuda"][0]
     result = {"cpu_backend": cpu, "shape": shape, "chunk_size": chunk_size, "dtypes": {}}
-    for dtype, tol in ((np.float64, 1e-10), (np.float32, 1e-4)):
-        inputs = make_inputs(np.random.default_rng(0), **shape, dtype=dtype)
-        expected, got = run_backend(cpu, inputs, chunk_size), run_backend("cuda", inputs, chunk_size)
-        errors = {k: float(np.abs(got[k] - expected[k]).max() / max(1.0, np.abs(expected[k]).max()))
-                  for k in expected}
-        worst = max(errors, key=errors.get)
-        result["dtypes"][np.dtype(dtype).name] = {"max_relative_error": errors, "tolerance": tol,
-                                                  "ok": errors[worst] <= tol}
-        print(f"check {np.dtype(dtype).name}: cuda vs {cpu}, worst {worst} {errors[worst]:.2e} "
-              f"(tolerance {tol:.0e}) {'ok' if errors[worst] <= tol else 'FAILED'}")
+    for decay in DECAYS:
+        for dtype, tol in ((np.float64, 1e-10), (np.float32, 1e-4)):
+            inputs = make_inputs(np.random.default_rng(0), **shape, dtype=dtype, decay=decay)
+            expected, got = run_backend(cpu, inputs, chunk_size), run_backend("cuda", inputs, chunk_size)
+            errors = {k: float(np.abs(got[k] - expected[k]).max() / max(1e-30, np.abs(expected[k]).max()))
+                      for k in expected}
+            worst = max(errors, key=errors.get)
+            result["dtypes"][f"{np.dtype(dtype).name} {decay}"] = {"max_relative_error": errors, "tolerance": tol,
+                                                                   "ok": errors[worst] <= tol}
+            print(f"check {np.dtype(dtype).name}, {decay} decay: cuda vs {cpu}, worst {worst} {errors[worst]:.2e} "
+                  f"(tolerance {tol:.0e}) {'ok' if errors[worst] <= tol else 'FAILED'}")
     return result
 
 
@@ -145,11 +155,12 @@ def min_bytes(b, l, h, p, g, n, itemsize) -> tuple[int, int]:
     return forward, forward + backward
 
 
-def time_shape(shape: dict, chunk_size: int, dtype, repeats: int, torch_device: str = "cuda") -> dict:
+def time_shape(shape: dict, chunk_size: int, dtype, repeats: int, torch_device: str = "cuda",
+               decay: str = "mild") -> dict:
     """Times of the cuda kernels and of the PyTorch SSD on torch_device ("cpu" only to try the script out)."""
     from numba import cuda
     b, l, h, p, g, n = (shape[k] for k in "b l h p g n".split())
-    inputs = make_inputs(np.random.default_rng(3), **shape, dtype=dtype)
+    inputs = make_inputs(np.random.default_rng(3), **shape, dtype=dtype, decay=decay)
     on_gpu = {k: cuda.to_device(v) for k, v in inputs.items()}
     dy = cuda.to_device(np.random.default_rng(4).standard_normal((b, l, h, p)).astype(dtype))
     d_final = cuda.to_device(np.random.default_rng(5).standard_normal((b, h, p, n)).astype(dtype))
@@ -166,7 +177,7 @@ def time_shape(shape: dict, chunk_size: int, dtype, repeats: int, torch_device: 
     bytes_forward, bytes_both = min_bytes(b, l, h, p, g, n, np.dtype(dtype).itemsize)
     t_forward = best_time(forward, cuda.synchronize, repeats)
     t_both = best_time(forward_backward, cuda.synchronize, repeats)
-    row = {"dtype": np.dtype(dtype).name, "cuda_forward_s": t_forward, "cuda_forward_backward_s": t_both,
+    row = {"dtype": np.dtype(dtype).name, "decay": decay, "cuda_forward_s": t_forward, "cuda_forward_backward_s": t_both,
            "cuda_forward_GBps": bytes_forward / t_forward / 1e9,
            "cuda_forward_backward_GBps": bytes_both / t_both / 1e9,
            "cuda_forward_TFLOPs": 8 * elements / t_forward / 1e12,
@@ -238,12 +249,12 @@ def main(argv=None) -> int:
 
     if not args.tiny and ok:
         result["timed_shape"], result["timed_chunk_size"] = TIMED_SHAPE, args.chunk_size
-        result["timings"] = [time_shape(TIMED_SHAPE, args.chunk_size, dtype, args.repeats)
-                             for dtype in (np.float32, np.float64)]
-        print(f"\n{'':8} {'forward ms':>11} {'GB/s':>7} {'TFLOP/s':>8} {'fwd+bwd ms':>11} {'GB/s':>7} {'TFLOP/s':>8} "
+        result["timings"] = [time_shape(TIMED_SHAPE, args.chunk_size, dtype, args.repeats, decay=decay)
+                             for dtype, decay in ((np.float32, "mild"), (np.float64, "mild"), (np.float32, "strong"))]
+        print(f"\n{'':15} {'forward ms':>11} {'GB/s':>7} {'TFLOP/s':>8} {'fwd+bwd ms':>11} {'GB/s':>7} {'TFLOP/s':>8} "
               f"{'torch fwd ms':>13} {'torch fwd+bwd ms':>17}")
         for row in result["timings"]:
-            print(f"{row['dtype']:8} {1e3 * row['cuda_forward_s']:11.2f} {row['cuda_forward_GBps']:7.1f} "
+            print(f"{row['dtype'] + ' ' + row['decay']:15} {1e3 * row['cuda_forward_s']:11.2f} {row['cuda_forward_GBps']:7.1f} "
                   f"{row['cuda_forward_TFLOPs']:8.2f} {1e3 * row['cuda_forward_backward_s']:11.2f} "
                   f"{row['cuda_forward_backward_GBps']:7.1f} {row['cuda_forward_backward_TFLOPs']:8.2f} "
                   f"{1e3 * row.get('torch_forward_s', float('nan')):13.2f} "

@@ -16,11 +16,13 @@ the gradient of its last state from later steps, d final_state for the last chun
 
 The fast sum cancels its terms: every step t' >= t of the chunk enters da_t, the later x and B among them, so a
 non-finite B or x at step t' made da (and so ddt) non-finite at every earlier step too, where the recurrence's is
-non-finite only from t' on. Each exact term multiplies only what the recurrence multiplies (as numba_chunked's
-segment sums), so a non-finite input reaches da_t exactly where it reaches <G_t, exp(a_t) S_{t-1}>. A non-finite
-term of the fast sum makes the chunk's total non-finite (NaN stays NaN, inf stays inf or becomes NaN); only such
-a chunk (an input not finite: rare) is redone the exact way, by the same thread, from global memory. Either way
-ddt_t = B_t.W_t + A da_t and dA = sum_t dt_t da_t.
+non-finite only from t' on; and with strong decay its terms are far larger than the da_t they make (da_t is
+exp(a_t) times <G_t, S_t>), so that their rounding is all that is left. Each exact term multiplies only what the
+recurrence multiplies (as numba_chunked's segment sums): a non-finite input reaches da_t exactly where it reaches
+<G_t, exp(a_t) S_{t-1}>, and nothing cancels. A chunk is redone the exact way, by the same thread, from global
+memory, when the fast total is not finite (NaN stays NaN, inf stays inf or becomes NaN) or when it cancelled: its
+rounding, at most ~16 eps of sum_t dt_t added_t (added_t: the absolute values the sum has added up to step t),
+passes 1,000 eps of sum_t dt_t |da_t|. Either way ddt_t = B_t.W_t + A da_t and dA = sum_t dt_t da_t.
 """
 from __future__ import annotations
 
@@ -43,11 +45,14 @@ def kernels(float_type: str) -> dict:
     cuda = import_numba_cuda()
     INF = np.dtype(float_type).type(np.inf)     # constants in the kernel's float type (no float64 in float32)
     ZERO = np.dtype(float_type).type(0)
+    # the fast sum is kept while its rounding (at most ~16 eps of what it added, a bound) stays within 1,000 eps of
+    # the size of dA's terms: past that it cancelled, and the chunk is redone the exact way
+    CANCELLED = np.dtype(float_type).type(16 / 1000)
 
     @cuda.jit
     def decay_grads(x, dt, A, B, C, dy, V, W, end_dots, boundary, grad_boundary, r, q, da, ddt, dA_partial):
-        """7. da_t by the fast sum over the chunk's steps, by the exact form where that is not finite (the
-        module's docstring); ddt_t = B_t.W_t + A da_t and dA_partial = sum_{t in c} dt_t da_t.
+        """7. da_t by the fast sum over the chunk's steps, by the exact form where that is not finite or cancelled
+        (the module's docstring); ddt_t = B_t.W_t + A da_t and dA_partial = sum_{t in c} dt_t da_t.
         grid (ceil(b h c / 128),), block (128,): thread = (bi, hi, chunk). end_dots (b, c, h, n): the columns of
         <G_out, S_e>; da (b, l, h): the exact form's da (scratch). -> ddt (b, l, h), dA_partial (b, c, h).
         (One kernel, no device function: typing a call to one needs a GPU, which test_ssd_cuda_compile.py lacks.)"""
@@ -60,9 +65,13 @@ def kernels(float_type: str) -> dict:
         start, end = ck * q, min(ck * q + q, dt.shape[1])
         a, p, n = A[hi], boundary.shape[3], boundary.shape[4]
         run = ZERO
+        added = ZERO                                 # the size of all the sum has added: its rounding's scale
         for k in range(n):
             run += end_dots[bi, ck, hi, k]
+            added += abs(end_dots[bi, ck, hi, k])
         dA_sum = ZERO
+        rounding = ZERO                              # sum_t dt_t added_t: dA's rounding, in units of eps
+        size = ZERO                                  # sum_t dt_t |da_t|: the size of dA's terms
         for t in range(end - 1, start - 1, -1):
             cv = ZERO
             bw = ZERO
@@ -70,10 +79,15 @@ def kernels(float_type: str) -> dict:
                 cv += C[bi, t, gi, k] * V[bi, t, hi, k]
                 bw += B[bi, t, gi, k] * W[bi, t, hi, k]
             run += cv - dt[bi, t, hi] * bw
+            added += abs(cv) + dt[bi, t, hi] * abs(bw)
             ddt[bi, t, hi] = bw + a * run
             dA_sum += dt[bi, t, hi] * run
-        if EXACT_EVERYWHERE or not abs(run) < INF:   # a non-finite term (NaN stays NaN, inf inf or NaN): the
-            s_incl = ZERO                            # exact form, da_t = w + the reverse sum of v, ...
+            rounding += dt[bi, t, hi] * added
+            size += dt[bi, t, hi] * abs(run)
+        # the exact form where a term is not finite (NaN stays NaN, inf inf or NaN), and where the fast sum cancelled
+        # (strong decay: da_t is far smaller than the terms that make it, and their rounding is all that is left)
+        if EXACT_EVERYWHERE or not abs(run) < INF or not CANCELLED * rounding <= size:
+            s_incl = ZERO                            # the exact form, da_t = w + the reverse sum of v, ...
             for t in range(start, end):
                 s_incl += dt[bi, t, hi] * a
                 v = ZERO

@@ -175,4 +175,8 @@ BUGS = [
         ("tests/fast/test_fused_gradcheck.py",), "a conv continued from a cache gives its history no gradient"),
     Bug("tinygrad_ssm/fast/fused.py", "            return np.concatenate(grads, axis=-1)", "            return np.concatenate(grads[::-1], axis=-1)",
         ("tests/fast/test_fused_gradcheck.py",), "split_last's gradient puts the pieces' gradients in reverse order"),
+    # --- kernel 7's fast sum where it cancelled (the numerics audit, 2026-12-07) --------------------------------
+    Bug("tinygrad_ssm/scan/cuda_decay.py", "        if EXACT_EVERYWHERE or not abs(run) < INF or not CANCELLED * rounding <= size:",
+        "        if EXACT_EVERYWHERE or not abs(run) < INF:", CUDA,
+        "the cuda backward keeps the fast sum where strong decay cancelled it: dA wrong in sign in float32"),
 ]
