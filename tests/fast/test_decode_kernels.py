@@ -352,6 +352,43 @@ def test_a_step_after_one_interrupted_as_it_returned_does_its_work(monkeypatch):
                                    rtol=1e-10, atol=1e-10)
 
 
+def test_a_step_interrupted_before_its_kernel_started_is_not_counted(monkeypatch):
+    """A Ctrl-C that lands while numba reads the step's arguments (its unboxing runs Python code: the interrupt
+    comes out as TypeError "can't unbox a List as a <NULL>") stops the step before it runs. The session counted
+    it anyway: the next step's number had no claims behind it, and that step waited for ever, holding the cache
+    (found by an audit of long-running use, with real signals)."""
+    fast, slow = twin_models(seed=8)
+    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
+    fast.step(np.array([1, 2]), cache_f), slow.step(np.array([1, 2]), cache_s)
+
+    def fails_before_the_kernel(self, dispatcher, args):
+        raise TypeError("can't unbox a <class 'numba.typed.typedlist.List'> as a <NULL>")
+
+    monkeypatch.setattr(decode._Session, "call", fails_before_the_kernel)
+    with pytest.raises(TypeError):
+        fast.step(np.array([3, 4]), cache_f)
+    monkeypatch.undo()
+    assert cache_f._decode_session.step_count == 1                     # one step ran (counted 2, the next hung)
+    for token in ([5, 6], [7, 8]):                                     # the failed step left the cache as it was
+        np.testing.assert_allclose(fast.step(np.array(token), cache_f).data, slow.step(np.array(token), cache_s).data,
+                                   rtol=1e-10, atol=1e-10)
+
+
+def test_the_decoder_never_indexes_its_typed_lists_from_python(monkeypatch):
+    """Indexing a numba typed List from Python compiles numba's getitem (not cached on disk) in every new process:
+    0.3 s of the first generate, and a Ctrl-C inside that compile broke numba's typing, so that every later
+    generate of the process failed (found by an audit of long-running use)."""
+    from numba.typed import List
+
+    def indexed(self, i):
+        raise AssertionError("a typed List was indexed from Python")
+
+    monkeypatch.setattr(List, "__getitem__", indexed)
+    fast, slow = twin_models(seed=8)
+    prompt = np.array([[1, 2, 3]])
+    assert fast.generate(prompt, 4, temperature=0).tolist() == slow.generate(prompt, 4, temperature=0).tolist()
+
+
 def test_a_token_block_after_one_interrupted_as_it_returned_does_its_work(monkeypatch):
     """The same for decode_sampled's block of n steps: interrupted as it returned, all n step numbers are counted
     (it ran them all), so the next step does its work."""

@@ -262,6 +262,23 @@ def test_a_cache_advanced_by_another_thread_is_refused(fused):
     assert cache.seqlen_offset == 1
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_hold_a_ctrl_c_left_on_the_cache_is_dropped_by_the_threads_next_call(fused):
+    """A Ctrl-C between advancing's acquire and its `try` left the cache held: every later step, of the same thread
+    too, was refused as "being advanced by another thread" (found with real signals by an audit of long-running
+    use). The thread's next call takes the cache and, at its end, drops every hold it has."""
+    import threading
+    model = twin_models(seed=3)[0 if fused else 1]
+    cache = model.allocate_cache(1)
+    cache._in_use.acquire()                                              # what the interrupted call left behind
+    model.step(np.array([1]), cache)
+    assert cache.seqlen_offset == 1
+    other = threading.Thread(target=lambda: model.step(np.array([2]), cache))
+    other.start()
+    other.join()                                                         # another thread may take it now
+    assert cache.seqlen_offset == 2
+
+
 def test_a_module_replaced_on_the_model_is_what_the_decoder_reads():
     """mixer.out_proj replaced by another Linear after a generate: the decoder's prepared weights checked the old
     module's parameters (unchanged) and went on with them (found by an audit)."""

@@ -222,6 +222,28 @@ def test_missing_key_is_named(tmp_path):
         Mamba2LMHeadModel.from_pretrained(tmp_path)
 
 
+@pytest.mark.parametrize("quantized", [False, True])
+def test_a_failed_load_leaves_no_open_files(tmp_path, quantized):
+    """The weight files were closed only when the collector got to them: a server keeping its errors (for a
+    report, or in a traceback) kept one open file per failed load (found by an audit of long-running use)."""
+    import os
+    model = small_model()
+    if quantized:
+        model.quantize("int8")
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["n_layer"] += 1                                               # refused after the files are opened
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    before = len(os.listdir("/proc/self/fd"))
+    kept = []
+    for _ in range(5):
+        try:
+            Mamba2LMHeadModel.from_pretrained(tmp_path)
+        except PretrainedError as e:
+            kept.append(e)
+    assert len(kept) == 5 and len(os.listdir("/proc/self/fd")) == before
+
+
 def test_a_repository_folder_whose_ref_names_no_snapshot_lists_its_snapshots(tmp_path):
     """A download pinned to a revision leaves no refs/main, or one naming another commit."""
     repo = tmp_path / "models--org--name"

@@ -175,4 +175,15 @@ BUGS = [
         ('tests/fast/test_blas_threads.py', '-k', 'forked'), 'a child forked while a thread held the BLAS limit waits for ever'),
     Bug('tinygrad_ssm/models/mamba2/quantize.py', '    if fmt == "bfloat16" and block is not None:', '    if False:',
         ('tests/models/test_quantize.py', '-k', 'block_for_bfloat16'), "quantize('bfloat16', block=3) ignores the block"),
+    # --- long-running use: interrupts and open files (found by an audit, 2026-12-07, later) -------------------------------
+    Bug(DEC, "            self.step_count = int(self.control[0])", "            self.step_count += 1",
+        (TK, "-k", "before_its_kernel"), "a step interrupted before its kernel started is counted: the next step waits for ever"),
+    Bug("tinygrad_ssm/models/mamba2/model.py", "        self._in_use = threading.RLock()   # reentrant: see advancing",
+        "        self._in_use = threading.Lock()", (TD, "-k", "ctrl_c"),
+        "a hold a Ctrl-C left on a cache refuses every later step, of the same thread too"),
+    Bug(DEC, "_chunking(c.d_in_proj, c.d_model, in_proj[0]), _chunking(c.d_model, c.d_inner, out_proj[0]),",
+        "_chunking(c.d_in_proj, c.d_model, self.mats[0][0]), _chunking(c.d_model, c.d_inner, out_proj[0]),",
+        (TK, "-k", "never_indexes"), "the first generate of a process compiles numba's typed-List getitem (a Ctrl-C there breaks it)"),
+    Bug("tinygrad_ssm/models/mamba2/pretrained.py", "        for f in opened:\n            f.close()", "        pass",
+        ("tests/models/test_pretrained.py", "-k", "open_files"), "a failed from_pretrained keeps its weight files open while its error is kept"),
 ]

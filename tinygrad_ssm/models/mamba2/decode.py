@@ -90,8 +90,8 @@ class _Weights:
         layers = [layer.mixer for layer in model.layers]
         take = lambda module, name: self._take(module, name, dtype)
         zeros = lambda size: np.zeros(size, dtype)
-        self.mats = (_array_list(take(m.in_proj, "weight") for m in layers),
-                     _array_list(take(m.out_proj, "weight") for m in layers),
+        in_proj, out_proj = [take(m.in_proj, "weight") for m in layers], [take(m.out_proj, "weight") for m in layers]
+        self.mats = (_array_list(in_proj), _array_list(out_proj),
                      _array_list(take(m.conv1d, "weight").reshape(c.conv_dim, c.d_conv) for m in layers))
         self.vecs = (_array_list(take(layer.norm, "weight") for layer in model.layers),
                      _array_list(zeros(c.d_in_proj) if m.in_proj.bias is None else take(m.in_proj, "bias")
@@ -108,8 +108,10 @@ class _Weights:
         self.emb = take(model.embedding, "weight")
         self.head = self.emb if model.lm_head is None else take(model.lm_head, "weight")
         self.norm_f = take(model.norm_f, "weight")
-        self.rows = (_chunking(c.d_in_proj, c.d_model, self.mats[0][0]), _chunking(c.d_model, c.d_inner,
-                     self.mats[1][0]), _chunking(c.padded_vocab_size, c.d_model, self.head),
+        # (from the Python lists: indexing a typed List from Python compiles numba's getitem in each new process,
+        # 0.3 s, and a Ctrl-C inside that compile broke every later generate of the process)
+        self.rows = (_chunking(c.d_in_proj, c.d_model, in_proj[0]), _chunking(c.d_model, c.d_inner, out_proj[0]),
+                     _chunking(c.padded_vocab_size, c.d_model, self.head),
                      _rows_per_chunk(c.headdim * c.d_state, dtype.itemsize, STATE_CHUNK_BYTES))  # heads
         self._modules, self._names, self._arrays = (list(column) for column in zip(*self.sources))
         self._tree = _module_tree(model)
@@ -218,8 +220,10 @@ class _Session:
         self._start_helper()
         try:
             self.call(_lead, (self.control, self.step_count, self.args))
-        finally:  # a Ctrl-C lands as the call returns: the step ran, and its number's claims are spent (a next
-            self.step_count += 1  # step under the same number would find every chunk claimed and do nothing)
+        finally:  # the steps published (control[0]) are the steps run: no signal stops a compiled kernel, a Ctrl-C
+            # lands before it starts (numba reading its arguments: no step ran, none counted; counted, the next
+            # step's number had no claims left and it waited for ever) or as it returns (its claims are spent)
+            self.step_count = int(self.control[0])
         return self.logits.copy()
 
     def sampled(self, ids: np.ndarray, vocab: int, temperature, top_k, top_p, min_p, penalty, seen: np.ndarray,

@@ -88,27 +88,35 @@ class Mamba2Cache:
     seqlen_offset: int = 0   # tokens seen so far
 
     def __post_init__(self):
-        self._in_use = threading.Lock()
+        self._in_use = threading.RLock()   # reentrant: see advancing
 
     def __getstate__(self):  # pickle, deepcopy: the fused decoder's session (numba's lists) is rebuilt when needed
         return {k: v for k, v in self.__dict__.items() if k not in ("_decode_session", "_in_use")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._in_use = threading.Lock()
+        self._in_use = threading.RLock()
 
     @contextlib.contextmanager
     def advancing(self, who: str):
         """Held while a call advances the cache: a second thread meanwhile is refused. Two threads stepping one
         cache hung the process in the fused decoder (its session's step counters crossed) and, unfused, left
-        states matching no order of the steps; a cache is one batch of sequences, read and written in order."""
+        states matching no order of the steps; a cache is one batch of sequences, read and written in order.
+        Reentrant, because a Ctrl-C can land between the acquire and the `try` (or inside `finally`) and leave a
+        hold behind: a plain lock then refused every later call, of this thread too. No call advances a cache
+        from inside another's advance, so every hold this thread has when its call ends is such a leftover (and
+        only the main thread, where Ctrl-C lands, leaves one): the call's end drops them all."""
         if not self._in_use.acquire(blocking=False):
             raise RuntimeError(f"{who}: this cache is being advanced by another thread; a cache holds one batch's "
                                f"state and moves token by token: give each thread its own (model.allocate_cache)")
         try:
             yield
         finally:
-            self._in_use.release()
+            while True:                  # this call's hold, and any a Ctrl-C left behind in this thread
+                try:
+                    self._in_use.release()
+                except RuntimeError:     # none left (or another thread took it after the last)
+                    break
 
     @property
     def batch_size(self) -> int:

@@ -211,6 +211,15 @@ _LAYER_KEY = re.compile(r"backbone\.layers\.(\d+)\.")
 
 
 def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True):
+    opened = []  # the weight files, closed when the load ends, failed or not (a kept error kept them open)
+    try:
+        return _load_pretrained(cls, directory, dtype, backend, fused, opened)
+    finally:
+        for f in opened:
+            f.close()
+
+
+def _load_pretrained(cls, directory, dtype, backend, fused, opened: list):
     directory = resolve_pretrained_folder(directory)
     config, layout = parse_config(read_config(directory))
     stored = {}
@@ -219,6 +228,7 @@ def load_pretrained(cls, directory, dtype="float32", backend: str = "auto", fuse
     check_file_digests(directory, [CONFIG_NAME, *(p.name for p in files)])
     for path in files:
         f = SafetensorsFile(path)  # the header only: validated against the file's size
+        opened.append(f)
         for name in f.tensors:
             if name in stored:
                 raise CheckpointError(f"from_pretrained: {name!r} is stored twice ({stored[name].path!r}, {f.path!r})")

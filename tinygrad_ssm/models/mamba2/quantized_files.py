@@ -43,6 +43,15 @@ def save_quantized(model, directory) -> None:
 def load_quantized(cls, directory, raw: dict, dtype, backend, fused):
     """from_pretrained of a folder save_quantized wrote: every stored tensor checked (names, shapes, dtypes,
     scales finite and >= 0) before the model is built, as pretrained.load_pretrained does."""
+    opened = []  # the weight file, closed when the load ends, failed or not (a kept error kept it open)
+    try:
+        return _load_quantized(cls, directory, raw, dtype, backend, fused, opened)
+    finally:
+        for f in opened:
+            f.close()
+
+
+def _load_quantized(cls, directory, raw: dict, dtype, backend, fused, opened: list):
     raw = dict(raw)
     spec = raw.pop(QUANTIZATION_KEY)
     fmt = spec.get("weights") if isinstance(spec, dict) else None
@@ -54,6 +63,7 @@ def load_quantized(cls, directory, raw: dict, dtype, backend, fused):
     config, _ = parse_config(raw)
     path = f"{directory}/{WEIGHTS_NAME}"
     f = SafetensorsFile(path)
+    opened.append(f)
     shapes = config.param_shapes()
     probe = type("Probe", (), {"config": config})()
     names = set(quantized_names(probe))
