@@ -87,6 +87,19 @@ def test_a_failed_save_on_rank_0_ends_every_rank_as_one_process_does(corpus, tmp
 
 
 @needs_mpi
+def test_rank_0s_log_failing_ends_the_job_with_one_line_and_exit_74(corpus, tmp_path):
+    """log.jsonl reaching ulimit -f on rank 0, outside any step the ranks agree on: the job ended with exit 1 and a
+    traceback (an audit of MPI failure modes); now one line naming the log, and 74, as one process gives."""
+    run = tmp_path / "run"
+    proc = mpirun(2, [SCRIPTS / "cli_file_size_limit.py", 1500, "train", *TINY, "--data", corpus, "--steps", "30",
+                      "--checkpoint-every", "100", "--out", run])
+    assert proc.returncode == EXIT_IO, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and f"cannot write {run / 'log.jsonl'}: File too large" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@needs_mpi
 def test_rank_and_world_size_before_init_under_a_launcher_raise(monkeypatch):
     proc = mpirun(2, [SCRIPTS / "before_init.py"], timeout=60)
     assert proc.returncode == 0 and "before init ok" in proc.stdout, proc.stderr[-3000:] + proc.stdout
@@ -116,6 +129,14 @@ def test_ctrl_c_on_rank_1_is_said_by_rank_0_and_a_second_one_after_the_stop_ends
     said = twice.stderr.find("[rank 1 of 2] stopped by Ctrl-C: aborting the whole MPI job now")
     assert said >= 0, twice.stderr   # first: MPICH may still print the KeyboardInterrupt as the job is torn down
     assert "Traceback" not in twice.stderr[:said], twice.stderr
+
+
+@needs_mpi
+def test_sigterm_on_rank_1_is_named_by_rank_0(corpus, tmp_path):
+    """Rank 0 said "Ctrl-C on rank 1" for a SIGTERM there too: the ranks shared only that some rank was stopped."""
+    proc = mpirun(2, [SCRIPTS / "ctrl_c.py", "sigterm", corpus, tmp_path / "run"], timeout=90)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "SIGTERM on rank 1 of 2: every rank stops after step 3" in proc.stdout, proc.stdout
 
 
 @needs_mpi

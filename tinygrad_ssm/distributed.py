@@ -146,15 +146,18 @@ class World:
             raise error
         return result
 
-    def abort(self, error: BaseException, code: int = 1) -> None:
-        """Print this rank's error and end the whole job (MPI_Abort): no rank is left waiting in a collective."""
+    def abort(self, error: BaseException, code: int = 1, message: str | None = None) -> None:
+        """Print this rank's error and end the whole job (MPI_Abort): no rank is left waiting in a collective.
+        `message`: the error in the caller's words, one line without a traceback (a file that cannot be written)."""
         who = f"[rank {self.rank} of {self.size}]"
         if threading.current_thread() is threading.main_thread():  # the job is ending: a Ctrl-C (the launcher
             signal.signal(signal.SIGINT, signal.SIG_IGN)            # passes one on) must not cut this short
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         parts = (f"{who} error: {type(error).__name__}: {error}\n", f"{who} aborting the whole MPI job\n",
                  f"{who} {text}")
-        if isinstance(error, KeyboardInterrupt):  # the user's own stop: no traceback
+        if message is not None:
+            parts = (f"{who} error: {message}\n", f"{who} aborting the whole MPI job\n")
+        elif isinstance(error, KeyboardInterrupt):  # the user's own stop: no traceback
             parts = (f"{who} stopped by Ctrl-C: aborting the whole MPI job now (checkpoints are written atomically: "
                      f"the last one is intact)\n",)
         for part in parts:  # the message first: a launcher may drop the tail when the job ends
@@ -162,6 +165,7 @@ class World:
             sys.stderr.flush()
         time.sleep(1.0)  # let the launcher forward this text first: MPI_Abort tears the job down at once
         self.comm.Abort(code)
+        os._exit(code)   # MPICH's Abort may return before the launcher's teardown reaches this process: never go on
 
     def broadcast_arrays(self, arrays: dict | None, root: int = 0) -> dict:
         """{name: array} on `root` -> the same dict on every rank (a JSON header, then one Bcast per array)."""

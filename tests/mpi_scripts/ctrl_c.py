@@ -1,6 +1,7 @@
 """Run under `mpiexec -n 2`: `python ctrl_c.py MODE DATA OUT`: rank 1 alone gets Ctrl-C (SIGINT) after step 2.
 MODE once: just that; every rank stops after step 3 and rank 0 says which rank asked.
-MODE twice: and a second Ctrl-C on rank 1 as the run finishes (after the agreed stop): the job stops, exit 130."""
+MODE twice: and a second Ctrl-C on rank 1 as the run finishes (after the agreed stop): the job stops, exit 130.
+MODE sigterm: rank 1 gets SIGTERM instead (a scheduler's time limit), which rank 0 names."""
 import os
 import signal
 import sys
@@ -17,7 +18,7 @@ cfg = loop.TrainConfig(data=data, out=out, d_model=32, n_layer=1, d_state=16, he
 
 def callback(info):
     if world.rank == 1 and info.step == 2:
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM if mode == "sigterm" else signal.SIGINT)
 
 
 if mode == "twice" and world.rank == 1:

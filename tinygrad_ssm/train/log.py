@@ -61,8 +61,11 @@ class RunLog:
                               f"after the run started); the run's log is never appended to a file it does not "
                               f"own: it was left as it is: remove {LOG_FILE} (the run writes a new one), or "
                               f"choose another --out")
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with os.fdopen(fd, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:  # a write's error names no file: the message names the log
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
 
     def records(self) -> list[dict]:
         """Every record. A last line cut short (no newline: the process died while appending it) is left

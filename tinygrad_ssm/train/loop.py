@@ -24,7 +24,7 @@ import math
 import sys
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -42,10 +42,12 @@ from .data import (Corpus, bits_per_byte, check_length, load_corpus, sample_prom
                    unigram_entropy_bits)
 from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
+from .arguments import EXIT_IO
 from .mpi_cli import python_cmd
+from .output_errors import io_cause
 from .optimizers import load_flat_optimizer_state, flat_optimizer_state, build_optimizers
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
-from .sigint import FinishTheSave, StopOnSigint
+from .sigint import FinishTheSave, StopOnSigint, signal_said
 from .step import TrainingDiverged, last_good, train_step  # noqa: F401 (TrainingDiverged re-exported)
 from .starting_point import (paths_as_saved, resolve_starting_point, run_vocab_size, shared_model,
                              shared_tokenizer, tokenizer_files)
@@ -138,7 +140,7 @@ class _Run:
     rate: float | None = None  # smoothed tokens/s, for the progress bar
     in_update: bool = False  # True while AdamW writes the weights: a checkpoint now would be half-updated
     stop_requested: bool = False  # under MPI: some rank got Ctrl-C; all stop after the same step
-    stop_ranks: tuple = ()  # under MPI: the ranks that got it
+    stop_signals: dict = field(default_factory=dict)  # under MPI: rank -> the signal it got (SIGINT, SIGTERM)
     run_id: str | None = None  # the run family's id (train/run_folder.py): pruning deletes only its checkpoints
 
     def save(self) -> Path:
@@ -406,13 +408,14 @@ def _loop(run: _Run, stop_at, callback, bar, sigint, say) -> str:
         if run.world.size == 1 and sigint.requested:
             return "interrupted"
         if run.stop_requested:  # agreed by every rank in the last step
-            if 0 not in run.stop_ranks:  # rank 0 printed its own Ctrl-C; another rank's is said here
-                say(f"Ctrl-C on rank {', '.join(map(str, run.stop_ranks))} of {run.world.size}: every rank stops "
+            if 0 not in run.stop_signals:  # rank 0 printed its own Ctrl-C; another rank's is said here
+                got = ", ".join(f"{signal_said(s)} on rank {r}" for r, s in run.stop_signals.items())
+                say(f"{got} of {run.world.size}: every rank stops "
                     f"after step {run.step} and a checkpoint is written (Ctrl-C again to stop now)")
             return "interrupted"
         if stop_at is not None and run.step >= stop_at:
             return "stopped"
-        record = train_step(run, sigint.requested)
+        record = train_step(run, sigint.signum)
         _after_step(run, record, bar, say)
         if callback is not None:
             callback(StepInfo(run.step, run.loss_val, record["lr"], run.model))
@@ -436,6 +439,7 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
                                f"is the single-process default, so each would train alone; pass "
                                f"world=tinygrad_ssm.distributed.init() (or start one process, without mpiexec)")
     t_begin = time.perf_counter()
+    run = None
     try:  # from here on one rank's error ends the whole job (below): an import failing on one rank left all waiting
         from tqdm import tqdm
         say = (say or (lambda m: tqdm.write(m, file=sys.stdout))) if world.is_root else (lambda m: None)
@@ -463,6 +467,11 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
     except BaseException as e:
         every_rank = isinstance(e, (TrainingDiverged, RanksDiverged)) or getattr(e, "raised_on_every_rank", False)
         if world.size > 1 and not every_rank:  # one rank's error ends the whole job: none is left waiting
+            if isinstance(e, OSError):  # a file of this rank's own (rank 0's log or plot): one line, 74 as alone
+                last = f"the last checkpoint is {run.last_ckpt}" if run is not None and run.last_ckpt else \
+                    "no checkpoint had been written yet"
+                world.abort(e, EXIT_IO, f"cannot write {e.filename or 'a file of the run'}: {io_cause(e)}; every "
+                                        f"rank stops, {last}")
             world.abort(e, 130 if isinstance(e, KeyboardInterrupt) else 1)
         raise
 

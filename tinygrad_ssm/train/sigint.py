@@ -44,11 +44,12 @@ class StopOnSigint(_OnSigint):
     KeyboardInterrupt."""
 
     requested = False
+    signum = 0   # the first one's signal number (SIGINT or SIGTERM): under MPI every rank is told which
 
     def _handler(self, signum, frame):
         if self.requested:
             raise KeyboardInterrupt(signal_said(signum))  # the CLI says which: "stopped by SIGTERM"
-        self.requested = True
+        self.requested, self.signum = True, signum
         said = signal_said(signum)
         self._say(f"{said}: stopping after this step and writing a checkpoint ({said} again to stop now)")
 

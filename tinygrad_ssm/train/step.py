@@ -39,23 +39,23 @@ def diverged_message(what: str, step: int, lr: float, last_ckpt: Path | None) ->
             f"{last_good(last_ckpt)}. Try a lower --lr or more --warmup-steps.")
 
 
-def train_step(run, stop_requested: bool = False) -> dict:
+def train_step(run, stop_signal: int = 0) -> dict:
     """One optimizer step of `run` (loop._Run): batch, loss, backward, clip, AdamW. Returns the step's log record.
-    Under MPI the rank's rows of the global batch; the loss (and any rank's Ctrl-C) and the gradients averaged
-    over ranks."""
+    Under MPI the rank's rows of the global batch; the loss and the gradients averaged over ranks, and each rank
+    told which got a Ctrl-C or SIGTERM (stop_signal: this rank's signal number, 0 for none)."""
     t0 = time.perf_counter()
     lr = run.schedule(run.step)
     step, drawn_before = run.step, run.sampler.state_dict()
     x, y = run.sampler.next_batch()  # (b, l) each: the global batch, the same on every rank
     try:
-        return _step_on(run, x, y, lr, stop_requested, t0)
+        return _step_on(run, x, y, lr, stop_signal, t0)
     except BaseException:
         if run.step == step:  # the step was not done: a checkpoint saved now (a second Ctrl-C) would skip its batch
             run.sampler.load_state_dict(drawn_before)
         raise
 
 
-def _step_on(run, x, y, lr: float, stop_requested: bool, t0: float) -> dict:
+def _step_on(run, x, y, lr: float, stop_signal: int, t0: float) -> dict:
     """train_step after its batch (x, y) is drawn; run.step counts the step once its update is done."""
     rows = slice(run.world.rank * len(x) // run.world.size, (run.world.rank + 1) * len(x) // run.world.size)
     x, y = x[rows], y[rows]  # (b / ranks, l): this rank's share
@@ -75,9 +75,9 @@ def _step_on(run, x, y, lr: float, stop_requested: bool, t0: float) -> dict:
     loss = run.model.loss(*micro[-1])
     run.loss_val = (loss_sum + float(loss.data)) / pieces
     if run.world.size > 1:
-        sums = run.world.sum([run.loss_val, *(np.arange(run.world.size) == run.world.rank) * stop_requested])
-        run.loss_val, run.stop_ranks = sums[0] / run.world.size, tuple(np.flatnonzero(sums[1:]).tolist())
-        run.stop_requested = bool(run.stop_ranks)
+        sums = run.world.sum([run.loss_val, *(np.arange(run.world.size) == run.world.rank) * stop_signal])
+        run.loss_val, run.stop_signals = sums[0] / run.world.size, {r: int(s) for r, s in enumerate(sums[1:]) if s}
+        run.stop_requested = bool(run.stop_signals)
     if not math.isfinite(run.loss_val):
         raise TrainingDiverged(diverged_message(f"loss is {run.loss_val}", run.step + 1, lr, run.last_ckpt))
     (loss / pieces).backward()
