@@ -137,6 +137,30 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
                              f"(no {CHECKPOINTS_DIR}/{LATEST_FILE})")
 
 
+def latest_name(path) -> str | None:
+    """What LATEST of the run folder `path` (or of its checkpoints/ folder) names now; None for any other path."""
+    p = Path(path).expanduser()
+    latest = (p.parent if p.name == CHECKPOINTS_DIR else p) / CHECKPOINTS_DIR / LATEST_FILE
+    try:
+        return latest.read_text(encoding="utf-8", errors="replace").strip() if latest.is_file() else None
+    except OSError:
+        return None
+
+
+def read_newest(path, read, attempts: int = 3):
+    """read(path), again while the run's LATEST moved on during it: a run saving beside the reader (with
+    --keep-checkpoints 1 it prunes the checkpoint LATEST named a moment before) made a reader of a run folder fail,
+    saying that a checkpoint which was whole when it started is missing or incomplete. A checkpoint folder named
+    itself is read once: the one asked for is gone."""
+    for attempt in range(attempts):
+        before = latest_name(path)
+        try:
+            return read(path)
+        except (OSError, ValueError):
+            if attempt == attempts - 1 or before is None or latest_name(path) == before:
+                raise
+
+
 def checkpoint_names(run: Path) -> list[str]:
     """The checkpoint folders (step-NNNNNN) of a run folder, oldest first; each got its name once complete."""
     root = run / CHECKPOINTS_DIR

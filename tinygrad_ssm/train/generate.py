@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.checkpoints import (CHECKPOINTS_DIR, STATE_FILE, CheckpointNotFound, resolve_checkpoint)
+from ..io.checkpoints import CHECKPOINTS_DIR, STATE_FILE, CheckpointNotFound, read_newest, resolve_checkpoint
 from ..io.file_checks import require_regular_file
 from ..models.mamba2 import Mamba2LMHeadModel
 from ..models.mamba2.pretrained import hub_snapshot
@@ -91,7 +91,12 @@ def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | 
         raise ValueError(f"--weights float32 with the model in {dtype} (--dtype, or with --training-windows the "
                          f"run's dtype): the two disagree; leave --weights out to keep the float weights in {dtype}, "
                          f"or pass --dtype float32")
-    folder = resolve_model_folder(path, flag)
+    # a run folder's newest checkpoint, again if a save beside the load moved LATEST on (io/checkpoints.py)
+    return read_newest(path, lambda p: _load_folder(resolve_model_folder(p, flag), backend, tokenizer, weights,
+                                                    dtype, for_generation))
+
+
+def _load_folder(folder: Path, backend, tokenizer, weights, dtype, for_generation):
     model = Mamba2LMHeadModel.from_pretrained(folder, dtype=dtype, backend=backend)
     if for_generation:
         model.generation_defaults = read_generation_defaults(folder, model.config.padded_vocab_size)

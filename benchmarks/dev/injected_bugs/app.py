@@ -413,4 +413,7 @@ BUGS = [
     Bug("tinygrad_ssm/train/checkpoint.py", "        digests = {name: file_digest(tmp / name) for name in sorted(os.listdir(tmp))}",
         "        digests = {name: file_digest(tmp / name) for name in sorted(os.listdir(tmp)) if name != \"config.json\"}",
         ("tests/train/test_checkpoint_digests.py",), "config.json is saved without its digest"),
+    Bug("tinygrad_ssm/io/checkpoints.py", "            if attempt == attempts - 1 or before is None or latest_name(path) == before:",
+        "            if True:", ("tests/train/test_readers_during_saves.py",),
+        "a reader of a run folder fails when a save beside it prunes the checkpoint it found"),
 ]

@@ -10,6 +10,7 @@ import json
 import numpy as np
 
 from ...io.atomic_write import write_atomic
+from ...io.checkpoints import read_newest
 from ...io.safetensors import STORED_DTYPES, SafetensorsFile, save_file
 from ...registry import VarMap
 from .checkpoint_config import CONFIG_NAME, PretrainedError, mamba_ssm_config, parse_config, read_config
@@ -103,7 +104,12 @@ def _load_quantized(cls, directory, raw: dict, dtype, backend, fused, opened: li
 
 
 def load_model_folder(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True):
-    """Mamba2LMHeadModel.from_pretrained: a quantized folder (its config.json has "quantization") or any other."""
+    """Mamba2LMHeadModel.from_pretrained: a quantized folder (its config.json has "quantization") or any other; a
+    run folder's newest checkpoint, again if a save beside the load moved LATEST on (io/checkpoints.py)."""
+    return read_newest(directory, lambda path: _load_model_folder(cls, path, dtype, backend, fused))
+
+
+def _load_model_folder(cls, directory, dtype, backend, fused):
     folder = resolve_pretrained_folder(directory)
     raw = read_config(folder)
     if QUANTIZATION_KEY in raw:
