@@ -10,6 +10,8 @@ import sys
 import threading
 import textwrap
 
+import pytest
+
 from threadpoolctl import ThreadpoolController, threadpool_info
 
 from tinygrad_ssm.fast.blas_threads import single_threaded_blas
@@ -161,3 +163,57 @@ def test_a_child_forked_while_another_thread_holds_the_limit_can_take_it():
     finally:
         leave.set()
         holder.join()
+
+
+def test_a_child_forked_while_another_thread_holds_the_limit_gets_its_blas_threads_back():
+    """The child kept BLAS on one thread for good: the thread that would have restored the count is not in it."""
+    import threadpoolctl
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+    before = blas_threads()
+    if not before or max(before) == 1:
+        pytest.skip("BLAS runs one thread here already: a limit of one changes nothing to see")
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold():
+        with single_threaded_blas():
+            inside.set()
+            leave.wait(30)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert inside.wait(30) and max(blas_threads()) == 1
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if blas_threads() == before else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0                    # 1: the child's BLAS kept one thread
+    finally:
+        leave.set()
+        holder.join()
+    assert blas_threads() == before                                      # the parent's put back as before
+
+
+def test_a_thread_takes_the_limit_after_the_main_thread_has_had_it():
+    """threadpoolctl lets the first thread that set OpenBLAS's count be the only one to set it while it lives: after
+    one fused product on the main thread, the limit taken by any other thread changed nothing."""
+    import threadpoolctl
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+    before = blas_threads()
+    if not before or max(before) == 1:
+        pytest.skip("BLAS runs one thread here already: a limit of one changes nothing to see")
+    with single_threaded_blas():
+        assert max(blas_threads()) == 1
+    seen = []
+
+    def limited():
+        with single_threaded_blas():
+            seen.append(blas_threads())
+    thread = threading.Thread(target=limited)
+    thread.start()
+    thread.join()
+    assert seen == [[1] * len(before)] and blas_threads() == before
+

@@ -35,10 +35,26 @@ _fork_hook = False                       # _reset_after_fork registered
 
 def _reset_after_fork() -> None:
     """In a child forked while another thread held the limit (or the lock), neither that thread nor its release
-    exists: a fresh lock and no owner, else the child's first fused product waited for ever (found by an audit).
-    The child's BLAS keeps the thread count it was forked with."""
+    exists: a fresh lock and no owner, else the child's first fused product waited for ever (found by an audit),
+    and the thread counts put back, else the child's BLAS kept one thread for good. Forked by the owner itself
+    (inside the `with`), the child leaves the `with` as the parent does, and restores them then."""
     global _lock, _owner, _depth, _limiter
-    _lock, _owner, _depth, _limiter = threading.Lock(), None, 0, None
+    _lock = threading.Lock()
+    if _owner is not threading.current_thread():
+        if _limiter is not None:
+            _restore(_limiter)
+        _owner, _depth, _limiter = None, 0, None
+
+
+def _restore(limiter) -> None:
+    """The thread counts put back, and OpenBLAS's control handed back: threadpoolctl lets only the first thread
+    that sets OpenBLAS's count set it again, for as long as that thread lives, so after the main thread's first
+    fused product a limit set from any other thread (a training in a thread) changed nothing."""
+    limiter.restore_original_limits()
+    from threadpoolctl import OpenBLASController
+    release = getattr(OpenBLASController, "clear_controlling_thread", None)   # threadpoolctl >= 3.6
+    if release is not None:
+        release()                                  # only if this thread has it (not the user's own)
 
 
 def _new_controller() -> ThreadpoolController:
@@ -81,5 +97,5 @@ def single_threaded_blas():
             with _lock:
                 _depth -= 1
                 if _depth == 0:
-                    _limiter.restore_original_limits()
+                    _restore(_limiter)
                     _owner = _limiter = None

@@ -186,4 +186,10 @@ BUGS = [
         (TK, "-k", "never_indexes"), "the first generate of a process compiles numba's typed-List getitem (a Ctrl-C there breaks it)"),
     Bug("tinygrad_ssm/models/mamba2/pretrained.py", "        for f in opened:\n            f.close()", "        pass",
         ("tests/models/test_pretrained.py", "-k", "open_files"), "a failed from_pretrained keeps its weight files open while its error is kept"),
+    Bug(BLAS, "        if _limiter is not None:\n            _restore(_limiter)\n        _owner, _depth, _limiter = None, 0, None",
+        "        _owner, _depth, _limiter = None, 0, None", ("tests/fast/test_blas_threads.py", "-k", "blas_threads_back"),
+        "a child forked while another thread held the limit keeps BLAS on one thread for good"),
+    Bug(BLAS, "    if release is not None:\n        release()", "    if False:\n        release()",
+        ("tests/fast/test_blas_threads.py", "-k", "main_thread_has_had"),
+        "after the main thread's first fused product, a limit taken by another thread changes nothing"),
 ]
