@@ -16,8 +16,8 @@ from .data import DOCUMENT_ENDS
 from .generate import DEFAULT_PROMPT_BATCH, not_utf8
 from .generation_config import DEFAULT_TEMPERATURE
 from .eval_report import is_eval_report
+from .output_errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_USAGE  # noqa: F401 (cli's)
 
-EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_IO, EXIT_INTERRUPTED = 0, 1, 2, 74, 130  # 74: sysexits' EX_IOERR
 EVAL_WINDOW = 512  # eval's --window when it is not given (None: so --training-windows can tell it was given)
 
 _D = TrainConfig()  # the defaults, shown in --help

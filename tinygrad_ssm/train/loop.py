@@ -42,9 +42,8 @@ from .data import (Corpus, bits_per_byte, check_length, load_corpus, sample_prom
                    unigram_entropy_bits)
 from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
-from .arguments import EXIT_IO
 from .mpi_cli import python_cmd
-from .output_errors import io_cause
+from .output_errors import EXIT_IO, io_cause
 from .optimizers import load_flat_optimizer_state, flat_optimizer_state, build_optimizers
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
 from .sigint import FinishTheSave, StopOnSigint, signal_said

@@ -6,6 +6,10 @@ import errno
 import os
 import sys
 
+# the command line's exit statuses (here, not in arguments.py: importing that builds the help, which asks every scan
+# backend whether it runs here, and numba-cuda's import spawns /sbin/ldconfig; the training loop needs EXIT_IO)
+EXIT_OK, EXIT_DIVERGED, EXIT_USAGE, EXIT_IO, EXIT_INTERRUPTED = 0, 1, 2, 74, 130  # 74: sysexits' EX_IOERR
+
 IO_CAUSES = {"ENOSPC": "the disk is full", "EFBIG": "the file size limit (ulimit -f) is reached",
              "EROFS": "the file system is read-only", "EACCES": "permission denied",
              "EPERM": "operation not permitted", "EDQUOT": "the disk quota is exceeded",
