@@ -84,3 +84,4 @@ def test_a_malformed_record_is_named(run, record):
         ckpt.load_trainer_state(checkpoint)
     with pytest.raises(CheckpointDamaged, match=r"'files' must map file names to"):
         Mamba2LMHeadModel.from_pretrained(checkpoint)
+

@@ -125,3 +125,18 @@ def test_a_huge_batch_in_micro_batches_is_refused_naming_the_batch(corpus, tmp_p
     assert cli.main(["train", "--data", str(corpus), "--out", str(tmp_path / "run"), "--batch-size", huge,
                      "--grad-accum", huge, "--no-progress"]) == cli.EXIT_USAGE
     assert f"--batch-size {huge}" in capsys.readouterr().err
+
+
+def test_a_resume_with_another_thread_count_says_it_is_not_bit_for_bit(run, capsys):
+    """The fused products cut their work into one BLAS call per thread, whose rounding can differ (an audit of
+    determinism: float64 runs with 1 and 2 threads differed in the last digits); the checkpoint records its count."""
+    import numba
+    checkpoint = run / "checkpoints" / "step-000002"
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert state["threads"] == numba.get_num_threads()
+    state["threads"] += 1
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    assert cli.main(["train", "--resume", str(run), "--no-progress", "--steps", "3"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert (f"note: saved with {state['threads']} thread(s), resumed with {numba.get_num_threads()}" in out and
+            f"NUMBA_NUM_THREADS={state['threads']} continues bit for bit" in out), out

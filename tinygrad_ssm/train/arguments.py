@@ -142,7 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="generate for every prompt in FILE at once (one prompt per line, blank lines skipped; a "
                          ".jsonl or .json file: records {\"prompt\": ...}, one a line or a JSON array, for "
                          "prompts with newlines); the results are "
-                         "printed in order, each headed by its number and line")
+                         "printed in order, each headed by its number and line. Sampled (temperature > 0), a "
+                         "prompt's text depends on its place in its batch (row i draws the step's i-th random "
+                         "number, as in transformers): the same --seed gives it another text than --prompt alone; "
+                         "greedy decoding gives the same")
     ge.add_argument("--batch-size", type=int, default=None, metavar="N",
                     help=f"--batch-file's prompts decoded together, N at a time, each batch's results printed as it "
                          f"ends (memory grows with N: a sequence's state, ~20 MB at the 130M shape; a batch after "

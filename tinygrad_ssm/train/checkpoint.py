@@ -224,6 +224,7 @@ _STATE_FIELDS = {
 _OPTIONAL_STATE_FIELDS = {
     "run_id": (is_run_id, f"a run id ({RUN_ID_RULE})"),
     FILE_DIGESTS: (is_digest_record, "file names mapped to {'bytes': size, 'sha256': hex}"),
+    "threads": (lambda v: is_integer(v) and v >= 1, "an integer >= 1 (numba's thread count)"),
 }
 
 

@@ -4,7 +4,7 @@ One step (step.py): draw a batch, loss = mean cross entropy of the next byte, ba
 micro-batches), clip the global gradient norm, AdamW update with the scheduled learning rate. Validation bits per
 byte are measured on fixed windows of the validation files every `eval_every` steps. Checkpoints (see
 train/checkpoint.py) hold everything that decides the next step: weights, optimizer moments, step, sampler state
-(its RNG), config; so a resumed run continues bit for bit.
+(its RNG), config; so a resumed run continues bit for bit (with the same thread count and ranks: it says when not).
 
 Stopping: Ctrl-C (or SIGTERM) finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
 Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done; a Ctrl-C during that
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numba
 import numpy as np
 
 from .. import optim
@@ -156,7 +157,8 @@ class _Run:
                          "val_bpb_step": self.val_step,
                          "train_config": self.cfg.to_dict(), "model_config": self.model.config.to_dict(),
                          "sampler": self.sampler.state_dict(), "data_fingerprint": self.fingerprint,
-                         "world_size": self.world.size, **({"run_id": self.run_id} if self.run_id else {})}
+                         "world_size": self.world.size, "threads": numba.get_num_threads(),
+                         **({"run_id": self.run_id} if self.run_id else {})}
         return str(ckpt.save_checkpoint(self.out, self.step, self.model, flat_optimizer_state(self.optimizers),
                                         trainer_state, keep=self.cfg.keep_checkpoints,
                                         tokenizer_files=tokenizer_files(self.tokenizer)))
@@ -292,6 +294,10 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
         if state.get("world_size", 1) != world.size:
             say(f"note: saved with {state.get('world_size', 1)} MPI rank(s), resumed with {world.size}: the same "
                 f"global batches, the gradients summed in another order (equal up to rounding, not bit for bit)")
+        if state.get("threads", numba.get_num_threads()) != numba.get_num_threads():
+            say(f"note: saved with {state['threads']} thread(s), resumed with {numba.get_num_threads()}: the fused "
+                f"products cut their work into one BLAS call per thread, whose rounding can differ (equal up to "
+                f"rounding, not bit for bit; NUMBA_NUM_THREADS={state['threads']} continues bit for bit)")
     if world.size > 1:  # every rank starts from rank 0's weights and moments, fresh or resumed
 
         broadcast_weights_and_optimizers(run.model.varmap, run.optimizers, world)
