@@ -79,6 +79,24 @@ def test_pruning_deletes_only_checkpoints_of_this_run(run, corpus, tmp_path):
     assert (root / "step-000003").is_dir()
 
 
+def test_a_checkpoint_holding_what_its_save_did_not_write_is_neither_pruned_nor_written_again(run, capsys):
+    """`export --out RUN/checkpoints/step-000001/hf` (accepted) and a user's file put into a checkpoint: pruning
+    deleted the checkpoint with them, and a resume from an older checkpoint rewrote the step, the folder with it
+    (found by a fuzz of the command line). Both leave such a checkpoint as it is."""
+    root = run / "checkpoints"
+    assert cli.main(["export", "--model", str(root / "step-000001"), "--out", str(root / "step-000001" / "hf")]) == 0
+    (root / "step-000002" / "notes.txt").write_text("mine")
+    before = {name: snapshot(root / name) for name in ("step-000001", "step-000002")}
+    assert cli.main(["train", "--resume", str(root / "step-000001"), "--no-progress"]) == cli.EXIT_USAGE
+    assert "step-000002' (a checkpoint of this run, to be written again) holds what the run did not write: " \
+           "notes.txt" in capsys.readouterr().err
+    (root / "step-000002" / "notes.txt").unlink()
+    result = train(resume=str(run), overrides={"keep_checkpoints": 1}, progress=False, say=quiet)
+    assert result.status == "done" and result.step == 3
+    assert snapshot(root / "step-000001") == before["step-000001"]           # kept, the export inside it too
+    assert not (root / "step-000002").exists() and (root / "step-000003").is_dir()   # ours alone: pruned
+
+
 def test_a_new_run_reuses_a_folder_of_ours_stopped_before_its_first_checkpoint(corpus, tmp_path):
     out = tmp_path / "run"
     claim_run_folder(out).release()  # what a run does first: the folder, its marker and lock

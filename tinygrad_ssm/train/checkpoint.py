@@ -69,6 +69,11 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
     if os.path.lexists(final) and (run_id is None or _run_id_of(final) != run_id):
         raise CheckpointWriteRefused(f"{str(final)!r} exists and is not a checkpoint of this run (run id "
                                      f"{run_id}); it was left as it is: move it away, or choose another --out")
+    foreign = _not_written_by_the_save(final) if os.path.lexists(final) else []
+    if foreign:  # rewriting the step replaces the whole folder: what was put into it since would go with it
+        raise CheckpointWriteRefused(f"{str(final)!r} (a checkpoint of this run, to be written again) holds what "
+                                     f"the run did not write: {', '.join(foreign[:5])}; it was left as it is: move "
+                                     f"those out of it, or resume from a later checkpoint")
     tmp = Path(new_temporary_folder(root, final.name))  # 0777 less the umask, as its files are 0666 less it
     try:
         with warnings.catch_warnings():  # a run's checkpoint is this package's to read, not mamba_ssm's
@@ -194,12 +199,31 @@ def _prune(root: Path, keep: int, current: str, run_id: str | None = None) -> No
     ours = _ours_by_step(root, run_id)
     best = _best_of(ours)
     for p, _ in ours[:-keep]:
-        if p.name != current and (best is None or p != best[0]):
+        if p.name != current and (best is None or p != best[0]) and not _not_written_by_the_save(p):
             try:
                 aside = _move_aside(root, p)  # a kill inside rmtree then leaves no step-N holding part of one
             except OSError:
                 continue                      # not pruned this time (as rmtree's errors were ignored)
             shutil.rmtree(aside, ignore_errors=True)
+
+
+# what a save may have written into a checkpoint folder, for those saved before trainer_state.json listed its files
+_SAVED_BEFORE_THE_RECORD = frozenset(CHECKPOINT_FILES) | {"tokenizer.json", "tokenizer_config.json",
+                                                          "generation_config.json"}
+
+
+def _not_written_by_the_save(checkpoint: Path) -> list[str]:
+    """The entries of a checkpoint folder its save did not write (sorted): a folder exported into it, a user's
+    file. Pruning leaves such a checkpoint as it is, and a save refuses to write its step again: either would
+    delete the folder and all in it."""
+    state = _state_of(checkpoint)
+    record = state.get(FILE_DIGESTS) if state is not None else None
+    written = set(record) | {STATE_FILE} if is_digest_record(record) else _SAVED_BEFORE_THE_RECORD
+    try:
+        entries = list(os.scandir(checkpoint))
+    except OSError:
+        return ["(unreadable)"]
+    return sorted(e.name for e in entries if e.name not in written or not e.is_file(follow_symlinks=False))
 
 
 def _is_finite_number(v) -> bool:
