@@ -299,7 +299,7 @@ BUGS = [
     Bug("tinygrad_ssm/train/arguments.py", "    if args.prompt_file is not None and args.prompt:", "    if False:",
         PROMPT_FILE, "--prompt beside --prompt-file is silently dropped"),
     # --- the best checkpoint kept (2026-12-06, evening) -------------------------------------------------------------
-    Bug("tinygrad_ssm/train/checkpoint.py", "        if p.name != current and (best is None or p != best[0]):", "        if p.name != current:",
+    Bug("tinygrad_ssm/train/checkpoint.py", "        if p.name != current and (best is None or p != best[0]) and", "        if p.name != current and",
         BEST, "pruning deletes the best checkpoint once it is not among the newest"),
     Bug("tinygrad_ssm/train/checkpoint.py", "    if state is None or not is_integer(state.get(\"step\")) or state.get(\"val_bpb_step\") != state[\"step\"]:",
         "    if state is None or not is_integer(state.get(\"step\")):", BEST,
