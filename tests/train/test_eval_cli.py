@@ -251,3 +251,23 @@ def test_a_folder_is_read_once_per_real_file_and_says_what_it_left_out(tmp_path,
     with pytest.raises(Exception, match=r"gone.txt': it is a symbolic link to .*missing.txt', which does not exist; "
                                         r"remove the link or restore its file"):
         load_corpus(data)
+
+
+def test_a_model_giving_nan_is_one_error_line_and_an_earlier_report_stays(tmp_path, capsys):
+    """Weights holding NaN: eval exited 1 with no error line and wrote `"mean_nats": NaN` (not JSON) over the earlier
+    report (found by a fuzz of the command line)."""
+    from tinygrad_ssm.io.safetensors import load_file, save_file
+    folder, data, out = _folder(tmp_path), tmp_path / "t.txt", tmp_path / "r.json"
+    data.write_bytes(TEXT)
+    assert _run_eval(folder, data, "--json", str(out)) == cli.EXIT_OK
+    before = out.read_bytes()
+    weights = load_file(folder / "model.safetensors")
+    weights["backbone.norm_f.weight"][0] = np.nan
+    save_file(folder / "model.safetensors", weights)
+    capsys.readouterr()
+    assert _run_eval(folder, data, "--json", str(out)) == cli.EXIT_DIVERGED
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "the model's loss on this text is nan" in lines[0] and "no report" in lines[0], lines
+    assert out.read_bytes() == before
+    with pytest.raises(ValueError):
+        scoring.report_text({"mean_nats": math.nan})                     # never JSON that strict readers refuse

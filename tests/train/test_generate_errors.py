@@ -39,3 +39,18 @@ def test_generate_says_latest_names_an_incomplete_checkpoint(tmp_path, capsys):
 def test_generate_says_latest_holds_something_else(tmp_path, capsys):
     err = _generate_error(_run_folder(tmp_path, "../../elsewhere"), capsys)
     assert "LATEST" in err and "not the name of a checkpoint folder" in err
+
+
+def test_a_repetition_penalty_too_near_0_is_one_line_and_exit_2(stopped_run, tmp_path, capsys):
+    """--repetition-penalty 1e-320 divided a seen token's logit past float64's range: a traceback and exit 1 (found
+    by a fuzz of the command line), for --batch-file too, where no --json file may be left."""
+    flags = ["generate", "--model", str(stopped_run), "--max-new-tokens", "5", "--repetition-penalty", "1e-320"]
+    batch = tmp_path / "prompts.txt"
+    batch.write_text("one\ntwo\n")
+    for extra in ([], ["--batch-file", str(batch), "--json", str(tmp_path / "out.jsonl")]):
+        assert cli.main(flags + extra) == cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("error:")]
+        assert len(lines) == 1 and "repetition_penalty 1e-320 divides the logit" in lines[0], err
+        assert "np.float64" not in err and "Traceback" not in err
+    assert not (tmp_path / "out.jsonl").exists()

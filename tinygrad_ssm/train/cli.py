@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import distributed
 from ..io.checkpoints import CHECKPOINTS_DIR, CheckpointNotFound, checkpoint_names, resolve_checkpoint
-from ..models.mamba2.sampling import NonFiniteLogits
+from ..models.mamba2.sampling import NonFiniteLogits, PenaltyOverflow
 from ..tokenizer import TokenizerError
 from .arguments import (DTYPES, EVAL_WINDOW, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_USAGE,
                         argument_problem, build_parser, eval_flag_problems, export_flag_problems,
@@ -195,6 +195,10 @@ def _stream(model, tokenizer, args, out) -> int:
         out.flush()
         print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED
+    except PenaltyOverflow as e:  # --repetition-penalty (or generation_config.json's) too near 0
+        out.write("\n")
+        out.flush()
+        return _error(str(e))
     out.write("\n")
     out.flush()
     return EXIT_OK
@@ -229,6 +233,8 @@ def _generate_batch(model, tokenizer, batch: tuple[list[str], list[int]], args, 
     except NonFiniteLogits as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED
+    except PenaltyOverflow as e:
+        return _error(str(e))
     finally:
         if results_file is not None and results_file is not out:
             results_file.close()
@@ -267,6 +273,11 @@ def _eval(args) -> int:
     report["weights"] = getattr(model, "weights_format", "float")
     report["dtype"] = str(model.dtype)  # --dtype: float64 gives score()'s numbers on a float64 model
     summary = describe(report, trained_val_bpb(folder) if args.data is None else None)
+    if not np.isfinite(report["mean_nats"]):  # no figure to report, and NaN is not JSON: an earlier report stays
+        print(summary, file=sys.stderr)
+        say_error(f"the model's loss on this text is {report['mean_nats']} (its logits hold NaN or inf: the weights "
+                  f"of {str(folder)!r} are damaged or diverged); no report was written")
+        return EXIT_DIVERGED
     if args.json not in (None, "-"):  # the file first: a closed stdout (eval ... | head) must not lose it
         try:
             write_report(Path(args.json).expanduser(), report_text(report))  # its mark lets a later eval replace it
@@ -289,7 +300,7 @@ def _eval(args) -> int:
         written = f"; the report was written to {args.json}" if args.json not in (None, "-") else ""
         say_error(f"cannot write {stdout_name()}: {io_cause(e)}{written}")
         return EXIT_IO
-    return EXIT_OK if np.isfinite(report["mean_nats"]) else EXIT_DIVERGED
+    return EXIT_OK
 
 
 def _export(args) -> int:

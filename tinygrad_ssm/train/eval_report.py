@@ -18,7 +18,7 @@ _OLD_REPORT_BYTES = 1 << 20
 
 def report_text(report: dict) -> str:
     """The report as eval --json writes it: its mark first."""
-    return json.dumps({REPORT_MARK: REPORT_MARK_VALUE, **report}, indent=1) + "\n"
+    return json.dumps({REPORT_MARK: REPORT_MARK_VALUE, **report}, indent=1, allow_nan=False) + "\n"  # strict JSON
 
 
 REPORT_HEAD = report_text({})[:-3].encode()  # '{\n "written_by": "tinygrad_ssm eval"': every report's first bytes

@@ -425,4 +425,8 @@ BUGS = [
     Bug("tinygrad_ssm/train/checkpoint.py", "    foreign = _not_written_by_the_save(final) if os.path.lexists(final) else []",
         "    foreign = []", ("tests/train/test_ownership.py", "-k", "neither_pruned"),
         "a resume from an older checkpoint rewrites a step holding a user's file, deleting it"),
+    Bug("tinygrad_ssm/train/cli.py", "    except PenaltyOverflow as e:  # --repetition-penalty", "    except ZeroDivisionError as e:  # --repetition-penalty",
+        ("tests/train/test_generate_errors.py", "-k", "penalty"), "a --repetition-penalty too near 0 ends generate with a traceback"),
+    Bug("tinygrad_ssm/train/cli.py", "    if not np.isfinite(report[\"mean_nats\"]):  # no figure to report", "    if False:  # no figure to report",
+        ("tests/train/test_eval_cli.py", "-k", "nan_is_one"), "eval of a model giving NaN writes NaN (not JSON) over the earlier report, with no error line"),
 ]

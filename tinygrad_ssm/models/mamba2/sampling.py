@@ -12,6 +12,11 @@ class NonFiniteLogits(FloatingPointError):
     """The model produced NaN or +inf logits (or a row with no finite logit): there is nothing to sample from."""
 
 
+class PenaltyOverflow(ValueError):
+    """A repetition_penalty so near 0 that a seen token's logit divided by it passes float64's range: the
+    setting's fault, not the model's."""
+
+
 def check_sampling_args(temperature, top_k, top_p, min_p=None, repetition_penalty=None):
     if not isinstance(temperature, numbers.Real) or isinstance(temperature, bool) or not temperature >= 0:
         raise ValueError(f"generate: temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
@@ -56,9 +61,9 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
         overflowed = seen & np.isposinf(penalised) & np.isfinite(logits)  # a tiny penalty: x / 1e-310
         if overflowed.any():  # the model is fine: the penalty made the +inf (the numba twin stops there too)
             row, token = map(int, np.argwhere(overflowed)[0])
-            raise ValueError(f"generate: repetition_penalty {repetition_penalty!r} divides the logit "
-                             f"{logits[row, token]!r} of token {token} (batch row {row}) past float64's range; "
-                             f"give a penalty nearer 1 (1 = none, < 1 makes repeats more likely)")
+            raise PenaltyOverflow(f"generate: repetition_penalty {repetition_penalty!r} divides the logit "
+                                  f"{float(logits[row, token])!r} of token {token} (batch row {row}) past float64's range; "
+                                  f"give a penalty nearer 1 (1 = none, < 1 makes repeats more likely)")
         logits = np.where(seen, penalised, logits)                      # NaN and +inf stay what they were
     if temperature == 0:
         ids = np.argmax(logits, axis=-1)                                # (b,) a NaN counts as the largest
