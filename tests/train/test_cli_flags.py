@@ -330,6 +330,15 @@ def test_the_memory_estimate_counts_the_runs_vocabulary():
     assert len(refused) == 1 and f"--n-layer {cfg.n_layer}, vocabulary 50,288) needs about" in refused[0], refused
 
 
+def test_a_chunk_size_past_the_sequence_costs_what_a_chunk_of_the_sequence_does():
+    """--chunk-size 100000000 with --seq-len 32 was refused as needing 334 GiB, blaming --batch-size and --seq-len:
+    a chunk is at most the sequence, and the scan takes it so (found by a fuzz of the command line)."""
+    from tinygrad_ssm.train.checks import step_memory_bytes, train_config_problems
+    cfg = TrainConfig(batch_size=2, seq_len=32, chunk_size=10**8)
+    assert step_memory_bytes(cfg) == step_memory_bytes(TrainConfig(batch_size=2, seq_len=32, chunk_size=32))
+    assert train_config_problems(cfg) == []
+
+
 def test_eval_of_a_runs_own_split_refuses_data_changed_since_training(corpus, tmp_path, capsys):
     """Without --data, eval rebuilt the run's validation split from its --data folder as it is now: with files
     added it scored a training file as "the validation split"; with the data gone it blamed a --data flag the

@@ -103,3 +103,13 @@ def test_the_weights_are_checked_after_the_update(run, monkeypatch, capsys):
     assert "non-finite" in err and "step-000002 was left untouched" in err
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["LATEST", "step-000001", "step-000002"]
     assert json.loads((run / "checkpoints" / "step-000002" / "trainer_state.json").read_text()) == before
+
+
+def test_a_resume_into_a_new_out_whose_checkpoint_is_refused_leaves_no_folder(run, tmp_path, capsys):
+    """--resume CKPT --out NEW: the new folder (its marker and lock) was made before the checkpoint's weights and
+    moments were checked, and stayed when they were refused (found by a fuzz of the command line)."""
+    damage(run / "checkpoints" / "step-000002" / "optimizer.safetensors", "/exp_avg", np.nan)
+    new = tmp_path / "new" / "run"
+    assert cli.main(["train", "--resume", str(run), "--out", str(new), "--no-progress"]) == cli.EXIT_USAGE
+    assert "non-finite" in capsys.readouterr().err
+    assert not new.exists()

@@ -105,6 +105,14 @@ def test_eval_defaults_to_the_runs_validation_split(bpe_run, capsys):
     assert "validation split" in out and "training reported" in out
 
 
+def test_eval_of_the_runs_split_with_another_tokenizer_names_the_tokenizer_not_the_data(bpe_run, capsys):
+    """--tokenizer bytes on a BPE run: eval said the run's data had changed since (files added, removed or edited),
+    though it had not (found by a fuzz of the command line)."""
+    assert cli.main(["eval", "--model", str(bpe_run), "--tokenizer", "bytes", "--no-progress"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--tokenizer bytes is not the tokenizer this run trained with" in err and "has changed" not in err, err
+
+
 def test_fine_tuning_keeps_the_models_end_of_text_token(bpe_tokenizer, corpus, tmp_path, capsys):
     """A transformers folder states its EOS in config.json (or tokenizer_config.json): the checkpoints copied
     only tokenizer.json, so generate from the fine-tuned run stopped at another token or none."""

@@ -45,7 +45,7 @@ def step_memory_bytes(cfg, vocab_size: int = VOCAB) -> int:
     nheads = max(1, d_inner // max(1, cfg.headdim))
     conv_dim = d_inner + 2 * cfg.d_state
     d_in_proj = 2 * d_inner + 2 * cfg.d_state + nheads
-    per_layer = d_in_proj + 2 * conv_dim + 4 * d_inner + nheads * cfg.chunk_size
+    per_layer = d_in_proj + 2 * conv_dim + 4 * d_inner + nheads * min(cfg.chunk_size, cfg.seq_len)  # a chunk <= l
     micro_batch = -(-cfg.batch_size // cfg.grad_accum)
     batch_ids = 16 * cfg.batch_size * cfg.seq_len  # the global batch's inputs and targets (int64), drawn whole
     return _BYTES_PER_UNIT * micro_batch * cfg.seq_len * (cfg.n_layer * per_layer + 3 * vocab_size) + batch_ids

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 import time
 import zlib
@@ -46,7 +47,7 @@ from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progre
 from .mpi_cli import python_cmd
 from .output_errors import EXIT_IO, io_cause
 from .optimizers import load_flat_optimizer_state, flat_optimizer_state, build_optimizers
-from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder
+from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder, remove_new_run_folder
 from .sigint import FinishTheSave, StopOnSigint, signal_said
 from .step import TrainingDiverged, last_good, train_step  # noqa: F401 (TrainingDiverged re-exported)
 from .starting_point import (paths_as_saved, resolve_starting_point, run_vocab_size, shared_model,
@@ -254,16 +255,18 @@ def _same_corpus_as_root(corpus: Corpus, fingerprint: dict, world: World) -> Non
 
 
 def _make_run_folder(cfg: TrainConfig, resume_dir: Path | None, world: World,
-                     state: dict | None = None) -> tuple[Path, RunFolderLock | None]:
-    """The run folder, checked and locked by rank 0 (train/run_folder.py): no second run writes into it meanwhile."""
+                     state: dict | None = None) -> tuple[Path, RunFolderLock | None, bool]:
+    """(the run folder, checked and locked by rank 0 (train/run_folder.py): no second run writes into it meanwhile;
+    its lock; whether this call made the folder)."""
     out = Path(cfg.out or default_out_dir()).expanduser()  # --out=~/x: the shell leaves that ~ to us
     if world.size > 1:  # one folder for all ranks, named by rank 0's clock
         out = Path(world.broadcast_json(str(out)))
-    lock = None
+    lock, created = None, False
     if world.is_root:
+        created = not os.path.lexists(out)
         lock = claim_run_folder(out, ckpt.run_dir_of(resume_dir) if resume_dir is not None else None,
                                 run_id=(state or {}).get("run_id"), settings=cfg.to_dict())
-    return out, lock
+    return out, lock, created
 
 
 def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
@@ -275,7 +278,7 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
     corpus, fingerprint = world.agree(_load_data, cfg, state, tokenizer, world)   # no collective inside (each rank
     world.agree(_same_corpus_as_root, corpus, fingerprint, world)                  # may fail alone), then one
     model = shared_model(cfg, tokenizer, state, world)  # before the run folder: a bad --init-from changes nothing
-    out, lock = world.agree(_make_run_folder, cfg, resume_dir, world, state)
+    out, lock, created = world.agree(_make_run_folder, cfg, resume_dir, world, state)
     cfg.out = str(out)
     val_unigram = unigram_entropy_bits(corpus.val) * corpus.val_tokens_per_byte
     run = _Run(cfg, out, corpus, tokenizer, fingerprint, val_unigram, model, build_optimizers(model, cfg),
@@ -289,7 +292,12 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
         + (f" (tokenizer {tokenizer.name}: {1 / corpus.val_tokens_per_byte:.2f} bytes per token)"
            if tokenizer.name != "bytes" else ""))
     if state is not None:
-        world.agree(_restore, run, state, resume_dir)
+        try:
+            world.agree(_restore, run, state, resume_dir)
+        except BaseException:
+            if created:  # --resume CKPT --out NEW whose checkpoint fails its checks: no new folder left behind
+                remove_new_run_folder(out, lock)
+            raise
         say(f"resumed from {resume_dir} at step {run.step}")
         if state.get("world_size", 1) != world.size:
             say(f"note: saved with {state.get('world_size', 1)} MPI rank(s), resumed with {world.size}: the same "

@@ -215,6 +215,21 @@ def _remove_leftovers(out: Path) -> None:
     remove_checkpoint_debris(out / CHECKPOINTS_DIR)
 
 
+def remove_new_run_folder(out: Path, lock: RunFolderLock) -> None:
+    """Undo the claim of a folder the claim made, for a run that failed before writing into it: its lock and
+    marker files, then the folder itself when nothing else is in it."""
+    lock.release()
+    for name in (MARKER_FILE, LOCK_FILE):
+        try:
+            (out / name).unlink()
+        except FileNotFoundError:
+            pass
+    try:
+        out.rmdir()
+    except OSError:  # something else is in it: left as it is
+        pass
+
+
 def claim_run_folder(out: str | os.PathLike, resuming_from: str | os.PathLike | None = None,
                      run_id: str | None = None, settings: dict | None = None) -> RunFolderLock:
     """Check that a training may write into `out`, then lock it. `resuming_from`: the run folder of the

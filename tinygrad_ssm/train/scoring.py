@@ -30,7 +30,7 @@ from .eval_report import REPORT_MARK, REPORT_MARK_VALUE, is_eval_report, report_
 from .data import (_BINARY_SNIFF_BYTES, Corpus, DataError, _count, _looks_binary, _records, document_ids, file_texts,
                    folder_files, json_as_text_note, left_out_note, load_corpus, non_utf8_note, require_eos_token,
                    split_ids, utf16_mark)
-from .generate import _run_tokenizer, resolve_model_folder
+from .generate import _run_tokenizer, load_tokenizer_for, resolve_model_folder
 from .json_records import NAMED_SUFFIX, TEXT_FIELD, check_text_field, is_json_lines, reads_records
 from .loop import evaluate
 
@@ -159,14 +159,34 @@ def run_validation_split(folder: Path, tokenizer) -> tuple[Corpus, np.ndarray, T
     except DataError as e:
         raise DataError(f"eval: the data this run trained on ({where}) cannot be read now ({e}); give --data "
                         f"PATH to score another text") from None
-    val = corpus.val if tokenizer.name == "bytes" else \
-        split_ids(corpus.val, corpus.val_file_sizes, tokenizer, trained.document_end).astype(np.int32)
+    val = _validation_tokens(corpus, tokenizer, trained)
     saved = state["data_fingerprint"]
     if (saved.get("val_bytes"), saved.get("val_crc32")) != (len(val), zlib.crc32(val)):
+        if _the_runs_tokenizer_fits(folder, state, corpus, trained):  # the data is as it was: --tokenizer is not
+            raise DataError(f"eval: --tokenizer {tokenizer.name} is not the tokenizer this run trained with, so "
+                            f"its validation split reads to other tokens than the run's; leave --tokenizer out to "
+                            f"score the run's split with its own, or give --data PATH to score a text with this one")
         raise DataError(f"eval: the data this run trained on ({where}) has changed since (files added, removed "
                         f"or edited), so its validation split is not the run's any more; give --data PATH to "
                         f"score a text of your choice")
     return corpus, val, trained
+
+
+def _validation_tokens(corpus: Corpus, tokenizer, trained: TrainConfig) -> np.ndarray:
+    return corpus.val if tokenizer.name == "bytes" else \
+        split_ids(corpus.val, corpus.val_file_sizes, tokenizer, trained.document_end).astype(np.int32)
+
+
+def _the_runs_tokenizer_fits(folder: Path, state: dict, corpus: Corpus, trained: TrainConfig) -> bool:
+    """Whether the checkpoint's own tokenizer reads the validation data to the tokens the run saved the fingerprint
+    of (so a mismatch with another tokenizer is that tokenizer's, not the data's)."""
+    try:
+        own = load_tokenizer_for(folder, state["model_config"]["vocab_size"])
+        val = _validation_tokens(corpus, own, trained)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    saved = state["data_fingerprint"]
+    return (saved.get("val_bytes"), saved.get("val_crc32")) == (len(val), zlib.crc32(val))
 
 
 def validation_text(corpus: Corpus) -> str:

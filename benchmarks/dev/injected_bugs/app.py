@@ -429,4 +429,11 @@ BUGS = [
         ("tests/train/test_generate_errors.py", "-k", "penalty"), "a --repetition-penalty too near 0 ends generate with a traceback"),
     Bug("tinygrad_ssm/train/cli.py", "    if not np.isfinite(report[\"mean_nats\"]):  # no figure to report", "    if False:  # no figure to report",
         ("tests/train/test_eval_cli.py", "-k", "nan_is_one"), "eval of a model giving NaN writes NaN (not JSON) over the earlier report, with no error line"),
+    Bug("tinygrad_ssm/train/scoring.py", "        if _the_runs_tokenizer_fits(folder, state, corpus, trained):", "        if False:",
+        ("tests/train/test_tokenized_runs.py", "-k", "names_the_tokenizer"),
+        "eval --tokenizer of another kind on a run's split says the run's data changed"),
+    Bug("tinygrad_ssm/train/loop.py", "            if created:  # --resume CKPT --out NEW", "            if False:  # --resume CKPT --out NEW",
+        ("tests/train/test_non_finite.py", "-k", "new_out"), "a refused --resume into a new --out leaves the new folder behind"),
+    Bug("tinygrad_ssm/train/checks.py", "nheads * min(cfg.chunk_size, cfg.seq_len)", "nheads * cfg.chunk_size",
+        ("tests/train/test_cli_flags.py", "-k", "chunk_size_past"), "a --chunk-size past --seq-len is refused as needing hundreds of GiB"),
 ]
