@@ -54,3 +54,25 @@ def test_a_repetition_penalty_too_near_0_is_one_line_and_exit_2(stopped_run, tmp
         assert len(lines) == 1 and "repetition_penalty 1e-320 divides the logit" in lines[0], err
         assert "np.float64" not in err and "Traceback" not in err
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_sigterm_stops_generate_as_ctrl_c_does(stopped_run):
+    """`kill PID` (`timeout`, a scheduler) ended generate at once with exit 143; the help says 130 for it, as for
+    Ctrl-C (found by a fuzz of the command line)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "tinygrad_ssm", "generate", "--model", str(stopped_run),
+                             "--prompt", "a", "--max-new-tokens", "10000000"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=root)
+    try:
+        assert proc.stdout.read(3)                                       # the prompt and a first piece: decoding
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == cli.EXIT_INTERRUPTED and b"Traceback" not in err, err[-2000:]

@@ -24,6 +24,7 @@ import errno
 import io
 import json
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -263,8 +264,8 @@ def _eval(args) -> int:
                            max_tokens=args.max_tokens, progress=not args.no_progress)
     except DataError as e:
         return _error(str(e))
-    except KeyboardInterrupt:
-        print("stopped by Ctrl-C", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"stopped by {e.args[0] if e.args else 'Ctrl-C'}", file=sys.stderr)
         return EXIT_INTERRUPTED
     if text is not None and text.read.non_utf8_note():  # as training's corpus line says it; on stderr (--json -)
         print(f"{text.source}: {text.read.non_utf8_note()}", file=sys.stderr)
@@ -370,7 +371,28 @@ def main(argv=None) -> int:
             return code
     else:
         args = parser.parse_args(argv)
-    return {"train": _train, "generate": _generate, "eval": _eval, "export": _export}[args.command](args)
+    command = {"train": _train, "generate": _generate, "eval": _eval, "export": _export}[args.command]
+    if args.command == "train":  # it takes Ctrl-C and SIGTERM over itself (sigint.py: a checkpoint first)
+        return command(args)
+    with _sigterm_as_ctrl_c():
+        return command(args)
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c():
+    """SIGTERM (`kill`, `timeout`, a scheduler) stops generate, eval and export as Ctrl-C does: exit 130, no
+    partial --json file (it ended the process at once, exit 143); the handler before is put back at the end."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: signals are the main thread's to take
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
