@@ -46,7 +46,8 @@ from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
 from .mpi_cli import python_cmd
 from .output_errors import EXIT_IO, io_cause
-from .optimizers import load_flat_optimizer_state, flat_optimizer_state, build_optimizers
+from .optimizers import flat_optimizer_state, build_optimizers
+from .resuming import restore, resume_notes
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder, remove_new_run_folder
 from .sigint import FinishTheSave, StopOnSigint, signal_said
 from .step import TrainingDiverged, last_good, train_step  # noqa: F401 (TrainingDiverged re-exported)
@@ -293,19 +294,14 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
            if tokenizer.name != "bytes" else ""))
     if state is not None:
         try:
-            world.agree(_restore, run, state, resume_dir)
+            world.agree(restore, run, state, resume_dir)
         except BaseException:
             if created:  # --resume CKPT --out NEW whose checkpoint fails its checks: no new folder left behind
                 remove_new_run_folder(out, lock)
             raise
         say(f"resumed from {resume_dir} at step {run.step}")
-        if state.get("world_size", 1) != world.size:
-            say(f"note: saved with {state.get('world_size', 1)} MPI rank(s), resumed with {world.size}: the same "
-                f"global batches, the gradients summed in another order (equal up to rounding, not bit for bit)")
-        if state.get("threads", numba.get_num_threads()) != numba.get_num_threads():
-            say(f"note: saved with {state['threads']} thread(s), resumed with {numba.get_num_threads()}: the fused "
-                f"products cut their work into one BLAS call per thread, whose rounding can differ (equal up to "
-                f"rounding, not bit for bit; NUMBA_NUM_THREADS={state['threads']} continues bit for bit)")
+        for note in resume_notes(state, world.size):
+            say(note)
     if world.size > 1:  # every rank starts from rank 0's weights and moments, fresh or resumed
 
         broadcast_weights_and_optimizers(run.model.varmap, run.optimizers, world)
@@ -320,31 +316,6 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
         f"{cfg.d_state}, headdim {cfg.headdim}{origin}); {steps} of {cfg.batch_size} x {cfg.seq_len} {unit}{ranks}"
         f"{micro}; out {out}")
     return run
-
-
-def _restore(run: _Run, state: dict, resume_dir: Path | None) -> None:
-    """The checkpoint's step, counters and sampler on every rank; weights and moments from disk on rank 0
-    (the others receive them in share_training_state)."""
-    if run.world.is_root:  # weights and moments checked finite before anything is written (the log)
-        run.model.varmap.load(resume_dir / "model.safetensors")
-        ckpt.check_loaded_state(resume_dir, "model.safetensors", run.model.varmap.named_vars())
-        moments = ckpt.load_optimizer_state(resume_dir)
-        ckpt.check_loaded_state(resume_dir, ckpt.OPTIMIZER_FILE, moments.items())
-        ckpt.check_optimizer_steps(resume_dir, state["step"], moments)
-        load_flat_optimizer_state(run.optimizers, moments)
-        run.log.resume_at(state["step"], _newest_saved_step(run.out))
-    run.sampler.load_state_dict(state["sampler"])
-    run.step, run.tokens, run.train_s = state["step"], state["tokens"], state["train_s"]
-    run.val_bpb, run.val_step = state.get("val_bpb"), state.get("val_bpb_step")
-    run.last_ckpt, run.saved_step = resume_dir, run.step
-
-
-def _newest_saved_step(out: Path) -> int | None:
-    """The step of the checkpoint LATEST names in the run folder `out` (None: none, or none readable)."""
-    try:
-        return ckpt.step_of(ckpt.resolve_checkpoint(out).name)
-    except (ckpt.CheckpointNotFound, OSError, ValueError):
-        return None
 
 
 def _after_step(run: _Run, record: dict, bar, say) -> None:
