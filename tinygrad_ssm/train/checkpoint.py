@@ -198,8 +198,8 @@ def _prune(root: Path, keep: int, current: str, run_id: str | None = None) -> No
         return
     ours = _ours_by_step(root, run_id)
     best = _best_of(ours)
-    for p, _ in ours[:-keep]:
-        if p.name != current and (best is None or p != best[0]) and not _not_written_by_the_save(p):
+    for p, state in ours[:-keep]:
+        if p.name != current and (best is None or p != best[0]) and not _not_written_by_the_save(p, state):
             try:
                 aside = _move_aside(root, p)  # a kill inside rmtree then leaves no step-N holding part of one
             except OSError:
@@ -212,11 +212,11 @@ _SAVED_BEFORE_THE_RECORD = frozenset(CHECKPOINT_FILES) | {"tokenizer.json", "tok
                                                           "generation_config.json"}
 
 
-def _not_written_by_the_save(checkpoint: Path) -> list[str]:
+def _not_written_by_the_save(checkpoint: Path, state: dict | None = None) -> list[str]:
     """The entries of a checkpoint folder its save did not write (sorted): a folder exported into it, a user's
     file. Pruning leaves such a checkpoint as it is, and a save refuses to write its step again: either would
-    delete the folder and all in it."""
-    state = _state_of(checkpoint)
+    delete the folder and all in it. `state`: its trainer_state.json, when the caller has read it."""
+    state = _state_of(checkpoint) if state is None else state
     record = state.get(FILE_DIGESTS) if state is not None else None
     written = set(record) | {STATE_FILE} if is_digest_record(record) else _SAVED_BEFORE_THE_RECORD
     try:

@@ -24,7 +24,6 @@ import errno
 import io
 import json
 import shlex
-import signal
 import sys
 from pathlib import Path
 
@@ -48,6 +47,7 @@ from .json_records import TEXT_FIELD
 from .loop import TrainingDiverged, train
 from .mpi_cli import python_cmd, refuse_single_process_commands
 from .output_errors import io_cause, say_error, silence_stdout, stdout_name
+from .sigint import StopAtOnce
 from .scoring import (describe, report_text, read_eval_text, score, score_training_windows,
                       trained_val_bpb, training_dtype, write_report)
 
@@ -374,25 +374,8 @@ def main(argv=None) -> int:
     command = {"train": _train, "generate": _generate, "eval": _eval, "export": _export}[args.command]
     if args.command == "train":  # it takes Ctrl-C and SIGTERM over itself (sigint.py: a checkpoint first)
         return command(args)
-    with _sigterm_as_ctrl_c():
+    with StopAtOnce():  # SIGTERM as Ctrl-C: exit 130, no partial --json file
         return command(args)
-
-
-@contextlib.contextmanager
-def _sigterm_as_ctrl_c():
-    """SIGTERM (`kill`, `timeout`, a scheduler) stops generate, eval and export as Ctrl-C does: exit 130, no
-    partial --json file (it ended the process at once, exit 143); the handler before is put back at the end."""
-    def stop(signum, frame):
-        raise KeyboardInterrupt("SIGTERM")
-    try:
-        previous = signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread: signals are the main thread's to take
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

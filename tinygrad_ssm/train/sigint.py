@@ -39,6 +39,17 @@ class _OnSigint:
         return False
 
 
+class StopAtOnce(_OnSigint):
+    """generate, eval and export: Ctrl-C and SIGTERM both raise KeyboardInterrupt naming the signal (SIGTERM ended
+    the process at once, exit 143, where the help says 130 as for Ctrl-C)."""
+
+    def __init__(self):
+        super().__init__(lambda message: None)
+
+    def _handler(self, signum, frame):
+        raise KeyboardInterrupt(signal_said(signum))
+
+
 class StopOnSigint(_OnSigint):
     """First Ctrl-C (or SIGTERM): set `.requested` (the loop stops after the current step). Second:
     KeyboardInterrupt."""

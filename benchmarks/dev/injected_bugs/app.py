@@ -419,7 +419,7 @@ BUGS = [
     Bug("tinygrad_ssm/train/resuming.py", "    if state.get(\"threads\", threads) != threads:",
         "    if False:", ("tests/train/test_stopping.py", "-k", "thread_count"),
         "a resume with another thread count says nothing of its rounding (not bit for bit)"),
-    Bug("tinygrad_ssm/train/checkpoint.py", " and (best is None or p != best[0]) and not _not_written_by_the_save(p):",
+    Bug("tinygrad_ssm/train/checkpoint.py", " and (best is None or p != best[0]) and not _not_written_by_the_save(p, state):",
         " and (best is None or p != best[0]):", ("tests/train/test_ownership.py", "-k", "neither_pruned"),
         "pruning deletes a checkpoint with a folder exported into it"),
     Bug("tinygrad_ssm/train/checkpoint.py", "    foreign = _not_written_by_the_save(final) if os.path.lexists(final) else []",

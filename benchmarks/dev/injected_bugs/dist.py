@@ -115,7 +115,7 @@ BUGS = [
     # --- io/checkpoints.py, train/checkpoint.py (pruning) -------------------------------------------------------
     Bug("tinygrad_ssm/io/checkpoints.py", "        if (p / CHECKPOINTS_DIR / name / STATE_FILE).is_file():", "        if (p / CHECKPOINTS_DIR / name).is_dir():",
         ("tests/train/test_run_folder.py",), "LATEST naming a folder without trainer_state.json is resumed from"),
-    Bug("tinygrad_ssm/train/checkpoint.py", "    for p, _ in ours[:-keep]:", "    for p, _ in ours[:-keep - 1]:",
+    Bug("tinygrad_ssm/train/checkpoint.py", "    for p, state in ours[:-keep]:", "    for p, state in ours[:-keep - 1]:",
         ("tests/train/test_ownership.py", "-k", "pruning"), "pruning keeps keep + 1 checkpoints"),
     Bug("tinygrad_ssm/train/checkpoint.py", "    return sorted(ours, key=lambda item: step_of(item[0].name))",
         "    return sorted(ours, key=lambda item: item[0].name)",
