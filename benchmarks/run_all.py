@@ -31,6 +31,7 @@ SCRIPTS = (
      ["--threads", "2"]),
     ("bench_quantized.py", "Decoding from int8 and bfloat16 weights against float32 (130M's shape)",
      ["--threads", "2"]),
+    ("bench_many_caches.py", "Decoding many caches in turn (a server's conversations)", ["--threads", "2"]),
     ("bench_load.py", "Loading a checkpoint: peak memory and time", []),
     ("bench_import_order.py", "The same speed whatever the user imported first", ["--threads", "2"]),
     ("bench_fused.py", "The fused mixer ops against their engine-op twins", ["--threads", "2"]),

@@ -5,7 +5,6 @@ usual state size as a literal, the greedy loop's argmax and the vectorisable exp
 equality with the engine step in general: tests/models/test_decode.py."""
 import itertools
 import math
-import types
 
 import numpy as np
 import pytest
@@ -423,24 +422,3 @@ def test_a_token_block_stopped_early_and_interrupted_as_it_returned_counts_the_s
         decode.decode_sampled(fast, want[:1], cache, 30, 0.0, None, None, np.zeros((11, 1)))
     monkeypatch.undo()
     assert cache._decode_session.step_count == 3 + k + 1
-
-
-def test_a_session_starts_one_helper_and_a_released_cache_a_new_one(monkeypatch):
-    """A helper runs until it is idle or told to stop, and control[2] says it runs: a step meanwhile starts no
-    other. release tells it to stop (control[1]); the cache's next step starts one that is not told to stop.
-    Here no helper really starts (each seems to run for ever): the caller's thread does every step's work."""
-    monkeypatch.setattr(decode, "helper_threads", lambda: 1)
-    started = []                                                        # the control array each helper was given
-    monkeypatch.setattr(decode, "_thread", types.SimpleNamespace(start_new_thread=lambda f, args: started.append(args[0])))
-    fast, slow = twin_models(seed=3)
-    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
-    for t in range(3):
-        token = np.array([t, t + 1])
-        np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10,
-                                   atol=1e-10)
-    assert len(started) == 1 and started[0][1] == 0 and started[0][2] == 1
-    decode.release(cache_f)
-    assert started[0][1] == 1                                           # told to stop
-    token = np.array([5, 6])
-    np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10, atol=1e-10)
-    assert len(started) == 2 and started[1][1] == 0 and started[1][2] == 1

@@ -6,7 +6,8 @@ BLAS's thread limit (fast/blas_threads.py), the 8-bit products and dequantizatio
 quantized folders (models/mamba2/quantized_files.py). Each should fail a test of tests/fast or tests/models.
 Last full run: 54 of 54 caught (bugs 1-54; again on main on 2026-12-06), 11 min 1 s of tests on the shared 2-core
 machine (the decode.py and decode_step.py bugs pay numba's compilation, 15-70 s each); 55 and 56 caught when added; 57-59 (quantizing in slabs) 3 of 3 on 2026-12-07,
-60-64 (threads and forks, the API audit) 5 of 5 after them; 2 and 3 again after fresh() took the model."""
+60-64 (threads and forks, the API audit) 5 of 5 after them; 2 and 3 again after fresh() took the model; 71-77 (the
+helper handed between sessions) 7 of 7, and 10 and 15 again, on 2026-12-07."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
@@ -20,6 +21,7 @@ QK = "tinygrad_ssm/fast/quantized_kernels.py"
 QF = "tinygrad_ssm/models/mamba2/quantized_files.py"
 TD = "tests/models/test_decode.py"
 TK = "tests/fast/test_decode_kernels.py"
+TH = "tests/fast/test_decode_helpers.py"
 TQ = "tests/models/test_quantize.py"
 HEAP_TESTS = ("tests/fast/test_heap_reuse.py", "-k", "pool or block or zeros or release or live or tied")
 
@@ -48,8 +50,8 @@ BUGS = [
     Bug(DEC, "                all(map(operator.is_, map(_DATA, self._cache_tensors(cache)), self.arrays)))",
         "                all(map(operator.is_, map(_DATA, list(self._cache_tensors(cache))[:2]), self.arrays)))",
         (TD, "-k", "replaced_in_one_layer"), "a session matches a cache whose first layer kept its states though a later layer's were replaced"),
-    Bug(DEC, "        if self.control[2] == 0 and helper_threads():", "        if helper_threads():",
-        (TK, "-k", "starts_one_helper"), "a new helper thread started at every step, beside the one still running"),
+    Bug(DEC, "            if work.control[2] == 0 and self._helper_wanted():", "            if self._helper_wanted():",
+        (TH, "-k", "starts_one_helper"), "a new helper thread started at every step, beside the one still running"),
     Bug(DEC, "        return self.logits.copy()\n\n    def sampled", "        return self.logits\n\n    def sampled",
         (TD, "-k", "kept_after"), "a step's logits are the session's buffer, overwritten by the next step"),
     Bug(DEC, "    cache.seqlen_offset += steps\n", "    cache.seqlen_offset += len(tokens)\n",
@@ -60,7 +62,7 @@ BUGS = [
         "    session.ids[:] = ids.ravel()                                        # token-major (l b,)",
         (TK, "-k", "prompt_in_one_step"), "decode_prompt's rows sequence-major, not token-major"),
     Bug(DEC, "    session = cache.__dict__.pop(\"_decode_session\", None)", "    session = cache.__dict__.get(\"_decode_session\")",
-        (TK, "-k", "starts_one_helper"), "release closes the session but leaves it on the cache: the next step reuses it and its helpers leave at once"),
+        (TH, "-k", "starts_one_helper"), "release closes the session but leaves it on the cache: the next step reuses it and its helpers leave at once"),
     Bug(DEC, "    if not (isinstance(profile, np.ndarray) and profile.dtype == np.int64 and profile.shape == (len(PROFILE_PHASES),)",
         "    if not (isinstance(profile, np.ndarray) and profile.shape == (len(PROFILE_PHASES),)",
         (TD, "-k", "entry_points"), "a PROFILE of int32 accepted (the step writes int64 counts into it)"),
@@ -192,4 +194,19 @@ BUGS = [
     Bug(BLAS, "    if release is not None:\n        release()", "    if False:\n        release()",
         ("tests/fast/test_blas_threads.py", "-k", "main_thread_has_had"),
         "after the main thread's first fused product, a limit taken by another thread changes nothing"),
+    # --- the helper thread handed between sessions (2026-12-07, a server's many caches) ----------------------------------
+    Bug(DEC, "                previous.work.control[1] = _SENT_HOME\n", "                pass\n", (TH,),
+        "another session's step leaves the last session's helper spinning (many caches: a helper spinning for each)"),
+    Bug(DEC, "                work.handed_to, work = None, work.handed_to\n", "                work, work.handed_to = work.handed_to, None\n",
+        (TH, "-k", "takes_it"), "a helper handed to another session clears the new session's hand-off, not the old one's"),
+    Bug(DEC, "                    _set_running(work.handed_to, False)\n", "", (TH, "-k", "takes_it"),
+        "a session called back its helper before it left: the session promised it waits for it for ever, stepping alone"),
+    Bug(DEC, "        if not helper_threads():\n            return False\n", "", (TH, "-k", "one_thread"),
+        "numba.set_num_threads(1) between steps: the helper is still handed on and started"),
+    Bug(DEC, "            elif not (told_to_stop and work.control[1] == 0):", "            elif True:", (TH, "-k", "called_back"),
+        "a helper called back before it left leaves anyway: the session's next steps run alone"),
+    Bug(DEC, "    _helpers, _last_stepped = threading.Lock(), None\n", "    _last_stepped = None\n", (TH, "-k", "forked"),
+        "a child forked while a helper held the hand-off lock waits for ever at its first step"),
+    Bug(DEC, "    for work in list(_helped):\n        _set_running(work, False)\n", "    pass\n", (TH, "-k", "forked"),
+        "a forked child's sessions count their parent's helpers as running: they step alone for good"),
 ]

@@ -23,6 +23,8 @@ import _thread
 import math
 import operator
 import os
+import threading
+import weakref
 
 import numba
 import numpy as np
@@ -37,6 +39,57 @@ _EMPTY_CACHE_HINT = "allocate it with model.allocate_cache(batch) or fill it wit
 
 
 PROFILE = None  # an int64 array (len(PROFILE_PHASES),): sessions made while it is set add their cycles to it
+
+
+# --- the helper thread: one session's steps, then the next session's (see _Session._start_helper) ------------
+
+_SENT_HOME = 2          # control[1]: 0 run, 1 closed (the session is gone), 2 sent home for another session's step
+_helpers = threading.Lock()   # held while a helper moves between sessions or a session looks for one
+_last_stepped = None    # a weak reference to the session whose step came last
+_helped = weakref.WeakSet()   # the _HelperWork of each session with control[2] = 1 (a helper on its way or at work)
+_fork_hook = False
+
+
+def _set_running(work: "_HelperWork", running: bool):
+    """control[2], the helper-running flag, with _helped beside it (under _helpers)."""
+    work.control[2] = running
+    if running:
+        _helped.add(work)
+    else:
+        _helped.discard(work)
+
+
+def _after_fork_in_child():
+    """A forked child has none of its parent's helper threads: none is running there, and the lock is free (a fork
+    while a helper held it would have left the child's copy held for ever)."""
+    global _helpers, _last_stepped
+    _helpers, _last_stepped = threading.Lock(), None
+    for work in list(_helped):
+        _set_running(work, False)
+
+
+class _HelperWork:
+    """What a helper thread needs of a session (not the session itself: a cache dropped while its helper spins is
+    freed, its session closed): the counters, the step's arguments, the compiled helper loop, and the session the
+    helper goes to next when this one sends it home."""
+
+    def __init__(self, control, args):
+        self.control, self.args = control, args   # control: steps published, stop (0 / 1 / _SENT_HOME), helper
+        self.entry, self.handed_to = None, None    # running (counted from its start to its thread's last look)
+
+
+def _helper_thread(work: _HelperWork):
+    """A helper thread's life: join work's steps (decode_step._helper) until idle, closed or sent home; sent home
+    for a session that had no helper, go on with that one's."""
+    while True:
+        told_to_stop = work.entry(work.control, work.args)
+        with _helpers:
+            if work.handed_to is not None:
+                _set_running(work, False)
+                work.handed_to, work = None, work.handed_to
+            elif not (told_to_stop and work.control[1] == 0):          # (0 again: called back before it left)
+                _set_running(work, False)
+                return
 
 
 def _contiguous_state(state, name: str, expected: tuple, dtype):
@@ -176,6 +229,7 @@ class _Session:
     def __init__(self, model, cache, batch: int, weights: _Weights, tokens: int = 1):
         """tokens > 1: a prompt's session, whose one step takes `tokens` tokens of each sequence (see _step)."""
         self.control = np.zeros(3, np.int64)                           # steps published, stop, helper running
+        self.work = _HelperWork(self.control, None)
         c, dtype = model.config, model.dtype
         self.weights, self.batch = weights, batch
         convs, ssms = [], []
@@ -196,6 +250,7 @@ class _Session:
                      np.zeros((tokens * batch, c.nheads)), np.zeros((tokens * batch, c.nheads)),
                      float(c.rms_norm_eps), c.ngroups, low, high, (low, high) != (0.0, math.inf), dtype.type(0),
                      w.rows, BIG_SHARE, np.zeros(0, np.int64) if PROFILE is None else _profile_array(PROFILE))
+        self.work.args = self.args
         self.step_count = 0
 
     def matches(self, cache, batch: int, weights: _Weights) -> bool:
@@ -209,11 +264,45 @@ class _Session:
             yield state.ssm
 
     def _start_helper(self):
-        if self.control[2] == 0 and helper_threads():
-            self.control[2] = 1
-            # not threading.Thread: its start() waits until the new thread has run (ms on a busy machine), and
-            # the step needs no helper to finish; like a daemon thread, it does not hold the interpreter's exit
-            _thread.start_new_thread(_helper, (self.control, self.args))
+        """Before a step: a helper for this session, and none left spinning for another. A helper spins ~10 ms
+        after its session's last step (decode_step._IDLE_SPINS), so that the next token finds it awake; a
+        server stepping many caches in turn had every recent cache's helper spinning beside the one at work
+        (64 caches stepped once kept both cores busy ~0.6 s). So the last session's helper is sent home, and
+        handed to this session if it has none: starting a thread costs the caller ~0.1 ms, a small model's step."""
+        global _last_stepped, _fork_hook
+        work = self.work
+        if not _fork_hook and hasattr(os, "register_at_fork"):          # at the first step, not at import
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _fork_hook = True
+        with _helpers:
+            if work.control[1] == _SENT_HOME:                           # back before its helper left
+                work.control[1] = 0
+                if work.handed_to is not None:                          # which then stays: the other starts one
+                    _set_running(work.handed_to, False)
+                    work.handed_to = None
+            previous = _last_stepped and _last_stepped()
+            _last_stepped = weakref.ref(self)
+            if previous is not None and previous is not self and previous.work.control[1] == 0 \
+                    and previous.work.control[2] == 1:                  # a helper there, its loop or on its way out
+                previous.work.control[1] = _SENT_HOME
+                if work.control[2] == 0 and previous.work.handed_to is None and self._helper_wanted():
+                    previous.work.handed_to = work
+                    _set_running(work, True)
+            if work.control[2] == 0 and self._helper_wanted():
+                _set_running(work, True)
+                # not threading.Thread: its start() waits until the new thread has run (ms on a busy machine), and
+                # the step needs no helper to finish; like a daemon thread, it does not hold the interpreter's exit
+                _thread.start_new_thread(_helper_thread, (work,))
+
+    def _helper_wanted(self) -> bool:
+        """Whether a helper should join this session's steps (helper_threads()); its loop's entry point ready."""
+        if not helper_threads():
+            return False
+        if self.work.entry is None:
+            if _helper not in self.weights.entry_points:                # compiled (or loaded) here, once
+                self.call(_helper, (np.array([0, 1, 0], np.int64), self.args))  # told to stop: returns at once
+            self.work.entry = self.weights.entry_points[_helper]
+        return True
 
     def step(self, ids: np.ndarray) -> np.ndarray:
         self.ids[:] = ids
@@ -260,8 +349,7 @@ class _Session:
         return result
 
     def close(self):
-        self.control[1] = 1                                             # helpers leave at their next look
-        self.control[2] = 0
+        self.control[1] = 1                                             # its helper leaves at its next look
 
     __del__ = close
 

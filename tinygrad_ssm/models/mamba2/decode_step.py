@@ -194,8 +194,8 @@ _IDLE_SPINS = 30_000  # rounds of relax() (~2000 pauses, then sched_yield) befor
 
 @njit(**_JIT)
 def _helper(control, args):
-    """A helper thread: join every published step until told to stop (control[1]) or idle for a while; on the
-    way out control[2] = 0 (not running)."""
+    """A helper thread's loop: join every published step until told to stop (control[1] not 0: returns True) or
+    idle for a while (returns False). decode.py's _helper_thread runs it and keeps control[2] (helper running)."""
     seen = max(atomic_load(control, 0) - 1, 0)
     spins = 0
     while atomic_load(control, 1) == 0:
@@ -204,8 +204,8 @@ def _helper(control, args):
             _step(published - 1, False, args)
             seen, spins = published, 0
         elif spins > _IDLE_SPINS:
-            break
+            return False
         else:
             relax(spins)
             spins += 1
-    atomic_store(control, 2, 0)
+    return True
