@@ -1,5 +1,7 @@
 """`generate --checkpoint RUN` says what is wrong with the run's checkpoints/LATEST (issue 24, class 10), instead of
 "no config.json for from_pretrained", which sends the user looking for the wrong file."""
+import pytest
+
 from tinygrad_ssm.train import cli
 
 
@@ -76,3 +78,30 @@ def test_sigterm_stops_generate_as_ctrl_c_does(stopped_run):
     finally:
         proc.kill()
     assert proc.returncode == cli.EXIT_INTERRUPTED and b"Traceback" not in err, err[-2000:]
+
+
+NUMBA_SWALLOWED = "can't unbox a <class 'numba.typed.typedlist.List'> as a <NULL>"
+
+
+def ctrl_c_swallowed_as_numba_does():
+    """A Ctrl-C landing while numba reads a compiled function's arguments: the handler's KeyboardInterrupt makes
+    numba's type check of a typed List fail, and numba raises its TypeError in the interrupt's place."""
+    import signal
+    try:
+        signal.raise_signal(signal.SIGINT)
+    except KeyboardInterrupt:
+        raise TypeError(NUMBA_SWALLOWED) from None
+
+
+def test_a_ctrl_c_numba_swallowed_stops_generate_with_130_not_a_traceback(stopped_run, monkeypatch, capsys):
+    """The long-running audit's Ctrl-C inside numba's unboxing reached the user as a TypeError traceback, exit 1.
+    A TypeError with no signal behind it is still the error it is."""
+    monkeypatch.setattr(cli, "_generate", lambda args: ctrl_c_swallowed_as_numba_does())
+    assert cli.main(["generate", "--model", str(stopped_run), "--prompt", "a"]) == cli.EXIT_INTERRUPTED
+    assert "stopped by Ctrl-C" in capsys.readouterr().err
+
+    def unrelated(args):
+        raise TypeError(NUMBA_SWALLOWED)                                # the same words, no Ctrl-C: not taken
+    monkeypatch.setattr(cli, "_generate", unrelated)
+    with pytest.raises(TypeError, match="<NULL>"):
+        cli.main(["generate", "--model", str(stopped_run), "--prompt", "a"])

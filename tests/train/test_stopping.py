@@ -140,3 +140,22 @@ def test_a_resume_with_another_thread_count_says_it_is_not_bit_for_bit(run, caps
     out = capsys.readouterr().out
     assert (f"note: saved with {state['threads']} thread(s), resumed with {numba.get_num_threads()}" in out and
             f"NUMBA_NUM_THREADS={state['threads']} continues bit for bit" in out), out
+
+
+def test_a_second_ctrl_c_numba_swallowed_inside_a_step_still_saves(corpus, tmp_path, monkeypatch):
+    """The second Ctrl-C landing while numba read a kernel's arguments came out as numba's TypeError: the run
+    ended in a traceback, nothing saved, where a second Ctrl-C inside a step saves the step before."""
+    from tests.train.test_generate_errors import ctrl_c_swallowed_as_numba_does
+    real_clip, calls = optim_pkg.clip_grad_norm_, []
+
+    def clip_then_two_ctrl_c(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:                                              # inside step 3, before its update
+            signal.raise_signal(signal.SIGINT)                           # the first: stop after this step
+            ctrl_c_swallowed_as_numba_does()                             # the second, lost inside numba
+        return real_clip(*args, **kwargs)
+    monkeypatch.setattr(optim_pkg, "clip_grad_norm_", clip_then_two_ctrl_c)
+    said = []
+    cut = train(_cfg(corpus, tmp_path / "cut", steps=4, checkpoint_every=100), progress=False, say=said.append)
+    assert cut.status == "interrupted" and cut.step == 2
+    assert ckpt.load_trainer_state(ckpt.resolve_checkpoint(tmp_path / "cut"))["step"] == 2

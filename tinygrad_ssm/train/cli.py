@@ -374,8 +374,15 @@ def main(argv=None) -> int:
     command = {"train": _train, "generate": _generate, "eval": _eval, "export": _export}[args.command]
     if args.command == "train":  # it takes Ctrl-C and SIGTERM over itself (sigint.py: a checkpoint first)
         return command(args)
-    with StopAtOnce():  # SIGTERM as Ctrl-C: exit 130, no partial --json file
-        return command(args)
+    with StopAtOnce() as stop:  # SIGTERM as Ctrl-C: exit 130, no partial --json file
+        try:
+            return command(args)
+        except TypeError as e:
+            interrupt = stop.as_interrupt(e)                            # numba swallowed the KeyboardInterrupt
+            if interrupt is None:
+                raise
+            print(f"\nstopped by {interrupt.args[0]}", file=sys.stderr)
+            return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -435,7 +435,10 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
             with progress_bar(total=run.cfg.steps, initial=run.step, disable=not (progress and world.is_root),
                               unit="step", dynamic_ncols=True, file=sys.stderr) as bar:
                 try:
-                    status = _loop(run, stop_at, callback, bar, sigint, say)
+                    try:
+                        status = _loop(run, stop_at, callback, bar, sigint, say)
+                    except TypeError as e:                              # numba swallowed the second Ctrl-C
+                        raise sigint.as_interrupt(e) or e               # (sigint.py), with its cause
                 except KeyboardInterrupt as e:
                     said = e.args[0] if e.args else "Ctrl-C"  # SIGTERM too (sigint.py)
                     if run.in_update:  # weights are half-updated: saving them would poison the run

@@ -24,9 +24,25 @@ class _OnSigint:
 
     def __init__(self, say: Callable[[str], None]):
         self._say, self._previous = say, {}
+        self.raised = None   # how the signal is said, once the handler has raised KeyboardInterrupt for it
 
     def _handler(self, signum, frame):  # pragma: no cover - each subclass has its own
         raise NotImplementedError
+
+    def _interrupt(self, signum) -> KeyboardInterrupt:
+        self.raised = signal_said(signum)
+        return KeyboardInterrupt(self.raised)
+
+    def as_interrupt(self, error: BaseException) -> KeyboardInterrupt | None:
+        """The KeyboardInterrupt that `error` stands for, if this handler raised one that never arrived: numba,
+        reading a compiled function's arguments, calls Python to check a typed List's type; a handler raising
+        there makes that check fail, and numba raises TypeError("can't unbox a ... as a <NULL>") in the
+        interrupt's place (the NULL is the type the check did not get). None: error is the error it says."""
+        if self.raised is None or not (isinstance(error, TypeError) and "<NULL>" in str(error)):
+            return None
+        interrupt = KeyboardInterrupt(self.raised)
+        interrupt.__cause__ = error
+        return interrupt
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -47,7 +63,7 @@ class StopAtOnce(_OnSigint):
         super().__init__(lambda message: None)
 
     def _handler(self, signum, frame):
-        raise KeyboardInterrupt(signal_said(signum))
+        raise self._interrupt(signum)
 
 
 class StopOnSigint(_OnSigint):
@@ -59,7 +75,7 @@ class StopOnSigint(_OnSigint):
 
     def _handler(self, signum, frame):
         if self.requested:
-            raise KeyboardInterrupt(signal_said(signum))  # the CLI says which: "stopped by SIGTERM"
+            raise self._interrupt(signum)  # the CLI says which: "stopped by SIGTERM"
         self.requested, self.signum = True, signum
         said = signal_said(signum)
         self._say(f"{said}: stopping after this step and writing a checkpoint ({said} again to stop now)")

@@ -123,7 +123,7 @@ BUGS = [
     # --- train/sigint.py, run_folder.py (the lock), log.py -------------------------------------------------------
     Bug("tinygrad_ssm/train/sigint.py", "STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)", "STOP_SIGNALS = (signal.SIGINT,)",
         ("tests/train/test_train.py", "-k", "sigterm"), "SIGTERM kills the run without a checkpoint"),
-    Bug("tinygrad_ssm/train/sigint.py", "        if self.requested:\n            raise KeyboardInterrupt", "        if False:\n            raise KeyboardInterrupt",
+    Bug("tinygrad_ssm/train/sigint.py", "        if self.requested:\n            raise self._interrupt(signum)", "        if False:\n            raise self._interrupt(signum)",
         ("tests/train/test_train.py", "-k", "sigterm or ctrl_c or keyboard"), "a second Ctrl-C never stops at once"),
     Bug("tinygrad_ssm/train/sigint.py", "            signal.signal(s, previous)\n", "            pass\n",
         ("tests/train/test_train.py", "-k", "sigterm or ctrl_c or keyboard"), "the handlers before training not put back at its end"),
