@@ -159,3 +159,17 @@ def test_a_second_ctrl_c_numba_swallowed_inside_a_step_still_saves(corpus, tmp_p
     cut = train(_cfg(corpus, tmp_path / "cut", steps=4, checkpoint_every=100), progress=False, say=said.append)
     assert cut.status == "interrupted" and cut.step == 2
     assert ckpt.load_trainer_state(ckpt.resolve_checkpoint(tmp_path / "cut"))["step"] == 2
+
+
+def test_a_diverging_run_says_one_error_line_without_numpys_warnings(corpus, tmp_path, capsys):
+    """--lr 1e18 printed NumPy's "overflow encountered in exp" (and its source line) before the run's own error:
+    the commands check every result for non-finite values and say so, so NumPy's warnings are noise there."""
+    import warnings
+    from tests.train.test_cli import TINY_FLAGS
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code = cli.main(["train", "--data", str(corpus), "--steps", "4", "--lr", "1e18", "--warmup-steps", "0",
+                         "--out", str(tmp_path / "run"), *TINY_FLAGS])
+    assert code == cli.EXIT_DIVERGED and "training diverged" in capsys.readouterr().err
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+    assert np.geterr()["over"] == "warn"                                 # the caller's settings as they were

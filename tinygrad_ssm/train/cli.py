@@ -372,6 +372,13 @@ def main(argv=None) -> int:
     else:
         args = parser.parse_args(argv)
     command = {"train": _train, "generate": _generate, "eval": _eval, "export": _export}[args.command]
+    # Every command checks what it computes for non-finite values and says so in one line (training diverged,
+    # NaN logits, a NaN eval): NumPy's overflow and invalid-value warnings printed before it were noise
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return _run_command(command, args)
+
+
+def _run_command(command, args) -> int:
     if args.command == "train":  # it takes Ctrl-C and SIGTERM over itself (sigint.py: a checkpoint first)
         return command(args)
     with StopAtOnce() as stop:  # SIGTERM as Ctrl-C: exit 130, no partial --json file
