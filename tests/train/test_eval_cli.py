@@ -4,6 +4,7 @@ the numbers and the JSON on stdout unchanged; a folder's report lists each file'
 the totals."""
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -271,3 +272,22 @@ def test_a_model_giving_nan_is_one_error_line_and_an_earlier_report_stays(tmp_pa
     assert out.read_bytes() == before
     with pytest.raises(ValueError):
         scoring.report_text({"mean_nats": math.nan})                     # never JSON that strict readers refuse
+
+
+def test_the_report_names_the_checkpoint_it_scored_when_a_save_moves_latest_meanwhile(run, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """eval resolved the run folder a second time after loading: a save meanwhile (a training writing to the run)
+    named its newer checkpoint in the report, and compared the figure with that checkpoint's validation."""
+    text = tmp_path / "text.txt"
+    text.write_bytes(TEXT)
+    latest = run / "checkpoints" / "LATEST"
+    loaded = (run / "checkpoints" / latest.read_text().strip()).resolve()
+    real_load = cli.load_model
+
+    def load_then_latest_moves(*args, **kwargs):
+        loaded_model = real_load(*args, **kwargs)
+        latest.write_text("step-000001")                                # another checkpoint is LATEST now
+        return loaded_model
+    monkeypatch.setattr(cli, "load_model", load_then_latest_moves)
+    report, _ = _eval(capsys, run, text)
+    assert loaded.name == "step-000002" and Path(report["model"]).resolve() == loaded

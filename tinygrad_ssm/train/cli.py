@@ -39,7 +39,7 @@ from .arguments import (DTYPES, EVAL_WINDOW, EXIT_DIVERGED, EXIT_INTERRUPTED, EX
 from .config import TrainConfig
 from .data import DataError
 from .generate import (DEFAULT_PROMPT_BATCH, escape_controls, generate_batches, load_model, read_batch_file,
-                       read_prompt_file, resolve_model_folder, stream_text)
+                       read_prompt_file, stream_text)
 from .export import describe as describe_export
 from .export import export
 from .generation_config import sampling_settings, stop_ids
@@ -252,7 +252,7 @@ def _eval(args) -> int:
     if loaded is None:
         return code
     model, tokenizer = loaded
-    folder = resolve_model_folder(args.model)
+    folder = model.loaded_from  # (resolved again, a save meanwhile named its newer checkpoint in the report)
     try:
         if args.training_windows:
             report, text = score_training_windows(model, tokenizer, folder), None

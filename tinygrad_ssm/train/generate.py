@@ -86,7 +86,8 @@ def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | 
     "float32" keeps it float; None: as stored. dtype (--dtype): the float arrays', whatever the folder stores
     (float64: eval's numbers are those of score() on a float64 model). A quantized folder loads only as its own
     format. for_generation: the model's `generation_defaults` are the folder's stop ids and sampling settings
-    (generation_config.py); eval leaves them unread, so that a generation_config.json it never uses cannot stop it."""
+    (generation_config.py); eval leaves them unread, so that a generation_config.json it never uses cannot stop it.
+    model.loaded_from: the folder the weights came from (a run folder's checkpoint as LATEST named it then)."""
     if weights == "float32" and dtype != "float32":                     # one flag said float32, the other not
         raise ValueError(f"--weights float32 with the model in {dtype} (--dtype, or with --training-windows the "
                          f"run's dtype): the two disagree; leave --weights out to keep the float weights in {dtype}, "
@@ -98,6 +99,7 @@ def load_model(path: str | os.PathLike, backend: str = "auto", tokenizer: str | 
 
 def _load_folder(folder: Path, backend, tokenizer, weights, dtype, for_generation):
     model = Mamba2LMHeadModel.from_pretrained(folder, dtype=dtype, backend=backend)
+    model.loaded_from = folder
     if for_generation:
         model.generation_defaults = read_generation_defaults(folder, model.config.padded_vocab_size)
     stored = getattr(model, "weights_format", "float")

@@ -4,7 +4,7 @@ tests/train or the tokenizer's tests. Last full run: 108 of 108 caught, 16 min 4
 AMD EPYC; 1,001 s of tests), on 2026-12-06 late evening after the bugs of --val-data (101-108); 109-117 (the audits
 of generate, fine-tuning and the tokenizer) 9 of 9 late that night, 37, 118 and 119 3 of 3 after them, 120-126 (the training
 command's audit) 7 of 7, 127-129 (installs and process hygiene) after them; 130-141 (--weights with --dtype,
-the filesystem audit's crash safety) 12 of 12 on 2026-12-07, 142-144 (the API audit) 3 of 3 after them; 159-160 (a Ctrl-C numba swallowed) 2 of 2 on 2026-12-07, later, 161 (NumPy's warnings) after them."""
+the filesystem audit's crash safety) 12 of 12 on 2026-12-07, 142-144 (the API audit) 3 of 3 after them; 159-160 (a Ctrl-C numba swallowed) 2 of 2 on 2026-12-07, later, 161 (NumPy's warnings) and 162 (eval's folder) after them."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
@@ -446,4 +446,6 @@ BUGS = [
         ("tests/train/test_stopping.py", "-k", "swallowed"), "a second Ctrl-C numba swallowed inside a step ends the run in a traceback, nothing saved"),
     Bug("tinygrad_ssm/train/cli.py", '    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):', "    if True:",
         ("tests/train/test_stopping.py", "-k", "numpys"), "--lr 1e18 prints NumPy's overflow warnings before the run's one error line"),
+    Bug("tinygrad_ssm/train/cli.py", "    folder = model.loaded_from  #", '    folder = __import__("tinygrad_ssm.train.generate", fromlist=["_"]).resolve_model_folder(args.model)  #',
+        ("tests/train/test_eval_cli.py", "-k", "moves"), "eval resolves the run folder again after loading: a save meanwhile names its newer checkpoint in the report"),
 ]
