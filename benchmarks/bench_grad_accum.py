@@ -40,6 +40,12 @@ class FixedBatch:
     def next_batch(self):
         return self.batch
 
+    def state_dict(self) -> dict:                                       # train_step puts back an unfinished step's
+        return {}                                                       # draw: here there is nothing to put back
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
 
 def step_of(model, ids: np.ndarray, pieces: int):
     """One call = one optimizer step of the real train_step, through the parts of a run it reads."""

@@ -176,3 +176,18 @@ def test_count_flags_stop_at_parsing(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         bench_distributed.main()
     assert "--skip 2 leaves none of --steps 2: give --skip below --steps" in capsys.readouterr().err
+
+
+def test_the_grad_accum_benchmark_runs_trainings_own_step():
+    """bench_grad_accum drives train/step.py's train_step through the parts of a run it reads; when train_step
+    began to put back an unfinished step's draw (run.sampler.state_dict), the script died at its first step,
+    unnoticed for a day (found by `run_all.py --quick`)."""
+    import bench_grad_accum
+    import numpy as np
+    shape = bench_grad_accum.QUICK_SHAPE
+    model = _common.ours(shape, 32)
+    before = {name: t.data.copy() for name, t in model.varmap.named_vars()}
+    ids = np.random.default_rng(0).integers(0, shape["vocab_size"], (4, 33))
+    record = bench_grad_accum.step_of(model, ids, 2)()
+    assert record["step"] == 1 and np.isfinite(record["train_loss"])
+    assert all(not np.array_equal(t.data, before[name]) for name, t in model.varmap.named_vars())  # AdamW moved each
