@@ -15,7 +15,8 @@ Per layer and sequence (the equations of Mamba2Mixer.step, written out):
 No BLAS: the math is numba loops (fast/decode_kernels.py). A step runs in phases (pre-norm, in_proj with the conv
 and dt, the heads, the group norm, out_proj; then the LM head), each cut into chunks that the caller's thread
 and one helper thread claim from atomic counters (fast/claims.py): decode_step.py. This module is the Python
-side: the weights prepared once per model, a session (work rows, counters, the helper thread) per cache.
+side: the weights prepared once per model, a session (work rows, counters) per cache, and the helper thread,
+which serves the session whose steps come and moves to the next session that steps.
 """
 from __future__ import annotations
 
