@@ -7,6 +7,7 @@ import time
 import types
 
 import numpy as np
+import pytest
 
 from tests.support.decode import twin_models
 from tinygrad_ssm.models.mamba2 import decode
@@ -80,7 +81,6 @@ def test_caches_stepped_in_turn_keep_one_helper_and_agree_with_the_reference():
     one to the next settle to one running, and it leaves when the steps stop."""
     fast, slow = twin_models(seed=5)
     if not decode.helper_threads():
-        import pytest
         pytest.skip("one core: no helper threads")
     caches = [(fast.allocate_cache(1), slow.allocate_cache(1)) for _ in range(8)]
     for t in range(6):
@@ -124,3 +124,39 @@ def test_a_helper_told_to_stop_goes_on_only_if_called_back():
         work.entry = lambda control, args: (calls.append(1), len(calls) == 1)[1]   # told to stop, then idle
         decode._helper_thread(work)
         assert len(calls) == calls_wanted and work.control[2] == 0, stop
+
+
+def test_a_session_calling_back_its_helper_cancels_every_hand_off_down_the_line(monkeypatch):
+    """p's helper handed to s, then (s sent home before it arrived) on to t; p steps again before its helper
+    left, so it stays: s and t have none coming and must start their own (found by an audit: t kept the flag of a
+    helper that never came, and every session stepped after it was handed that nothing, for good)."""
+    started = threads_started_but_never_run(monkeypatch)
+    fast, slow = twin_models(seed=8)
+    pairs = [(fast.allocate_cache(1), slow.allocate_cache(1)) for _ in range(3)]
+    for i in (0, 1, 2, 0):                                              # p, s, t, p
+        step_both(fast, slow, *pairs[i], np.array([i + 1]))
+    p, s, t = (cache._decode_session.work for cache, _ in pairs)
+    assert len(started) == 1 and p.handed_to is None and p.control[1] == 0
+    assert s.control[2] == 0 and t.control[2] == 0 and s.handed_to is None and t.handed_to is None
+    step_both(fast, slow, *pairs[2], np.array([4]))                     # t: p's helper goes to it, no new thread
+    assert len(started) == 1 and p.handed_to is t and t.control[2] == 1
+    step_both(fast, slow, *pairs[1], np.array([5]))                     # s: t's promise handed on to s
+    assert len(started) == 1 and t.handed_to is s and s.control[2] == 1
+    decode._helper_thread(p)       # the helper's walk: p sent home, t sent home, s served until idle
+    assert [w.control[2] for w in (p, s, t)] == [0, 0, 0] and not {p, s, t} & set(decode._helped)
+
+
+def test_a_step_refused_for_another_models_cache_leaves_the_cache_its_session(monkeypatch):
+    """The refused step closed the cache's session before making the new one failed: the closed session stayed on
+    the cache and was used again, its helper told to stop at every step (a thread started per step)."""
+    started = threads_started_but_never_run(monkeypatch)
+    fast, slow = twin_models(seed=9)
+    other, _ = twin_models(dtype="float32", seed=9)
+    cache_f, cache_s = fast.allocate_cache(1), slow.allocate_cache(1)
+    step_both(fast, slow, cache_f, cache_s, np.array([1]))
+    session = cache_f._decode_session
+    with pytest.raises(ValueError, match="dtype"):
+        other.step(np.array([2]), cache_f)
+    step_both(fast, slow, cache_f, cache_s, np.array([3]))
+    assert cache_f._decode_session is session and session.control[1] == 0 and len(started) == 1
+    decode._Session.__new__(decode._Session).close()                    # __init__ never ran: no error either

@@ -147,11 +147,38 @@ def test_a_copied_weight_is_taken_again_after_an_in_place_update():
     weight = fast.layers[0].mixer.in_proj.weight                        # one tensor, shared by the twins
     weight.data = np.asfortranarray(weight.data)
     token = np.array([3, 4])
-    for _ in range(2):
-        np.testing.assert_allclose(fast.step(token, fast.allocate_cache(2)).data,
-                                   slow.step(token, slow.allocate_cache(2)).data, rtol=1e-10, atol=1e-10)
-        weight.data[...] *= 1.5                                         # in place: the same array
-        assert not weight.data.flags.c_contiguous
+    with pytest.warns(RuntimeWarning, match=r"decoding copies backbone.layers.0.mixer.in_proj.weight \(float64, strided\) at "
+                                            r"every step.*np.array\(param.data, dtype='float64', order='C'\)"):
+        fast.step(token, fast.allocate_cache(2))                        # said once (the user can give the layout)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                  # once: not again at the next steps
+        for _ in range(2):
+            np.testing.assert_allclose(fast.step(token, fast.allocate_cache(2)).data,
+                                       slow.step(token, slow.allocate_cache(2)).data, rtol=1e-10, atol=1e-10)
+            weight.data[...] *= 1.5                                     # in place: the same array
+            assert not weight.data.flags.c_contiguous
+
+
+def test_a_weight_no_one_can_write_is_copied_once(tmp_path):
+    """A parameter on a file mapped read-only (np.load(mmap_mode="r")) is copied into the decoder's layout (numba
+    takes a read-only array as another type) once: nothing can change it in place, so the copy stays right. It
+    was copied again at every step, 8-50x slower (found by an audit of serving from Python)."""
+    import warnings
+    fast, slow = twin_models(seed=7)
+    weight = fast.norm_f.weight
+    np.save(tmp_path / "norm_f.npy", weight.data)
+    weight.data = np.load(tmp_path / "norm_f.npy", mmap_mode="r")
+    cache_f, cache_s = fast.allocate_cache(2), slow.allocate_cache(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                  # no warning: nothing is copied each step
+        for t in range(3):
+            token = np.array([t, t + 1])
+            np.testing.assert_allclose(fast.step(token, cache_f).data, slow.step(token, cache_s).data, rtol=1e-10,
+                                       atol=1e-10)
+            if t == 0:
+                weights = decode._weights(fast)
+            assert decode._weights(fast) is weights                     # taken once
 
 
 def test_decode_rejects_a_cache_of_another_shape():

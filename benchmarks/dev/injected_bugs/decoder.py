@@ -7,7 +7,7 @@ quantized folders (models/mamba2/quantized_files.py). Each should fail a test of
 Last full run: 54 of 54 caught (bugs 1-54; again on main on 2026-12-06), 11 min 1 s of tests on the shared 2-core
 machine (the decode.py and decode_step.py bugs pay numba's compilation, 15-70 s each); 55 and 56 caught when added; 57-59 (quantizing in slabs) 3 of 3 on 2026-12-07,
 60-64 (threads and forks, the API audit) 5 of 5 after them; 2 and 3 again after fresh() took the model; 71-77 (the
-helper handed between sessions) 7 of 7, and 10 and 15 again, on 2026-12-07."""
+helper handed between sessions) 7 of 7, and 10 and 15 again, on 2026-12-07; 78-81 (the serving audit) 4 of 4 after them."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
@@ -27,8 +27,8 @@ HEAP_TESTS = ("tests/fast/test_heap_reuse.py", "-k", "pool or block or zeros or 
 
 BUGS = [
     # --- decode.py: weights taken once, rebuilt when replaced --------------------------------------------------
-    Bug(DEC, "        self.copied |= a is not tensor.data", "        self.copied = a is not tensor.data",
-        (TD, "-k", "copied"), "only the last weight taken decides whether the prepared weights hold a copy (a copied one is never taken again)"),
+    Bug(DEC, "            self.copied = True\n            self.copies.append(tensor)", "            self.copies.append(tensor)",
+        (TD, "-k", "copied"), "a copied weight is never taken again: an in-place update of the parameter is not seen"),
     Bug(DEC, "        return (not self.copied and all(map(operator.is_, current, self._arrays))",
         "        return (not self.copied and any(map(operator.is_, current, self._arrays))",
         (TK, "-k", "weights_changed"), "the prepared weights count as fresh while any one parameter is still the array taken"),
@@ -199,7 +199,7 @@ BUGS = [
         "another session's step leaves the last session's helper spinning (many caches: a helper spinning for each)"),
     Bug(DEC, "                work.handed_to, work = None, work.handed_to\n", "                work, work.handed_to = work.handed_to, None\n",
         (TH, "-k", "takes_it"), "a helper handed to another session clears the new session's hand-off, not the old one's"),
-    Bug(DEC, "                    _set_running(work.handed_to, False)\n", "", (TH, "-k", "takes_it"),
+    Bug(DEC, "                _call_back(work)\n", "                pass\n", (TH, "-k", "takes_it"),
         "a session called back its helper before it left: the session promised it waits for it for ever, stepping alone"),
     Bug(DEC, "        if not helper_threads():\n            return False\n", "", (TH, "-k", "one_thread"),
         "numba.set_num_threads(1) between steps: the helper is still handed on and started"),
@@ -209,4 +209,14 @@ BUGS = [
         "a child forked while a helper held the hand-off lock waits for ever at its first step"),
     Bug(DEC, "    for work in list(_helped):\n        _set_running(work, False)\n", "    pass\n", (TH, "-k", "forked"),
         "a forked child's sessions count their parent's helpers as running: they step alone for good"),
+    # --- found by an audit of serving from Python (2026-12-07) ----------------------------------------------------------
+    Bug(DEC, "        promised.handed_to, promised = None, promised.handed_to\n", "        promised = None\n", (TH, "-k", "down_the_line"),
+        "a session calling back its helper cancels only the first hand-off: the next session waits for a helper that never comes, for good"),
+    Bug(DEC, "        made = _Session(model, cache, b, weights)                       # (refused: the cache keeps its session)\n        if session is not None:\n            session.close()\n",
+        "        if session is not None:\n            session.close()\n        made = _Session(model, cache, b, weights)\n", (TH, "-k", "refused"),
+        "a step refused for another model's cache leaves a closed session on it, used again (a thread started per step)"),
+    Bug(DEC, "        if a is not tensor.data and not _unwritable(tensor.data):", "        if a is not tensor.data:", (TD, "-k", "no_one_can_write"),
+        "a weight on a read-only file mapping is copied again at every step (8-50x slower)"),
+    Bug(DEC, '        if copied and model.__dict__.get("_decode_copies_said") != copied:', "        if False:", (TD, "-k", "copied_weight"),
+        "a parameter in another dtype or layout makes every step copy it, unsaid"),
 ]

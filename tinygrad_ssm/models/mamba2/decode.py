@@ -25,6 +25,7 @@ import math
 import operator
 import os
 import threading
+import warnings
 import weakref
 
 import numba
@@ -77,6 +78,16 @@ class _HelperWork:
     def __init__(self, control, args):
         self.control, self.args = control, args   # control: steps published, stop (0 / 1 / _SENT_HOME), helper
         self.entry, self.handed_to = None, None    # running (counted from its start to its thread's last look)
+
+
+def _call_back(work: _HelperWork):
+    """work's session steps again before its helper left: the helper stays. The sessions it was handed on to
+    have none coming then (each was sent home before it arrived, and handed it on in turn): their next steps
+    start their own."""
+    promised, work.handed_to = work.handed_to, None
+    while promised is not None:
+        _set_running(promised, False)
+        promised.handed_to, promised = None, promised.handed_to
 
 
 def _helper_thread(work: _HelperWork):
@@ -134,13 +145,15 @@ def _chunking(n_rows: int, in_features: int, weights) -> tuple:
 
 class _Weights:
     """The arrays a step reads, in the kernel's layout. A parameter already C-contiguous in the model's dtype
-    is used as is (the same array: in-place updates, like an optimizer step, are seen at once); `fresh` tells
+    is used as is (the same array: in-place updates, like an optimizer step, are seen at once); any other is
+    copied, and then taken again at every step (said once: _weights), unless nothing can write it; `fresh` tells
     whether every module still holds a parameter whose array is the one taken here (a parameter replaced on its
     module, `lin.weight = Tensor(...)`, or its .data rebound: rebuild, cheap, a few views)."""
 
     def __init__(self, model):
         c, dtype = model.config, model.dtype
         self.sources, self.copied = [], False                           # (module, attribute name, array taken)
+        self.copies = []                                                # the parameters copied (see _take)
         layers = [layer.mixer for layer in model.layers]
         take = lambda module, name: self._take(module, name, dtype)
         zeros = lambda size: np.zeros(size, dtype)
@@ -179,7 +192,9 @@ class _Weights:
         a = np.ascontiguousarray(tensor.data, dtype=dtype)
         if not a.flags.writeable:                                       # a read-only array is another numba type
             a = a.copy()
-        self.copied |= a is not tensor.data
+        if a is not tensor.data and not _unwritable(tensor.data):      # a change in place would miss the copy
+            self.copied = True
+            self.copies.append(tensor)
         return a
 
     def fresh(self, model) -> bool:
@@ -206,10 +221,31 @@ def _same_objects(a: list, b: list) -> bool:
     return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
+def _unwritable(a: np.ndarray) -> bool:
+    """Nothing can write a's memory: read-only down to a buffer that cannot be made writable (a file mapped
+    read-only, bytes). A copy of it stays right; a read-only array that owns its memory can be made writable again."""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    return a is not None
+
+
 def _weights(model) -> _Weights:
     w = model.__dict__.get("_decode_weights")
     if w is None or not w.fresh(model):
         w = model._decode_weights = _Weights(model)
+        names = {id(t): n for n, t in model.varmap.named_vars()} if w.copies else {}
+        copied = sorted(names.get(id(t), "?") for t in w.copies)
+        if copied and model.__dict__.get("_decode_copies_said") != copied:   # once for the same parameters
+            model._decode_copies_said = copied
+            said = ", ".join(f"{names.get(id(t), '?')} ({t.dtype}{'' if t.data.flags.c_contiguous else ', strided'}"
+                             f"{'' if t.data.flags.writeable else ', read-only'})" for t in w.copies)
+            warnings.warn(f"decoding copies {said} at every step, since the model reads its parameters as "
+                          f"writable C-contiguous {model.dtype} arrays and must see changes made in place: the "
+                          f"steps run several times slower. Give them that form: "
+                          f"param.data = np.array(param.data, dtype={str(model.dtype)!r}, order='C')",
+                          RuntimeWarning, stacklevel=5)
     return w
 
 
@@ -255,7 +291,7 @@ class _Session:
         self.step_count = 0
 
     def matches(self, cache, batch: int, weights: _Weights) -> bool:
-        return (self.weights is weights and self.batch == batch and
+        return (self.weights is weights and self.batch == batch and self.control[1] != 1 and
                 all(map(operator.is_, map(_DATA, self._cache_tensors(cache)), self.arrays)))
 
     @staticmethod
@@ -278,9 +314,7 @@ class _Session:
         with _helpers:
             if work.control[1] == _SENT_HOME:                           # back before its helper left
                 work.control[1] = 0
-                if work.handed_to is not None:                          # which then stays: the other starts one
-                    _set_running(work.handed_to, False)
-                    work.handed_to = None
+                _call_back(work)
             previous = _last_stepped and _last_stepped()
             _last_stepped = weakref.ref(self)
             if previous is not None and previous is not self and previous.work.control[1] == 0 \
@@ -350,7 +384,9 @@ class _Session:
         return result
 
     def close(self):
-        self.control[1] = 1                                             # its helper leaves at its next look
+        control = self.__dict__.get("control")                          # (None: __init__ stopped before it)
+        if control is not None:
+            control[1] = 1                                              # its helper leaves at its next look
 
     __del__ = close
 
@@ -388,9 +424,10 @@ def _session(model, cache, b: int) -> _Session:
     weights = _weights(model)
     session = cache.__dict__.get("_decode_session")
     if session is None or not session.matches(cache, b, weights):
+        made = _Session(model, cache, b, weights)                       # (refused: the cache keeps its session)
         if session is not None:
             session.close()
-        session = cache._decode_session = _Session(model, cache, b, weights)
+        session = cache._decode_session = made
     return session
 
 
