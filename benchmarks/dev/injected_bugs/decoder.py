@@ -7,7 +7,7 @@ quantized folders (models/mamba2/quantized_files.py). Each should fail a test of
 Last full run: 54 of 54 caught (bugs 1-54; again on main on 2026-12-06), 11 min 1 s of tests on the shared 2-core
 machine (the decode.py and decode_step.py bugs pay numba's compilation, 15-70 s each); 55 and 56 caught when added; 57-59 (quantizing in slabs) 3 of 3 on 2026-12-07,
 60-64 (threads and forks, the API audit) 5 of 5 after them; 2 and 3 again after fresh() took the model; 71-77 (the
-helper handed between sessions) 7 of 7, and 10 and 15 again, on 2026-12-07; 78-81 (the serving audit) 4 of 4 after them."""
+helper handed between sessions) 7 of 7, and 10 and 15 again, on 2026-12-07; 78-82 (the serving audit) 5 of 5 after them."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
@@ -219,4 +219,6 @@ BUGS = [
         "a weight on a read-only file mapping is copied again at every step (8-50x slower)"),
     Bug(DEC, '        if copied and model.__dict__.get("_decode_copies_said") != copied:', "        if False:", (TD, "-k", "copied_weight"),
         "a parameter in another dtype or layout makes every step copy it, unsaid"),
+    Bug(DEC, "        if data.dtype == dtype and data.flags.c_contiguous and data.flags.writeable:", "        if False:",
+        ("tests/models/test_mamba2.py", "-k", "pickle"), "a deep-copied model's weights are copied at every step, 15x slower (its dtype an equal copy, not NumPy's own object)"),
 ]

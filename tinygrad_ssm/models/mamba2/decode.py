@@ -189,7 +189,10 @@ class _Weights:
         self.sources.append((module, name, tensor.data))
         if isinstance(tensor, QuantizedWeight):                         # read as stored: fast/quantized_kernels.py
             return tensor.kernel_form()
-        a = np.ascontiguousarray(tensor.data, dtype=dtype)
+        data = tensor.data
+        if data.dtype == dtype and data.flags.c_contiguous and data.flags.writeable:
+            return data   # (np.ascontiguousarray copies where dtype is an equal copy: a deep-copied model's)
+        a = np.ascontiguousarray(data, dtype=dtype)
         if not a.flags.writeable:                                       # a read-only array is another numba type
             a = a.copy()
         if a is not tensor.data and not _unwritable(tensor.data):      # a change in place would miss the copy
