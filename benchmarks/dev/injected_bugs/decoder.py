@@ -7,7 +7,7 @@ quantized folders (models/mamba2/quantized_files.py). Each should fail a test of
 Last full run: 54 of 54 caught (bugs 1-54; again on main on 2026-12-06), 11 min 1 s of tests on the shared 2-core
 machine (the decode.py and decode_step.py bugs pay numba's compilation, 15-70 s each); 55 and 56 caught when added; 57-59 (quantizing in slabs) 3 of 3 on 2026-12-07,
 60-64 (threads and forks, the API audit) 5 of 5 after them; 2 and 3 again after fresh() took the model; 71-77 (the
-helper handed between sessions) 7 of 7, and 10 and 15 again, on 2026-12-07; 78-82 (the serving audit) 5 of 5 after them."""
+helper handed between sessions) 7 of 7, and 10 and 15 again, on 2026-12-07; 78-84 (the serving audit) 7 of 7 after them, and 61 again."""
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
@@ -169,7 +169,7 @@ BUGS = [
     # --- threads and forks (found by an audit, 2026-12-07) -------------------------------------------------------------
     Bug('tinygrad_ssm/models/mamba2/decode.py', '\n                and _same_objects(_module_tree(model), self._tree))', ')',
         ('tests/models/test_decode.py', '-k', 'module_replaced'), "a module replaced on the model: the decoder goes on with the old module's weights"),
-    Bug('tinygrad_ssm/models/mamba2/model.py', '        if not self._in_use.acquire(blocking=False):', '        if False:',
+    Bug('tinygrad_ssm/models/mamba2/model.py', '        _count_forks()\n        if not self._in_use.acquire(blocking=False):', '        _count_forks()\n        if False:',
         ('tests/models/test_decode.py', '-k', 'another_thread'), 'two threads may advance one cache at once (the fused decoder hangs)'),
     Bug('tinygrad_ssm/fast/row_blocks.py', '        except RuntimeError:  # the interpreter is shutting down', '        except ValueError:  # the interpreter is shutting down',
         ('tests/fast/test_fused.py', '-k', 'shutdown'), 'a fused op at interpreter shutdown raises: the pool takes no new work'),
@@ -221,4 +221,8 @@ BUGS = [
         "a parameter in another dtype or layout makes every step copy it, unsaid"),
     Bug(DEC, "        if data.dtype == dtype and data.flags.c_contiguous and data.flags.writeable:", "        if False:",
         ("tests/models/test_mamba2.py", "-k", "pickle"), "a deep-copied model's weights are copied at every step, 15x slower (its dtype an equal copy, not NumPy's own object)"),
+    Bug("tinygrad_ssm/models/mamba2/model.py", '            if self.__dict__.get("_held_at", _forks[0]) == _forks[0]:', "            if True:",
+        (TD, "-k", "forked"), "a child forked while a thread of the parent advanced a cache refuses that cache for good"),
+    Bug("tinygrad_ssm/models/mamba2/model.py", '            if self.__dict__.get("_held_at", _forks[0]) == _forks[0]:', '            if self.__dict__.get("_held_at") == _forks[0]:',
+        (TD, "-k", "just_taken"), "a cache never advanced before, held by one thread: another takes the hold for a parent's and advances it too"),
 ]

@@ -109,7 +109,9 @@ def generate_stream(model, input_ids, max_new_tokens: int | None = None, tempera
     compares with the first token's logit: sample_next), repetition_penalty as both take it: the penalty applies
     to the ids of each row's own prompt and of its tokens so far. Arguments are checked at the call, not at the first next(). mamba_ssm's and transformers'
     other arguments (max_length, num_beams, ...) are refused by name, with what to pass instead, unless given
-    their neutral value (FOREIGN_ARGUMENTS)."""
+    their neutral value (FOREIGN_ARGUMENTS). With fused=True the tokens are computed TOKEN_BLOCK at a time and
+    yielded one by one: weights changed between two yields take effect from the next block, and a stream left
+    unfinished has computed up to TOKEN_BLOCK - 1 tokens no one reads."""
     prompts, _ = check_prompts(model, input_ids)
     check_foreign_arguments(foreign, prompts)
     if max_new_tokens is None:  # a default (transformers' 20 tokens) would hide a forgotten argument

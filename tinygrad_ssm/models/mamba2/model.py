@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 from dataclasses import dataclass
 
@@ -82,6 +83,16 @@ class LayerState:
     ssm: Tensor    # (b, h, p, n)
 
 
+_forks = [0]              # forks this process came out of (counted from the first advance on: _count_forks)
+_replacing = threading.Lock()
+
+
+def _count_forks():
+    if _forks[0] == 0 and hasattr(os, "register_at_fork"):
+        _forks[0] = 1
+        os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
+
+
 @dataclass
 class Mamba2Cache:
     layers: list   # one LayerState per layer
@@ -105,10 +116,19 @@ class Mamba2Cache:
         Reentrant, because a Ctrl-C can land between the acquire and the `try` (or inside `finally`) and leave a
         hold behind: a plain lock then refused every later call, of this thread too. No call advances a cache
         from inside another's advance, so every hold this thread has when its call ends is such a leftover (and
-        only the main thread, where Ctrl-C lands, leaves one): the call's end drops them all."""
+        only the main thread, where Ctrl-C lands, leaves one): the call's end drops them all. A hold taken before
+        a fork (a thread of the parent was advancing the cache) belongs to no thread of the child: dropped there."""
+        _count_forks()
         if not self._in_use.acquire(blocking=False):
-            raise RuntimeError(f"{who}: this cache is being advanced by another thread; a cache holds one batch's "
-                               f"state and moves token by token: give each thread its own (model.allocate_cache)")
+            if self.__dict__.get("_held_at", _forks[0]) == _forks[0]:   # a thread of this process holds it
+                self._refuse(who)
+            lock = self._in_use
+            with _replacing:                                            # one thread of the child replaces it
+                if self._in_use is lock:
+                    self._in_use = threading.RLock()
+            if not self._in_use.acquire(blocking=False):
+                self._refuse(who)
+        self._held_at = _forks[0]
         try:
             yield
         finally:
@@ -117,6 +137,11 @@ class Mamba2Cache:
                     self._in_use.release()
                 except RuntimeError:     # none left (or another thread took it after the last)
                     break
+
+    @staticmethod
+    def _refuse(who: str):
+        raise RuntimeError(f"{who}: this cache is being advanced by another thread; a cache holds one batch's "
+                           f"state and moves token by token: give each thread its own (model.allocate_cache)")
 
     @property
     def batch_size(self) -> int:
