@@ -84,7 +84,7 @@ def main(argv=None) -> dict:
     p.add_argument("--threads", type=common.positive_int, default=2,
                    help="2: the phase-free step is written for two threads")
     p.add_argument("--quick", action="store_true", help="the small model, 2 rounds: a smoke run")
-    p.add_argument("--json", default=None, help=f"where the JSON goes [{common.default_json('decode_ceiling')}]")
+    p.add_argument("--json", default=None, help=common.json_help("decode_ceiling"))
     args = p.parse_args(argv)
     if THREADS != 2:
         p.error(f"--threads must be 2 (the phase-free step splits the work in two halves), got {THREADS}")

@@ -60,7 +60,7 @@ def main(argv=None) -> dict:
     p.add_argument("--new-tokens", type=common.positive_int, default=33, help="tokens a timed generate makes [33]")
     p.add_argument("--threads", type=common.positive_int, default=2)
     p.add_argument("--quick", action="store_true", help="the small model, 2 rounds: a smoke run")
-    p.add_argument("--json", default=None, help=f"where the JSON goes [{common.default_json('decode_chunking')}]")
+    p.add_argument("--json", default=None, help=common.json_help("decode_chunking"))
     args = p.parse_args(argv)
     shape, rounds = ("small", 2) if args.quick else (args.shape, args.rounds)
     model = common.ours(common.SHAPE_130M, 256) if shape == "130m" else common.ours(common.CONFIG, 64, fused=True)

@@ -79,7 +79,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=float, default=20)
     parser.add_argument("--check", action="store_true", help="compare pieces with the whole instead of memory")
-    parser.add_argument("--piece-bytes", type=int, default=4096)
+    parser.add_argument("--piece-bytes", type=int, default=4096, help="--check's piece size (the memory runs use "
+                        "the library's own, tokenizer.PIECE_BYTES)")
     parser.add_argument("--measure", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:

@@ -65,7 +65,7 @@ def main(argv=None) -> dict:
     p.add_argument("--rounds", type=common.positive_int, default=12)
     p.add_argument("--quick", action="store_true", help="a small model, 2 rounds")
     p.add_argument("--threads", type=common.positive_int, default=2, help="threads for numba and BLAS [2]")
-    p.add_argument("--json", default=None, help="where to write [benchmarks/results/weight_placement.json]")
+    p.add_argument("--json", default=None, help=common.json_help("weight_placement"))
     args = p.parse_args(argv)
     config = common.QUICK_CONFIG if args.quick else common.SHAPE_130M
     rounds = 2 if args.quick else args.rounds
