@@ -77,9 +77,11 @@ class Function:
         return outs if several else outs[0]
 
     def _remember_versions(self, outs: tuple):
+        # a tensor whose array is a saved one, or a view of it (logsumexp saves its output with the reduced axes
+        # kept and returns it squeezed: a change to that output in place went unnoticed, a wrong gradient)
         saved_ids = {id(a) for a in self.saved if isinstance(a, np.ndarray)}
         for t in (*self.inputs, *outs):
-            if isinstance(t, Tensor) and id(t.data) in saved_ids:
+            if isinstance(t, Tensor) and (id(t.data) in saved_ids or id(t.data.base) in saved_ids):
                 # the version box, not the tensor (see `outputs` in apply)
                 self._checked_versions.append((t._version, t._version[0], t.shape, t.dtype))
 

@@ -29,8 +29,16 @@ def compare(op: str, ufunc, a: Tensor, other):
             return NotImplemented
     else:
         return NotImplemented
+    x = a.data
+    python_number = isinstance(b, (bool, int, float)) and not isinstance(b, np.generic)   # (np.float64 is a float)
+    if np.ndim(x) != np.ndim(b) and 0 in (np.ndim(x), np.ndim(b)) and not python_number:
+        # as arithmetic's operands meet (functional._meet): a 0-d float (np.float64(0.1), a 0-d tensor) never
+        # widens a float tensor, so float32 == np.float64(0.1) compares 0.1 rounded to float32, as torch
+        bd = np.asarray(b).dtype
+        if x.dtype.kind == bd.kind == "f" and x.dtype != bd:
+            x, b = (x, np.asarray(b, x.dtype)) if np.ndim(b) == 0 else (x.astype(bd), b)
     try:
-        return Tensor(ufunc(a.data, b))
+        return Tensor(ufunc(x, b))
     except ValueError:
         raise ValueError(f"{op}: shapes {a.shape} and {np.shape(b)} do not broadcast") from None
 

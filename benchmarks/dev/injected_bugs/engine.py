@@ -5,7 +5,7 @@ on 2026-12-06 after the fifth round (parameter groups, per-group betas, SGD's la
 130-139 (torch's indexing and dtype rules, found by differential testing against torch) 11 of 11 the same night;
 56, 125, 126 and 140-146 (the registry, optimizer and safetensors audit) 10 of 10 after them; 147 and 148
 (gradients 0.09% wrong, which gradcheck's old rtol 1e-3 passed) 2 of 2 on 2026-12-07, 149-154 (the API audit) 6 of 6
-after them."""
+after them; 158-161 (the differential audit against torch) 4 of 4 later that day."""
 from inject_bugs import Bug
 
 AUTOGRAD = ("tests/autograd",)
@@ -439,4 +439,13 @@ BUGS = [
     Bug("tinygrad_ssm/nn/linear.py", "        if not isinstance(x, (Tensor, np.ndarray)):\n            raise TypeError(f\"Linear ",
         "        if False:\n            raise TypeError(f\"Linear ",
         ("tests/nn/test_nn_edges.py",), "a Linear called on a list fails with AttributeError 'shape'"),
+    # --- a differential audit against torch (2026-12-07, later) ---------------------------------------------------
+    Bug(A + "function.py", " and (id(t.data) in saved_ids or id(t.data.base) in saved_ids):", " and id(t.data) in saved_ids:",
+        ("tests/autograd/test_torch_differential.py", "-k", "logsumexp"), "logsumexp's output changed in place before backward: a gradient e times too large, no error"),
+    Bug(A + "grad_mode.py", "        if inspect.isgeneratorfunction(func):\n            return self._generator(func)\n", "",
+        ("tests/autograd/test_torch_differential.py", "-k", "generator"), "@no_grad() on a generator function: its body records a graph"),
+    Bug(A + "ops/movement.py", "            out = np.array(out) if self.advanced else a[", "            out = np.array(out) if True else a[",
+        ("tests/autograd/test_torch_differential.py", "-k", "one_element"), "t[0].add_(10) changes a copy: t is left as it was"),
+    Bug(A + "protocols.py", "        if x.dtype.kind == bd.kind == \"f\" and x.dtype != bd:", "        if False:",
+        ("tests/autograd/test_torch_differential.py", "-k", "compares"), "float32 == np.float64(0.1) compares in float64: [False, False], a mask picks nothing"),
 ]

@@ -64,7 +64,9 @@ class Getitem(Function):
         self.input_shape, self.index = a.shape, _copy_index_arrays(index)
         self.advanced = _is_advanced(index)
         out = a[index]
-        out = np.array(out) if np.isscalar(out) else out  # a single element comes back as a NumPy scalar
+        if np.isscalar(out):  # a single element comes back as a NumPy scalar: take it as a 0-d view (in-place
+            # ops on it reach `a`, as torch's t[0].add_()), a copy where the index holds arrays
+            out = np.array(out) if self.advanced else a[(*index, ...) if isinstance(index, tuple) else (index, ...)]
         self.is_view = np.may_share_memory(out, a)  # basic indexing gives a view, integer arrays a copy
         return out
 

@@ -1,0 +1,84 @@
+"""Four differences from torch 2.13 that gave wrong values without an error, found by a differential audit of the
+engine against torch (2026-12-07): each test states torch's behaviour, checked by hand with torch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tinygrad_ssm as tg
+from tinygrad_ssm import Tensor
+from tinygrad_ssm.autograd import functional as F
+
+
+@pytest.mark.parametrize("axis", [1, None])
+def test_changing_logsumexps_output_in_place_before_backward_is_an_error(axis):
+    """logsumexp saves its output with the reduced axes kept and returns it squeezed, a view: the version check
+    matched saved arrays to tensors by identity, missed the view, and backward gave softmax times e."""
+    a = np.array([[0., 1., 2.], [3., 1., -1.]])
+    x = Tensor(a.copy(), requires_grad=True)
+    y = F.logsumexp(x, axis=axis)
+    y.detach().sub_(1.0)                                                # the output, changed in place
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    x = Tensor(a.copy(), requires_grad=True)                            # unchanged: softmax, as before
+    F.logsumexp(x, axis=1).sum().backward()
+    np.testing.assert_allclose(x.grad, np.exp(a) / np.exp(a).sum(1, keepdims=True), rtol=1e-12)
+
+
+def test_no_grad_on_a_generator_function_holds_inside_its_body_only():
+    """@no_grad() wrapped only the call that makes the generator: its body then ran with grad on (torch: off),
+    and the caller's code between two yields must keep the caller's mode."""
+    w = Tensor(np.ones(2), requires_grad=True)
+
+    @tg.no_grad()
+    def body(w):
+        sent = yield w * 2
+        yield w * sent
+        return "done"
+    gen = body(w)
+    first = next(gen)
+    between = w * 3                                                     # the caller's code: grad on
+    second = gen.send(4.0)
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert not first.requires_grad and not second.requires_grad and between.requires_grad
+    assert stop.value.value == "done"
+
+    @tg.no_grad()
+    def catches(w):
+        try:
+            yield w * 2
+        except ValueError:
+            yield w * 5                                                 # thrown in: still in the mode
+    gen = catches(w)
+    next(gen)
+    assert not gen.throw(ValueError("x")).requires_grad
+
+
+def test_an_in_place_op_on_one_element_picked_by_integers_changes_the_tensor():
+    """t[0] came back as a copy of NumPy's scalar, so t[0].add_(10) changed nothing (torch: t[0] is 11)."""
+    t = Tensor(np.array([1., 2., 3.]))
+    t[0].add_(10.)
+    m = Tensor(np.array([[1., 2.], [3., 4.]]))
+    m[0, 1].zero_()
+    z = Tensor(np.array(5.))
+    z[()].add_(1.)
+    assert t.tolist() == [11., 2., 3.] and m.tolist() == [[1., 0.], [3., 4.]] and z.item() == 6.
+    picked = Tensor(np.array([1., 2., 3.]))[np.array([0, 0])]         # integer arrays: a copy, as torch
+    picked.add_(1.)
+    x = Tensor(np.array([1., 2., 3.]), requires_grad=True)              # and the gradient of one element
+    (x[1] * 3).backward()
+    assert x.grad.tolist() == [0., 3., 0.]
+
+
+def test_a_float32_tensor_compares_with_a_0d_float64_in_float32():
+    """float32 == np.float64(0.1) (or a 0-d float64 array or tensor) compared in float64: [False, False] where
+    torch says [True, False], and a mask picked nothing; arithmetic already kept such an operand from widening."""
+    o = Tensor(np.array([0.1, 0.5], np.float32))
+    for other in (np.float64(0.1), np.array(0.1), Tensor(np.array(0.1)), 0.1):
+        assert (o == other).tolist() == [True, False], other
+        assert (other == o).tolist() == [True, False], other
+    assert (o != np.float64(0.1)).tolist() == [False, True] and (o < np.float64(0.5)).tolist() == [True, False]
+    assert o[o == np.float64(0.1)].shape == (1,)
+    scalar32 = Tensor(np.array(0.1, np.float32))                        # a 0-d float32 against a float64 array:
+    assert (scalar32 == np.array([0.1, 0.5])).tolist() == [False, False]  # float64, as torch promotes it
