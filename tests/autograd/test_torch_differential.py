@@ -82,3 +82,13 @@ def test_a_float32_tensor_compares_with_a_0d_float64_in_float32():
     assert o[o == np.float64(0.1)].shape == (1,)
     scalar32 = Tensor(np.array(0.1, np.float32))                        # a 0-d float32 against a float64 array:
     assert (scalar32 == np.array([0.1, 0.5])).tolist() == [False, False]  # float64, as torch promotes it
+
+
+def test_a_leaf_that_stopped_requiring_grad_after_its_use_gets_no_grad():
+    """x.requires_grad_(False) between the forward and backward: torch leaves x.grad None; it was filled."""
+    x = Tensor(np.ones(2), requires_grad=True)
+    w = Tensor(np.full(2, 3.0), requires_grad=True)
+    y = (x * w).sum()
+    x.requires_grad_(False)
+    y.backward()
+    assert x.grad is None and w.grad.tolist() == [1.0, 1.0]

@@ -191,6 +191,6 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
                 uses_left[id(parent)] -= 1
                 if uses_left[id(parent)] == 0:  # every use has been walked: the leaf's gradient is final
                     final = grads.pop(id(parent), None)
-                    if final is not None:
+                    if final is not None and parent.requires_grad:  # (requires_grad_(False) since: none, as torch)
                         _accumulate(parent, run_hooks(parent, final) if parent._hooks else final)
                         run_post_accumulate_hooks(parent)  # e.g. start this gradient's allreduce now
