@@ -42,6 +42,11 @@ class Function:
     def save_for_backward(self, *arrays):
         self.saved = arrays
 
+    def saved_needed(self) -> tuple | None:
+        """Which saved arrays backward reads, given needs_input_grad (None: all). The others are let go: no
+        version check on an array no gradient reads (torch saves only those), and no memory held for it."""
+        return None
+
     @property
     def name(self) -> str:
         return type(self).__name__
@@ -62,6 +67,9 @@ class Function:
         if record:
             ctx.inputs = inputs
             ctx.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
+            needed = ctx.saved_needed()
+            if needed is not None:
+                ctx.saved = tuple(a if keep else None for a, keep in zip(ctx.saved, needed))
             # the op that made each input, as it is now: a later detach_() of an input leaves this graph whole
             ctx.input_creators = tuple(t._ctx if isinstance(t, Tensor) else None for t in inputs)
             ctx._remember_versions(outs)

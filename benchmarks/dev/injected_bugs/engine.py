@@ -5,7 +5,7 @@ on 2026-12-06 after the fifth round (parameter groups, per-group betas, SGD's la
 130-139 (torch's indexing and dtype rules, found by differential testing against torch) 11 of 11 the same night;
 56, 125, 126 and 140-146 (the registry, optimizer and safetensors audit) 10 of 10 after them; 147 and 148
 (gradients 0.09% wrong, which gradcheck's old rtol 1e-3 passed) 2 of 2 on 2026-12-07, 149-154 (the API audit) 6 of 6
-after them; 158-162 (the differential audit against torch) 5 of 5 later that day."""
+after them; 158-163 (the differential audit against torch) 6 of 6 later that day."""
 from inject_bugs import Bug
 
 AUTOGRAD = ("tests/autograd",)
@@ -450,4 +450,7 @@ BUGS = [
         ("tests/autograd/test_torch_differential.py", "-k", "compares"), "float32 == np.float64(0.1) compares in float64: [False, False], a mask picks nothing"),
     Bug(A + "backward.py", "                    if final is not None and parent.requires_grad:", "                    if final is not None:",
         ("tests/autograd/test_torch_differential.py", "-k", "stopped_requiring"), "a leaf set requires_grad_(False) after its use still gets a .grad"),
+    Bug(A + "ops/elementwise.py", "        return self.needs_input_grad[1], self.needs_input_grad[0]       # d/da reads b, d/db reads a",
+        "        return self.needs_input_grad[0], self.needs_input_grad[1]", ("tests/autograd/test_torch_differential.py", "-k", "no_gradient_reads"),
+        "Mul keeps the operand whose gradient is wanted, not the one that gradient reads: w * c never checks c"),
 ]

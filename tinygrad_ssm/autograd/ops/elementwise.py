@@ -32,6 +32,9 @@ class Mul(Function):
         self.save_for_backward(a, b)
         return a * b
 
+    def saved_needed(self):
+        return self.needs_input_grad[1], self.needs_input_grad[0]       # d/da reads b, d/db reads a
+
     def backward(self, grad):
         a, b = self.saved
         return (grad * b if self.needs_input_grad[0] else None,
@@ -42,6 +45,9 @@ class Div(Function):
     def forward(self, a, b):
         self.save_for_backward(a, b)
         return a / b
+
+    def saved_needed(self):
+        return self.needs_input_grad[1], True                           # d/da = 1 / b, d/db = -a / b^2
 
     def backward(self, grad):
         a, b = self.saved
