@@ -113,3 +113,17 @@ def test_changing_an_operand_no_gradient_reads_is_no_error():
             c.sub_(0.1)                                                 # read by w's gradient
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.backward()
+
+
+def test_a_retained_non_leaf_grad_is_a_new_sum_at_each_backward():
+    """torch sums a retain_grad tensor's gradient out of place (a handle on the old .grad keeps [4, 8]); ours added
+    into it in place ([8, 16] through the old handle). A leaf's .grad is still summed in place, as torch."""
+    x = Tensor(np.array([1., 2.]), requires_grad=True)
+    y = x * 2
+    y.retain_grad()
+    loss = (y * y).sum()
+    loss.backward(retain_graph=True)
+    first, first_leaf = y.grad, x.grad
+    loss.backward()
+    assert first.tolist() == [4., 8.] and y.grad.tolist() == [8., 16.]
+    assert first_leaf is x.grad and x.grad.tolist() == [16., 32.]

@@ -96,8 +96,9 @@ def _accumulate(tensor: Tensor, grad: np.ndarray):
     """A leaf's (or a retain_grad tensor's) .grad += grad, in the tensor's own dtype. The first gradient is
     kept as it is when only the walk holds it, else copied (torch's AccumulateGrad steals an incoming
     gradient nobody else uses): copying the 154 MB gradient of a 50k-vocabulary embedding into fresh pages took
-    0.33 s of a 10.5 s step at Mamba-2 130M's shape. Later ones are added into that .grad in place, as torch's
-    AccumulateGrad does: a handle on .grad (g = x.grad, or one zeroed with zero_()) sees the sum."""
+    0.33 s of a 10.5 s step at Mamba-2 130M's shape. Later ones are added into a leaf's .grad in place, as torch's
+    AccumulateGrad does: a handle on .grad (g = x.grad, or one zeroed with zero_()) sees the sum; a retain_grad
+    tensor's .grad becomes a new sum, as torch's (a handle on the old one keeps its value)."""
     # references: the walk's local name for it, this function's argument
     if tensor._grad is None and grad.dtype == tensor.dtype and _only_the_walk_holds(grad, 2):
         tensor._grad = Tensor(grad)
@@ -105,10 +106,10 @@ def _accumulate(tensor: Tensor, grad: np.ndarray):
     held = tensor._grad
     if held is None:
         tensor._grad = Tensor(grad.astype(tensor.dtype, copy=True))
-    elif held.data.flags.writeable and held.shape == grad.shape:
+    elif held.data.flags.writeable and held.shape == grad.shape and tensor._ctx is None:
         np.add(held.data, grad, out=held.data, casting="same_kind")
         held._bump()                                                     # an in-place change, like any other
-    else:                                                                # a read-only .grad someone assigned
+    else:                                                     # a read-only .grad someone assigned, a non-leaf
         tensor._grad = Tensor(held.data + grad.astype(tensor.dtype))
 
 
