@@ -127,3 +127,46 @@ def test_a_retained_non_leaf_grad_is_a_new_sum_at_each_backward():
     loss.backward()
     assert first.tolist() == [4., 8.] and y.grad.tolist() == [8., 16.]
     assert first_leaf is x.grad and x.grad.tolist() == [16., 32.]
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_changing_a_product_operand_no_gradient_reads_is_no_error(fast):
+    """As Mul above, for the products: `(w @ c).sum()`, w changed in place under no_grad, then backward raised
+    the version error; torch saves only the operand w's gradient reads (c) and gives 4 everywhere. A transposed
+    view (the layout Linear's W.T has) keeps its gradient's layout without the operand. c is still checked."""
+    from tinygrad_ssm import no_grad
+    from tinygrad_ssm.fast.products import matmul as fast_matmul
+    matmul = fast_matmul if fast else F.matmul
+    for make, want in ((lambda w, c: matmul(w, c), 4.), (lambda w, c: matmul(c.T, w.T), 4.),
+                       (lambda w, c: F.einsum("ij,jk->ik", w, c), 4.),
+                       (lambda w, c: F.einsum("ij,j->i", w, c[:, 0]), 2.)):
+        w, c = Tensor(np.ones((2, 3)), requires_grad=True), Tensor(np.full((3, 2), 2.0))
+        y = make(w, c).sum()
+        with no_grad():
+            w.sub_(0.1)
+        y.backward()
+        assert w.grad.shape == (2, 3) and w.grad.tolist() == [[want] * 3] * 2
+    for make in (lambda w, c: matmul(w, c), lambda w, c: F.einsum("ij,jk->ik", w, c)):
+        w, c = Tensor(np.ones((2, 3)), requires_grad=True), Tensor(np.full((3, 2), 2.0))
+        y = make(w, c).sum()
+        with no_grad():
+            c.sub_(0.1)                                                 # read by w's gradient
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+
+
+def test_ops_that_keep_no_array_may_run_backward_twice():
+    """torch's tril, triu and a transposing einsum save no tensors, so a second backward without retain_graph
+    runs (and adds the gradient again); ours saved the triangle's mask and the operand and refused."""
+    for make, once in ((lambda x: x.tril(), np.tril(np.ones((3, 3)))), (lambda x: x.triu(1), np.triu(np.ones((3, 3)), 1)),
+                       (lambda x: F.einsum("ij->ji", x), np.ones((3, 3)))):
+        x = Tensor(np.ones((3, 3)), requires_grad=True)
+        y = make(x).sum()
+        y.backward()
+        y.backward()
+        np.testing.assert_array_equal(x.grad.data, 2 * once)
+    x = Tensor(np.ones((3, 3)), requires_grad=True)
+    y = (x * x).sum()                                                   # x is saved: refused, as torch
+    y.backward()
+    with pytest.raises(RuntimeError, match="a second time"):
+        y.backward()

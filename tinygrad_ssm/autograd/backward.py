@@ -158,7 +158,8 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
                 raise RuntimeError(f"{type(ctx).__name__}.backward returned {len(input_grads)} gradients for "
                                    f"{len(ctx.inputs)} tensor input(s); return one per tensor input of forward, "
                                    f"None where there is none")
-            if not retain_graph and ctx.saved:  # as torch: only an op that saved arrays can't run twice
+            if not retain_graph and any(a is not None for a in ctx.saved):  # as torch: only an op that holds
+                # saved arrays can't run twice (saved_needed may have let all of them go)
                 ctx.saved = ()
                 ctx._freed = True
         else:  # no gradient reached this op's outputs (e.g. an integer index): its inputs get none from it

@@ -58,17 +58,20 @@ class RowSplitMatmul(Matmul):
 
     def forward(self, a, b):
         self.save_for_backward(a, b)
-        return rows_product(a, b) if _takes(a, b) else a @ b
+        self.takes = _takes(a, b)                   # noted here: backward may hold only one of the operands
+        out = rows_product(a, b) if self.takes else a @ b
+        self.transposed = (is_transposed(a, out), is_transposed(b, out))
+        return out
 
     def backward(self, grad):
-        a, b = self.saved
-        if not (_takes(a, b) and grad.ndim == 2):
+        if not self.takes:
             return super().backward(grad)
+        a, b = self.saved
         grad_a = grad_b = None
         if self.needs_input_grad[0]:
-            grad_a = rows_product(b, grad.T).T if is_transposed(a, grad) else rows_product(grad, b.T)
+            grad_a = rows_product(b, grad.T).T if self.transposed[0] else rows_product(grad, b.T)
         if self.needs_input_grad[1]:
-            grad_b = rows_product(grad.T, a).T if is_transposed(b, grad) else rows_product(a.T, grad)
+            grad_b = rows_product(grad.T, a).T if self.transposed[1] else rows_product(a.T, grad)
         return grad_a, grad_b
 
 

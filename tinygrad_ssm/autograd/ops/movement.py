@@ -140,9 +140,8 @@ class Triangle(Function):
     def forward(self, a, k=0, lower=True):
         rows, cols = a.shape[-2:]
         mask = (np.tri(rows, cols, k, dtype=bool) if lower else ~np.tri(rows, cols, k - 1, dtype=bool))
-        self.save_for_backward(mask)
+        self.mask = mask        # the op's own constant, not a saved array: backward may run twice, as torch's
         return np.where(mask, a, np.zeros((), a.dtype))
 
     def backward(self, grad):
-        (mask,) = self.saved
-        return np.where(mask, grad, np.zeros((), grad.dtype))
+        return np.where(self.mask, grad, np.zeros((), grad.dtype))
