@@ -60,3 +60,23 @@ def test_bad_arguments_are_refused_naming_them(call, error, message):
 def test_full_takes_an_int_shape_as_zeros_does():
     assert tg.full(2, 1.5).shape == tg.zeros(2).shape == (2,)
     assert tg.Tensor(np.ones(2), requires_grad=np.bool_(True)).requires_grad
+
+
+@pytest.mark.parametrize("value, dtype", [(1, np.int64), (1.5, np.float32), (True, np.bool_), (np.float64(1.5), np.float64),
+                                          (np.int32(2), np.int32)])
+def test_full_takes_the_values_kind_as_torch_full(value, dtype):
+    """torch.full((2,), 1) is int64, full((2,), True) bool, full((2,), 1.5) float32; ours was float32 for all."""
+    out = tg.full((2,), value)
+    assert out.dtype == dtype and out.data.tolist() == [value, value]
+    assert tg.full((2,), 1, dtype=np.float64).dtype == np.float64                  # a dtype given wins
+
+
+@pytest.mark.parametrize("data, dtype", [([np.float64(1.5)], np.float64), ([1.5, np.float64(2)], np.float64),
+                                         ([[1.5], [np.float64(2)]], np.float64), ((1, np.float64(2)), np.float64),
+                                         ([np.array([1.5]), np.array([2.0])], np.float64), ([1.5, 2.0], np.float32),
+                                         ([np.float32(1.5), 2.0], np.float32), ([np.float16(1), 2.5], np.float32),
+                                         ([True, 1.5], np.float32), ([np.int32(1), 2], np.int64)])
+@pytest.mark.parametrize("make", [tg.Tensor, tg.tensor])
+def test_a_list_holding_numpy_float64s_stays_float64_as_torch_tensor(data, dtype, make):
+    """torch.tensor([np.float64(1.5)]) is float64 (each of the table's dtypes is torch 2.13's); ours was float32."""
+    assert make(data).dtype == dtype

@@ -44,6 +44,16 @@ def test_row_split_products_equal_the_engines_in_float64(m, k, n, a_transposed, 
         assert (g.flags.c_contiguous, g.flags.f_contiguous) == (w.flags.c_contiguous, w.flags.f_contiguous), name
 
 
+def test_an_operand_no_gradient_reads_may_change_before_backward(monkeypatch):
+    """The engine's rule (tests/autograd/test_torch_differential.py) holds for the twin: it keeps only the operand a
+    wanted gradient reads, and notes the layouts and its own choice of code in forward."""
+    from tests.autograd import test_torch_differential as engine_rules
+    monkeypatch.setattr(products, "MIN_WORK", 0)
+    with counting((products, "rows_product")) as calls:
+        engine_rules.test_changing_a_product_operand_no_gradient_reads_is_no_error(matmul=products.matmul)
+    assert calls["rows_product"] >= 4
+
+
 def test_blocks_are_taken_by_every_thread(monkeypatch):
     """With a block of 32 rows per thread and more threads than that, every block is still one product."""
     monkeypatch.setattr(products, "MIN_WORK", 0)

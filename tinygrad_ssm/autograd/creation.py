@@ -3,7 +3,7 @@ import numbers
 
 import numpy as np
 
-from .tensor import DEFAULT_FLOAT, Tensor, carries_dtype
+from .tensor import DEFAULT_FLOAT, Tensor, keeps_float64
 
 
 def new_tensor(data, dtype=None, requires_grad=False) -> Tensor:
@@ -14,7 +14,7 @@ def new_tensor(data, dtype=None, requires_grad=False) -> Tensor:
     # np.array(x, copy=True) on an object with its own __array__ (a torch tensor) warns in NumPy 2: asarray first
     array = np.array(source, copy=True) if isinstance(source, (np.ndarray, list, tuple)) or np.isscalar(source) \
         else np.asarray(source).copy()
-    if dtype is None and array.dtype == np.float64 and not carries_dtype(data):
+    if dtype is None and array.dtype == np.float64 and not keeps_float64(data):
         array = array.astype(DEFAULT_FLOAT)
     return Tensor(array, dtype=dtype, requires_grad=requires_grad)
 
@@ -37,10 +37,14 @@ def ones(*shape, dtype=DEFAULT_FLOAT, requires_grad=False) -> Tensor:
     return Tensor(np.ones(_shape("ones", shape), dtype=dtype), requires_grad=requires_grad)
 
 
-def full(shape, value, dtype=DEFAULT_FLOAT, requires_grad=False) -> Tensor:
+def full(shape, value, dtype=None, requires_grad=False) -> Tensor:
+    """Without a dtype, the value's kind decides, as torch.full: a bool gives bool, an int int64, a float float32
+    (a NumPy scalar keeps its own dtype)."""
     if not isinstance(value, numbers.Number):  # None became NaN: torch refuses it
         raise TypeError(f"full: value must be a number, got {value!r}")
     shape = _shape("full", (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape))   # as zeros(2)
+    if dtype is None:
+        dtype = Tensor(value).dtype
     return Tensor(np.full(shape, value, dtype=dtype), requires_grad=requires_grad)
 
 

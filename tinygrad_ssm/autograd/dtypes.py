@@ -38,3 +38,21 @@ def _check_numeric(op: str, argument: str, data, array: np.ndarray):
             else f"a {type(data).__name__} that NumPy turns into dtype {array.dtype}")
     raise TypeError(f"{op}: {argument} must be a Tensor, a number or an array of numbers "
                     f"(bool, integer or float), got {what[:120]}")
+
+
+def carries_dtype(data) -> bool:
+    """Whether `data` states its own dtype (an array, a NumPy scalar, a torch tensor, a typed memoryview): kept,
+    as torch.tensor keeps it, where Python floats become float32."""
+    return isinstance(data, (np.generic, memoryview)) or hasattr(data, "dtype")
+
+
+def keeps_float64(data) -> bool:
+    """Whether data that NumPy made float64 stays float64: it states its dtype, or a nested list or tuple holds
+    a float64 that does (torch.tensor([np.float64(1.5)]) is float64, torch.tensor([1.5]) float32)."""
+    return _holds_float64(data) if isinstance(data, (list, tuple)) else carries_dtype(data)
+
+
+def _holds_float64(data) -> bool:
+    if isinstance(data, (list, tuple)):
+        return any(_holds_float64(item) for item in data)
+    return isinstance(data, (np.ndarray, np.generic)) and data.dtype == np.float64

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .dtypes import DEFAULT_FLOAT, _as_dtype, _check_numeric, is_float  # noqa: F401 (re-exported)
+from .dtypes import DEFAULT_FLOAT, _as_dtype, _check_numeric, is_float, keeps_float64  # noqa: F401 (re-exported)
 from .grad_mode import enable_grad, is_grad_enabled, no_grad  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:  # only for the annotation of _ctx: function.py imports this module
@@ -22,12 +22,6 @@ if TYPE_CHECKING:  # only for the annotation of _ctx: function.py imports this m
 
 # ----------------------------------------------------------------------------------------------------------
 # dtypes
-
-def carries_dtype(data) -> bool:
-    """Whether `data` states its own dtype (an array, a NumPy scalar, a torch tensor, a typed memoryview): kept,
-    as torch.tensor keeps it, where Python floats become float32."""
-    return isinstance(data, (np.generic, memoryview)) or hasattr(data, "dtype")
-
 
 def _to_array(data, dtype=None) -> np.ndarray:
     """Python data -> ndarray. Python floats become float32 (torch's default), ints int64, bools bool;
@@ -45,7 +39,7 @@ def _to_array(data, dtype=None) -> np.ndarray:
         except ValueError as e:  # NumPy's "inhomogeneous shape" for a ragged nested list
             raise ValueError(f"Tensor: data must be rectangular (every row of a nested list the same length); "
                              f"got ragged data ({e})") from None
-        if array.dtype == np.float64 and not carries_dtype(data):
+        if array.dtype == np.float64 and not keeps_float64(data):
             array = array.astype(DEFAULT_FLOAT)
     _check_numeric("Tensor", "data", data, array)
     return array

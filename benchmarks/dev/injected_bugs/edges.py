@@ -50,7 +50,7 @@ BUGS = [
         "    return x if x.dtype == DEFAULT_FLOAT else Tensor(x.data.astype(DEFAULT_FLOAT))",
         AUTOGRAD, "a float-only op casts float64 input to float32 (and off the graph)"),
     # --- autograd/creation.py ---------------------------------------------------------------------------------------
-    Bug(A + "creation.py", "    if dtype is None and array.dtype == np.float64 and not carries_dtype(data):",
+    Bug(A + "creation.py", "    if dtype is None and array.dtype == np.float64 and not keeps_float64(data):",
         "    if dtype is None and array.dtype == np.float64:",
         AUTOGRAD, "tensor(float64 array) becomes float32 (only Python floats should)"),
     Bug(A + "creation.py", "    array = np.array(source, copy=True) if isinstance(source, (np.ndarray, list, tuple)) or np.isscalar(source) \\",

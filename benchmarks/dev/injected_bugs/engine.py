@@ -259,7 +259,7 @@ BUGS = [
         AUTOGRAD, "an assigned .grad keeps its graph (it is not detached)"),
     Bug(A + "tensor.py", "seed = _to_array(gradient, self.dtype)", "seed = _to_array(gradient)",
         AUTOGRAD, "backward(gradient=[...]) of a float64 output seeds in float32"),
-    Bug(A + "tensor.py", "if array.dtype == np.float64 and not carries_dtype(data):", "if array.dtype == np.float64:",
+    Bug(A + "tensor.py", "if array.dtype == np.float64 and not keeps_float64(data):", "if array.dtype == np.float64:",
         AUTOGRAD, "Tensor(np.float64(x)) becomes float32 (torch keeps a stated dtype)"),
     Bug(A + "functional.py", "for s in range(0, n, split_size_or_sections)] or [0]",
         "for s in range(0, n, split_size_or_sections)]",
@@ -464,4 +464,9 @@ BUGS = [
         "Einsum keeps every operand: einsum('ij,jk', w, c), w stepped in place, then backward raises where torch runs"),
     Bug(A + "backward.py", "            if not retain_graph and any(a is not None for a in ctx.saved):", "            if not retain_graph and ctx.saved:",
         ("tests/autograd/test_torch_differential.py", "-k", "twice"), "an op that let all its saved arrays go refuses a second backward torch runs"),
+    Bug(A + "creation.py", "        dtype = Tensor(value).dtype", "        dtype = DEFAULT_FLOAT",
+        ("tests/autograd/test_creation.py", "-k", "full"), "full((2,), 1) is float32 and full((2,), True) float32 (torch: int64, bool)"),
+    Bug(A + "dtypes.py", "    return _holds_float64(data) if isinstance(data, (list, tuple)) else carries_dtype(data)",
+        "    return carries_dtype(data)", ("tests/autograd/test_creation.py", "-k", "numpy_float64s"),
+        "Tensor([np.float64(1.5)]) is float32: a float64 the user stated is rounded"),
 ]
