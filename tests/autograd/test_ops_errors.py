@@ -201,6 +201,8 @@ def test_cross_entropy_bad_targets():
         F.cross_entropy(logits, np.zeros((4, 1), np.int64))  # would broadcast silently in a naive version
     with raises_naming(TypeError, "cross_entropy", "float64"):
         F.cross_entropy(logits, np.zeros(4))
+    with raises_naming(TypeError, "cross_entropy", "targets", "class indices", "probability targets"):
+        F.cross_entropy(logits, np.full((4, 5), 0.2))                  # torch's soft labels: refused, and said so
     with raises_naming(ValueError, "cross_entropy", "'avg'"):
         F.cross_entropy(logits, np.zeros(4, np.int64), reduction="avg")
 
@@ -212,6 +214,9 @@ def test_causal_conv1d_and_rms_norm_reject_mismatched_parameters():
         F.causal_conv1d(t(5, 3), t(3, 1, 2))
     with raises_naming(ValueError, "causal_conv1d", "(3,)", "(2,)"):
         F.causal_conv1d(t(2, 5, 3), t(3, 1, 2), t(2))
+    for empty in ((3, 1, 0), (3, 0)):                                   # NumPy's pad said "negative values"
+        with raises_naming(ValueError, "causal_conv1d", "k >= 1", str(empty)):
+            F.causal_conv1d(t(2, 5, 3), t(*empty))
     with raises_naming(ValueError, "rms_norm", "(4,)", "(3,)"):
         F.rms_norm(t(2, 4), t(3))
 

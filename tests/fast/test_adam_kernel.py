@@ -26,7 +26,8 @@ def trajectory(cls, start, grads, hparams, fused):
 
 @given(cls=st.sampled_from([optim.Adam, optim.AdamW]), dtype=st.sampled_from([np.float32, np.float64]),
        shape=st.sampled_from([(1,), (7,), (5, 13), (3, 1, 4), (40, 33)]),
-       lr=st.sampled_from([1e-3, 0.05, 1.0]), betas=st.sampled_from([(0.9, 0.999), (0.8, 0.95), (0.0, 0.0)]),
+       lr=st.sampled_from([1e-3, 0.05, 1.0]),
+       betas=st.sampled_from([(0.9, 0.999), (0.8, 0.95), (0.3, 0.9), (0.0, 0.0)]),   # lerp's two sides
        eps=st.sampled_from([1e-8, 1e-3]), weight_decay=st.sampled_from([0.0, 0.01, 0.3]),
        steps=st.integers(1, 4), seed=st.integers(0, 2 ** 16))
 def test_adam_kernel_is_the_reference_bit_for_bit(cls, dtype, shape, lr, betas, eps, weight_decay, steps, seed):

@@ -114,6 +114,27 @@ def test_cross_entropy_retained_graph_gives_the_same_gradient_twice():
     np.testing.assert_allclose(first, ref_grad, **TOL)
 
 
+@pytest.mark.parametrize("cross_entropy", [row_ops.cross_entropy, F.cross_entropy])
+def test_logits_changed_in_place_after_the_loss_are_no_error_as_torch(cross_entropy):
+    """The fused op saved the logits' own array (version-checked) though its first backward reads only the gradient
+    it made in forward: changing the logits in place raised, where torch and the engine's op give the gradient of
+    the logits as they were. A second backward of a retained graph recomputes from the logits: then it raises."""
+    rng = np.random.default_rng(0)
+    start, targets = rng.standard_normal((3, 4)), np.array([0, 3, 1])
+    want = np.exp(start - np.log(np.exp(start).sum(1, keepdims=True)))
+    want[np.arange(3), targets] -= 1
+    w = tg.Tensor(start.copy(), requires_grad=True)
+    logits = w * 1.0
+    loss = cross_entropy(logits, tg.Tensor(targets))
+    with tg.no_grad():
+        logits.mul_(0.0)
+    loss.backward(retain_graph=True)
+    np.testing.assert_allclose(w.grad.data, want / 3, rtol=1e-12, atol=1e-15)
+    if cross_entropy is row_ops.cross_entropy:
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
 def test_cross_entropy_without_grad_mode_computes_the_loss_only():
     rng = np.random.default_rng(2)
     logits, targets = rng.standard_normal((5, 33)), rng.integers(0, 33, 5)

@@ -123,6 +123,11 @@ def test_the_optimizers_attribute_is_every_groups_value():
 def test_setting_one_beta_keeps_each_groups_other_beta():
     vm, _, _ = problem()
     opt = optim.Adam([{"params": [vm["W"]], "betas": (0.8, 0.99)}, {"params": [vm["b"]], "betas": (0.5, 0.9)}])
+    for name in ("beta1", "beta2", "betas"):    # beta1 said "'Adam' object has no attribute 'beta1'"
+        with pytest.raises(AttributeError, match=r"Adam: the parameter groups differ in betas"):
+            getattr(opt, name)
+    with pytest.raises(AttributeError, match=r"'Adam' object has no attribute 'beta3'"):
+        _ = opt.beta3
     opt.beta2 = 0.95
     assert [g["betas"] for g in opt.param_groups] == [(0.8, 0.95), (0.5, 0.95)]
     opt.beta1 = 0.7

@@ -21,7 +21,8 @@ def cross_entropy(logits, targets, ignore_index: int = -100, reduction: str = "m
 def apply_cross_entropy(function: type, logits, targets, ignore_index: int = -100, reduction: str = "mean"):
     """cross_entropy's checks and reshapes around `function`: R.CrossEntropy or a twin (fast/row_ops.py's)."""
     logits = A.as_tensor("cross_entropy", "logits", logits)
-    targets = A.constant_array("cross_entropy", "targets", targets)
+    targets = A.constant_array("cross_entropy", "targets", targets,
+                               what="integers (class indices; probability targets are not supported)")
     ignore_index = A.integer("cross_entropy", "ignore_index", ignore_index)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
@@ -70,8 +71,8 @@ def causal_conv1d(x, weight, bias=None):
     given_weight_shape = weight.shape  # for the error message, before the (c, 1, k) -> (c, k) reshape
     if weight.ndim == 3 and weight.shape[1] == 1:
         weight = F.reshape(weight, (weight.shape[0], weight.shape[2]))
-    if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[2]:
-        raise ValueError(f"causal_conv1d: need x (b, l, c) and weight (c, 1, k) or (c, k) with the same c, "
+    if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[2] or weight.shape[1] < 1:
+        raise ValueError(f"causal_conv1d: need x (b, l, c) and weight (c, 1, k) or (c, k) with the same c and k >= 1, "
                          f"got x {x.shape} and weight {given_weight_shape}")
     if bias is not None and bias.shape != (x.shape[2],):
         raise ValueError(f"causal_conv1d: bias must have shape ({x.shape[2]},), got {bias.shape}")

@@ -20,15 +20,19 @@ FLOATS = (np.float32, np.float64)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _adam(p, m, v, g, decay, coupled_wd, one_minus_beta1, beta2, one_minus_beta2, step_size, bias2_sqrt, eps):
+def _adam(p, m, v, g, decay, coupled_wd, weight, rest, beta2, one_minus_beta2, step_size, bias2_sqrt, eps):
     """p, m, v, g flat, one dtype; the scalars in that dtype (a float64 one would widen a float32 loop).
-    decay = 1 - lr wd for AdamW (1 otherwise); coupled_wd = wd for Adam (0 otherwise, then not applied: 0 * inf)."""
+    decay = 1 - lr wd for AdamW (1 otherwise); coupled_wd = wd for Adam (0 otherwise, then not applied: 0 * inf);
+    weight = 1 - beta1 and rest = 1 - weight, torch's lerp (adam.py's lerp_weights)."""
     for i in range(p.size):
         gi = g[i]
         if coupled_wd != 0:
             gi = gi + coupled_wd * p[i]
         pi = p[i] * decay
-        mi = m[i] + one_minus_beta1 * (gi - m[i])                        # exp_avg.lerp_(grad, 1 - beta1)
+        if weight < 0.5:                                                 # exp_avg.lerp_(grad, 1 - beta1)
+            mi = m[i] + weight * (gi - m[i])
+        else:
+            mi = gi - (gi - m[i]) * rest
         vi = v[i] * beta2 + one_minus_beta2 * gi * gi
         p[i] = pi - step_size * (mi / (np.sqrt(vi) / bias2_sqrt + eps))
         m[i], v[i] = mi, vi
@@ -47,7 +51,8 @@ def adam_update(p, m, v, grad, t: int, lr, beta1, beta2, eps, weight_decay, deco
     with np.errstate(over="ignore"):  # a step size past float32's range is inf, as in the twin: the weights go
         decay = f(1 - lr * weight_decay) if decoupled and weight_decay else f(1)  # non-finite and the run's
         coupled = f(weight_decay) if not decoupled else f(0)                       # checks name that, not NumPy
-        scalars = (f(1 - beta1), f(beta2), f(1 - beta2), f(lr / (1 - beta1 ** t)), f(math.sqrt(1 - beta2 ** t)),
-                   f(eps))
+        weight = f(1 - beta1)                                  # adam.py's lerp_weights: w and 1 - w in p's dtype
+        scalars = (weight, f(1) - weight, f(beta2), f(1 - beta2), f(lr / (1 - beta1 ** t)),
+                   f(math.sqrt(1 - beta2 ** t)), f(eps))
     _adam(p.reshape(-1), m.reshape(-1), v.reshape(-1), np.ascontiguousarray(grad).reshape(-1), decay, coupled,
           *scalars)

@@ -101,6 +101,7 @@ def as_rows(x: np.ndarray, dtype) -> tuple:
         offset, rest = divmod(view.__array_interface__["data"][0] - flat.__array_interface__["data"][0], item)
         col = offset % width
         start = offset - col
-        if rest == 0 and start >= 0 and start + n * width <= flat.size:
+        # col + c <= width: a view whose rows run past its base's (t[5:33].reshape(4, 7)[:, :6]) is no column slice
+        if rest == 0 and start >= 0 and start + n * width <= flat.size and col + c <= width:
             return flat[start:start + n * width].reshape(n, width), col
     return np.ascontiguousarray(view), 0

@@ -24,7 +24,7 @@ class FusedCrossEntropy(CrossEntropy):
     float32/float64 logits whose rows are all finite; the other cases run CrossEntropy's NumPy code."""
 
     def _losses(self, logits, targets, keep):
-        self.by_kernels = False
+        self.by_kernels, self.kernel_grad = False, None
         # the kernels index rows by target unchecked: the targets must be in range
         if not (logits.dtype in row_kernels.FLOATS and logits.ndim == 2 and min(logits.shape) > 0
                 and targets.min() >= 0 and targets.max() < logits.shape[1]):
@@ -37,6 +37,13 @@ class FusedCrossEntropy(CrossEntropy):
         self.save_for_backward(x, targets, keep, mx, log_s)
         self.by_kernels, self.kernel_grad = True, d_logits              # (N, C) for an output gradient of 1
         return losses
+
+    def _check_versions(self):
+        # the first backward hands out the gradient made in forward and reads nothing saved: logits changed in place
+        # in between are no error (as torch, whose cross entropy saves log-probabilities of its own); a second
+        # backward of a retained graph computes it again from the saved logits, so they must be as they were
+        if self.kernel_grad is None:
+            super()._check_versions()
 
     def backward(self, grad):
         if not self.by_kernels:

@@ -97,12 +97,25 @@ class Adam(Optimizer):
                 p *= 1 - lr * weight_decay
             else:
                 grad = grad + weight_decay * p
-        m += (1 - beta1) * (grad - m)                    # torch: exp_avg.lerp_(grad, 1 - beta1)
+        weight, rest = lerp_weights(1 - beta1, p.dtype)  # torch: exp_avg.lerp_(grad, 1 - beta1)
+        if weight < 0.5:
+            m += weight * (grad - m)
+        else:                                           # from the end: beta1 = 0 gives exp_avg = grad exactly
+            m[...] = grad - (grad - m) * rest
         v *= beta2
         v += (1 - beta2) * grad * grad
         step_size = lr / (1 - beta1 ** t)
         denom = np.sqrt(v) / math.sqrt(1 - beta2 ** t) + eps
         p -= step_size * (m / denom)
+
+
+def lerp_weights(weight: float, dtype) -> tuple:
+    """torch's lerp(start, end, w) in `dtype`: start + w (end - start) for w < 0.5, end - (end - start)(1 - w)
+    above, so that w = 1 gives end exactly (start + 1 (end - start) loses an end much smaller than start: Adam
+    with beta1 = 0 lost a small gradient after a large one). Returns w and 1 - w, each in `dtype`."""
+    one = np.dtype(dtype).type(1)
+    weight = np.dtype(dtype).type(weight)
+    return weight, one - weight
 
 
 class AdamW(Adam):

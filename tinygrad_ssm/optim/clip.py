@@ -49,10 +49,9 @@ def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_no
         total = max(float(np.max(np.abs(g.data), initial=0.0)) for _, g in grads)
         if any(np.isnan(g.data).any() for _, g in grads):  # max() skips NaN; torch's max does not
             total = math.nan
-    elif p == 2.0:
-        total = math.sqrt(sum(float(np.sum(np.square(g.data, dtype=np.float64))) for _, g in grads))
     else:
-        total = sum(float(np.sum(np.abs(g.data.astype(np.float64)) ** p)) for _, g in grads) ** (1.0 / p)
+        with np.errstate(over="ignore"):  # float64 gradients past 1e154: the total is inf (as torch's), no warning
+            total = _total(grads, p)
     if not math.isfinite(total) and error_if_nonfinite:
         bad = [name for name, g in grads if not np.all(np.isfinite(g.data))]
         raise RuntimeError(f"clip_grad_norm_: the total norm of order {p:g} of the gradients is {total}, so it "
@@ -64,3 +63,10 @@ def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_no
             with np.errstate(invalid="ignore"):  # inf * 0 = NaN, as in torch
                 g.mul_(scale)
     return total
+
+
+def _total(grads: list, p: float) -> float:
+    """The p-norm of all gradients concatenated, in float64."""
+    if p == 2.0:
+        return math.sqrt(sum(float(np.sum(np.square(g.data, dtype=np.float64))) for _, g in grads))
+    return sum(float(np.sum(np.abs(g.data.astype(np.float64)) ** p)) for _, g in grads) ** (1.0 / p)

@@ -121,6 +121,9 @@ class Optimizer:
         return [(n, p) for g in self.param_groups for n, p in zip(g["param_names"], g["params"])]
 
     def __getattr__(self, name):  # only when the attribute is not found: a hyper-parameter all groups share
+        prop = getattr(type(self), name, None)
+        if isinstance(prop, property):  # the property raised AttributeError (Adam's beta1 when the groups differ in
+            return prop.fget(self)      # betas): Python then comes here; run it again so its own message is seen
         defaults = self.__dict__.get("defaults")
         if defaults is None or name not in defaults:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -159,6 +162,7 @@ class Optimizer:
         """Update every parameter that has a gradient with its group's hyper-parameters as they are now;
         parameters without one are skipped (as torch)."""
         self._check_state_shapes()
+        self._check_writable()
         with no_grad():
             for group in self.param_groups:
                 for name, p in zip(group["param_names"], group["params"]):
@@ -184,6 +188,16 @@ class Optimizer:
                                        f"{slot} {value.shape}: its .data was replaced by an array of another shape "
                                        f"after the optimizer's first step; nothing was updated: make a new "
                                        f"optimizer for the new shape")
+
+    def _check_writable(self):
+        """Every parameter to be updated can be written: a read-only array (a memory-mapped file opened read-only,
+        np.broadcast_to) failed inside NumPy half-way through a step, the parameters before it updated, its own
+        state advanced without it. Checked for every parameter before any is updated."""
+        for name, p in self.params:
+            if p.grad is not None and not p.data.flags.writeable:
+                raise ValueError(f"{type(self).__name__}.step: parameter {name!r} holds a read-only array (a "
+                                 f"read-only memory map or a broadcast view?); nothing was updated: give it a "
+                                 f"writable copy first, e.g. p.data = p.data.copy()")
 
     def _update(self, param: Tensor, grad: np.ndarray, state: dict, group: dict):  # pragma: no cover
         raise NotImplementedError

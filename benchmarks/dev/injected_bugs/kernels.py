@@ -181,4 +181,13 @@ BUGS = [
     Bug("tinygrad_ssm/scan/cuda_decay.py", "        if EXACT_EVERYWHERE or not abs(run) < INF or not CANCELLED * rounding <= size:",
         "        if EXACT_EVERYWHERE or not abs(run) < INF:", CUDA,
         "the cuda backward keeps the fast sum where strong decay cancelled it: dA wrong in sign in float32"),
+    # --- the audits of the optimizers and of the layers against torch (2026-12-07, a later session) -------------
+    Bug("tinygrad_ssm/fast/adam_kernel.py", "        if weight < 0.5:                                                 # exp_avg",
+        "        if True:                                                 # exp_avg", ("tests/optim/test_step_edges.py", "-k", "beta1"),
+        "the fused Adam's first moment as start + w (end - start) always: beta1 = 0 loses a small gradient"),
+    Bug("tinygrad_ssm/fast/row_blocks.py", " and start + n * width <= flat.size and col + c <= width:", " and start + n * width <= flat.size:",
+        FUSED, "a view whose rows run past its base's rows is read in place: the fused gated norm off by 2.5, no error"),
+    Bug("tinygrad_ssm/fast/row_ops.py", "        if self.kernel_grad is None:\n            super()._check_versions()",
+        "        if True:\n            super()._check_versions()", ("tests/fast/test_row_kernels.py",),
+        "logits changed in place after the fused loss: backward raises where torch gives the gradient"),
 ]
