@@ -2,6 +2,7 @@
 eos_token_id (a list, else config.json's, and the tokenizer's EOS), and takes its sampling settings (temperature,
 top_k, top_p, min_p, repetition_penalty) when none of the sampling flags is given."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -267,3 +268,49 @@ def test_eval_reads_no_generation_config(folder, tmp_path, capsys):
         assert cli.main(["eval", "--model", str(path), "--data", str(text)]) == cli.EXIT_OK
         assert cli.main(["generate", "--model", str(path), "--prompt", "x"]) == cli.EXIT_USAGE
         assert "generation_config.json" in capsys.readouterr().err
+
+
+def _generated_count(path, capsys, *flags) -> list[int]:
+    """--batch-file of two prompts (3 and ~11 tokens), --ignore-eos, greedy: each prompt's new_tokens."""
+    prompts = path.parent / "prompts.txt"
+    prompts.write_text("a b\n" + PROMPT + " end\n")
+    code = cli.main(["generate", "--model", str(path), "--batch-file", str(prompts), "--json", "-", "--ignore-eos",
+                     "--temperature", "0", *flags])
+    out = capsys.readouterr().out
+    assert code == cli.EXIT_OK, out
+    return [json.loads(line)["new_tokens"] for line in out.splitlines()]
+
+
+def test_the_files_max_new_tokens_or_max_length_is_the_length_without_the_flag(folder, capsys):
+    """transformers generates the file's max_new_tokens, else max_length less the (padded) prompt; the CLI generated
+    its own 300 whatever the file said. The flag still wins."""
+    path, model = folder
+    tok = FileTokenizer(path / "tokenizer.json")
+    longest = len(tok.encode(PROMPT + " end"))
+    _write(path / "generation_config.json", {"max_new_tokens": 5, "max_length": 50})
+    assert _generated_count(path, capsys) == [5, 5]
+    assert _generated_count(path, capsys, "--max-new-tokens", "7") == [7, 7]
+    _write(path / "generation_config.json", {"max_length": longest + 4})
+    assert _generated_count(path, capsys) == [4, 4]                     # the batch's longest prompt counts
+    ids = tok.encode(PROMPT)                                            # --prompt alone: max_length less its own
+    want = model.generate(ids[None], longest + 4 - len(ids), temperature=0, vocab_size=320)[0, len(ids):]
+    assert cli.main(["generate", "--model", str(path), "--prompt", PROMPT, "--temperature", "0",
+                     "--ignore-eos"]) == cli.EXIT_OK
+    assert capsys.readouterr().out == escape_controls(PROMPT + tok.decode(want)) + "\n"
+
+
+@pytest.mark.parametrize("stated, message", [
+    ({"max_length": 3}, r"max_length 3 \(prompt and new tokens together\), and the prompt has \d+ tokens: nothing is "
+                        r"left to generate; give --max-new-tokens"),
+    ({"max_new_tokens": -1}, r"generation_config.json': max_new_tokens must be an int >= 0, got -1; fix it, or give "
+                             r"--max-new-tokens"),
+    ({"max_new_tokens": "5"}, r"max_new_tokens must be an int >= 0, got '5'"),
+    ({"max_length": True}, r"max_length must be an int >= 1, got True")])
+def test_a_length_that_cannot_apply_is_refused_before_any_output_and_the_flag_sets_it_aside(folder, capsys, stated,
+                                                                                            message):
+    path, _ = folder
+    _write(path / "generation_config.json", stated)
+    assert cli.main(["generate", "--model", str(path), "--prompt", PROMPT]) == cli.EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == "" and re.search(message, captured.err)
+    assert _generate(path, capsys, "--temperature", "0")                 # --max-new-tokens 12 given: runs

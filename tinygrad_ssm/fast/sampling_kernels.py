@@ -100,7 +100,7 @@ def _kth_largest(w, k):
 @njit(**_SAMPLE_JIT)
 def _nucleus(w, limit):
     """Zero every weight outside the nucleus: walking the tokens most likely first (ties by the higher index
-    first: the reverse of a stable ascending sort, sample_next's and transformers' order), a token stays while
+    first: the reverse of a stable ascending sort, sample_next's order), a token stays while
     the weight before it is below limit (top_p times the total). Only the tokens of weight >= t are sorted (a
     prefix of that order), t lowered until the walk ends inside them: a full sort of 50k weights took 5 ms a row."""
     t = 0.25                                                            # of the largest weight, which is 1

@@ -14,7 +14,7 @@ from ..scan import available_backends
 from .config import TrainConfig
 from .data import DOCUMENT_ENDS
 from .generate import DEFAULT_PROMPT_BATCH, not_utf8
-from .generation_config import DEFAULT_TEMPERATURE
+from .generation_config import DEFAULT_NEW_TOKENS, DEFAULT_TEMPERATURE
 from .eval_report import is_eval_report
 from .output_errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_USAGE  # noqa: F401 (cli's)
 
@@ -154,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also write --batch-file's results as JSON Lines, one object a prompt (index, line, prompt, "
                          "text, new_tokens, finish: eos or length), each batch's as it ends, to a new file (- for "
                          "stdout, which then holds the JSON alone: the texts go to stderr)")
-    ge.add_argument("--max-new-tokens", type=int, default=300, help="tokens to generate [%(default)s]")
+    ge.add_argument("--max-new-tokens", type=int, default=None,
+                    help=f"tokens to generate [the model folder's generation_config.json max_new_tokens, or its "
+                         f"max_length less the prompt's tokens; else {DEFAULT_NEW_TOKENS}]")
     ge.add_argument("--temperature", type=float, default=None,
                     help=f"divide the logits by this; 0 means greedy [{DEFAULT_TEMPERATURE}; with none of "
                          f"--temperature/--top-k/--top-p/--min-p/--repetition-penalty given, the model folder's "
@@ -301,7 +303,7 @@ def train_flag_problems(args) -> list[str]:
 def generate_flag_problems(args) -> list[str]:
 
     bad = empty_path_problems(args)
-    if args.max_new_tokens < 0:
+    if args.max_new_tokens is not None and args.max_new_tokens < 0:
         bad.append(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     if args.temperature is not None and (not math.isfinite(args.temperature) or args.temperature < 0):
         bad.append(f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}")

@@ -39,10 +39,10 @@ from .arguments import (DTYPES, EVAL_WINDOW, EXIT_DIVERGED, EXIT_INTERRUPTED, EX
 from .config import TrainConfig
 from .data import DataError
 from .generate import (DEFAULT_PROMPT_BATCH, escape_controls, generate_batches, load_model, read_batch_file,
-                       read_prompt_file, stream_text)
+                       prompt_ids, read_prompt_file, stream_text)
 from .export import describe as describe_export
 from .export import export
-from .generation_config import sampling_settings, stop_ids
+from .generation_config import new_token_count, sampling_settings, stop_ids
 from .json_records import TEXT_FIELD
 from .loop import TrainingDiverged, train
 from .mpi_cli import python_cmd, refuse_single_process_commands
@@ -154,7 +154,9 @@ def _generate(args) -> int:
     model, tokenizer = loaded
     try:
         _sampling(args, model, tokenizer)  # a generation_config.json setting generate lacks is named before any output
-    except ValueError as e:
+        longest = max(len(prompt_ids(p, tokenizer)) for p in (prompts[0] if prompts is not None else [args.prompt]))
+        _new_tokens(args, model)(longest)                              # and so is a length that leaves nothing
+    except (ValueError, TokenizerError) as e:
         return _error(str(e))
     out = sys.stdout
     if hasattr(out, "reconfigure"):
@@ -180,11 +182,18 @@ def _sampling(args, model, tokenizer) -> dict:
             "eos_token_ids": stop_ids(tokenizer, defaults)}
 
 
+def _new_tokens(args, model):
+    """The number of tokens to generate after a prompt (a batch's longest) of so many tokens."""
+    defaults = getattr(model, "generation_defaults", None)
+    return lambda prompt_tokens: new_token_count(args.max_new_tokens, defaults, prompt_tokens)
+
+
 def _stream(model, tokenizer, args, out) -> int:
+    count = _new_tokens(args, model)(len(prompt_ids(args.prompt, tokenizer)))
     out.write(escape_controls(args.prompt))
     out.flush()
     try:
-        for piece in stream_text(model, args.prompt, args.max_new_tokens, tokenizer,
+        for piece in stream_text(model, args.prompt, count, tokenizer,
                                  **_sampling(args, model, tokenizer)):
             out.write(escape_controls(piece))  # a control byte must not drive the terminal
             out.flush()
@@ -213,7 +222,7 @@ def _generate_batch(model, tokenizer, batch: tuple[list[str], list[int]], args, 
     shown = sys.stderr if args.json == "-" else out                     # --json -: stdout holds the JSON alone
     done, results_file = 0, None
     try:
-        for results in generate_batches(model, prompts, args.max_new_tokens, tokenizer, batch_size=size,
+        for results in generate_batches(model, prompts, _new_tokens(args, model), tokenizer, batch_size=size,
                                         **_sampling(args, model, tokenizer)):
             records = []
             for prompt, result, line in zip(prompts[done:], results, line_numbers[done:]):

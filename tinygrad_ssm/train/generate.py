@@ -201,16 +201,20 @@ def sample_text(model, prompt: str | bytes, max_new_tokens: int, on_piece: Calla
     return "".join(pieces)
 
 
-def generate_batches(model, prompts: list[str], max_new_tokens: int, tokenizer=None, *,
+def generate_batches(model, prompts: list[str], max_new_tokens: int | Callable[[int], int], tokenizer=None, *,
                      batch_size: int = DEFAULT_PROMPT_BATCH, seed: int | None = None, **kwargs):
     """generate_batch over `prompts` batch_size at a time, yielding each batch's texts as it ends: memory bounded by
     batch_size sequences' states, however many prompts. The first batch samples with `seed` (so a file of up to
     batch_size prompts gives generate_batch's texts), batch k after it with a seed drawn from (seed, k): prompts at
-    the same place in two batches do not share their draws."""
+    the same place in two batches do not share their draws. max_new_tokens may be a function of a batch's longest
+    prompt in tokens (a generation_config.json's max_length counts the prompt: generation_config.new_token_count)."""
+    tokenizer = tokenizer or ByteTokenizer()
     for k, start in enumerate(range(0, len(prompts), batch_size)):
         batch_seed = seed if k == 0 or seed is None else int(np.random.SeedSequence([seed, k]).generate_state(1)[0])
-        yield generate_batch(model, prompts[start:start + batch_size], max_new_tokens, tokenizer, seed=batch_seed,
-                             **kwargs)
+        batch = prompts[start:start + batch_size]
+        count = max_new_tokens(max(len(prompt_ids(p, tokenizer)) for p in batch)) if callable(max_new_tokens) \
+            else max_new_tokens
+        yield generate_batch(model, batch, count, tokenizer, seed=batch_seed, **kwargs)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,9 @@ the sampling settings of generation_config.json.
 
 - Stop ids: generation_config.json's eos_token_id (an int or a list: transformers stops at any of them), else
   config.json's; `generate` stops at these and at the tokenizer's own EOS token.
+- Length: the file's max_new_tokens, else its max_length (prompt and new tokens together: the new ones are
+  max_length less the prompt's tokens, the longest prompt's in a batch, as transformers counts a padded batch),
+  when --max-new-tokens is not given; else DEFAULT_NEW_TOKENS.
 - Sampling: the settings generation_config.json states (do_sample false: greedy; do_sample true: transformers'
   temperature 1.0 and top_k 50 where the file states none; temperature, top_k, top_p, min_p, and
   repetition_penalty, which transformers applies to greedy decoding too) apply when none of the sampling flags
@@ -22,6 +25,7 @@ from pathlib import Path
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 DEFAULT_TEMPERATURE = 0.8  # generate's --temperature when neither the flags nor generation_config.json set one
+DEFAULT_NEW_TOKENS = 300   # generate's --max-new-tokens when neither the flag nor generation_config.json sets one
 SAMPLING_FLAGS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
                   "min_p": "--min-p", "repetition_penalty": "--repetition-penalty"}
 # transformers' defaults where do_sample is true and the file states no other value (GenerationConfig's
@@ -46,6 +50,8 @@ class GenerationDefaults:
     sampling: dict = field(default_factory=dict)            # the sampling keys generation_config.json states
     unsupported: tuple = ()                                 # "key value" of the UNSUPPORTED settings it states
     sampling_problem: str | None = None                     # a bad sampling value, named where the file applies
+    length: dict = field(default_factory=dict)              # max_new_tokens and/or max_length, as the file states
+    length_problem: str | None = None                       # a bad one, named where the file applies
 
 
 def _read_json(path: Path) -> dict | None:
@@ -128,13 +134,42 @@ def read_generation_defaults(folder: Path, vocab_size: int) -> GenerationDefault
         sampling, problem = _sampling(generation, where), None
     except ValueError as e:  # refused only where the file's settings apply: a sampling flag sets them aside
         sampling, problem = {}, str(e)
-    return GenerationDefaults(eos, sampling, unsupported, problem)
+    length, length_problem = {}, None
+    for key, least in (("max_new_tokens", 0), ("max_length", 1)):
+        value = generation.get(key)
+        if value is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= least:
+            length[key] = value
+        else:
+            length_problem = (f"{where} {key} must be an int >= {least}, got {value!r}; fix it, or give "
+                              f"--max-new-tokens (the file's length then does not apply)")
+    return GenerationDefaults(eos, sampling, unsupported, problem, length, length_problem)
 
 
 def stop_ids(tokenizer, defaults: GenerationDefaults | None) -> tuple[int, ...]:
     """The ids that end a document: the tokenizer's EOS token, then the folder's (GenerationDefaults)."""
     own = () if tokenizer.eos_token_id is None else (int(tokenizer.eos_token_id),)
     return tuple(dict.fromkeys(own + (defaults.eos_token_ids if defaults is not None else ())))
+
+
+def new_token_count(given: int | None, defaults: GenerationDefaults | None, prompt_tokens: int) -> int:
+    """How many tokens to generate after a prompt of `prompt_tokens` (a batch's longest): --max-new-tokens when
+    given, else the folder's generation_config.json (module docstring), else DEFAULT_NEW_TOKENS."""
+    if given is not None:
+        return given
+    if defaults is None or not (defaults.length or defaults.length_problem):
+        return DEFAULT_NEW_TOKENS
+    if defaults.length_problem:
+        raise ValueError(defaults.length_problem)
+    if "max_new_tokens" in defaults.length:                 # transformers: max_new_tokens over max_length
+        return defaults.length["max_new_tokens"]
+    total = defaults.length["max_length"]
+    if total <= prompt_tokens:                              # transformers refuses this too
+        raise ValueError(f"{GENERATION_CONFIG_FILE} of the model folder states max_length {total} (prompt and new "
+                         f"tokens together), and the prompt has {prompt_tokens} tokens: nothing is left to "
+                         f"generate; give --max-new-tokens")
+    return total - prompt_tokens
 
 
 def sampling_settings(given: dict, defaults: GenerationDefaults | None) -> dict:

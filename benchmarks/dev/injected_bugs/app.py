@@ -448,4 +448,12 @@ BUGS = [
         ("tests/train/test_stopping.py", "-k", "numpys"), "--lr 1e18 prints NumPy's overflow warnings before the run's one error line"),
     Bug("tinygrad_ssm/train/cli.py", "    folder = model.loaded_from  #", '    folder = __import__("tinygrad_ssm.train.generate", fromlist=["_"]).resolve_model_folder(args.model)  #',
         ("tests/train/test_eval_cli.py", "-k", "moves"), "eval resolves the run folder again after loading: a save meanwhile names its newer checkpoint in the report"),
+    # --- generation_config.json's length (the generation audit, 2026-12-07, a later session) ----------------------
+    Bug("tinygrad_ssm/train/generation_config.py", "    if \"max_new_tokens\" in defaults.length:", "    if False:",
+        ("tests/train/test_generation_config.py", "-k", "length"), "the file's max_length wins over its max_new_tokens (transformers: the other way)"),
+    Bug("tinygrad_ssm/train/cli.py", "        _new_tokens(args, model)(longest)  ", "        pass  ",
+        ("tests/train/test_generation_config.py", "-k", "length"), "a max_length that leaves nothing to generate ends in a traceback"),
+    Bug("tinygrad_ssm/train/generate.py", "max_new_tokens(max(len(prompt_ids(p, tokenizer)) for p in batch))",
+        "max_new_tokens(len(prompt_ids(batch[0], tokenizer)))", ("tests/train/test_generation_config.py", "-k", "length"),
+        "a batch's max_length counts its first prompt, not its longest"),
 ]

@@ -45,7 +45,9 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
     multiplied (transformers' RepetitionPenaltyLogitsProcessor, mamba_ssm's too), for greedy decoding as well.
     temperature 0 is greedy (argmax). top_k keeps the k most likely tokens; top_p keeps the smallest set of most
     likely tokens whose probability reaches top_p (the most likely token always stays; among tokens of equal
-    probability the higher id is kept first, as transformers' TopPLogitsWarper's stable ascending sort does);
+    probability the higher id is kept first: a stable ascending sort's order reversed. transformers' TopPLogitsWarper
+    sorts with torch.sort, not stable: which of equally likely tokens at the nucleus' edge it keeps is unspecified,
+    the probability kept the same);
     then min_p keeps the tokens at least min_p times as likely as the most likely one (transformers'
     MinPLogitsWarper; mamba_ssm's compares with the first token's logit instead). Sampling draws one uniform
     number per row from `rng` (rng.random((b, 1))); fast/sampling_kernels.py is the numba twin, given those
@@ -91,7 +93,7 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
     # twin (fast/sampling_kernels.py) repeats these steps in this order and gets the same bits
     weights = np.exp(logits - logits.max(axis=-1, keepdims=True))      # (b, V)
     if top_p is not None and top_p < 1:
-        # most likely first, ties by the higher id: the reverse of a stable ascending sort (transformers')
+        # most likely first, ties by the higher id: the reverse of a stable ascending sort
         order = np.argsort(weights, axis=-1, kind="stable")[:, ::-1]     # (b, V)
         sorted_weights = np.take_along_axis(weights, order, axis=-1)
         running = np.cumsum(sorted_weights, axis=-1)                     # (b, V)
