@@ -66,3 +66,16 @@ def test_clip_grad_norm_of_huge_float64_gradients_is_inf_without_numpys_warning(
         warnings.simplefilter("error")
         assert optim.clip_grad_norm_([("w", w)], 1.0, norm_type) == math.inf
     assert w.grad.data.tolist() == [0.0, 0.0]
+
+
+def test_clip_grad_norm_takes_a_retained_non_leaf_gradient_as_torch():
+    """torch.nn.utils.clip_grad_norm_ scales any tensor's .grad; ours refused a non-leaf with the optimizer's
+    "can't optimize a non-leaf Tensor"."""
+    x = tg.Tensor(np.array([3.0, 4.0]), requires_grad=True)
+    y = x * 2
+    y.retain_grad()
+    (y * y).sum().backward()                                            # y.grad = 2y = [12, 16]
+    assert optim.clip_grad_norm_([y], 1.0) == pytest.approx(20.0)
+    np.testing.assert_allclose(y.grad.data, [0.6, 0.8], rtol=1e-6)
+    with pytest.raises(ValueError, match="not a leaf"):
+        optim.SGD([y], lr=0.1)                                          # an optimizer still refuses it, as torch

@@ -42,7 +42,8 @@ def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_no
                         f"(the third argument is norm_type, as in torch)")
     if isinstance(params, Tensor):  # one tensor, as torch accepts
         params = [params]
-    grads = [(name, g.grad) for name, g in named_parameters(params, "clip_grad_norm_") if g.grad is not None]
+    grads = [(name, g.grad) for name, g in named_parameters(params, "clip_grad_norm_", leaves_only=False)
+             if g.grad is not None]
     if not grads:
         return 0.0
     if p == math.inf:

@@ -36,9 +36,10 @@ def hparam_problem(name: str, value) -> str | None:
     return None
 
 
-def named_parameters(params, who: str, first_index: int = 0) -> list[tuple[str, Tensor]]:
+def named_parameters(params, who: str, first_index: int = 0, leaves_only: bool = True) -> list[tuple[str, Tensor]]:
     """VarMap, [(name, tensor)] or [tensor] -> [(name, tensor)]. Bare tensors are named "param.<i>", i counted
-    from `first_index` (an optimizer numbers them across its groups, as torch's state_dict does).
+    from `first_index` (an optimizer numbers them across its groups, as torch's state_dict does). leaves_only
+    False: a tensor that is an op's result is taken too (clip_grad_norm_ scales any .grad, a retain_grad one's).
     A frozen parameter (requires_grad False) is accepted, as torch.optim accepts it: it gets no gradient, so
     step() skips it until it is unfrozen."""
     if isinstance(params, Tensor):  # iterating it would walk its rows
@@ -56,7 +57,7 @@ def named_parameters(params, who: str, first_index: int = 0) -> list[tuple[str, 
         name, tensor = p if isinstance(p, tuple) else (f"param.{first_index + i}", p)
         if not isinstance(tensor, Tensor) or not isinstance(name, str):
             raise TypeError(f"{who}: params must be a VarMap, (name, Tensor) pairs or Tensors; item {i} is {p!r:.80}")
-        if not tensor.is_leaf:
+        if leaves_only and not tensor.is_leaf:
             raise ValueError(f"{who}: parameter {name!r} is the result of an op, not a leaf tensor: pass the "
                              f"leaves it was computed from (torch: can't optimize a non-leaf Tensor)")
         named.append((name, tensor))
