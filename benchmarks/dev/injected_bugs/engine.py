@@ -272,7 +272,7 @@ BUGS = [
         AUTOGRAD, "rms_norm adds eps outside the square root"),
     Bug(A + "ops/nn.py", "self.save_for_backward(np.array(ids))", "self.save_for_backward(np.asarray(ids))",
         AUTOGRAD, "embedding keeps the caller's ids buffer: reused before backward, the gradient goes to other rows"),
-    Bug("tinygrad_ssm/optim/groups.py", "        if not tensor.is_leaf:\n", "        if False:\n",
+    Bug("tinygrad_ssm/optim/groups.py", "        if leaves_only and not tensor.is_leaf:\n", "        if False:\n",
         OPTIM, "an optimizer takes a non-leaf tensor (its updates never reach the leaves)"),
     Bug("tinygrad_ssm/optim/clip.py", "    if not scale >= 1.0:\n", "    if scale < 1.0:\n",
         OPTIM, "a NaN total norm leaves the gradients unscaled (torch makes them NaN)"),
