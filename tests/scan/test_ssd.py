@@ -164,6 +164,7 @@ def test_dtypes_and_auto_backend():
     (dict(D=np.zeros(5)), r"D must have shape"),
     (dict(initial_state=np.zeros((2, 4, 3, 4))), r"initial_state must have shape \(b, h, p, n\)"),
     (dict(x=np.zeros((2, 11, 4, 3), dtype=np.int64)), r"x must be a floating point"),
+    (dict(dt=np.zeros((2, 11, 4), dtype=complex)), r"ssd: dt has dtype complex128: complex tensors are not"),
     # a raw numba TypingError before (longdouble passed the floating point check)
     (dict(B=np.zeros((2, 11, 2, 5), dtype=np.longdouble)), r"B has dtype float128; the scan takes float16, float32 "
                                                            r"or float64: cast it"),

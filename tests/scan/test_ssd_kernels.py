@@ -61,6 +61,18 @@ def test_forward_and_gradients_equal_the_reference_float64(backend, b, q, chunks
         assert diff < 1e-10, (name, diff)
 
 
+@pytest.mark.parametrize("backend", KERNELS)
+def test_no_heads_give_every_input_an_empty_gradient_d_included(backend):
+    """x (b, l, 0, p) and D (0,): numba_chunked told a D given from none by D.size, so D.grad was None (the
+    reference and the cuda backend: an empty (0,) array, as torch)."""
+    rng = np.random.default_rng(0)
+    inputs = dict(x=np.zeros((1, 4, 0, 2)), dt=np.zeros((1, 4, 0)), A=np.zeros(0), B=rng.standard_normal((1, 4, 1, 3)),
+                  C=rng.standard_normal((1, 4, 1, 3)), D=np.zeros(0), initial_state=np.zeros((1, 0, 2, 3)))
+    _, _, grads = run(backend, inputs, 2, (1.0, 1.0))
+    assert set(grads) == set(NAMES) and grads["D"].shape == (0,)
+    np.testing.assert_array_equal(grads["B"], 0)
+
+
 # float32: each entry is a sum of at most l n products per step, accumulated through l decaying steps; a float32
 # rounding is eps = 6e-8 relative, so a kernel as accurate as the float32 spec is off by a small multiple of
 # eps * sqrt(number of terms) relative to the entries' scale. We allow 4 eps sqrt(l n p) relative to the

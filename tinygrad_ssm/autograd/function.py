@@ -23,7 +23,7 @@ class Function:
     or the output's own array, its tensor's version is checked at backward time, so an in-place change
     in between raises instead of giving a wrong gradient (PyTorch's version counter).
     `self.needs_input_grad[i]` says whether input i wants a gradient, so backward can skip work.
-    Functions whose output is a view of their first input set `is_view = True` (they share its version).
+    Functions whose outputs are views of their first input set `is_view = True` (they share its version).
 
     One optional hook, for ops that save a copy: `gradient_slot` (below)."""
 
@@ -63,7 +63,8 @@ class Function:
         outs = tuple(Tensor(a, requires_grad=record) for a in out_data) if several else \
             (Tensor(out_data, requires_grad=record),)
         if ctx.is_view and isinstance(inputs[0], Tensor):
-            outs[0]._version = inputs[0]._version  # a view shares its base's version counter, as in torch
+            for o in outs:  # a view shares its base's version counter, as in torch; each piece of a split too
+                o._version = inputs[0]._version
         if record:
             ctx.inputs = inputs
             ctx.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)

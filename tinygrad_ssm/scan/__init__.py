@@ -21,6 +21,7 @@ import numpy as np
 
 from ..autograd.function import Function, gradient_slot
 from ..autograd.grad_mode import is_grad_enabled
+from ..autograd.dtypes import _check_numeric
 from ..autograd.tensor import Tensor
 from . import numba_chunked
 from .reference import ssd_chunked
@@ -134,7 +135,11 @@ class SSD(Function):
 
 
 def _tensor(name: str, value) -> Tensor:
-    t = value if isinstance(value, Tensor) else Tensor(np.asarray(value))
+    if not isinstance(value, Tensor):
+        array = np.asarray(value)
+        _check_numeric("ssd", name, value, array)                       # a complex or str input named as itself
+        value = Tensor(array)
+    t = value
     if t.dtype.kind != "f":
         raise TypeError(f"ssd: {name} must be a floating point tensor, got dtype {t.dtype}")
     if t.dtype.itemsize > 8:  # NumPy's longdouble: no numba type, and the kernels compute in float32 or float64

@@ -237,14 +237,14 @@ def backward(saved, dy, d_final_state, into=(None, None, None)):
     """The registry's kernel backward: (saved, dy, d final_state) -> (dx, ddt, dA, dB, dC, dD|None, d_initial|None).
     into: arrays shaped like x, B, C (or None) to write dx, dB, dC into and return, instead of new arrays; the model
     passes the pieces of the split's one gradient array (see `SSD.backward`), so the split copies nothing."""
-    x, dt, A, B, C, D, checkpoints, (q, had_initial) = saved
+    x, dt, A, B, C, D, checkpoints, (q, had_initial, had_D) = saved   # had_D: D may be given and empty (h = 0)
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     out = BackwardArrays(x, dt, B, into)
     args = (*backward_inputs(saved, dy, d_final_state), g, int(q), *out.dx_rows, out.ddt, out.dA_parts,
             out.sums[0][0][0], out.sums[0][1], out.sums[1][0][0], out.sums[1][1], out.dD_parts, out.d_initial)
     on_single_threaded_blas(lambda: _on_threads(backward_kernel, args, numba_cpu._thread_count(b * l * h * p * n)))
-    return out.gradients(B.shape, D.size > 0, bool(had_initial))
+    return out.gradients(B.shape, bool(had_D), bool(had_initial))
 
 
 def backward_inputs(saved, dy, d_final_state) -> tuple:

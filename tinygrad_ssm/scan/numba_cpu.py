@@ -242,7 +242,7 @@ def forward(x, dt, A, B, C, D, initial_state, chunk_size, checkpoints: bool = Tr
             head_blocks(b, g, h // g, threads), y, final_state, kept)
     on_single_threaded_blas(lambda: _on_threads(forward_kernel, args, threads))
     return y, final_state, (x, dt, A, B, C, D if D is not None else np.zeros(0, dtype), kept,
-                            np.array([q, initial_state is not None]))
+                            np.array([q, initial_state is not None, D is not None]))
 
 
 def on_single_threaded_blas(run):

@@ -190,4 +190,9 @@ BUGS = [
     Bug("tinygrad_ssm/fast/row_ops.py", "        if self.kernel_grad is None:\n            super()._check_versions()",
         "        if True:\n            super()._check_versions()", ("tests/fast/test_row_kernels.py",),
         "logits changed in place after the fused loss: backward raises where torch gives the gradient"),
+    Bug("tinygrad_ssm/scan/numba_chunked.py", "    return out.gradients(B.shape, bool(had_D), bool(had_initial))",
+        "    return out.gradients(B.shape, D.size > 0, bool(had_initial))", ("tests/scan/test_ssd_kernels.py", "-k", "no_heads"),
+        "with no heads numba_chunked's D.grad is None (D given, empty)"),
+    Bug("tinygrad_ssm/scan/__init__.py", "        _check_numeric(\"ssd\", name, value, array)", "        pass",
+        ("tests/scan/test_ssd.py", "-k", "bad_arguments"), "a complex input to ssd is refused without naming the argument"),
 ]
