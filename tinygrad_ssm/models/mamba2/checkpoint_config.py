@@ -36,6 +36,11 @@ _HF_FIELDS = {
 }
 
 
+# transformers' config states the padded vocabulary alone (its vocab_size counts the padding rows); save_pretrained
+# writes the real size beside it under this key (transformers keeps an unknown key as an attribute), so that a folder
+# read back samples the same ids: without it, generate from the reloaded model also drew the padding rows
+UNPADDED_VOCAB_KEY = "unpadded_vocab_size"
+
 # top-level keys each layout may hold that we read, check, or know to have no effect on the function computed
 _MAMBA_SSM_KEYS = ("d_model", "d_intermediate", "n_layer", "vocab_size", "ssm_cfg", "attn_layer_idx", "attn_cfg",
                    "rms_norm", "residual_in_fp32", "fused_add_norm", "pad_vocab_size_multiple", "tie_embeddings",
@@ -48,7 +53,7 @@ _HF_OTHER_KEYS = (  # transformers' Mamba2Config and PretrainedConfig keys that 
     "output_attentions", "output_hidden_states", "return_dict", "use_return_dict", "tokenizer_class",
     "sep_token_id", "decoder_start_token_id", "task_specific_params", "finetuning_task", "prefix",
     "_attn_implementation", "_commit_hash", "torchscript", "add_cross_attention", "tie_encoder_decoder",
-    "is_decoder", "cross_attention_hidden_size", "pruned_heads", "max_length", "min_length")
+    "is_decoder", "cross_attention_hidden_size", "pruned_heads", "max_length", "min_length", UNPADDED_VOCAB_KEY)
 MISSPELLING_CUTOFF = 0.8  # difflib ratio above which an unknown key is taken for a typo of a known one
 
 
@@ -177,6 +182,13 @@ def _parse_transformers(raw: dict) -> Mamba2Config:
     for key, (field, default) in _HF_FIELDS.items():
         kwargs[field] = _require(raw, key, where) if default is None else raw.get(key, default)
     kwargs["pad_vocab_size_multiple"] = 1  # transformers stores the padded size itself
+    if raw.get(UNPADDED_VOCAB_KEY) is not None:   # ours: the real size, the padding to the stated vocab_size
+        real, padded = raw[UNPADDED_VOCAB_KEY], kwargs["vocab_size"]
+        if not (isinstance(real, int) and not isinstance(real, bool) and isinstance(padded, int)
+                and 1 <= real <= padded):
+            raise PretrainedError(f"from_pretrained: {where}: '{UNPADDED_VOCAB_KEY}' = {real!r} must be an int from "
+                                  f"1 to 'vocab_size' ({padded!r}); fix it or remove the key")
+        kwargs["vocab_size"], kwargs["pad_vocab_size_multiple"] = real, padded
     config = _build(kwargs, where, {field: key for key, (field, _) in _HF_FIELDS.items()})
     num_heads = raw.get("num_heads", 128)
     if num_heads != config.nheads:
@@ -230,6 +242,8 @@ def transformers_config(config: Mamba2Config, dtype: str, token_ids: dict | None
         value = getattr(config, field)
         out[key] = list(value) if isinstance(value, tuple) else value
     out["vocab_size"] = config.padded_vocab_size
+    if config.vocab_size != config.padded_vocab_size:
+        out[UNPADDED_VOCAB_KEY] = config.vocab_size
     out["time_step_limit"] = [JSON_INFINITY if math.isinf(v) else v for v in config.dt_limit]
     out |= {"num_heads": config.nheads, "hidden_act": "silu", "rms_norm": True, "residual_in_fp32": True,
             "dtype": dtype}

@@ -19,6 +19,7 @@ import numpy as np
 
 from ...autograd.tensor import Tensor, no_grad
 from .decode import decode_prompt, decode_sampled
+from .foreign_arguments import GENERATE, refuse_foreign
 from .decode import release as release_decoder
 from .sampling import NonFiniteLogits, check_sampling_args, sample_next
 
@@ -43,56 +44,24 @@ PREFILL_WINDOW = 8192
 
 TOKEN_BLOCK = 32  # tokens per numba call (decode_sampled): a streamed reader sees them in bursts of ~10 ms
 
-# Keyword arguments of mamba_ssm's MambaLMHeadModel.generate and transformers' generate that this one does not take:
-# name -> (the values that change nothing there, so are accepted here, what to do instead). Python's own
-# "unexpected keyword argument" said neither that the setting would do nothing here nor what to pass instead.
-_NOT_IMPLEMENTED = "is not implemented here; leave it out"
-FOREIGN_ARGUMENTS = {
-    "no_repeat_ngram_size": ((0,), _NOT_IMPLEMENTED),
-    "num_beams": ((1,), f"(beam search) {_NOT_IMPLEMENTED}"),
-    "num_return_sequences": ((1,), "is not taken: repeat the prompt in the batch, e.g. [prompt] * n"),
-    "do_sample": ((), "is not taken: temperature=0 is greedy (do_sample=False), temperature > 0 samples"),
-    "min_new_tokens": ((0,), "is not taken: pass eos_token_id=None to generate max_new_tokens tokens"),
-    "output_scores": ((False,), "is not taken: no scores are returned; model.step(ids, cache) gives each step's "
-                                "logits (docs/mamba2.md, section 4)"),
-    "return_dict_in_generate": ((False,), "is not taken: generate returns the ids"),
-    "pad_token_id": ((), "is not taken: a finished row holds the EOS id it produced (with a list of prompts each "
-                         "row is cut after it)"),
-    "attention_mask": ((), "is not taken: pass the prompts unpadded, as a list of 1-D id sequences of their own "
-                           "lengths (a ragged batch), not padded ids and a mask"),
-}
-
-
 def check_foreign_arguments(kwargs: dict, prompts) -> None:
-    """Refuse, by name, another library's generate argument that would change the result (see FOREIGN_ARGUMENTS);
+    """Refuse, by name, another library's generate argument that would change the result (foreign_arguments.GENERATE);
     its neutral value is accepted. Any other unknown name is Python's TypeError, as before."""
-    for name, value in kwargs.items():
-        if name == "max_length":  # mamba_ssm's (required) and transformers': the prompt included
-            lengths = [len(p) for p in prompts] if isinstance(prompts, list) else [prompts.shape[1]]
-            if min(lengths) == max(lengths) and isinstance(value, (int, np.integer)):
-                instead = f"max_new_tokens={value - lengths[0]} (the prompt has {lengths[0]} tokens)"
-            else:
-                instead = f"max_new_tokens (the prompts have {min(lengths)} to {max(lengths)} tokens)"
-            raise TypeError(f"generate: max_length={value!r} is not taken (in mamba_ssm and transformers it counts the "
-                            f"prompt too); pass {instead}")
-        if name not in FOREIGN_ARGUMENTS:
-            raise TypeError(f"generate() got an unexpected keyword argument {name!r}")
-        neutral, fix = FOREIGN_ARGUMENTS[name]
-        if not any(_same_setting(value, v) for v in neutral):
-            raise TypeError(f"generate: {name}={value!r} {fix}")
+    if "max_length" in kwargs:  # mamba_ssm's (required) and transformers': the prompt included
+        value = kwargs["max_length"]
+        lengths = [len(p) for p in prompts] if isinstance(prompts, list) else [prompts.shape[1]]
+        if min(lengths) == max(lengths) and isinstance(value, (int, np.integer)):
+            instead = f"max_new_tokens={value - lengths[0]} (the prompt has {lengths[0]} tokens)"
+        else:
+            instead = f"max_new_tokens (the prompts have {min(lengths)} to {max(lengths)} tokens)"
+        raise TypeError(f"generate: max_length={value!r} is not taken (in mamba_ssm and transformers it counts the "
+                        f"prompt too); pass {instead}")
+    refuse_foreign("generate", GENERATE, kwargs)
 
 
-def _same_setting(value, neutral) -> bool:
-    """Whether `value` is the setting `neutral` (a bool or a number; min_p=0 is min_p=0.0, num_beams=True is no 1)."""
-    is_bool = isinstance(value, (bool, np.bool_))
-    if isinstance(neutral, bool):
-        return is_bool and bool(value) is neutral
-    return isinstance(value, numbers.Real) and not is_bool and value == neutral
-
-
-def generate_stream(model, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0,
+def generate_stream(model, input_ids, max_new_tokens: int | None = None, *, temperature: float = 1.0,
                     top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                    eos_token_id=None, vocab_size: int | None = None, *, min_p: float | None = None,
+                    eos_token_id=None, vocab_size: int | None = None, min_p: float | None = None,
                     repetition_penalty: float | None = None, **foreign):
     """Mamba2LMHeadModel.generate_stream: yields the next token ids (b,) int64 one step at a time.
 
@@ -109,7 +78,7 @@ def generate_stream(model, input_ids, max_new_tokens: int | None = None, tempera
     compares with the first token's logit: sample_next), repetition_penalty as both take it: the penalty applies
     to the ids of each row's own prompt and of its tokens so far. Arguments are checked at the call, not at the first next(). mamba_ssm's and transformers'
     other arguments (max_length, num_beams, ...) are refused by name, with what to pass instead, unless given
-    their neutral value (FOREIGN_ARGUMENTS). With fused=True the tokens are computed TOKEN_BLOCK at a time and
+    their neutral value (foreign_arguments.GENERATE). With fused=True the tokens are computed TOKEN_BLOCK at a time and
     yielded one by one: weights changed between two yields take effect from the next block, and a stream left
     unfinished has computed up to TOKEN_BLOCK - 1 tokens no one reads."""
     prompts, _ = check_prompts(model, input_ids)
@@ -151,17 +120,18 @@ def eos_ids(eos_token_id, V: int) -> np.ndarray | None:
     return np.asarray(values, np.int64)
 
 
-def generate(model, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, seed: int | None = None, eos_token_id=None,
-             vocab_size: int | None = None, *, min_p: float | None = None, repetition_penalty: float | None = None,
+def generate(model, input_ids, max_new_tokens: int | None = None, *, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, seed: int | None = None, eos_token_id=None,
+             vocab_size: int | None = None, min_p: float | None = None, repetition_penalty: float | None = None,
              **foreign):
     """Mamba2LMHeadModel.generate: the prompts followed by their new tokens. An array (b, l) or (l,) gives
     (b, l + steps) int64 (steps = max_new_tokens, fewer when every row met an id of eos_token_id, an int or a
     sequence of ints; a finished row holds the one it produced to the end); a list of prompts gives a list of
     1-D int64 arrays, each cut after its first EOS (kept)."""
     prompts, ragged = check_prompts(model, input_ids)
-    new = list(generate_stream(model, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id,
-                               vocab_size, min_p=min_p, repetition_penalty=repetition_penalty, **foreign))
+    new = list(generate_stream(model, input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                               seed=seed, eos_token_id=eos_token_id, vocab_size=vocab_size, min_p=min_p,
+                               repetition_penalty=repetition_penalty, **foreign))
     new = np.stack(new) if new else np.zeros((0, len(prompts) if ragged else prompts.shape[0]), np.int64)
     if not ragged:                                                       # (steps, b)
         return np.concatenate([prompts.astype(np.int64), new.T], axis=1)

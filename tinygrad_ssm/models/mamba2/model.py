@@ -17,6 +17,7 @@ import contextlib
 import math
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,7 @@ from ...scan.sequential import ssd_step
 from . import generation
 from .config import Mamba2Config
 from .decode import decode_step
+from .foreign_arguments import FORWARD, FROM_PRETRAINED, refuse_foreign
 from .quantized_files import load_model_folder, save_model_folder
 from .quantize import quantize_model
 
@@ -99,6 +101,9 @@ class Mamba2Cache:
     seqlen_offset: int = 0   # tokens seen so far
 
     def __post_init__(self):
+        if not isinstance(self.layers, list):   # transformers 4's Mamba2Cache(config, batch_size) failed at first use
+            raise TypeError(f"Mamba2Cache: layers must be a list of LayerState, got {type(self.layers).__name__}; "
+                            f"make a cache with model.allocate_cache(batch_size)")
         self._in_use = threading.RLock()   # reentrant: see advancing
 
     def __getstate__(self):  # pickle, deepcopy: the fused decoder's session (numba's lists) is rebuilt when needed
@@ -322,11 +327,14 @@ class Mamba2LMHeadModel:
         """The output head on norm_f's output: logits over the (padded) vocabulary."""
         return self.embedding.attend(x) if self.lm_head is None else self.lm_head(x)
 
-    def __call__(self, input_ids, cache: Mamba2Cache | None = None) -> Tensor:
+    def __call__(self, input_ids, cache: Mamba2Cache | None = None, **foreign) -> Tensor:
         """input_ids (b, l) ints -> logits (b, l, padded vocab). With `cache` (see allocate_cache), the input
         continues from the cached states and leaves them at its end (prefill). The cached states are arrays,
         not part of the graph: a loss on a later segment sends no gradient into the segments before it
-        (truncated backpropagation through time; for the gradient of the whole text, one forward over it)."""
+        (truncated backpropagation through time; for the gradient of the whole text, one forward over it).
+        transformers' and mamba_ssm's other arguments (labels, attention_mask, ...) are refused by name, with what
+        to do instead (foreign_arguments.FORWARD)."""
+        refuse_foreign("Mamba2LMHeadModel", FORWARD, foreign)
         ids = self._check_ids(input_ids, 2, "Mamba2LMHeadModel")
         if cache is None:
             return self._forward(ids, None)
@@ -361,9 +369,16 @@ class Mamba2LMHeadModel:
     forward = __call__
 
     def loss(self, input_ids, targets) -> Tensor:
-        """Mean cross entropy of targets (b, l) under the logits of input_ids (b, l)."""
-        logits = self(input_ids)                                         # (b, l, V)
+        """Mean cross entropy of targets (b, l) under the logits of input_ids (b, l): the next tokens, so
+        loss(ids[:, :-1], ids[:, 1:]) (transformers' labels=ids, which it shifts inside). Targets equal to the
+        input ids (a port of labels=ids) are said in a warning: a causal model scores its next token."""
+        ids = self._check_ids(input_ids, 2, "Mamba2LMHeadModel.loss")
+        logits = self(ids)                                               # (b, l, V)
         targets = np.asarray(targets.data if isinstance(targets, Tensor) else targets)
+        if targets.shape == ids.shape and ids.shape[1] > 1 and np.array_equal(targets, ids):
+            warnings.warn("Mamba2LMHeadModel.loss: targets equal input_ids, so each position scores the token it "
+                          "reads; the targets of a causal model are the next tokens: loss(ids[:, :-1], ids[:, 1:]) "
+                          "(transformers shifts labels=ids so inside)", UserWarning, stacklevel=2)
         if targets.shape != logits.shape[:2]:
             raise ValueError(f"Mamba2LMHeadModel.loss: targets must have input_ids' shape {logits.shape[:2]}, "
                              f"got {targets.shape}")
@@ -416,9 +431,9 @@ class Mamba2LMHeadModel:
             cache.seqlen_offset += 1
             return self._head(x)                                         # (b, V)
 
-    def generate_stream(self, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0,
+    def generate_stream(self, input_ids, max_new_tokens: int | None = None, *, temperature: float = 1.0,
                         top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                        eos_token_id=None, vocab_size: int | None = None, *, min_p: float | None = None,
+                        eos_token_id=None, vocab_size: int | None = None, min_p: float | None = None,
                         repetition_penalty: float | None = None, **foreign):
         """Yield the next token ids (b,) one step at a time. input_ids: (b, l), (l,), or a list of prompts of
         any lengths; sampling only considers the real vocabulary (not the padding rows; vocab_size: only ids
@@ -426,20 +441,23 @@ class Mamba2LMHeadModel:
         (see generation.generate_stream). The defaults sample (temperature 1, unseeded): temperature=0 is the
         greedy decoding that mamba_ssm's (top_k=1) and transformers' generate do by default. min_p and
         repetition_penalty as in transformers (sampling.sample_next); mamba_ssm's and transformers' other
-        arguments (max_length, num_beams, ...) are refused by name."""
-        return generation.generate_stream(self, input_ids, max_new_tokens, temperature, top_k, top_p, seed,
-                                          eos_token_id, vocab_size, min_p=min_p,
-                                          repetition_penalty=repetition_penalty, **foreign)
+        arguments (max_length, num_beams, ...) are refused by name. Only input_ids and max_new_tokens may be given
+        by position: mamba_ssm's generate(input_ids, max_length, top_k, top_p, ...) would otherwise run with other
+        meanings (max_new_tokens counts the new tokens only)."""
+        return generation.generate_stream(self, input_ids, max_new_tokens, temperature=temperature, top_k=top_k,
+                                          top_p=top_p, seed=seed, eos_token_id=eos_token_id, vocab_size=vocab_size,
+                                          min_p=min_p, repetition_penalty=repetition_penalty, **foreign)
 
-    def generate(self, input_ids, max_new_tokens: int | None = None, temperature: float = 1.0,
+    def generate(self, input_ids, max_new_tokens: int | None = None, *, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, seed: int | None = None, eos_token_id=None,
-                 vocab_size: int | None = None, *, min_p: float | None = None,
+                 vocab_size: int | None = None, min_p: float | None = None,
                  repetition_penalty: float | None = None, **foreign):
         """The prompts followed by their sampled ids: (b, l + max_new_tokens) int64 for an array, a list of 1-D
         int64 arrays for a list of prompts, cut after the first id of eos_token_id (an int or a sequence of ints;
         see generation.generate). Sampling settings and other libraries' arguments as in generate_stream."""
-        return generation.generate(self, input_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id,
-                                   vocab_size, min_p=min_p, repetition_penalty=repetition_penalty, **foreign)
+        return generation.generate(self, input_ids, max_new_tokens, temperature=temperature, top_k=top_k,
+                                   top_p=top_p, seed=seed, eos_token_id=eos_token_id, vocab_size=vocab_size,
+                                   min_p=min_p, repetition_penalty=repetition_penalty, **foreign)
 
     # --- weight-only quantization (quantize.py) -----------------------------------------------------------
     def quantize(self, weights: str, block: int | None = None) -> Mamba2LMHeadModel:
@@ -452,7 +470,8 @@ class Mamba2LMHeadModel:
     # --- checkpoints (pretrained.py) ---------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, directory, dtype="float32", backend: str = "auto",
-                        fused: bool = True) -> Mamba2LMHeadModel:
+                        fused: bool = True, **foreign) -> Mamba2LMHeadModel:
+        refuse_foreign("Mamba2LMHeadModel.from_pretrained", FROM_PRETRAINED, foreign)   # torch_dtype, revision, ...
         return load_model_folder(cls, directory, dtype=dtype, backend=backend, fused=fused)
 
     def save_pretrained(self, directory, layout: str = "mamba_ssm", token_ids: dict | None = None,
