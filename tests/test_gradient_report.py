@@ -76,6 +76,20 @@ def test_a_stray_detach_is_flagged_by_name():
     assert not any(row.reached for row in report.rows if row.name in report.no_grad)
 
 
+def test_a_stray_detach_is_flagged_when_an_earlier_backward_left_its_gradients():
+    """Gradients accumulate: a healthy step, then the detached loss without zero_grad in between. The cut-off
+    parameters still held the first step's .grad, and the report said OK."""
+    vm = VarMap(seed=0)
+    healthy, cut = ToySSM(vm), ToySSM(vm, detach=True)
+    healthy.loss(IDS, TARGETS).backward()
+    loss = cut.loss(IDS, TARGETS)
+    loss.backward()
+    report = gradient_report(loss, vm)
+    assert not report.ok and report.not_reached == ["embedding.weight", "mixer.in_proj.weight"]
+    assert "verdict: NOT OK (2 not reached by the loss)" in str(report)
+    assert "NOT REACHED: has a .grad, but the loss does not reach it" in str(report)
+
+
 def test_a_trainable_tensor_outside_the_registry_is_flagged():
     report, _ = report_for(stray_A=True)
     assert not report.ok

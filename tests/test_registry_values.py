@@ -145,3 +145,41 @@ def test_save_refuses_a_rename_that_gives_two_variables_one_name(tmp_path):
     with pytest.raises(ValueError, match=r"rename gives 'layer.0.w' and 'layer.1.w' the same stored name 'layer.w'"):
         vm.save(tmp_path / "m.safetensors", rename=lambda name: "layer.w")
     assert not (tmp_path / "m.safetensors").exists()
+
+
+@pytest.mark.parametrize("replace", ["read_only", "integer"])
+def test_load_checks_the_variables_too_before_writing_any(tmp_path, replace):
+    """A variable whose .data was replaced by a read-only array (a read-only memory map) failed load half-way: the
+    variables before it already the file's, the error naming none; an integer one (frozen) took the floats truncated."""
+    vm = VarMap(seed=0)
+    a, b = vm.get((3,), "a", init=init.Randn()), vm.get((3,), "b", init=init.Randn())
+    path = tmp_path / "new.safetensors"
+    save_file(path, {"a": np.full(3, 7.0, np.float32), "b": np.full(3, 0.5, np.float32)})
+    if replace == "read_only":
+        b.data = b.data.copy()
+        b.data.flags.writeable = False
+    else:
+        b.requires_grad_(False)
+        b.data = np.zeros(3, np.int64)
+    before = a.data.copy()
+    with pytest.raises(CheckpointError, match=r"variable 'b' holds .*nothing was loaded"):
+        vm.load(path)
+    np.testing.assert_array_equal(a.data, before)
+
+
+def test_an_init_beyond_the_dtypes_range_is_refused_by_name():
+    """Const(1e6) in float16 gave [inf, inf] with NumPy's warning only; set_one and load refuse such values."""
+    vm = VarMap(seed=0)
+    with pytest.raises(ValueError, match=r"VarMap.get 'h': init .* not finite in float16"):
+        vm.get((2,), "h", init=init.Const(1e6), dtype="float16")
+    assert "h" not in vm.names()
+
+
+def test_from_safetensors_refuses_an_integer_tensor_as_load_does(tmp_path):
+    """An I64 2**24 + 1 came back as 16777216.0, a bool mask as 1.0 / 0.0."""
+    path = tmp_path / "ints.safetensors"
+    save_file(path, {"w": np.array([2**24 + 1, 0], np.int64), "m": np.array([True, False])})
+    vb = VarBuilder.from_safetensors(path)
+    for name in ("w", "m"):
+        with pytest.raises(CheckpointError, match=rf"'{name}' .* is not floating point"):
+            vb.get((2,), name)

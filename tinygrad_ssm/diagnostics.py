@@ -20,13 +20,14 @@ import numpy as np
 from .autograd.tensor import Tensor
 
 OK, NO_GRAD, ZERO_GRAD, NON_FINITE, FROZEN = "ok", "no gradient", "zero gradient", "non-finite gradient", "frozen"
+NOT_REACHED = "not reached"
 
 
 @dataclass
 class ParamRow:
     name: str
     shape: tuple
-    status: str                 # one of OK, NO_GRAD, ZERO_GRAD, NON_FINITE, FROZEN
+    status: str                 # one of OK, NO_GRAD, NOT_REACHED, ZERO_GRAD, NON_FINITE, FROZEN
     grad_norm: float | None     # 2-norm of .grad in float64, None without a gradient
     reached: bool               # the loss's graph contains this parameter
 
@@ -35,6 +36,9 @@ class ParamRow:
         if self.status == NO_GRAD:
             return ("reached the loss but has no .grad: was loss.backward() called?" if self.reached else
                     "not connected to the loss (a detach() on the way, or an unused parameter)")
+        if self.status == NOT_REACHED:
+            return ("has a .grad, but the loss does not reach it: the .grad is an earlier backward's (zero_grad not "
+                    "called?), and a detach() on the way or an unused parameter cuts it off this loss")
         if self.status == ZERO_GRAD:
             return "every entry of .grad is 0 (dead path, e.g. a mask or a saturated op)"
         if self.status == NON_FINITE:
@@ -74,6 +78,7 @@ class GradientReport:
     zero_grad = property(lambda self: self._names(ZERO_GRAD))
     non_finite = property(lambda self: self._names(NON_FINITE))
     frozen = property(lambda self: self._names(FROZEN))
+    not_reached = property(lambda self: self._names(NOT_REACHED))
 
     @property
     def ok(self) -> bool:
@@ -103,7 +108,8 @@ class GradientReport:
             for s in self.strays:
                 hint = f"  (same shape as the unused registered {unused[s.shape]})" if s.shape in unused else ""
                 lines.append(f"  {s.describe()}{hint}")
-        counts = [("without gradient", self.no_grad), ("with zero gradient", self.zero_grad),
+        counts = [("without gradient", self.no_grad), ("not reached by the loss", self.not_reached),
+                  ("with zero gradient", self.zero_grad),
                   ("with non-finite gradient", self.non_finite), ("frozen", self.frozen),
                   ("stray tensor(s)", self.strays)]
         problems = [f"{len(v)} {k}" for k, v in counts if v]
@@ -185,6 +191,8 @@ def gradient_report(loss: Tensor, varmap, model=None) -> GradientReport:
             status = FROZEN
         elif grad is None:
             status = NO_GRAD
+        elif loss.requires_grad and id(t) not in leaves:  # a stale .grad: the loss cannot have given it
+            status = NOT_REACHED
         elif not np.all(np.isfinite(grad.data)):
             status = NON_FINITE
         elif grad.data.size and not np.any(grad.data):  # an empty parameter's empty gradient is all it can get

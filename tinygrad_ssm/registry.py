@@ -191,14 +191,19 @@ class VarMap:
             self._unfilled.add(path)
             array = np.empty(shape, dtype=dtype) if slot is None else slot   # written by read_into / set_one / load
         else:
-            drawn = np.asarray(init(shape, self.rng, dtype))
+            with np.errstate(over="ignore", invalid="ignore"):  # a value past the dtype's range: refused below
+                drawn = np.asarray(init(shape, self.rng, dtype))
             if drawn.dtype.kind not in "fiub":
                 raise TypeError(f"VarMap.get {path!r}: init {init!r} returned an array of dtype {drawn.dtype}, "
                                 f"not real numbers")
             if drawn.shape != shape:
                 raise ValueError(f"VarMap.get {path!r}: init {init!r} returned shape {drawn.shape}, expected {shape}")
             array = np.empty(shape, dtype=dtype) if slot is None else slot
-            array[...] = drawn
+            with np.errstate(over="ignore", invalid="ignore"):
+                array[...] = drawn
+            if not np.isfinite(array).all():  # Const(1e6) in float16 gave inf (set_one and load refuse such values)
+                raise ValueError(f"VarMap.get {path!r}: init {init!r} gave values that are not finite in {dtype} "
+                                 f"(beyond its range, or NaN): use a wider dtype or a smaller init")
         tensor = Tensor(array, requires_grad=True)
         self._vars[path] = tensor
         return tensor
@@ -300,6 +305,13 @@ class VarMap:
                     mismatched.append((name, info.shape, var.shape, why))
             if strict and (missing or unexpected or mismatched):
                 raise CheckpointError(_load_report(path, missing, unexpected, mismatched, len(self)))
+            for name in loadable:  # the variables themselves: a read-only one failed half-way, the ones before written
+                var = self._vars[name]
+                if not var.data.flags.writeable or var.dtype.kind != "f":
+                    what = "a read-only array" if var.dtype.kind == "f" else f"dtype {var.dtype}, not floating point"
+                    raise CheckpointError(f"load {path!r}: variable {name!r} holds {what} (its .data was replaced); "
+                                          f"nothing was loaded: give it a writable float array first, e.g. "
+                                          f"varmap[{name!r}].data = np.zeros({var.shape}, np.float32)")
             arrays = {name: stored.read(name, self._vars[name].dtype) for name in loadable}  # all read, then write
         with no_grad():
             for name, array in arrays.items():
@@ -361,6 +373,10 @@ class _SafetensorsSource:
         if info.shape != shape:
             raise ValueError(f"shape mismatch for {path} in {f.path!r}: requested {shape} <> stored {info.shape}")
         key = (path, dtype.str)
+        why = info.not_float_reason()
+        if why is not None:  # an I64 2**24 + 1 became 16777216.0 (load and read_into refuse it too)
+            raise CheckpointError(f"VarBuilder.from_safetensors: {path!r} in {f.path!r}: {why}; a variable is "
+                                  f"floating point")
         if key not in self.cache:
             self.cache[key] = Tensor(f.read(path, dtype))
         return self.cache[key]

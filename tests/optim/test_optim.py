@@ -452,10 +452,15 @@ def test_a_parameter_whose_data_changed_shape_after_the_first_step_is_refused_na
     x.data = np.ones(3)
     x.grad = tg.Tensor(np.ones(3))
     y_before = y.data.copy()
-    with pytest.raises(RuntimeError, match=r"parameter 'x' has shape \(3,\) but its (exp_avg|momentum_buffer) \(2,\)"):
+    with pytest.raises(RuntimeError, match=r"parameter 'x' is \(3,\) float64 but its (exp_avg|momentum_buffer) \(2,\)"):
         opt.step()
     np.testing.assert_array_equal(y.data, y_before)                      # nothing was updated
     np.testing.assert_array_equal(x.data, np.ones(3))
+    x.data = np.ones(2, np.float32)                                      # another dtype: torch raises too ("expected
+    x.grad = tg.Tensor(np.ones(2, np.float32))                           # dtype float for `end` but got double")
+    with pytest.raises(RuntimeError, match=r"parameter 'x' is \(2,\) float32 but its (exp_avg|momentum_buffer) "
+                                           r"\(2,\) float64"):
+        opt.step()
 
 
 @pytest.mark.parametrize("call,message", [

@@ -5,11 +5,12 @@ zeros are finite, so the NaN checks passed them (found by an audit of the run fo
 import hashlib
 import json
 import os
+import threading
 
 import pytest
 
 from tinygrad_ssm import Mamba2LMHeadModel
-from tinygrad_ssm.io.checkpoints import CheckpointDamaged
+from tinygrad_ssm.io.checkpoints import CheckpointDamaged, check_file_digests
 from tinygrad_ssm.train import checkpoint as ckpt
 from tinygrad_ssm.train import cli
 
@@ -73,7 +74,9 @@ def test_a_checkpoint_saved_before_the_record_loads_unchecked(run):
 
 
 @pytest.mark.parametrize("record", [{"model.safetensors": {"bytes": -1, "sha256": "0" * 64}},
-                                    {"model.safetensors": {"bytes": 1, "sha256": "XYZ"}}, ["model.safetensors"]])
+                                    {"model.safetensors": {"bytes": 1, "sha256": "XYZ"}}, ["model.safetensors"],
+                                    {"/x": {"bytes": 1, "sha256": "0" * 64}},   # /dev/zero was read for ever: a
+                                    {"../x": {"bytes": 1, "sha256": "0" * 64}}])  # name of the folder's own only
 def test_a_malformed_record_is_named(run, record):
     checkpoint = run / "checkpoints" / "step-000002"
     state = _state(checkpoint)
@@ -85,3 +88,38 @@ def test_a_malformed_record_is_named(run, record):
     with pytest.raises(CheckpointDamaged, match=r"'files' must map file names to"):
         Mamba2LMHeadModel.from_pretrained(checkpoint)
 
+
+@pytest.mark.parametrize("fifo", ["model.safetensors", "trainer_state.json"])
+def test_a_named_pipe_in_place_of_a_recorded_file_is_refused_not_read(run, fifo):
+    """The digest check opened each recorded file without checking its kind: a named pipe in place of
+    model.safetensors (or of trainer_state.json itself) hung from_pretrained and resume for ever."""
+    checkpoint = run / "checkpoints" / "step-000002"
+    state = (checkpoint / "trainer_state.json").read_text()
+    os.remove(checkpoint / fifo)
+    os.mkfifo(checkpoint / fifo)
+    for call in (lambda: check_file_digests(checkpoint, state=json.loads(state) if fifo == "model.safetensors" else
+                                            None),
+                 lambda: Mamba2LMHeadModel.from_pretrained(checkpoint)):
+        error = _unless_it_hangs(call, checkpoint / fifo)
+        assert isinstance(error, CheckpointDamaged) and "is a named pipe (FIFO), not a regular file" in str(error)
+
+
+def _unless_it_hangs(call, fifo, seconds=20.0):
+    """The exception `call` raises, run in a thread; a call still blocked on the pipe after `seconds` fails the test
+    (its reader is let go first: a writer opens the pipe and closes it, so the read ends)."""
+    outcome = {}
+
+    def run():
+        try:
+            call()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(seconds)
+        pytest.fail(f"the call blocked on the named pipe {fifo} for {seconds:.0f} s")
+    return outcome.get("error")

@@ -61,9 +61,11 @@ def _sha256_of(f):  # Python 3.10 has no hashlib.file_digest
 
 
 def is_digest_record(value) -> bool:
-    """A trainer_state.json "files" field: {name: {"bytes": int >= 0, "sha256": 64 lowercase hex digits}}."""
+    """A trainer_state.json "files" field: {name: {"bytes": int >= 0, "sha256": 64 lowercase hex digits}}, each
+    name a file of the folder itself (no path: a record naming /dev/zero or ../x would be read)."""
     return isinstance(value, dict) and all(
-        isinstance(name, str) and isinstance(d, dict) and set(d) == {"bytes", "sha256"}
+        isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+        and isinstance(d, dict) and set(d) == {"bytes", "sha256"}
         and isinstance(d["bytes"], int) and not isinstance(d["bytes"], bool) and d["bytes"] >= 0
         and isinstance(d["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", d["sha256"]) is not None
         for name, d in value.items())
@@ -76,6 +78,9 @@ def check_file_digests(checkpoint_dir, names=None, state: dict | None = None) ->
     trainer_state.json, has nothing to check against. `state`: the trainer state when the caller has read it."""
     checkpoint_dir = Path(checkpoint_dir)
     if state is None:
+        if not os.path.lexists(checkpoint_dir / STATE_FILE):
+            return  # not a training checkpoint
+        require_regular_file(checkpoint_dir / STATE_FILE, "trainer state", CheckpointDamaged)  # a FIFO: never read
         try:
             state = json.loads((checkpoint_dir / STATE_FILE).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -88,6 +93,7 @@ def check_file_digests(checkpoint_dir, names=None, state: dict | None = None) ->
                                 f"file names to {{'bytes': size, 'sha256': hex}}; resume from another checkpoint")
     for name in (record if names is None else [n for n in names if n in record]):
         path = checkpoint_dir / name
+        require_regular_file(path, "checkpoint file", CheckpointDamaged)   # a FIFO's read would never end
         try:
             found = file_digest(path)
         except OSError as e:

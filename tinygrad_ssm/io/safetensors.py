@@ -37,7 +37,7 @@ _DTYPES = {
 FLOAT_TAGS = ("F64", "F32", "F16", "BF16")
 # tags of the format that NumPy cannot hold, with their bytes per element: a file may carry them beside the
 # tensors we want, so the file opens and only reading one of these is refused (as the library's safe_open)
-_UNREADABLE = {"F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "C64": 8}
+_UNREADABLE = {"F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1, "C64": 8}
 READ_PIECE_BYTES = 1 << 20  # read_into's conversion buffer: small next to a weight, large next to a read's overhead
 
 

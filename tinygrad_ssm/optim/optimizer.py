@@ -183,11 +183,13 @@ class Optimizer:
         parameter before any is updated."""
         for name, p in self.params:
             for slot, value in self.state.get(name, {}).items():
-                if slot != "step" and isinstance(value, np.ndarray) and value.shape != p.shape:
-                    raise RuntimeError(f"{type(self).__name__}.step: parameter {name!r} has shape {p.shape} but its "
-                                       f"{slot} {value.shape}: its .data was replaced by an array of another shape "
-                                       f"after the optimizer's first step; nothing was updated: make a new "
-                                       f"optimizer for the new shape")
+                stale = isinstance(value, np.ndarray) and (value.shape, value.dtype) != (p.shape, p.dtype)
+                if slot != "step" and stale:
+                    raise RuntimeError(f"{type(self).__name__}.step: parameter {name!r} is {p.shape} {p.dtype} but "
+                                       f"its {slot} {value.shape} {value.dtype}: its .data was replaced by an array "
+                                       f"of another shape or dtype after the optimizer's first step (a float32 state "
+                                       f"would round a float64 model's updates); nothing was updated: make a new "
+                                       f"optimizer for it")
 
     def _check_writable(self):
         """Every parameter to be updated can be written: a read-only array (a memory-mapped file opened read-only,
