@@ -141,9 +141,9 @@ BUGS = [
     # --- quantized_files.py --------------------------------------------------------------------------------------------
     Bug(QF, "            if not (np.isfinite(scales).all() and (scales >= 0).all()):", "            if not np.isfinite(scales).all():",
         (TQ, "-k", "corrupt"), "a negative int8 scale accepted from a file"),
-    Bug(QF, "                                                     and block >= 1)):", "                                                     and block >= 0)):",
+    Bug(QF, "isinstance(block, int) and not isinstance(block, bool) and block >= 1)) or (", "isinstance(block, int) and not isinstance(block, bool) and block >= 0)) or (",
         (TQ, "-k", "positive_int_block"), "a quantized config's block of 0 accepted (divided by later)"),
-    Bug(QF, "(isinstance(block, int) and not isinstance(block, bool)\n", "(isinstance(block, int)\n",
+    Bug(QF, "(isinstance(block, int) and not isinstance(block, bool) and block >= 1)) or (", "(isinstance(block, int) and block >= 1)) or (",
         (TQ, "-k", "positive_int_block"), "a quantized config's block of true read as 1"),
     Bug(QF, "            if s_info.dtype != \"F32\" or shape[1] % block or tuple(s_info.shape)", "            if s_info.dtype != \"F32\" or tuple(s_info.shape)",
         (TQ, "-k", "not_divide_the_inputs"), "a block that does not divide a matrix's input size accepted from a file"),
@@ -225,4 +225,15 @@ BUGS = [
         (TD, "-k", "forked"), "a child forked while a thread of the parent advanced a cache refuses that cache for good"),
     Bug("tinygrad_ssm/models/mamba2/model.py", '            if self.__dict__.get("_held_at", _forks[0]) == _forks[0]:', '            if self.__dict__.get("_held_at") == _forks[0]:',
         (TD, "-k", "just_taken"), "a cache never advanced before, held by one thread: another takes the hold for a parent's and advances it too"),
+    # --- an audit of the quantized path (2026-12-07, a later session) -----------------------------------------------
+    Bug('tinygrad_ssm/models/mamba2/quantize.py', '        problem = format_problem(fmt, data, scales)\n', '        problem = None\n',
+        ('tests/models/test_quantized_checks.py', '-k', 'hand_made'), 'a hand-made QuantizedWeight of the wrong shape is read past its arrays'),
+    Bug('tinygrad_ssm/models/mamba2/quantize.py', '    if data.size and data.min() == -128:', '    if False:',
+        ('tests/models/test_quantized_checks.py', '-k', 'hand_made or folder'), 'an int8 file holding -128 loads (the format clips to 127)'),
+    Bug('tinygrad_ssm/models/mamba2/quantize.py', '        if any(((data[lo:lo + step] & 0x7F80) == 0x7F80).any() for lo in range(0, data.shape[0], step)):', '        if False:',
+        ('tests/models/test_quantized_checks.py',), 'bfloat16 inf / NaN bits load and quantize: the forward is NaN'),
+    Bug('tinygrad_ssm/models/mamba2/decode.py', '        if want is not None and tuple(tensor.shape) != want:', '        if False:',
+        ('tests/models/test_quantized_checks.py', '-k', 'decoder'), 'a weight replaced with fewer rows is read past its end by the decoder'),
+    Bug('tinygrad_ssm/models/mamba2/quantized_files.py', '    if fmt not in FORMATS or set(spec) - {"weights", "block"} or (', '    if fmt not in FORMATS or (',
+        ('tests/models/test_quantized_checks.py', '-k', 'another_key'), 'a quantization entry with bits: 4 is read as int8'),
 ]

@@ -155,7 +155,8 @@ class _Weights:
         self.sources, self.copied = [], False                           # (module, attribute name, array taken)
         self.copies = []                                                # the parameters copied (see _take)
         layers = [layer.mixer for layer in model.layers]
-        take = lambda module, name: self._take(module, name, dtype)
+        shapes = c.param_shapes()                                       # by name; the mixer's own: (nheads,)
+        take = lambda module, name: self._take(module, name, dtype, shapes, (c.nheads,))
         zeros = lambda size: np.zeros(size, dtype)
         in_proj, out_proj = [take(m.in_proj, "weight") for m in layers], [take(m.out_proj, "weight") for m in layers]
         self.mats = (_array_list(in_proj), _array_list(out_proj),
@@ -184,8 +185,14 @@ class _Weights:
         self._tree = _module_tree(model)
         self.entry_points = {}                                          # {numba function: entry point}, _Session.call
 
-    def _take(self, module, name: str, dtype):
+    def _take(self, module, name: str, dtype, shapes: dict, head_shape: tuple):
         tensor = getattr(module, name)
+        path = getattr(module, "name", None)                            # the VarBuilder path of a layer's module
+        want = shapes.get(f"{path}.{name}") if path else head_shape     # (the mixer's dt_bias, A_log, D)
+        if want is not None and tuple(tensor.shape) != want:  # the kernels index without bounds checks: a weight
+            raise ValueError(f"decoding: {path or type(module).__name__}.{name} has shape {tuple(tensor.shape)}, "
+                             f"the model's config wants {want}: a parameter replaced on its module must keep its "
+                             f"shape")                                  # of another shape was read past its end
         self.sources.append((module, name, tensor.data))
         if isinstance(tensor, QuantizedWeight):                         # read as stored: fast/quantized_kernels.py
             return tensor.kernel_form()

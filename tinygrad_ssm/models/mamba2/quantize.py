@@ -47,7 +47,8 @@ def quantize_int8(w: np.ndarray, block: int = DEFAULT_BLOCK) -> tuple[np.ndarray
     for lo in range(0, out_features, _slab_rows(in_features)):
         rows = slice(lo, lo + _slab_rows(in_features))
         blocks = np.asarray(w[rows], np.float64).reshape(-1, in_features // block, block)     # (rows, nb, block)
-        scales[rows] = np.abs(blocks).max(axis=2) / 127.0
+        with np.errstate(over="ignore"):  # past float32's range: an inf scale, which QuantizedWeight refuses
+            scales[rows] = np.abs(blocks).max(axis=2) / 127.0
         s = scales[rows].astype(np.float64)[:, :, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             slab = np.where(s > 0, np.rint(blocks / np.where(s > 0, s, 1.0)), 0.0)
@@ -79,11 +80,49 @@ def dequantize(fmt: str, q: np.ndarray, scales: np.ndarray | None = None, dtype=
     raise ValueError(f"dequantize: unknown format {fmt!r}; choose one of {FORMATS}")
 
 
+def format_problem(fmt: str, data, scales) -> str | None:
+    """What keeps (data, scales) from being format `fmt` as `quantize_int8` / `quantize_bfloat16` make it, in words;
+    None when nothing does. Checked for every QuantizedWeight: a hand-made one, a file's, quantize's own output."""
+    if fmt not in FORMATS:
+        return f"unknown format {fmt!r}; choose one of {FORMATS}"
+    want = np.int8 if fmt == "int8" else np.uint16
+    if not (isinstance(data, np.ndarray) and data.ndim == 2 and data.dtype == want and data.flags.c_contiguous):
+        return (f"{fmt} data must be a C-contiguous 2-D {np.dtype(want)} array, got "
+                f"{getattr(data, 'dtype', type(data).__name__)} {getattr(data, 'shape', '')}")
+    if fmt == "bfloat16":
+        if scales is not None:
+            return "bfloat16 weights have no scales"
+        step = _slab_rows(max(data.shape[1], 1))                        # temporaries of slabs, not of the matrix
+        if any(((data[lo:lo + step] & 0x7F80) == 0x7F80).any() for lo in range(0, data.shape[0], step)):
+            return "bfloat16 data holds inf or NaN bits"                 # (exponent all ones)
+        return None
+    rows, in_features = data.shape
+    if not (isinstance(scales, np.ndarray) and scales.ndim == 2 and scales.dtype == np.float32
+            and scales.flags.c_contiguous and scales.shape[0] == rows and 0 < scales.shape[1] <= max(in_features, 1)
+            and in_features % scales.shape[1] == 0):
+        return (f"int8 scales must be a C-contiguous float32 array (rows {rows}, in / block) with in ({in_features}) "
+                f"a multiple of its columns, got {getattr(scales, 'dtype', type(scales).__name__)} "
+                f"{getattr(scales, 'shape', '')}")
+    if not (np.isfinite(scales).all() and (scales >= 0).all() and not np.signbit(scales).any()):
+        return "int8 scales must be finite and >= 0 (a weight past float32's range quantizes to an inf scale)"
+    if data.size and data.min() == -128:
+        return "int8 data holds -128 (the format clips to [-127, 127])"
+    blocks = data.reshape(rows, scales.shape[1], -1)                                      # (rows, nb, block)
+    peak = np.maximum(blocks.max(axis=2, initial=0).astype(np.int16), -blocks.min(axis=2, initial=0).astype(np.int16))
+    normal = scales >= np.finfo(np.float32).tiny                        # a subnormal scale may round its peak off
+    if (normal & (peak != 127)).any() or ((scales == 0) & (peak != 0)).any():
+        return "int8 blocks must each hold a weight of |q| = 127 when their scale is > 0, and only zeros when it is 0"
+    return None
+
+
 class QuantizedWeight:
     """A quantized (out, in) matrix: `data` (out, in) int8 or uint16, `scales` (out, in / block) float32 for
     int8 (None for bfloat16). Immutable once made (the decoder keeps references to its arrays)."""
 
     def __init__(self, fmt: str, data: np.ndarray, scales: np.ndarray | None = None):
+        problem = format_problem(fmt, data, scales)
+        if problem:  # the kernels index without bounds checks: a wrong shape read past the arrays, no error
+            raise ValueError(f"QuantizedWeight: {problem}")
         self.format, self.data, self.scales = fmt, data, scales
         self.shape = data.shape
         self.block = None if scales is None else data.shape[1] // scales.shape[1]
@@ -252,8 +291,12 @@ def quantize_model(model, fmt: str, block: int | None = None, weights: dict | No
                              f"checkpoint)")
     made = {}
     for name in names:                                                   # check everything, then change anything
-        made[name] = weights[name] if weights is not None else QuantizedWeight.from_float(
-            model.varmap[name].data, fmt, block)
+        try:
+            made[name] = weights[name] if weights is not None else QuantizedWeight.from_float(
+                model.varmap[name].data, fmt, block)
+        except ValueError as e:  # finite weights past float32's range: an inf scale, bfloat16's inf bits
+            raise ValueError(f"quantize: {name}: {str(e).removeprefix('QuantizedWeight: ')}; nothing was changed "
+                             f"(a weight that large is beyond what {fmt} holds: keep the model in float)") from None
     for layer, i in zip(model.layers, range(model.config.n_layer)):
         mixer, prefix = layer.mixer, f"backbone.layers.{i}.mixer."
         mixer.in_proj = QuantizedLinear(mixer.in_proj, made[prefix + "in_proj.weight"])

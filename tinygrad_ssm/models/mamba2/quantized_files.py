@@ -57,10 +57,12 @@ def _load_quantized(cls, directory, raw: dict, dtype, backend, fused, opened: li
     spec = raw.pop(QUANTIZATION_KEY)
     fmt = spec.get("weights") if isinstance(spec, dict) else None
     block = spec.get("block") if isinstance(spec, dict) else None
-    if fmt not in FORMATS or (fmt == "int8" and not (isinstance(block, int) and not isinstance(block, bool)
-                                                     and block >= 1)):
+    if fmt not in FORMATS or set(spec) - {"weights", "block"} or (  # another key: another format, not this one
+            fmt == "int8" and not (isinstance(block, int) and not isinstance(block, bool) and block >= 1)) or (
+            fmt == "bfloat16" and block is not None):
         raise PretrainedError(f"from_pretrained: {directory}/config.json: {QUANTIZATION_KEY!r} must be "
-                              f'{{"weights": one of {FORMATS}, "block": a positive int for int8}}, got {spec!r}')
+                              f'{{"weights": one of {FORMATS}, "block": a positive int for int8, null for bfloat16 (no other key)}}, '
+                              f'got {spec!r}')
     config, _ = parse_config(raw)
     path = f"{directory}/{WEIGHTS_NAME}"
     f = SafetensorsFile(path)
@@ -96,7 +98,14 @@ def _load_quantized(cls, directory, raw: dict, dtype, backend, fused, opened: li
                                       f"scale (the file is corrupt: quantize the float model again)")
         made[name] = (name, scales)
     model = cls(config, VarMap.uninitialised(), dtype=dtype, backend=backend, fused=fused)
-    weights = {name: QuantizedWeight(fmt, f.read(name), scales) for name, (_, scales) in made.items()}
+    weights = {}
+    for name, (_, scales) in made.items():  # the format's invariants too: bfloat16 inf / NaN bits, int8 q = -128
+        try:
+            weights[name] = QuantizedWeight(fmt, f.read(name), scales)
+        except ValueError as e:
+            raise PretrainedError(f"from_pretrained: {path!r}: tensor {name!r}: {str(e).removeprefix('QuantizedWeight: ')}"
+                                  f" (the file is corrupt or was not written by save_pretrained: quantize the float "
+                                  f"model again)") from None
     for name in shapes:
         if name not in names:
             model.varmap.read_into(name, f, name)

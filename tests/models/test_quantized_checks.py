@@ -1,0 +1,78 @@
+"""A quantized weight is checked wherever one is made (quantize, a folder, a hand-made QuantizedWeight): the numba
+kernels index without bounds checks, so a wrong shape, dtype or layout read past the arrays, and values the format
+cannot hold (an inf scale, bfloat16's inf/NaN bits, int8's -128) gave NaN or wrong logits, no error (found by an audit
+of the quantized path, 2026-12-07)."""
+import json
+
+import numpy as np
+import pytest
+
+from tinygrad_ssm import Mamba2LMHeadModel, Tensor
+from tinygrad_ssm.io.safetensors import SafetensorsFile, save_file
+from tinygrad_ssm.models.mamba2 import quantize as Q
+from tinygrad_ssm.models.mamba2.checkpoint_config import PretrainedError
+from tests.models.test_quantize import small_model
+
+OUT_PROJ = "backbone.layers.0.mixer.out_proj.weight"
+
+
+def test_a_hand_made_quantized_weight_of_the_wrong_shape_or_layout_is_refused():
+    model = small_model().quantize("int8")
+    proj = model.layers[0].mixer.out_proj
+    q, s = proj.weight.data, proj.weight.scales                        # (out, in) int8, (out, in / block) float32
+    for data, scales, message in [
+            (q, np.ones((q.shape[0], 3), np.float32), r"in \(\d+\) a multiple of its columns"),   # block 21.3
+            (q, np.ones((5, s.shape[1]), np.float32), r"scales must be .* \(rows \d+"),
+            (q, s.astype(np.float64), r"scales must be a C-contiguous float32"),
+            (q.astype(np.int16), s, r"int8 data must be a C-contiguous 2-D int8"),
+            (q, -s, r"finite and >= 0"), (q, s * np.float32(np.inf), r"finite and >= 0")]:
+        with pytest.raises(ValueError, match=message):
+            Q.QuantizedWeight("int8", data, scales)
+    with pytest.raises(ValueError, match=r"holds -128"):
+        Q.QuantizedWeight("int8", np.full_like(q, -128), s)
+    with pytest.raises(ValueError, match=r"bfloat16 data holds inf or NaN bits"):
+        Q.QuantizedWeight("bfloat16", np.full((2, 4), 0x7FC0, np.uint16))
+
+
+def test_a_replaced_weight_of_another_shape_is_refused_by_the_decoder():
+    """out_proj.weight = Tensor(w[:10]): the float decoder read past it and stepped on (logits off by 3)."""
+    model = small_model()
+    proj = model.layers[0].mixer.out_proj
+    proj.weight = Tensor(proj.weight.data[:10].copy())
+    with pytest.raises(ValueError, match=r"out_proj.weight has shape \(10, \d+\), the model's config wants"):
+        model.step(np.array([3, 4]), model.allocate_cache(2))
+
+
+@pytest.mark.parametrize("fmt", Q.FORMATS)
+def test_quantizing_a_weight_past_the_formats_range_is_refused_by_name(fmt):
+    """A finite float64 weight of 1e41: int8's float32 scale was inf (every weight of the block 0 * inf = NaN),
+    bfloat16's bits inf; quantize accepted it and the forward was NaN."""
+    model = small_model()
+    model.varmap[OUT_PROJ].data[0, 0] = 1e41
+    with pytest.raises(ValueError, match=rf"quantize: {OUT_PROJ}: .*nothing was changed"):
+        model.quantize(fmt)
+    assert not getattr(model, "quantized", None)
+
+
+@pytest.mark.parametrize("fmt, bad", [("int8", -128), ("bfloat16", 0x7FC0), ("bfloat16", 0x7F80)])
+def test_a_folder_whose_weights_the_format_cannot_hold_is_refused_by_name(fmt, bad, tmp_path):
+    small_model(dtype="float32").quantize(fmt).save_pretrained(tmp_path)
+    with SafetensorsFile(tmp_path / "model.safetensors") as f:
+        arrays = {name: np.array(f.read(name)) for name in f.tensors}
+    arrays[OUT_PROJ][0, 0] = bad
+    (tmp_path / "model.safetensors").unlink()
+    save_file(tmp_path / "model.safetensors", arrays)
+    with pytest.raises(PretrainedError, match=rf"tensor '{OUT_PROJ}': .*(-128|inf or NaN bits)"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("fmt, change", [("int8", {"bits": 4}), ("bfloat16", {"block": 7})])
+def test_a_quantization_entry_with_another_key_is_refused_naming_config_json(fmt, change, tmp_path):
+    """{"bits": 4} was ignored (another format read as this one); a bfloat16 folder's block failed with quantize()'s
+    message, naming neither the folder nor config.json."""
+    small_model(dtype="float32").quantize(fmt).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["quantization"] |= change
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PretrainedError, match=r"config.json: 'quantization' must be .*no other key"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
