@@ -61,7 +61,8 @@ def _load_quantized(cls, directory, raw: dict, dtype, backend, fused, opened: li
             fmt == "int8" and not (isinstance(block, int) and not isinstance(block, bool) and block >= 1)) or (
             fmt == "bfloat16" and block is not None):
         raise PretrainedError(f"from_pretrained: {directory}/config.json: {QUANTIZATION_KEY!r} must be "
-                              f'{{"weights": one of {FORMATS}, "block": a positive int for int8, null for bfloat16 (no other key)}}, '
+                              f'{{"weights": one of {FORMATS}, "block": a positive int for int8, null for bfloat16 '
+                              f'(no other key)}}, '
                               f'got {spec!r}')
     config, _ = parse_config(raw)
     path = f"{directory}/{WEIGHTS_NAME}"
@@ -103,9 +104,9 @@ def _load_quantized(cls, directory, raw: dict, dtype, backend, fused, opened: li
         try:
             weights[name] = QuantizedWeight(fmt, f.read(name), scales)
         except ValueError as e:
-            raise PretrainedError(f"from_pretrained: {path!r}: tensor {name!r}: {str(e).removeprefix('QuantizedWeight: ')}"
-                                  f" (the file is corrupt or was not written by save_pretrained: quantize the float "
-                                  f"model again)") from None
+            why = str(e).removeprefix("QuantizedWeight: ")
+            raise PretrainedError(f"from_pretrained: {path!r}: tensor {name!r}: {why} (the file is corrupt or was not "
+                                  f"written by save_pretrained: quantize the float model again)") from None
     for name in shapes:
         if name not in names:
             model.varmap.read_into(name, f, name)
