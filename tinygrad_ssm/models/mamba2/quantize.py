@@ -4,7 +4,7 @@ the scan, the norms, the conv, dt / A / D and the states stay in the model's dty
 
 Formats (`dequantize` below is their spec, the slow twin of every kernel that reads them):
 - "int8": a row of W (out, in) in blocks of `block` consecutive weights, each with one float32 scale:
-  s = max|w| / 127 (float32; a block of zeros: s = 0), q = round(w / s) clipped to [-127, 127], int8.
+  s = max|w| / 127 (float32; a block of zeros: s = 0), q = round(w / s) (halves to even) clipped to [-127, 127], int8.
   The weight is q * s (exact in float64). Stored: q (out, in) int8, scales (out, in / block) float32.
 - "bfloat16": the upper 16 bits of the float32 weight, rounded to nearest even, stored as uint16; the weight
   is those bits << 16 read as float32.
