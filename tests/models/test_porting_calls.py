@@ -44,11 +44,13 @@ def test_a_forwards_neutral_values_change_nothing(model):
 
 def test_loss_with_targets_equal_to_the_input_ids_warns_of_the_shift(model):
     """model(ids, labels=ids) ported as model.loss(ids, ids) scored each position's own token, silently."""
-    with pytest.warns(UserWarning, match=r"targets equal input_ids.*loss\(ids\[:, :-1\], ids\[:, 1:\]\)"):
+    with pytest.warns(UserWarning, match=r"targets are input_ids.*loss\(ids\[:, :-1\], ids\[:, 1:\]\)"):
         model.loss(IDS, IDS)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model.loss(IDS[:, :-1], IDS[:, 1:])
+        run = np.full((2, 9), 7)                                        # a run of one token: its shifted targets
+        model.loss(run[:, :-1], run[:, 1:])                             # equal its ids, and that is no port
 
 
 @pytest.mark.parametrize("kw, fix", [

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tinygrad_ssm import Mamba2LMHeadModel, Tensor
+from tinygrad_ssm import Mamba2LMHeadModel, Tensor, VarBuilder, VarMap, nn
 from tinygrad_ssm.io.safetensors import SafetensorsFile, save_file
 from tinygrad_ssm.models.mamba2 import quantize as Q
 from tinygrad_ssm.models.mamba2.checkpoint_config import PretrainedError
@@ -35,12 +35,31 @@ def test_a_hand_made_quantized_weight_of_the_wrong_shape_or_layout_is_refused():
 
 
 def test_a_replaced_weight_of_another_shape_is_refused_by_the_decoder():
-    """out_proj.weight = Tensor(w[:10]): the float decoder read past it and stepped on (logits off by 3)."""
+    """out_proj.weight = Tensor(w[:10]), or a Linear of another shape made under another name: the float decoder read
+    past it and stepped on (logits off by 3). A module of the right shapes without a name (an adapter) still runs."""
     model = small_model()
     proj = model.layers[0].mixer.out_proj
     proj.weight = Tensor(proj.weight.data[:10].copy())
     with pytest.raises(ValueError, match=r"out_proj.weight has shape \(10, \d+\), the model's config wants"):
         model.step(np.array([3, 4]), model.allocate_cache(2))
+    model = small_model()
+    mixer, c = model.layers[0].mixer, model.config
+    vb = VarBuilder.from_varmap(VarMap(seed=5), dtype=model.dtype)
+    mixer.out_proj = nn.Linear(vb.pp("other"), 8, c.d_model, bias=False)
+    with pytest.raises(ValueError, match=r"other.weight has shape \(\d+, 8\), the model's config wants"):
+        model.step(np.array([3, 4]), model.allocate_cache(2))
+
+    class Adapter:                                                      # no name: the shapes are what count
+        def __init__(self, linear):
+            self.linear, self.weight, self.bias = linear, linear.weight, linear.bias
+
+        def __call__(self, x):
+            return self.linear(x)
+
+    model = small_model()
+    want = model.generate(np.array([[3, 9, 27]]), 3, temperature=0)
+    model.layers[0].mixer.out_proj = Adapter(model.layers[0].mixer.out_proj)
+    np.testing.assert_array_equal(model.generate(np.array([[3, 9, 27]]), 3, temperature=0), want)
 
 
 @pytest.mark.parametrize("fmt", Q.FORMATS)
@@ -76,3 +95,12 @@ def test_a_quantization_entry_with_another_key_is_refused_naming_config_json(fmt
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(PretrainedError, match=r"config.json: 'quantization' must be .*no other key"):
         Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_a_quantized_embeddings_lookup_refuses_ids_out_of_range_as_nn_embedding():
+    """Called directly, it took -1 as the last padded row and float ids with NumPy's indexing message."""
+    embedding = small_model().quantize("int8").embedding
+    for ids in (np.array([[1, -1]]), np.array([[1.0, 2.0]]), np.array([[10**6]])):
+        with pytest.raises(IndexError, match=r"QuantizedEmbedding: ids must be integers in \[0, \d+\)"):
+            embedding(ids)
+    assert embedding(np.array([[1, 2]])).shape == (1, 2, embedding.dim)

@@ -151,3 +151,18 @@ def test_bad_layout_and_misplaced_token_ids_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"token_ids\['eos_token_id'\] must be an id of the vocabulary \(0 to 63\)"):
         model.save_pretrained(tmp_path, layout="transformers", token_ids={"eos_token_id": 64})
     assert not (tmp_path / "config.json").exists()
+
+
+def test_a_folder_resized_by_transformers_leaves_the_unpadded_size_aside(tmp_path):
+    """transformers keeps unpadded_vocab_size as an attribute but resize_token_embeddings changes only vocab_size:
+    read back, the stale 61 would have cut sampling to ids the resized model no longer pads."""
+    torch, transformers, _ = _transformers()
+    small_model(True).save_pretrained(tmp_path, layout="transformers")
+    assert json.loads((tmp_path / "config.json").read_text())["unpadded_vocab_size"] == {"vocab_size": 61, "padded": 64}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = transformers.Mamba2ForCausalLM.from_pretrained(str(tmp_path))
+        theirs.resize_token_embeddings(80)
+        theirs.save_pretrained(tmp_path / "resized")
+    back = Mamba2LMHeadModel.from_pretrained(tmp_path / "resized")
+    assert back.config.vocab_size == back.config.padded_vocab_size == 80

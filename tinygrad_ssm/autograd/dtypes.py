@@ -52,7 +52,12 @@ def keeps_float64(data) -> bool:
     return _holds_float64(data) if isinstance(data, (list, tuple)) else carries_dtype(data)
 
 
+_PLAIN = frozenset((float, int, bool))
+
+
 def _holds_float64(data) -> bool:
     if isinstance(data, (list, tuple)):
-        return any(_holds_float64(item) for item in data)
+        if set(map(type, data)) <= _PLAIN:                              # Python numbers alone: one pass in C
+            return False
+        return any(_holds_float64(item) for item in data if type(item) not in _PLAIN)
     return isinstance(data, (np.ndarray, np.generic)) and data.dtype == np.float64

@@ -154,8 +154,9 @@ def _generate(args) -> int:
     model, tokenizer = loaded
     try:
         _sampling(args, model, tokenizer)  # a generation_config.json setting generate lacks is named before any output
-        longest = max(len(prompt_ids(p, tokenizer)) for p in (prompts[0] if prompts is not None else [args.prompt]))
-        _new_tokens(args, model)(longest)                              # and so is a length that leaves nothing
+        count = _new_tokens(args, model, prompts is not None)          # and so is a length that leaves nothing
+        if callable(count):                                            # (a max_length: the prompts' tokens count)
+            count(max(len(prompt_ids(p, tokenizer)) for p in (prompts[0] if prompts is not None else [args.prompt])))
     except (ValueError, TokenizerError) as e:
         return _error(str(e))
     out = sys.stdout
@@ -182,14 +183,15 @@ def _sampling(args, model, tokenizer) -> dict:
             "eos_token_ids": stop_ids(tokenizer, defaults)}
 
 
-def _new_tokens(args, model):
-    """The number of tokens to generate after a prompt (a batch's longest) of so many tokens."""
-    defaults = getattr(model, "generation_defaults", None)
-    return lambda prompt_tokens: new_token_count(args.max_new_tokens, defaults, prompt_tokens)
+def _new_tokens(args, model, batch_file: bool = False):
+    """The number of tokens to generate, or a function of the prompt's tokens (generation_config.new_token_count)."""
+    return new_token_count(args.max_new_tokens, getattr(model, "generation_defaults", None),
+                           "the longest prompt of --batch-file" if batch_file else "the prompt")
 
 
 def _stream(model, tokenizer, args, out) -> int:
-    count = _new_tokens(args, model)(len(prompt_ids(args.prompt, tokenizer)))
+    count = _new_tokens(args, model)
+    count = count(len(prompt_ids(args.prompt, tokenizer))) if callable(count) else count
     out.write(escape_controls(args.prompt))
     out.flush()
     try:
@@ -222,7 +224,7 @@ def _generate_batch(model, tokenizer, batch: tuple[list[str], list[int]], args, 
     shown = sys.stderr if args.json == "-" else out                     # --json -: stdout holds the JSON alone
     done, results_file = 0, None
     try:
-        for results in generate_batches(model, prompts, _new_tokens(args, model), tokenizer, batch_size=size,
+        for results in generate_batches(model, prompts, _new_tokens(args, model, True), tokenizer, batch_size=size,
                                         **_sampling(args, model, tokenizer)):
             records = []
             for prompt, result, line in zip(prompts[done:], results, line_numbers[done:]):

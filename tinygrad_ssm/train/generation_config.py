@@ -153,9 +153,10 @@ def stop_ids(tokenizer, defaults: GenerationDefaults | None) -> tuple[int, ...]:
     return tuple(dict.fromkeys(own + (defaults.eos_token_ids if defaults is not None else ())))
 
 
-def new_token_count(given: int | None, defaults: GenerationDefaults | None, prompt_tokens: int) -> int:
-    """How many tokens to generate after a prompt of `prompt_tokens` (a batch's longest): --max-new-tokens when
-    given, else the folder's generation_config.json (module docstring), else DEFAULT_NEW_TOKENS."""
+def new_token_count(given: int | None, defaults: GenerationDefaults | None, prompt: str = "the prompt"):
+    """How many tokens to generate: --max-new-tokens when given, else the folder's generation_config.json (module
+    docstring), else DEFAULT_NEW_TOKENS; an int, or where a max_length counts the prompt, a function of the prompt's
+    tokens (a batch's longest; `prompt` names it in the error when nothing is left to generate)."""
     if given is not None:
         return given
     if defaults is None or not (defaults.length or defaults.length_problem):
@@ -165,11 +166,14 @@ def new_token_count(given: int | None, defaults: GenerationDefaults | None, prom
     if "max_new_tokens" in defaults.length:                 # transformers: max_new_tokens over max_length
         return defaults.length["max_new_tokens"]
     total = defaults.length["max_length"]
-    if total <= prompt_tokens:                              # transformers refuses this too
-        raise ValueError(f"{GENERATION_CONFIG_FILE} of the model folder states max_length {total} (prompt and new "
-                         f"tokens together), and the prompt has {prompt_tokens} tokens: nothing is left to "
-                         f"generate; give --max-new-tokens")
-    return total - prompt_tokens
+
+    def after(prompt_tokens: int) -> int:
+        if total <= prompt_tokens:                          # transformers refuses this too
+            raise ValueError(f"{GENERATION_CONFIG_FILE} of the model folder states max_length {total} (prompt and "
+                             f"new tokens together), and {prompt} has {prompt_tokens} tokens: nothing is left to "
+                             f"generate; give --max-new-tokens")
+        return total - prompt_tokens
+    return after
 
 
 def sampling_settings(given: dict, defaults: GenerationDefaults | None) -> dict:

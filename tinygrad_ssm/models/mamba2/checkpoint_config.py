@@ -38,8 +38,10 @@ _HF_FIELDS = {
 
 # transformers' config states the padded vocabulary alone (its vocab_size counts the padding rows); save_pretrained
 # writes the real size beside it under this key (transformers keeps an unknown key as an attribute), so that a folder
-# read back samples the same ids: without it, generate from the reloaded model also drew the padding rows
-UNPADDED_VOCAB_KEY = "unpadded_vocab_size"
+# read back samples the same ids: without it, generate from the reloaded model also drew the padding rows. With the
+# padded size it was written for: after transformers' resize_token_embeddings (vocab_size changed, this key not) it
+# no longer applies and is left aside
+UNPADDED_VOCAB_KEY = "unpadded_vocab_size"   # {"vocab_size": real, "padded": the vocab_size it was written beside}
 
 # top-level keys each layout may hold that we read, check, or know to have no effect on the function computed
 _MAMBA_SSM_KEYS = ("d_model", "d_intermediate", "n_layer", "vocab_size", "ssm_cfg", "attn_layer_idx", "attn_cfg",
@@ -182,13 +184,16 @@ def _parse_transformers(raw: dict) -> Mamba2Config:
     for key, (field, default) in _HF_FIELDS.items():
         kwargs[field] = _require(raw, key, where) if default is None else raw.get(key, default)
     kwargs["pad_vocab_size_multiple"] = 1  # transformers stores the padded size itself
-    if raw.get(UNPADDED_VOCAB_KEY) is not None:   # ours: the real size, the padding to the stated vocab_size
-        real, padded = raw[UNPADDED_VOCAB_KEY], kwargs["vocab_size"]
-        if not (isinstance(real, int) and not isinstance(real, bool) and isinstance(padded, int)
-                and 1 <= real <= padded):
-            raise PretrainedError(f"from_pretrained: {where}: '{UNPADDED_VOCAB_KEY}' = {real!r} must be an int from "
-                                  f"1 to 'vocab_size' ({padded!r}); fix it or remove the key")
-        kwargs["vocab_size"], kwargs["pad_vocab_size_multiple"] = real, padded
+    entry, padded = raw.get(UNPADDED_VOCAB_KEY), kwargs["vocab_size"]
+    if entry is not None:                         # ours: the real size, the padding to the stated vocab_size
+        real, written_for = (entry.get("vocab_size"), entry.get("padded")) if isinstance(entry, dict) else (None, None)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (real, written_for, padded)) \
+                or not 1 <= real <= written_for:
+            raise PretrainedError(f"from_pretrained: {where}: '{UNPADDED_VOCAB_KEY}' = {entry!r} must be "
+                                  f'{{"vocab_size": the real size, "padded": the vocab_size beside it}}; fix it or '
+                                  f"remove the key")
+        if written_for == padded:                 # else resized since: the stated vocab_size is the vocabulary
+            kwargs["vocab_size"], kwargs["pad_vocab_size_multiple"] = real, padded
     config = _build(kwargs, where, {field: key for key, (field, _) in _HF_FIELDS.items()})
     num_heads = raw.get("num_heads", 128)
     if num_heads != config.nheads:
@@ -243,7 +248,7 @@ def transformers_config(config: Mamba2Config, dtype: str, token_ids: dict | None
         out[key] = list(value) if isinstance(value, tuple) else value
     out["vocab_size"] = config.padded_vocab_size
     if config.vocab_size != config.padded_vocab_size:
-        out[UNPADDED_VOCAB_KEY] = config.vocab_size
+        out[UNPADDED_VOCAB_KEY] = {"vocab_size": config.vocab_size, "padded": config.padded_vocab_size}
     out["time_step_limit"] = [JSON_INFINITY if math.isinf(v) else v for v in config.dt_limit]
     out |= {"num_heads": config.nheads, "hidden_act": "silu", "rms_norm": True, "residual_in_fp32": True,
             "dtype": dtype}

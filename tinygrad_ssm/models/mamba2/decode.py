@@ -155,27 +155,29 @@ class _Weights:
         self.sources, self.copied = [], False                           # (module, attribute name, array taken)
         self.copies = []                                                # the parameters copied (see _take)
         layers = [layer.mixer for layer in model.layers]
-        shapes = c.param_shapes()                                       # by name; the mixer's own: (nheads,)
-        take = lambda module, name: self._take(module, name, dtype, shapes, (c.nheads,))
+        take = lambda module, name, *shape: self._take(module, name, dtype, shape)   # the shape its place wants
         zeros = lambda size: np.zeros(size, dtype)
-        in_proj, out_proj = [take(m.in_proj, "weight") for m in layers], [take(m.out_proj, "weight") for m in layers]
+        d, inner, h, V = c.d_model, c.d_inner, (c.nheads,), c.padded_vocab_size
+        in_proj = [take(m.in_proj, "weight", c.d_in_proj, d) for m in layers]
+        out_proj = [take(m.out_proj, "weight", d, inner) for m in layers]
         self.mats = (_array_list(in_proj), _array_list(out_proj),
-                     _array_list(take(m.conv1d, "weight").reshape(c.conv_dim, c.d_conv) for m in layers))
-        self.vecs = (_array_list(take(layer.norm, "weight") for layer in model.layers),
-                     _array_list(zeros(c.d_in_proj) if m.in_proj.bias is None else take(m.in_proj, "bias")
+                     _array_list(take(m.conv1d, "weight", c.conv_dim, 1, c.d_conv).reshape(c.conv_dim, c.d_conv)
+                                 for m in layers))
+        self.vecs = (_array_list(take(layer.norm, "weight", d) for layer in model.layers),
+                     _array_list(zeros(c.d_in_proj) if m.in_proj.bias is None else take(m.in_proj, "bias", c.d_in_proj)
                                  for m in layers),
-                     _array_list(zeros(c.conv_dim) if m.conv1d.bias is None else take(m.conv1d, "bias")
+                     _array_list(zeros(c.conv_dim) if m.conv1d.bias is None else take(m.conv1d, "bias", c.conv_dim)
                                  for m in layers),
-                     _array_list(take(m, "dt_bias") for m in layers),
-                     _array_list(take(m, "A_log") for m in layers),
-                     _array_list(take(m, "D") for m in layers),
-                     _array_list(take(m.norm, "weight") for m in layers),
-                     _array_list(zeros(c.d_model) if m.out_proj.bias is None else take(m.out_proj, "bias")
+                     _array_list(take(m, "dt_bias", *h) for m in layers),
+                     _array_list(take(m, "A_log", *h) for m in layers),
+                     _array_list(take(m, "D", *h) for m in layers),
+                     _array_list(take(m.norm, "weight", inner) for m in layers),
+                     _array_list(zeros(d) if m.out_proj.bias is None else take(m.out_proj, "bias", d)
                                  for m in layers),
-                     zeros(c.padded_vocab_size))                       # the head has no bias
-        self.emb = take(model.embedding, "weight")
-        self.head = self.emb if model.lm_head is None else take(model.lm_head, "weight")
-        self.norm_f = take(model.norm_f, "weight")
+                     zeros(V))                                          # the head has no bias
+        self.emb = take(model.embedding, "weight", V, d)
+        self.head = self.emb if model.lm_head is None else take(model.lm_head, "weight", V, d)
+        self.norm_f = take(model.norm_f, "weight", d)
         # (from the Python lists: indexing a typed List from Python compiles numba's getitem in each new process,
         # 0.3 s, and a Ctrl-C inside that compile broke every later generate of the process)
         self.rows = (_chunking(c.d_in_proj, c.d_model, in_proj[0]), _chunking(c.d_model, c.d_inner, out_proj[0]),
@@ -185,14 +187,12 @@ class _Weights:
         self._tree = _module_tree(model)
         self.entry_points = {}                                          # {numba function: entry point}, _Session.call
 
-    def _take(self, module, name: str, dtype, shapes: dict, head_shape: tuple):
+    def _take(self, module, name: str, dtype, want: tuple):
         tensor = getattr(module, name)
-        path = getattr(module, "name", None)                            # the VarBuilder path of a layer's module
-        want = shapes.get(f"{path}.{name}") if path else head_shape     # (the mixer's dt_bias, A_log, D)
-        if want is not None and tuple(tensor.shape) != want:  # the kernels index without bounds checks: a weight
-            raise ValueError(f"decoding: {path or type(module).__name__}.{name} has shape {tuple(tensor.shape)}, "
-                             f"the model's config wants {want}: a parameter replaced on its module must keep its "
-                             f"shape")                                  # of another shape was read past its end
+        if tuple(tensor.shape) != want:  # the kernels index without bounds checks: one of another shape was read
+            where = getattr(module, "name", None) or type(module).__name__  # past its end, no error
+            raise ValueError(f"decoding: {where}.{name} has shape {tuple(tensor.shape)}, the model's config wants "
+                             f"{want}: a parameter replaced on its module must keep its shape")
         self.sources.append((module, name, tensor.data))
         if isinstance(tensor, QuantizedWeight):                         # read as stored: fast/quantized_kernels.py
             return tensor.kernel_form()

@@ -7,6 +7,7 @@ setting would do nothing here nor what to pass instead, and an argument taken si
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
@@ -105,3 +106,16 @@ def same_setting(value, neutral) -> bool:
     if isinstance(neutral, bool):
         return is_bool and bool(value) is neutral
     return isinstance(value, numbers.Real) and not is_bool and value == neutral
+
+
+def warn_unshifted_targets(input_ids, targets) -> None:
+    """Mamba2LMHeadModel.loss(ids, ids), a port of transformers' labels=ids (which it shifts inside): each position
+    would score the token it reads. Said when the same ids are passed twice, not when equal ones are (a run of one
+    token, shifted, equals itself)."""
+    a, b = (np.asarray(getattr(x, "data", x)) for x in (input_ids, targets))
+    same = a is b or (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+                      and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+    if same and a.ndim == 2 and a.shape[1] > 1:
+        warnings.warn("Mamba2LMHeadModel.loss: targets are input_ids, so each position scores the token it reads; the "
+                      "targets of a causal model are the next tokens: loss(ids[:, :-1], ids[:, 1:]) (transformers "
+                      "shifts labels=ids so inside)", UserWarning, stacklevel=3)

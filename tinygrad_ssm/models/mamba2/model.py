@@ -17,7 +17,6 @@ import contextlib
 import math
 import os
 import threading
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +33,7 @@ from ...scan.sequential import ssd_step
 from . import generation
 from .config import Mamba2Config
 from .decode import decode_step
-from .foreign_arguments import FORWARD, FROM_PRETRAINED, refuse_foreign
+from .foreign_arguments import FORWARD, FROM_PRETRAINED, refuse_foreign, warn_unshifted_targets
 from .quantized_files import load_model_folder, save_model_folder
 from .quantize import quantize_model
 
@@ -372,13 +371,10 @@ class Mamba2LMHeadModel:
         """Mean cross entropy of targets (b, l) under the logits of input_ids (b, l): the next tokens, so
         loss(ids[:, :-1], ids[:, 1:]) (transformers' labels=ids, which it shifts inside). Targets equal to the
         input ids (a port of labels=ids) are said in a warning: a causal model scores its next token."""
+        warn_unshifted_targets(input_ids, targets)
         ids = self._check_ids(input_ids, 2, "Mamba2LMHeadModel.loss")
         logits = self(ids)                                               # (b, l, V)
         targets = np.asarray(targets.data if isinstance(targets, Tensor) else targets)
-        if targets.shape == ids.shape and ids.shape[1] > 1 and np.array_equal(targets, ids):
-            warnings.warn("Mamba2LMHeadModel.loss: targets equal input_ids, so each position scores the token it "
-                          "reads; the targets of a causal model are the next tokens: loss(ids[:, :-1], ids[:, 1:]) "
-                          "(transformers shifts labels=ids so inside)", UserWarning, stacklevel=2)
         if targets.shape != logits.shape[:2]:
             raise ValueError(f"Mamba2LMHeadModel.loss: targets must have input_ids' shape {logits.shape[:2]}, "
                              f"got {targets.shape}")

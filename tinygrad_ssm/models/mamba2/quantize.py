@@ -153,8 +153,12 @@ class QuantizedWeight:
         return out
 
     def take(self, ids: np.ndarray, dtype) -> np.ndarray:
-        """Rows ids (...) dequantized: (..., in) (an embedding lookup)."""
+        """Rows ids (...) dequantized: (..., in) (an embedding lookup). The ids as nn.Embedding takes them, integers in
+        [0, rows): a -1 read the last padded row."""
         flat = np.asarray(ids).reshape(-1)
+        if flat.dtype.kind not in "iu" or (flat.size and (flat.min() < 0 or flat.max() >= self.shape[0])):
+            raise IndexError(f"QuantizedEmbedding: ids must be integers in [0, {self.shape[0]}), got dtype "
+                             f"{flat.dtype}" + (f" min {flat.min()} max {flat.max()}" if flat.size else ""))
         scales = None if self.scales is None else self.scales[flat]
         return dequantize(self.format, self.data[flat], scales, dtype).reshape(*np.shape(ids), self.shape[1])
 
