@@ -69,6 +69,9 @@ def test_full_takes_the_values_kind_as_torch_full(value, dtype):
     out = tg.full((2,), value)
     assert out.dtype == dtype and out.data.tolist() == [value, value]
     assert tg.full((2,), 1, dtype=np.float64).dtype == np.float64                  # a dtype given wins
+    with pytest.raises(OverflowError, match=r"full: value 9223372036854775808 does not fit int64"):
+        tg.full((2,), 2**63)                                                     # was uint64
+    assert tg.full((2,), -2**63).dtype == np.int64
 
 
 @pytest.mark.parametrize("data, dtype", [([np.float64(1.5)], np.float64), ([1.5, np.float64(2)], np.float64),

@@ -44,6 +44,9 @@ def full(shape, value, dtype=None, requires_grad=False) -> Tensor:
         raise TypeError(f"full: value must be a number, got {value!r}")
     shape = _shape("full", (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape))   # as zeros(2)
     if dtype is None:
+        if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+            raise OverflowError(f"full: value {value} does not fit int64 (torch refuses it too); pass a float or "
+                                f"a dtype")                         # NumPy made a uint64 or object array of it
         dtype = Tensor(value).dtype
     return Tensor(np.full(shape, value, dtype=dtype), requires_grad=requires_grad)
 
