@@ -308,10 +308,12 @@ class VarMap:
             for name in loadable:  # the variables themselves: a read-only one failed half-way, the ones before written
                 var = self._vars[name]
                 if not var.data.flags.writeable or var.dtype.kind != "f":
-                    what = "a read-only array" if var.dtype.kind == "f" else f"dtype {var.dtype}, not floating point"
+                    what, fix = (("a read-only array", f"varmap[{name!r}].data = varmap[{name!r}].data.copy()")
+                                 if var.dtype.kind == "f" else
+                                 (f"dtype {var.dtype}, not floating point",
+                                  f"varmap[{name!r}].data = np.zeros({var.shape}, np.float32)"))
                     raise CheckpointError(f"load {path!r}: variable {name!r} holds {what} (its .data was replaced); "
-                                          f"nothing was loaded: give it a writable float array first, e.g. "
-                                          f"varmap[{name!r}].data = np.zeros({var.shape}, np.float32)")
+                                          f"nothing was loaded: give it a writable float array first, e.g. {fix}")
             arrays = {name: stored.read(name, self._vars[name].dtype) for name in loadable}  # all read, then write
         with no_grad():
             for name, array in arrays.items():
