@@ -1,5 +1,6 @@
 """tokenizer.py: bytes and tokenizer.json read alike; TextStream never prints half a character and, joined, prints
 exactly what decoding every id at once prints; a tokenizer that does not fit a model is refused, naming both sizes."""
+import importlib.util
 import json
 
 import numpy as np
@@ -349,8 +350,17 @@ def test_what_transformers_reads_beside_the_file_special_tokens_map_and_split_sp
     im_end = lib.token_to_id("<|im_end|>")
     (tmp_path / "special_tokens_map.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
     assert FileTokenizer(path).eos_token_id == im_end                  # it was <|endoftext|>'s 0
+    # transformers 5 reads special_tokens_map.json over tokenizer_config.json, unless the config has an
+    # added_tokens_decoder (then only the config); a null eos_token is no EOS (the usual names were looked up)
+    configs = [({"eos_token": "<|endoftext|>"}, im_end), ({"eos_token": "<|endoftext|>", "added_tokens_decoder": {}}, 0),
+               ({"eos_token": None, "added_tokens_decoder": {}}, None)]
+    for config, eos in configs:
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+        assert FileTokenizer(path).eos_token_id == eos, config
+        if importlib.util.find_spec("transformers"):
+            import transformers
+            assert transformers.PreTrainedTokenizerFast.from_pretrained(str(tmp_path)).eos_token_id == eos, config
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
-    assert FileTokenizer(path).eos_token_id == 0                        # tokenizer_config.json first, as transformers
     text = "hello<|endoftext|>world"
     assert 0 in FileTokenizer(path).encode(text).tolist()
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"split_special_tokens": True}))
@@ -381,3 +391,21 @@ def test_every_byte_of_a_text_ends_in_some_token(tmp_path):
         assert ends[-1] == len(data) and (np.diff(ends) >= 0).all(), (text, ends)
     assert tok.encode_bytes_with_ends(b"  x")[1].tolist() == [1, 2, 3]    # the first space covers its byte
     assert tok.to_str() == path.read_text(encoding="utf-8")             # the file as given, for a checkpoint
+
+
+def test_a_vocabulary_with_gaps_in_its_ids_counts_up_to_its_highest_id(bpe_tokenizer, tmp_path):
+    """vocab_size counted the vocabulary's entries: a tokenizer.json whose ids skip some (one token moved to id 600
+    of 283) fitted a model of too few rows, and training failed at the first forward on an id the message did not
+    tie to the tokenizer. It is the highest id + 1 now, so check_fits refuses the small model, naming both sizes."""
+    spec = json.loads(bpe_tokenizer.read_text(encoding="utf-8"))
+    vocab = spec["model"]["vocab"]
+    moved = max(vocab, key=vocab.get)
+    text = Tokenizer.from_file(str(bpe_tokenizer)).decode([vocab[moved]])
+    count = Tokenizer.from_file(str(bpe_tokenizer)).get_vocab_size(with_added_tokens=True)
+    vocab[moved] = count + 300
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    tok = FileTokenizer(tmp_path / "tokenizer.json")
+    assert count + 300 in tok.encode(text).tolist()
+    assert tok.vocab_size == count + 301
+    with pytest.raises(TokenizerError, match=f"has {count + 301} tokens but the model .* vocabulary of {count}"):
+        check_fits(tok, count, tmp_path)

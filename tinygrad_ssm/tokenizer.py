@@ -103,6 +103,7 @@ class ByteTokenizer:
 # kept in a checkpoint's copy; split_special_tokens: transformers reads a special token written in the text as text
 SPECIAL_CONFIG_KEYS = ("bos_token", "eos_token", "add_bos_token", "add_eos_token", "split_special_tokens")
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"  # transformers takes bos_token / eos_token from it too
+BOS_EOS_KEYS = ("bos_token", "eos_token")           # read from special_tokens_map.json too; a null kept
 
 
 class FileTokenizer:
@@ -138,7 +139,8 @@ class FileTokenizer:
         self._tok.no_truncation()
         self._tok.no_padding()
         self.name = str(self.path)
-        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+        # the ids a model needs rows for: the highest + 1 (a vocabulary with gaps in its ids has fewer entries)
+        self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
         self.special_config = self._read_special_config() if text is None else dict(special_config or {})
         if self.special_config.get("split_special_tokens") is True:
             self._tok.encode_special_tokens = True  # "<|endoftext|>" written in a text is its characters
@@ -212,28 +214,38 @@ class FileTokenizer:
         return True
 
     def _read_special_config(self) -> dict:
-        """The special-token keys (SPECIAL_CONFIG_KEYS) of the tokenizer_config.json beside the file, as stated; a
-        bos_token or eos_token it leaves out from special_tokens_map.json, as transformers reads the two."""
-        found = {}
-        for name in (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE):
-            config = self.path.parent / name
-            try:
-                stated = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
-            except (OSError, ValueError):
-                stated = {}
-            keys = SPECIAL_CONFIG_KEYS if name == TOKENIZER_CONFIG_FILE else ("bos_token", "eos_token")
-            found.update({k: stated[k] for k in keys
-                          if isinstance(stated, dict) and stated.get(k) is not None and k not in found})
+        """The special-token keys (SPECIAL_CONFIG_KEYS) of the tokenizer_config.json beside the file, as stated
+        (an eos_token of null too: no EOS), and special_tokens_map.json's bos_token and eos_token over them where
+        the config has no added_tokens_decoder, as transformers 5 reads the two (with one it reads only the config)."""
+        config = self._beside(TOKENIZER_CONFIG_FILE)
+        found = {k: config[k] for k in SPECIAL_CONFIG_KEYS
+                 if k in config and (config[k] is not None or k in BOS_EOS_KEYS)}
+        if "added_tokens_decoder" not in config:
+            tokens_map = self._beside(SPECIAL_TOKENS_MAP_FILE)
+            found.update({k: tokens_map[k] for k in BOS_EOS_KEYS if k in tokens_map})
         return found
 
+    def _beside(self, name: str) -> dict:
+        """The JSON object in the file `name` beside the tokenizer.json ({} where there is none or it is no object)."""
+        path = self.path.parent / name
+        try:
+            stated = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except (OSError, ValueError):
+            stated = {}
+        return stated if isinstance(stated, dict) else {}
+
     def _find_eos(self) -> int | None:
-        """tokenizer_config.json's eos_token beside the file, else a usual EOS name: a special added token's first
-        (Llama-3's <|end_of_text|>), then one in the vocabulary (a byte-level BPE may have learnt "</s>" from text as
-        an ordinary token: Qwen2's has)."""
-        eos = self.special_config.get("eos_token")
-        eos = eos.get("content") if isinstance(eos, dict) else eos
-        if isinstance(eos, str) and self._tok.token_to_id(eos) is not None:
-            return int(self._tok.token_to_id(eos))
+        """The eos_token stated beside the file (_read_special_config; null: none, as transformers has it), else a
+        usual EOS name: a special added token's first (Llama-3's <|end_of_text|>), then one in the vocabulary (a
+        byte-level BPE may have learnt "</s>" from text as an ordinary token: Qwen2's has). A stated token the file
+        lacks (a chat fine-tune's <|im_end|> beside its base model's tokenizer.json) is passed over for those names."""
+        if "eos_token" in self.special_config:
+            eos = self.special_config["eos_token"]
+            eos = eos.get("content") if isinstance(eos, dict) else eos
+            if eos is None:
+                return None
+            if isinstance(eos, str) and self._tok.token_to_id(eos) is not None:
+                return int(self._tok.token_to_id(eos))
         specials = {t.content: int(i) for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
         for name in EOS_NAMES:
             if name in specials:

@@ -96,6 +96,20 @@ def test_single_file_is_split_by_bytes(tmp_path):
     assert len(c.val) == len(text) // 4
 
 
+@pytest.mark.parametrize("tail", ["", "x", "xy"])
+def test_single_file_is_cut_where_a_character_starts(tmp_path, tail):
+    """A UTF-8 file of 3-byte characters: the byte count puts the cut inside one (for two of the tails); the split
+    moves back to the character's first byte, so both halves stay valid UTF-8 and the file reads as UTF-8."""
+    text = ("日本語のテキスト。" * 100 + tail).encode("utf-8")
+    p = tmp_path / "one.txt"
+    p.write_bytes(text)
+    c = load_corpus(p, val_fraction=0.05)
+    assert np.array_equal(np.concatenate([c.train, c.val]), np.frombuffer(text, dtype=np.uint8))
+    c.train.tobytes().decode("utf-8"), c.val.tobytes().decode("utf-8")          # neither raises
+    assert int(len(text) * 0.05) <= len(c.val) <= int(len(text) * 0.05) + 3
+    assert c.non_utf8_files == ()
+
+
 @pytest.mark.parametrize("case", ["missing", "empty_file", "empty_folder", "only_empty_files", "only_binary"])
 def test_bad_paths_give_clear_errors(tmp_path, case):
     if case == "missing":

@@ -323,8 +323,12 @@ def _is_utf8(data: bytes, block: int = 1 << 22) -> bool:
 
 
 def _split_single_file(source: str, name: str, data: bytes, val_fraction: float) -> Corpus:
-    """One text (a file, or a .jsonl file's one record), split by bytes: its last val_fraction is validation."""
+    """One text (a file, or a .jsonl file's one record), split by bytes: its last val_fraction is validation, cut
+    where a character starts (a cut inside a UTF-8 character would leave half of it, invalid, on each side)."""
     cut = len(data) - max(1, int(len(data) * val_fraction))
+    steps = 0
+    while cut > 1 and steps < 3 and data[cut] & 0xC0 == 0x80:   # a continuation byte 10xxxxxx: back to the lead
+        cut, steps = cut - 1, steps + 1
     arr = np.frombuffer(data, dtype=np.uint8)
     return Corpus(source, arr[:cut].copy(), arr[cut:].copy(), (name,), (name,),
                   non_utf8_files=_non_utf8([name], [data]))
