@@ -5,6 +5,8 @@ the tokenizer.json it read, kept by --resume, so a run can be traced to the exac
 import hashlib
 import json
 
+import pytest
+
 from tests.support.checkpoints import write_checkpoint, write_transformers_dir
 from tests.support.training import TINY, quiet
 from tinygrad_ssm import VarMap
@@ -67,3 +69,59 @@ def test_the_run_records_the_sha256_of_each_file_it_started_from(bpe_tokenizer, 
         assert state["train_config"]["init_from_sha256"] == expected, checkpoint
     assert resumed.step == 2
     assert json.loads((run / MARKER_FILE).read_text())["train_config"]["init_from_sha256"] == expected
+
+
+def test_a_fine_tuning_run_keeps_its_starting_folders_generation_config(bpe_tokenizer, corpus, tmp_path):
+    """--init-from's generation_config.json (greedy, 3 new tokens, two stop ids) was left behind: the run's
+    checkpoints and their export sampled at 0.8 for 300 tokens and stopped at the tokenizer's EOS alone.
+    Every checkpoint holds it now, --resume keeps it, export copies it (as transformers' Trainer saves the model's
+    generation_config); with --tokenizer replacing the folder's own tokenizer it is left out (its ids are that one's)."""
+    from tinygrad_ssm.train.export import export
+    from tinygrad_ssm.train.generation_config import read_generation_defaults
+    folder = write_checkpoint("save_pretrained", tmp_path / "start", _model(vocab_size=320), tokenizer_json=bpe_tokenizer)
+    text = json.dumps({"do_sample": False, "max_new_tokens": 3, "eos_token_id": [0, 5]}, indent=1) + "\n"
+    (folder / "generation_config.json").write_text(text)
+    run = tmp_path / "run"
+    train(TrainConfig(**SETTINGS, steps=2, data=str(corpus), out=str(run), init_from=str(folder)), stop_at=1,
+          progress=False, say=quiet)
+    train(resume=str(run), progress=False, say=quiet)
+    for checkpoint in ("step-000001", "step-000002"):
+        assert (run / "checkpoints" / checkpoint / "generation_config.json").read_text() == text, checkpoint
+    defaults = read_generation_defaults(run / "checkpoints" / "step-000002", 320)
+    assert defaults == read_generation_defaults(folder, 320) and defaults.eos_token_ids == (0, 5)
+    export(run, tmp_path / "exported")
+    assert (tmp_path / "exported" / "generation_config.json").is_file()
+    elsewhere = tmp_path / "tokenizer_elsewhere.json"
+    elsewhere.write_bytes(bpe_tokenizer.read_bytes())
+    other = tmp_path / "other"
+    train(TrainConfig(**SETTINGS, steps=1, data=str(corpus), out=str(other), init_from=str(folder),
+                      tokenizer=str(elsewhere)), progress=False, say=quiet)
+    assert not (other / "checkpoints" / "step-000001" / "generation_config.json").exists()
+    state = json.loads((other / "checkpoints" / "step-000001" / "trainer_state.json").read_text())
+    assert state["train_config"]["tokenizer"] == str(elsewhere)     # a TrainConfig's tokenizer is not replaced
+
+
+def test_a_train_config_spelling_out_another_shape_than_the_checkpoints_is_refused(corpus, tmp_path):
+    """From Python, train(TrainConfig(d_model=..., init_from=...)) trained the checkpoint's shape without a word
+    (only flags were checked); a shape equal to the checkpoint's is accepted, one that differs is refused."""
+    folder = write_checkpoint("save_pretrained", tmp_path / "start", _model())
+    base = dict(SETTINGS, steps=1, data=str(corpus), init_from=str(folder))
+    assert train(TrainConfig(**base, **SHAPE, out=str(tmp_path / "same")), progress=False, say=quiet).step == 1
+    with pytest.raises(ValueError, match=r"leave out --d-model, --headdim \(the checkpoint has d_model 32, headdim 16\)"):
+        train(TrainConfig(**base, **dict(SHAPE, d_model=64, headdim=8), out=str(tmp_path / "x")), progress=False,
+              say=quiet)
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_starting_folder_without_safetensors_weights_is_a_usage_error(corpus, tmp_path, capsys):
+    """state-spaces/mamba2-*'s folders ship pytorch_model.bin only: --init-from said "cannot write a file in the run
+    folder" and exited 74 (a failed write), where generate and eval give from_pretrained's message and 2."""
+    folder = write_checkpoint("save_pretrained", tmp_path / "start", _model())
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(b"not read")
+    code = cli.main(["train", "--init-from", str(folder), "--data", str(corpus), "--steps", "1", "--no-progress",
+                     "--out", str(tmp_path / "run"), *_flags(SETTINGS)])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_USAGE, err
+    assert "holds pytorch_model.bin, PyTorch's pickle format" in err and "cannot write" not in err
+    assert not (tmp_path / "run").exists()

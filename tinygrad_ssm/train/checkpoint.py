@@ -53,7 +53,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
     """Write checkpoint `step` of the run in `run_dir` atomically; returns its folder. `trainer_state["run_id"]`
     (the run family's id) is what pruning checks: only checkpoints that carry it are ever deleted or replaced.
     tokenizer_files: the run's tokenizer, file name -> text (a copy in every checkpoint: generate, eval and
-    --resume read it there)."""
+    --resume read it there), and the generation_config.json a fine-tuning run carries (starting_point)."""
     run_dir = Path(run_dir)
     bad = non_finite_problems([*model.varmap.named_vars(), *optimizer_state.items()])
     if bad:  # never written: it would become LATEST, and push the last finite checkpoint out when pruning

@@ -51,7 +51,7 @@ from .resuming import restore, resume_notes
 from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder, remove_new_run_folder
 from .sigint import FinishTheSave, StopOnSigint, signal_said
 from .step import TrainingDiverged, last_good, train_step  # noqa: F401 (TrainingDiverged re-exported)
-from .starting_point import (paths_as_saved, resolve_starting_point, run_vocab_size, shared_model,
+from .starting_point import (carried_files, paths_as_saved, resolve_starting_point, run_vocab_size, shared_model,
                              shared_tokenizer, tokenizer_files)
 
 
@@ -130,6 +130,7 @@ class _Run:
     clip: Callable  # clip_grad_norm_, looked up when the run starts (tests patch it)
     world: World = SINGLE
     lock: RunFolderLock | None = None  # rank 0 holds the run folder's lock until the run ends
+    carried: dict = field(default_factory=dict)  # starting_point.carried_files: rank 0's, copied into each checkpoint
     reducer: object = None  # a distributed.GradientAllreducer when there are several ranks
     step: int = 0
     tokens: int = 0
@@ -163,7 +164,7 @@ class _Run:
                          **({"run_id": self.run_id} if self.run_id else {})}
         return str(ckpt.save_checkpoint(self.out, self.step, self.model, flat_optimizer_state(self.optimizers),
                                         trainer_state, keep=self.cfg.keep_checkpoints,
-                                        tokenizer_files=tokenizer_files(self.tokenizer)))
+                                        tokenizer_files=tokenizer_files(self.tokenizer) | self.carried))
 
 
 def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, dict | None, Path | None]:
@@ -174,7 +175,11 @@ def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, 
         for field in ("data", "val_data"):  # absolute, so that --resume works from any folder
             if getattr(cfg, field) is not None:
                 setattr(cfg, field, str(Path(getattr(cfg, field)).expanduser().absolute()))
-        resolve_starting_point(cfg, overrides or {}, say)
+        # a setting of `cfg` that differs from the default was given as much as a flag (train(TrainConfig(...)) from
+        # Python): --init-from then neither replaces its tokenizer nor lets its shape pass unchecked
+        default = TrainConfig()
+        set_in_cfg = {k: v for k, v in dataclasses.asdict(cfg).items() if v != getattr(default, k)}
+        resolve_starting_point(cfg, {**set_in_cfg, **(overrides or {})}, say)
         check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg))
         return cfg, None, None
     try:
@@ -276,6 +281,7 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
 
     cfg, state, resume_dir = _resolve_on_root(cfg, resume, overrides, stop_at, say, world)
     tokenizer = shared_tokenizer(cfg, resume_dir, world)  # rank 0's, sent to the others
+    carried = world.agree(lambda: carried_files(cfg, resume_dir) if world.is_root else {})  # rank 0 saves
     corpus, fingerprint = world.agree(_load_data, cfg, state, tokenizer, world)   # no collective inside (each rank
     world.agree(_same_corpus_as_root, corpus, fingerprint, world)                  # may fail alone), then one
     model = shared_model(cfg, tokenizer, state, world)  # before the run folder: a bad --init-from changes nothing
@@ -286,7 +292,7 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
                optim.WarmupCosine(cfg.lr, min(cfg.warmup_steps, cfg.steps), cfg.steps,  # --steps 3: warm up 3
                                   min_lr=cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr),
                BatchSampler(corpus.train, cfg.batch_size, cfg.seq_len, seed=cfg.seed), RunLog(out),
-               optim.clip_grad_norm_, world, lock, run_id=lock.run_id if lock is not None else None)
+               optim.clip_grad_norm_, world, lock, carried, run_id=lock.run_id if lock is not None else None)
     say(corpus.describe())
     say(f"unigram entropy: train {unigram_entropy_bits(corpus.train) * corpus.train_tokens_per_byte:.3f}, "
         f"validation {run.val_unigram:.3f} bits per byte"

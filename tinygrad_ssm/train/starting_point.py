@@ -7,7 +7,8 @@ fine-tuning with --init-from, or the run's own checkpoint on --resume).
   tokenizer (unless --tokenizer says otherwise; it must fit the model's vocabulary). Its weights are checked
   finite before the run starts: a NaN checkpoint is never trained on.
 - Every checkpoint of a run with a tokenizer.json holds a copy of it, so generate, eval and --resume read the
-  tokenizer the run used, whatever became of the file it was given.
+  tokenizer the run used, whatever became of the file it was given; a fine-tuning run's checkpoints also hold
+  --init-from's generation_config.json (carried_files), as transformers' Trainer saves the model's.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from ..io.checkpoints import CheckpointNotFound
 from ..models.mamba2 import Mamba2Config, Mamba2LMHeadModel
-from ..models.mamba2.checkpoint_config import parse_config, read_config
+from ..models.mamba2.checkpoint_config import PretrainedError, parse_config, read_config
 from ..models.mamba2.pretrained import _weight_files, stored_dtypes
 from ..models.mamba2.quantized_files import QUANTIZATION_KEY
 from ..registry import VarMap
@@ -26,6 +27,7 @@ from ..tokenizer import (BYTES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, ByteToken
                          load_tokenizer)
 from .checkpoint import non_finite_problems
 from .generate import config_eos, load_tokenizer_for, resolve_model_folder
+from .generation_config import GENERATION_CONFIG_FILE, _read_json
 
 MODEL_SHAPE_FIELDS = ("d_model", "n_layer", "d_state", "headdim")  # what --init-from's checkpoint decides
 PAD_VOCAB_MULTIPLE = 16  # a tokenizer's vocabulary is padded to this for the model's embedding (as mamba_ssm does)
@@ -33,14 +35,11 @@ PAD_VOCAB_MULTIPLE = 16  # a tokenizer's vocabulary is padded to this for the mo
 
 def resolve_starting_point(cfg, overrides: dict, say=None) -> None:
     """For a fresh run (in place on cfg): --init-from resolved to its model folder (absolute) and the model's
-    shape read from it; --tokenizer (or --init-from's own tokenizer) resolved to an absolute file, or bytes.
+    shape read from it (a shape in `overrides` other than the checkpoint's refused); --tokenizer (or --init-from's
+    own tokenizer) resolved to an absolute file, or bytes.
     `say` is told, in one line, when --dtype was left out and the checkpoint's weights are stored in another
     dtype than the run trains in (a float64 checkpoint trained in float32 lost its precision without a word)."""
     if cfg.init_from is not None:
-        given = [f"--{f.replace('_', '-')}" for f in MODEL_SHAPE_FIELDS if f in overrides]
-        if given:
-            raise ValueError(f"--init-from {cfg.init_from!r} takes the model's shape from the checkpoint; leave out "
-                             f"{', '.join(given)}")
         folder = resolve_model_folder(cfg.init_from, "--init-from").absolute()
         raw = read_config(folder)
         if QUANTIZATION_KEY in raw:  # its matrices are int8 / bfloat16 codes, not parameters a step can update
@@ -49,6 +48,12 @@ def resolve_starting_point(cfg, overrides: dict, say=None) -> None:
                              f"inference only; fine-tune from the float checkpoint it was made from, then quantize "
                              f"the result")
         config, _ = parse_config(raw)
+        given = [f for f in MODEL_SHAPE_FIELDS if f in overrides and overrides[f] != getattr(config, f)]
+        if given:  # a setting equal to the checkpoint's (a TrainConfig spelling out the shape) changes nothing
+            flags = ", ".join(f"--{f.replace('_', '-')}" for f in given)
+            has = ", ".join(f"{f} {getattr(config, f)}" for f in given)
+            raise ValueError(f"--init-from {cfg.init_from!r} takes the model's shape from the checkpoint; leave out "
+                             f"{flags} (the checkpoint has {has})")
         cfg.init_from = str(folder)
         note = dtype_note(folder, cfg.dtype) if "dtype" not in overrides else None
         if note and say is not None:
@@ -165,7 +170,10 @@ def build_model(cfg, tokenizer, state: dict | None = None):
     if state is not None:
         config = Mamba2Config.from_dict(state["model_config"])
     elif cfg.init_from is not None:
-        model = Mamba2LMHeadModel.from_pretrained(cfg.init_from, dtype=cfg.dtype, backend=cfg.backend)
+        try:
+            model = Mamba2LMHeadModel.from_pretrained(cfg.init_from, dtype=cfg.dtype, backend=cfg.backend)
+        except FileNotFoundError as e:  # a weight file the folder lacks: the flag's problem (the CLI's exit 2), not
+            raise PretrainedError(str(e)) from None  # an OSError of the run's own files (exit 74: cannot write)
         bad = non_finite_problems(model.varmap.named_vars())
         if bad:
             raise ValueError(f"--init-from {cfg.init_from!r}: the weights are not finite ({'; '.join(bad[:3])}); "
@@ -209,3 +217,21 @@ def tokenizer_files(tokenizer) -> dict[str, str]:
     if config:
         files[TOKENIZER_CONFIG_FILE] = json.dumps(config) + "\n"
     return files
+
+
+def carried_files(cfg, resume_dir: Path | None) -> dict[str, str]:
+    """What every checkpoint copies, beside its tokenizer, from the folder the run's weights came from (file name
+    -> text): the generation_config.json of --init-from's folder (its sampling settings, length and stop ids,
+    which generate and export read), or of the checkpoint a run resumes from. Left out where --tokenizer replaced
+    the folder's own tokenizer: its stop ids are ids of that one. A file that is not a JSON object is refused
+    here, naming it, before the run starts."""
+    source = Path(resume_dir) if resume_dir is not None else Path(cfg.init_from) if cfg.init_from else None
+    if source is None:
+        return {}
+    own = cfg.tokenizer == BYTES or Path(cfg.tokenizer).parent == source
+    if resume_dir is None and not own:
+        return {}
+    path = source / GENERATION_CONFIG_FILE
+    if _read_json(path) is None:
+        return {}
+    return {GENERATION_CONFIG_FILE: path.read_text(encoding="utf-8")}
