@@ -162,7 +162,9 @@ def test_load_checks_the_variables_too_before_writing_any(tmp_path, replace):
         b.requires_grad_(False)
         b.data = np.zeros(3, np.int64)
     before = a.data.copy()
-    with pytest.raises(CheckpointError, match=r"variable 'b' holds .*nothing was loaded"):
+    fix = (r"a read-only array .*nothing was loaded: .* varmap\['b'\]\.data = varmap\['b'\]\.data\.copy\(\)$"
+           if replace == "read_only" else r"dtype int64, not floating point .*nothing was loaded: .* np\.zeros\(\(3,\)")
+    with pytest.raises(CheckpointError, match=rf"variable 'b' holds {fix}"):
         vm.load(path)
     np.testing.assert_array_equal(a.data, before)
 

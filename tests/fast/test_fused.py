@@ -147,12 +147,17 @@ def test_the_fused_gated_norm_of_a_view_across_its_bases_rows_equals_the_engines
     from tinygrad_ssm import nn
     from tinygrad_ssm.registry import VarBuilder, VarMap
     rng = np.random.default_rng(0)
-    y = F.reshape(tg.Tensor(rng.standard_normal(40), requires_grad=True)[5:33], (4, 7))[:, :6]
-    z = tg.Tensor(rng.standard_normal((4, 6)), requires_grad=True)
+    base, z0, weights = rng.standard_normal(40), rng.standard_normal((4, 6)), rng.standard_normal((4, 6))
     vb = VarBuilder.from_varmap(VarMap(seed=0), dtype="float64")
     norms = [nn.GatedRMSNorm(vb.pp(name), 6, group_size=2, fused=fused) for name, fused in (("f", True), ("p", False))]
-    got, want = (norm(y, z).data for norm in norms)
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    results = []
+    for norm in norms:                                                  # the values, and the gradients through the view
+        x, z = tg.Tensor(base, requires_grad=True), tg.Tensor(z0, requires_grad=True)
+        out = norm(F.reshape(x[5:33], (4, 7))[:, :6], z)                # (4, 6): rows 7 apart in x
+        (out * tg.Tensor(weights)).sum().backward()
+        results.append((out.data, x.grad, z.grad))
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
 # --- split ---------------------------------------------------------------------------------------------------

@@ -30,8 +30,38 @@ def test_a_hand_made_quantized_weight_of_the_wrong_shape_or_layout_is_refused():
             Q.QuantizedWeight("int8", data, scales)
     with pytest.raises(ValueError, match=r"holds -128"):
         Q.QuantizedWeight("int8", np.full_like(q, -128), s)
+    zero_block = s.copy()
+    zero_block[0, 0] = 0                                               # a block of nonzero codes with scale 0
+    for data, scales in [(q // 2, s), (q, zero_block)]:                # a peak of 63 with its scale: reads halved
+        with pytest.raises(ValueError, match=r"a weight of \|q\| = 127 when their scale is > 0, and only zeros"):
+            Q.QuantizedWeight("int8", data, scales)
+    with pytest.raises(ValueError, match=r"finite and >= 0"):
+        Q.QuantizedWeight("int8", np.zeros_like(q), np.full_like(s, -0.0))   # -0.0 passes >= 0
+    Q.QuantizedWeight("int8", np.zeros_like(q), np.zeros_like(s))          # all zeros with scale 0: a zero matrix
+    bits = np.full((2, 4), 0x3F80, np.uint16)                              # 1.0 in bfloat16
+    with pytest.raises(ValueError, match=r"bfloat16 weights have no scales"):
+        Q.QuantizedWeight("bfloat16", bits, np.ones((2, 1), np.float32))
     with pytest.raises(ValueError, match=r"bfloat16 data holds inf or NaN bits"):
         Q.QuantizedWeight("bfloat16", np.full((2, 4), 0x7FC0, np.uint16))
+
+
+DECODER_PLACES = ["layers.0.mixer.in_proj.weight", "layers.1.mixer.out_proj.weight", "layers.0.mixer.conv1d.weight",
+                  "layers.0.mixer.conv1d.bias", "layers.1.mixer.dt_bias", "layers.0.mixer.A_log", "layers.0.mixer.D",
+                  "layers.0.mixer.norm.weight", "layers.1.norm.weight", "embedding.weight", "norm_f.weight"]
+
+
+@pytest.mark.parametrize("place", DECODER_PLACES)
+def test_every_parameter_the_decoder_reads_is_checked_for_its_shape(place):
+    """Each parameter the decoder reads, replaced by one a row short: refused, naming it (only out_proj's was tested;
+    the kernels read past the others' ends as well)."""
+    model = small_model()
+    *path, attr = place.split(".")
+    module = model
+    for part in path:
+        module = module[int(part)] if part.isdigit() else getattr(module, part)
+    setattr(module, attr, Tensor(getattr(module, attr).data[:-1].copy()))
+    with pytest.raises(ValueError, match=rf"\.{attr} has shape \(.*, the model's config wants"):
+        model.step(np.array([3, 4]), model.allocate_cache(2))
 
 
 def test_a_replaced_weight_of_another_shape_is_refused_by_the_decoder():

@@ -314,3 +314,10 @@ def test_a_length_that_cannot_apply_is_refused_before_any_output_and_the_flag_se
     captured = capsys.readouterr()
     assert captured.out == "" and re.search(message, captured.err)
     assert _generate(path, capsys, "--temperature", "0")                 # --max-new-tokens 12 given: runs
+    if "max_length" in stated and stated["max_length"] == 3:            # a --batch-file: its longest prompt named
+        prompts = path.parent / "prompts.txt"
+        prompts.write_text("a\n" + PROMPT + "\n")
+        assert cli.main(["generate", "--model", str(path), "--batch-file", str(prompts)]) == cli.EXIT_USAGE
+        captured = capsys.readouterr()
+        assert captured.out == "" and re.search(r"max_length 3 \(prompt and new tokens together\), and the longest "
+                                                r"prompt of --batch-file has \d+ tokens: nothing is left", captured.err)

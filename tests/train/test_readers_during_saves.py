@@ -49,3 +49,26 @@ def test_a_checkpoint_named_itself_is_read_once(run, tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError):
         Mamba2LMHeadModel.from_pretrained(run / "checkpoints" / "step-000002")
     assert calls == ["step-000002"]
+
+
+def test_read_newest_tries_a_run_again_only_while_its_latest_moves(tmp_path):
+    """Counted on read_newest's own calls of `read` (the test above counts loads, which a retry of a folder that is
+    gone never reaches): a checkpoint named itself, or a run whose LATEST stays, is read once; a run whose LATEST
+    moves during the read is read again, up to `attempts` times."""
+    from tinygrad_ssm.io.checkpoints import read_newest
+    root = tmp_path / "run" / "checkpoints"
+    (root / "step-000001").mkdir(parents=True)
+    latest = root / "LATEST"
+    latest.write_text("step-000001\n")
+    calls, saves = [], iter(range(2, 100))
+
+    def fails(path, move=False):
+        calls.append(path)
+        if move:                                                        # a save meanwhile: LATEST names a newer one
+            latest.write_text(f"step-{next(saves):06d}\n")
+        raise FileNotFoundError("gone")
+    for path, move, reads in ((root / "step-000001", True, 1), (root.parent, False, 1), (root.parent, True, 3)):
+        calls.clear()
+        with pytest.raises(FileNotFoundError):
+            read_newest(path, lambda p: fails(p, move))
+        assert len(calls) == reads, (path, move)

@@ -489,4 +489,9 @@ BUGS = [
     Bug("tinygrad_ssm/train/starting_point.py", "        except FileNotFoundError as e:  # a weight file the folder lacks",
         "        except KeyError as e:  # a weight file the folder lacks", ("tests/train/test_init_from_record.py", "-k", "safetensors"),
         "--init-from a folder of pytorch_model.bin says 'cannot write a file in the run folder' and exits 74"),
+    Bug("tinygrad_ssm/train/cli.py", '"the longest prompt of --batch-file" if batch_file else "the prompt")', '"the prompt")',
+        ("tests/train/test_generation_config.py", "-k", "cannot_apply"), "a --batch-file's max_length refusal speaks of 'the prompt'"),
+    Bug("tinygrad_ssm/io/checkpoints.py", "            if attempt == attempts - 1 or before is None or latest_name(path) == before:",
+        "            if attempt == attempts - 1:", ("tests/train/test_readers_during_saves.py", "-k", "tries"),
+        "read_newest reads a checkpoint named itself, and a run whose LATEST stays, three times"),
 ]
