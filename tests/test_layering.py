@@ -16,6 +16,7 @@ ALLOWED = {
     "autograd": {"autograd"},
     "io": {"io"},
     "tokenizer": {"tokenizer", "io"},
+    "text_stream": {"text_stream"},
     "fast": {"fast", "autograd"},
     "registry": {"registry", "autograd", "io"},
     "diagnostics": {"diagnostics", "autograd"},
@@ -25,7 +26,7 @@ ALLOWED = {
     "distributed": {"distributed", "autograd", "optim"},
     "models": {"models", "autograd", "fast", "io", "nn", "optim", "registry", "scan"},
     "train": {"train", "autograd", "fast", "io", "nn", "optim", "registry", "diagnostics", "scan", "models",
-              "distributed", "tokenizer"},
+              "distributed", "tokenizer", "text_stream"},
     "__init__": {"__init__", "autograd", "fast", "nn", "optim", "registry", "diagnostics", "scan", "models"},
     "__main__": {"train"},
 }

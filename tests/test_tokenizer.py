@@ -1,4 +1,4 @@
-"""tokenizer.py: bytes and tokenizer.json read alike; TextStream never prints half a character and, joined, prints
+"""tokenizer.py and text_stream.py: bytes and tokenizer.json read alike; TextStream never prints half a character and, joined, prints
 exactly what decoding every id at once prints; a tokenizer that does not fit a model is refused, naming both sizes."""
 import importlib.util
 import json
@@ -9,8 +9,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from tinygrad_ssm.tokenizer import (ByteTokenizer, FileTokenizer, TextStream, TokenizerError, check_fits,
-                                    find_tokenizer, load_tokenizer)
+from tinygrad_ssm.text_stream import TextStream
+from tinygrad_ssm.tokenizer import ByteTokenizer, FileTokenizer, TokenizerError, check_fits, find_tokenizer, load_tokenizer
 
 TEXTS = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 
@@ -148,6 +148,43 @@ def test_bad_tokenizer_files_are_named(tmp_path):
         check_fits(ByteTokenizer(), 3008, "model")                    # --tokenizer bytes on a BPE model
     assert isinstance(load_tokenizer("bytes"), ByteTokenizer)
     assert np.array_equal(ByteTokenizer().encode("é"), [0xC3, 0xA9])
+
+
+def test_files_of_another_kind_in_a_tokenizers_place_are_named_with_the_fix(bpe_tokenizer, tmp_path):
+    """A Git LFS pointer (a clone made without git-lfs), a vocab.json (with a token "model" in it), a
+    tokenizer_config.json, and a folder of a slow tokenizer's files (vocab.json + merges.txt, tokenizer.model) gave
+    the JSON parser's "expected value at line 1 column 1" or "holds no tokenizer.json" alone (the tokenizer audit)."""
+    lfs = tmp_path / "lfs" / "tokenizer.json"
+    lfs.parent.mkdir()
+    lfs.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:ab12\nsize 2113710\n")
+    with pytest.raises(TokenizerError, match=r"is a Git LFS pointer, not the file .* git lfs pull"):
+        load_tokenizer(lfs)
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    vocab = json.loads(bpe_tokenizer.read_text(encoding="utf-8"))["model"]["vocab"]
+    (slow / "vocab.json").write_text(json.dumps({**vocab, "model": len(vocab)}))
+    (slow / "merges.txt").write_text("#version: 0.2\n")
+    fix = r"holds no tokenizer.json, only vocab.json, merges.txt .* AutoTokenizer.from_pretrained"
+    with pytest.raises(TokenizerError, match=r"it is a vocab.json \(token -> id\); .*" + fix):
+        load_tokenizer(slow / "vocab.json")
+    with pytest.raises(TokenizerError, match=fix):
+        load_tokenizer(slow)                                            # --tokenizer DIR
+    with pytest.raises(TokenizerError, match=fix):
+        find_tokenizer(slow, 320)                                       # --model DIR
+    spm = tmp_path / "spm"
+    spm.mkdir()
+    (spm / "tokenizer.model").write_bytes(b"\n\x0e\n\x05<unk>")
+    with pytest.raises(TokenizerError, match=r"only tokenizer.model \(a tokenizer in transformers' slow format"):
+        find_tokenizer(spm, 320)
+    (tmp_path / "none").mkdir()
+    with pytest.raises(TokenizerError, match=r"'.*none' holds no tokenizer.json and its model has a vocabulary of 320"):
+        find_tokenizer(tmp_path / "none", 320)
+    config = tmp_path / "with_config"
+    config.mkdir()
+    (config / "tokenizer.json").write_bytes(bpe_tokenizer.read_bytes())
+    (config / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPTNeoXTokenizer"}))
+    with pytest.raises(TokenizerError, match=r"it is a tokenizer_config.json; give '.*with_config/tokenizer.json'"):
+        load_tokenizer(config / "tokenizer_config.json")
 
 
 # fragments whose joins hit every case of a cut: whitespace runs before a line break, a line break before an added

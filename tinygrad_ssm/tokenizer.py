@@ -3,16 +3,10 @@
 
     tok = find_tokenizer("path/to/mamba2-130m")          # the folder's tokenizer.json, or bytes for our runs
     ids = tok.encode("def main():")                      # (n,) int64, with the special tokens the file adds
-    stream = TextStream(tok, ids)                        # generated ids in, finished text out
-    text = "".join(stream.push(i) for i in new_ids) + stream.finish()
+    text = tok.decode(ids)                               # special tokens skipped; text_stream.py: ids as they come
 
-A generated token need not end on a character boundary (a byte model emits one byte of a three-byte
-character at a time; a byte-level BPE token may hold half of an emoji). TextStream therefore prints text only
-once it decodes without a trailing U+FFFD, so a stream never shows half a character; what is still invalid
-at the end comes out as U+FFFD, never as an exception. A byte-fallback tokenizer (Llama's <0xE2> tokens) decodes
-a whole run of byte tokens at once, as U+FFFD for each of them when the run is not valid UTF-8, so a later byte
-can change the text of earlier ones: TextStream holds a run back until a token that is not a byte ends it, and
-prints only text that the decode of everything so far starts with. Joined, a stream is the decode of all ids.
+A checkpoint folder may hold another file where its tokenizer.json should be (a Git LFS pointer, a vocab.json,
+only a slow tokenizer's vocab.json + merges.txt or tokenizer.model): each is named with the fix.
 
 Special tokens are added as transformers' tokenizer(text) adds them: by the tokenizer.json's own post_processor
 (a Llama/Mistral `TemplateProcessing` "<s> $A" puts BOS first; GPT-NeoX's ByteLevel one adds nothing).
@@ -24,20 +18,20 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from .io.file_checks import require_regular_file
+from .io.file_checks import GIT_LFS_FIX, is_git_lfs_pointer, require_regular_file
 from .io.text_pieces import cut_rule, special_tokens_around, text_pieces
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 BYTES = "bytes"  # the name of the byte-level tokenizer wherever a tokenizer is named (flags, train config)
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")  # looked up when no file names the EOS token
-STREAM_CONTEXT = 4  # ids before the new ones that TextStream decodes with them (a decoder may look back)
 # a long text is tokenized in pieces of about this many bytes (the library's Encoding of a text holds ~175 bytes of
 # memory per byte of text: 3.5 GB for 20 MB, measured), cut where the pieces give the whole text's tokens
 # (io/text_pieces.py)
@@ -132,7 +126,7 @@ class FileTokenizer:
                 from None
         except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception with the parser's message)
             raise TokenizerError(f"{str(self.path)!r} is not a tokenizer.json the tokenizers library can read: "
-                                 f"{e}") from None
+                                 f"{_what_it_is(self._json, self.path) or e}") from None
         self._untrimmed_offsets()
         # a file saved with truncation or padding set (a T5 or BERT fine-tune's max_length) would cut and pad every
         # text; transformers' tokenizer(text) does neither, nor does encode
@@ -398,12 +392,53 @@ def _utf8_lengths(data: bytes, text: str) -> np.ndarray:
     return np.where(invalid, 1, 1 + (points >= 0x80) + (points >= 0x800) + (points >= 0x10000))
 
 
+def _what_it_is(text: str, path: Path) -> str | None:
+    """Why a text the tokenizers library cannot read is no tokenizer.json, where that can be told: a Git LFS pointer,
+    or a JSON object of another file of a tokenizer's folder (vocab.json, tokenizer_config.json)."""
+    if is_git_lfs_pointer(text.encode("utf-8", errors="replace")):
+        return GIT_LFS_FIX
+    try:
+        stated = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(stated, dict) or isinstance(stated.get("model"), dict):  # a tokenizer.json, wrong inside
+        return None
+    if stated and all(isinstance(v, int) for v in stated.values()):             # (it may hold a token "model")
+        kind = "a vocab.json (token -> id)"
+    elif {"tokenizer_class", "added_tokens_decoder", "model_max_length"} & set(stated):
+        kind = "a tokenizer_config.json"
+    else:
+        kind = "a JSON object"
+    beside = path.parent / TOKENIZER_FILE
+    return f"it is {kind}; " + (f"give {str(beside)!r}" if beside.is_file() and beside != path else
+                                no_tokenizer_json(path.parent))
+
+
+# what a folder may hold instead of a tokenizer.json: the files of transformers' slow tokenizers
+OTHER_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.model", "spiece.model", "vocab.txt")
+
+
+def no_tokenizer_json(folder: Path) -> str:
+    """What to say of a folder that holds no tokenizer.json: the tokenizer files it holds instead, and the one
+    command that writes a tokenizer.json from them (where transformers is installed)."""
+    found = [name for name in OTHER_TOKENIZER_FILES if (folder / name).is_file()]
+    if not found:
+        return f"{str(folder)!r} holds no {TOKENIZER_FILE}"
+    command = (f"python -c 'import sys; from transformers import AutoTokenizer; "
+               f"AutoTokenizer.from_pretrained(sys.argv[1]).save_pretrained(sys.argv[1])' {shlex.quote(str(folder))}")
+    return (f"{str(folder)!r} holds no {TOKENIZER_FILE}, only {', '.join(found)} (a tokenizer in transformers' slow "
+            f"format, which this package does not read); write its {TOKENIZER_FILE} once, where transformers is "
+            f"installed, with: {command}")
+
+
 def load_tokenizer(spec: str | Path, eos_token_id: int | None = None):
     """`bytes`, a tokenizer.json, or a folder holding one."""
     if str(spec) == BYTES:
         return ByteTokenizer()
     path = Path(spec).expanduser()
     if path.is_dir():
+        if not (path / TOKENIZER_FILE).exists():
+            raise TokenizerError(f"--tokenizer {str(spec)!r}: {no_tokenizer_json(path)}")
         path = path / TOKENIZER_FILE
     if not path.exists():
         raise TokenizerError(f"--tokenizer {str(spec)!r}: no such file (give a tokenizer.json, a folder holding "
@@ -427,9 +462,11 @@ def find_tokenizer(model_dir: str | Path, vocab_size: int, *, override: str | No
         elif is_our_run or vocab_size <= 256:
             tok = ByteTokenizer()
         else:
-            raise TokenizerError(f"{str(folder)!r} holds no {TOKENIZER_FILE} and its model has a vocabulary of "
-                                 f"{vocab_size} (not bytes): pass --tokenizer PATH with the tokenizer.json it was "
-                                 f"trained with (for state-spaces/mamba2-*: EleutherAI/gpt-neox-20b's)")
+            found = any((folder / name).is_file() for name in OTHER_TOKENIZER_FILES)
+            raise TokenizerError(f"{no_tokenizer_json(folder)}" + ("" if found else
+                                 f" and its model has a vocabulary of {vocab_size} (not bytes): pass --tokenizer "
+                                 f"PATH with the tokenizer.json it was trained with (for state-spaces/mamba2-*: "
+                                 f"EleutherAI/gpt-neox-20b's)"))
     check_fits(tok, vocab_size, folder)
     return tok
 
@@ -449,63 +486,3 @@ def check_fits(tok, vocab_size: int, where) -> None:
                              f"{str(where)!r} has a vocabulary of {vocab_size}: {vocab_size - tok.vocab_size} of "
                              f"its ids would have no text (padding adds fewer than {PADDING_ROWS}), so they were "
                              f"not trained together; pass the model's own tokenizer with --tokenizer")
-
-
-def _stream_context(tokenizer, ids: list) -> list:
-    """The end of `ids` that TextStream decodes with the new ids: the last STREAM_CONTEXT ids with text (special
-    tokens, which decode skips, aside: Llama's Strip and a Metaspace decoder drop the space of the first token with
-    text, which a context of special tokens alone would make the first new one), and back to the start of the
-    byte-fallback run they end in (the ByteFallback decoder decodes a run whole; cut, it is invalid, U+FFFD for each
-    byte, where the whole run with the new bytes may be text)."""
-    byte_ids = getattr(tokenizer, "byte_fallback_ids", ())
-    skipped = getattr(tokenizer, "skipped_ids", ())
-    start, with_text = len(ids), 0
-    while start > 0 and with_text < STREAM_CONTEXT:
-        start -= 1
-        with_text += ids[start] not in skipped
-    if next((i for i in ids[start:] if i not in skipped), None) in byte_ids:        # inside a run: back to its start
-        while start > 0 and (ids[start - 1] in byte_ids or ids[start - 1] in skipped):
-            start -= 1
-    return ids[start:]
-
-
-class TextStream:
-    """Generated ids in, finished text out (see the module docstring). `context`: the ids before the first
-    pushed one (the prompt), decoded with the new ones so that a decoder that looks back (a space before a
-    word) gives the text it would give for the whole sequence."""
-
-    def __init__(self, tokenizer, context=()):
-        self.tokenizer = tokenizer
-        self.ids = _stream_context(tokenizer, [int(i) for i in context])  # the text already out, then pending ids
-        self.printed = len(self.ids)                                       # ids[:printed] are out
-
-    def push(self, token_id) -> str:
-        self.ids.append(int(token_id))
-        return self._flush(final=False)
-
-    def finish(self) -> str:
-        """What is still held back (an unfinished character comes out as U+FFFD)."""
-        return self._flush(final=True)
-
-    def _flush(self, final: bool) -> str:
-        before = self.tokenizer.decode(self.ids[:self.printed])
-        text = self.tokenizer.decode(self.ids)                           # the same with the pending ids
-        if not text.startswith(before):  # the new ids changed text already out: only where they continue a
-            text = before + self.tokenizer.decode(self.ids[self.printed:])  # prompt's byte run, made invalid
-        if not final and (len(text) <= len(before) or text.endswith("\ufffd") or self._in_byte_run()):
-            return ""                            # nothing new, half a character, or a byte run that may change
-        del self.ids[:self.printed]                                      # the newly printed ids: the next context
-        self.printed = len(self.ids)
-        return text[len(before):]
-
-    def _in_byte_run(self) -> bool:
-        """Whether the pending ids end in a byte-fallback token (special tokens, which decode skips, aside): the
-        next one may extend the run, and an invalid run decodes as U+FFFD for each of its bytes."""
-        byte_ids = getattr(self.tokenizer, "byte_fallback_ids", ())
-        if not byte_ids:
-            return False
-        skipped = getattr(self.tokenizer, "skipped_ids", ())
-        for i in reversed(self.ids[self.printed:]):
-            if i not in skipped:
-                return i in byte_ids
-        return False

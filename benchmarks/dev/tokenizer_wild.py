@@ -44,6 +44,7 @@ def check_file(path: str, seeds: int, stream_cases: int) -> None:
     from tokenizers import Tokenizer
 
     from tinygrad_ssm import tokenizer as tm
+    from tinygrad_ssm.text_stream import TextStream
     lib = Tokenizer.from_file(path)
     lib.no_truncation()             # as FileTokenizer (and transformers' tokenizer(text)) read a file saved with them
     lib.no_padding()
@@ -115,7 +116,7 @@ def check_file(path: str, seeds: int, stream_cases: int) -> None:
             bad = bad or ("decode != library", prompt.tolist(), new)
         if not whole.startswith(before):
             continue                                   # new bytes ruin the prompt's own run: no stream can match
-        stream = tm.TextStream(tok, prompt)
+        stream = TextStream(tok, prompt)
         out = before
         for i in new:
             out += stream.push(i)

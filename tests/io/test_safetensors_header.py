@@ -84,3 +84,16 @@ def test_round_trip_still_reads(tmp_path):
     save_file(path, {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros((0, 4), np.float32)})
     out = load_file(path)
     assert out["a"].tolist() == [[0, 1, 2], [3, 4, 5]] and out["b"].shape == (0, 4)
+
+
+def test_a_git_lfs_pointer_in_place_of_the_weights_is_named_with_the_fix(tmp_path):
+    """`git clone` of a model repository without git-lfs leaves a ~130-byte text where model.safetensors should be:
+    its first 8 bytes read as a header length of 2.3e17 ("over the format's limit"), which named no cause."""
+    path = tmp_path / "model.safetensors"
+    path.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:" + "ab" * 32 + "\nsize 516000000\n")
+    with pytest.raises(CheckpointError, match=r"not a valid safetensors file: it is a Git LFS pointer, not the file "
+                                              r".*git lfs pull"):
+        SafetensorsFile(path)
+    save_file(tmp_path / "short.safetensors", {})                       # a file shorter than the pointer's mark
+    with SafetensorsFile(tmp_path / "short.safetensors") as f:
+        assert f.tensors == {}

@@ -27,3 +27,13 @@ def require_regular_file(path, what: str, error: type[Exception] = ValueError) -
                 if stat.S_ISSOCK(st.st_mode) else "not a regular file")
         raise error(f"{what} {path!r} is {kind}, not a regular file; give the path of a regular file")
     return st.st_size
+
+
+GIT_LFS_POINTER = b"version https://git-lfs.github.com/spec/"   # how a Git LFS pointer file starts
+GIT_LFS_FIX = ("it is a Git LFS pointer, not the file (a clone made without git-lfs holds these ~130-byte stand-ins "
+               "for large files): run `git lfs install && git lfs pull` in the clone, or download the file itself")
+
+
+def is_git_lfs_pointer(head: bytes) -> bool:
+    """Whether a file's first bytes are a Git LFS pointer's."""
+    return head.startswith(GIT_LFS_POINTER)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .atomic_write import write_atomic
-from .file_checks import require_regular_file
+from .file_checks import GIT_LFS_FIX, GIT_LFS_POINTER, is_git_lfs_pointer, require_regular_file
 
 MAX_HEADER_BYTES = 100_000_000  # the library's own limit (safetensors' MAX_HEADER_SIZE): larger means corrupt
 
@@ -281,6 +281,9 @@ def _parse_header(path: str, f):
         raise bad("it is not a regular file")
     size = st.st_size
     head = f.read(8)
+    if is_git_lfs_pointer(head + f.read(len(GIT_LFS_POINTER) - 8)):
+        raise bad(GIT_LFS_FIX)
+    f.seek(8)
     if len(head) < 8:
         raise bad(f"it is {size} bytes long, shorter than the 8-byte header length (truncated?)")
     (n,) = struct.unpack("<Q", head)

@@ -23,7 +23,8 @@ from ..io.checkpoints import CHECKPOINTS_DIR, STATE_FILE, CheckpointNotFound, re
 from ..io.file_checks import require_regular_file
 from ..models.mamba2 import Mamba2LMHeadModel
 from ..models.mamba2.pretrained import hub_snapshot
-from ..tokenizer import BYTES, ByteTokenizer, TextStream, TokenizerError, find_tokenizer
+from ..text_stream import TextStream
+from ..tokenizer import BYTES, ByteTokenizer, TokenizerError, find_tokenizer
 from .generation_config import read_generation_defaults
 from .json_records import field_values, parsed_records, reads_records
 

@@ -163,7 +163,7 @@ BUGS = [
         ("tests/train/test_cli_flags.py", "tests/train/test_train.py", "-k", "stop_at or resume_refuses"),
         "--steps one before the resumed checkpoint accepted"),
     # --- the stream's context, the first token's overlap, the EOS lookup, files not UTF-8 (2026-12-06's merges) -----
-    Bug(TK, "        while start > 0 and (ids[start - 1] in byte_ids or ids[start - 1] in skipped):",
+    Bug("tinygrad_ssm/text_stream.py", "        while start > 0 and (ids[start - 1] in byte_ids or ids[start - 1] in skipped):",
         "        while start > 0 and ids[start - 1] in byte_ids:", ("tests/test_text_stream.py", "tests/test_tokenizer.py"),
         "the prompt's context backs up to its byte run's start only until a special token inside the run"),
     Bug(TK, "specials = {t.content: int(i) for i, t in self._tok.get_added_tokens_decoder().items() if t.special}",
@@ -288,4 +288,10 @@ BUGS = [
     Bug("tinygrad_ssm/tokenizer.py", "        self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1",
         "        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))", ("tests/test_tokenizer.py", "-k", "gaps"),
         "a vocabulary with gaps in its ids counts its entries: a model of too few rows fits"),
+    Bug("tinygrad_ssm/tokenizer.py", "                                 f\"{_what_it_is(self._json, self.path) or e}\") from None",
+        "                                 f\"{e}\") from None", ("tests/test_tokenizer.py", "-k", "another_kind"),
+        "a Git LFS pointer, a vocab.json or a tokenizer_config.json given as tokenizer.json: the JSON parser's message alone"),
+    Bug("tinygrad_ssm/tokenizer.py", "    if not found:\n        return f\"{str(folder)!r} holds no {TOKENIZER_FILE}\"",
+        "    if True:\n        return f\"{str(folder)!r} holds no {TOKENIZER_FILE}\"", ("tests/test_tokenizer.py", "-k", "another_kind"),
+        "a folder of vocab.json + merges.txt: 'holds no tokenizer.json', no word of what it holds or how to convert it"),
 ]
