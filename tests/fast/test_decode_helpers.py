@@ -76,16 +76,21 @@ def test_no_helper_is_handed_on_or_started_where_one_thread_is_asked_for(monkeyp
     assert len(started) == 1 and a.control[1] == decode._SENT_HOME and a.handed_to is None and b.control[2] == 0
 
 
-def test_caches_stepped_in_turn_keep_one_helper_and_agree_with_the_reference():
-    """Real helper threads: eight caches stepped in turn give the reference's logits, the helpers handed from
-    one to the next settle to one running, and it leaves when the steps stop."""
+def test_caches_stepped_in_turn_keep_one_helper_and_agree_with_the_reference(monkeypatch):
+    """Real helper threads: eight caches stepped in turn give the reference's logits, the helper is handed from
+    one to the next (counted: without the hand-off each cache starts its own), they settle to one running, and it
+    leaves when the steps stop."""
     fast, slow = twin_models(seed=5)
     if not decode.helper_threads():
         pytest.skip("one core: no helper threads")
+    real, started = decode._thread, []
+    monkeypatch.setattr(decode, "_thread", types.SimpleNamespace(
+        start_new_thread=lambda f, args: (started.append(args[0]), real.start_new_thread(f, args))))
     caches = [(fast.allocate_cache(1), slow.allocate_cache(1)) for _ in range(8)]
     for t in range(6):
         for i, (cache_f, cache_s) in enumerate(caches):
             step_both(fast, slow, cache_f, cache_s, np.array([(t + i) % 40]))
+    assert len(started) <= 4, len(started)   # 1 here; without the hand-off 8 (each cache's own, kept spinning)
     running = lambda: sum(int(c._decode_session.control[2]) for c, _ in caches)
     deadline = time.monotonic() + 5
     while running() > 1 and time.monotonic() < deadline:

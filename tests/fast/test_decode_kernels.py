@@ -364,7 +364,7 @@ def test_a_step_interrupted_before_its_kernel_started_is_not_counted(monkeypatch
         raise TypeError("can't unbox a <class 'numba.typed.typedlist.List'> as a <NULL>")
 
     monkeypatch.setattr(decode._Session, "call", fails_before_the_kernel)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="as a <NULL>"):
         fast.step(np.array([3, 4]), cache_f)
     monkeypatch.undo()
     assert cache_f._decode_session.step_count == 1                     # one step ran (counted 2, the next hung)

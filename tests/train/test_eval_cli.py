@@ -270,7 +270,7 @@ def test_a_model_giving_nan_is_one_error_line_and_an_earlier_report_stays(tmp_pa
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "the model's loss on this text is nan" in lines[0] and "no report" in lines[0], lines
     assert out.read_bytes() == before
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
         scoring.report_text({"mean_nats": math.nan})                     # never JSON that strict readers refuse
 
 
