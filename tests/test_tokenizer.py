@@ -446,3 +446,18 @@ def test_a_vocabulary_with_gaps_in_its_ids_counts_up_to_its_highest_id(bpe_token
     assert tok.vocab_size == count + 301
     with pytest.raises(TokenizerError, match=f"has {count + 301} tokens but the model .* vocabulary of {count}"):
         check_fits(tok, count, tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["dangling link", "folder"])
+def test_a_broken_tokenizer_json_in_a_model_folder_is_named_not_taken_for_none(tmp_path, kind):
+    """A tokenizer.json that is a link into a removed blob (a snapshot copied without its cache), or a folder, was
+    read as no tokenizer at all: bytes for a model of 256 ids without a word, 'holds no tokenizer.json' for more."""
+    own = tmp_path / "tokenizer.json"
+    if kind == "folder":
+        own.mkdir()
+    else:
+        own.symlink_to(tmp_path / "blobs" / "abc123")
+    want = r"is a link to '.*blobs/abc123', which is missing" if kind != "folder" else "is not a regular file"
+    for vocab_size in (256, 50280):
+        with pytest.raises(TokenizerError, match=want):
+            find_tokenizer(tmp_path, vocab_size)

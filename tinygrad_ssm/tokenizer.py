@@ -17,6 +17,7 @@ checks it against AutoTokenizer), so they change nothing here either.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import zlib
@@ -455,6 +456,12 @@ def find_tokenizer(model_dir: str | Path, vocab_size: int, *, override: str | No
     if override is not None:
         tok = load_tokenizer(override, eos_token_id)
     else:
+        own = folder / TOKENIZER_FILE
+        if os.path.lexists(own) and not own.is_file():  # was read as "none": bytes for a small model, no word
+            what = (f"a link to {os.readlink(own)!r}, which is missing (a download cut short, or a copy of a Hugging "
+                    f"Face cache's snapshot without its blobs: fetch it again)" if own.is_symlink() and not own.exists()
+                    else "not a regular file")
+            raise TokenizerError(f"{str(own)!r} is {what}; or give --tokenizer PATH")
         found = next((p for p in (folder / TOKENIZER_FILE, folder.parent.parent / TOKENIZER_FILE)
                       if p.is_file() and (p.parent == folder or folder.parent.name == "checkpoints")), None)
         if found is not None:

@@ -61,6 +61,32 @@ def test_unknown_keys_are_ignored_with_a_warning_naming_each(tmp_path, layout):
     assert np.array_equal(loaded(IDS).data, model(IDS).data)
 
 
+def test_keys_like_ignored_ones_are_not_misspellings_and_another_model_type_is_refused(tmp_path):
+    """transformers 4.48-4.50 wrote "_attn_implementation_autoset": true into configs that transformers loads; it
+    was refused as a misspelling of '_attn_implementation' (itself ignored), and 'rms_norm_eps' as one of 'rms_norm'
+    (ignored as well): a typo is looked for among the keys that change the model only. A Mamba-1 config
+    (model_type "mamba") or a hybrid's was refused for its num_heads, or loaded when its weights fit."""
+    model = saved(tmp_path, "transformers")
+    edit_config(tmp_path, _attn_implementation_autoset=True, cache_implementation="static")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = Mamba2LMHeadModel.from_pretrained(tmp_path, dtype="float64")
+    assert np.array_equal(loaded(IDS).data, model(IDS).data)
+    edit_config(tmp_path, rms_norm_eps=1e-3)
+    with pytest.warns(IgnoredConfigKeysWarning, match=r"'rms_norm_eps' is Llama's .* this layout's is "
+                                                      r"'layer_norm_epsilon'"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+    edit_config(tmp_path, rms_norm_eps=..., model_typ="mamba2")
+    with pytest.raises(PretrainedError, match="'model_typ' looks like a misspelling of 'model_type'"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+    edit_config(tmp_path, model_typ=...)
+    for model_type in ("mamba", "nemotron_h"):
+        edit_config(tmp_path, model_type=model_type)
+        with pytest.raises(PretrainedError, match=rf"'model_type' is '{model_type}' \(architectures "
+                                                  rf"\['Mamba2ForCausalLM'\]\), not 'mamba2'"):
+            Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
 @pytest.mark.parametrize("layout", ["mamba_ssm", "transformers"])
 def test_a_clean_config_loads_without_warnings(tmp_path, layout):
     saved(tmp_path, layout)

@@ -134,3 +134,17 @@ def test_a_quantized_embeddings_lookup_refuses_ids_out_of_range_as_nn_embedding(
         with pytest.raises(IndexError, match=r"QuantizedEmbedding: ids must be integers in \[0, \d+\)"):
             embedding(ids)
     assert embedding(np.array([[1, 2]])).shape == (1, 2, embedding.dim)
+
+
+def test_a_non_finite_float_weight_in_a_quantized_folder_is_refused(tmp_path):
+    """The norms, conv and dt parameters of a quantized folder are stored as floats: a NaN there loaded silently (the
+    float folder's weights are checked as they are read; the quantized ones by format_problem)."""
+    small_model().quantize("int8").save_pretrained(tmp_path)
+    weights = SafetensorsFile(tmp_path / "model.safetensors")
+    arrays = {name: weights.read(name) for name in weights.tensors}
+    weights.close()
+    name = next(n for n in arrays if n.endswith("norm_f.weight"))
+    arrays[name][0] = np.nan
+    save_file(tmp_path / "model.safetensors", arrays, metadata={"format": "pt"})
+    with pytest.raises(PretrainedError, match=rf"tensor '{name}' holds 1 non-finite value\(s\).*would compute NaN"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)

@@ -19,6 +19,7 @@ from tinygrad_ssm.tokenizer import ByteTokenizer
 from tinygrad_ssm.train import cli
 from tinygrad_ssm.train.data import DataError, load_corpus, sample_prompt_from
 from tinygrad_ssm.train.generate import escape_controls, read_batch_file
+from tinygrad_ssm.models.mamba2.checkpoint_config import PretrainedError
 from tinygrad_ssm.models.mamba2.sampling import NonFiniteLogits, sample_next
 from tinygrad_ssm.train.log import progress_bar
 from tinygrad_ssm.train.loop import TrainConfig, TrainResult, summary
@@ -204,14 +205,28 @@ def nan_model_folder(tmp_path):
     return tmp_path / "nan"
 
 
-def test_nan_weights_stop_generation_naming_the_step(tmp_path, capsys):
+def test_nan_weights_stop_generation_naming_the_step(tmp_path, capsys, monkeypatch):
+    """A folder of NaN weights is refused at load, naming the tensor (it loaded, and every logit was NaN); weights
+    made NaN in memory stop generation at its first step, naming it (greedy used to return token 0 forever)."""
     folder = nan_model_folder(tmp_path)
-    assert cli.main(["generate", "--checkpoint", str(folder), "--max-new-tokens", "5"]) == cli.EXIT_DIVERGED
+    assert cli.main(["generate", "--checkpoint", str(folder), "--max-new-tokens", "5"]) == cli.EXIT_USAGE
+    assert "tensor 'backbone.norm_f.weight' holds 16 non-finite value(s)" in capsys.readouterr().err
+    with pytest.raises(PretrainedError, match=r"'backbone.norm_f.weight' holds 16 non-finite value\(s\) .* in '.*"
+                                              r"model.safetensors'; the model would compute NaN"):
+        Mamba2LMHeadModel.from_pretrained(folder)
+
+    def nan_model():
+        model = Mamba2LMHeadModel(Mamba2Config(d_model=16, n_layer=1, vocab_size=256, d_state=4, headdim=8,
+                                               chunk_size=8), VarMap(seed=0))
+        model.varmap["backbone.norm_f.weight"].data[:] = np.nan
+        return model
+    monkeypatch.setattr("tinygrad_ssm.train.cli.load_model", lambda path, **kw: (nan_model(), ByteTokenizer()))
+    assert cli.main(["generate", "--checkpoint", "x", "--max-new-tokens", "5"]) == cli.EXIT_DIVERGED
     err = capsys.readouterr().err
     assert "generate: step 1 (token 1 of 5, after the prompt)" in err and "NaN" in err
-    for temperature in (0.0, 1.0):  # greedy used to return token 0 forever
+    for temperature in (0.0, 1.0):
         with pytest.raises(NonFiniteLogits, match="step 1"):
-            Mamba2LMHeadModel.from_pretrained(folder).generate(np.array([[65]]), 3, temperature=temperature)
+            nan_model().generate(np.array([[65]]), 3, temperature=temperature)
 
 
 def test_logits_turning_non_finite_later_name_that_step(tmp_path):

@@ -195,8 +195,8 @@ def test_non_finite_weights_are_refused(stopped_run, tmp_path, capsys):
     weights["backbone.norm_f.weight"][0] = np.inf
     save_file(model_dir / "model.safetensors", weights)
     forget_digest(model_dir, "model.safetensors")                       # its values checked, not its bytes
-    _refused(capsys, tmp_path, model_dir, tmp_path / "out", f"--model {str(model_dir)!r}",
-             "'backbone.norm_f.weight' holds 1 non-finite", "export an earlier checkpoint")
+    _refused(capsys, tmp_path, model_dir, tmp_path / "out", f"from_pretrained: {str(model_dir)!r}",
+             "'backbone.norm_f.weight' holds 1 non-finite", "the model would compute NaN", "RUN/checkpoints/step-N")
 
 
 def test_quantized_weights_are_refused_for_transformers(stopped_run, tmp_path, capsys):

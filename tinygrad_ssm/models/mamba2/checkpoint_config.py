@@ -55,7 +55,10 @@ _HF_OTHER_KEYS = (  # transformers' Mamba2Config and PretrainedConfig keys that 
     "output_attentions", "output_hidden_states", "return_dict", "use_return_dict", "tokenizer_class",
     "sep_token_id", "decoder_start_token_id", "task_specific_params", "finetuning_task", "prefix",
     "_attn_implementation", "_commit_hash", "torchscript", "add_cross_attention", "tie_encoder_decoder",
-    "is_decoder", "cross_attention_hidden_size", "pruned_heads", "max_length", "min_length", UNPADDED_VOCAB_KEY)
+    "is_decoder", "cross_attention_hidden_size", "pruned_heads", "max_length", "min_length", UNPADDED_VOCAB_KEY,
+    "_attn_implementation_autoset", "_attn_implementation_internal", "attn_implementation", "cache_implementation")
+# the keys a misspelling would lose something by (the others are ignored, by transformers too)
+_HF_MEANINGFUL = (*_HF_FIELDS, "num_heads", "hidden_act", UNPADDED_VOCAB_KEY, "model_type")
 MISSPELLING_CUTOFF = 0.8  # difflib ratio above which an unknown key is taken for a typo of a known one
 
 
@@ -72,19 +75,27 @@ class NotMambaSsmLoadableWarning(UserWarning):
     package reads)."""
 
 
-def check_config_keys(raw: dict, known, where: str) -> None:
-    """Refuse an unknown key that looks like a misspelling of a known one (tie_embedding for tie_embeddings
-    would silently load an untied checkpoint as tied); warn, naming every other unknown key."""
+def check_config_keys(raw: dict, known, where: str, meaningful=None) -> None:
+    """Refuse an unknown key that looks like a misspelling of a known one that changes the model (`meaningful`,
+    default all of `known`: tie_embedding for tie_embeddings would silently load an untied checkpoint as tied);
+    warn, naming every other unknown key (a key like one that is ignored anyway changes nothing either way)."""
     unknown = sorted(k for k in raw if k not in known)
-    typos = {k: difflib.get_close_matches(k, known, n=1, cutoff=MISSPELLING_CUTOFF) for k in unknown}
+    meaningful = tuple(known if meaningful is None else meaningful)
+    typos = {k: difflib.get_close_matches(k, meaningful, n=1, cutoff=MISSPELLING_CUTOFF) for k in unknown}
     typos = {k: m[0] for k, m in typos.items() if m}
     if typos:
         raise PretrainedError(f"from_pretrained: {where}: " + "; ".join(
             f"unknown key {k!r} looks like a misspelling of {m!r}" for k, m in typos.items()) +
             " (fix the spelling: as written it would be ignored and the default used)")
     if unknown:
+        hints = "".join(f"; {k!r} is {OTHER_NAMES[k][0]}'s name, this layout's is {OTHER_NAMES[k][1]!r}"
+                        for k in unknown if k in OTHER_NAMES and OTHER_NAMES[k][1] in known)
         warnings.warn(f"from_pretrained: {where}: ignoring unknown keys {unknown} (they do not change the model "
-                      f"that is built)", IgnoredConfigKeysWarning, stacklevel=4)
+                      f"that is built{hints})", IgnoredConfigKeysWarning, stacklevel=4)
+
+
+# a key of another library's config -> (that library, the key this package reads for it), named where it is ignored
+OTHER_NAMES = {"rms_norm_eps": ("Llama's and NemotronH's config", "layer_norm_epsilon")}
 
 
 # --- config.json --------------------------------------------------------------------------------------------
@@ -173,7 +184,12 @@ def _parse_mamba_ssm(raw: dict) -> Mamba2Config:
 
 def _parse_transformers(raw: dict) -> Mamba2Config:
     where = "config.json (transformers layout)"
-    check_config_keys(raw, tuple(_HF_FIELDS) + _HF_OTHER_KEYS, where)
+    check_config_keys(raw, tuple(_HF_FIELDS) + _HF_OTHER_KEYS, where, _HF_MEANINGFUL)
+    if raw.get("model_type", "mamba2") != "mamba2":  # Mamba-1 ("mamba"), a hybrid: other layers under these names
+        architectures = raw.get("architectures")
+        raise PretrainedError(f"from_pretrained: {where}: 'model_type' is {raw['model_type']!r}"
+                              f"{f' (architectures {architectures})' if architectures else ''}, not 'mamba2': this "
+                              f"package builds Mamba-2 (Mamba2ForCausalLM) only")
     # 'norm_before_gate' and 'rms_norm' are not read by transformers' Mamba2 (its gated norm is always gate first,
     # then RMSNorm: norm_before_gate=False is written into its code), so a value there does not change what it
     # computes: Mamba-Codestral's config.json says "norm_before_gate": true. They are ignored here too.

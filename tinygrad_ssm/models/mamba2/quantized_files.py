@@ -14,8 +14,8 @@ from ...io.checkpoints import read_newest
 from ...io.safetensors import STORED_DTYPES, SafetensorsFile, save_file
 from ...registry import VarMap
 from .checkpoint_config import CONFIG_NAME, PretrainedError, mamba_ssm_config, parse_config, read_config
-from .pretrained import (LAYOUTS, WEIGHTS_NAME, load_pretrained, prepare_save_folder, resolve_pretrained_folder,
-                         save_pretrained)
+from .pretrained import (LAYOUTS, WEIGHTS_NAME, load_pretrained, prepare_save_folder, read_finite,
+                         resolve_pretrained_folder, save_pretrained)
 from .quantize import FORMATS, QuantizedWeight, quantize_model, quantized_names
 
 QUANTIZATION_KEY = "quantization"   # config.json: {"weights": "int8" | "bfloat16", "block": int (int8)}
@@ -109,7 +109,7 @@ def _load_quantized(cls, directory, raw: dict, dtype, backend, fused, opened: li
                                   f"written by save_pretrained: quantize the float model again)") from None
     for name in shapes:
         if name not in names:
-            model.varmap.read_into(name, f, name)
+            read_finite(model.varmap, name, f, name, directory)
     return quantize_model(model, fmt, block, weights=weights)
 
 
