@@ -20,7 +20,7 @@ import sys
 
 import _common as common  # no NumPy yet: threads_from_argv must come first
 
-THREADS = common.threads_from_argv()
+THREADS = common.threads_from_argv(default=2)
 
 import numpy as np
 
@@ -37,8 +37,8 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=common.positive_int, default=5)
     p.add_argument("--with-reference", action="store_true", help="also time our engine-op step (fused=False)")
     p.add_argument("--sampling", action="store_true", help="also time top_k=1 and temperature=0.8/top_p=0.9")
-    p.add_argument("--threads", type=common.positive_int, default=None,
-                   help="threads for every library on both sides (default: each library's own choice)")
+    p.add_argument("--threads", type=common.positive_int, default=2,
+                   help="threads for every library on both sides [%(default)s]")
     p.add_argument("--quick", action="store_true", help="tiny config, 32 new tokens, 2 repeats: a smoke run")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")
     p.add_argument(common.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)  # "SIDE@BATCH"

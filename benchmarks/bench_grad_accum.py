@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=common.positive_int, default=3, help="timed steps per row [%(default)s]")
     p.add_argument("--quick", action="store_true", help="a small model and batch: a smoke run")
     p.add_argument("--json", default=None, help=common.json_help(NAME))
-    p.add_argument("--threads", type=int, default=2, help="threads (set before NumPy loads) [%(default)s]")
+    p.add_argument("--threads", type=common.positive_int, default=2, help="threads (set before NumPy loads) [%(default)s]")
     p.add_argument(common.MEMORY_FLAG, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
@@ -89,6 +89,7 @@ def main(argv=None) -> int:
     ids = np.random.default_rng(0).integers(0, shape["vocab_size"], (args.batch, args.seq_len + 1))
     names = {f"{n} micro-batch{'es' * (n > 1)} of {args.batch // n}": n for n in args.pieces}
     if common.memory_mode() is not None:                                # a subprocess: one side's peak, alone
+        common.fixed_mmap_threshold()                                   # freed memory may not hide a step's peak
         name = common.memory_mode()
         common.report_memory({name: step_of(model, ids, names[name])}, name)
         return 0

@@ -46,11 +46,11 @@ WORKER = textwrap.dedent("""
         if i >= 2:
             times.append(time.perf_counter() - start)
     prompt = data[:1, :16]
-    model.generate(prompt, max_new_tokens=new_tokens)                   # warm-up: compiles the decoder
+    model.generate(prompt, max_new_tokens=new_tokens, temperature=0)    # warm-up: compiles the decoder
     generation = []
     for _ in range(5):
         start = time.perf_counter()
-        model.generate(prompt, max_new_tokens=new_tokens)
+        model.generate(prompt, max_new_tokens=new_tokens, temperature=0)
         generation.append(time.perf_counter() - start)
     print(json.dumps({"step_s": float(np.median(times)), "tokens_per_s": new_tokens / float(np.median(generation))}))
 """)

@@ -23,7 +23,7 @@ import _common as common
 THREADS = common.threads_from_argv(default=2)
 
 import numpy as np
-from bench_pretrained_shape import QUICK_SHAPE, SHAPE, read_bandwidth
+from bench_pretrained_shape import QUICK_SHAPE, SHAPE, _sum, read_bandwidth
 
 from tinygrad_ssm import Mamba2Config, Mamba2LMHeadModel, VarMap
 from tinygrad_ssm.models.mamba2.evaluation import evaluate
@@ -40,7 +40,7 @@ def main(argv=None) -> dict:
     p.add_argument("--block", type=common.positive_int, default=32, help="int8 scale block")
     p.add_argument("--eval-tokens", type=common.positive_int, default=2048)
     p.add_argument("--prompt-tokens", type=common.positive_int, default=512, help="the prompt row: generate(prompt, 1)")
-    p.add_argument("--threads", type=common.positive_int, default=None)
+    p.add_argument("--threads", type=common.positive_int, default=2)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-")
     args = p.parse_args(argv)
@@ -52,25 +52,36 @@ def main(argv=None) -> dict:
     for fmt in FORMATS:                                                 # the same random weights (seed 0)
         model = Mamba2LMHeadModel(config, VarMap(seed=0))
         models[fmt] = model if fmt == "float32" else model.quantize(fmt, block=args.block if fmt == "int8" else None)
-    bandwidth = read_bandwidth(0.0625 if args.quick else 1.0)["gb_s"] * 1e9
+    gib = 0.0625 if args.quick else 1.0
+    bandwidth = read_bandwidth(gib)["gb_s"] * 1e9
     result = {"benchmark": "bench_quantized", "shape": shape, "block": args.block, "threads": THREADS,
               "read_bandwidth_gb_s": round(bandwidth / 1e9, 1), "rows": {}}
+    # the limits use the bandwidth read beside the runs, in every round (before and after them, the faster read):
+    # one read at the start once left float32 b=1 at 83.3 tokens/s against a "limit" of 71.8
+    probe = np.ones(int(gib * 2**30) // 4, np.float32)
+
+    def probe_bytes_per_s() -> float:
+        return probe.nbytes / min(common.timed(lambda: _sum(probe)) for _ in range(3))
     for batch in args.batches:
         prompt = np.random.default_rng(batch).integers(0, shape["vocab_size"], (batch, 16))
         sides = {fmt: (lambda m=m, prompt=prompt: m.generate(prompt, args.new_tokens, temperature=0))
                  for fmt, m in models.items()}
         for run in sides.values():
             run()                                                       # warm-up (compiles)
-        times = {fmt: [] for fmt in sides}
+        times, rounds = {fmt: [] for fmt in sides}, []
         for _ in range(args.repeats):
+            before = probe_bytes_per_s()
             for fmt, run in sides.items():
                 times[fmt].append(common.timed(run))
+            rounds.append(max(before, probe_bytes_per_s()))
+        beside = float(np.median(rounds))                               # bytes/s, read beside this batch's runs
         for fmt in FORMATS:
             step_bytes = resident_weight_bytes(models[fmt])
             result["rows"][f"{fmt} b={batch}"] = {
                 "tokens_per_s": round(batch * args.new_tokens / float(np.median(times[fmt])), 1),
                 "weight_bytes_per_step": step_bytes, "resident_mb": round(step_bytes / 1e6, 1),
-                "bandwidth_limit_tokens_per_s": round(batch * bandwidth / step_bytes, 1)}
+                "read_gb_s_beside": round(beside / 1e9, 1),
+                "bandwidth_limit_tokens_per_s": round(batch * beside / step_bytes, 1)}
         base = result["rows"][f"float32 b={batch}"]["tokens_per_s"]
         for fmt in FORMATS:
             row = result["rows"][f"{fmt} b={batch}"]
@@ -95,7 +106,8 @@ def main(argv=None) -> dict:
         start = time.perf_counter()
         result["perplexity_random_ids"][fmt] = round(evaluate(m, ids, window=512).perplexity, 3)
         result["eval_tokens_per_s"][fmt] = round(len(ids) / (time.perf_counter() - start), 1)
-    print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s; {THREADS} threads; block {args.block}")
+    print(f"read bandwidth at the start {bandwidth / 1e9:.1f} GB/s (the limits: read beside each batch's runs); "
+          f"{THREADS} threads; block {args.block}")
     print(f"{'':18s} {'tokens/s':>9s} {'x f32':>6s} {'MB/step':>8s} {'limit tok/s':>11s}")
     for name, r in result["rows"].items():
         if "resident_mb" in r:

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import _common  # noqa: F401, I001  (first: puts this clone on sys.path before the installed package)
-import tinygrad_ssm  # noqa: F401
+THREADS = _common.threads_from_argv(default=2)  # every library's pool, before NumPy loads its BLAS
 from _common import (fitted_exponent, fixed_mmap_threshold, json_help, peak_added_bytes, result_path, timeit,
                      write_result)
 
@@ -117,7 +117,8 @@ def _peak(fn) -> int:
 
 
 def _in_child(*args) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", *map(str, args)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, __file__, "--threads", str(THREADS), "--child", *map(str, args)],
+                         capture_output=True, text=True,
                          cwd=Path(__file__).parent)
     if out.returncode:
         raise RuntimeError(f"bench_scaling child {args} failed:\n{out.stderr[-3000:]}")
@@ -128,8 +129,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--quick", action="store_true", help="two lengths, one repeat: a smoke run")
     parser.add_argument("--json", default=None, help=json_help("bench_scaling"))
+    parser.add_argument("--threads", type=_common.positive_int, default=2,
+                        help="threads for numba, BLAS and torch on both sides [%(default)s]")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    _common.apply_to_torch(THREADS)
     if args.child:
         kind, side, size, *rest = args.child
         result = child_step(side, int(size), int(rest[0])) if kind == "step" else child_generate(side, int(size))

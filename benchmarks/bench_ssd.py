@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import _common  # noqa: I001  (first: puts this clone on sys.path before the installed package)
-import tinygrad_ssm  # noqa: F401
-import numpy as np
+THREADS = _common.threads_from_argv(default=2)  # every library's pool, before NumPy loads its BLAS
+import numpy as np  # noqa: E402
 
 import tinygrad_ssm as tg                                                           # noqa: E402
 from tinygrad_ssm.scan import available_backends, ssd                           # noqa: E402
@@ -167,7 +167,8 @@ def measure_memory_child(name, chunk_numba):
 
 
 def measure_memory(name, chunk_numba):
-    result = subprocess.run([sys.executable, __file__, "--memory-child", name, "--chunk", str(chunk_numba)],
+    result = subprocess.run([sys.executable, __file__, "--memory-child", name, "--chunk", str(chunk_numba),
+                             "--threads", str(THREADS)],
                             capture_output=True, text=True, check=True)
     return json.loads(result.stdout.splitlines()[-1])
 
@@ -201,8 +202,11 @@ def main(argv=None):
     parser.add_argument("--repeats", type=_common.positive_int, default=5)
     parser.add_argument("--chunk", type=_common.positive_int, default=64,
                         help="numba's chunk (checkpoint interval) [%(default)s]")
+    parser.add_argument("--threads", type=_common.positive_int, default=2,
+                        help="threads for numba, BLAS and torch on every side [%(default)s]")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    _common.apply_to_torch(THREADS)
     if args.memory_child:
         return measure_memory_child(args.memory_child, args.chunk)
 

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 import _common as common  # noqa: I001  (no NumPy: threads_from_argv must come first)
-THREADS = common.threads_from_argv()
+THREADS = common.threads_from_argv(default=2)
 
 import numpy as np  # noqa: E402
 
@@ -40,7 +40,7 @@ def their_step(hf, opt, ids, targets):
 
     def run():
         opt.zero_grad(set_to_none=True)
-        logits = hf(ids_t).logits
+        logits = hf(ids_t, use_cache=False).logits                 # (its config's use_cache would keep states)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets_t.reshape(-1))
         loss.backward()
         opt.step()
@@ -57,8 +57,8 @@ def main(argv=None) -> dict:
     p.add_argument("--warmup", type=common.nonnegative_int, default=1)
     p.add_argument("--backend", default="auto", help="our scan backend")
     p.add_argument("--with-reference", action="store_true", help="also time our reference path (fused=False)")
-    p.add_argument("--threads", type=common.positive_int, default=None,
-                   help="threads for every library on both sides (default: each library's own choice)")
+    p.add_argument("--threads", type=common.positive_int, default=2,
+                   help="threads for every library on both sides [%(default)s]")
     p.add_argument("--quick", action="store_true", help="tiny config, batch 2 x 64, 2 repeats: a smoke run")
     p.add_argument("--json", metavar="FILE", nargs="?", const="-", help="write the results as JSON (- = stdout)")
     p.add_argument(common.MEMORY_FLAG, dest="memory_of", help=argparse.SUPPRESS)

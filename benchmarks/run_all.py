@@ -1,7 +1,7 @@
 """Run every benchmark script, then write docs/benchmarks.md: each script's table, the machine's facts and
 the plots (PNG, matplotlib), from the JSON files the scripts write (layout: benchmarks/_common.py).
 
-    python benchmarks/run_all.py            # everything (under 15 minutes on 2 cores)
+    python benchmarks/run_all.py            # everything (about 35 minutes on 2 cores)
     python benchmarks/run_all.py --quick    # a smoke run of every script (~4 minutes on 2 cores), written to a
                                             # temporary folder: the committed results and report stay as they are
     python benchmarks/run_all.py --report-only   # rewrite docs/benchmarks.md from the JSON already there
