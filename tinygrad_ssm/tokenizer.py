@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .io.file_checks import GIT_LFS_FIX, is_git_lfs_pointer, require_regular_file
+from .io.file_checks import GIT_LFS_FIX, broken_link, is_git_lfs_pointer, require_regular_file
 from .io.text_pieces import cut_rule, special_tokens_around, text_pieces
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -458,10 +458,8 @@ def find_tokenizer(model_dir: str | Path, vocab_size: int, *, override: str | No
     else:
         own = folder / TOKENIZER_FILE
         if os.path.lexists(own) and not own.is_file():  # was read as "none": bytes for a small model, no word
-            what = (f"a link to {os.readlink(own)!r}, which is missing (a download cut short, or a copy of a Hugging "
-                    f"Face cache's snapshot without its blobs: fetch it again)" if own.is_symlink() and not own.exists()
-                    else "not a regular file")
-            raise TokenizerError(f"{str(own)!r} is {what}; or give --tokenizer PATH")
+            raise TokenizerError(f"{broken_link(own) or repr(str(own)) + ' is not a regular file'}; or give "
+                                 f"--tokenizer PATH")
         found = next((p for p in (folder / TOKENIZER_FILE, folder.parent.parent / TOKENIZER_FILE)
                       if p.is_file() and (p.parent == folder or folder.parent.name == "checkpoints")), None)
         if found is not None:

@@ -172,3 +172,29 @@ def test_index_naming_a_file_outside_the_folder_is_refused_and_a_shard_linked_el
     (snapshot / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(PretrainedError, match="outside"):
         Mamba2LMHeadModel.from_pretrained(snapshot)
+
+
+def test_a_snapshot_whose_blobs_are_gone_names_the_dangling_links(tmp_path):
+    """A Hugging Face cache snapshot copied or pruned without its blobs: its files are links to nothing, and the
+    load said "has neither model.safetensors nor model.safetensors.index.json" or "config.json does not exist"."""
+    model = small_model(seed=8, tie_embeddings=False, dtype="float32")
+    plain = tmp_path / "plain"
+    model.save_pretrained(plain)
+    snapshot = _to_hf_cache(plain, tmp_path / "hub")
+    blob = (snapshot / "model.safetensors").resolve()
+    blob.unlink()
+    with pytest.raises(FileNotFoundError, match=r"model.safetensors' is a link to '.*blobs.*', which is missing .*"
+                                                r"fetch the folder again"):
+        Mamba2LMHeadModel.from_pretrained(snapshot)
+    (snapshot / "config.json").resolve().unlink()
+    with pytest.raises(FileNotFoundError, match=r"config.json' is a link to '.*blobs.*', which is missing"):
+        Mamba2LMHeadModel.from_pretrained(snapshot)
+    sharded = tmp_path / "sharded"
+    model.save_pretrained(sharded)
+    _sharded(sharded, model)
+    shard = sorted(sharded.glob("model-*.safetensors"))[0]
+    shard.rename(tmp_path / "elsewhere.safetensors")
+    shard.symlink_to(tmp_path / "gone.safetensors")
+    with pytest.raises(PretrainedError, match=r"names shard\(s\) missing .*; '.*model-00001.*' is a link to "
+                                              r"'.*gone.safetensors', which is missing"):
+        Mamba2LMHeadModel.from_pretrained(sharded)

@@ -37,3 +37,13 @@ GIT_LFS_FIX = ("it is a Git LFS pointer, not the file (a clone made without git-
 def is_git_lfs_pointer(head: bytes) -> bool:
     """Whether a file's first bytes are a Git LFS pointer's."""
     return head.startswith(GIT_LFS_POINTER)
+
+
+def broken_link(path) -> str | None:
+    """Why `path` is missing when it is a symlink to nothing (a download cut short, a Hugging Face cache's snapshot
+    copied without its blobs, a blob removed); None when it is no such link."""
+    path = os.fspath(path)
+    if not os.path.islink(path) or os.path.exists(path):
+        return None
+    return (f"{path!r} is a link to {os.readlink(path)!r}, which is missing (a download cut short, or a Hugging Face "
+            f"cache's snapshot copied or pruned without its blobs): fetch the folder again")

@@ -11,7 +11,7 @@ import re
 import warnings
 from pathlib import Path
 
-from ...io.file_checks import require_regular_file
+from ...io.file_checks import broken_link, require_regular_file
 from .config import Mamba2Config
 
 CONFIG_NAME = "config.json"
@@ -110,7 +110,7 @@ def _decode_floats(obj: dict):
 def read_config(directory) -> dict:
     path = Path(directory) / CONFIG_NAME
     if not path.exists():
-        raise FileNotFoundError(f"from_pretrained: {str(path)!r} does not exist")
+        raise FileNotFoundError(f"from_pretrained: {broken_link(path) or repr(str(path)) + ' does not exist'}")
     require_regular_file(path, "from_pretrained: config", PretrainedError)  # a FIFO would block the read
     try:
         with open(path, encoding="utf-8") as f:  # the json module reads the bare tokens Infinity / NaN itself

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...io.atomic_write import write_atomic
 from ...io.checkpoints import CHECKPOINTS_DIR, check_file_digests, resolve_checkpoint
-from ...io.file_checks import require_regular_file
+from ...io.file_checks import broken_link, require_regular_file
 from ...io.finite import non_finite_problems
 from ...io.safetensors import CheckpointError, SafetensorsFile, check_storable
 from ...registry import VarMap
@@ -39,6 +39,9 @@ WEIGHTS_NAME, INDEX_NAME = "model.safetensors", "model.safetensors.index.json"
 def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:
     """(the safetensors files to read, the index's weight_map: tensor name -> file name; None for one file)."""
     single, index = directory / WEIGHTS_NAME, directory / INDEX_NAME
+    for path in (single, index):
+        if broken_link(path):  # was "has neither model.safetensors nor ...": it has, as a link to nothing
+            raise FileNotFoundError(f"from_pretrained: {broken_link(path)}")
     if single.exists():
         return [single], None
     if index.exists():
@@ -64,8 +67,10 @@ def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:
                                   f" (each must be a file name in the folder)")
         absent = [name for name, f in zip(names, files) if not f.exists()]
         if absent:
+            links = [broken_link(directory / name) for name in absent if broken_link(directory / name)]
             raise PretrainedError(f"from_pretrained: {str(index)!r} names shard(s) missing from the folder: "
-                                  f"{', '.join(absent[:3])} (an incomplete download? fetch the folder again)")
+                                  f"{', '.join(absent[:3])} (an incomplete download? fetch the folder again)"
+                                  + (f"; {links[0]}" if links else ""))
         return files, weight_map
     pickles = sorted(p.name for p in directory.glob("pytorch_model*.bin"))
     if pickles:  # mamba_ssm's own checkpoints (state-spaces/mamba2-*) ship only pytorch_model.bin
