@@ -4,6 +4,7 @@ the numbers and the JSON on stdout unchanged; a folder's report lists each file'
 the totals."""
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -263,10 +264,18 @@ def test_a_model_giving_nan_is_one_error_line_and_an_earlier_report_stays(tmp_pa
     assert _run_eval(folder, data, "--json", str(out)) == cli.EXIT_OK
     before = out.read_bytes()
     weights = load_file(folder / "model.safetensors")
-    weights["backbone.norm_f.weight"][0] = np.nan
+    weights["backbone.norm_f.weight"][0] = np.nan                       # refused at load now, naming the tensor
     save_file(folder / "model.safetensors", weights)
     capsys.readouterr()
-    assert _run_eval(folder, data, "--json", str(out)) == cli.EXIT_DIVERGED
+    assert _run_eval(folder, data, "--json", str(out)) == cli.EXIT_USAGE
+    assert "tensor 'backbone.norm_f.weight' holds 1 non-finite value(s)" in capsys.readouterr().err
+    assert out.read_bytes() == before
+    weights["backbone.norm_f.weight"][:] = 3e38                         # finite weights whose logits overflow
+    save_file(folder / "model.safetensors", weights)
+    with warnings.catch_warnings(record=True) as said:                  # NumPy's, from the products' helper
+        warnings.simplefilter("always")                                 # threads (np.errstate is per thread)
+        assert _run_eval(folder, data, "--json", str(out)) == cli.EXIT_DIVERGED
+    assert not [w for w in said if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in said]
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "the model's loss on this text is nan" in lines[0] and "no report" in lines[0], lines
     assert out.read_bytes() == before

@@ -46,6 +46,7 @@ def on_threads(work, n_blocks: int, threads: int | None = None):
         _pool_pid = os.getpid()
     lock = threading.Condition()
     state = {"closed": False, "busy": 0, "errors": []}
+    errstate = np.geterr()  # thread-local: the caller's np.errstate (the CLI's) holds for its blocks on the helpers too
 
     def helper(share):
         with lock:
@@ -53,7 +54,8 @@ def on_threads(work, n_blocks: int, threads: int | None = None):
                 return
             state["busy"] += 1
         try:
-            work(blocks(), share)
+            with np.errstate(**errstate):
+                work(blocks(), share)
         except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
             state["errors"].append(error)
         finally:
