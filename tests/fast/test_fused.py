@@ -350,3 +350,19 @@ def test_dt_softplus_gradcheck():
     r = np.random.default_rng(2)
     assert gradcheck(lambda a, b_: fused.dt_softplus(a, b_, 0.1, 2.0), r.uniform(-2, 2, (3, 4)), r.uniform(-1, 1, 4))
     assert gradcheck(lambda a, b_: fused.dt_softplus(a, b_), r.uniform(-8, 18, (3, 4)), r.uniform(-1, 1, 4))  # unclipped
+
+
+def test_the_callers_errstate_holds_on_the_helper_threads():
+    """np.errstate is per thread: the CLI's errstate (NumPy's overflow warnings off: it says a NaN in one line)
+    missed the blocks the pool's threads computed, and their warnings came out before the error line."""
+    from tinygrad_ssm.fast.row_blocks import on_threads
+    seen = {}
+
+    def work(blocks, share):
+        for _ in blocks:
+            seen.setdefault(share, np.geterr()["over"])
+            time.sleep(0.01)                                            # every thread takes blocks
+    with np.errstate(over="ignore"):
+        on_threads(work, 8, threads=2)
+    assert seen == {0: "ignore", 1: "ignore"}, seen
+    assert np.geterr()["over"] != "ignore"                              # the caller's own state back as it was
