@@ -198,3 +198,17 @@ def test_a_snapshot_whose_blobs_are_gone_names_the_dangling_links(tmp_path):
     with pytest.raises(PretrainedError, match=r"names shard\(s\) missing .*; '.*model-00001.*' is a link to "
                                               r"'.*gone.safetensors', which is missing"):
         Mamba2LMHeadModel.from_pretrained(sharded)
+
+
+def test_a_single_weight_file_beside_an_index_is_read_with_a_warning(tmp_path):
+    """A stale model.safetensors beside a newer index and its shards was read without a word (as transformers reads
+    it): the load now says it holds both and which it read."""
+    model, old = (small_model(seed=seed, tie_embeddings=False, dtype="float32") for seed in (8, 9))
+    model.save_pretrained(tmp_path / "new")
+    _sharded(tmp_path / "new", model)
+    old.save_pretrained(tmp_path / "old")
+    (tmp_path / "new" / "model.safetensors").write_bytes((tmp_path / "old" / "model.safetensors").read_bytes())
+    with pytest.warns(UserWarning, match=r"holds both model.safetensors and model.safetensors.index.json: reading "
+                                         r"model.safetensors, as transformers does"):
+        loaded = Mamba2LMHeadModel.from_pretrained(tmp_path / "new")
+    assert np.array_equal(loaded(IDS).data, old(IDS).data)

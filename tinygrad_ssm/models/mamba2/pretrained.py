@@ -43,6 +43,9 @@ def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:
         if broken_link(path):  # was "has neither model.safetensors nor ...": it has, as a link to nothing
             raise FileNotFoundError(f"from_pretrained: {broken_link(path)}")
     if single.exists():
+        if index.exists():  # which one is stale cannot be told from here; transformers reads model.safetensors too
+            warnings.warn(f"from_pretrained: {str(directory)!r} holds both {WEIGHTS_NAME} and {INDEX_NAME}: reading "
+                          f"{WEIGHTS_NAME}, as transformers does; remove the stale one", stacklevel=4)
         return [single], None
     if index.exists():
         require_regular_file(index, "from_pretrained: weight index", PretrainedError)
