@@ -125,3 +125,17 @@ def test_a_starting_folder_without_safetensors_weights_is_a_usage_error(corpus, 
     assert code == cli.EXIT_USAGE, err
     assert "holds pytorch_model.bin, PyTorch's pickle format" in err and "cannot write" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_starting_folder_with_a_nan_weight_is_refused_naming_it(corpus, tmp_path, capsys):
+    """Refused by the load itself (from_pretrained checks every weight as it reads it), before any run folder."""
+    from tinygrad_ssm.io.safetensors import load_file, save_file
+    folder = write_checkpoint("save_pretrained", tmp_path / "start", _model())
+    weights = load_file(folder / "model.safetensors")
+    weights["backbone.norm_f.weight"][1] = float("inf")
+    save_file(folder / "model.safetensors", weights)
+    code = cli.main(["train", "--init-from", str(folder), "--data", str(corpus), "--steps", "1", "--no-progress",
+                     "--out", str(tmp_path / "run"), *_flags(SETTINGS)])
+    assert code == cli.EXIT_USAGE
+    assert "tensor 'backbone.norm_f.weight' holds 1 non-finite value(s)" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

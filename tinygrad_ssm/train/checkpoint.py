@@ -21,7 +21,7 @@ from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR
                               check_file_digests, checkpoint_names, file_digest, is_digest_record,
                               resolve_checkpoint, run_dir_of, step_of)
 from ..io.file_checks import require_regular_file
-from ..io.finite import non_finite_problems  # noqa: F401 (step.py and starting_point.py take it from here)
+from ..io.finite import non_finite_problems  # noqa: F401 (step.py takes it from here)
 from ..io.safetensors import load_file, save_file
 from ..models.mamba2.checkpoint_config import NotMambaSsmLoadableWarning
 from .checks import train_config_problems

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..io.atomic_write import new_temporary_folder, write_atomic
-from ..io.finite import non_finite_problems
 from ..io.safetensors import STORED_DTYPES
 from ..models.mamba2 import Mamba2LMHeadModel
 from ..models.mamba2.pretrained import LAYOUTS, stored_dtypes
@@ -172,10 +171,7 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
         raise ExportError(f"--model {str(folder)!r} holds {loaded.weights_format}-quantized weights, which "
                           f"transformers' Mamba2ForCausalLM cannot read; export the float model's folder it was "
                           f"quantized from, or give --layout mamba_ssm (read by this package only)")
-    bad = non_finite_problems(loaded.varmap.named_vars())
-    if bad:
-        raise ExportError(f"--model {str(folder)!r}: {'; '.join(bad[:3])}; nothing was written to {str(out)!r}: "
-                          f"export an earlier checkpoint (RUN/checkpoints/step-N) whose weights are finite")
+    # (a NaN or inf weight was refused by the load, naming the tensor: nothing is written)
     files, byte_level = _tokenizer_texts(tok)
     generation = folder / GENERATION_CONFIG_FILE
     if generation.is_file():

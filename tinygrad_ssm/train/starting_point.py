@@ -25,7 +25,6 @@ from ..models.mamba2.quantized_files import QUANTIZATION_KEY
 from ..registry import VarMap
 from ..tokenizer import (BYTES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, ByteTokenizer, FileTokenizer, check_fits,
                          load_tokenizer)
-from .checkpoint import non_finite_problems
 from .generate import config_eos, load_tokenizer_for, resolve_model_folder
 from .generation_config import GENERATION_CONFIG_FILE, _read_json
 
@@ -174,10 +173,7 @@ def build_model(cfg, tokenizer, state: dict | None = None):
             model = Mamba2LMHeadModel.from_pretrained(cfg.init_from, dtype=cfg.dtype, backend=cfg.backend)
         except FileNotFoundError as e:  # a weight file the folder lacks: the flag's problem (the CLI's exit 2), not
             raise PretrainedError(str(e)) from None  # an OSError of the run's own files (exit 74: cannot write)
-        bad = non_finite_problems(model.varmap.named_vars())
-        if bad:
-            raise ValueError(f"--init-from {cfg.init_from!r}: the weights are not finite ({'; '.join(bad[:3])}); "
-                             f"start from another checkpoint")
+        # (a NaN or inf weight is refused by from_pretrained itself, naming the tensor: never trained on)
         check_fits(tokenizer, model.config.vocab_size, cfg.init_from)
         model.config.chunk_size = cfg.chunk_size  # speed only: the results are equal up to rounding
         cfg.init_from_sha256 = starting_files(cfg)  # saved with the run's settings (trainer_state.json, run.json)

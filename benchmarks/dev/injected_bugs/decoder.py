@@ -266,7 +266,7 @@ BUGS = [
         ('tests/models/test_config_files.py', '-k', 'model_type'), 'a Mamba-1 or hybrid config (model_type mamba, nemotron_h) is read as Mamba-2'),
     Bug('tinygrad_ssm/models/mamba2/checkpoint_config.py', '    meaningful = tuple(known if meaningful is None else meaningful)', '    meaningful = tuple(known)',
         ('tests/models/test_config_files.py', '-k', 'model_type'), "transformers' _attn_implementation_autoset refused as a misspelling of an ignored key"),
-    Bug('tinygrad_ssm/models/mamba2/pretrained.py', "        if broken_link(path):  # was", "        if False:  # was",
+    Bug('tinygrad_ssm/models/mamba2/pretrained.py', "        if why := broken_link(path):  # was", "        if False:  # was",
         ('tests/models/test_checkpoint_agreement.py', '-k', 'blobs_are_gone'), "a snapshot's weights linked to a removed blob: 'has neither model.safetensors nor ...'"),
     Bug('tinygrad_ssm/fast/row_blocks.py', "            with np.errstate(**errstate):\n                work(blocks(), share)", "            if True:\n                work(blocks(), share)",
         ('tests/fast/test_fused.py', '-k', 'errstate'), "the CLI's np.errstate misses the products' helper threads: NumPy's overflow warnings before eval's one error line"),

@@ -40,8 +40,8 @@ def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:
     """(the safetensors files to read, the index's weight_map: tensor name -> file name; None for one file)."""
     single, index = directory / WEIGHTS_NAME, directory / INDEX_NAME
     for path in (single, index):
-        if broken_link(path):  # was "has neither model.safetensors nor ...": it has, as a link to nothing
-            raise FileNotFoundError(f"from_pretrained: {broken_link(path)}")
+        if why := broken_link(path):  # was "has neither model.safetensors nor ...": it has, as a link to nothing
+            raise FileNotFoundError(f"from_pretrained: {why}")
     if single.exists():
         if index.exists():  # which one is stale cannot be told from here; transformers reads model.safetensors too
             warnings.warn(f"from_pretrained: {str(directory)!r} holds both {WEIGHTS_NAME} and {INDEX_NAME}: reading "
@@ -70,7 +70,7 @@ def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:
                                   f" (each must be a file name in the folder)")
         absent = [name for name, f in zip(names, files) if not f.exists()]
         if absent:
-            links = [broken_link(directory / name) for name in absent if broken_link(directory / name)]
+            links = [why for why in (broken_link(directory / name) for name in absent) if why]
             raise PretrainedError(f"from_pretrained: {str(index)!r} names shard(s) missing from the folder: "
                                   f"{', '.join(absent[:3])} (an incomplete download? fetch the folder again)"
                                   + (f"; {links[0]}" if links else ""))
