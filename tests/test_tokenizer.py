@@ -2,8 +2,10 @@
 exactly what decoding every id at once prints; a tokenizer that does not fit a model is refused, naming both sizes."""
 import importlib.util
 import json
+import warnings
 
 import numpy as np
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -131,6 +133,25 @@ def test_a_tokenizer_far_smaller_than_the_models_vocabulary_is_refused(bpe_token
         find_tokenizer(tmp_path, 320 + 129)
     with pytest.raises(TokenizerError, match="has 256 tokens but the model .* vocabulary of 50280: 50024 of"):
         find_tokenizer(tmp_path, 50280, override="bytes")
+
+def test_a_tokenizer_other_than_the_models_own_is_used_with_a_warning(bpe_tokenizer, tmp_path):
+    """--tokenizer bytes on a folder whose model was trained on a 320-token BPE fits the size check (320 rows are
+    256 + 64 of padding), and every text would come out wrong: the override is taken, with a warning naming both
+    tokenizers; one of the same vocabulary, or a folder with no tokenizer of its own, gives none."""
+    (tmp_path / "tokenizer.json").write_bytes(bpe_tokenizer.read_bytes())
+    with pytest.warns(UserWarning, match=r"--tokenizer 'bytes' \(256 tokens\) replaces the tokenizer of the model "
+                                         r"in .* \(320 tokens\), which it was trained with"):
+        assert find_tokenizer(tmp_path, 320, override="bytes").name == "bytes"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert find_tokenizer(tmp_path, 320, override=str(bpe_tokenizer)).vocab_size == 320   # the same one
+        assert find_tokenizer(tmp_path / "elsewhere", 320, override=str(bpe_tokenizer)).vocab_size == 320
+        assert find_tokenizer(tmp_path / "elsewhere", 256, override="bytes").name == "bytes"
+    small_run = tmp_path / "small"                                    # a run of ours trained on bytes
+    small_run.mkdir()
+    with pytest.warns(UserWarning, match=r"\(320 tokens\) replaces .* 'bytes' \(256 tokens\)"):
+        find_tokenizer(small_run, 320, override=str(bpe_tokenizer), is_our_run=True)
+
 
 def test_bad_tokenizer_files_are_named(tmp_path):
     with pytest.raises(TokenizerError, match="no such file"):

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shlex
+import warnings
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -451,29 +452,45 @@ def find_tokenizer(model_dir: str | Path, vocab_size: int, *, override: str | No
                    eos_token_id: int | None = None):
     """The tokenizer of the model in `model_dir`: `override` (--tokenizer) if given, else the folder's
     tokenizer.json (a checkpoint folder of ours: also its run folder's), else bytes for a model of 256 ids or
-    one our training wrote (`is_our_run`). Checked against the model's vocabulary size."""
+    one our training wrote (`is_our_run`). Checked against the model's vocabulary size. An override with another
+    vocabulary than the folder's own tokenizer is used, with a warning naming both (a model of 300 ids trained on
+    a BPE passed `--tokenizer bytes` fits the size check, and every text would come out wrong)."""
     folder = Path(model_dir)
-    if override is not None:
-        tok = load_tokenizer(override, eos_token_id)
+    if override is None:
+        tok = _own_tokenizer(folder, vocab_size, is_our_run, eos_token_id)
+        check_fits(tok, vocab_size, folder)
     else:
-        own = folder / TOKENIZER_FILE
-        if os.path.lexists(own) and not own.is_file():  # was read as "none": bytes for a small model, no word
-            raise TokenizerError(f"{broken_link(own) or repr(str(own)) + ' is not a regular file'}; or give "
-                                 f"--tokenizer PATH")
-        found = next((p for p in (folder / TOKENIZER_FILE, folder.parent.parent / TOKENIZER_FILE)
-                      if p.is_file() and (p.parent == folder or folder.parent.name == "checkpoints")), None)
-        if found is not None:
-            tok = FileTokenizer(found, eos_token_id)
-        elif is_our_run or vocab_size <= 256:
-            tok = ByteTokenizer()
-        else:
-            found = any((folder / name).is_file() for name in OTHER_TOKENIZER_FILES)
-            raise TokenizerError(f"{no_tokenizer_json(folder)}" + ("" if found else
-                                 f" and its model has a vocabulary of {vocab_size} (not bytes): pass --tokenizer "
-                                 f"PATH with the tokenizer.json it was trained with (for state-spaces/mamba2-*: "
-                                 f"EleutherAI/gpt-neox-20b's)"))
-    check_fits(tok, vocab_size, folder)
+        tok = load_tokenizer(override, eos_token_id)
+        check_fits(tok, vocab_size, folder)
+        try:
+            own = _own_tokenizer(folder, vocab_size, is_our_run, eos_token_id)
+        except TokenizerError:                                          # none of its own: nothing to compare
+            own = None
+        if own is not None and own.vocab_size != tok.vocab_size:
+            warnings.warn(f"--tokenizer {str(override)!r} ({tok.vocab_size} tokens) replaces the tokenizer of the "
+                          f"model in {str(folder)!r}, {own.name!r} ({own.vocab_size} tokens), which it was trained "
+                          f"with: the same ids are other text in the two; leave --tokenizer out to use the model's "
+                          f"own", stacklevel=2)
     return tok
+
+
+def _own_tokenizer(folder: Path, vocab_size: int, is_our_run: bool, eos_token_id: int | None):
+    """find_tokenizer without an override: the folder's tokenizer.json, else bytes where that is the model's."""
+    own = folder / TOKENIZER_FILE
+    if os.path.lexists(own) and not own.is_file():  # was read as "none": bytes for a small model, no word
+        raise TokenizerError(f"{broken_link(own) or repr(str(own)) + ' is not a regular file'}; or give "
+                             f"--tokenizer PATH")
+    found = next((p for p in (folder / TOKENIZER_FILE, folder.parent.parent / TOKENIZER_FILE)
+                  if p.is_file() and (p.parent == folder or folder.parent.name == "checkpoints")), None)
+    if found is not None:
+        return FileTokenizer(found, eos_token_id)
+    if is_our_run or vocab_size <= 256:
+        return ByteTokenizer()
+    found = any((folder / name).is_file() for name in OTHER_TOKENIZER_FILES)
+    raise TokenizerError(f"{no_tokenizer_json(folder)}" + ("" if found else
+                         f" and its model has a vocabulary of {vocab_size} (not bytes): pass --tokenizer "
+                         f"PATH with the tokenizer.json it was trained with (for state-spaces/mamba2-*: "
+                         f"EleutherAI/gpt-neox-20b's)"))
 
 
 PADDING_ROWS = 128  # the most rows a checkpoint's vocabulary has past its tokenizer's (padding to a multiple)

@@ -108,7 +108,8 @@ def test_eval_defaults_to_the_runs_validation_split(bpe_run, capsys):
 def test_eval_of_the_runs_split_with_another_tokenizer_names_the_tokenizer_not_the_data(bpe_run, capsys):
     """--tokenizer bytes on a BPE run: eval said the run's data had changed since (files added, removed or edited),
     though it had not (found by a fuzz of the command line)."""
-    assert cli.main(["eval", "--model", str(bpe_run), "--tokenizer", "bytes", "--no-progress"]) == cli.EXIT_USAGE
+    with pytest.warns(UserWarning, match="--tokenizer 'bytes' .* replaces the tokenizer of the model"):
+        assert cli.main(["eval", "--model", str(bpe_run), "--tokenizer", "bytes", "--no-progress"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert "--tokenizer bytes is not the tokenizer this run trained with" in err and "has changed" not in err, err
 
@@ -187,7 +188,8 @@ def test_init_from_refuses_model_flags_and_a_tokenizer_that_does_not_fit(bpe_run
         assert cli.main([*base, flag, "8"]) == cli.EXIT_USAGE
         assert f"takes the model's shape from the checkpoint; leave out {flag}" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
-    assert cli.main(["generate", "--model", str(bpe_run), "--tokenizer", "bytes"]) == cli.EXIT_OK  # 256 <= 320
+    with pytest.warns(UserWarning, match=r"--tokenizer 'bytes' \(256 tokens\) replaces .* \(320 tokens\)"):
+        assert cli.main(["generate", "--model", str(bpe_run), "--tokenizer", "bytes"]) == cli.EXIT_OK  # 256 <= 320
     capsys.readouterr()
     quantized = Mamba2LMHeadModel.from_pretrained(bpe_run)
     quantized.quantize("int8")
@@ -198,6 +200,18 @@ def test_init_from_refuses_model_flags_and_a_tokenizer_that_does_not_fit(bpe_run
     assert "holds quantized weights (int8), for inference only; fine-tune from the float checkpoint" in \
         capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_init_from_with_another_tokenizer_warns_naming_both(bpe_run, corpus, tmp_path, capsys):
+    """--init-from's --tokenizer went unchecked against the folder's own: a 320-row BPE model fine-tuned on bytes
+    started with no word. It runs (the override is the user's call), warning once, naming both tokenizers."""
+    out = tmp_path / "bytes-run"
+    with pytest.warns(UserWarning, match=r"--tokenizer 'bytes' \(256 tokens\) replaces the tokenizer of the model in "
+                                         r".*\(320 tokens\)") as caught:
+        assert cli.main(["train", "--init-from", str(bpe_run), "--data", str(corpus), "--out", str(out), "--steps",
+                         "1", "--tokenizer", "bytes", "--no-progress"]) == cli.EXIT_OK
+    assert sum("replaces the tokenizer" in str(w.message) for w in caught) == 1
+    assert load_model(out)[1].name == "bytes"                          # the run trained, and on bytes
 
 
 def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused(stopped_run, bpe_tokenizer, capsys):

@@ -59,9 +59,9 @@ def resolve_starting_point(cfg, overrides: dict, say=None) -> None:
             say(note)
         for field in MODEL_SHAPE_FIELDS:
             setattr(cfg, field, getattr(config, field))
-        if "tokenizer" not in overrides:
-            tok = load_tokenizer_for(folder, config.vocab_size)
-            cfg.tokenizer = BYTES if tok.name == BYTES else str(Path(tok.name).absolute())
+        # the folder's own tokenizer, or --tokenizer's (fitted to the model, a warning if not the folder's own)
+        tok = load_tokenizer_for(folder, config.vocab_size, cfg.tokenizer if "tokenizer" in overrides else None)
+        cfg.tokenizer = BYTES if tok.name == BYTES else str(Path(tok.name).absolute())
     if cfg.tokenizer != BYTES:
         tok = load_tokenizer(cfg.tokenizer)      # fails here, naming the flag's file, before any work
         cfg.tokenizer = str(Path(tok.name).absolute())

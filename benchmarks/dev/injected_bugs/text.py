@@ -294,6 +294,13 @@ BUGS = [
     Bug("tinygrad_ssm/tokenizer.py", "    if not found:\n        return f\"{str(folder)!r} holds no {TOKENIZER_FILE}\"",
         "    if True:\n        return f\"{str(folder)!r} holds no {TOKENIZER_FILE}\"", ("tests/test_tokenizer.py", "-k", "another_kind"),
         "a folder of vocab.json + merges.txt: 'holds no tokenizer.json', no word of what it holds or how to convert it"),
-    Bug("tinygrad_ssm/tokenizer.py", "        if os.path.lexists(own) and not own.is_file():", "        if False:",
+    Bug("tinygrad_ssm/tokenizer.py", "    if os.path.lexists(own) and not own.is_file():", "    if False:",
         ("tests/test_tokenizer.py", "-k", "broken"), "a model folder's dangling tokenizer.json link is read as none: bytes for a 256-id model"),
+    # --- 2026-12-07, evening: a --tokenizer other than the model's own ---------------------------------------------
+    Bug("tinygrad_ssm/tokenizer.py", "        if own is not None and own.vocab_size != tok.vocab_size:", "        if False:",
+        ("tests/test_tokenizer.py", "-k", "other_than"), "--tokenizer bytes on a 320-token BPE model's folder: no word"),
+    Bug("tinygrad_ssm/train/starting_point.py",
+        '        tok = load_tokenizer_for(folder, config.vocab_size, cfg.tokenizer if "tokenizer" in overrides else None)',
+        '        tok = load_tokenizer_for(folder, config.vocab_size, None)', ("tests/train/test_tokenized_runs.py", "-k", "another_tokenizer"),
+        "--init-from DIR --tokenizer X trains on the folder's own tokenizer"),
 ]
