@@ -15,7 +15,8 @@ PACKAGE = ROOT / "tinygrad_ssm"
 ALLOWED = {
     "autograd": {"autograd"},
     "io": {"io"},
-    "tokenizer": {"tokenizer", "io"},
+    "tokenizer_files": {"tokenizer_files", "io"},
+    "tokenizer": {"tokenizer", "tokenizer_files", "io"},
     "text_stream": {"text_stream"},
     "fast": {"fast", "autograd"},
     "registry": {"registry", "autograd", "io"},
@@ -26,7 +27,7 @@ ALLOWED = {
     "distributed": {"distributed", "autograd", "optim"},
     "models": {"models", "autograd", "fast", "io", "nn", "optim", "registry", "scan"},
     "train": {"train", "autograd", "fast", "io", "nn", "optim", "registry", "diagnostics", "scan", "models",
-              "distributed", "tokenizer", "text_stream"},
+              "distributed", "tokenizer", "tokenizer_files", "text_stream"},
     "__init__": {"__init__", "autograd", "fast", "nn", "optim", "registry", "diagnostics", "scan", "models"},
     "__main__": {"train"},
 }

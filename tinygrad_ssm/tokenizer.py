@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -27,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .io.file_checks import GIT_LFS_FIX, broken_link, is_git_lfs_pointer, require_regular_file
+from .io.file_checks import broken_link, require_regular_file
 from .io.text_pieces import cut_rule, special_tokens_around, text_pieces
+from .tokenizer_files import (OTHER_TOKENIZER_FILES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, configs_beside,  # noqa: F401
+                              no_tokenizer_json, what_it_is)
 
-TOKENIZER_FILE = "tokenizer.json"
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 BYTES = "bytes"  # the name of the byte-level tokenizer wherever a tokenizer is named (flags, train config)
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")  # looked up when no file names the EOS token
 # a long text is tokenized in pieces of about this many bytes (the library's Encoding of a text holds ~175 bytes of
@@ -96,22 +95,16 @@ class ByteTokenizer:
         return "ByteTokenizer()"
 
 
-# kept in a checkpoint's copy; split_special_tokens: transformers reads a special token written in the text as text
-SPECIAL_CONFIG_KEYS = ("bos_token", "eos_token", "add_bos_token", "add_eos_token", "split_special_tokens")
-SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"  # transformers takes bos_token / eos_token from it too
-BOS_EOS_KEYS = ("bos_token", "eos_token")           # read from special_tokens_map.json too; a null kept
-
-
 class FileTokenizer:
     """A tokenizer.json through the `tokenizers` library. encode adds the special tokens its post_processor adds
     (a BOS for a Llama-style tokenizer, nothing for GPT-NeoX's), as transformers' tokenizer(text) does; decode
     skips them (a BOS or an EOS is no text)."""
 
     def __init__(self, path: str | Path, eos_token_id: int | None = None, text: str | None = None,
-                 special_config: dict | None = None):
+                 special_config: dict | None = None, other_config: dict | None = None):
         """`text`: the tokenizer.json's text, already read (e.g. sent by MPI rank 0); `path` then only names it,
-        and `eos_token_id` and `special_config` (its tokenizer_config.json's special-token keys) are taken as
-        given (nothing is looked up beside the path)."""
+        and `eos_token_id`, `special_config` (its tokenizer_config.json's special-token keys) and `other_config`
+        (the rest) are taken as given (nothing is looked up beside the path)."""
         try:
             from tokenizers import Tokenizer
         except ImportError as e:  # a core dependency; only a broken install lacks it
@@ -128,7 +121,7 @@ class FileTokenizer:
                 from None
         except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception with the parser's message)
             raise TokenizerError(f"{str(self.path)!r} is not a tokenizer.json the tokenizers library can read: "
-                                 f"{_what_it_is(self._json, self.path) or e}") from None
+                                 f"{what_it_is(self._json, self.path) or e}") from None
         self._untrimmed_offsets()
         # a file saved with truncation or padding set (a T5 or BERT fine-tune's max_length) would cut and pad every
         # text; transformers' tokenizer(text) does neither, nor does encode
@@ -137,7 +130,8 @@ class FileTokenizer:
         self.name = str(self.path)
         # the ids a model needs rows for: the highest + 1 (a vocabulary with gaps in its ids has fewer entries)
         self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
-        self.special_config = self._read_special_config() if text is None else dict(special_config or {})
+        self.special_config, self.other_config = (configs_beside(self.path.parent) if text is None else
+                                                  (dict(special_config or {}), dict(other_config or {})))
         if self.special_config.get("split_special_tokens") is True:
             self._tok.encode_special_tokens = True  # "<|endoftext|>" written in a text is its characters
         self.eos_token_id = eos_token_id if eos_token_id is not None or text is not None else self._find_eos()
@@ -208,27 +202,6 @@ class FileTokenizer:
             return False
         self._rule, self._around = rule, around
         return True
-
-    def _read_special_config(self) -> dict:
-        """The special-token keys (SPECIAL_CONFIG_KEYS) of the tokenizer_config.json beside the file, as stated
-        (an eos_token of null too: no EOS), and special_tokens_map.json's bos_token and eos_token over them where
-        the config has no added_tokens_decoder, as transformers 5 reads the two (with one it reads only the config)."""
-        config = self._beside(TOKENIZER_CONFIG_FILE)
-        found = {k: config[k] for k in SPECIAL_CONFIG_KEYS
-                 if k in config and (config[k] is not None or k in BOS_EOS_KEYS)}
-        if "added_tokens_decoder" not in config:
-            tokens_map = self._beside(SPECIAL_TOKENS_MAP_FILE)
-            found.update({k: tokens_map[k] for k in BOS_EOS_KEYS if k in tokens_map})
-        return found
-
-    def _beside(self, name: str) -> dict:
-        """The JSON object in the file `name` beside the tokenizer.json ({} where there is none or it is no object)."""
-        path = self.path.parent / name
-        try:
-            stated = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        except (OSError, ValueError):
-            stated = {}
-        return stated if isinstance(stated, dict) else {}
 
     def _find_eos(self) -> int | None:
         """The eos_token stated beside the file (_read_special_config; null: none, as transformers has it), else a
@@ -392,45 +365,6 @@ def _utf8_lengths(data: bytes, text: str) -> np.ndarray:
     points = np.frombuffer(escaped.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)   # (chars,)
     invalid = (points >= 0xDC80) & (points <= 0xDCFF)
     return np.where(invalid, 1, 1 + (points >= 0x80) + (points >= 0x800) + (points >= 0x10000))
-
-
-def _what_it_is(text: str, path: Path) -> str | None:
-    """Why a text the tokenizers library cannot read is no tokenizer.json, where that can be told: a Git LFS pointer,
-    or a JSON object of another file of a tokenizer's folder (vocab.json, tokenizer_config.json)."""
-    if is_git_lfs_pointer(text.encode("utf-8", errors="replace")):
-        return GIT_LFS_FIX
-    try:
-        stated = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(stated, dict) or isinstance(stated.get("model"), dict):  # a tokenizer.json, wrong inside
-        return None
-    if stated and all(isinstance(v, int) for v in stated.values()):             # (it may hold a token "model")
-        kind = "a vocab.json (token -> id)"
-    elif {"tokenizer_class", "added_tokens_decoder", "model_max_length"} & set(stated):
-        kind = "a tokenizer_config.json"
-    else:
-        kind = "a JSON object"
-    beside = path.parent / TOKENIZER_FILE
-    return f"it is {kind}; " + (f"give {str(beside)!r}" if beside.is_file() and beside != path else
-                                no_tokenizer_json(path.parent))
-
-
-# what a folder may hold instead of a tokenizer.json: the files of transformers' slow tokenizers
-OTHER_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.model", "spiece.model", "vocab.txt")
-
-
-def no_tokenizer_json(folder: Path) -> str:
-    """What to say of a folder that holds no tokenizer.json: the tokenizer files it holds instead, and the one
-    command that writes a tokenizer.json from them (where transformers is installed)."""
-    found = [name for name in OTHER_TOKENIZER_FILES if (folder / name).is_file()]
-    if not found:
-        return f"{str(folder)!r} holds no {TOKENIZER_FILE}"
-    command = (f"python -c 'import sys; from transformers import AutoTokenizer; "
-               f"AutoTokenizer.from_pretrained(sys.argv[1]).save_pretrained(sys.argv[1])' {shlex.quote(str(folder))}")
-    return (f"{str(folder)!r} holds no {TOKENIZER_FILE}, only {', '.join(found)} (a tokenizer in transformers' slow "
-            f"format, which this package does not read); write its {TOKENIZER_FILE} once, where transformers is "
-            f"installed, with: {command}")
 
 
 def load_tokenizer(spec: str | Path, eos_token_id: int | None = None):

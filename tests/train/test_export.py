@@ -150,6 +150,41 @@ def test_a_llama_style_tokenizer_keeps_its_bos(tmp_path, capsys):
         (source / "generation_config.json").read_text()
 
 
+def test_the_tokenizers_other_settings_survive_fine_tuning_and_export(corpus, tmp_path, capsys):
+    """A checkpoint's tokenizer_config.json kept only bos/eos/add_bos_token: after fine-tuning and export,
+    AutoTokenizer had no pad_token ("Asking to pad but the tokenizer does not have a padding token"), no unk_token,
+    model_max_length 1e30 and right padding. Every other key is kept now (special_tokens_map.json's tokens over the
+    config's, as transformers reads them), but paths and code of the machine it came from."""
+    _, transformers, _ = _transformers()
+    source = train_byte_fallback([TEXT * 20], tmp_path / "source", template="bos")
+    settings = {"pad_token": "<unk>", "unk_token": "<unk>", "model_max_length": 2048, "padding_side": "left",
+                "name_or_path": "/elsewhere/llama", "tokenizer_file": "/elsewhere/llama/tokenizer.json"}
+    stated = json.loads((source / "tokenizer_config.json").read_text())
+    (source / "tokenizer_config.json").write_text(json.dumps({**stated, **settings}))
+    (source / "special_tokens_map.json").write_text(json.dumps({"mask_token": "<unk>", "pad_token": "<s>"}))
+    vocab = FileTokenizer(source / "tokenizer.json").vocab_size
+    config = Mamba2Config(d_model=32, n_layer=1, vocab_size=vocab, d_state=16, headdim=16, chunk_size=8)
+    Mamba2LMHeadModel(config, VarMap(seed=2)).save_pretrained(source)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(source))
+    run = tmp_path / "run"
+    flags = [part for k, v in {**TINY, "steps": 1}.items() if k not in ("d_model", "n_layer", "d_state", "headdim")
+             for part in (f"--{k.replace('_', '-')}", str(v))]
+    assert cli.main(["train", "--init-from", str(source), "--data", str(corpus), "--out", str(run), "--no-progress",
+                     *flags]) == cli.EXIT_OK
+    capsys.readouterr()
+    kept = json.loads((run / "checkpoints" / "step-000001" / "tokenizer_config.json").read_text())
+    assert {k: kept.get(k) for k in settings} == {**{k: settings[k] for k in list(settings)[:4]}, "pad_token": "<s>",
+                                                   "name_or_path": None, "tokenizer_file": None}
+    assert kept["mask_token"] == "<unk>"              # the map's tokens over the config's (it has no added_tokens_decoder)
+    code, _, err = _export(capsys, "--model", run, "--out", tmp_path / "out")
+    assert code == cli.EXIT_OK, err
+    exported = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "out"))
+    for name in ("pad_token", "unk_token", "mask_token", "model_max_length", "padding_side", "bos_token", "eos_token"):
+        assert getattr(exported, name) == getattr(theirs, name), name
+    texts = ["a", "the state space model"]
+    assert exported(texts, padding=True)["input_ids"] == theirs(texts, padding=True)["input_ids"]
+
+
 # --- refusals: each names the path and the fix, and leaves everything as it was -------------------------------
 
 def _refused(capsys, tmp_path, model, out, *patterns) -> None:

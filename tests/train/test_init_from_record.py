@@ -75,7 +75,8 @@ def test_a_fine_tuning_run_keeps_its_starting_folders_generation_config(bpe_toke
     """--init-from's generation_config.json (greedy, 3 new tokens, two stop ids) was left behind: the run's
     checkpoints and their export sampled at 0.8 for 300 tokens and stopped at the tokenizer's EOS alone.
     Every checkpoint holds it now, --resume keeps it, export copies it (as transformers' Trainer saves the model's
-    generation_config); with --tokenizer replacing the folder's own tokenizer it is left out (its ids are that one's)."""
+    generation_config); with --tokenizer replacing the folder's own tokenizer it is left out with a warning (its ids
+    are that one's), but kept for a copy of the folder's own (it was dropped for a copy, without a word)."""
     from tinygrad_ssm.train.export import export
     from tinygrad_ssm.train.generation_config import read_generation_defaults
     folder = write_checkpoint("save_pretrained", tmp_path / "start", _model(vocab_size=320), tokenizer_json=bpe_tokenizer)
@@ -91,14 +92,34 @@ def test_a_fine_tuning_run_keeps_its_starting_folders_generation_config(bpe_toke
     assert defaults == read_generation_defaults(folder, 320) and defaults.eos_token_ids == (0, 5)
     export(run, tmp_path / "exported")
     assert (tmp_path / "exported" / "generation_config.json").is_file()
-    elsewhere = tmp_path / "tokenizer_elsewhere.json"
-    elsewhere.write_bytes(bpe_tokenizer.read_bytes())
+    copy = tmp_path / "tokenizer_copy.json"                         # the folder's own, kept elsewhere: the same ids
+    copy.write_bytes(bpe_tokenizer.read_bytes())
+    same = tmp_path / "same"
+    train(TrainConfig(**SETTINGS, steps=1, data=str(corpus), out=str(same), init_from=str(folder), tokenizer=str(copy)),
+          progress=False, say=quiet)
+    assert (same / "checkpoints" / "step-000001" / "generation_config.json").read_text() == text
+    elsewhere = tmp_path / "tokenizer_elsewhere.json"               # another tokenizer of the same size: two ids swapped
+    spec = json.loads(bpe_tokenizer.read_text())
+    vocab = spec["model"]["vocab"]
+    first, second = sorted(vocab, key=vocab.get)[100:102]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    elsewhere.write_text(json.dumps(spec))
     other = tmp_path / "other"
-    train(TrainConfig(**SETTINGS, steps=1, data=str(corpus), out=str(other), init_from=str(folder),
-                      tokenizer=str(elsewhere)), progress=False, say=quiet)
+    with pytest.warns(UserWarning, match=r"its generation_config.json is not kept in the run's checkpoints: .* which "
+                                         r"--tokenizer '.*tokenizer_elsewhere.json' replaces"):
+        train(TrainConfig(**SETTINGS, steps=1, data=str(corpus), out=str(other), init_from=str(folder),
+                          tokenizer=str(elsewhere)), progress=False, say=quiet)
     assert not (other / "checkpoints" / "step-000001" / "generation_config.json").exists()
     state = json.loads((other / "checkpoints" / "step-000001" / "trainer_state.json").read_text())
     assert state["train_config"]["tokenizer"] == str(elsewhere)     # a TrainConfig's tokenizer is not replaced
+    on_bytes = tmp_path / "on_bytes"                                  # bytes for a BPE model: its stop ids kept before
+    with pytest.warns(UserWarning) as caught:
+        assert cli.main(["train", "--init-from", str(folder), "--data", str(corpus), "--out", str(on_bytes),
+                         "--tokenizer", "bytes", "--no-progress", *_flags({**SETTINGS, "steps": 1})]) == cli.EXIT_OK
+    said = [str(w.message) for w in caught]
+    assert any("its generation_config.json is not kept" in m for m in said), said
+    assert any("--tokenizer 'bytes' (256 tokens) replaces the tokenizer" in m for m in said), said
+    assert not (on_bytes / "checkpoints" / "step-000001" / "generation_config.json").exists()
 
 
 def test_a_train_config_spelling_out_another_shape_than_the_checkpoints_is_refused(corpus, tmp_path):
@@ -139,3 +160,16 @@ def test_a_starting_folder_with_a_nan_weight_is_refused_naming_it(corpus, tmp_pa
     assert code == cli.EXIT_USAGE
     assert "tensor 'backbone.norm_f.weight' holds 1 non-finite value(s)" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_init_from_keeps_the_checkpoints_chunk_size_unless_given(corpus, tmp_path):
+    """The run took TrainConfig's default chunk (64) over the checkpoint's, so fine-tuning mamba2-130m (chunk 256)
+    and exporting wrote chunk 64 without a word: the checkpoint's is kept now, --chunk-size still overrides it."""
+    folder = write_checkpoint("transformers", tmp_path / "start", _model())        # chunk_size 16 (SHAPE)
+    kept, given = tmp_path / "kept", tmp_path / "given"
+    train(TrainConfig(**SETTINGS, steps=1, data=str(corpus), out=str(kept), init_from=str(folder)), progress=False,
+          say=quiet)
+    assert Mamba2LMHeadModel.from_pretrained(kept).config.chunk_size == 16
+    assert cli.main(["train", "--init-from", str(folder), "--data", str(corpus), "--out", str(given), "--chunk-size",
+                     "8", "--no-progress", *_flags({**SETTINGS, "steps": 1})]) == cli.EXIT_OK
+    assert Mamba2LMHeadModel.from_pretrained(given).config.chunk_size == 8

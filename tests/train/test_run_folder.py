@@ -116,8 +116,32 @@ def test_resume_takes_the_data_path_however_it_is_spelled(run, monkeypatch, tmp_
     for i, spelling in enumerate((saved.name, f"../{saved.parent.name}/{saved.name}")):
         copy = shutil.copytree(run, tmp_path / f"copy{i}", symlinks=True)
         assert resume(copy, overrides={"data": spelling}).status == "done"
-    with pytest.raises(ValueError, match=r"--data \(saved .*, given 'elsewhere.txt'\)"):
+    with pytest.raises(ValueError, match=r"--data path 'elsewhere.txt' does not exist"):
         resume(run, overrides={"data": "elsewhere.txt"})
+
+
+def test_a_run_resumes_on_its_data_moved_elsewhere_and_on_no_other(corpus, tmp_path):
+    """A --data folder moved elsewhere could not be resumed at all (--data was pinned to the saved path, and without
+    it the error was "--data path ... does not exist", naming a flag not given); the data's fingerprint already held
+    the content to the run's. Now the new place is taken, other data is refused saying what differs, and a saved
+    place that is gone is named with the fix."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(corpus, data / "text.txt")
+    run = tmp_path / "run"
+    train(TrainConfig(**TINY, steps=2, data=str(data), out=str(run)), stop_at=1, progress=False, say=quiet)
+    moved = data.rename(tmp_path / "moved")
+    with pytest.raises(ValueError, match=r"--resume: the run's --data '.*data' no longer exists; if it was moved, give "
+                                         r"its new place with --data PATH"):
+        resume(run)
+    edited = shutil.copytree(moved, tmp_path / "edited")
+    (edited / "text.txt").write_bytes((edited / "text.txt").read_bytes()[:-1000])
+    with pytest.raises(ValueError, match=r"is not the one this run was trained on: the training split has \d+ ids, "
+                                         r"not \d+.*; resume on the data the run read"):
+        resume(run, overrides={"data": str(edited)})
+    assert resume(run, overrides={"data": str(moved)}).step == 2
+    state = json.loads((ckpt.resolve_checkpoint(run) / ckpt.STATE_FILE).read_text())
+    assert state["train_config"]["data"] == str(moved)
 
 
 def test_a_new_run_may_reuse_a_folder_of_ours_without_a_checkpoint(corpus, tmp_path):

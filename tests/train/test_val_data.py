@@ -98,12 +98,20 @@ def test_the_run_validates_on_it_and_eval_reads_it(val_run, texts, capsys):
 
 
 def test_resume_keeps_it_and_refuses_another(val_run, texts, tmp_path, capsys, monkeypatch):
-    run = tmp_path / "run"
+    """Another validation text is refused, saying what differs; the same text at another place (moved, or a copy)
+    is taken, as is the same file spelled otherwise."""
+    run, moved_run = tmp_path / "run", tmp_path / "moved_run"
     shutil.copytree(val_run, run, symlinks=True)
+    shutil.copytree(val_run, moved_run, symlinks=True)
     other = tmp_path / "other.txt"
-    other.write_bytes((texts / "val.txt").read_bytes())
+    other.write_bytes((texts / "val.txt").read_bytes() + b"one more line\n")
     assert cli.main(["train", "--resume", str(run), "--val-data", str(other), "--steps", "3"]) == cli.EXIT_USAGE
-    assert f"--val-data (saved '{texts / 'val.txt'}', given '{other}')" in capsys.readouterr().err
+    assert "is not the one this run was trained on: the validation split has" in capsys.readouterr().err
+    other.write_bytes((texts / "val.txt").read_bytes())                 # the same text elsewhere
+    assert cli.main(["train", "--resume", str(moved_run), "--val-data", str(other), "--steps", "3",
+                     "--no-progress"]) == cli.EXIT_OK
+    state = json.loads((moved_run / "checkpoints" / "step-000003" / "trainer_state.json").read_text())
+    assert state["train_config"]["val_data"] == str(other)
     monkeypatch.chdir(texts)                                             # the same file, spelled relatively
     assert cli.main(["train", "--resume", str(run), "--val-data", "val.txt", "--steps", "3", "--no-progress"]) == \
         cli.EXIT_OK

@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--init-from", dest="init_from", metavar="DIR", default=None,
                     help="fine-tune: start a new run (step 0, fresh AdamW moments and schedule, its own --out) from "
                          "the weights (and tokenizer) of a model folder (a run, a checkpoint, a save_pretrained / "
-                         "mamba_ssm / transformers folder), which is only read; the model flags come from it. "
+                         "mamba_ssm / transformers folder), which is only read; the model flags (and "
+                         "--chunk-size, unless given) come from it. "
                          "To continue a run with its optimizer state, use --resume")
     tr.add_argument("--tokenizer", metavar="PATH", default=None,
                     help="tokenize --data with this tokenizer.json ('bytes': raw bytes) [bytes, or --init-from's own]")
@@ -111,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "[none: the files (records) joined into one text]")
     tr.add_argument("--resume", metavar="DIR", default=None,
                     help="continue the run in DIR (a run folder or one of its checkpoints) with its saved "
-                         "settings; N steps + resumed steps give the same weights as one uninterrupted run")
+                         "settings; N steps + resumed steps give the same weights as one uninterrupted run "
+                         "(--data / --val-data may name where the data was moved: its content is checked)")
     tr.add_argument("--stop-at", type=int, metavar="STEP", default=None,
                     help="stop after this step (1 to --steps) with a checkpoint (the schedule still spans "
                          "--steps), to split a run into sessions")

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from .checks import flag
 
@@ -63,9 +65,10 @@ class TrainConfig:
     sample_prompt: str = ""  # "" -> the first line of the validation text (see data.sample_prompt_from)
 
     # flags that may differ on --resume without changing the weights the run produces (backend and grad_accum:
-    # the same sums, up to rounding; a run that ran out of memory resumes with a higher --grad-accum)
+    # the same sums, up to rounding; a run that ran out of memory resumes with a higher --grad-accum; data and
+    # val_data: a folder moved elsewhere, its content held to the run's by the data fingerprint)
     RESUME_SAFE = ("out", "eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints", "sample_bytes",
-                   "sample_prompt", "backend", "grad_accum")
+                   "sample_prompt", "backend", "grad_accum", "data", "val_data")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -89,4 +92,9 @@ def _resume_config(saved: dict, overrides: dict) -> TrainConfig:
         raise ValueError("--resume continues the saved run; these settings differ from it and would change "
                          "what it computes: " + ", ".join(f"{flag(k)} (saved {getattr(cfg, k)!r}, given "
                                                           f"{changed[k]!r})" for k in bad))
+    for field in ("data", "val_data"):   # the saved place, gone: say how to give the new one
+        saved_path = getattr(cfg, field)
+        if field not in overrides and saved_path and not os.path.lexists(Path(saved_path).expanduser()):
+            raise ValueError(f"--resume: the run's {flag(field)} {saved_path!r} no longer exists; if it was moved, "
+                             f"give its new place with {flag(field)} PATH (its content is checked against the run's)")
     return dataclasses.replace(cfg, **changed)

@@ -467,3 +467,16 @@ def check_length(data: np.ndarray, seq_len: int, what: str, source: str, files: 
 def bits_per_byte(mean_nats: float, tokens_per_byte: float = 1.0) -> float:
     """Cross entropy in nats per token -> bits per byte (a byte-level run: one token is one byte)."""
     return mean_nats / math.log(2) * tokens_per_byte
+
+
+def fingerprint_differences(saved: dict, now: dict) -> str:
+    """Two runs' data fingerprints (train/loop.py's) told apart in words: their *_bytes keys count the splits' ids
+    (bytes, or a tokenizer's tokens)."""
+    said = []
+    for split, name in (("train", "training"), ("val", "validation")):
+        was, has = saved.get(f"{split}_bytes"), now.get(f"{split}_bytes")
+        if was != has:
+            said.append(f"the {name} split has {has} ids, not {was}")
+        elif saved.get(f"{split}_crc32") != now.get(f"{split}_crc32"):
+            said.append(f"the {name} split's ids differ (as many as before)")
+    return ", ".join(said) or f"saved {saved}, now {now}"

@@ -40,8 +40,8 @@ from . import checkpoint as ckpt
 from .checks import check_train_config, divisors
 from .config import VOCAB_SIZE, TrainConfig, _resume_config  # noqa: F401 (re-exported)
 from .batches import BatchSampler, eval_batches
-from .data import (Corpus, bits_per_byte, check_length, load_corpus, sample_prompt_from, tokenize,
-                   unigram_entropy_bits)
+from .data import (Corpus, bits_per_byte, check_length, fingerprint_differences, load_corpus, sample_prompt_from,
+                   tokenize, unigram_entropy_bits)
 from .generate import escape_controls, sample_text
 from .log import PLOT_FILE, RunLog, plot_curves, plot_unavailable_reason, progress_bar
 from .mpi_cli import python_cmd
@@ -244,8 +244,9 @@ def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = S
                          f"special tokens (a BOS) are added as transformers adds them; start a new run, or fine-tune "
                          f"the checkpoint with --init-from")
     if state is not None and state["data_fingerprint"] != fingerprint:
-        raise ValueError(f"--resume: the corpus {corpus.source!r} is not the one this run was trained on "
-                         f"(saved {state['data_fingerprint']}, now {fingerprint})")
+        raise ValueError(f"--resume: the corpus {corpus.source!r} is not the one this run was trained on: "
+                         f"{fingerprint_differences(saved, fingerprint)}; resume on the data the run read (--data PATH where "
+                         f"it is now, if it was moved), or start a new run from the checkpoint with --init-from")
     return corpus, fingerprint
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import warnings
 from pathlib import Path
 
 from ..io.checkpoints import CheckpointNotFound
@@ -59,6 +60,8 @@ def resolve_starting_point(cfg, overrides: dict, say=None) -> None:
             say(note)
         for field in MODEL_SHAPE_FIELDS:
             setattr(cfg, field, getattr(config, field))
+        if "chunk_size" not in overrides:   # the checkpoint's (speed only), so its checkpoints and exports keep it
+            cfg.chunk_size = config.chunk_size
         # the folder's own tokenizer, or --tokenizer's (fitted to the model, a warning if not the folder's own)
         tok = load_tokenizer_for(folder, config.vocab_size, cfg.tokenizer if "tokenizer" in overrides else None)
         cfg.tokenizer = BYTES if tok.name == BYTES else str(Path(tok.name).absolute())
@@ -158,9 +161,9 @@ def shared_tokenizer(cfg, resume_dir: Path | None, world):
         return tokenizer
     sent = world.broadcast_json(None if not world.is_root or tokenizer.name == BYTES else
                                 [tokenizer.name, tokenizer.to_str(), tokenizer.eos_token_id,
-                                 tokenizer.special_config])
+                                 tokenizer.special_config, tokenizer.other_config])
     return world.agree(lambda: tokenizer if world.is_root else ByteTokenizer() if sent is None else
-                       FileTokenizer(sent[0], sent[2], text=sent[1], special_config=sent[3]))
+                       FileTokenizer(sent[0], sent[2], text=sent[1], special_config=sent[3], other_config=sent[4]))
 
 
 def build_model(cfg, tokenizer, state: dict | None = None):
@@ -201,13 +204,14 @@ def shared_model(cfg, tokenizer, state: dict | None, world):
 def tokenizer_files(tokenizer) -> dict[str, str]:
     """What a checkpoint stores of its run's tokenizer (file name -> text): the tokenizer.json as read (its
     post_processor decides which special tokens encode adds, a BOS for a Llama-style one, here and in
-    transformers), and a tokenizer_config.json with the special-token keys of the one beside the file
-    (bos_token, add_bos_token, ...) and its EOS token, which may have come from beside the file or from the
+    transformers), and a tokenizer_config.json with the keys of the one beside the file (bos_token,
+    add_bos_token, pad_token, model_max_length, ...: all but DROPPED_CONFIG_KEYS, and special_tokens_map.json's
+    tokens it lacks) and its EOS token, which may have come from beside the file or from the
     --init-from folder's config.json (FileTokenizer finds it there again); nothing for bytes."""
     if tokenizer.name == BYTES:
         return {}
     files = {TOKENIZER_FILE: tokenizer.to_str()}
-    config = dict(tokenizer.special_config)
+    config = {**tokenizer.other_config, **tokenizer.special_config}
     if tokenizer.eos_token_id is not None:
         config["eos_token"] = tokenizer.token_text(tokenizer.eos_token_id)
     if config:
@@ -215,19 +219,35 @@ def tokenizer_files(tokenizer) -> dict[str, str]:
     return files
 
 
+def _same_file(a, b) -> bool:
+    """Whether files a and b hold the same bytes (a --tokenizer that is a copy of the folder's own)."""
+    try:
+        return Path(a).read_bytes() == Path(b).read_bytes()
+    except OSError:
+        return False
+
+
 def carried_files(cfg, resume_dir: Path | None) -> dict[str, str]:
     """What every checkpoint copies, beside its tokenizer, from the folder the run's weights came from (file name
     -> text): the generation_config.json of --init-from's folder (its sampling settings, length and stop ids,
-    which generate and export read), or of the checkpoint a run resumes from. Left out where --tokenizer replaced
-    the folder's own tokenizer: its stop ids are ids of that one. A file that is not a JSON object is refused
-    here, naming it, before the run starts."""
+    which generate and export read), or of the checkpoint a run resumes from. Left out, with a warning, where
+    --tokenizer replaced the folder's own tokenizer (by another file, not a copy of it): its stop ids are ids of
+    that one. A file that is not a JSON object is refused here, naming it, before the run starts."""
     source = Path(resume_dir) if resume_dir is not None else Path(cfg.init_from) if cfg.init_from else None
     if source is None:
         return {}
-    own = cfg.tokenizer == BYTES or Path(cfg.tokenizer).parent == source
-    if resume_dir is None and not own:
-        return {}
+    # the tokenizer.json find_tokenizer reads for the folder (a checkpoint's, else its run folder's); none: bytes
+    own_files = [f for f in (source / TOKENIZER_FILE, source.parent.parent / TOKENIZER_FILE)[
+        :2 if source.parent.name == "checkpoints" else 1] if f.is_file()][:1]
+    own = (not own_files if cfg.tokenizer == BYTES else
+           any(Path(cfg.tokenizer) == f.absolute() or _same_file(cfg.tokenizer, f) for f in own_files))
     path = source / GENERATION_CONFIG_FILE
+    if resume_dir is None and not own:
+        if path.is_file():
+            warnings.warn(f"--init-from {str(source)!r}: its {GENERATION_CONFIG_FILE} is not kept in the run's "
+                          f"checkpoints: its stop ids and settings are for the folder's own tokenizer, which "
+                          f"--tokenizer {cfg.tokenizer!r} replaces; give generate the settings as flags", stacklevel=2)
+        return {}
     if _read_json(path) is None:
         return {}
     return {GENERATION_CONFIG_FILE: path.read_text(encoding="utf-8")}

@@ -496,4 +496,13 @@ BUGS = [
         "read_newest reads a checkpoint named itself, and a run whose LATEST stays, three times"),
     Bug("tinygrad_ssm/io/safetensors.py", "    if is_git_lfs_pointer(head + f.read(len(GIT_LFS_POINTER) - 8)):", "    if False:",
         ("tests/io/test_safetensors_header.py", "-k", "lfs"), "a Git LFS pointer as model.safetensors: 'header length over the format's limit'"),
+    # --- 2026-12-07, evening: a run's data moved elsewhere ------------------------------------------------------------
+    Bug("tinygrad_ssm/train/config.py", '                   "sample_prompt", "backend", "grad_accum", "data", "val_data")',
+        '                   "sample_prompt", "backend", "grad_accum")', ("tests/train/test_run_folder.py", "-k", "data"),
+        "a run whose --data folder was moved cannot be resumed (--data pinned to the saved path)"),
+    Bug("tinygrad_ssm/train/config.py", "        if field not in overrides and saved_path and not os.path.lexists(Path(saved_path).expanduser()):",
+        "        if False:", ("tests/train/test_run_folder.py", "-k", "data"),
+        "--resume of a run whose data is gone: '--data path ... does not exist', naming a flag not given, no fix"),
+    Bug("tinygrad_ssm/train/data.py", '            said.append(f"the {name} split has {has} ids, not {was}")', "            pass",
+        ("tests/train/test_run_folder.py", "-k", "data"), "--resume on edited data says only 'saved {...}, now {...}'"),
 ]
