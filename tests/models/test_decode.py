@@ -378,3 +378,46 @@ def test_a_module_replaced_on_the_model_is_what_the_decoder_reads():
     cache = fast.allocate_cache(1)
     fast(ids[:, :2], cache)                                              # prefill (the fused forward)
     np.testing.assert_allclose(fast.step(ids[:, 2], cache).data, fast(ids).data[:, -1], rtol=1e-10, atol=1e-10)
+
+
+class _Lora:
+    """A LoRA wrapper as users write them: the base Linear's call plus x A^T B^T, with the base's .weight exposed."""
+
+    def __init__(self, base, rank=2, seed=0):
+        rng = np.random.default_rng(seed)
+        self.base, self.weight = base, base.weight
+        self.A = Tensor(rng.standard_normal((rank, base.in_features)) * 0.3)
+        self.B = Tensor(rng.standard_normal((base.out_features, rank)) * 0.3)
+
+    def __call__(self, x):
+        return self.base(x) + (x @ self.A.T) @ self.B.T
+
+
+@pytest.mark.parametrize("where", ["in_proj", "lm_head", "subclass"])
+def test_a_wrapper_the_decoder_cannot_compute_is_refused_and_decodes_unfused(where):
+    """A LoRA wrapper around in_proj (or lm_head) exposes the base's .weight: the fused decoder read it and skipped
+    the wrapper's call, and step and generate gave another model's logits and tokens (0.45 off; found by an audit),
+    where forward and loss used the adapter. Now decoding names the module and the fix, and with model.fused = False
+    it decodes through the layers' own calls: the forward's tokens."""
+    from tinygrad_ssm import nn
+    fast, _ = twin_models(seed=6, vocab_size=30, tie_embeddings=where != "lm_head")
+    mixer = fast.layers[0].mixer
+    if where == "in_proj":
+        mixer.in_proj, named = _Lora(mixer.in_proj), "backbone.layers.0.mixer.in_proj is a _Lora, not a Linear"
+    elif where == "lm_head":
+        fast.lm_head, named = _Lora(fast.lm_head), "lm_head is a _Lora, not a Linear"
+    else:
+        class Scaled(nn.Linear):                                        # a subclass with a call of its own
+            def __call__(self, x):
+                return super().__call__(x) * 2.0
+        mixer.out_proj.__class__ = Scaled
+        named = "backbone.layers.0.mixer.out_proj is a Scaled, not a Linear"
+    ids = np.array([[3, 9, 27, 4]])
+    with pytest.raises(ValueError, match=f"decoding: {named}: the fused decoder .* model.fused = False"):
+        next(iter(fast.generate_stream(ids, 3, temperature=0)))
+    with pytest.raises(ValueError, match=named):
+        fast.step(ids[:, 0], fast.allocate_cache(1))
+    fast.fused = False
+    tokens = fast.generate(ids, 3, temperature=0)                        # (1, 4 + 3)
+    for i in range(3):                                                   # each new token the forward's argmax
+        assert tokens[0, 4 + i] == int(np.argmax(fast(tokens[:, :4 + i]).data[0, -1, :30]))

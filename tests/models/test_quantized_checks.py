@@ -66,7 +66,8 @@ def test_every_parameter_the_decoder_reads_is_checked_for_its_shape(place):
 
 def test_a_replaced_weight_of_another_shape_is_refused_by_the_decoder():
     """out_proj.weight = Tensor(w[:10]), or a Linear of another shape made under another name: the float decoder read
-    past it and stepped on (logits off by 3). A module of the right shapes without a name (an adapter) still runs."""
+    past it and stepped on (logits off by 3). A module of another class (an adapter, whose call the decoder would
+    skip: tests/models/test_decode.py) is refused by its class, and decodes with fused=False."""
     model = small_model()
     proj = model.layers[0].mixer.out_proj
     proj.weight = Tensor(proj.weight.data[:10].copy())
@@ -89,6 +90,9 @@ def test_a_replaced_weight_of_another_shape_is_refused_by_the_decoder():
     model = small_model()
     want = model.generate(np.array([[3, 9, 27]]), 3, temperature=0)
     model.layers[0].mixer.out_proj = Adapter(model.layers[0].mixer.out_proj)
+    with pytest.raises(ValueError, match=r"backbone.layers.0.mixer.out_proj is a Adapter, not a Linear"):
+        model.generate(np.array([[3, 9, 27]]), 3, temperature=0)
+    model.fused = False
     np.testing.assert_array_equal(model.generate(np.array([[3, 9, 27]]), 3, temperature=0), want)
 
 

@@ -166,3 +166,38 @@ def test_a_folder_resized_by_transformers_leaves_the_unpadded_size_aside(tmp_pat
         theirs.save_pretrained(tmp_path / "resized")
     back = Mamba2LMHeadModel.from_pretrained(tmp_path / "resized")
     assert back.config.vocab_size == back.config.padded_vocab_size == 80
+
+
+def test_a_loaded_folders_token_ids_and_generation_config_are_saved_again(tmp_path):
+    """from_pretrained then save_pretrained wrote bos/eos/pad null and no generation_config.json (found by an audit):
+    a fine-tuned model no longer stopped at its EOS in transformers, whose own load and save keep both. They are
+    kept now; token_ids given to save_pretrained win, and model.generation_config = None writes none."""
+    source = tmp_path / "source"
+    small_model(True).save_pretrained(source, layout="transformers", token_ids={"bos_token_id": 0, "eos_token_id": 2,
+                                                                                "pad_token_id": 1})
+    generation = {"do_sample": False, "max_new_tokens": 7, "eos_token_id": [2, 5]}
+    (source / "generation_config.json").write_text(json.dumps(generation))
+    model = Mamba2LMHeadModel.from_pretrained(source, dtype="float64")
+    ids = {"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 1}
+    assert model.token_ids == ids and model.generation_config == generation
+    model.save_pretrained(tmp_path / "again", layout="transformers")
+    written = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert {k: written[k] for k in ids} == ids
+    assert json.loads((tmp_path / "again" / "generation_config.json").read_text()) == generation
+    model.save_pretrained(tmp_path / "mamba_ssm")                      # its layout has no token ids; the file, yes
+    assert json.loads((tmp_path / "mamba_ssm" / "generation_config.json").read_text()) == generation
+    model.save_pretrained(tmp_path / "given", layout="transformers", token_ids={"eos_token_id": 3})
+    written = json.loads((tmp_path / "given" / "config.json").read_text())
+    assert (written["bos_token_id"], written["eos_token_id"], written["pad_token_id"]) == (None, 3, None)
+    model.generation_config = None
+    model.save_pretrained(tmp_path / "none", layout="transformers")
+    assert not (tmp_path / "none" / "generation_config.json").exists()
+    assert Mamba2LMHeadModel.from_pretrained(tmp_path / "none").generation_config is None
+    fresh = small_model(True)
+    assert getattr(fresh, "generation_config", None) is None
+    try:
+        _, transformers, _ = _transformers()
+    except pytest.skip.Exception:
+        return
+    theirs = transformers.Mamba2ForCausalLM.from_pretrained(str(tmp_path / "again"))
+    assert theirs.generation_config.eos_token_id == [2, 5] and theirs.config.pad_token_id == 1

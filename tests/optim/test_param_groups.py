@@ -340,3 +340,43 @@ def test_a_state_with_momentum_loads_into_an_sgd_built_without_it():
     assert np.array_equal(twin.state["W"]["momentum_buffer"], opt.state["W"]["momentum_buffer"])
     steps(opt, vm, x, y, 2), steps(twin, vm2, x, y, 2)
     assert all(vm[k].data.tobytes() == vm2[k].data.tobytes() for k in "Wbc")
+
+
+def test_torchs_keyword_switches_are_taken_at_their_neutral_values_and_named_otherwise():
+    """AdamW(p, lr, amsgrad=False) (a call ported from torch, its defaults spelled out) failed with Python's bare
+    "unexpected keyword argument", where the same keys in a group were taken (found by an audit); a misspelt
+    keyword is named with the arguments there are, and an empty parameter list from a used-up generator says so."""
+    vm = problem()[0]
+    params = list(vm.all_vars())
+    optim.AdamW(params, lr=1e-3, amsgrad=False, foreach=None, maximize=False, capturable=False, differentiable=False,
+                fused=None)
+    optim.SGD(params, lr=0.1, maximize=False, foreach=None, differentiable=False)
+    assert optim.Adam(params, fused=None).fused is True                  # torch's default: ours
+    with pytest.raises(ValueError, match=r"AdamW: amsgrad=True is not supported by this AdamW .* leave it out"):
+        optim.AdamW(params, amsgrad=True)
+    with pytest.raises(ValueError, match=r"SGD: maximize=True is not supported"):
+        optim.SGD(params, lr=0.1, maximize=True)
+    with pytest.raises(TypeError, match=r"AdamW: unexpected keyword argument 'weight_deacy' \(its arguments: params, "
+                                        r"lr, betas, eps, weight_decay; torch's switches amsgrad, "):
+        optim.AdamW(params, weight_deacy=0.0)
+    generator = (p for p in vm.all_vars())
+    optim.AdamW(generator)
+    with pytest.raises(ValueError, match=r"got an empty parameter list \(from an iterator: a generator of parameters "
+                                         r"is used up .* pass list\(\.\.\.\)"):
+        optim.SGD(generator, lr=0.1)
+    with pytest.raises(ValueError, match=r"got an empty parameter list$"):
+        optim.SGD([], lr=0.1)
+
+
+def test_a_misspelt_group_key_is_refused_and_a_users_own_key_kept():
+    """{"params": p, "weight_deacy": 0.0} kept the typo and decayed the group at the default (found by an audit);
+    torch keeps any key, and so does this for a key of the user's own ("name")."""
+    vm = problem()[0]
+    W, b = vm["W"], vm["b"]
+    with pytest.raises(ValueError, match=r"param_groups\[0\]: unknown key 'weight_deacy'; did you mean 'weight_decay'"):
+        optim.AdamW([{"params": [W], "weight_deacy": 0.0}], lr=1e-3)
+    with pytest.raises(ValueError, match=r"unknown key 'momentun'; did you mean 'momentum'"):
+        optim.SGD([{"params": [W]}, {"params": [b], "momentun": 0.9}], lr=0.1)
+    opt = optim.AdamW([{"params": [W], "name": "matrices", "weight_decay": 0.0}], lr=1e-3)
+    assert opt.param_groups[0]["name"] == "matrices" and opt.param_groups[0]["weight_decay"] == 0.0
+

@@ -30,12 +30,14 @@ class Adam(Optimizer):
     decoupled_weight_decay = False
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 *, fused: bool = True):
+                 *, fused: bool | None = True, **torch_options):
         who = type(self).__name__
+        if fused is None:                                               # torch's default: its choice, ours True
+            fused = True
         if not isinstance(fused, bool):
             raise TypeError(f"{who}: fused must be True or False, got {fused!r}")
         self.fused = fused
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay), torch_options)
 
     def _check_hparam(self, key, value):
         if key != "betas":
@@ -124,5 +126,5 @@ class AdamW(Adam):
     decoupled_weight_decay = True
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
-                 *, fused: bool = True):
-        super().__init__(params, lr, betas, eps, weight_decay, fused=fused)
+                 *, fused: bool | None = True, **torch_options):
+        super().__init__(params, lr, betas, eps, weight_decay, fused=fused, **torch_options)

@@ -21,7 +21,9 @@ into an optimizer with one group.
 """
 from __future__ import annotations
 
+import difflib
 import numbers
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -43,8 +45,19 @@ class Optimizer:
     nonnegative_slots: tuple = ()  # slots that can never be negative (Adam's exp_avg_sq): checked on load
     optional_slots: tuple = ()     # slots a state may lack (SGD's buffer before momentum's first step)
 
-    def __init__(self, params, defaults: dict):
+    def __init__(self, params, defaults: dict, torch_options: dict | None = None):
+        """torch_options: torch.optim's keyword switches these optimizers do not implement (amsgrad, maximize,
+        foreach, ...), as a call ported from torch passes them: their neutral False / None taken, anything else
+        refused by name, and an unknown keyword named with the ones there are."""
         who = type(self).__name__
+        for key, value in (torch_options or {}).items():
+            if key not in UNSUPPORTED_SWITCHES:
+                raise TypeError(f"{who}: unexpected keyword argument {key!r} (its arguments: params, "
+                                f"{', '.join(defaults)}; torch's switches {', '.join(UNSUPPORTED_SWITCHES)} as False)")
+            try:
+                self._check_hparam(key, value)
+            except ValueError as e:
+                raise ValueError(f"{who}: {e}") from None
         checked = {}
         for key, value in defaults.items():
             try:
@@ -58,7 +71,10 @@ class Optimizer:
         for group in split_groups(params, who):
             self.add_param_group(group)
         if not any(g["params"] for g in self.param_groups):
-            raise ValueError(f"{who}: got an empty parameter list")
+            used_up = isinstance(params, Iterator)  # a generator read before, e.g. by another optimizer
+            raise ValueError(f"{who}: got an empty parameter list" + (" (from an iterator: a generator of "
+                             "parameters is used up by the first call that reads it; pass list(...) of them, made "
+                             "once)" if used_up else ""))
 
     # --- groups -----------------------------------------------------------------------------------------
     def add_param_group(self, param_group: dict):
@@ -86,6 +102,12 @@ class Optimizer:
             if name in names:
                 raise ValueError(f"{where}: the name {name!r} is already used in param_groups[{names[name]}]; the "
                                  f"state is keyed by name, so each parameter needs its own")
+        known = (*self.defaults, *UNSUPPORTED_SWITCHES, "initial_lr")   # initial_lr: torch's schedulers add it
+        for key in param_group:                 # a user's own key is kept (as torch keeps it), a misspelling is not
+            near = difflib.get_close_matches(str(key), known, n=1, cutoff=0.8) if key not in known else []
+            if near and key not in ("params", "param_names"):
+                raise ValueError(f"{where}: unknown key {key!r}; did you mean {near[0]!r}? (a group's other keys "
+                                 f"are kept but never read: this one would leave {near[0]} at its default)")
         group = ParamGroup(where, self._check_hparam)
         group["params"], group["param_names"] = [p for _, p in named], [n for n, _ in named]
         for key, value in param_group.items():

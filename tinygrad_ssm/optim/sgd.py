@@ -16,9 +16,9 @@ class SGD(Optimizer):
     optional_slots = ("momentum_buffer",)  # absent: momentum set after the last step; the next step starts it
 
     def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False):
+                 weight_decay: float = 0.0, nesterov: bool = False, **torch_options):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                                      nesterov=nesterov))
+                                      nesterov=nesterov), torch_options)
 
     def _check_hparam(self, key, value):
         if key == "nesterov" and not isinstance(value, (bool, np.bool_)):

@@ -178,6 +178,7 @@ def build_model(cfg, tokenizer, state: dict | None = None):
             raise PretrainedError(str(e)) from None  # an OSError of the run's own files (exit 74: cannot write)
         # (a NaN or inf weight is refused by from_pretrained itself, naming the tensor: never trained on)
         check_fits(tokenizer, model.config.vocab_size, cfg.init_from)
+        model.generation_config = None  # the checkpoints carry the folder's file, or not (carried_files), not the model
         model.config.chunk_size = cfg.chunk_size  # speed only: the results are equal up to rounding
         cfg.init_from_sha256 = starting_files(cfg)  # saved with the run's settings (trainer_state.json, run.json)
         return model

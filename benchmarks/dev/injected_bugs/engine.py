@@ -508,4 +508,14 @@ BUGS = [
     Bug("tinygrad_ssm/registry.py", 'what, fix = (("a read-only array", f"varmap[{name!r}].data = varmap[{name!r}].data.copy()")',
         'what, fix = (("a read-only array", f"varmap[{name!r}].data = np.zeros({var.shape}, np.float32)")',
         ("tests/test_registry_values.py", "-k", "before_writing"), "VarMap.load's refusal of a read-only float64 variable suggests float32 zeros"),
+    # --- 2026-12-07, evening: an audit of fine-tuning by hand from Python ------------------------------------------
+    Bug("tinygrad_ssm/optim/optimizer.py", "            if key not in UNSUPPORTED_SWITCHES:\n", "            if False:\n",
+        ("tests/optim/test_param_groups.py", "-k", "keyword_switches"), "a misspelt optimizer keyword is taken as one of torch's switches"),
+    Bug("tinygrad_ssm/optim/optimizer.py", "        for key, value in (torch_options or {}).items():", "        for key, value in {}.items():",
+        ("tests/optim/test_param_groups.py", "-k", "keyword_switches"), "AdamW(p, amsgrad=True) is taken without a word"),
+    Bug("tinygrad_ssm/optim/optimizer.py", "            if near and key not in (\"params\", \"param_names\"):",
+        "            if False:", ("tests/optim/test_param_groups.py", "-k", "misspelt"),
+        "a group's 'weight_deacy' is kept and the group decayed at the default"),
+    Bug("tinygrad_ssm/optim/optimizer.py", "            used_up = isinstance(params, Iterator)", "            used_up = False",
+        ("tests/optim/test_param_groups.py", "-k", "keyword_switches"), "an empty parameter list from a used-up generator: no word of why"),
 ]

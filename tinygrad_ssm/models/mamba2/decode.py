@@ -34,6 +34,7 @@ import numpy as np
 from ...autograd.tensor import Tensor
 from ...fast.claims import sync_array
 from ...fast.typed_lists import array_list as _array_list
+from .decodable import check_decodable
 from .decode_step import PROFILE_PHASES, _helper, _lead, _sampled
 from .quantize import QuantizedWeight
 
@@ -151,6 +152,7 @@ class _Weights:
     module, `lin.weight = Tensor(...)`, or its .data rebound: rebuild, cheap, a few views)."""
 
     def __init__(self, model):
+        check_decodable(model)                                          # an adapter's call is not skipped
         c, dtype = model.config, model.dtype
         self.sources, self.copied = [], False                           # (module, attribute name, array taken)
         self.copies = []                                                # the parameters copied (see _take)
@@ -218,8 +220,8 @@ _DATA = operator.attrgetter("data")
 
 def _module_tree(model) -> list:
     """The modules whose parameters a step reads, as the model holds them now: a module replaced on its parent
-    (mixer.out_proj = Linear(...), an adapter around lm_head) kept its old parameters' arrays, so `fresh` compared
-    those with themselves and the decoder went on with the old weights."""
+    (mixer.out_proj = Linear(...)) kept its old parameters' arrays, so `fresh` compared those with themselves and
+    the decoder went on with the old weights (one of another class is refused: decodable.py)."""
     tree = [model.embedding, model.lm_head, model.norm_f]
     for layer in model.layers:
         mixer = layer.mixer

@@ -243,9 +243,12 @@ class Mamba2Mixer:
 class Mamba2Block:
     """x + mixer(RMSNorm(x)): the pre-norm residual block ("norm.weight", "mixer.*")."""
 
+    mixer_class = Mamba2Mixer   # decodable.py checks a model's modules against these classes (it cannot import
+                                # model.py, which imports the decoder)
+
     def __init__(self, vb: VarBuilder, config: Mamba2Config, fused: bool = False):
         self.norm = nn.RMSNorm(vb.pp("norm"), config.d_model, eps=config.rms_norm_eps, fused=fused)
-        self.mixer = Mamba2Mixer(vb.pp("mixer"), config, fused=fused)
+        self.mixer = self.mixer_class(vb.pp("mixer"), config, fused=fused)
 
     def __call__(self, x: Tensor, state: LayerState | None = None, backend: str = "auto") -> Tensor:
         return x + self.mixer(self.norm(x), state, backend)             # (b, l, d_model)
@@ -264,6 +267,8 @@ class Mamba2LMHeadModel:
     fused=True (the default) runs the mixer's hot chains as fused numba ops and decodes (`step`, generation)
     without the engine: one numba call per token for every layer, no BLAS (decode.py); fused=False is the
     reference path of plain engine ops. Both give the same numbers (tests/fast/test_fused.py, test_decode.py)."""
+
+    block_class = Mamba2Block
 
     def __init__(self, config: Mamba2Config, varmap: VarMap | None = None, dtype="float32", backend: str = "auto",
                  fused: bool = True):
@@ -298,7 +303,7 @@ class Mamba2LMHeadModel:
                                            for i in range(c.n_layer)], shape, self.dtype)
         V = config.padded_vocab_size
         self.embedding = nn.Embedding(backbone.pp("embedding"), V, config.d_model, fused=fused)
-        self.layers = [Mamba2Block(backbone.pp("layers").pp(i), config, fused) for i in range(config.n_layer)]
+        self.layers = [self.block_class(backbone.pp("layers").pp(i), config, fused) for i in range(config.n_layer)]
         self.norm_f = nn.RMSNorm(backbone.pp("norm_f"), config.d_model, eps=config.rms_norm_eps, fused=fused)
         self.lm_head = None if config.tie_embeddings else nn.Linear(vb.pp("lm_head"), config.d_model, V, bias=False,
                                                                        fused=fused)

@@ -6,6 +6,7 @@ model.py chooses between this and pretrained.py by the config's "quantization" k
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -13,7 +14,8 @@ from ...io.atomic_write import write_atomic
 from ...io.checkpoints import read_newest
 from ...io.safetensors import STORED_DTYPES, SafetensorsFile, save_file
 from ...registry import VarMap
-from .checkpoint_config import CONFIG_NAME, PretrainedError, mamba_ssm_config, parse_config, read_config
+from .checkpoint_config import (CONFIG_NAME, TOKEN_ID_KEYS, PretrainedError, mamba_ssm_config, parse_config,
+                                read_config)
 from .pretrained import (LAYOUTS, WEIGHTS_NAME, load_pretrained, prepare_save_folder, read_finite,
                          resolve_pretrained_folder, save_pretrained)
 from .quantize import FORMATS, QuantizedWeight, quantize_model, quantized_names
@@ -113,6 +115,9 @@ def _load_quantized(cls, directory, raw: dict, dtype, backend, fused, opened: li
     return quantize_model(model, fmt, block, weights=weights)
 
 
+GENERATION_CONFIG_NAME = "generation_config.json"
+
+
 def load_model_folder(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True):
     """Mamba2LMHeadModel.from_pretrained: a quantized folder (its config.json has "quantization") or any other; a
     run folder's newest checkpoint, again if a save beside the load moved LATEST on (io/checkpoints.py)."""
@@ -123,8 +128,20 @@ def _load_model_folder(cls, directory, dtype, backend, fused):
     folder = resolve_pretrained_folder(directory)
     raw = read_config(folder)
     if QUANTIZATION_KEY in raw:
-        return load_quantized(cls, folder, raw, dtype, backend, fused)
-    return load_pretrained(cls, folder, dtype=dtype, backend=backend, fused=fused)
+        model = load_quantized(cls, folder, raw, dtype, backend, fused)
+    else:
+        model = load_pretrained(cls, folder, dtype=dtype, backend=backend, fused=fused)
+    # what save_pretrained writes again, as transformers' load and save keep them: a transformers config.json's
+    # token ids (ids of the vocabulary only) and the folder's generation_config.json
+    V = model.config.padded_vocab_size
+    model.token_ids = {k: v for k in TOKEN_ID_KEYS if isinstance(v := raw.get(k), int) and not isinstance(v, bool)
+                       and 0 <= v < V}
+    try:   # (one that is no JSON object is left out: generate names it, reading it as its defaults)
+        stated = json.loads((folder / GENERATION_CONFIG_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        stated = None
+    model.generation_config = stated if isinstance(stated, dict) else None
+    return model
 
 
 def save_model_folder(model, directory, layout: str = "mamba_ssm", token_ids: dict | None = None,
@@ -140,8 +157,10 @@ def save_model_folder(model, directory, layout: str = "mamba_ssm", token_ids: di
     if extra:  # from_pretrained refuses a weight its config does not describe: the folder would never load
         raise ValueError(f"save_pretrained: the model's VarMap also holds {', '.join(extra[:3])}"
                          f"{', ...' if len(extra) > 3 else ''} ({len(extra)} variables the model does not have: "
-                         f"another model was built on the same VarMap); a folder with them would not load, so "
-                         f"nothing was written: build the model on a VarMap of its own")
+                         f"another model's built on the same VarMap, or parameters of your own such as an adapter's); "
+                         f"a folder with them would not load, so nothing was written: keep them in a VarMap of their "
+                         f"own (VarBuilder.from_varmap(VarMap(), ...); its save() writes them), or build the model on "
+                         f"a VarMap of its own")
     if getattr(model, "quantized", None):
         if dtype is not None:
             raise ValueError(f"save_pretrained: the model's matrices are quantized ({model.weights_format}) and are "
@@ -153,6 +172,7 @@ def save_model_folder(model, directory, layout: str = "mamba_ssm", token_ids: di
                                   f"{str(directory)!r}: save the float model it was quantized from (load its folder "
                                   f"without quantizing) with layout={layout!r}")
         save_quantized(model, directory)
+        _write_generation_config(model, directory)
         return
     # a float model writes its VarMap: quantizing another model on the same VarMap dropped float arrays from it
     missing = [name for name in quantized_names(model) if name not in model.varmap]
@@ -160,4 +180,18 @@ def save_model_folder(model, directory, layout: str = "mamba_ssm", token_ids: di
         raise ValueError(f"save_pretrained: the model's VarMap lacks {', '.join(missing[:3])}"
                          f"{', ...' if len(missing) > 3 else ''} ({len(missing)} weights): another model on the same "
                          f"VarMap was quantized, which drops their float arrays from it; nothing was written")
+    if token_ids is None and layout == "transformers":
+        token_ids = getattr(model, "token_ids", None)                   # those of the folder it was loaded from
     save_pretrained(model, directory, layout=layout, token_ids=token_ids, dtype=dtype)
+    _write_generation_config(model, directory)
+
+
+def _write_generation_config(model, directory) -> None:
+    """model.generation_config (a dict: the loaded folder's generation_config.json, or one set by hand) into the
+    saved folder, as transformers' save_pretrained writes its model's; None writes none."""
+    stated = getattr(model, "generation_config", None)
+    if stated is not None:
+        if not isinstance(stated, dict):
+            raise ValueError(f"save_pretrained: model.generation_config must be a dict (the keys of "
+                             f"{GENERATION_CONFIG_NAME}) or None, got {type(stated).__name__}")
+        write_atomic(Path(directory) / GENERATION_CONFIG_NAME, json.dumps(stated, indent=2) + "\n")
