@@ -326,6 +326,8 @@ def test_a_utf16_file_is_named_as_such_when_a_tokenizer_reads_it(tmp_path, bpe_t
             "UTF-8 in c1.txt, each read") in corpus.describe()
     single = D.tokenize(load_corpus(folder / "a16.txt"), FileTokenizer(bpe_tokenizer))
     assert "2 bytes not UTF-8 in a16.txt (UTF-16), each read" in single.describe()
+    assert "e.g. iconv -f utf-16 -t utf-8)" in single.describe()         # not latin1's advice (an audit found it)
+    assert "e.g. iconv -f latin1 -t utf-8)" in corpus.describe()          # c1.txt's
     assert load_corpus(folder / "b8.txt").non_utf8_files == ()
 
 

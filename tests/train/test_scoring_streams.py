@@ -94,3 +94,18 @@ def test_a_folder_is_read_file_by_file_as_its_join(tmp_path, capsys, monkeypatch
     report, expected = _run(capsys, folder, data), _run(capsys, folder, joined)
     assert report["data"] == f"{data} (3 text files, 1 binary file skipped (c.bin))"   # d.txt is empty
     assert [report[k] for k in NUMBERS] == [expected[k] for k in NUMBERS]
+
+
+def test_the_file_ends_array_follows_the_growing_list_and_a_fresh_read():
+    """Eval's per-file figures made an array of every file end read so far at every window (8.6 s of a 54 s eval of
+    50,000 files; found by an audit); the array now grows with the list, and starts again when the text is read
+    again from its start (the list emptied in place)."""
+    import numpy as np
+    from tinygrad_ssm.train.scoring import _FileFigures
+    ends = []
+    figures = _FileFigures(tuple(f"f{i}" for i in range(40)), ends)
+    for k in range(40):
+        ends += [10 * (k + 1)] * (k % 2)                                 # none, then one, added between calls
+        assert np.array_equal(figures._file_ends(), np.array(ends, np.int64))
+    ends[:] = [5, 6]
+    assert np.array_equal(figures._file_ends(), np.array([5, 6]))

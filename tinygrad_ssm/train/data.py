@@ -144,14 +144,18 @@ def json_as_text_note(names: tuple[str, ...]) -> str:
             f"records as --data itself, or as {JSON_LINES})")
 
 
+UTF16_SUFFIX = " (UTF-16)"   # a name's suffix in the notes: the text starts with a UTF-16 byte order mark
+
+
 def non_utf8_note(invalid_bytes: int, files: tuple[str, ...]) -> str:
     """What training's corpus line and eval (train/scoring.py) say of the bytes a tokenizer.json reads as U+FFFD:
     how many, in which files (named: a folder's total alone left the user to find them), and the fix."""
     named = f" in {', '.join(files[:3])}{f' and {len(files) - 3} more' if len(files) > 3 else ''}" if files else ""
     one = len(files) == 1
+    source = "utf-16" if files and all(name.endswith(UTF16_SUFFIX) for name in files) else "latin1"
     return (f"{_count(invalid_bytes, 'byte')} not UTF-8{named}, each read as U+FFFD by the tokenizer (convert "
             f"{'that file' if one else 'the files'} to UTF-8 to keep {'its' if one else 'their'} characters, e.g. "
-            f"iconv -f latin1 -t utf-8)")
+            f"iconv -f {source} -t utf-8)")
 
 
 def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fraction: float = DEFAULT_VAL_FRACTION,
@@ -308,7 +312,7 @@ def _non_utf8(names: list[str], texts: list[bytes]) -> tuple[str, ...]:
 
 def utf16_mark(head: bytes) -> str:
     """" (UTF-16)" for a text that starts with a UTF-16 byte order mark, else "" (a name's suffix in the note)."""
-    return " (UTF-16)" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+    return UTF16_SUFFIX if head[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
 
 
 def _is_utf8(data: bytes, block: int = 1 << 22) -> bool:

@@ -336,6 +336,7 @@ class _FileFigures:
         # file_ends grows as the text is read, ahead of the scoring: a token ending past the last recorded end is in
         # the file being read (its end is recorded before the next file's first byte is handed on)
         self.names, self.file_ends = names, file_ends
+        self._ends, self._known = np.zeros(16, np.int64), 0               # file_ends[:_known] as an array
         self.waiting: collections.deque = collections.deque()          # (k,) byte ends of tokens not yet scored
         self.last_end = None                                             # the byte end of the last token seen
         self.nats, self.tokens, self.bytes = np.zeros(len(names)), np.zeros(len(names), np.int64), \
@@ -350,11 +351,24 @@ class _FileFigures:
         ends = self._take(len(nats))                                     # (w,)
         spans = np.diff(ends, prepend=self.last_end)                     # (w,) the bytes each token adds
         self.last_end = int(ends[-1])
-        file = np.minimum(np.searchsorted(np.asarray(self.file_ends, np.int64), ends, side="left"),  # (w,)
-                          len(self.names) - 1)
+        file = np.minimum(np.searchsorted(self._file_ends(), ends, side="left"), len(self.names) - 1)   # (w,)
         np.add.at(self.nats, file, nats)
         np.add.at(self.tokens, file, 1)
         np.add.at(self.bytes, file, spans)
+
+    def _file_ends(self) -> np.ndarray:
+        """file_ends as an array, the entries added since the last call copied in (its size doubled as needed):
+        made anew from the list at every window, it cost 8.6 s of a 54 s eval of 50,000 files."""
+        n = len(self.file_ends)
+        if n < self._known:                                              # the text read again from its start
+            self._known = 0
+        if n > self._known:
+            if n > len(self._ends):
+                self._ends = np.concatenate([self._ends[:self._known], np.zeros(max(n, 2 * len(self._ends)) -
+                                                                                self._known, np.int64)])
+            self._ends[self._known:n] = self.file_ends[self._known:n]
+            self._known = n
+        return self._ends[:n]
 
     def _take(self, n: int) -> np.ndarray:
         parts = []
