@@ -115,6 +115,8 @@ LONG_TEXTS = st.lists(st.sampled_from(FRAGMENTS), min_size=0, max_size=40).map(
 @example(text=b"<s>\nx</s>\ny\n<s>", piece_bytes=1, cut=0)           # line breaks beside added tokens
 @example(text=b"\nstart", piece_bytes=1, cut=0)                       # a line break first
 @example(text=b"", piece_bytes=1, cut=0)                              # only the BOS
+@example(text="x\n\u3000y\n\u00a0z\n\u2003w\n\u1680v\n\u0085u".encode(), piece_bytes=1, cut=0)  # non-ASCII spaces
+@example(text="строка\nпривет\n中文\nΩμ".encode(), piece_bytes=1, cut=0)  # lines of other scripts: cut
 def test_each_kind_tokenizes_a_long_text_in_pieces_into_the_tokens_of_the_whole(tokenizers_by_kind, text,
                                                                                piece_bytes, cut):
     text += b"x" * 20     # bytes after the last cut enough to tell it from one beside an added token
