@@ -505,4 +505,9 @@ BUGS = [
         "--resume of a run whose data is gone: '--data path ... does not exist', naming a flag not given, no fix"),
     Bug("tinygrad_ssm/train/data.py", '            said.append(f"the {name} split has {has} ids, not {was}")', "            pass",
         ("tests/train/test_run_folder.py", "-k", "data"), "--resume on edited data says only 'saved {...}, now {...}'"),
+    # --- 2026-12-07, evening: an audit of inputs at scale -----------------------------------------------------------
+    Bug("tinygrad_ssm/train/scoring.py", "        _check_records(named, text_field, named=True)\n", "",
+        ("tests/train/test_eval_cli.py", "-k", "bad_record"), "eval of a .jsonl file scores every record before a bad last one stops it"),
+    Bug("tinygrad_ssm/train/scoring.py", "    _check_records(named, text_field)\n", "",
+        ("tests/train/test_eval_cli.py", "-k", "bad_record"), "eval of a folder with a .jsonl file scores before a bad record stops it"),
 ]
