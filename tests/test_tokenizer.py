@@ -482,3 +482,20 @@ def test_a_broken_tokenizer_json_in_a_model_folder_is_named_not_taken_for_none(t
     for vocab_size in (256, 50280):
         with pytest.raises(TokenizerError, match=want):
             find_tokenizer(tmp_path, vocab_size)
+
+
+def test_a_stretch_with_no_place_to_cut_past_the_limit_is_refused_saying_where(bpe_tokenizer, monkeypatch):
+    """A text with no line break that a non-space character follows (one line of 20 MB, a file of NULs) was
+    tokenized whole: 4 GB for 20 MB, and a bigger one ran the machine out of memory (an audit's figures). Past
+    MAX_WHOLE_BYTES such a stretch is refused, naming where it starts and the fix; shorter ones are read whole."""
+    from tinygrad_ssm import tokenizer as tokenizer_module
+    monkeypatch.setattr(tokenizer_module, "PIECE_BYTES", 64)
+    monkeypatch.setattr(tokenizer_module, "MAX_WHOLE_BYTES", 1000)
+    tok = FileTokenizer(bpe_tokenizer)
+    lines = b"".join(b"line %d of text\n" % i for i in range(60))         # ~900 bytes, cut every line
+    one_line = b"word " * 300                                           # 1,500 bytes, no cut
+    whole = tok.encode_bytes(lines + b"word " * 150)                    # under the limit: read whole, exactly
+    assert np.array_equal(whole, np.asarray(tok._tok.encode((lines + b"word " * 150).decode()).ids))
+    with pytest.raises(TokenizerError, match=r"from byte 9\d\d of the text on, 1,\d{3} bytes hold no place where the "
+                                             r"tokenizer may be run on pieces .* break the text into lines"):
+        tok.encode_bytes(lines + one_line)

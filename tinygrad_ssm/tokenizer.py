@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .io.file_checks import broken_link, require_regular_file
-from .io.text_pieces import cut_rule, special_tokens_around, text_pieces
+from .io.text_pieces import TooLongWithoutCut, cut_rule, special_tokens_around, text_pieces
 from .tokenizer_files import (OTHER_TOKENIZER_FILES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, configs_beside,  # noqa: F401
                               no_tokenizer_json, what_it_is)
 
@@ -37,6 +37,7 @@ EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")  # looked up w
 # memory per byte of text: 3.5 GB for 20 MB, measured), cut where the pieces give the whole text's tokens
 # (io/text_pieces.py)
 PIECE_BYTES = 1 << 20
+MAX_WHOLE_BYTES = 32 << 20   # a stretch with no cut longer than this is refused (tokenizing it whole: 6-11 GB)
 
 
 class TokenizerError(ValueError):
@@ -245,7 +246,7 @@ class FileTokenizer:
             yield self.encode_bytes_with_ends(b"".join(blocks))
             return
         (before, after), offset, last = self._around, 0, None
-        for i, piece in enumerate(text_pieces(blocks, PIECE_BYTES, self._added, self._rule.cut)):
+        for i, piece in enumerate(self._pieces(blocks)):
             ids, ends = self._piece_ids_ends(piece, first=i == 0)
             if i == 0:
                 ids, ends = np.concatenate([before, ids]).astype(np.int64), np.concatenate([[0] * len(before), ends])
@@ -263,6 +264,18 @@ class FileTokenizer:
             end = ends[-1] if len(ends) else 0
             yield np.concatenate([ids, after]).astype(np.int64), \
                 np.concatenate([ends, [end] * len(after)]).astype(np.int64)
+
+    def _pieces(self, blocks) -> Iterator[bytes]:
+        """text_pieces by the tokenizer's rule; a stretch past MAX_WHOLE_BYTES with no cut is refused: the library
+        would hold ~200-350 bytes of memory per byte of it (a 20 MB line: 4 GB; an audit's figures)."""
+        try:
+            yield from text_pieces(blocks, PIECE_BYTES, self._added, self._rule.cut, MAX_WHOLE_BYTES)
+        except TooLongWithoutCut as e:
+            raise TokenizerError(f"{e} (where this tokenizer never joins across, its {self._rule.name} rule of "
+                                 f"io/text_pieces.py: line breaks, or spaces for a Metaspace one); the library would "
+                                 f"hold ~200-350 bytes of memory per byte of it at once: break the text into lines "
+                                 f"(e.g. fold -s -w 1000 FILE > FILE.txt), or convert it to UTF-8 if it is UTF-16") \
+                from None
 
     def _piece_ids_ends(self, piece: bytes, first: bool) -> tuple[np.ndarray, np.ndarray]:
         """A piece's ids and ends without special tokens; a piece after the first of a one-word text without the

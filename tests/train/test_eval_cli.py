@@ -318,3 +318,15 @@ def test_a_bad_record_anywhere_stops_eval_before_it_scores(tmp_path, capsys, mon
         AssertionError("scored before the records were checked")))
     assert _run_eval(folder, data if as_folder else records) == cli.EXIT_USAGE
     assert 'line 51 has no "text" field' in capsys.readouterr().err and not scored
+
+
+def test_a_text_the_tokenizer_cannot_take_in_pieces_is_one_error_line(bpe_tokenizer, tmp_path, capsys, monkeypatch):
+    """A stretch with no place to cut past the limit (tokenizer.MAX_WHOLE_BYTES) ended eval with a traceback."""
+    from tinygrad_ssm import tokenizer as tokenizer_module
+    monkeypatch.setattr(tokenizer_module, "PIECE_BYTES", 64)
+    monkeypatch.setattr(tokenizer_module, "MAX_WHOLE_BYTES", 1000)
+    folder, text = _folder(tmp_path, vocab_size=320, tokenizer_json=bpe_tokenizer), tmp_path / "one_line.txt"
+    text.write_bytes(b"word " * 400)
+    assert _run_eval(folder, text) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"--data {str(text)!r}: from byte 0 of the text on" in err and "Traceback" not in err, err

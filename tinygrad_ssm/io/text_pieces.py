@@ -177,14 +177,19 @@ def special_tokens_around(spec: dict) -> tuple[list, list] | None:
     return before, after
 
 
-def text_pieces(blocks, piece_bytes: int, added: tuple = (), cut: re.Pattern = BYTE_LEVEL.cut) -> Iterator[bytes]:
+class TooLongWithoutCut(ValueError):
+    """A stretch of text longer than text_pieces' max_whole with no place to cut it."""
+
+
+def text_pieces(blocks, piece_bytes: int, added: tuple = (), cut: re.Pattern = BYTE_LEVEL.cut,
+                max_whole: int | None = None) -> Iterator[bytes]:
     """The bytes of `blocks` (an iterable of bytes) joined, in pieces of at least piece_bytes (the last one shorter)
     that each end where `cut` matches, but not where an added token (`added`, UTF-8) reaches the cut, ends at it or
     starts just after it (the library splits those out first, and the whitespace before one ends a text of its own:
     "\n\n<|endoftext|>" has the pre-token "\n\n"; a Prepend normalizer puts "▁" after one); a text with no such cut
-    comes out whole."""
+    comes out whole, or past `max_whole` bytes raises TooLongWithoutCut (its message says where it starts)."""
     reach = 2 + max(map(len, added), default=0)  # bytes from a cut on that decide whether it is one
-    pending, searched = bytearray(), 0       # no cut in pending[:searched]
+    pending, searched, done = bytearray(), 0, 0  # no cut in pending[:searched]; done: the bytes yielded
     for block in blocks:
         pending += block
         while len(pending) > piece_bytes:
@@ -199,8 +204,12 @@ def text_pieces(blocks, piece_bytes: int, added: tuple = (), cut: re.Pattern = B
                 searched = min(searched, max(len(pending) - 1, 0))  # the last byte may start a cut
                 break
             yield bytes(pending[:found.start()])                       # up to the cut
+            done += found.start()
             del pending[:found.start()]
             searched = 0
+        if max_whole is not None and len(pending) > max_whole:                # (cut where it could be)
+            raise TooLongWithoutCut(f"from byte {done:,} of the text on, {len(pending):,} bytes hold no place where "
+                                    f"the tokenizer may be run on pieces")
     if pending:
         yield bytes(pending)
 

@@ -275,6 +275,8 @@ def _eval(args) -> int:
                            max_tokens=args.max_tokens, progress=not args.no_progress)
     except DataError as e:
         return _error(str(e))
+    except TokenizerError as e:  # raised as the text is read: a stretch the tokenizer cannot take in pieces
+        return _error(f"--data {args.data!r}: {e}")
     except KeyboardInterrupt as e:
         print(f"stopped by {e.args[0] if e.args else 'Ctrl-C'}", file=sys.stderr)
         return EXIT_INTERRUPTED
