@@ -91,3 +91,19 @@ def test_a_transformers_4_style_cache_is_refused_when_made(model):
     """Mamba2Cache(config, batch_size) was built without complaint and failed at first use ("no len()")."""
     with pytest.raises(TypeError, match=r"model.allocate_cache\(batch_size\)"):
         Mamba2Cache(model.config, 2)
+
+
+def test_parameters_and_named_parameters_as_torch_modules_have_them():
+    """A loop ported from torch (AdamW(model.parameters()), clip_grad_norm_(model.parameters(), 1.0)) failed with
+    an AttributeError (found by an audit): both are the VarMap's variables, a list each call (a generator would be
+    used up by the optimizer before clipping read it)."""
+    from tinygrad_ssm import optim
+    model = Mamba2LMHeadModel(Mamba2Config(d_model=32, n_layer=1, vocab_size=40, d_state=8, headdim=8, chunk_size=8),
+                              VarMap(seed=0), dtype="float64")          # its own: a step changes it
+    params = model.parameters()
+    assert isinstance(params, list) and [id(p) for p in params] == [id(p) for p in model.varmap.all_vars()]
+    assert [n for n, _ in model.named_parameters()] == model.varmap.names()
+    opt = optim.AdamW(model.parameters(), lr=1e-3)
+    model.loss(IDS[:, :-1], IDS[:, 1:]).backward()
+    assert optim.clip_grad_norm_(model.parameters(), 1e9) > 0
+    opt.step()

@@ -483,6 +483,15 @@ class Mamba2LMHeadModel:
         (rounded to nearest, as torch's .to(dtype); the model itself is unchanged)."""
         save_model_folder(self, directory, layout=layout, token_ids=token_ids, dtype=dtype)
 
+    def parameters(self) -> list[Tensor]:
+        """Every trainable parameter (self.varmap's variables), as torch's module.parameters(): a list, so an
+        optimizer and clip_grad_norm_ may each read it (a generator is used up by the first)."""
+        return self.varmap.all_vars()
+
+    def named_parameters(self) -> list[tuple[str, Tensor]]:
+        """(official name, parameter) pairs, as torch's module.named_parameters()."""
+        return self.varmap.named_vars()
+
     def __repr__(self):
         c = self.config
         quantized = getattr(self, "quantized", {})                      # name -> QuantizedWeight (quantize.py)
