@@ -209,9 +209,10 @@ def test_files_of_another_kind_in_a_tokenizers_place_are_named_with_the_fix(bpe_
 
 
 # fragments whose joins hit every case of a cut: whitespace runs before a line break, a line break before an added
-# token (the library splits those out first), invalid and cut UTF-8, a combining accent, Unicode spaces
+# token (the library splits those out first), invalid and cut UTF-8, a combining accent, Unicode spaces (each lead
+# byte that starts one), letters of other scripts (a line may start with one)
 FRAGMENTS = [" ", "\n", "\n\n", "\t", "\r", "a", "B", "1", ".", "'", "'s", "é", "\u00a0", "\u2028", "😀", "\u0301",
-             "<", "<|endoftext|>", b"\xff", b"\xe2\x82"]
+             "<", "<|endoftext|>", b"\xff", b"\xe2\x82", "ж", "中文", "\u3000", "\u1680", "\u0085", b"\x80", b"\xc2"]
 LONG_TEXTS = st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=40).map(
     lambda parts: b"".join(p if isinstance(p, bytes) else p.encode() for p in parts))
 
@@ -236,6 +237,8 @@ def byte_level_tokenizers(tmp_path_factory):
 @example(text=b"ab.\n\nM\ty \n\nz" + b"x" * 16, piece_bytes=1, cut=2)   # cut after a line break: "\n\n" at the end
 @example(text=b"a\n\n<|endoftext|>b" + b"x" * 16, piece_bytes=1, cut=3)  # before an added token (two blocks)
 @example(text="a \n\n\u00a0b\r\nc".encode() + b"x" * 16, piece_bytes=1, cut=0)  # Unicode spaces, Windows line ends
+@example(text="строка\nпривет\n中文\nΩμ\n\u0301é\n\u3000y\n\u2003z\n\u1680v\n\u0085u".encode() + b"x" * 16,
+         piece_bytes=1, cut=0)                                        # lines of other scripts; non-ASCII spaces
 def test_a_long_text_is_tokenized_in_pieces_into_the_tokens_of_the_whole(byte_level_tokenizers, text, piece_bytes,
                                                                          cut):
     """A text of more than PIECE_BYTES is tokenized a piece at a time, cut before a line break (the library's
