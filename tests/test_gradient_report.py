@@ -159,3 +159,24 @@ def test_an_empty_parameter_is_not_reported_as_a_zero_gradient():
     loss.backward()
     report = gradient_report(loss, vm)
     assert report.zero_grad == [] and [r.status for r in report.rows] == ["ok", "ok"]
+
+
+def test_parameters_frozen_on_purpose_are_named_and_the_verdict_is_ok():
+    """Fine-tuning with the embedding frozen (requires_grad_(False)) had a verdict of NOT OK (1 frozen) and no way to
+    say the freeze was meant (found by an audit): `frozen` names those; another frozen one is still a problem, and a
+    name not in the registry is refused."""
+    vm = VarMap()
+    vb = VarBuilder.from_varmap(vm)
+    emb, w, v = (vb.get((2,), n, init=init.Const(1.0)) for n in ("emb", "w", "v"))
+    emb.requires_grad_(False)
+    loss = (emb * w * w).sum()
+    loss.backward()
+    assert not gradient_report(loss, vm).ok                             # v unused, emb frozen: two problems
+    v.requires_grad_(False)
+    report = gradient_report(loss, vm, frozen=["emb"])
+    assert report.frozen == ["v"] and not report.ok
+    report = gradient_report(loss, vm, frozen=("emb", "v"))
+    assert report.ok and report.frozen == [] and "verdict: OK" in str(report)
+    assert "frozen, as asked" in str(report) and "FROZEN" not in str(report)
+    with pytest.raises(ValueError, match=r"frozen names \['embedding'\], not in the registry .* varmap.names\(\)"):
+        gradient_report(loss, vm, frozen=["embedding"])

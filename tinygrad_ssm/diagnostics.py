@@ -21,13 +21,14 @@ from .autograd.tensor import Tensor
 
 OK, NO_GRAD, ZERO_GRAD, NON_FINITE, FROZEN = "ok", "no gradient", "zero gradient", "non-finite gradient", "frozen"
 NOT_REACHED = "not reached"
+FROZEN_AS_ASKED = "frozen, as asked"   # named in gradient_report's `frozen`: no gradient wanted, no problem
 
 
 @dataclass
 class ParamRow:
     name: str
     shape: tuple
-    status: str                 # one of OK, NO_GRAD, NOT_REACHED, ZERO_GRAD, NON_FINITE, FROZEN
+    status: str                 # one of OK, NO_GRAD, NOT_REACHED, ZERO_GRAD, NON_FINITE, FROZEN, FROZEN_AS_ASKED
     grad_norm: float | None     # 2-norm of .grad in float64, None without a gradient
     reached: bool               # the loss's graph contains this parameter
 
@@ -82,7 +83,7 @@ class GradientReport:
 
     @property
     def ok(self) -> bool:
-        return self.loss_requires_grad and not self.strays and all(r.status == OK for r in self.rows)
+        return self.loss_requires_grad and not self.strays and all(r.status in (OK, FROZEN_AS_ASKED) for r in self.rows)
 
     def __bool__(self):
         return self.ok
@@ -95,7 +96,8 @@ class GradientReport:
                          "or detached)")
         header = ("parameter", "shape", "grad norm", "status")
         table = [(r.name, str(r.shape), "-" if r.grad_norm is None else f"{r.grad_norm:.3e}",
-                  r.status if r.status == OK else f"{r.status.upper()}: {r.note}") for r in self.rows]
+                  r.status if r.status in (OK, FROZEN_AS_ASKED) else f"{r.status.upper()}: {r.note}")
+                 for r in self.rows]
         widths = [max(len(row[i]) for row in [header, *table]) for i in range(3)]
         fmt = lambda row: "  " + "  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3]  # noqa: E731
         lines += [fmt(header), "  " + "-" * (sum(widths) + 6 + len(header[3]))]
@@ -172,15 +174,22 @@ def _attribute_names(root, wanted: set, root_name="model", max_depth=8) -> dict:
     return found
 
 
-def gradient_report(loss: Tensor, varmap, model=None) -> GradientReport:
+def gradient_report(loss: Tensor, varmap, model=None, frozen=()) -> GradientReport:
     """Check gradient flow after `loss.backward()`.
 
     Flags registered parameters that got no gradient (with the reason: cut off from the loss, or backward
     not run), an all-zero or non-finite gradient, or requires_grad switched off; and every leaf tensor that
     requires grad and reached the loss without being in `varmap` (found by walking the graph from the loss).
-    Pass `model` to name those strays by the attribute that holds them."""
+    Pass `model` to name those strays by the attribute that holds them, and `frozen` (registry names) for the
+    parameters frozen on purpose (requires_grad_(False) to fine-tune the rest): those are "frozen, as asked", not a
+    problem; any other frozen one still is."""
     if not isinstance(loss, Tensor):
         raise TypeError(f"gradient_report: loss must be a Tensor, got {type(loss).__name__}")
+    frozen = [frozen] if isinstance(frozen, str) else list(frozen)
+    unknown = [name for name in frozen if name not in varmap]
+    if unknown:
+        raise ValueError(f"gradient_report: frozen names {unknown[:3]}, not in the registry ({len(varmap)} "
+                         f"variables, e.g. {varmap.names()[:2]}); give registry names, as varmap.names() lists them")
     leaves, came_from = _walk(loss) if loss.requires_grad else ({}, {})
     registered = {id(t) for t in varmap.all_vars()}
     rows = []
@@ -188,7 +197,7 @@ def gradient_report(loss: Tensor, varmap, model=None) -> GradientReport:
         grad = t._grad  # a leaf's own gradient (the .grad property would warn on a non-leaf)
         norm = None if grad is None else float(np.sqrt(np.sum(np.square(grad.data, dtype=np.float64))))
         if not t.requires_grad:
-            status = FROZEN
+            status = FROZEN_AS_ASKED if name in frozen else FROZEN
         elif grad is None:
             status = NO_GRAD
         elif loss.requires_grad and id(t) not in leaves:  # a stale .grad: the loss cannot have given it
