@@ -173,6 +173,7 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
                           f"quantized from, or give --layout mamba_ssm (read by this package only)")
     # (a NaN or inf weight was refused by the load, naming the tensor: nothing is written)
     files, byte_level = _tokenizer_texts(tok)
+    loaded.generation_config = None             # the folder's own file is copied as it is (below), once
     generation = folder / GENERATION_CONFIG_FILE
     if generation.is_file():
         _read_json(generation)                  # an unreadable one is named, not copied

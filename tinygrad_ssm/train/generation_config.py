@@ -23,7 +23,9 @@ import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
-GENERATION_CONFIG_FILE = "generation_config.json"
+from ..models.mamba2.pretrained import GENERATION_CONFIG_NAME
+
+GENERATION_CONFIG_FILE = GENERATION_CONFIG_NAME   # one name: save_pretrained writes the file too
 DEFAULT_TEMPERATURE = 0.8  # generate's --temperature when neither the flags nor generation_config.json set one
 DEFAULT_NEW_TOKENS = 300   # generate's --max-new-tokens when neither the flag nor generation_config.json sets one
 SAMPLING_FLAGS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",

@@ -243,8 +243,7 @@ class Mamba2Mixer:
 class Mamba2Block:
     """x + mixer(RMSNorm(x)): the pre-norm residual block ("norm.weight", "mixer.*")."""
 
-    mixer_class = Mamba2Mixer   # decodable.py checks a model's modules against these classes (it cannot import
-                                # model.py, which imports the decoder)
+    mixer_class = Mamba2Mixer   # for decodable.py, which cannot import model.py (model.py imports the decoder)
 
     def __init__(self, vb: VarBuilder, config: Mamba2Config, fused: bool = False):
         self.norm = nn.RMSNorm(vb.pp("norm"), config.d_model, eps=config.rms_norm_eps, fused=fused)
@@ -483,13 +482,10 @@ class Mamba2LMHeadModel:
         (rounded to nearest, as torch's .to(dtype); the model itself is unchanged)."""
         save_model_folder(self, directory, layout=layout, token_ids=token_ids, dtype=dtype)
 
-    def parameters(self) -> list[Tensor]:
-        """Every trainable parameter (self.varmap's variables), as torch's module.parameters(): a list, so an
-        optimizer and clip_grad_norm_ may each read it (a generator is used up by the first)."""
+    def parameters(self) -> list[Tensor]:   # torch's; a list: an optimizer and clip_grad_norm_ may each read it
         return self.varmap.all_vars()
 
-    def named_parameters(self) -> list[tuple[str, Tensor]]:
-        """(official name, parameter) pairs, as torch's module.named_parameters()."""
+    def named_parameters(self) -> list[tuple[str, Tensor]]:            # (official name, parameter), as torch's
         return self.varmap.named_vars()
 
     def __repr__(self):

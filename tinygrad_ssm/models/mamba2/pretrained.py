@@ -34,6 +34,7 @@ from .checkpoint_config import (CONFIG_NAME, NotMambaSsmLoadableWarning, Pretrai
 from .config import Mamba2Config
 
 WEIGHTS_NAME, INDEX_NAME = "model.safetensors", "model.safetensors.index.json"
+GENERATION_CONFIG_NAME = "generation_config.json"   # transformers' sampling settings and stop ids
 # --- weights ------------------------------------------------------------------------------------------------
 
 def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:

@@ -16,7 +16,7 @@ from ...io.safetensors import STORED_DTYPES, SafetensorsFile, save_file
 from ...registry import VarMap
 from .checkpoint_config import (CONFIG_NAME, TOKEN_ID_KEYS, PretrainedError, mamba_ssm_config, parse_config,
                                 read_config)
-from .pretrained import (LAYOUTS, WEIGHTS_NAME, load_pretrained, prepare_save_folder, read_finite,
+from .pretrained import (GENERATION_CONFIG_NAME, LAYOUTS, WEIGHTS_NAME, load_pretrained, prepare_save_folder, read_finite,
                          resolve_pretrained_folder, save_pretrained)
 from .quantize import FORMATS, QuantizedWeight, quantize_model, quantized_names
 
@@ -113,9 +113,6 @@ def _load_quantized(cls, directory, raw: dict, dtype, backend, fused, opened: li
         if name not in names:
             read_finite(model.varmap, name, f, name, directory)
     return quantize_model(model, fmt, block, weights=weights)
-
-
-GENERATION_CONFIG_NAME = "generation_config.json"
 
 
 def load_model_folder(cls, directory, dtype="float32", backend: str = "auto", fused: bool = True):
