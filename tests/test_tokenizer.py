@@ -487,6 +487,30 @@ def test_a_broken_tokenizer_json_in_a_model_folder_is_named_not_taken_for_none(t
             find_tokenizer(tmp_path, vocab_size)
 
 
+def test_a_text_read_whole_that_needs_more_memory_than_the_machine_has_is_refused(tmp_path, monkeypatch):
+    """A tokenizer with no cut rule read any text whole, however long: 16 MB took 1.4 GB (a Llama-style BPE; a BERT
+    WordPiece 2.8 GB), and a bigger file ran the machine out of memory with no word (an audit). A text whose memory at
+    the least rate measured (WHOLE_TEXT_BYTES_PER_BYTE) exceeds what is available is refused with the fix; others
+    are read whole, exactly."""
+    from tests.support.tokenizers import train_byte_fallback
+    from tinygrad_ssm import tokenizer as tokenizer_module
+    tok = FileTokenizer(train_byte_fallback(["line one\nline two\n" * 20], tmp_path) / "tokenizer.json")
+    monkeypatch.setattr(tokenizer_module, "PIECE_BYTES", 64)
+    monkeypatch.setattr(tokenizer_module, "available_memory", lambda: 1000 * tokenizer_module.WHOLE_TEXT_BYTES_PER_BYTE)
+    fits, too_long = b"line one\n" * 110, b"line one\n" * 112                    # 990 and 1,008 bytes
+    assert not tok.cuts_in_pieces
+    assert np.array_equal(tok.encode_bytes(fits), tok.encode(fits.decode()))
+    assert np.array_equal(np.concatenate([ids for ids, _ in tok.encode_stream([fits[:500], fits[500:]])]),
+                          tok.encode(fits.decode()))
+    want = r"a text of 0 MB to tokenize whole with .*tokenizer.json', which has no rule .* --document-end eos"
+    with pytest.raises(TokenizerError, match=want):
+        tok.encode_bytes(too_long)
+    with pytest.raises(TokenizerError, match=want):
+        list(tok.encode_stream([too_long[:500], too_long[500:]]))
+    monkeypatch.setattr(tokenizer_module, "available_memory", lambda: None)    # unknown (not Linux): never refused
+    assert np.array_equal(tok.encode_bytes(too_long), tok.encode(too_long.decode()))
+
+
 def test_a_stretch_with_no_place_to_cut_past_the_limit_is_refused_saying_where(bpe_tokenizer, monkeypatch):
     """A text with no line break that a non-space character follows (one line of 20 MB, a file of NULs) was
     tokenized whole: 4 GB for 20 MB, and a bigger one ran the machine out of memory (an audit's figures). Past

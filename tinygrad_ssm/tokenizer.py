@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .io.file_checks import broken_link, require_regular_file
+from .io.memory import available_memory
 from .io.text_pieces import TooLongWithoutCut, cut_rule, special_tokens_around, text_pieces
 from .tokenizer_files import (OTHER_TOKENIZER_FILES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, configs_beside,  # noqa: F401
                               no_tokenizer_json, what_it_is)
@@ -38,6 +39,10 @@ EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")  # looked up w
 # (io/text_pieces.py)
 PIECE_BYTES = 1 << 20
 MAX_WHOLE_BYTES = 32 << 20   # a stretch with no cut longer than this is refused (tokenizing it whole: 6-11 GB)
+# the least memory a text tokenized whole took per byte of it (16 MB of Python: a Llama-style BPE with no
+# pre-tokenizer 90, a BERT WordPiece 178; GPT-NeoX's byte-level BPE 200-350): a text that needs more than the machine
+# has at this rate is refused before the library runs it out of memory
+WHOLE_TEXT_BYTES_PER_BYTE = 90
 
 
 class TokenizerError(ValueError):
@@ -234,6 +239,7 @@ class FileTokenizer:
         """A file's bytes: decoded as UTF-8 (each invalid byte becomes one U+FFFD, which the BPE encodes); a long
         text in pieces (encode_stream)."""
         if len(data) <= PIECE_BYTES or not self.cuts_in_pieces:
+            self._check_fits_whole(len(data))
             return self.encode(_utf8_text(data))
         return np.concatenate([ids for ids, _ in self.encode_stream([data])])
 
@@ -243,7 +249,9 @@ class FileTokenizer:
         takes pieces of about PIECE_BYTES cut by its rule (memory flat in the text's length), any other the text
         whole."""
         if not self.cuts_in_pieces:
-            yield self.encode_bytes_with_ends(b"".join(blocks))
+            text = b"".join(blocks)
+            self._check_fits_whole(len(text))
+            yield self.encode_bytes_with_ends(text)
             return
         (before, after), offset, last = self._around, 0, None
         for i, piece in enumerate(self._pieces(blocks)):
@@ -264,6 +272,20 @@ class FileTokenizer:
             end = ends[-1] if len(ends) else 0
             yield np.concatenate([ids, after]).astype(np.int64), \
                 np.concatenate([ends, [end] * len(after)]).astype(np.int64)
+
+    def _check_fits_whole(self, n_bytes: int) -> None:
+        """A text this tokenizer reads whole (no cut proven exact for it) that would need more memory than the
+        machine has left is refused, naming the fix, rather than run it out of memory."""
+        available = available_memory() if n_bytes > PIECE_BYTES else None
+        if available is not None and n_bytes * WHOLE_TEXT_BYTES_PER_BYTE > available:
+            raise TokenizerError(
+                f"a text of {n_bytes / 2**20:,.0f} MB to tokenize whole with {self.name!r}, which has no rule under "
+                f"which cutting a text into pieces is sure to give the same tokens (io/text_pieces.py: cut_rule), so "
+                f"the library reads it at once, at {WHOLE_TEXT_BYTES_PER_BYTE}-350 bytes of memory per byte "
+                f"(~{n_bytes * WHOLE_TEXT_BYTES_PER_BYTE / 2**30:,.1f} GB or more), and this machine has "
+                f"{available / 2**30:,.1f} GB available: split the text into files of a few MB each and give "
+                f"--document-end eos (each file is then a text of its own, an EOS after it), or use a tokenizer "
+                f"of a kind cut_rule cuts (a byte-level, Metaspace or one-word BPE)")
 
     def _pieces(self, blocks) -> Iterator[bytes]:
         """text_pieces by the tokenizer's rule; a stretch past MAX_WHOLE_BYTES with no cut is refused: the library

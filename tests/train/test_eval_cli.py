@@ -330,3 +330,24 @@ def test_a_text_the_tokenizer_cannot_take_in_pieces_is_one_error_line(bpe_tokeni
     assert _run_eval(folder, text) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert f"--data {str(text)!r}: from byte 0 of the text on" in err and "Traceback" not in err, err
+
+
+def test_a_text_too_big_to_read_whole_is_one_error_line_and_document_end_eos_reads_each_file(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """A tokenizer with no cut rule reads a text whole: one past the memory available is refused in one line naming
+    the fix (tokenizer.WHOLE_TEXT_BYTES_PER_BYTE), and the fix, each file a text of its own, is taken."""
+    from tests.support.tokenizers import train_byte_fallback
+    from tinygrad_ssm import tokenizer as tokenizer_module
+    tokenizer_json = train_byte_fallback(["line one\nline two\n" * 20], tmp_path / "tok") / "tokenizer.json"
+    folder, data = _folder(tmp_path, vocab_size=320, tokenizer_json=tokenizer_json), tmp_path / "data"
+    data.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (data / name).write_bytes(b"line one\n" * 70)                            # 630 bytes each
+    monkeypatch.setattr(tokenizer_module, "PIECE_BYTES", 64)
+    monkeypatch.setattr(tokenizer_module, "available_memory", lambda: 1000 * tokenizer_module.WHOLE_TEXT_BYTES_PER_BYTE)
+    assert _run_eval(folder, data) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "a text of 0 MB to tokenize whole" in err and "--document-end eos" in err and "Traceback" not in err, err
+    report, _ = _eval(capsys, folder, data, "--document-end", "eos")
+    tok = FileTokenizer(tokenizer_json)
+    assert report["tokens"] == 2 * (len(tok.encode_bytes(b"line one\n" * 70)) + 1) - 1     # each file, an EOS after
