@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from tinygrad_ssm.io import text_pieces as pieces_module
 from tinygrad_ssm import tokenizer as tokenizer_module
-from tinygrad_ssm.tokenizer import FileTokenizer
+from tinygrad_ssm.tokenizer import FileTokenizer, TokenizerError
 
 from tests.support.tokenizers import assert_pieces_equal_whole
 
@@ -279,3 +279,42 @@ def test_lines_that_start_with_letters_of_other_scripts_are_cut():
     text = "строка\nпривет\n中文\nΩμ\n\u00a0x\n\u3000y\n\u2003z\n é".encode()
     cuts = [m.start() for m in BYTE_LEVEL.cut.finditer(text)]
     assert [text[c + 1:c + 4].decode(errors="replace")[:1] for c in cuts] == ["п", "中", "Ω"]
+
+
+def test_a_text_read_whole_that_needs_more_memory_than_the_machine_has_is_refused(tmp_path, monkeypatch):
+    """A tokenizer with no cut rule read any text whole, however long: 16 MB took 1.4 GB (a Llama-style BPE; a BERT
+    WordPiece 2.8 GB), and a bigger file ran the machine out of memory with no word (an audit). A text whose memory at
+    the least rate measured (WHOLE_TEXT_BYTES_PER_BYTE) exceeds what is available is refused with the fix; others
+    are read whole, exactly."""
+    from tests.support.tokenizers import train_byte_fallback
+    tok = FileTokenizer(train_byte_fallback(["line one\nline two\n" * 20], tmp_path) / "tokenizer.json")
+    monkeypatch.setattr(tokenizer_module, "PIECE_BYTES", 64)
+    monkeypatch.setattr(tokenizer_module, "available_memory", lambda: 1000 * tokenizer_module.WHOLE_TEXT_BYTES_PER_BYTE)
+    fits, too_long = b"line one\n" * 110, b"line one\n" * 112                    # 990 and 1,008 bytes
+    assert not tok.cuts_in_pieces
+    assert np.array_equal(tok.encode_bytes(fits), tok.encode(fits.decode()))
+    assert np.array_equal(np.concatenate([ids for ids, _ in tok.encode_stream([fits[:500], fits[500:]])]),
+                          tok.encode(fits.decode()))
+    want = r"a text of 0 MB to tokenize whole with .*tokenizer.json', which has no rule .* --document-end eos"
+    with pytest.raises(TokenizerError, match=want):
+        tok.encode_bytes(too_long)
+    with pytest.raises(TokenizerError, match=want):
+        list(tok.encode_stream([too_long[:500], too_long[500:]]))
+    monkeypatch.setattr(tokenizer_module, "available_memory", lambda: None)    # unknown (not Linux): never refused
+    assert np.array_equal(tok.encode_bytes(too_long), tok.encode(too_long.decode()))
+
+
+def test_a_stretch_with_no_place_to_cut_past_the_limit_is_refused_saying_where(bpe_tokenizer, monkeypatch):
+    """A text with no line break that a non-space character follows (one line of 20 MB, a file of NULs) was
+    tokenized whole: 4 GB for 20 MB, and a bigger one ran the machine out of memory (an audit's figures). Past
+    MAX_WHOLE_BYTES such a stretch is refused, naming where it starts and the fix; shorter ones are read whole."""
+    monkeypatch.setattr(tokenizer_module, "PIECE_BYTES", 64)
+    monkeypatch.setattr(tokenizer_module, "MAX_WHOLE_BYTES", 1000)
+    tok = FileTokenizer(bpe_tokenizer)
+    lines = b"".join(b"line %d of text\n" % i for i in range(60))         # ~900 bytes, cut every line
+    one_line = b"word " * 300                                           # 1,500 bytes, no cut
+    whole = tok.encode_bytes(lines + b"word " * 150)                    # under the limit: read whole, exactly
+    assert np.array_equal(whole, np.asarray(tok._tok.encode((lines + b"word " * 150).decode()).ids))
+    with pytest.raises(TokenizerError, match=r"from byte 9\d\d of the text on, 1,\d{3} bytes hold no place where the "
+                                             r"tokenizer may be run on pieces .* break the text into lines"):
+        tok.encode_bytes(lines + one_line)
