@@ -25,7 +25,7 @@ S_in is the forward's checkpoint: nothing is recomputed. Why: products of these 
 core on OpenBLAS, the recurrence at about 35 (docs/kernels.md, "What was tried"); at the training step's shape
 this backward takes ~0.63x the recurrence's backward. MAX_CHUNK = 32: the (q, q) work grows with q (at 64 the
 prototype's backward was 0.80x, at 32 0.71x), and every product stays below OpenBLAS's threading threshold
-(m n k < 2^18), so it runs on the thread that calls it, as the kernel's own threads want.
+(m n k <= 2^18), so it runs on the thread that calls it, as the kernel's own threads want.
 
 Work items (batch, group), claimed from both ends of one counter by the caller's thread and row_blocks' pool
 (numba_cpu._on_threads); a group's heads run inside an item, so C B^T and W B, W^T C are computed once for them,
