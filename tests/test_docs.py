@@ -1,10 +1,12 @@
 """The docs are true to the code. Every ```python block of README.md and docs/*.md is one of three kinds,
 told by an HTML comment on the line before it (invisible on GitHub):
 - no comment: an example, run here in order, one namespace per page (a page reads top to bottom), in a
-  temporary working directory;
+  temporary working directory, each print( line printing what its comment says (printed_claims);
 - `<!-- excerpt: PATH -->`: code quoted from PATH, whose lines must all appear there, in order;
 - `<!-- run by: TEST -->`, TEST a file under tests/: run by that test with the context it needs (it must
   read the page)."""
+import io
+import itertools
 import os
 import re
 from pathlib import Path
@@ -29,21 +31,60 @@ def _pages_with(kind):
     return [p for p in PAGES if any(k == kind for k, _, _ in python_blocks(p))]
 
 
+def printed_claims(code: str) -> list[str | None]:
+    """What each top-level print( line of an example says it prints, in order: its comment up to a ": " that starts
+    prose (`print(x.shape)  # (1, 3): the leaf's shape`), or the comment lines right below a print without one
+    (an array over several lines); None where it says nothing. "..." in a claim stands for anything (a loss)."""
+    lines, claims = code.splitlines(), []
+    for i, line in enumerate(lines):
+        if not line.startswith("print("):
+            continue
+        comment = re.search(r"\)\s+# (.+)$", line)
+        below = [s[2:] for s in itertools.takewhile(lambda s: s.startswith("# "), lines[i + 1:])]
+        claims.append(comment.group(1).split(": ")[0] if comment else "\n".join(below) if below else None)
+    return claims
+
+
+def _said(claim: str, printed: str) -> bool:
+    """Whether `printed` is what `claim` says, spaces aside, "..." matching anything."""
+    claim, printed = " ".join(claim.split()), " ".join(printed.split())
+    return re.fullmatch(".*?".join(re.escape(part) for part in claim.split("...")), printed) is not None
+
+
 @pytest.mark.parametrize("page", _pages_with("example"), ids=lambda p: p.name)
-def test_every_example_of_the_page_runs(page, tmp_path):
-    namespace = {"__name__": f"doc_{page.stem}"}
+def test_every_example_of_the_page_runs_and_prints_what_its_comments_say(page, tmp_path):
+    printed = []
+
+    def record(*args, sep=" ", end="\n", file=None, flush=False):
+        text = io.StringIO()
+        print(*args, sep=sep, end=end, file=text)
+        printed.append(text.getvalue())
+
+    namespace = {"__name__": f"doc_{page.stem}", "print": record}
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
         for i, (kind, _, code) in enumerate(python_blocks(page)):
             if kind != "example":
                 continue
+            printed.clear()
             try:
                 exec(compile(code, f"{page.name}[block {i}]", "exec"), namespace)
             except Exception as error:  # noqa: BLE001 - reported with the block
                 pytest.fail(f"{page.name}, python block {i} raised {type(error).__name__}: {error}\n{code}")
+            claims = printed_claims(code)
+            assert len(printed) == len(claims), f"{page.name}, block {i}: a print( outside the top level"
+            for claim, out in zip(claims, printed):
+                assert claim is None or _said(claim, out), f"{page.name}, block {i} printed {out!r}, says {claim!r}"
     finally:
         os.chdir(cwd)
+
+
+def test_a_claim_is_held_to_what_was_printed():
+    code = "x = 1\nprint(x)   # 1: one\nprint(2)\n# [[ 0.  1.]\n#  [2.  3.]]\nprint(3)\nprint(4)  # loss ... True"
+    assert printed_claims(code) == ["1", "[[ 0.  1.]\n [2.  3.]]", None, "loss ... True"]
+    assert _said("[[ 0.  1.]\n [2.  3.]]", "[[ 0. 1.]\n  [2. 3.]]\n") and _said("loss ... True", "loss 2.71 True")
+    assert not _said("1", "10") and not _said("loss ... True", "loss 2.71 False")
 
 
 @pytest.mark.parametrize("page", _pages_with("excerpt"), ids=lambda p: p.name)
