@@ -1,7 +1,8 @@
 """The docs are true to the code. Every ```python block of README.md and docs/*.md is one of three kinds,
 told by an HTML comment on the line before it (invisible on GitHub):
 - no comment: an example, run here in order, one namespace per page (a page reads top to bottom), in a
-  temporary working directory, each print( line printing what its comment says (printed_claims);
+  temporary working directory, each print( line (or a bare name shown as a REPL shows it) printing what its comment says
+  (printed_claims);
 - `<!-- excerpt: PATH -->`: code quoted from PATH, whose lines must all appear there, in order;
 - `<!-- run by: TEST -->`, TEST a file under tests/: run by that test with the context it needs (it must
   read the page)."""
@@ -35,7 +36,7 @@ def printed_claims(code: str) -> list[str | None]:
     """What each top-level print( line of an example says it prints, in order: its comment up to a ": " that starts
     prose (`print(x.shape)  # (1, 3): the leaf's shape`), or the comment lines right below a print without one
     (an array over several lines); None where it says nothing. "..." in a claim stands for anything (a loss)."""
-    lines, claims = code.splitlines(), []
+    lines, claims = shown_as_printed(code).splitlines(), []
     for i, line in enumerate(lines):
         if not line.startswith("print("):
             continue
@@ -43,6 +44,14 @@ def printed_claims(code: str) -> list[str | None]:
         below = [s[2:] for s in itertools.takewhile(lambda s: s.startswith("# "), lines[i + 1:])]
         claims.append(comment.group(1).split(": ")[0] if comment else "\n".join(below) if below else None)
     return claims
+
+
+SHOWN = re.compile(r"^([A-Za-z_][\w.]*)(\s+# .+)$", re.M)   # `x.grad   # Tensor(...)`: a value shown as a REPL shows it
+
+
+def shown_as_printed(code: str) -> str:
+    """The example with each line that shows a value as a REPL would (a bare name and its comment) printing repr()."""
+    return SHOWN.sub(r"print(repr(\1))\2", code)
 
 
 def _said(claim: str, printed: str) -> bool:
@@ -69,7 +78,7 @@ def test_every_example_of_the_page_runs_and_prints_what_its_comments_say(page, t
                 continue
             printed.clear()
             try:
-                exec(compile(code, f"{page.name}[block {i}]", "exec"), namespace)
+                exec(compile(shown_as_printed(code), f"{page.name}[block {i}]", "exec"), namespace)
             except Exception as error:  # noqa: BLE001 - reported with the block
                 pytest.fail(f"{page.name}, python block {i} raised {type(error).__name__}: {error}\n{code}")
             claims = printed_claims(code)
@@ -83,6 +92,7 @@ def test_every_example_of_the_page_runs_and_prints_what_its_comments_say(page, t
 def test_a_claim_is_held_to_what_was_printed():
     code = "x = 1\nprint(x)   # 1: one\nprint(2)\n# [[ 0.  1.]\n#  [2.  3.]]\nprint(3)\nprint(4)  # loss ... True"
     assert printed_claims(code) == ["1", "[[ 0.  1.]\n [2.  3.]]", None, "loss ... True"]
+    assert printed_claims("x.grad   # None: none asked\ny = x  # a copy") == ["None"]
     assert _said("[[ 0.  1.]\n [2.  3.]]", "[[ 0. 1.]\n  [2. 3.]]\n") and _said("loss ... True", "loss 2.71 True")
     assert not _said("1", "10") and not _said("loss ... True", "loss 2.71 False")
 
