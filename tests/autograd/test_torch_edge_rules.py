@@ -2,6 +2,8 @@
 setter's dtype, copy_'s broadcast, view without a copy, flip's copy, detach_ after a use, pow at 0 and below."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -372,3 +374,47 @@ def test_integer_tensors_reduce_and_clip_in_torchs_dtypes():
 def test_flatten_with_start_after_end_says_so():
     with pytest.raises(ValueError, match=r"flatten: start axis 2 comes after end axis 0 .*give start <= end"):
         F.flatten(Tensor(np.zeros((2, 3, 4))), 2, 0)
+
+
+DIVISION_DTYPES = [np.bool_, np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64]
+
+
+def test_true_division_gives_torchs_dtype_for_every_pair_of_operands():
+    """Each integer operand was made float32 before the operands met: int64 / a 0-d float64 was float32 (torch:
+    float64, the precision lost) and int / float16 float32 (torch: float16), 42 pairs in all (an audit)."""
+    torch = pytest.importorskip("torch")
+    operands = [(f"{np.dtype(d).name}{shape}", np.array([1, 2, 3] if shape else 2).astype(d))
+                for d in DIVISION_DTYPES for shape in ("[3]", "()")] + [(repr(s), s) for s in (True, 3, 2.5)]
+    for (name_a, a), (name_b, b) in itertools.product(operands, repeat=2):
+        if not (isinstance(a, np.ndarray) or isinstance(b, np.ndarray)):
+            continue
+        theirs = (torch.tensor(a) if isinstance(a, np.ndarray) else a) / (torch.tensor(b) if isinstance(b, np.ndarray)
+                                                                          else b)
+        ours = F.div(Tensor(a) if isinstance(a, np.ndarray) else a, Tensor(b) if isinstance(b, np.ndarray) else b)
+        assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch."), (name_a, name_b)
+        np.testing.assert_allclose(ours.data.astype(np.float64), theirs.double().numpy(), rtol=1e-3,
+                                   err_msg=f"{name_a} / {name_b}")
+
+
+def test_einsum_meets_its_operands_in_one_dtype_as_matmul():
+    """np.einsum's own rule widened int32 with float16, and int64 with float32, to float64."""
+    for a_dtype, b_dtype, want in ((np.int32, np.float16, np.float16), (np.int64, np.float32, np.float32),
+                                   (np.float32, np.float64, np.float64)):
+        a, b = np.arange(6).reshape(2, 3).astype(a_dtype), np.arange(6).reshape(3, 2).astype(b_dtype)
+        out = F.einsum("ij,jk->ik", Tensor(a), Tensor(b))
+        assert out.dtype == want == (Tensor(a) @ Tensor(b)).dtype
+        np.testing.assert_array_equal(out.data, a.astype(np.float64) @ b.astype(np.float64))
+    x, w = leaf(np.ones((2, 3)), np.float32), leaf(np.ones((3, 2)))
+    F.einsum("ij,jk->ik", x, w).sum().backward()
+    assert x.grad.dtype == np.float32 and w.grad.dtype == np.float64     # each gradient in its input's dtype
+
+
+def test_sum_in_a_narrower_dtype_asked_for_is_in_that_dtype():
+    """t.sum(dtype=np.int8) of bools was int64 (NumPy and torch: int8, wrapping as they do)."""
+    assert Tensor(np.array([True, True])).sum(dtype=np.int8).dtype == np.int8
+    wrapped = Tensor(np.array([100, 100], np.int8)).sum(dtype=np.int8)
+    assert wrapped.dtype == np.int8 and wrapped.data == np.array([100, 100], np.int8).sum(dtype=np.int8)
+    x = leaf(np.ones(3), np.float32)
+    total = x.sum(dtype=np.float64)
+    total.backward()
+    assert total.dtype == np.float64 and x.grad.dtype == np.float32

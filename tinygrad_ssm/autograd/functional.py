@@ -29,12 +29,16 @@ def op(fn):
     return torch_names(fn)
 
 
-def _binary(op_name: str, fn, a, b):
-    """A binary op's checks and dtype rules."""
+def _binary(op_name: str, fn, a, b, floats_only: bool = False):
+    """A binary op's checks and dtype rules; `floats_only`: operands that meet in an integer or bool dtype are
+    float32 (true division, as torch)."""
     like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
     a, b = A.as_tensor(op_name, "a", a, like), A.as_tensor(op_name, "b", b, like)
     A.broadcast_shape(op_name, f"shapes {A.shape_text(a, b)}", a.shape, b.shape)
-    return fn.apply(*_meet(a, b))
+    a, b = _meet(a, b)
+    if floats_only and not is_float(a.dtype):
+        a, b = cast(a, DEFAULT_FLOAT), cast(b, DEFAULT_FLOAT)
+    return fn.apply(a, b)
 
 
 def _meet(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
@@ -60,10 +64,10 @@ def mul(a, b): return _binary("mul", E.Mul, a, b)
 
 @op
 def div(a, b):
-    """True division: integer operands become float32 (as torch), a Python number stays a number."""
-    a = a if A.is_real_number(a) else A.float_tensor("div", "a", a)
-    b = b if A.is_real_number(b) else A.float_tensor("div", "b", b)
-    return _binary("div", E.Div, a, b)
+    """True division: the operands meet as for any binary op (torch's rule), then a result that would be an integer
+    or a bool is float32 (int / int, as torch). Casting each integer operand to float32 first gave an int64 tensor
+    over a 0-d float64 one float32 (torch: float64) and an int over a float16 float32 (torch: float16)."""
+    return _binary("div", E.Div, a, b, floats_only=True)
 
 
 @op
@@ -254,6 +258,7 @@ def einsum(subscripts: str, *operands):
     """np.einsum over tensors, differentiable in every operand. Ellipses and implicit outputs are
     allowed; a letter repeated inside one operand (a diagonal) is not."""
     operands = [A.as_tensor("einsum", f"operands[{i}]", o) for i, o in enumerate(operands)]
+    operands = same_dtype(operands) if operands else operands   # as matmul (np.einsum's own rule widened to float64)
     input_specs, output_spec = A.parse_einsum(subscripts, [o.shape for o in operands])
     sizes = {}
     for spec, o in zip(input_specs, operands):

@@ -415,7 +415,8 @@ class Tensor:
 
     # dtype= and out= are NumPy's: np.sum(t), np.mean(t) and np.max(t) call these methods with them
     def sum(self, axis=None, keepdims=False, dtype=None, out=None):
-        return F.sum(P.numpy_reduction_input("sum", self, dtype, out), axis, keepdims)
+        total = F.sum(P.numpy_reduction_input("sum", self, dtype, out), axis, keepdims)   # (integers: int64)
+        return total if dtype is None else F.cast(total, dtype)   # a narrower dtype asked for, as NumPy and torch
 
     def mean(self, axis=None, keepdims=False, dtype=None, out=None):
         return F.mean(P.numpy_reduction_input("mean", self, dtype, out), axis, keepdims)

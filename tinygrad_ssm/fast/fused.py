@@ -354,7 +354,9 @@ def gated_rms_norm(y: Tensor, z: Tensor | None, weight: Tensor, group_size: int,
         raise ValueError(f"gated_rms_norm: need y (..., d), z None or y's shape, weight (d,), d divisible by "
                          f"group_size; got y {y.shape}, z {None if z is None else z.shape}, weight {weight.shape}, "
                          f"group_size {group_size}")
-    if not _kernels_take(y, z, weight):
+    # operands of different dtypes run the twin: it computes silu(z) and a float32 y's norm in float32 and widens
+    # after, the kernels all in the widest dtype (a float32 y with a float64 weight differed by 8e-8; an audit)
+    if not _kernels_take(y, z, weight) or len({t.dtype for t in (y, z, weight) if t is not None}) > 1:
         return reference_gated_rms_norm(y, z, weight, group_size, eps)
     return GatedRMSNorm.apply(y, z, weight, group=int(group_size), eps=float(eps))
 

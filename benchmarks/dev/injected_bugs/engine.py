@@ -520,4 +520,14 @@ BUGS = [
         ("tests/optim/test_param_groups.py", "-k", "keyword_switches"), "an empty parameter list from a used-up generator: no word of why"),
     Bug("tinygrad_ssm/diagnostics.py", "            status = FROZEN_AS_ASKED if name in frozen else FROZEN", "            status = FROZEN",
         ("tests/test_gradient_report.py", "-k", "on_purpose"), "gradient_report's frozen names are ignored: a freeze on purpose is NOT OK"),
+    # --- 2026-12-07, night: an audit of dtypes across the stack --------------------------------------------------------
+    Bug(A + "functional.py", "    return _binary(\"div\", E.Div, a, b, floats_only=True)",
+        "    a = a if A.is_real_number(a) else A.float_tensor(\"div\", \"a\", a)\n"
+        "    b = b if A.is_real_number(b) else A.float_tensor(\"div\", \"b\", b)\n    return _binary(\"div\", E.Div, a, b)",
+        ("tests/autograd/test_torch_edge_rules.py", "-k", "true_division"),
+        "int64 / a 0-d float64 is float32 (torch: float64): integers made float32 before the operands meet"),
+    Bug(A + "functional.py", "    operands = same_dtype(operands) if operands else operands", "    pass",
+        ("tests/autograd/test_torch_edge_rules.py", "-k", "einsum_meets"), "einsum of int32 and float16 is float64 (NumPy's rule)"),
+    Bug(A + "tensor.py", "        return total if dtype is None else F.cast(total, dtype)", "        return total",
+        ("tests/autograd/test_torch_edge_rules.py", "-k", "narrower_dtype"), "t.sum(dtype=np.int8) is int64"),
 ]
