@@ -418,3 +418,33 @@ def test_sum_in_a_narrower_dtype_asked_for_is_in_that_dtype():
     total = x.sum(dtype=np.float64)
     total.backward()
     assert total.dtype == np.float64 and x.grad.dtype == np.float32
+
+
+def _int_op(name, value):
+    def run(t):
+        if name == "t[0] = v":
+            t[0] = value
+            return t
+        return {"t + v": lambda: t + value, "t * v": lambda: t * value, "v - t": lambda: value - t}.get(
+            name, lambda: getattr(t, name)(value))()
+    return run
+
+
+def test_a_python_int_meets_an_integer_tensor_as_in_torch():
+    """uint8 + 300 and uint8 + -1 raised NumPy 2's bare OverflowError (torch wraps), uint8.add_(1) was refused
+    ('cannot be stored in place'), and t[0] = 300 on uint8 stored 44 where torch refuses it (an audit)."""
+    torch = pytest.importorskip("torch")
+    for dtype, value, name in itertools.product(
+            (np.uint8, np.int8, np.int16, np.int32, np.int64), (1, 300, -1, -129, -255, -256, 255, 128, 70000, 2**40),
+            ("t + v", "t * v", "v - t", "add_", "mul_", "sub_", "t[0] = v", "fill_")):
+        where, array = f"{np.dtype(dtype).name} {name} with v = {value}", np.array([1, 2, 3], dtype)
+        try:
+            theirs = _int_op(name, value)(torch.tensor(array)).numpy()
+        except RuntimeError:
+            with pytest.raises(OverflowError, match=r"the value -?\d+ does not fit in this \w+ tensor"):
+                _int_op(name, value)(Tensor(array))
+            continue
+        ours = _int_op(name, value)(Tensor(array)).data
+        assert ours.dtype == theirs.dtype and ours.tolist() == theirs.tolist(), where
+    with pytest.raises(OverflowError, match=r"add: b = 2361183241434822606848 is beyond int64"):
+        Tensor(np.array([1])) + 2**71

@@ -45,7 +45,9 @@ def as_tensor(op: str, argument: str, x, like: Tensor | None = None) -> Tensor:
     if isinstance(x, (int, float, np.integer, np.floating)):
         is_integral = isinstance(x, (numbers.Integral, np.integer))
         # torch: int32_tensor + 1 stays int32 (a number never widens a tensor of its kind)
-        if like is not None and (is_float(like.dtype) or (is_integral and like.dtype.kind in "iu")):
+        if like is not None and is_integral and like.dtype.kind in "iu":
+            return Tensor(integer_as(op, argument, x, like.dtype))
+        if like is not None and is_float(like.dtype):
             return Tensor(np.asarray(x, dtype=like.dtype))
         return Tensor(np.asarray(x, dtype=np.int64 if is_integral else DEFAULT_FLOAT))
     if not isinstance(x, (np.ndarray, list, tuple, np.generic, complex)):
@@ -57,6 +59,31 @@ def as_tensor(op: str, argument: str, x, like: Tensor | None = None) -> Tensor:
                         f"not an array of numbers") from None
     _check_numeric(op, argument, x, array)
     return Tensor(x)
+
+
+def integer_as(op: str, argument: str, x, dtype: np.dtype) -> np.ndarray:
+    """An integer in an integer tensor's dtype, wrapped as torch wraps it (uint8 + 300 adds 44, uint8 + -1 takes 1
+    away; NumPy 2 raises a bare OverflowError); one beyond int64 a clear error, as torch refuses it."""
+    try:
+        return np.asarray(x, dtype=dtype)
+    except OverflowError:
+        if not np.iinfo(np.int64).min <= int(x) <= np.iinfo(np.int64).max:
+            raise OverflowError(f"{op}: {argument} = {int(x)} is beyond int64, the widest integer a tensor holds")
+        return np.asarray(int(x), dtype=np.int64).astype(dtype)
+
+
+def integer_operand(op: str, value: int, dtype: np.dtype) -> np.ndarray:
+    """A Python int meeting an integer tensor in place, as torch has it: arithmetic (uint8.add_(1), .add_(-1))
+    wraps, as out of place; a value written (fill_, t[i] = v, copy_) that the dtype cannot hold is refused (NumPy
+    wrote 300 into uint8 as 44)."""
+    if op in ("add_", "sub_", "mul_", "div_"):
+        return integer_as(op, "the value", value, dtype)
+    info = np.iinfo(dtype)
+    low = -info.max if dtype.kind == "u" else info.min        # torch's: an unsigned one takes -max.., wrapped
+    if not low <= value <= info.max:
+        raise OverflowError(f"{op}: the value {value} does not fit in this {dtype} tensor ({low}..{info.max}); "
+                            f"convert the tensor first (t.long())")
+    return integer_as(op, "the value", value, dtype)
 
 
 def float_tensor(op: str, argument: str, x) -> Tensor:

@@ -277,6 +277,8 @@ class Tensor:
             return other.data
         if isinstance(other, np.ndarray):
             array = other
+        elif isinstance(other, int) and not isinstance(other, bool) and self.dtype.kind in "iu":
+            array = _args.integer_operand(op, other, self.dtype)
         elif isinstance(other, (bool, int, float, list, tuple, np.generic)):
             array = np.asarray(other)
             if array.dtype.kind in "biuf" and is_float(self.dtype) and not isinstance(other, np.generic):

@@ -21,8 +21,8 @@ SSD = ("tests/scan/test_ssd.py",)
 
 BUGS = [
     # --- autograd/args.py -----------------------------------------------------------------------------------------
-    Bug(A + "args.py", 'if like is not None and (is_float(like.dtype) or (is_integral and like.dtype.kind in "iu")):',
-        'if like is not None and (is_float(like.dtype) or like.dtype.kind in "iu"):',
+    Bug(A + "args.py", 'if like is not None and is_integral and like.dtype.kind in "iu":',
+        'if like is not None and like.dtype.kind in "iu":',
         AUTOGRAD, "a Python float meeting an int tensor takes the int dtype (int_tensor + 0.5 truncated)"),
     Bug(A + "args.py", "        return Tensor(np.asarray(x, dtype=np.int64 if is_integral else DEFAULT_FLOAT))",
         "        return Tensor(np.asarray(x, dtype=np.int64 if is_integral else np.float64))",

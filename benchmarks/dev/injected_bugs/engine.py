@@ -530,4 +530,10 @@ BUGS = [
         ("tests/autograd/test_torch_edge_rules.py", "-k", "einsum_meets"), "einsum of int32 and float16 is float64 (NumPy's rule)"),
     Bug(A + "tensor.py", "        return total if dtype is None else F.cast(total, dtype)", "        return total",
         ("tests/autograd/test_torch_edge_rules.py", "-k", "narrower_dtype"), "t.sum(dtype=np.int8) is int64"),
+    Bug(A + "args.py", "        return np.asarray(int(x), dtype=np.int64).astype(dtype)", "        raise",
+        ("tests/autograd/test_torch_edge_rules.py", "-k", "python_int"), "uint8 + 300 raises NumPy's bare OverflowError (torch wraps)"),
+    Bug(A + "args.py", "    if not low <= value <= info.max:", "    if False:",
+        ("tests/autograd/test_torch_edge_rules.py", "-k", "python_int"), "t[0] = 300 on a uint8 tensor stores 44 (torch refuses)"),
+    Bug(A + "tensor.py", "            array = _args.integer_operand(op, other, self.dtype)", "            array = np.asarray(other)",
+        ("tests/autograd/test_torch_edge_rules.py", "-k", "python_int"), "uint8.add_(1) is refused: 'cannot be stored in place'"),
 ]
