@@ -29,7 +29,7 @@ ALLOWED = {
     "train": {"train", "autograd", "fast", "io", "nn", "optim", "registry", "diagnostics", "scan", "models",
               "distributed", "tokenizer", "tokenizer_files", "text_stream"},
     "__init__": {"__init__", "autograd", "fast", "nn", "optim", "registry", "diagnostics", "scan", "models"},
-    "__main__": {"train"},
+    "__main__": {"train", "distributed"},   # MPI first under mpiexec (__main__.py)
 }
 
 

@@ -59,3 +59,16 @@ def test_different_commands_on_the_ranks_end_the_job_with_the_message(corpus, tm
     proc, took = _mpmd(tmp_path, good, ["generate", "--checkpoint", tmp_path / "nope"])
     assert proc.returncode != 0
     assert "rank 1 of 2" in proc.stderr, proc.stderr
+
+
+@needs_mpi
+def test_help_and_an_argument_error_the_ranks_share_are_printed_once():
+    """mpiexec -n 2 ... --help printed the help twice, and an error every rank made (no command) twice (an audit):
+    the job's text once, rank 0's (a rank's own that differs is printed too: the test above)."""
+    shown = mpirun(2, ["-m", "tinygrad_ssm", "train", "--help"], timeout=GUARD_S)
+    assert shown.returncode == 0 and shown.stdout.count("usage: tinygrad-ssm train") == 1, shown.stdout[-2000:]
+    assert "error" not in shown.stderr, shown.stderr                              # (it said "stopped at its arguments")
+    refused = mpirun(2, ["-m", "tinygrad_ssm"], timeout=GUARD_S)
+    assert refused.returncode != 0
+    assert refused.stderr.count("usage: tinygrad-ssm") == 1, refused.stderr     # argparse's text once
+    assert "rank 1 of 2 stopped at its arguments" in refused.stderr                # the job's line names each rank

@@ -194,3 +194,28 @@ def test_ranks_cutting_other_gradient_buckets_are_refused_on_every_rank(corpus, 
         == 1, proc.stderr[-3000:]
     assert "diverged" not in proc.stderr
 
+
+
+@needs_mpi
+def test_a_rank_that_fails_while_the_package_loads_ends_the_job_with_its_message(corpus, tmp_path):
+    """A rank that ended before MPI started (a Ctrl-C, or numba broken on its machine, during the second or more the
+    package takes to load) left the other waiting in MPI_Init for ever, with no word (an audit; killed after 10
+    minutes). MPI starts first now (__main__.py), and the failing rank ends the whole job, saying why."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_distributed import ROOT, _mpiexec
+    broken = tmp_path / "broken" / "numba"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text('raise ImportError("numba is broken on this machine (a test)")\n')
+    command = [sys.executable, "-m", "tinygrad_ssm", "train", *TINY, "--data", str(corpus), "--steps", "1",
+               "--out", str(tmp_path / "run")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    # one rank as usual, the other with the broken numba first on its path (mpiexec's MPMD form: A : B)
+    job = subprocess.run([_mpiexec(), "-n", "1", "-env", "PYTHONPATH", str(ROOT), *command, ":",
+                          "-n", "1", "-env", "PYTHONPATH", os.pathsep.join([str(broken.parent), str(ROOT)]), *command],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert job.returncode != 0
+    assert "[rank 1 of 2] error: ImportError: numba is broken on this machine (a test)" in job.stderr, job.stderr
+    assert "aborting the whole MPI job" in job.stderr and not (tmp_path / "run").exists()

@@ -38,13 +38,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .optim.optimizer import named_parameters
-
 # environment variables that MPI launchers set in every process they start: MPICH/Intel MPI (hydra), Open MPI
 _WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
 INSTALL_HINT = ('pip install -e ".[distributed]" in the package\'s checkout (mpi4py and the mpich wheel, which '
                 'brings mpiexec)')
+
+
+def _named_parameters(params, who: str):
+    """optim's named_parameters, imported when first needed: this module loads without numba (the optimizers' kernels),
+    so that `python -m tinygrad_ssm` under mpiexec starts MPI before the second or more the rest takes (__main__.py)."""
+    from .optim.optimizer import named_parameters
+    return named_parameters(params, who)
 
 
 class DistributedError(RuntimeError):
@@ -102,6 +107,19 @@ class World:
         out = np.empty_like(values)
         self.comm.Allreduce(values, out, op=MPI.SUM)
         return out
+
+    def ranks_on_root_machine(self) -> int:
+        """How many ranks run on rank 0's machine (MPI's shared-memory split), each with its own copy of the model:
+        a collective, every rank calls it; 1 alone."""
+        if self.size == 1:
+            return 1
+        from mpi4py import MPI
+
+        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            return int(self.comm.bcast(local.Get_size(), root=0))
+        finally:
+            local.Free()
 
     def agree(self, fn, *args, **kwargs):
         """Run fn on every rank; if it raised on any rank, raise on every rank (this rank's own exception, or
@@ -284,7 +302,7 @@ class GradientAllreducer:
 
     def __init__(self, params, world: World, bucket_bytes: int = 1 << 20, overlap: bool = True):
 
-        named = named_parameters(params, "GradientAllreducer")
+        named = _named_parameters(params, "GradientAllreducer")
         if not named:
             raise ValueError("GradientAllreducer: no parameters to average (an empty VarMap or list); pass the model's "
                              "VarMap, e.g. GradientAllreducer(model.varmap, world), once its layers are built")
@@ -441,7 +459,7 @@ def weight_checksums(params) -> np.ndarray:
     """CRC-32 of each parameter's bytes, in registration order (int64): cheap, and any bit flip shows."""
 
     return np.array([zlib.crc32(np.ascontiguousarray(p.data).tobytes())
-                     for _, p in named_parameters(params, "weight_checksums")], dtype=np.int64)
+                     for _, p in _named_parameters(params, "weight_checksums")], dtype=np.int64)
 
 
 def check_same_weights(params, world: World, step: int) -> None:
@@ -455,7 +473,7 @@ def check_same_weights(params, world: World, step: int) -> None:
     world.comm.Allgather(mine, every)
     differ = every != every[0]
     if differ.any():
-        names = [n for n, _ in named_parameters(params, "check_same_weights")]
+        names = [n for n, _ in _named_parameters(params, "check_same_weights")]
         bad = sorted({names[j] for j in np.nonzero(differ.any(axis=0))[0]})
         ranks = [r for r in range(world.size) if differ[r].any()]
         raise RanksDiverged(f"after step {step} the weights of rank(s) {ranks} differ from rank 0's in "

@@ -117,6 +117,11 @@ def test_a_finished_run_prints_its_folder_and_the_next_commands_which_work(corpu
     assert resume[4:6] == ["--resume", shlex.quote(str(out))]
     assert cli.main(resume[3:] + ["--no-progress"]) == cli.EXIT_OK  # trains on to step 2
     assert "final validation" in capsys.readouterr().out
+    final = sorted((out / "checkpoints" / "step-000002").iterdir())
+    before = [(p.read_bytes(), p.stat().st_mtime_ns) for p in final]
+    assert cli.main(["train", "--resume", str(out), "--no-progress"]) == cli.EXIT_OK   # nothing left to do
+    assert "final validation" in capsys.readouterr().out
+    assert [(p.read_bytes(), p.stat().st_mtime_ns) for p in final] == before   # the checkpoint as it was
     export = next(c for c in commands if c[3] == "export")
     assert cli.main(export[3:]) == cli.EXIT_OK
     assert (Path(str(out) + "-hf") / "config.json").is_file() and (Path(str(out) + "-hf") / "tokenizer.json").is_file()

@@ -95,3 +95,26 @@ def test_the_memory_estimate_is_one_micro_batchs():
 def test_divisors():
     for n in range(1, 300):
         assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0], n
+
+
+def test_the_memory_estimate_is_each_ranks_share_times_the_ranks_on_this_machine():
+    """Under MPI the check counted the whole global batch in one process (a run of 2 ranks that fits on 2
+    machines, 13.5 GiB each, was refused as needing 27) and one copy of the model for N ranks on one machine (an
+    audit): now each rank's share, times the ranks on this machine."""
+    from tinygrad_ssm.train.checks import physical_memory_bytes
+    ids = 16 * 128
+    half = step_memory_bytes(TrainConfig(batch_size=16))
+    assert step_memory_bytes(TrainConfig(batch_size=32), ranks=2) == half + 16 * ids
+    assert step_memory_bytes(TrainConfig(batch_size=32, grad_accum=2), ranks=2) == \
+        step_memory_bytes(TrainConfig(batch_size=8)) + 24 * ids
+    have = physical_memory_bytes()
+    if have is None:
+        pytest.skip("this platform does not tell its memory")
+    one = step_memory_bytes(TrainConfig(batch_size=1)) - ids
+    cfg = TrainConfig(batch_size=2 * int(0.7 * have / one))                   # 1.4 machines' memory in one process
+    assert len(train_config_problems(cfg)) == 1
+    assert train_config_problems(cfg, ranks=2) == []                           # 0.7 on each of 2 machines
+    refused = train_config_problems(cfg, ranks=2, ranks_here=2)                # both on this one
+    assert len(refused) == 1, refused
+    assert (f"--batch-size {cfg.batch_size} ({cfg.batch_size // 2} sequences on each of 2 MPI ranks)" in refused[0]
+            and "for each of the 2 MPI ranks on this machine" in refused[0]), refused

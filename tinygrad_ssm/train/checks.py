@@ -35,10 +35,11 @@ def divisors(n: int) -> list[int]:
     return small + [n // d for d in reversed(small) if d * d != n]
 
 
-def step_memory_bytes(cfg, vocab_size: int = VOCAB) -> int:
-    """Estimated peak bytes of one training step (activations kept for backward, and their gradients), of one
-    micro-batch (--grad-accum: a micro-batch's activations are freed before the next), and the whole batch's ids
-    (the sampler draws the global batch at once). Per token and layer the
+def step_memory_bytes(cfg, vocab_size: int = VOCAB, ranks: int = 1) -> int:
+    """Estimated peak bytes of one process's training step (activations kept for backward, and their gradients),
+    of one micro-batch (--grad-accum: a micro-batch's activations are freed before the next; under MPI a rank's
+    micro-batches split its share, --batch-size / ranks), and the whole batch's ids (the sampler draws the global
+    batch at once, on every rank). Per token and layer the
     mixer keeps its in_proj output, the conv input/output, several d_inner-wide tensors and the (heads x chunk)
     decay matrix of the SSD scan; the head keeps logits and their softmax."""
     d_inner = 2 * cfg.d_model
@@ -46,7 +47,7 @@ def step_memory_bytes(cfg, vocab_size: int = VOCAB) -> int:
     conv_dim = d_inner + 2 * cfg.d_state
     d_in_proj = 2 * d_inner + 2 * cfg.d_state + nheads
     per_layer = d_in_proj + 2 * conv_dim + 4 * d_inner + nheads * min(cfg.chunk_size, cfg.seq_len)  # a chunk <= l
-    micro_batch = -(-cfg.batch_size // cfg.grad_accum)
+    micro_batch = -(-cfg.batch_size // (ranks * cfg.grad_accum))
     batch_ids = 16 * cfg.batch_size * cfg.seq_len  # the global batch's inputs and targets (int64), drawn whole
     return _BYTES_PER_UNIT * micro_batch * cfg.seq_len * (cfg.n_layer * per_layer + 3 * vocab_size) + batch_ids
 
@@ -69,11 +70,13 @@ def physical_memory_bytes() -> int | None:
 
 
 def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0, machine: bool = True,
-                          vocab_size: int = VOCAB) -> list[str]:
+                          vocab_size: int = VOCAB, ranks: int = 1, ranks_here: int = 1) -> list[str]:
     """Every problem of `cfg` (a TrainConfig), as messages naming flags. `explicit`: the fields given on the
     command line (a default warmup longer than a short run is shortened; a given one is an error).
     machine=False leaves out what depends on this machine (the backends it has, its memory): for judging
-    a saved config. vocab_size: the embedding rows the run trains (a tokenizer's or --init-from's, padded)."""
+    a saved config. vocab_size: the embedding rows the run trains (a tokenizer's or --init-from's, padded).
+    ranks: the MPI ranks sharing each step's batch, ranks_here those of them on this machine (each holds the
+    weights, their gradients and optimizer state, and its own share's activations)."""
 
     bad = []
     for field, low in _MIN_INT.items():
@@ -134,23 +137,28 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
                     f"the run has done all its --steps {cfg.steps}; raise --steps to train on")      # [3, 2] said so
             bad.append(f"--stop-at {stop_at} is not after the checkpoint being resumed (step {resumed_step}); {room}")
     weights, have = parameter_memory_bytes(cfg, vocab_size), physical_memory_bytes() if machine else None
-    need = weights + step_memory_bytes(cfg, vocab_size)
+    weights, need = ranks_here * weights, ranks_here * (weights + step_memory_bytes(cfg, vocab_size, ranks))
     vocab = "" if vocab_size == VOCAB else f", vocabulary {vocab_size:,}"   # a tokenizer's or a checkpoint's
+    here = "" if ranks_here == 1 else f" (for each of the {ranks_here} MPI ranks on this machine)"
     if have is not None and weights > have:
         bad.append(f"--d-model {cfg.d_model} with --n-layer {cfg.n_layer} and --d-state {cfg.d_state}{vocab} makes "
-                   f"a model whose weights, gradients and optimizer state need about {weights / 2 ** 30:,.0f} GiB, "
-                   f"more than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --d-model or --n-layer")
+                   f"a model whose weights, gradients and optimizer state need about {weights / 2 ** 30:,.0f} GiB"
+                   f"{here}, more than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --d-model or "
+                   f"--n-layer{'' if ranks_here == 1 else ', or start fewer ranks on each machine'}")
     elif have is not None and need > have:
         micro = "" if cfg.grad_accum == 1 else f" in {cfg.grad_accum} micro-batches"
-        bad.append(f"--batch-size {cfg.batch_size} x --seq-len {cfg.seq_len}{micro} (with --d-model {cfg.d_model}, "
-                   f"--n-layer {cfg.n_layer}{vocab}) needs about {need / 2 ** 30:,.0f} GiB for one training step, more "
-                   f"than this machine's {have / 2 ** 30:,.0f} GiB of memory; raise --grad-accum (the same step in "
-                   f"smaller pieces) or lower --batch-size or --seq-len")
+        share = "" if ranks == 1 else f" ({cfg.batch_size // ranks} sequences on each of {ranks} MPI ranks)"
+        bad.append(f"--batch-size {cfg.batch_size}{share} x --seq-len {cfg.seq_len}{micro} (with --d-model "
+                   f"{cfg.d_model}, --n-layer {cfg.n_layer}{vocab}) needs about {need / 2 ** 30:,.0f} GiB for one "
+                   f"training step{here}, more than this machine's {have / 2 ** 30:,.0f} GiB of memory; raise "
+                   f"--grad-accum (the same step in smaller pieces) or lower --batch-size or --seq-len")
     return bad
 
 
-def check_train_config(cfg, explicit=(), stop_at=None, resumed_step: int = 0, vocab_size: int = VOCAB) -> None:
+def check_train_config(cfg, explicit=(), stop_at=None, resumed_step: int = 0, vocab_size: int = VOCAB,
+                       ranks: int = 1, ranks_here: int = 1) -> None:
     """Raise ValueError listing every problem (one line each), or return."""
-    bad = train_config_problems(cfg, explicit, stop_at, resumed_step, vocab_size=vocab_size)
+    bad = train_config_problems(cfg, explicit, stop_at, resumed_step, vocab_size=vocab_size, ranks=ranks,
+                                ranks_here=ranks_here)
     if bad:
         raise ValueError("; ".join(bad) if len(bad) == 1 else "\n  " + "\n  ".join(bad))

@@ -333,24 +333,38 @@ def _export(args) -> int:
     return EXIT_OK
 
 
+ASKED_FOR_HELP = "asked for --help"   # a rank that printed the help stops there, and with it the job
+
+
+def _print_texts(out: str, err: str) -> None:
+    """What argparse printed (--help on stdout, an error on stderr), printed now."""
+    for stream, text in ((sys.stdout, out), (sys.stderr, err)):
+        stream.write(text)
+        stream.flush()
+
+
 def _agree_on_arguments(parser, argv) -> tuple[object, int | None]:
     """Under an MPI launcher (mpiexec -n N, N > 1): parse this rank's arguments, then make every rank take the same
     decision, so a rank that stops at its flags never leaves the others waiting in MPI (each rank may be given
     its own command line, or its own environment). Returns (args, None) to go on, or (None, exit status)."""
-    captured, args, code = io.StringIO(), None, None
+    captured, help_text, args, code = io.StringIO(), io.StringIO(), None, None
     try:
-        with contextlib.redirect_stderr(captured):
+        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(help_text):
             args = parser.parse_args(argv)
     except SystemExit as e:  # argparse's error (status 2), or --help (0): its text is printed below
         code = e.code if isinstance(e.code, int) else EXIT_USAGE
-    sys.stderr.write(captured.getvalue())
-    sys.stderr.flush()
+    texts = (help_text.getvalue(), captured.getvalue())
     lines = captured.getvalue().strip().splitlines()
-    problem = (lines[-1] if lines else "stopped at its arguments") if code is not None else argument_problem(args)
+    problem = (ASKED_FOR_HELP if code == 0 else lines[-1] if lines else "stopped at its arguments") if code is not None \
+        else argument_problem(args)
     try:
         world = distributed.init(required=args is not None and args.command == "train")
     except distributed.DistributedError as e:
+        _print_texts(*texts)
         return None, _error(str(e))
+    roots = texts if world.size == 1 else world.comm.bcast(texts if world.is_root else None, root=0)
+    if world.is_root or texts != roots:  # once for the job (--help was printed N times), or a rank's own that differs
+        _print_texts(*texts)
     if world.size == 1:
         return (args, None) if code is None else (None, code)
     settings = None if args is None else {k: repr(v) for k, v in sorted(vars(args).items())}
@@ -368,7 +382,8 @@ def _agree_on_arguments(parser, argv) -> tuple[object, int | None]:
     failures = [(r, p) for r, (p, _, _) in enumerate(decisions) if p]
     if not failures:
         return args, None
-    if world.is_root:  # one message for the job: which rank stopped, and why (its own text is printed above)
+    # one message for the job, which rank stopped and why (its own text is printed above); none for --help alone
+    if world.is_root and any(p != ASKED_FOR_HELP for _, p in failures):
         print("error: " + "; ".join(f"rank {r} of {world.size} stopped at its arguments: {p}" for r, p in failures)
               + "; no rank starts", file=sys.stderr)
     elif problem and code is None:  # a problem found after parsing: this rank says it too

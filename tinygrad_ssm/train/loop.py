@@ -167,9 +167,11 @@ class _Run:
                                         tokenizer_files=tokenizer_files(self.tokenizer) | self.carried))
 
 
-def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, dict | None, Path | None]:
+def _resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple[int, int] = (1, 1)
+                    ) -> tuple[TrainConfig, dict | None, Path | None]:
     """The run's config: the saved one (checked against `overrides`) with `resume`, else cfg + overrides;
-    every flag checked (train/checks.py), `stop_at` against the steps done and to do."""
+    every flag checked (train/checks.py), `stop_at` against the steps done and to do. `ranks`: the MPI ranks in
+    all and on this machine (the memory a step needs here)."""
     if resume is None:
         cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
         for field in ("data", "val_data"):  # absolute, so that --resume works from any folder
@@ -180,7 +182,8 @@ def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, 
         default = TrainConfig()
         set_in_cfg = {k: v for k, v in dataclasses.asdict(cfg).items() if v != getattr(default, k)}
         resolve_starting_point(cfg, {**set_in_cfg, **(overrides or {})}, say)
-        check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg))
+        check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg), ranks=ranks[0],
+                           ranks_here=ranks[1])
         return cfg, None, None
     try:
         resume_dir = ckpt.resolve_checkpoint(resume)
@@ -201,14 +204,17 @@ def _resolve_config(cfg, resume, overrides, stop_at, say) -> tuple[TrainConfig, 
             f"schedule now spans {cfg.steps} steps, so this run is not the one it would have been")
     if "out" not in (overrides or {}):
         cfg.out = str(ckpt.run_dir_of(resume_dir))
-    check_train_config(cfg, tuple(overrides or {}), stop_at, state["step"], vocab_size=run_vocab_size(cfg, state))
+    check_train_config(cfg, tuple(overrides or {}), stop_at, state["step"], vocab_size=run_vocab_size(cfg, state),
+                       ranks=ranks[0], ranks_here=ranks[1])
     return cfg, state, resume_dir
 
 
 def _resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):
     """_resolve_config on rank 0 alone (the checkpoint need only be readable there); the config and the
     saved trainer state are sent to the other ranks."""
-    resolved = world.agree(lambda: _resolve_config(cfg, resume, overrides, stop_at, say) if world.is_root else None)
+    ranks = (world.size, world.ranks_on_root_machine())
+    resolved = world.agree(lambda: _resolve_config(cfg, resume, overrides, stop_at, say, ranks) if world.is_root
+                           else None)
     if world.size == 1:
         return resolved
     cfg_dict, state, resume_dir = world.broadcast_json(
@@ -351,7 +357,9 @@ def _after_step(run: _Run, record: dict, bar, say) -> None:
 def _finish(run: _Run, status: str, t_begin: float, say, sigint=None) -> TrainResult:
     """The end: a last checkpoint, the curves, the summary and (when done) a sample, which a Ctrl-C (`sigint`'s, said
     during the last steps' validation or the sample itself) leaves out; files on rank 0 only."""
-    if run.step > 0 and (run.saved_step != run.step or status == "done"):
+    # a step not in a checkpoint yet (the last one's is saved here); a resume with nothing left to do leaves the
+    # checkpoint as it is (it was written again, its world_size and file times those of the resume: an audit)
+    if run.step > 0 and run.saved_step != run.step:
         with FinishTheSave(say):
             run.save()
     plot = plot_curves(run.log.records(), run.out / PLOT_FILE, run.val_unigram) if run.world.is_root else None
