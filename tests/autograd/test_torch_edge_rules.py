@@ -381,7 +381,13 @@ DIVISION_DTYPES = [np.bool_, np.uint8, np.int8, np.int32, np.int64, np.float16, 
 
 def test_true_division_gives_torchs_dtype_for_every_pair_of_operands():
     """Each integer operand was made float32 before the operands met: int64 / a 0-d float64 was float32 (torch:
-    float64, the precision lost) and int / float16 float32 (torch: float16), 42 pairs in all (an audit)."""
+    float64, the precision lost) and int / float16 float32 (torch: float16), 42 pairs in all (an audit). The rule
+    (torch's type promotion docs) without torch, then every pair against it."""
+    ints = Tensor(np.array([1, 2, 3]))
+    for other, want in ((Tensor(np.float64(3.0)), np.float64), (Tensor(np.ones(3, np.float16)), np.float16),
+                        (Tensor(np.array([2, 2, 2], np.int8)), np.float32), (2, np.float32), (True, np.float32)):
+        assert F.div(ints, other).dtype == want and F.div(other, ints).dtype == want, (other, want)
+    np.testing.assert_allclose(F.div(ints, Tensor(np.float64(3.0))).data, [1 / 3, 2 / 3, 1.0], rtol=1e-15)
     torch = pytest.importorskip("torch")
     operands = [(f"{np.dtype(d).name}{shape}", np.array([1, 2, 3] if shape else 2).astype(d))
                 for d in DIVISION_DTYPES for shape in ("[3]", "()")] + [(repr(s), s) for s in (True, 3, 2.5)]
@@ -432,7 +438,13 @@ def _int_op(name, value):
 
 def test_a_python_int_meets_an_integer_tensor_as_in_torch():
     """uint8 + 300 and uint8 + -1 raised NumPy 2's bare OverflowError (torch wraps), uint8.add_(1) was refused
-    ('cannot be stored in place'), and t[0] = 300 on uint8 stored 44 where torch refuses it (an audit)."""
+    ('cannot be stored in place'), and t[0] = 300 on uint8 stored 44 where torch refuses it (an audit). The cases
+    without torch, then every pair against it."""
+    u8 = np.array([1, 2, 3], np.uint8)
+    assert (Tensor(u8) + 300).data.tolist() == [45, 46, 47] and (Tensor(u8) + -1).data.tolist() == [0, 1, 2]
+    assert Tensor(u8).add_(1).data.tolist() == [2, 3, 4] and (Tensor(u8) + 300).dtype == np.uint8
+    with pytest.raises(OverflowError, match=r"__setitem__: the value 300 does not fit in this uint8 tensor \(-255..255\)"):
+        Tensor(u8)[0] = 300
     torch = pytest.importorskip("torch")
     for dtype, value, name in itertools.product(
             (np.uint8, np.int8, np.int16, np.int32, np.int64), (1, 300, -1, -129, -255, -256, 255, 128, 70000, 2**40),
