@@ -123,3 +123,27 @@ def _unless_it_hangs(call, fifo, seconds=20.0):
         thread.join(seconds)
         pytest.fail(f"the call blocked on the named pipe {fifo} for {seconds:.0f} s")
     return outcome.get("error")
+
+
+@pytest.mark.parametrize("change", [
+    lambda s: s["sampler"]["bit_generator"]["state"].__setitem__("state", s["sampler"]["bit_generator"]["state"]["state"] + 1),
+    lambda s: s["train_config"].__setitem__("lr", s["train_config"]["lr"] * 1.0000001),
+    lambda s: s.__setitem__("tokens", s["tokens"] + 64)], ids=["sampler", "lr", "tokens"])
+def test_a_trainer_state_changed_since_the_save_is_refused_and_one_changed_on_purpose_loads(run, capsys, change):
+    """The "files" digests cover every file but trainer_state.json itself: one digit of the sampler's state
+    changed by hand was resumed without a word, 11 weights and 22 moments off the run at the end (an audit)."""
+    checkpoint = run / "checkpoints" / "step-000002"
+    state = _state(checkpoint)
+    assert state["state_sha256"] == hashlib.sha256(json.dumps(
+        {k: v for k, v in state.items() if k not in ("files", "state_sha256")}, sort_keys=True,
+        separators=(",", ":")).encode()).hexdigest()
+    change(state)
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state, indent=1))
+    assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE
+    assert ("trainer_state.json' is damaged: its content differs from the one saved (its 'state_sha256'); resume "
+            "from another checkpoint (this run's: ['step-000001', 'step-000002'])") in capsys.readouterr().err
+    with pytest.raises(CheckpointDamaged, match="state_sha256"):
+        Mamba2LMHeadModel.from_pretrained(checkpoint)
+    del state["state_sha256"]                                     # changed on purpose: the fix the message names
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state, indent=1))
+    assert ckpt.load_trainer_state(checkpoint)["step"] == 2

@@ -100,6 +100,7 @@ def test_a_new_claim_removes_the_debris_of_killed_saves_and_prunes_and_nothing_e
         ".step-000003.0123abcd.tmp": {"config.json": b"{}", "model.safetensors": b"w",
                                       ".trainer_state.json.89abcdef.tmp": b'{"st'},
         ".step-000001.deadbeef.old": {"step-000001/config.json": b"{}", "step-000001/optimizer.safetensors": b"m"},
+        ".step-000013.6789abcd.tmp": {"generation_config.json": b"{}"},   # a fine-tune's, killed after its first file
     }
     for name, files in ours.items():
         make(root / name, files)

@@ -46,6 +46,19 @@ class CheckpointDamaged(CheckpointNotFound):
 FILE_DIGESTS = "files"  # trainer_state.json's field: file name -> {"bytes": size, "sha256": hex digest}
 
 
+STATE_DIGEST = "state_sha256"  # trainer_state.json's field: the SHA-256 of the rest of it (state_digest)
+
+
+def state_digest(state: dict) -> str:
+    """The SHA-256 of a trainer state's content (canonical JSON: sorted keys, no spaces) but its "files" record and
+    this digest: the "files" digests cover every file but trainer_state.json itself, where one changed digit of
+    the sampler's state or the lr resumed a run that was no longer the one saved, without a word (an audit). The
+    record is left out so that an entry removed on purpose (a file changed by hand) still loads; a record damaged
+    otherwise no longer matches its files."""
+    rest = {k: v for k, v in state.items() if k not in (STATE_DIGEST, FILE_DIGESTS)}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
 def file_digest(path) -> dict:
     """{"bytes": size, "sha256": hex} of the file at `path`, read in pieces (never all of it in memory)."""
     with open(path, "rb") as f:
@@ -85,6 +98,12 @@ def check_file_digests(checkpoint_dir, names=None, state: dict | None = None) ->
             state = json.loads((checkpoint_dir / STATE_FILE).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return  # not a training checkpoint (or its state is unreadable: load_trainer_state names that)
+    if isinstance(state, dict) and STATE_DIGEST in state and state[STATE_DIGEST] != state_digest(state):
+        others = (f"resume from another checkpoint (this run's: {checkpoint_names(run_dir_of(checkpoint_dir))})"
+                  if checkpoint_dir.parent.name == CHECKPOINTS_DIR else "use an undamaged copy")
+        raise CheckpointDamaged(f"{str(checkpoint_dir / STATE_FILE)!r} is damaged: its content differs from the one "
+                                f"saved (its {STATE_DIGEST!r}); {others}. Changed on purpose: remove its "
+                                f"{STATE_DIGEST!r} line to load it unchecked")
     record = state.get(FILE_DIGESTS) if isinstance(state, dict) else None
     if record is None:
         return

@@ -17,9 +17,9 @@ from pathlib import Path
 from ..autograd.args import is_integer, is_real_number
 from ..io.atomic_write import new_temporary_folder, write_atomic
 from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR, FILE_DIGESTS,  # noqa: F401
-                              FORMAT_VERSION, LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, CheckpointNotFound,
+                              FORMAT_VERSION, LATEST_FILE, OPTIMIZER_FILE, STATE_DIGEST, STATE_FILE, CheckpointNotFound,
                               check_file_digests, checkpoint_names, file_digest, is_digest_record,
-                              resolve_checkpoint, run_dir_of, step_of)
+                              resolve_checkpoint, run_dir_of, state_digest, step_of)
 from ..io.file_checks import require_regular_file
 from ..io.finite import non_finite_problems  # noqa: F401 (step.py takes it from here)
 from ..io.safetensors import load_file, save_file
@@ -86,6 +86,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, optimizer_stat
         # error, a copy cut short), where NaN checks would pass a file whose last pages became zeros
         digests = {name: file_digest(tmp / name) for name in sorted(os.listdir(tmp))}
         state = {"format_version": FORMAT_VERSION, "step": step, **trainer_state, FILE_DIGESTS: digests}
+        state[STATE_DIGEST] = state_digest(state)   # the file itself: a changed digit is refused on resume
         write_atomic(tmp / STATE_FILE, json.dumps(state, indent=1))
         if final.exists():  # re-writing a step of this run (a resumed run passing an old checkpoint): swap it out
             _latest_away_from(root, final.name, run_id)  # a kill between the two renames: LATEST names a whole one
@@ -248,6 +249,7 @@ _STATE_FIELDS = {
 _OPTIONAL_STATE_FIELDS = {
     "run_id": (is_run_id, f"a run id ({RUN_ID_RULE})"),
     FILE_DIGESTS: (is_digest_record, "file names mapped to {'bytes': size, 'sha256': hex}"),
+    STATE_DIGEST: (lambda v: isinstance(v, str) and len(v) == 64, "a SHA-256 in hex"),
     "threads": (lambda v: is_integer(v) and v >= 1, "an integer >= 1 (numba's thread count)"),
 }
 

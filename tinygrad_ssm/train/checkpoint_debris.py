@@ -20,10 +20,13 @@ import stat
 from pathlib import Path
 
 from ..io.checkpoints import CHECKPOINT_FILES, LATEST_FILE
+from ..models.mamba2.pretrained import GENERATION_CONFIG_NAME
 from ..tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 
-# what a checkpoint folder holds (train/checkpoint.save_checkpoint): the files it needs, its tokenizer's copy
-_FILE_NAMES = frozenset(CHECKPOINT_FILES) | {TOKENIZER_FILE, TOKENIZER_CONFIG_FILE}
+# what a checkpoint folder holds (train/checkpoint.save_checkpoint): the files it needs, its tokenizer's copy and
+# what it carries from --init-from's folder (starting_point.carried_files: a fine-tune's save killed with only that
+# file written was left for good)
+_FILE_NAMES = frozenset(CHECKPOINT_FILES) | {TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, GENERATION_CONFIG_NAME}
 # a temporary file of one of them (io/atomic_write.new_temporary_file: `.NAME.RANDOM.tmp`, RANDOM 8 hex digits)
 _TEMPORARY_FILE = re.compile(r"\.(?P<name>[^/]+)\.[0-9a-f]{8}\.tmp")
 # the leftover folders themselves (new_temporary_folder's names for a checkpoint step-NNNNNN)

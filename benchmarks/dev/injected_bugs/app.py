@@ -511,4 +511,14 @@ BUGS = [
         ("tests/train/test_eval_cli.py", "-k", "bad_record"), "eval of a .jsonl file scores every record before a bad last one stops it"),
     Bug("tinygrad_ssm/train/scoring.py", "    _check_records(named, text_field)\n", "",
         ("tests/train/test_eval_cli.py", "-k", "bad_record"), "eval of a folder with a .jsonl file scores before a bad record stops it"),
+    # --- 2026-12-07, night: a fuzz of interruptions and resumes --------------------------------------------------------
+    Bug("tinygrad_ssm/io/checkpoints.py", "    if isinstance(state, dict) and STATE_DIGEST in state and state[STATE_DIGEST] != state_digest(state):",
+        "    if False:", ("tests/train/test_checkpoint_digests.py", "-k", "trainer_state_changed"),
+        "a trainer_state.json changed since the save (one digit of the sampler's state) is resumed without a word"),
+    Bug("tinygrad_ssm/io/checkpoints.py", "    rest = {k: v for k, v in state.items() if k not in (STATE_DIGEST, FILE_DIGESTS)}",
+        "    rest = {k: v for k, v in state.items() if k != STATE_DIGEST}", ("tests/train/test_non_finite.py",),
+        "a file's digest removed on purpose (the documented way to load a file changed by hand) makes the state refused"),
+    Bug("tinygrad_ssm/train/checkpoint_debris.py", "{TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, GENERATION_CONFIG_NAME}",
+        "{TOKENIZER_FILE, TOKENIZER_CONFIG_FILE}", ("tests/train/test_crash_safety.py", "-k", "debris"),
+        "a fine-tune's save killed after its generation_config.json is left in checkpoints/ for good"),
 ]
