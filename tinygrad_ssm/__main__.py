@@ -1,7 +1,17 @@
 """python -m tinygrad_ssm: see train/cli.py."""
+import signal
 import sys
 
-from . import distributed  # NumPy and the standard library: mpi4py only in init()
+
+def _terminated(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
+# SIGTERM is a Ctrl-C for every command (exit 130, as --help says): until a command takes both signals over, from
+# here on (while the package loads and a run is set up it killed the process, exit 143, without a word: a fuzz)
+signal.signal(signal.SIGTERM, _terminated)
+
+from . import distributed  # noqa: E402  NumPy and the standard library: mpi4py only in init()
 
 if distributed.launcher_world_size() > 1:
     # Under mpiexec, MPI starts first (a tenth of a second): a rank that ended while the ranks still load (a Ctrl-C, a

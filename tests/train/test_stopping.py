@@ -175,3 +175,58 @@ def test_a_diverging_run_says_one_error_line_without_numpys_warnings(corpus, tmp
     assert code == cli.EXIT_DIVERGED and "training diverged" in capsys.readouterr().err
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
     assert np.geterr()["over"] == "warn"                                 # the caller's settings as they were
+
+
+def test_a_second_ctrl_c_while_the_curves_are_drawn_has_said_how_to_continue(corpus, tmp_path, monkeypatch):
+    """After a stop the end drew the curves (matplotlib's first import: half a second) before it said where the
+    checkpoint is: a second Ctrl-C there ended the run with "stopped by Ctrl-C" alone (a fuzz of interruptions)."""
+    said = []
+    monkeypatch.setattr(loop, "plot_curves", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt("Ctrl-C")))
+    with pytest.raises(KeyboardInterrupt):
+        train(_cfg(corpus, tmp_path / "run", steps=3), progress=False, say=said.append,
+              callback=lambda info: info.step == 1 and signal.raise_signal(signal.SIGINT))
+    text = "\n".join(said)
+    assert f"stopped at step 1/3; checkpoint {tmp_path / 'run' / 'checkpoints' / 'step-000001'}" in text, said
+    assert f"continue with: python -m tinygrad_ssm train --resume {tmp_path / 'run'}" in text
+
+
+def test_a_ctrl_c_while_the_first_message_is_written_is_one_line(corpus, tmp_path, monkeypatch, capsys):
+    """tqdm.write makes its lock at the first message: a Ctrl-C landing there left tqdm's `finally` releasing a lock
+    that was never made, an AttributeError traceback and exit status 1 (a fuzz of interruptions)."""
+    import tqdm as tqdm_package
+    from tqdm import tqdm
+    monkeypatch.delattr(tqdm, "_lock", raising=False)
+    made = []
+
+    def interrupted_lock(*args, **kwargs):       # the Ctrl-C arrives while the lock is being made, the first time
+        made.append(1)
+        if len(made) == 1:
+            raise KeyboardInterrupt
+        return real_lock(*args, **kwargs)
+    real_lock = tqdm_package.std.TqdmDefaultWriteLock
+    monkeypatch.setattr(tqdm_package.std, "TqdmDefaultWriteLock", interrupted_lock)
+    code = cli.main(["train", "--data", str(corpus), "--out", str(tmp_path / "run"), "--steps", "2", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_INTERRUPTED and "Traceback" not in err and "AttributeError" not in err, err
+    monkeypatch.delattr(tqdm, "_lock", raising=False)
+
+
+def test_a_sigterm_while_a_run_is_set_up_stops_it_as_a_ctrl_c(corpus, tmp_path):
+    """Before the training loop takes the signals over, SIGTERM killed the process (exit 143, no word) where the
+    help says 130 for it as for Ctrl-C (a fuzz of interruptions): python -m tinygrad_ssm takes it from the start."""
+    import subprocess
+    import sys
+    script = ("import os, runpy, signal, sys\n"
+              "import tinygrad_ssm.train.loop as loop\n"
+              "real = loop._setup\n"
+              "def setup(*args, **kwargs):\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)   # a scheduler's SIGTERM while the run is set up\n"
+              "    return real(*args, **kwargs)\n"
+              "loop._setup = setup\n"
+              f"sys.argv = ['tinygrad_ssm', 'train', '--data', {str(corpus)!r}, '--out', {str(tmp_path / 'run')!r}, "
+              "'--steps', '1', '--no-progress']\n"
+              "runpy.run_module('tinygrad_ssm', run_name='__main__', alter_sys=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == cli.EXIT_INTERRUPTED and "stopped by SIGTERM" in done.stderr, (done.returncode,
+                                                                                            done.stderr[-2000:])
+    assert "Traceback" not in done.stderr

@@ -362,18 +362,20 @@ def _finish(run: _Run, status: str, t_begin: float, say, sigint=None) -> TrainRe
     if run.step > 0 and run.saved_step != run.step:
         with FinishTheSave(say):
             run.save()
-    plot = plot_curves(run.log.records(), run.out / PLOT_FILE, run.val_unigram) if run.world.is_root else None
-    result = TrainResult(status, run.step, run.out, run.last_ckpt, run.val_bpb, run.loss_val, run.tokens,
-                         time.perf_counter() - t_begin, run.train_s,
-                         run.tokens / run.train_s if run.train_s else 0.0, run.val_unigram, plot,
-                         best=ckpt.best_checkpoint(run.out, run.run_id) if run.world.is_root else None)
+    # a stop is said before the curves are drawn: a second Ctrl-C during the drawing (matplotlib's first import, half
+    # a second) ended the run with no word of its checkpoint or how to continue (a fuzz of interruptions)
     if status != "done" and run.last_ckpt is None:  # stopped before the first step was done: there is no checkpoint
         say(f"stopped at step {run.step}/{run.cfg.steps}, before the first checkpoint; nothing was saved\n"
             f"start it again with: {python_cmd(run.world.size)} -m tinygrad_ssm train --out {run.out} and its flags")
     elif status != "done":
         say(f"stopped at step {run.step}/{run.cfg.steps}; checkpoint {run.last_ckpt}\n"
             f"continue with: {python_cmd(run.world.size)} -m tinygrad_ssm train --resume {run.out}")
-    elif run.world.is_root:
+    plot = plot_curves(run.log.records(), run.out / PLOT_FILE, run.val_unigram) if run.world.is_root else None
+    result = TrainResult(status, run.step, run.out, run.last_ckpt, run.val_bpb, run.loss_val, run.tokens,
+                         time.perf_counter() - t_begin, run.train_s,
+                         run.tokens / run.train_s if run.train_s else 0.0, run.val_unigram, plot,
+                         best=ckpt.best_checkpoint(run.out, run.run_id) if run.world.is_root else None)
+    if status == "done" and run.world.is_root:
 
         val_text = run.corpus.val if run.corpus.val_text is None else np.frombuffer(run.corpus.val_text, np.uint8)
         prompt = run.cfg.sample_prompt or sample_prompt_from(val_text)
@@ -441,6 +443,7 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
     run = None
     try:  # from here on one rank's error ends the whole job (below): an import failing on one rank left all waiting
         from tqdm import tqdm
+        tqdm.get_lock()  # made now: a Ctrl-C while the first message made it left tqdm.write a traceback (a fuzz)
         say = (say or (lambda m: tqdm.write(m, file=sys.stdout))) if world.is_root else (lambda m: None)
         run = _setup(cfg, resume, overrides, stop_at, say, world)
         if world.size > 1:
