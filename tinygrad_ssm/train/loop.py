@@ -19,7 +19,6 @@ before clipping, so every rank applies the same AdamW step. Rank 0 alone prints,
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import sys
@@ -37,7 +36,7 @@ from ..autograd.grad_mode import no_grad
 from ..distributed import (SINGLE, DistributedError, GradientAllreducer, RanksDiverged, World,
                            broadcast_weights_and_optimizers, check_same_weights, launcher_world_size)
 from . import checkpoint as ckpt
-from .checks import check_train_config, divisors
+from .checks import divisors
 from .config import VOCAB_SIZE, TrainConfig, _resume_config  # noqa: F401 (re-exported)
 from .batches import BatchSampler, eval_batches
 from .data import (Corpus, bits_per_byte, check_length, fingerprint_differences, load_corpus, sample_prompt_from,
@@ -48,10 +47,11 @@ from .mpi_cli import python_cmd
 from .output_errors import EXIT_IO, io_cause
 from .optimizers import flat_optimizer_state, build_optimizers
 from .resuming import restore, resume_notes
-from .run_folder import MARKER_FILE, RunFolderLock, claim_run_folder, remove_new_run_folder
+from .run_config import resolve_on_root
+from .run_folder import RunFolderLock, claim_run_folder, remove_new_run_folder
 from .sigint import FinishTheSave, StopOnSigint, signal_said
 from .step import TrainingDiverged, last_good, train_step  # noqa: F401 (TrainingDiverged re-exported)
-from .starting_point import (carried_files, paths_as_saved, resolve_starting_point, run_vocab_size, shared_model,
+from .starting_point import (carried_files, shared_model,
                              shared_tokenizer, tokenizer_files)
 
 
@@ -167,61 +167,6 @@ class _Run:
                                         tokenizer_files=tokenizer_files(self.tokenizer) | self.carried))
 
 
-def _resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple[int, int] = (1, 1)
-                    ) -> tuple[TrainConfig, dict | None, Path | None]:
-    """The run's config: the saved one (checked against `overrides`) with `resume`, else cfg + overrides;
-    every flag checked (train/checks.py), `stop_at` against the steps done and to do. `ranks`: the MPI ranks in
-    all and on this machine (the memory a step needs here)."""
-    if resume is None:
-        cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
-        for field in ("data", "val_data"):  # absolute, so that --resume works from any folder
-            if getattr(cfg, field) is not None:
-                setattr(cfg, field, str(Path(getattr(cfg, field)).expanduser().absolute()))
-        # a setting of `cfg` that differs from the default was given as much as a flag (train(TrainConfig(...)) from
-        # Python): --init-from then neither replaces its tokenizer nor lets its shape pass unchecked
-        default = TrainConfig()
-        set_in_cfg = {k: v for k, v in dataclasses.asdict(cfg).items() if v != getattr(default, k)}
-        resolve_starting_point(cfg, {**set_in_cfg, **(overrides or {})}, say)
-        check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg), ranks=ranks[0],
-                           ranks_here=ranks[1])
-        return cfg, None, None
-    try:
-        resume_dir = ckpt.resolve_checkpoint(resume)
-    except ckpt.CheckpointNotFound:
-        folder = Path(resume).expanduser()
-        if (folder / MARKER_FILE).is_file() and not (folder / ckpt.CHECKPOINTS_DIR).exists():   # ours, unsaved
-            raise ckpt.CheckpointNotFound(f"--resume {resume}: this run stopped before its first checkpoint "
-                                          f"(one every --checkpoint-every steps), so there is nothing to resume; "
-                                          f"start it again with --out {resume} and its flags") from None
-        raise
-    state = ckpt.load_trainer_state(resume_dir)
-    cfg = _resume_config(state["train_config"], paths_as_saved(overrides or {}, state["train_config"]))
-    # the warmup the run had: a run of 6 steps warmed up over 6 of the default 10 (_setup's min); resumed with
-    # --steps 12 it warmed up again from step 6 to 10, its lr falling and rising
-    cfg.warmup_steps = min(cfg.warmup_steps, state["train_config"]["steps"])
-    if cfg.steps != state["train_config"]["steps"]:
-        say(f"note: --steps changed from {state['train_config']['steps']} to {cfg.steps}: the learning-rate "
-            f"schedule now spans {cfg.steps} steps, so this run is not the one it would have been")
-    if "out" not in (overrides or {}):
-        cfg.out = str(ckpt.run_dir_of(resume_dir))
-    check_train_config(cfg, tuple(overrides or {}), stop_at, state["step"], vocab_size=run_vocab_size(cfg, state),
-                       ranks=ranks[0], ranks_here=ranks[1])
-    return cfg, state, resume_dir
-
-
-def _resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):
-    """_resolve_config on rank 0 alone (the checkpoint need only be readable there); the config and the
-    saved trainer state are sent to the other ranks."""
-    ranks = (world.size, world.ranks_on_root_machine())
-    resolved = world.agree(lambda: _resolve_config(cfg, resume, overrides, stop_at, say, ranks) if world.is_root
-                           else None)
-    if world.size == 1:
-        return resolved
-    cfg_dict, state, resume_dir = world.broadcast_json(
-        [resolved[0].to_dict(), resolved[1], resolved[2] and str(resolved[2])] if world.is_root else None)
-    return TrainConfig.from_dict(cfg_dict), state, resolved[2] if world.is_root else resume_dir and Path(resume_dir)
-
-
 def _load_data(cfg: TrainConfig, state: dict | None, tokenizer, world: World = SINGLE) -> tuple[Corpus, dict]:
     if cfg.batch_size % world.size:
         counts = " or ".join(map(str, divisors(cfg.batch_size)))
@@ -286,7 +231,7 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
     """Config, data, run folder, model, optimizers, schedule and sampler (restored when resuming). Every
     error about paths or sizes happens here, before any work, and under MPI on every rank at once."""
 
-    cfg, state, resume_dir = _resolve_on_root(cfg, resume, overrides, stop_at, say, world)
+    cfg, state, resume_dir = resolve_on_root(cfg, resume, overrides, stop_at, say, world)
     tokenizer = shared_tokenizer(cfg, resume_dir, world)  # rank 0's, sent to the others
     carried = world.agree(lambda: carried_files(cfg, resume_dir) if world.is_root else {})  # rank 0 saves
     corpus, fingerprint = world.agree(_load_data, cfg, state, tokenizer, world)   # no collective inside (each rank

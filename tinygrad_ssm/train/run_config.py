@@ -1,0 +1,69 @@
+"""The run's config, fresh or resumed: train's settings and flags (a fresh run), or the checkpoint's with the flags
+a resume may change, every one checked (train/checks.py) against the run's vocabulary, the steps done and, under
+MPI, the ranks in all and on rank 0's machine; resolved on rank 0 alone and sent to the others."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ..distributed import World
+from . import checkpoint as ckpt
+from .checks import check_train_config
+from .config import TrainConfig, _resume_config
+from .run_folder import MARKER_FILE
+from .starting_point import paths_as_saved, resolve_starting_point, run_vocab_size
+
+
+def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple[int, int] = (1, 1)
+                    ) -> tuple[TrainConfig, dict | None, Path | None]:
+    """The run's config: the saved one (checked against `overrides`) with `resume`, else cfg + overrides;
+    every flag checked (train/checks.py), `stop_at` against the steps done and to do. `ranks`: the MPI ranks in
+    all and on this machine (the memory a step needs here)."""
+    if resume is None:
+        cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
+        for field in ("data", "val_data"):  # absolute, so that --resume works from any folder
+            if getattr(cfg, field) is not None:
+                setattr(cfg, field, str(Path(getattr(cfg, field)).expanduser().absolute()))
+        # a setting of `cfg` that differs from the default was given as much as a flag (train(TrainConfig(...)) from
+        # Python): --init-from then neither replaces its tokenizer nor lets its shape pass unchecked
+        default = TrainConfig()
+        set_in_cfg = {k: v for k, v in dataclasses.asdict(cfg).items() if v != getattr(default, k)}
+        resolve_starting_point(cfg, {**set_in_cfg, **(overrides or {})}, say)
+        check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg), ranks=ranks[0],
+                           ranks_here=ranks[1])
+        return cfg, None, None
+    try:
+        resume_dir = ckpt.resolve_checkpoint(resume)
+    except ckpt.CheckpointNotFound:
+        folder = Path(resume).expanduser()
+        if (folder / MARKER_FILE).is_file() and not (folder / ckpt.CHECKPOINTS_DIR).exists():   # ours, unsaved
+            raise ckpt.CheckpointNotFound(f"--resume {resume}: this run stopped before its first checkpoint "
+                                          f"(one every --checkpoint-every steps), so there is nothing to resume; "
+                                          f"start it again with --out {resume} and its flags") from None
+        raise
+    state = ckpt.load_trainer_state(resume_dir)
+    cfg = _resume_config(state["train_config"], paths_as_saved(overrides or {}, state["train_config"]))
+    # the warmup the run had: a run of 6 steps warmed up over 6 of the default 10 (_setup's min); resumed with
+    # --steps 12 it warmed up again from step 6 to 10, its lr falling and rising
+    cfg.warmup_steps = min(cfg.warmup_steps, state["train_config"]["steps"])
+    if cfg.steps != state["train_config"]["steps"]:
+        say(f"note: --steps changed from {state['train_config']['steps']} to {cfg.steps}: the learning-rate "
+            f"schedule now spans {cfg.steps} steps, so this run is not the one it would have been")
+    if "out" not in (overrides or {}):
+        cfg.out = str(ckpt.run_dir_of(resume_dir))
+    check_train_config(cfg, tuple(overrides or {}), stop_at, state["step"], vocab_size=run_vocab_size(cfg, state),
+                       ranks=ranks[0], ranks_here=ranks[1])
+    return cfg, state, resume_dir
+
+
+def resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):
+    """_resolve_config on rank 0 alone (the checkpoint need only be readable there); the config and the
+    saved trainer state are sent to the other ranks."""
+    ranks = (world.size, world.ranks_on_root_machine())
+    resolved = world.agree(lambda: resolve_config(cfg, resume, overrides, stop_at, say, ranks) if world.is_root
+                           else None)
+    if world.size == 1:
+        return resolved
+    cfg_dict, state, resume_dir = world.broadcast_json(
+        [resolved[0].to_dict(), resolved[1], resolved[2] and str(resolved[2])] if world.is_root else None)
+    return TrainConfig.from_dict(cfg_dict), state, resolved[2] if world.is_root else resume_dir and Path(resume_dir)
