@@ -57,7 +57,7 @@ def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple[int, int] 
 
 
 def resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):
-    """_resolve_config on rank 0 alone (the checkpoint need only be readable there); the config and the
+    """resolve_config on rank 0 alone (the checkpoint need only be readable there); the config and the
     saved trainer state are sent to the other ranks."""
     ranks = (world.size, world.ranks_on_root_machine())
     resolved = world.agree(lambda: resolve_config(cfg, resume, overrides, stop_at, say, ranks) if world.is_root
