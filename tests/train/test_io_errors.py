@@ -79,6 +79,7 @@ def test_a_full_disk_is_one_line_and_the_checkpoint_is_intact(one_step_run, tmp_
     assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_IO
     line = _one_line(capsys.readouterr().err)
     assert str(run) in line and "No space left on device" in line and "step-000001 is intact" in line
+    assert line.endswith(f"once there is room, continue with: python -m tinygrad_ssm train --resume {run}"), line
     assert _latest(run) == "step-000001"
 
 

@@ -117,8 +117,9 @@ def _train_io_error(e: OSError, args) -> int:
         where = e.filename or (f"a file in the run folder {folder}" if folder else "a file of the run")
     last = "no checkpoint had been written yet"
     if folder:
-        try:
-            last = f"the last checkpoint {resolve_checkpoint(Path(folder))} is intact"
+        try:   # and how to go on once there is room (a fuzz of interruptions: the stop said neither)
+            last = (f"the last checkpoint {resolve_checkpoint(Path(folder))} is intact; once there is room, continue "
+                    f"with: {python_cmd()} -m tinygrad_ssm train --resume {folder}")
         except (OSError, ValueError):
             saved = checkpoint_names(Path(folder))  # complete, but LATEST was not written (a full disk)
             if saved:

@@ -528,4 +528,6 @@ BUGS = [
     Bug("tinygrad_ssm/train/loop.py", "    elif status != \"done\":\n        say(f\"stopped at step {run.step}",
         "    elif False:\n        say(f\"stopped at step {run.step}", ("tests/train/test_stopping.py", "-k", "curves_are_drawn"),
         "a stop does not say its checkpoint nor how to continue"),
+    Bug("tinygrad_ssm/train/cli.py", "is intact; once there is room, continue \"\n                    f\"with: {python_cmd()} -m tinygrad_ssm train --resume {folder}\")",
+        "is intact\")", ("tests/train/test_io_errors.py", "-k", "full_disk"), "a full disk's stop does not say how to continue"),
 ]
