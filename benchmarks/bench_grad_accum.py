@@ -13,6 +13,7 @@ and not counted: what the micro-batches divide is the activations (and the logit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from types import SimpleNamespace
@@ -53,7 +54,8 @@ def step_of(model, ids: np.ndarray, pieces: int):
         cfg=SimpleNamespace(grad_accum=pieces, grad_clip=1.0), model=model, world=SINGLE, reducer=None,
         optimizers={"adamw": optim.AdamW(model.varmap.all_vars(), lr=1e-5)}, schedule=lambda step: 1e-5,
         sampler=FixedBatch(ids), clip=optim.clip_grad_norm_, corpus=SimpleNamespace(train_tokens_per_byte=1.0),
-        step=0, tokens=0, train_s=0.0, rate=None, last_ckpt=None, loss_val=None, in_update=False)
+        step=0, tokens=0, train_s=0.0, rate=None, last_ckpt=None, loss_val=None, in_update=False, log=None,
+        hold_signals=contextlib.nullcontext)
     return lambda: train_step(run)
 
 

@@ -262,43 +262,41 @@ def test_non_finite_gradient_stops_before_the_update(slice_file, tmp_path, monke
                                                                              "step-000004"]
 
 
-def test_ctrl_c_during_the_weight_update_saves_nothing(slice_file, tmp_path, monkeypatch):
-    """Ctrl-C twice while AdamW is half-way through an update (one parameter group updated, the other not):
-    the second Ctrl-C stops at once, and the half-updated weights must not become a checkpoint."""
-    seen, messages = {}, []
-
-    def keep_step_4(info):
-        if info.step == 4:
-            seen.update(model=info.model, digests=file_digests(ckpt.resolve_checkpoint(tmp_path)))
-
+def test_ctrl_c_twice_during_the_weight_update_lets_the_step_finish_and_saves_it_whole(slice_file, tmp_path,
+                                                                                       monkeypatch):
+    """Ctrl-C twice while AdamW is half-way through an update (one parameter group updated, the other not): half-updated
+    weights must never become a checkpoint. The second Ctrl-C used to stop there and save nothing (every step since
+    the last checkpoint lost); a second Ctrl-C between the update and the step's log record saved the step without
+    its record or its tokens (a fuzz of interruptions). Now the update, its counters and its record finish (a
+    fraction of a second), then the run stops with the step saved whole, and a resume ends as the run never stopped."""
+    messages, done = [], {}
     real_step = AdamW.step
 
     def step_then_ctrl_c_twice(self):
         real_step(self)
-        if "model" in seen and "interrupted" not in seen:  # step 5, after the first parameter group
-            seen["interrupted"] = True
+        if done.get("steps") == 4 and "interrupted" not in done:   # step 5, after the first parameter group
+            done["interrupted"] = True
             signal.raise_signal(signal.SIGINT)  # first: "stop after this step"
-            signal.raise_signal(signal.SIGINT)  # second: KeyboardInterrupt, here, mid-update
+            signal.raise_signal(signal.SIGINT)  # second: held until the step is whole, then KeyboardInterrupt
 
     monkeypatch.setattr(AdamW, "step", step_then_ctrl_c_twice)
     before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt):
-        train(tiny(slice_file, tmp_path, steps=10, checkpoint_every=2), progress=False, say=messages.append,
-              callback=keep_step_4)
+    stopped = train(tiny(slice_file, tmp_path / "run", steps=8, checkpoint_every=2), progress=False,
+                    say=messages.append, callback=lambda info: done.__setitem__("steps", info.step))
     assert signal.getsignal(signal.SIGINT) is before
-    assert any("stopped during a weight update at step 5; nothing saved" in m and "step-000004" in m
-               for m in messages), messages
-    latest = ckpt.resolve_checkpoint(tmp_path)
-    assert latest.name == "step-000004" and file_digests(latest) == seen["digests"]
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["LATEST", "step-000002",
-                                                                             "step-000004"]
-    # the weights really were half-updated: saving them is what must not happen
-    saved = load_file(latest / "model.safetensors")
-    moved = {n for n, t in seen["model"].varmap.named_vars() if saved[n].tobytes() != t.data.tobytes()}
-    assert moved and moved != {n for n, _ in seen["model"].varmap.named_vars()}
-    steps = [r["step"] for r in map(json.loads, (tmp_path / "log.jsonl").read_text().splitlines())
-             if "train_loss" in r]
-    assert steps == [1, 2, 3, 4]
+    assert stopped.status == "interrupted" and stopped.step == 5 and "interrupted" in done
+    assert ckpt.resolve_checkpoint(tmp_path / "run").name == "step-000005"
+    monkeypatch.undo()
+    train(resume=str(tmp_path / "run"), progress=False, say=quiet)
+    train(tiny(slice_file, tmp_path / "whole", steps=8, checkpoint_every=2), progress=False, say=quiet)
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        assert_same_tensors(ckpt.resolve_checkpoint(tmp_path / "run") / name,
+                            ckpt.resolve_checkpoint(tmp_path / "whole") / name)
+
+    def log(run):
+        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "time")}
+                for r in map(json.loads, (tmp_path / run / "log.jsonl").read_text().splitlines())]
+    assert log("run") == log("whole")                 # every step's record, once, as the run never stopped had it
 
 
 def test_bad_data_fails_before_any_work(tmp_path):
@@ -330,3 +328,35 @@ def test_resume_takes_a_flag_given_with_the_saved_value_and_only_the_safe_change
     with pytest.raises(ValueError, match=r"--seq-len \(saved 64, given 128\)") as refused:
         _resume_config(saved, {"d_model": 32, "seq_len": 128})
     assert "--d-model" not in str(refused.value)
+
+
+def test_a_second_ctrl_c_during_a_validation_is_made_up_for_on_resume(slice_file, tmp_path, monkeypatch):
+    """A second Ctrl-C during step N's validation saved step N without its validation, and the resumed run went on
+    to N + 1: log.jsonl never had step N's val_bpb (a fuzz of interruptions). The resumed run validates step N
+    first, and its log is the uninterrupted run's."""
+    from tinygrad_ssm.train import loop
+    real_evaluate, calls = loop.evaluate, []
+
+    def evaluate_with_ctrl_c_twice(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:                                   # step 4's validation
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "evaluate", evaluate_with_ctrl_c_twice)
+    cfg = dict(steps=6, eval_every=2, checkpoint_every=3)
+    stopped = train(tiny(slice_file, tmp_path / "run", **cfg), progress=False, say=quiet)
+    assert stopped.status == "interrupted" and stopped.step == 4
+    assert json.loads((ckpt.resolve_checkpoint(tmp_path / "run") / "trainer_state.json").read_text())[
+        "val_bpb_step"] == 2
+    monkeypatch.undo()
+    said = []
+    train(resume=str(tmp_path / "run"), progress=False, say=said.append)
+    assert any(m.startswith("step 4: validation ") for m in said), said
+    train(tiny(slice_file, tmp_path / "whole", **cfg), progress=False, say=quiet)
+
+    def log(run):
+        return [{k: v for k, v in r.items() if k != "tokens_per_s"}
+                for r in map(json.loads, (tmp_path / run / "log.jsonl").read_text().splitlines())]
+    assert log("run") == log("whole")

@@ -7,8 +7,9 @@ train/checkpoint.py) hold everything that decides the next step: weights, optimi
 (its RNG), config; so a resumed run continues bit for bit (with the same thread count and ranks: it says when not).
 
 Stopping: Ctrl-C (or SIGTERM) finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
-Ctrl-C stops at once (still writing a checkpoint when no weight update was half-done; a Ctrl-C during that
-write waits for it: train/sigint.py). Under MPI the handler stays until the run's end, any rank's first Ctrl-C
+Ctrl-C stops at once and writes a checkpoint, but waits for a weight update under way to end with its step's counters
+and log record (a fraction of a second: the checkpoint then holds a whole step), and a Ctrl-C during the checkpoint's
+write waits for it (train/sigint.py). A step saved before its validation was done is validated first on resume. Under MPI the handler stays until the run's end, any rank's first Ctrl-C
 stops every rank after the same step (rank 0 says which rank asked), and a second one aborts the job (exit 130).
 A NaN or infinite loss or gradient norm raises TrainingDiverged before the update is applied, and writes nothing,
 so the last good checkpoint stays as it was.
@@ -19,6 +20,7 @@ before clipping, so every rank applies the same AdamW step. Rank 0 alone prints,
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -141,8 +143,10 @@ class _Run:
     val_step: int | None = None  # the step val_bpb was measured at: a checkpoint's own validation, or an earlier one
     loss_val: float | None = None
     rate: float | None = None  # smoothed tokens/s, for the progress bar
-    in_update: bool = False  # True while AdamW writes the weights: a checkpoint now would be half-updated
+    in_update: bool = False  # True while AdamW writes the weights: a checkpoint now would be half-updated (a second
+    # Ctrl-C waits for the step's end there, run.hold_signals; a guard should another exception end it half-way)
     stop_requested: bool = False  # under MPI: some rank got Ctrl-C; all stop after the same step
+    hold_signals: Callable = contextlib.nullcontext  # StopOnSigint.hold once the loop runs (train_step's update)
     stop_signals: dict = field(default_factory=dict)  # under MPI: rank -> the signal it got (SIGINT, SIGTERM)
     run_id: str | None = None  # the run family's id (train/run_folder.py): pruning deletes only its checkpoints
 
@@ -277,26 +281,36 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
 
 
 def _after_step(run: _Run, record: dict, bar, say) -> None:
-    """Log the step; validate every `eval_every` steps and at the end (under MPI, first check that every
+    """After a step (train_step logged it): validate every `eval_every` steps and at the end (under MPI, first check that every
     rank holds the same weights); checkpoint every `checkpoint_every`."""
-    if run.world.is_root:
-        run.log.append(record)
     bar.update(1)
     bar.set_postfix(loss=f"{run.loss_val:.3f}", tok_s=f"{run.rate:,.0f}", lr=f"{record['lr']:.2e}", refresh=False)
     cfg = run.cfg
-    if run.step % cfg.eval_every == 0 or run.step == cfg.steps:
-        _check_ranks_agree(run)
-        run.val_bpb = evaluate(run.model, run.corpus.val, cfg, run.world, run.corpus.val_tokens_per_byte)
-        if not math.isfinite(run.val_bpb):  # finite weights whose forward overflows: a checkpoint of them is no good
-            raise TrainingDiverged(f"training diverged: the validation loss is {run.val_bpb} after step {run.step} (the "
-                                   f"weights are finite, their forward on the validation text is not); nothing was "
-                                   f"saved; {last_good(run.last_ckpt)}. Try a lower --lr or more --warmup-steps.")
-        run.val_step = run.step
-        if run.world.is_root:
-            run.log.append({"step": run.step, "val_bpb": run.val_bpb, "tokens": run.tokens})
-        say(f"step {run.step}: validation {run.val_bpb:.3f} bits per byte (train loss {run.loss_val:.3f})")
+    if _validation_due(run):
+        _validate(run, say)
     if run.step % cfg.checkpoint_every == 0 and run.step < cfg.steps:
         run.save()
+
+
+def _validation_due(run: _Run) -> bool:
+    return run.step % run.cfg.eval_every == 0 or run.step == run.cfg.steps
+
+
+def _validate(run: _Run, say) -> None:
+    """Validation bits per byte at this step, logged (under MPI, first check that every rank holds the same
+    weights). A resumed run whose checkpoint was saved by a second Ctrl-C during its step's validation does it first
+    (train): the log then holds it as the run never stopped had (a fuzz of interruptions)."""
+    _check_ranks_agree(run)
+    run.val_bpb = evaluate(run.model, run.corpus.val, run.cfg, run.world, run.corpus.val_tokens_per_byte)
+    if not math.isfinite(run.val_bpb):  # finite weights whose forward overflows: a checkpoint of them is no good
+        raise TrainingDiverged(f"training diverged: the validation loss is {run.val_bpb} after step {run.step} (the "
+                               f"weights are finite, their forward on the validation text is not); nothing was "
+                               f"saved; {last_good(run.last_ckpt)}. Try a lower --lr or more --warmup-steps.")
+    run.val_step = run.step
+    if run.world.is_root:
+        run.log.append({"step": run.step, "val_bpb": run.val_bpb, "tokens": run.tokens})
+    loss = "" if run.loss_val is None else f" (train loss {run.loss_val:.3f})"   # (none yet in a resumed session)
+    say(f"step {run.step}: validation {run.val_bpb:.3f} bits per byte{loss}")
 
 
 def _finish(run: _Run, status: str, t_begin: float, say, sigint=None) -> TrainResult:
@@ -395,10 +409,13 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
 
             run.reducer = GradientAllreducer(run.model.varmap, world, overlap=overlap)
         with StopOnSigint(say) as sigint:  # until the end: a Ctrl-C after the agreed stop is a second one
+            run.hold_signals = sigint.hold
             with progress_bar(total=run.cfg.steps, initial=run.step, disable=not (progress and world.is_root),
                               unit="step", dynamic_ncols=True, file=sys.stderr) as bar:
                 try:
                     try:
+                        if run.step > 0 and _validation_due(run) and run.val_step != run.step:   # a resumed run's
+                            _validate(run, say)        # checkpoint saved before its step's validation was done
                         status = _loop(run, stop_at, callback, bar, sigint, say)
                     except TypeError as e:                              # numba swallowed the second Ctrl-C
                         raise sigint.as_interrupt(e) or e               # (sigint.py), with its cause

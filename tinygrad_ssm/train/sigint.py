@@ -1,9 +1,11 @@
 """Ctrl-C during training: the first stops the loop after its step (with a checkpoint), a second stops at once
-(loop.py saves then unless a weight update was half-done), and none cuts the last checkpoint's write short.
+(loop.py saves then; one during a weight update waits for its step to be whole: StopOnSigint.hold), and none cuts
+the last checkpoint's write short.
 SIGTERM (`kill PID`, a batch scheduler's time limit or preemption, `timeout`) is taken as a Ctrl-C: it killed the
 process, losing every step since the last checkpoint, where a scheduler's grace period left time to save."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from typing import Callable
@@ -68,17 +70,36 @@ class StopAtOnce(_OnSigint):
 
 class StopOnSigint(_OnSigint):
     """First Ctrl-C (or SIGTERM): set `.requested` (the loop stops after the current step). Second:
-    KeyboardInterrupt."""
+    KeyboardInterrupt, at once or, inside `hold()`, at its end."""
 
     requested = False
     signum = 0   # the first one's signal number (SIGINT or SIGTERM): under MPI every rank is told which
+    held = False
+    pending = 0  # a second signal that came inside hold()
 
     def _handler(self, signum, frame):
         if self.requested:
+            if self.held:
+                self.pending = signum
+                return
             raise self._interrupt(signum)  # the CLI says which: "stopped by SIGTERM"
         self.requested, self.signum = True, signum
         said = signal_said(signum)
         self._say(f"{said}: stopping after this step and writing a checkpoint ({said} again to stop now)")
+
+
+    @contextlib.contextmanager
+    def hold(self):
+        """A second signal inside waits for the end, then raises there (a step's update, counters and log record
+        are all done or none: train/step.py); an exception inside ends it with no wait."""
+        self.held = True
+        try:
+            yield
+        finally:
+            self.held = False
+        if self.pending:
+            signum, self.pending = self.pending, 0
+            raise self._interrupt(signum)
 
 
 class FinishTheSave(_OnSigint):

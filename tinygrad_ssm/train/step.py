@@ -87,29 +87,35 @@ def _step_on(run, x, y, lr: float, stop_signal: int, t0: float) -> dict:
     grad_norm = float(run.clip(run.model.varmap.all_vars(), run.cfg.grad_clip))
     if not math.isfinite(grad_norm):
         raise TrainingDiverged(diverged_message(f"gradient norm is {grad_norm}", run.step + 1, lr, run.last_ckpt))
-    run.in_update = True
-    for opt in run.optimizers.values():
-        opt.lr = lr
-        opt.step()
-    run.step += 1  # (before in_update ends: a Ctrl-C between the two finds the update half-done, and saves nothing)
-    run.in_update = False
-    bad = ckpt.non_finite_problems(run.model.varmap.named_vars())
-    if bad:  # a finite gradient times a huge lr: nothing after the last good checkpoint may be saved
-        raise TrainingDiverged(f"training diverged: the update at step {run.step} (lr {lr:.3g}) made the "
-                               f"weights non-finite ({bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})"
-                               f"; nothing was saved; {last_good(run.last_ckpt)}. Try a lower --lr or more "
-                               f"--warmup-steps.")
-    n_tokens = x.size * run.world.size
-    run.tokens += n_tokens
-    dt = time.perf_counter() - t0
-    run.train_s += dt
-    run.rate = n_tokens / dt if run.rate is None else 0.9 * run.rate + 0.1 * n_tokens / dt
-    record = {"step": run.step, "train_loss": run.loss_val,
-              "train_bpb": bits_per_byte(run.loss_val, run.corpus.train_tokens_per_byte), "lr": lr,
-              "grad_norm": grad_norm, "tokens": run.tokens, "tokens_per_s": n_tokens / dt}
-    if run.reducer is not None:
-        record["allreduce_s"] = run.reducer.last_finish_s
-        record["buckets_sent_in_backward"] = f"{run.reducer.last_launched_early}/{len(run.reducer.buckets)}"
+    # from the update to the step's log record a second Ctrl-C waits (run.hold_signals: sigint.py): a stop saved
+    # then holds the whole step (its counters and record; a fuzz of interruptions found a checkpoint of step N with
+    # no record of it in log.jsonl, and its tokens not counted)
+    with run.hold_signals():
+        run.in_update = True
+        for opt in run.optimizers.values():
+            opt.lr = lr
+            opt.step()
+        run.step += 1  # (before in_update ends: a Ctrl-C between the two finds the update half-done, and saves nothing)
+        run.in_update = False
+        bad = ckpt.non_finite_problems(run.model.varmap.named_vars())
+        if bad:  # a finite gradient times a huge lr: nothing after the last good checkpoint may be saved
+            raise TrainingDiverged(f"training diverged: the update at step {run.step} (lr {lr:.3g}) made the "
+                                   f"weights non-finite ({bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})"
+                                   f"; nothing was saved; {last_good(run.last_ckpt)}. Try a lower --lr or more "
+                                   f"--warmup-steps.")
+        n_tokens = x.size * run.world.size
+        run.tokens += n_tokens
+        dt = time.perf_counter() - t0
+        run.train_s += dt
+        run.rate = n_tokens / dt if run.rate is None else 0.9 * run.rate + 0.1 * n_tokens / dt
+        record = {"step": run.step, "train_loss": run.loss_val,
+                  "train_bpb": bits_per_byte(run.loss_val, run.corpus.train_tokens_per_byte), "lr": lr,
+                  "grad_norm": grad_norm, "tokens": run.tokens, "tokens_per_s": n_tokens / dt}
+        if run.reducer is not None:
+            record["allreduce_s"] = run.reducer.last_finish_s
+            record["buckets_sent_in_backward"] = f"{run.reducer.last_launched_early}/{len(run.reducer.buckets)}"
+        if run.log is not None and run.world.is_root:
+            run.log.append(record)
     return record
 
 

@@ -307,7 +307,7 @@ BUGS = [
         "a checkpoint is judged by the last validation before it, of other weights"),
     Bug("tinygrad_ssm/train/checkpoint.py", "    return next((p, value) for value, p in reversed(scored) if value == best)",
         "    return next((p, value) for value, p in scored if value == best)", BEST, "the earlier of two equal checkpoints is kept"),
-    Bug("tinygrad_ssm/train/loop.py", "        run.val_step = run.step\n", "", BEST, "no checkpoint records its own validation: none is kept as the best"),
+    Bug("tinygrad_ssm/train/loop.py", "    run.val_step = run.step\n", "", BEST, "no checkpoint records its own validation: none is kept as the best"),
     # --- train --val-data (2026-12-06, late evening) -----------------------------------------------------------------
     Bug("tinygrad_ssm/train/data.py", "        _refuse_overlap(docs.root, val.root)\n", "", VAL_DATA,
         "a --val-data inside --data (or --data itself) accepted: the validation text is trained on"),
@@ -352,7 +352,7 @@ BUGS = [
     # --- found by an audit of the training command (2026-12-06, late night) ------------------------------------------
     Bug("tinygrad_ssm/train/step.py", "        if run.step == step:  # the step was not done", "        if False:  # the step was not done",
         ("tests/train/test_stopping.py",), "a second Ctrl-C inside a step saves a checkpoint whose sampler is a batch ahead (--resume refuses it)"),
-    Bug("tinygrad_ssm/train/loop.py", "        if not math.isfinite(run.val_bpb):", "        if False:", ("tests/train/test_stopping.py",),
+    Bug("tinygrad_ssm/train/loop.py", "    if not math.isfinite(run.val_bpb):", "    if False:", ("tests/train/test_stopping.py",),
         "a NaN validation loss is saved in a checkpoint its own --resume refuses"),
     Bug("tinygrad_ssm/train/loop.py", "_stop_if(sigint is not None and sigint.requested))", "_stop_if(False))", ("tests/train/test_stopping.py",),
         "a Ctrl-C during the end's sample is acknowledged and ignored"),
@@ -530,4 +530,11 @@ BUGS = [
         "a stop does not say its checkpoint nor how to continue"),
     Bug("tinygrad_ssm/train/cli.py", "is intact; once there is room, continue \"\n                    f\"with: {python_cmd()} -m tinygrad_ssm train --resume {folder}\")",
         "is intact\")", ("tests/train/test_io_errors.py", "-k", "full_disk"), "a full disk's stop does not say how to continue"),
+    Bug("tinygrad_ssm/train/sigint.py", "            if self.held:\n                self.pending = signum\n                return\n",
+        "", ("tests/train/test_train.py", "-k", "twice_during"), "a second Ctrl-C mid-update stops there: nothing saved, every step since the last checkpoint lost"),
+    Bug("tinygrad_ssm/train/loop.py", "            run.hold_signals = sigint.hold\n", "",
+        ("tests/train/test_train.py", "-k", "twice_during"), "the loop never holds a second Ctrl-C during a step's update and record"),
+    Bug("tinygrad_ssm/train/loop.py", "if run.step > 0 and _validation_due(run) and run.val_step != run.step:",
+        "if False:", ("tests/train/test_train.py", "-k", "made_up"),
+        "a step saved before its validation is never validated: log.jsonl lacks its val_bpb for good"),
 ]

@@ -76,7 +76,8 @@ BUGS = [
         TWO_EQUALS_ONE, "the logged loss is the sum over the ranks, not their mean"),
     Bug(STEP, "    n_tokens = x.size * run.world.size", "    n_tokens = x.size",
         TWO_EQUALS_ONE, "tokens seen counts one rank's share of the batch"),
-    Bug(LOOP, "    if run.world.is_root:\n        run.log.append(record)", "    if True:\n        run.log.append(record)",
+    Bug(STEP, "        if run.log is not None and run.world.is_root:\n            run.log.append(record)",
+        "        if run.log is not None:\n            run.log.append(record)",
         TWO_EQUALS_ONE, "every rank appends its step record to the run's log"),
     Bug(STEP, "    rows = slice(run.world.rank * len(x) // run.world.size, (run.world.rank + 1) * len(x) // run.world.size)",
         "    rows = slice(run.world.rank * len(x) // run.world.size, (run.world.rank + 1) * len(x) // run.world.size + 1)",
@@ -123,7 +124,7 @@ BUGS = [
     # --- train/sigint.py, run_folder.py (the lock), log.py -------------------------------------------------------
     Bug("tinygrad_ssm/train/sigint.py", "STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)", "STOP_SIGNALS = (signal.SIGINT,)",
         ("tests/train/test_train.py", "-k", "sigterm"), "SIGTERM kills the run without a checkpoint"),
-    Bug("tinygrad_ssm/train/sigint.py", "        if self.requested:\n            raise self._interrupt(signum)", "        if False:\n            raise self._interrupt(signum)",
+    Bug("tinygrad_ssm/train/sigint.py", "            raise self._interrupt(signum)  # the CLI says which", "            return  # the CLI says which",
         ("tests/train/test_train.py", "-k", "sigterm or ctrl_c or keyboard"), "a second Ctrl-C never stops at once"),
     Bug("tinygrad_ssm/train/sigint.py", "            signal.signal(s, previous)\n", "            pass\n",
         ("tests/train/test_train.py", "-k", "sigterm or ctrl_c or keyboard"), "the handlers before training not put back at its end"),
