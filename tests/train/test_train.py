@@ -281,8 +281,11 @@ def test_ctrl_c_twice_during_the_weight_update_lets_the_step_finish_and_saves_it
 
     monkeypatch.setattr(AdamW, "step", step_then_ctrl_c_twice)
     before = signal.getsignal(signal.SIGINT)
-    stopped = train(tiny(slice_file, tmp_path / "run", steps=8, checkpoint_every=2), progress=False,
-                    say=messages.append, callback=lambda info: done.__setitem__("steps", info.step))
+    try:
+        stopped = train(tiny(slice_file, tmp_path / "run", steps=8, checkpoint_every=2), progress=False,
+                        say=messages.append, callback=lambda info: done.__setitem__("steps", info.step))
+    except KeyboardInterrupt:
+        pytest.fail(f"the second Ctrl-C stopped the run in the middle of its update: {messages[-1:]}")
     assert signal.getsignal(signal.SIGINT) is before
     assert stopped.status == "interrupted" and stopped.step == 5 and "interrupted" in done
     assert ckpt.resolve_checkpoint(tmp_path / "run").name == "step-000005"
