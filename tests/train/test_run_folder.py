@@ -316,3 +316,30 @@ def test_checkpoint_names_are_in_step_order_past_a_million(tmp_path):
     for step in (999998, 999999, 1000000):
         (tmp_path / "checkpoints" / f"step-{step:06d}").mkdir(parents=True)
     assert ckpt.checkpoint_names(tmp_path) == ["step-999998", "step-999999", "step-1000000"]
+
+
+HOLD_THEN_WRITE_PID = textwrap.dedent("""
+    import fcntl, os, sys, time
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # the lock taken, its id not written yet: the window of a race
+    print("locked", flush=True)
+    time.sleep(0.1)
+    os.pwrite(fd, f"{os.getpid()}\\n".encode(), 0)
+    sys.stdin.read()
+""")
+
+
+def test_a_claim_that_loses_the_race_by_a_moment_names_the_holder(tmp_path):
+    """Two resumes started at the same instant: the refused one read the lock file before the winner had written
+    its process id and said "process unknown" (a fuzz of interruptions); it waits a moment for the id."""
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THEN_WRITE_PID, str(out / LOCK_FILE)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunFolderError, match=f"in use by another training \\(process {holder.pid}\\)"):
+            lock_run_folder(out)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)

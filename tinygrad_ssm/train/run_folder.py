@@ -25,6 +25,7 @@ import json
 import os
 import re
 import stat
+import time
 import uuid
 import weakref
 from pathlib import Path
@@ -128,7 +129,7 @@ def lock_run_folder(out: str | os.PathLike) -> RunFolderLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+            holder = _holder_pid(fd)
             os.close(fd)
             raise RunFolderError(f"--out {str(out)!r} is in use by another training (process {holder}); wait for "
                                  f"it to finish, or choose another --out") from None
@@ -136,6 +137,17 @@ def lock_run_folder(out: str | os.PathLike) -> RunFolderLock:
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # for the message a second training shows
     lock = _held[_key(out)] = RunFolderLock(out, fd)
     return lock
+
+
+def _holder_pid(fd: int, wait_s: float = 0.5) -> str:
+    """The process id the lock's holder writes just after it takes the lock: a claim that loses the race by
+    microseconds read it before it was there ("process unknown", a fuzz of interruptions), so it waits a little."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+        if holder or time.monotonic() > deadline:
+            return holder or "unknown"
+        time.sleep(0.01)
 
 
 def _link_message(out: Path, name: str) -> str:
