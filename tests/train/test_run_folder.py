@@ -1,6 +1,7 @@
 """Run folders: one training at a time (a lock), never into a foreign folder, a LATEST pointer that cannot
 lead out of its run, and damaged resume state (missing or wrong-typed fields, a deleted weights file, a torn
 log line) that fails clearly, or, for the torn log line, does not block the resume."""
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -65,18 +66,25 @@ HOLD_OUR_LOCK = textwrap.dedent("""
 """)
 
 
-def test_the_run_lock_is_exclusive_between_two_of_our_processes(tmp_path):
-    """Two trainings take the lock the same way: the second must be refused (two shared locks would both hold)."""
-    out = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_OUR_LOCK, str(out)], stdin=subprocess.PIPE,
+@contextlib.contextmanager
+def _holding(script: str, path):
+    """A process running `script` on `path`, which has taken the lock (it printed "locked"), until the block ends."""
+    holder = subprocess.Popen([sys.executable, "-c", script, str(path)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(RunFolderError, match=f"in use by another training \\(process {holder.pid}\\)"):
-            lock_run_folder(out)
+        yield holder
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
+
+
+def test_the_run_lock_is_exclusive_between_two_of_our_processes(tmp_path):
+    """Two trainings take the lock the same way: the second must be refused (two shared locks would both hold)."""
+    out = tmp_path / "run"
+    with _holding(HOLD_OUR_LOCK, out) as holder:
+        with pytest.raises(RunFolderError, match=f"in use by another training \\(process {holder.pid}\\)"):
+            lock_run_folder(out)
     lock_run_folder(out).release()  # the holder's lock ended with it
 
 
@@ -334,12 +342,6 @@ def test_a_claim_that_loses_the_race_by_a_moment_names_the_holder(tmp_path):
     its process id and said "process unknown" (a fuzz of interruptions); it waits a moment for the id."""
     out = tmp_path / "run"
     out.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_THEN_WRITE_PID, str(out / LOCK_FILE)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with _holding(HOLD_THEN_WRITE_PID, out / LOCK_FILE) as holder:
         with pytest.raises(RunFolderError, match=f"in use by another training \\(process {holder.pid}\\)"):
             lock_run_folder(out)
-    finally:
-        holder.stdin.close()
-        holder.wait(timeout=30)

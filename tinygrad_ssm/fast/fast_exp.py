@@ -6,7 +6,8 @@ Within a few ulp of math.exp (tests/fast/test_decode_kernels.py); NaN stays NaN,
 
 exp32 is the same in float32 (a float32 model's gates): twice the lanes per vector, r^7 is enough (the next
 term is below float32's half ulp), below -86 it gives 0 and above 88.5 inf (float32's exp is finite from -87.3,
-in its normal numbers, to 88.72: a silu of v past -88.5 is -0, not -3e-37, and no result of the package changes). silu and sigmoid pick the one of their argument's precision.
+in its normal numbers, to 88.72: a silu of v past -88.5 is -0, not -3e-37, and no result of the package changes).
+silu and sigmoid pick the one of their argument's precision.
 """
 from __future__ import annotations
 

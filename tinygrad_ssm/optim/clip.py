@@ -24,12 +24,12 @@ def _norm_type(norm_type) -> float:
 def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> float:
     """Scale every gradient by min(1, max_norm / (total + 1e-6)), total = the norm_type-norm of all gradients
     concatenated (computed in float64, so float32 gradients of 1e20 give 1.4e20 where torch's float32 norm is inf
-    and zeroes them all, and 1e-30 ones 1.4e-30 where torch's is 0; inf: the largest |g|). Returns the total norm before clipping. Parameters
-    without a gradient are ignored. torch's signature and behaviour, also when the total is NaN or inf: with
-    error_if_nonfinite it raises, naming the parameters at fault, and leaves the gradients; without (torch's
-    default) the gradients are scaled anyway, by max_norm / (inf + 1e-6) = 0 (finite ones become 0, inf ones
-    NaN) or by NaN (all NaN), and the non-finite total is returned: check it before stepping (the training loop
-    stops there), or pass error_if_nonfinite=True to be told which parameters to look at."""
+    and zeroes them all, and 1e-30 ones 1.4e-30 where torch's is 0; inf: the largest |g|). Returns the total norm
+    before clipping. Parameters without a gradient are ignored. torch's signature and behaviour, also when the total
+    is NaN or inf: with error_if_nonfinite it raises, naming the parameters at fault, and leaves the gradients;
+    without (torch's default) the gradients are scaled anyway, by max_norm / (inf + 1e-6) = 0 (finite ones become 0,
+    inf ones NaN) or by NaN (all NaN), and the non-finite total is returned: check it before stepping (the training
+    loop stops there), or pass error_if_nonfinite=True to be told which parameters to look at."""
     # torch checks nothing here: a negative max_norm flips the sign of every gradient (the step climbs the
     # loss), NaN turns them all to NaN, inf disables clipping. Each is a mistake, never a setting: refused
     # before anything is touched (no clipping is "do not call this", and 0 zeroes the gradients as in torch).

@@ -15,9 +15,9 @@ freshly built model: `state_dict()` is a flat dict str -> ndarray
     "extra/<group>/<key>"                               a group's other numbers (a schedule's "initial_lr")
 
 so `tinygrad_ssm.io.safetensors.save_file(path, opt.state_dict())` writes it as is and a resumed run continues bit
-for bit. Hyper-parameters are matched to groups by index (as torch's), state to parameters by name: which group a parameter
-is in is the loading optimizer's. A state saved before parameter groups ("hparams/lr": one group, no index) loads
-into an optimizer with one group.
+for bit. Hyper-parameters are matched to groups by index (as torch's), state to parameters by name: which group a
+parameter is in is the loading optimizer's. A state saved before parameter groups ("hparams/lr": one group, no
+index) loads into an optimizer with one group.
 """
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from ..autograd.args import is_integer, is_real_number
 from ..io.atomic_write import new_temporary_folder, write_atomic
 from ..io.checkpoints import (CHECKPOINT_FILES, CHECKPOINT_NAME, CHECKPOINTS_DIR, FILE_DIGESTS,  # noqa: F401
-                              FORMAT_VERSION, LATEST_FILE, OPTIMIZER_FILE, STATE_DIGEST, STATE_FILE, CheckpointNotFound,
+                              FORMAT_VERSION, LATEST_FILE, OPTIMIZER_FILE, STATE_DIGEST, STATE_FILE,
+                              CheckpointNotFound,
                               check_file_digests, checkpoint_names, file_digest, is_digest_record,
                               resolve_checkpoint, run_dir_of, state_digest, step_of)
 from ..io.file_checks import require_regular_file

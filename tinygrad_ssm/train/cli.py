@@ -356,8 +356,10 @@ def _agree_on_arguments(parser, argv) -> tuple[object, int | None]:
         code = e.code if isinstance(e.code, int) else EXIT_USAGE
     texts = (help_text.getvalue(), captured.getvalue())
     lines = captured.getvalue().strip().splitlines()
-    problem = (ASKED_FOR_HELP if code == 0 else lines[-1] if lines else "stopped at its arguments") if code is not None \
-        else argument_problem(args)
+    if code is None:
+        problem = argument_problem(args)
+    else:
+        problem = ASKED_FOR_HELP if code == 0 else lines[-1] if lines else "stopped at its arguments"
     try:
         world = distributed.init(required=args is not None and args.command == "train")
     except distributed.DistributedError as e:

@@ -9,8 +9,9 @@ train/checkpoint.py) hold everything that decides the next step: weights, optimi
 Stopping: Ctrl-C (or SIGTERM) finishes the step in progress, writes a checkpoint and returns ("interrupted"); a second
 Ctrl-C stops at once and writes a checkpoint, but waits for a weight update under way to end with its step's counters
 and log record (a fraction of a second: the checkpoint then holds a whole step), and a Ctrl-C during the checkpoint's
-write waits for it (train/sigint.py). A step saved before its validation was done is validated first on resume. Under MPI the handler stays until the run's end, any rank's first Ctrl-C
-stops every rank after the same step (rank 0 says which rank asked), and a second one aborts the job (exit 130).
+write waits for it (train/sigint.py). A step saved before its validation was done is validated first on resume.
+Under MPI the handler stays until the run's end, any rank's first Ctrl-C stops every rank after the same step (rank 0
+says which rank asked), and a second one aborts the job (exit 130).
 A NaN or infinite loss or gradient norm raises TrainingDiverged before the update is applied, and writes nothing,
 so the last good checkpoint stays as it was.
 
@@ -281,8 +282,8 @@ def _setup(cfg, resume, overrides, stop_at, say, world: World = SINGLE) -> _Run:
 
 
 def _after_step(run: _Run, record: dict, bar, say) -> None:
-    """After a step (train_step logged it): validate every `eval_every` steps and at the end (under MPI, first check that every
-    rank holds the same weights); checkpoint every `checkpoint_every`."""
+    """After a step (train_step logged it): validate every `eval_every` steps and at the end (under MPI, first check
+    that every rank holds the same weights); checkpoint every `checkpoint_every`."""
     bar.update(1)
     bar.set_postfix(loss=f"{run.loss_val:.3f}", tok_s=f"{run.rate:,.0f}", lr=f"{record['lr']:.2e}", refresh=False)
     cfg = run.cfg

@@ -95,7 +95,7 @@ def _step_on(run, x, y, lr: float, stop_signal: int, t0: float) -> dict:
         for opt in run.optimizers.values():
             opt.lr = lr
             opt.step()
-        run.step += 1  # (before in_update ends: a Ctrl-C between the two finds the update half-done, and saves nothing)
+        run.step += 1  # (before in_update ends: an interrupt between the two finds the update half-done: no save)
         run.in_update = False
         bad = ckpt.non_finite_problems(run.model.varmap.named_vars())
         if bad:  # a finite gradient times a huge lr: nothing after the last good checkpoint may be saved

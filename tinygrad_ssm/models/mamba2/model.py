@@ -478,8 +478,8 @@ class Mamba2LMHeadModel:
                         dtype: str | None = None):
         """config.json + model.safetensors in mamba_ssm's layout, or transformers' (layout="transformers": what
         transformers.Mamba2ForCausalLM.from_pretrained reads; token_ids: its bos/eos/pad_token_id where known).
-        The weights in the model's dtype (one loaded from bfloat16 is float32: dtype="bfloat16" writes it as it came,
-        as export does), or each in `dtype`: "float64", "float32", "float16" or "bfloat16" (rounded once, to nearest)."""
+        The weights in the model's dtype (one loaded from bfloat16 is float32: dtype="bfloat16" writes it as it
+        came, as export does), or each in `dtype`: float64, float32, float16 or bfloat16 (rounded once, to nearest)."""
         save_model_folder(self, directory, layout=layout, token_ids=token_ids, dtype=dtype)
 
     def parameters(self) -> list[Tensor]:   # torch's; a list: an optimizer and clip_grad_norm_ may each read it
