@@ -305,37 +305,78 @@ class VarMap:
                     mismatched.append((name, info.shape, var.shape, why))
             if strict and (missing or unexpected or mismatched):
                 raise CheckpointError(_load_report(path, missing, unexpected, mismatched, len(self)))
-            for name in loadable:  # the variables themselves: a read-only one failed half-way, the ones before written
-                var = self._vars[name]
-                if not var.data.flags.writeable or var.dtype.kind != "f":
-                    what, fix = (("a read-only array", f"varmap[{name!r}].data = varmap[{name!r}].data.copy()")
-                                 if var.dtype.kind == "f" else
-                                 (f"dtype {var.dtype}, not floating point",
-                                  f"varmap[{name!r}].data = np.zeros({var.shape}, np.float32)"))
-                    raise CheckpointError(f"load {path!r}: variable {name!r} holds {what} (its .data was replaced); "
-                                          f"nothing was loaded: give it a writable float array first, e.g. {fix}")
+            self._check_writable(loadable, f"load {path!r}")
             arrays = {name: stored.read(name, self._vars[name].dtype) for name in loadable}  # all read, then write
-        with no_grad():
-            for name, array in arrays.items():
-                self._vars[name].copy_(array)
-                self._filled(name)
+        self._write_all(arrays)
         if not strict:
             return LoadResult(missing, unexpected, mismatched)
         return None
 
+    def load_state_dict(self, state_dict, strict: bool = True) -> LoadResult:
+        """Copy name -> array (or Tensor) into the variables in place, as torch's `module.load_state_dict`: every
+        value is checked (real numbers, its shape, no finite value made infinite by the cast to the variable's
+        dtype) before any is written. A wrong shape is refused even with strict=False (as torch's); strict=True
+        also refuses missing and unexpected names. Returns LoadResult(missing, unexpected, mismatched=[])."""
+        if not hasattr(state_dict, "keys") or not hasattr(state_dict, "__getitem__"):
+            raise TypeError(f"load_state_dict: need a mapping name -> array, got {type(state_dict).__name__}")
+        missing = [name for name in self._vars if name not in state_dict]
+        unexpected = [name for name in state_dict.keys() if name not in self._vars]
+        if strict and (missing or unexpected):
+            raise CheckpointError(_load_report(None, missing, unexpected, [], len(self), source="state dict",
+                                               hint="use strict=False to load the names that match"))
+        arrays, wrong_shape = {}, []
+        for name in self._vars:
+            if name not in state_dict:
+                continue
+            value = state_dict[name]
+            if value is None:
+                raise TypeError(f"load_state_dict: {name!r} is None; need an array of shape {self._vars[name].shape}")
+            array = _real_values(value.data if isinstance(value, Tensor) else value, self._vars[name].dtype,
+                                 f"load_state_dict {name!r}")
+            if array.shape != self._vars[name].shape:
+                wrong_shape.append((name, array.shape, self._vars[name].shape, "shape"))
+            arrays[name] = array
+        if wrong_shape:
+            raise CheckpointError(_load_report(None, [], [], wrong_shape, len(self), source="state dict",
+                                               hint="strict=False loads no wrong shape either, as torch's"))
+        self._check_writable(arrays, "load_state_dict")
+        self._write_all(arrays)
+        return LoadResult(missing, unexpected, [])
 
-def _load_report(path, missing, unexpected, mismatched, n_vars) -> str:
-    lines = [f"load {path!r}: the file does not match the VarMap ({n_vars} variables); nothing was loaded"]
+    def _check_writable(self, names, where: str):
+        """Each variable about to be written holds a writable float array (its .data may have been replaced):
+        checked for all before the first is written, so that a failure leaves every variable as it was."""
+        for name in names:
+            var = self._vars[name]
+            if not var.data.flags.writeable or var.dtype.kind != "f":
+                what, fix = (("a read-only array", f"varmap[{name!r}].data = varmap[{name!r}].data.copy()")
+                             if var.dtype.kind == "f" else
+                             (f"dtype {var.dtype}, not floating point",
+                              f"varmap[{name!r}].data = np.zeros({var.shape}, np.float32)"))
+                raise CheckpointError(f"{where}: variable {name!r} holds {what} (its .data was replaced); "
+                                      f"nothing was loaded: give it a writable float array first, e.g. {fix}")
+
+    def _write_all(self, arrays: dict):
+        with no_grad():
+            for name, array in arrays.items():
+                self._vars[name].copy_(array)
+                self._filled(name)
+
+
+def _load_report(path, missing, unexpected, mismatched, n_vars, source: str = "file",
+                 hint: str = "use strict=False to load the keys that match") -> str:
+    where = f"load {path!r}" if source == "file" else "load_state_dict"
+    lines = [f"{where}: the {source} does not match the VarMap ({n_vars} variables); nothing was loaded"]
     if mismatched:
         lines.append(f"  mismatched ({len(mismatched)}):")
         for name, stored_shape, shape, why in mismatched:
             extra = "" if why == "shape" else f" ({why})"
-            lines.append(f"    {name}: file {stored_shape} vs variable {shape}{extra}")
+            lines.append(f"    {name}: {source} {stored_shape} vs variable {shape}{extra}")
     if missing:
-        lines.append(f"  missing from the file ({len(missing)}): {', '.join(missing)}")
+        lines.append(f"  missing from the {source} ({len(missing)}): {', '.join(missing)}")
     if unexpected:
-        lines.append(f"  unexpected in the file ({len(unexpected)}): {', '.join(unexpected)}")
-    lines.append("  (use strict=False to load the keys that match)")
+        lines.append(f"  unexpected in the {source} ({len(unexpected)}): {', '.join(unexpected)}")
+    lines.append(f"  ({hint})")
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 parameters under the official names ("weight", "bias") and is called as `layer(x)`."""
 from .conv import CausalDepthwiseConv1d
 from .linear import Embedding, Linear
+from .module import IncompatibleKeys, Module
 from .norm import GatedRMSNorm, RMSNorm
 
-__all__ = ["Linear", "Embedding", "RMSNorm", "GatedRMSNorm", "CausalDepthwiseConv1d"]
+__all__ = ["Linear", "Embedding", "RMSNorm", "GatedRMSNorm", "CausalDepthwiseConv1d", "Module", "IncompatibleKeys"]

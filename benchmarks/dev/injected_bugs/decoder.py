@@ -285,6 +285,6 @@ BUGS = [
     Bug("tinygrad_ssm/train/starting_point.py", "        model.generation_config = None  # the checkpoints carry", "        pass  # the checkpoints carry",
         ("tests/train/test_init_from_record.py", "-k", "generation_config"),
         "--init-from with another --tokenizer writes the folder's generation_config.json into every checkpoint"),
-    Bug("tinygrad_ssm/models/mamba2/model.py", "        return self.varmap.all_vars()\n", "        return iter(self.varmap.all_vars())\n",
+    Bug("tinygrad_ssm/nn/module.py", "        return self.varmap.all_vars()\n", "        return iter(self.varmap.all_vars())\n",
         ("tests/models/test_porting_calls.py", "-k", "parameters_and"), "model.parameters() is a generator: clipping after the optimizer sees none"),
 ]

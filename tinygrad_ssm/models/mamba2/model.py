@@ -27,6 +27,7 @@ from ...autograd.tensor import Tensor, no_grad
 from ...fast import fused as fused_ops
 from ...fast import heap_reuse, row_ops
 from ...nn import init
+from ...nn.module import Module
 from ...registry import VarBuilder, VarMap
 from ...scan import available_backends, ssd
 from ...scan.sequential import ssd_step
@@ -258,14 +259,15 @@ class Mamba2Block:
 
 # --- the language model ------------------------------------------------------------------------------------
 
-class Mamba2LMHeadModel:
+class Mamba2LMHeadModel(Module):
     """Token ids (b, l) -> logits (b, l, padded vocab). Parameters live in `self.varmap` under the official
     mamba_ssm names (backbone.embedding.weight, backbone.layers.{i}...., backbone.norm_f.weight, and
     lm_head.weight only when the head is not tied to the embedding).
 
     fused=True (the default) runs the mixer's hot chains as fused numba ops and decodes (`step`, generation)
     without the engine: one numba call per token for every layer, no BLAS (decode.py); fused=False is the
-    reference path of plain engine ops. Both give the same numbers (tests/fast/test_fused.py, test_decode.py)."""
+    reference path of plain engine ops. Both give the same numbers (tests/fast/test_fused.py, test_decode.py).
+    torch's module methods (parameters, state_dict, load_state_dict, zero_grad, train, eval): nn/module.py."""
 
     block_class = Mamba2Block
 
@@ -481,12 +483,6 @@ class Mamba2LMHeadModel:
         The weights in the model's dtype (one loaded from bfloat16 is float32: dtype="bfloat16" writes it as it
         came, as export does), or each in `dtype`: float64, float32, float16 or bfloat16 (rounded once, to nearest)."""
         save_model_folder(self, directory, layout=layout, token_ids=token_ids, dtype=dtype)
-
-    def parameters(self) -> list[Tensor]:   # torch's; a list: an optimizer and clip_grad_norm_ may each read it
-        return self.varmap.all_vars()
-
-    def named_parameters(self) -> list[tuple[str, Tensor]]:            # (official name, parameter), as torch's
-        return self.varmap.named_vars()
 
     def __repr__(self):
         c = self.config
