@@ -60,6 +60,9 @@ def test_strict_load_refuses_missing_and_unexpected_names_and_changes_nothing():
                                               r"unexpected in the state dict \(1\): backbone\.extra\.weight"):
         model.load_state_dict(state)
     assert _unchanged(model, before)
+    with pytest.raises(CheckpointError, match=r"unexpected in the state dict \(1\): backbone\.extra\.weight"):
+        model.load_state_dict({**state, "backbone.norm_f.weight": before["backbone.norm_f.weight"]})  # that alone
+    assert _unchanged(model, before)
     result = model.load_state_dict(state, strict=False)           # the names that match are loaded
     assert result.missing_keys == ["backbone.norm_f.weight"] and result.unexpected_keys == ["backbone.extra.weight"]
     np.testing.assert_array_equal(model.varmap["backbone.embedding.weight"].data, state["backbone.embedding.weight"])
