@@ -108,16 +108,18 @@ class World:
         self.comm.Allreduce(values, out, op=MPI.SUM)
         return out
 
-    def ranks_on_root_machine(self) -> int:
-        """How many ranks run on rank 0's machine (MPI's shared-memory split), each with its own copy of the model:
-        a collective, every rank calls it; 1 alone."""
+    def machines(self, measure) -> list[tuple[str, int, object]]:
+        """(host name, ranks on it, `measure()` as its first rank found it) for every machine of the job (MPI's
+        shared-memory split): e.g. each machine's memory, which its ranks share. A collective, every rank calls it."""
+        import socket
         if self.size == 1:
-            return 1
+            return [(socket.gethostname(), 1, measure())]
         from mpi4py import MPI
 
         local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
         try:
-            return int(self.comm.bcast(local.Get_size(), root=0))
+            mine = (socket.gethostname(), local.Get_size(), measure()) if local.Get_rank() == 0 else None
+            return [machine for machine in self.comm.allgather(mine) if machine is not None]
         finally:
             local.Free()
 

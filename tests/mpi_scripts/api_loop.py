@@ -146,6 +146,10 @@ try:
         raise AssertionError("GradientAllreducer([]) did not raise")
     except ValueError as e:
         assert "no parameters" in str(e), e
+    # every machine once, with its ranks and what its first rank measured (both ranks are on this one)
+    import socket
+    machines = world.machines(lambda: f"measured by rank {world.rank}")
+    assert machines == [(socket.gethostname(), 2, "measured by rank 0")], machines
 except BaseException as e:  # noqa: BLE001
     world.abort(e)
 if world.is_root:

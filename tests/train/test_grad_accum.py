@@ -114,7 +114,24 @@ def test_the_memory_estimate_is_each_ranks_share_times_the_ranks_on_this_machine
     cfg = TrainConfig(batch_size=2 * int(0.7 * have / one))                   # 1.4 machines' memory in one process
     assert len(train_config_problems(cfg)) == 1
     assert train_config_problems(cfg, ranks=2) == []                           # 0.7 on each of 2 machines
-    refused = train_config_problems(cfg, ranks=2, ranks_here=2)                # both on this one
+    refused = train_config_problems(cfg, ranks=2, machines=[("here", 2, have)])  # both on this one
     assert len(refused) == 1, refused
     assert (f"--batch-size {cfg.batch_size} ({cfg.batch_size // 2} sequences on each of 2 MPI ranks)" in refused[0]
             and "for each of the 2 MPI ranks on this machine" in refused[0]), refused
+
+
+def test_the_memory_check_reads_every_machine_of_the_job():
+    """It read rank 0's machine alone (an audit): a run that fits there but not on a machine with less memory, or
+    with more ranks on it, started and ran that one out of memory at its first step."""
+    from tinygrad_ssm.train.checks import tightest_machine
+    gib = 2 ** 30
+    cfg = TrainConfig(batch_size=4 * int(0.7 * 64 * gib / (step_memory_bytes(TrainConfig(batch_size=1)))))
+    assert step_memory_bytes(cfg, ranks=4) < 64 * gib < step_memory_bytes(cfg, ranks=2)
+    fits = [("root", 1, 64 * gib), ("big", 1, 64 * gib)]
+    assert train_config_problems(cfg, ranks=4, machines=fits + [("b", 2, 128 * gib)]) == []
+    for small in (("node7", 1, 16 * gib), ("node7", 2, 64 * gib)):   # less memory; more ranks on the same memory
+        assert tightest_machine(fits + [small]) == small
+        refused = train_config_problems(cfg, ranks=4, machines=fits + [small])
+        assert len(refused) == 1 and "more than machine node7's" in refused[0], refused
+    assert tightest_machine([("a", 1, None), ("b", 1, None)]) == ("a", 1, None)   # nothing known: nothing refused
+    assert train_config_problems(cfg, ranks=4, machines=[("a", 1, None), ("b", 1, None)]) == []

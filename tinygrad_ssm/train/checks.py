@@ -69,14 +69,22 @@ def physical_memory_bytes() -> int | None:
         return None
 
 
+def tightest_machine(machines) -> tuple[str, int, int | None]:
+    """Of the job's machines, (name, ranks on it, memory bytes), the one with the least memory a rank: each rank
+    holds the same weights and the same share of a step, so if any machine runs short, that one does."""
+    known = [m for m in machines if m[2] is not None]
+    return min(known, key=lambda m: m[2] / m[1]) if known else (machines[0][0], machines[0][1], None)
+
+
 def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0, machine: bool = True,
-                          vocab_size: int = VOCAB, ranks: int = 1, ranks_here: int = 1) -> list[str]:
+                          vocab_size: int = VOCAB, ranks: int = 1, machines=None) -> list[str]:
     """Every problem of `cfg` (a TrainConfig), as messages naming flags. `explicit`: the fields given on the
     command line (a default warmup longer than a short run is shortened; a given one is an error).
     machine=False leaves out what depends on this machine (the backends it has, its memory): for judging
     a saved config. vocab_size: the embedding rows the run trains (a tokenizer's or --init-from's, padded).
-    ranks: the MPI ranks sharing each step's batch, ranks_here those of them on this machine (each holds the
-    weights, their gradients and optimizer state, and its own share's activations)."""
+    ranks: the MPI ranks sharing each step's batch; machines: (name, ranks on it, memory bytes) for each machine
+    of the job (World.machines), None for this one alone. Each rank holds the weights, their gradients and
+    optimizer state, and its own share's activations."""
 
     bad = []
     for field, low in _MIN_INT.items():
@@ -136,29 +144,32 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
             room = (f"give a step in [{resumed_step + 1}, {cfg.steps}]" if cfg.steps > resumed_step else  # none left:
                     f"the run has done all its --steps {cfg.steps}; raise --steps to train on")      # [3, 2] said so
             bad.append(f"--stop-at {stop_at} is not after the checkpoint being resumed (step {resumed_step}); {room}")
-    weights, have = parameter_memory_bytes(cfg, vocab_size), physical_memory_bytes() if machine else None
+    name, ranks_here, have = tightest_machine(machines or [("", 1, physical_memory_bytes())])
+    have = have if machine else None
+    weights = parameter_memory_bytes(cfg, vocab_size)
     weights, need = ranks_here * weights, ranks_here * (weights + step_memory_bytes(cfg, vocab_size, ranks))
     vocab = "" if vocab_size == VOCAB else f", vocabulary {vocab_size:,}"   # a tokenizer's or a checkpoint's
-    here = "" if ranks_here == 1 else f" (for each of the {ranks_here} MPI ranks on this machine)"
+    this = "this machine" if machines is None or len(machines) == 1 else f"machine {name}"
+    here = "" if ranks_here == 1 else f" (for each of the {ranks_here} MPI ranks on {this})"
     if have is not None and weights > have:
         bad.append(f"--d-model {cfg.d_model} with --n-layer {cfg.n_layer} and --d-state {cfg.d_state}{vocab} makes "
                    f"a model whose weights, gradients and optimizer state need about {weights / 2 ** 30:,.0f} GiB"
-                   f"{here}, more than this machine's {have / 2 ** 30:,.0f} GiB of memory; lower --d-model or "
+                   f"{here}, more than {this}'s {have / 2 ** 30:,.0f} GiB of memory; lower --d-model or "
                    f"--n-layer{'' if ranks_here == 1 else ', or start fewer ranks on each machine'}")
     elif have is not None and need > have:
         micro = "" if cfg.grad_accum == 1 else f" in {cfg.grad_accum} micro-batches"
         share = "" if ranks == 1 else f" ({cfg.batch_size // ranks} sequences on each of {ranks} MPI ranks)"
         bad.append(f"--batch-size {cfg.batch_size}{share} x --seq-len {cfg.seq_len}{micro} (with --d-model "
                    f"{cfg.d_model}, --n-layer {cfg.n_layer}{vocab}) needs about {need / 2 ** 30:,.0f} GiB for one "
-                   f"training step{here}, more than this machine's {have / 2 ** 30:,.0f} GiB of memory; raise "
+                   f"training step{here}, more than {this}'s {have / 2 ** 30:,.0f} GiB of memory; raise "
                    f"--grad-accum (the same step in smaller pieces) or lower --batch-size or --seq-len")
     return bad
 
 
 def check_train_config(cfg, explicit=(), stop_at=None, resumed_step: int = 0, vocab_size: int = VOCAB,
-                       ranks: int = 1, ranks_here: int = 1) -> None:
+                       ranks: int = 1, machines=None) -> None:
     """Raise ValueError listing every problem (one line each), or return."""
     bad = train_config_problems(cfg, explicit, stop_at, resumed_step, vocab_size=vocab_size, ranks=ranks,
-                                ranks_here=ranks_here)
+                                machines=machines)
     if bad:
         raise ValueError("; ".join(bad) if len(bad) == 1 else "\n  " + "\n  ".join(bad))

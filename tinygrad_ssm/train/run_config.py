@@ -1,6 +1,6 @@
 """The run's config, fresh or resumed: train's settings and flags (a fresh run), or the checkpoint's with the flags
 a resume may change, every one checked (train/checks.py) against the run's vocabulary, the steps done and, under
-MPI, the ranks in all and on rank 0's machine; resolved on rank 0 alone and sent to the others."""
+MPI, the ranks in all and each machine's ranks and memory; resolved on rank 0 alone and sent to the others."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,17 +8,17 @@ from pathlib import Path
 
 from ..distributed import World
 from . import checkpoint as ckpt
-from .checks import check_train_config
+from .checks import check_train_config, physical_memory_bytes
 from .config import TrainConfig, _resume_config
 from .run_folder import MARKER_FILE
 from .starting_point import paths_as_saved, resolve_starting_point, run_vocab_size
 
 
-def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple[int, int] = (1, 1)
+def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple = (1, None)
                     ) -> tuple[TrainConfig, dict | None, Path | None]:
     """The run's config: the saved one (checked against `overrides`) with `resume`, else cfg + overrides;
     every flag checked (train/checks.py), `stop_at` against the steps done and to do. `ranks`: the MPI ranks in
-    all and on this machine (the memory a step needs here)."""
+    all, and (name, ranks, memory) of each machine of the job (World.machines; None: this machine alone)."""
     if resume is None:
         cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
         for field in ("data", "val_data"):  # absolute, so that --resume works from any folder
@@ -30,7 +30,7 @@ def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple[int, int] 
         set_in_cfg = {k: v for k, v in dataclasses.asdict(cfg).items() if v != getattr(default, k)}
         resolve_starting_point(cfg, {**set_in_cfg, **(overrides or {})}, say)
         check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg), ranks=ranks[0],
-                           ranks_here=ranks[1])
+                           machines=ranks[1])
         return cfg, None, None
     try:
         resume_dir = ckpt.resolve_checkpoint(resume)
@@ -52,14 +52,14 @@ def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple[int, int] 
     if "out" not in (overrides or {}):
         cfg.out = str(ckpt.run_dir_of(resume_dir))
     check_train_config(cfg, tuple(overrides or {}), stop_at, state["step"], vocab_size=run_vocab_size(cfg, state),
-                       ranks=ranks[0], ranks_here=ranks[1])
+                       ranks=ranks[0], machines=ranks[1])
     return cfg, state, resume_dir
 
 
 def resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):
     """resolve_config on rank 0 alone (the checkpoint need only be readable there); the config and the
     saved trainer state are sent to the other ranks."""
-    ranks = (world.size, world.ranks_on_root_machine())
+    ranks = (world.size, world.machines(physical_memory_bytes))   # each machine's memory, checked on the root
     resolved = world.agree(lambda: resolve_config(cfg, resume, overrides, stop_at, say, ranks) if world.is_root
                            else None)
     if world.size == 1:

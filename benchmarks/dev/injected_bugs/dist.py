@@ -195,4 +195,10 @@ BUGS = [
         ("tests/test_mpi_bad_flags.py", "-k", "printed_once"), "mpiexec -n 2 ... --help prints the help twice"),
     Bug("tinygrad_ssm/train/cli.py", "    if world.is_root and any(p != ASKED_FOR_HELP for _, p in failures):", "    if world.is_root:",
         ("tests/test_mpi_bad_flags.py", "-k", "printed_once"), "mpiexec -n 2 ... --help ends with 'error: rank 0 stopped at its arguments'"),
+    Bug("tinygrad_ssm/train/checks.py", "    return min(known, key=lambda m: m[2] / m[1]) if known",
+        "    return max(known, key=lambda m: m[2] / m[1]) if known", ("tests/train/test_grad_accum.py", "-k", "memory"),
+        "the memory check reads the machine with the most memory a rank: one with less runs out at the first step"),
+    Bug("tinygrad_ssm/distributed.py", "(socket.gethostname(), local.Get_size(), measure())",
+        "(socket.gethostname(), 1, measure())", API,
+        "World.machines counts one rank a machine: two ranks' copies of the model checked against memory for one"),
 ]
