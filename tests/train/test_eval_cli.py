@@ -41,13 +41,18 @@ def test_dtype_float64_gives_the_numbers_of_score_on_a_float64_model(tmp_path, c
     model = Mamba2LMHeadModel.from_pretrained(folder, dtype="float64")
     expected = scoring.score(model, ByteTokenizer(), scoring.read_eval_text(str(text), folder, ByteTokenizer()),
                              window=40, progress=False)
-    report, _ = _eval(capsys, folder, text, "--dtype", "float64")
+    report, err = _eval(capsys, folder, text, "--dtype", "float64")
     assert report["tokens"] == expected["tokens"] == len(TEXT) - 1 and report["dtype"] == "float64"
     for key in ("mean_nats", "bits_per_byte"):
         assert abs(report[key] - expected[key]) <= 1e-12, key
-    default, _ = _eval(capsys, folder, text)                             # float32: the float64 weights rounded
-    assert default == _eval(capsys, folder, text, "--dtype", "float32")[0] | {"seconds": default["seconds"],
-                                                                            "tokens_per_s": default["tokens_per_s"]}
+    assert "note" not in err, err
+    default, err = _eval(capsys, folder, text)                           # float32: the float64 weights rounded,
+    assert f"note: {folder}'s weights are float64; scored in float32 (--dtype float64" in err, err   # and said
+    given, err = _eval(capsys, folder, text, "--dtype", "float32")       # asked for: nothing to say
+    assert default == given | {"seconds": default["seconds"], "tokens_per_s": default["tokens_per_s"]}
+    assert "note" not in err, err
+    _, err = _eval(capsys, _folder(tmp_path, dtype="float32", name="model32"), text)
+    assert "note" not in err, err
     # float32 ran: score()'s numbers of a float32 model, not float64's (the two differ by rounding alone; on an
     # AMD EPYC by only 2.9e-10, so the test holds the float32 figure to score()'s rather than to a gap's size)
     model32 = Mamba2LMHeadModel.from_pretrained(folder)
@@ -80,7 +85,8 @@ def test_bytes_that_are_not_utf8_are_said_on_stderr_as_training_says_them(bpe_to
     """A latin-1 file and a UTF-16 one among UTF-8 files (characters cut between blocks of 7 bytes): eval names
     them on stderr in training's words (the count is tokenizer.invalid_utf8_bytes's of the text), and its JSON on
     stdout is the JSON alone, with the numbers of the text's ids; a byte model reads the bytes as they are."""
-    folder, data = _folder(tmp_path, vocab_size=320, tokenizer_json=bpe_tokenizer), tmp_path / "texts"
+    folder = _folder(tmp_path, dtype="float32", vocab_size=320, tokenizer_json=bpe_tokenizer)
+    data = tmp_path / "texts"
     data.mkdir()
     files = {"a.txt": "café 日本語 naïve\n".encode() * 3, "b.txt": "café à la crème\n".encode("latin-1"),
              "c.txt": "ok\n".encode(), "d.txt": "日本語の文".encode("utf-16")}    # no NUL: not binary
@@ -218,7 +224,7 @@ def test_json_with_a_tilde_is_written_where_it_was_checked(tmp_path, capsys, mon
 
 def test_a_closed_stdout_does_not_lose_the_json_file(tmp_path, capsys, monkeypatch):
     """eval ... --json FILE | true: the broken pipe on stdout returned before FILE was written."""
-    folder, data, out = _folder(tmp_path), tmp_path / "t.txt", tmp_path / "r.json"
+    folder, data, out = _folder(tmp_path, dtype="float32"), tmp_path / "t.txt", tmp_path / "r.json"
     data.write_bytes(TEXT)
 
     def broken_pipe(*args, **kwargs):

@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import distributed
 from ..io.checkpoints import CHECKPOINTS_DIR, CheckpointNotFound, checkpoint_names, resolve_checkpoint
+from ..models.mamba2.pretrained import stored_dtypes
 from ..models.mamba2.sampling import NonFiniteLogits, PenaltyOverflow
 from ..tokenizer import TokenizerError
 from .arguments import (DTYPES, EVAL_WINDOW, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_IO, EXIT_OK, EXIT_USAGE,
@@ -258,6 +259,7 @@ def _eval(args) -> int:
     problem = problems_or_none(eval_flag_problems(args))
     if problem:
         return _error(problem)
+    dtype_given = args.dtype is not None
     if args.dtype is None:  # --training-windows: the run's dtype, in which its figure is training's to the bit
         args.dtype = (training_dtype(args.model) if args.training_windows else None) or DTYPES[0]
     loaded, code = _load(args, for_generation=False)
@@ -265,6 +267,9 @@ def _eval(args) -> int:
         return code
     model, tokenizer = loaded
     folder = model.loaded_from  # (resolved again, a save meanwhile named its newer checkpoint in the report)
+    if not dtype_given and model.dtype != np.float64 and "float64" in stored_dtypes(folder):  # said, not silent
+        print(f"note: {folder}'s weights are float64; scored in {model.dtype} (--dtype float64 scores them as "
+              f"stored)", file=sys.stderr)
     try:
         if args.training_windows:
             report, text = score_training_windows(model, tokenizer, folder), None
