@@ -220,8 +220,8 @@ def log_softmax(x, axis=-1):
 def cumsum(x, axis):
     x = A.as_tensor("cumsum", "x", x)
     axis = A.axis("cumsum", axis, x.ndim, x.shape)
-    if x.ndim == 0:  # a 0-d tensor is its own running sum (np.cumsum would make it 1-d)
-        return reshape(x, ())
+    if x.ndim == 0:  # a 0-d tensor is its own running sum (np.cumsum would make it 1-d): a new one, in sum's dtype
+        return reshape(R.Cumsum.apply(reshape(x, (1,)), axis=0), ())
     return R.Cumsum.apply(x, axis=axis)
 
 
@@ -292,7 +292,8 @@ def flatten(x, start=0, end=-1):
     if start > end:
         raise ValueError(f"flatten: start axis {start} comes after end axis {end} (tensor of shape {x.shape}); "
                          f"give start <= end")
-    return reshape(x, x.shape[:start] + (-1,) + x.shape[end + 1:])
+    merged = int(np.prod(x.shape[start:end + 1]))   # not -1: reshape cannot infer it from a size-0 rest
+    return reshape(x, x.shape[:start] + (merged,) + x.shape[end + 1:])
 
 
 @op
@@ -309,7 +310,8 @@ def transpose(x, axis0=-2, axis1=-1):
     x = A.as_tensor("transpose", "x", x)
     axes = list(range(x.ndim))
     i, j = A.axis("transpose", axis0, x.ndim, x.shape), A.axis("transpose", axis1, x.ndim, x.shape)
-    axes[i], axes[j] = axes[j], axes[i]
+    if x.ndim:  # a 0-d tensor's axis 0 (or -1) names no axis to swap (torch's rule): the tensor as it is
+        axes[i], axes[j] = axes[j], axes[i]
     return M.Permute.apply(x, axes=tuple(axes))
 
 

@@ -58,7 +58,8 @@ class Div(Function):
 class Pow(Function):
     """a ** b. d/da = b * a^(b-1), taken as 0 where b == 0 (a^0 is 1 for every a, even a = 0 where the
     formula reads 0 * 0^-1); d/db = a^b * log(a), taken as 0 where a == 0 and b >= 0 (a^b is then constant
-    in b) and NaN for a < 0, where log(a) is not real: torch's rules."""
+    in b) and NaN for a < 0, where log(a) is not real: torch's rules. d/db's 0 multiplies the incoming gradient, so
+    an infinite one (log(x ** y) at x = 0) gives NaN there, as torch's; d/da's 0 replaces it (a^0 is constant)."""
 
     def forward(self, a, b):
         out = a ** b
@@ -72,8 +73,15 @@ class Pow(Function):
             if self.needs_input_grad[0]:
                 grad_a = np.where(b == 0, 0.0, grad * b * a ** (b - 1))
             if self.needs_input_grad[1]:
-                grad_b = np.where((a == 0) & (b >= 0), 0.0, grad * out * np.log(a))
+                grad_b = grad * np.where((a == 0) & (b >= 0), 0.0, out * np.log(a))   # NaN, inf grads pass
         return grad_a, grad_b
+
+
+def _share(grad, lost, tie):
+    """An input's share of max's or min's gradient: 0 where it lost, half on a tie, all of it otherwise.
+    Picked, not multiplied by a 0/1 mask: an infinite gradient (sqrt(maximum(x, 0)) at x <= 0) is 0 where the
+    input lost, where inf * 0 would be NaN (torch picks too)."""
+    return np.where(lost, 0, np.where(tie, grad * 0.5, grad))
 
 
 class Maximum(Function):
@@ -86,8 +94,7 @@ class Maximum(Function):
 
     def backward(self, grad):
         a, b = self.saved
-        tie = 0.5 * (a == b)
-        return grad * (1 - (a < b) - tie), grad * (1 - (b < a) - tie)
+        return _share(grad, a < b, a == b), _share(grad, b < a, a == b)
 
 
 class Minimum(Function):
@@ -99,8 +106,7 @@ class Minimum(Function):
 
     def backward(self, grad):
         a, b = self.saved
-        tie = 0.5 * (a == b)
-        return grad * (1 - (a > b) - tie), grad * (1 - (b > a) - tie)
+        return _share(grad, a > b, a == b), _share(grad, b > a, a == b)
 
 
 class Where(Function):
@@ -246,7 +252,7 @@ class Relu(Function):
 
     def backward(self, grad):
         (a,) = self.saved
-        return grad * ~(a <= 0)  # passes at NaN, as torch's threshold_backward (0 only where a <= 0)
+        return np.where(a <= 0, 0, grad)  # passes at NaN, as torch's threshold_backward (0 only where a <= 0)
 
 
 class Clip(Function):
@@ -264,7 +270,7 @@ class Clip(Function):
             keep &= a >= self.low
         if self.high is not None:
             keep &= a <= self.high
-        return grad * keep
+        return np.where(keep, grad, 0)
 
 
 class Cast(Function):

@@ -116,6 +116,8 @@ class Pad(Function):
 
     def forward(self, a, widths=(), value=0.0):
         self.keep = tuple(slice(lo, lo + n) for (lo, _), n in zip(widths, a.shape))
+        if a.ndim == 0:  # nothing to pad (np.pad refuses a 0-d array)
+            return a.copy()
         return np.pad(a, widths, mode="constant", constant_values=value)
 
     def backward(self, grad):

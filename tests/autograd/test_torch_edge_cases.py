@@ -1,0 +1,99 @@
+"""More rules at the edges, each found by differential testing against torch (an audit, /tmp/audit_autograd): an
+infinite gradient meeting a masked-out input, and 0-d and size-0 tensors through cumsum, flatten, transpose, pad.
+The expected values are torch 2.13's, written out, so that the tests run without torch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tinygrad_ssm import Tensor
+from tinygrad_ssm.autograd import functional as F
+
+from tests.support.tensors import leaf
+
+
+# --- an infinite gradient where an input was masked out: 0 there (torch picks), not inf * 0 = NaN ---------------
+
+@pytest.mark.parametrize("gate", [
+    F.relu, lambda x: F.clip(x, min=0.0), lambda x: F.clip(x, min=0.0, max=9.0), lambda x: F.maximum(x, 0.0),
+    lambda x: -F.minimum(-x, 0.0),
+], ids=["relu", "clip_min", "clip_both", "maximum", "minimum"])
+def test_sqrt_of_a_gate_has_a_zero_gradient_where_the_gate_was_shut(gate):
+    """sqrt(relu(x)) at x = -1: the gradient reaching relu is inf (sqrt's at 0); relu's backward multiplied it by
+    a 0/1 mask and gave NaN, which the optimizer then wrote into every weight (torch: 0)."""
+    x = leaf([-1.0, 4.0, -1e-300])
+    F.sqrt(gate(x)).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [0.0, 0.25, 0.0])
+
+
+def test_relu_is_shut_at_zero_where_clip_and_maximum_pass_half_or_all():
+    """At x = 0 exactly torch's relu gives 0, its clamp the whole (inf) gradient, its maximum half of it (inf)."""
+    for gate, expected in ((F.relu, 0.0), (lambda x: F.clip(x, min=0.0), np.inf), (lambda x: F.maximum(x, 0.0), np.inf)):
+        x = leaf([0.0])
+        F.sqrt(gate(x)).sum().backward()
+        assert x.grad.data[0] == expected
+
+
+def test_maximum_splits_a_tie_and_passes_nan_both_ways():
+    """The picking keeps the rules of the multiplication it replaced: half of the gradient each on a tie, all of
+    it to both where either is NaN (torch's)."""
+    a, b = leaf([1.0, 2.0, np.nan, 3.0]), leaf([1.0, 5.0, 0.0, np.nan])
+    F.maximum(a, b).backward(Tensor(np.array([2.0, 2.0, 2.0, 2.0])))
+    np.testing.assert_array_equal(a.grad.data, [1.0, 0.0, 2.0, 2.0])
+    np.testing.assert_array_equal(b.grad.data, [1.0, 2.0, 2.0, 2.0])
+
+
+def test_pow_lets_an_infinite_gradient_through_its_exponents_zero():
+    """log(x ** y) at x = 0, y = 2: d/dy is inf * 0, NaN in torch; the engine replaced the whole product by 0,
+    hiding that the loss was -inf. d/dx at y = 0 stays 0 (x ** 0 is 1 for every x), an inf gradient or not."""
+    x, y = leaf([0.0, 2.0]), leaf([2.0, 3.0])
+    F.log(F.pow(x, y)).sum().backward()
+    assert np.isnan(y.grad.data[0]) and y.grad.data[1] == pytest.approx(np.log(2.0))
+    x, y = leaf([0.0]), leaf([0.0])
+    (F.pow(x, y) * np.inf).sum().backward()
+    assert x.grad.data[0] == 0.0
+
+
+# --- 0-d and size-0 tensors ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, expected", [(np.float64, np.float64), (np.float32, np.float32), (np.bool_, np.int64),
+                                             (np.int32, np.int64)])
+def test_cumsum_of_a_0d_tensor_is_a_new_tensor_in_sums_dtype(dtype, expected):
+    """It returned a view of its input in the input's dtype: y.add_(1) changed x (torch: x stays)."""
+    x = Tensor(np.array(5, dtype=dtype))
+    y = F.cumsum(x, 0)
+    assert y.shape == () and y.dtype == expected and y.item() == np.array(5, dtype).astype(expected)
+    if y.dtype.kind == "f":
+        y.add_(1)
+        assert x.item() == 5
+
+
+def test_cumsum_of_a_0d_tensor_has_gradient_one():
+    x = leaf(3.0)
+    (F.cumsum(x, 0) * 2).backward()
+    assert x.grad.item() == 2.0
+
+
+@pytest.mark.parametrize("shape, start, end, expected", [((0, 3), 1, -1, (0, 3)), ((3, 0), 0, 0, (3, 0)),
+                                                         ((0, 2, 3), 1, 1, (0, 2, 3)), ((2, 0, 3), 0, -1, (0,)),
+                                                         ((2, 3, 4), 1, 2, (2, 12))])
+def test_flatten_of_a_size_0_tensor_keeps_the_other_sizes(shape, start, end, expected):
+    """flatten((0, 3), 1) was refused: the -1 it gave reshape cannot be inferred when the rest has size 0."""
+    x = Tensor(np.zeros(shape), requires_grad=True)
+    out = F.flatten(x, start, end)
+    assert out.shape == expected
+    out.sum().backward()
+    assert x.grad.shape == shape
+
+
+def test_transpose_and_pad_of_a_0d_tensor_are_the_tensor():
+    """transpose(x0d, 0, -1) raised a bare IndexError and pad(x0d, ()) NumPy's 'pad_width must be of integral
+    type'; torch gives the value back (pad as a new tensor)."""
+    x = leaf(5.0)
+    assert F.transpose(x, 0, -1).shape == () and F.transpose(x, 0, -1).item() == 5.0
+    padded = F.pad(x, ())
+    assert padded.shape == () and padded.item() == 5.0
+    (F.transpose(x, 0, 0) * 3 + padded * 2).backward()
+    assert x.grad.item() == 5.0
+    with pytest.raises(ValueError, match="at most 0 axes"):
+        F.pad(x, (1, 1))
