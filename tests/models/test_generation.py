@@ -244,6 +244,7 @@ def test_a_bool_sampling_setting_is_refused(kw, message):
 
 @pytest.mark.parametrize("kw, message", [
     ({"max_length": 9}, r"max_length=9 is not taken .*counts the prompt too.*pass max_new_tokens=7 \(the prompt has 2"),
+    ({"max_length": 9.0}, r"max_length=9.0 is not taken .*pass max_new_tokens \(the prompt has 2 tokens\)"),
     ({"max_new_tokens": 3, "do_sample": False}, "do_sample=False is not taken: temperature=0 is greedy"),
     ({"max_new_tokens": 3, "num_beams": 4}, r"num_beams=4 \(beam search\) is not implemented"),
     ({"max_new_tokens": 3, "output_scores": True}, "output_scores=True is not taken: no scores are returned"),
@@ -274,7 +275,7 @@ def test_max_length_of_a_ragged_batch_names_the_prompts_lengths():
 @pytest.mark.parametrize("neutral", [{"min_p": 0.0}, {"min_p": 0}, {"repetition_penalty": 1.0}, {"num_beams": 1},
                                      {"num_return_sequences": 1}, {"output_scores": False},
                                      {"return_dict_in_generate": False}, {"no_repeat_ngram_size": 0},
-                                     {"min_new_tokens": 0}])
+                                     {"min_new_tokens": 0}, {"max_length": None}])
 def test_another_librarys_neutral_setting_is_accepted_and_changes_nothing(neutral):
     model = twin_models(seed=0, vocab_size=40)[0]
     prompt = np.array([[1, 2, 3]])

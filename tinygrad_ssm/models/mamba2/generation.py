@@ -47,13 +47,17 @@ TOKEN_BLOCK = 32  # tokens per numba call (decode_sampled): a streamed reader se
 def check_foreign_arguments(kwargs: dict, prompts) -> None:
     """Refuse, by name, another library's generate argument that would change the result (foreign_arguments.GENERATE);
     its neutral value is accepted. Any other unknown name is Python's TypeError, as before."""
+    if "max_length" in kwargs and kwargs["max_length"] is None:   # transformers' neutral value: max_new_tokens decides
+        kwargs = {k: v for k, v in kwargs.items() if k != "max_length"}
     if "max_length" in kwargs:  # mamba_ssm's (required) and transformers': the prompt included
         value = kwargs["max_length"]
         lengths = [len(p) for p in prompts] if isinstance(prompts, list) else [prompts.shape[1]]
-        if min(lengths) == max(lengths) and isinstance(value, (int, np.integer)):
+        if min(lengths) != max(lengths):
+            instead = f"max_new_tokens (the prompts have {min(lengths)} to {max(lengths)} tokens)"
+        elif isinstance(value, (int, np.integer)):
             instead = f"max_new_tokens={value - lengths[0]} (the prompt has {lengths[0]} tokens)"
         else:
-            instead = f"max_new_tokens (the prompts have {min(lengths)} to {max(lengths)} tokens)"
+            instead = f"max_new_tokens (the prompt has {lengths[0]} tokens)"
         raise TypeError(f"generate: max_length={value!r} is not taken (in mamba_ssm and transformers it counts the "
                         f"prompt too); pass {instead}")
     refuse_foreign("generate", GENERATE, kwargs)
