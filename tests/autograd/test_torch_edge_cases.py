@@ -97,3 +97,51 @@ def test_transpose_and_pad_of_a_0d_tensor_are_the_tensor():
     assert x.grad.item() == 5.0
     with pytest.raises(ValueError, match="at most 0 axes"):
         F.pad(x, (1, 1))
+
+
+# --- writes across dtypes: stored as torch stores them, a value no integer holds refused ---------------------------
+
+def test_copy_into_an_integer_or_bool_tensor_casts_as_torch():
+    """copy_ refused float64 into int64 ('convert the tensor first'), where torch's copy_ converts by design."""
+    t = Tensor(np.zeros(3, np.int64))
+    t.copy_(Tensor(np.array([1.7, -2.2, 0.9])))
+    np.testing.assert_array_equal(t.data, [1, -2, 0])                    # truncated toward zero
+    b = Tensor(np.zeros(3, bool))
+    b.copy_(Tensor(np.array([0.0, 2.0, -0.5])))
+    np.testing.assert_array_equal(b.data, [False, True, True])          # nonzero
+    u = Tensor(np.zeros(2, np.uint8))
+    u.copy_(Tensor(np.array([300, -1])))                                 # an integer wraps, as torch's
+    np.testing.assert_array_equal(u.data, [44, 255])
+
+
+@pytest.mark.parametrize("write", [lambda t, v: t.copy_(Tensor(np.array([v, 1.0]))), lambda t, v: t.fill_(v),
+                                   lambda t, v: t.__setitem__(0, v), lambda t, v: t.__setitem__(0, np.float64(v))],
+                         ids=["copy_", "fill_", "setitem", "setitem_numpy"])
+@pytest.mark.parametrize("value", [np.nan, np.inf, 128.0, -129.0])
+def test_a_float_no_integer_of_the_dtype_holds_is_refused_and_nothing_written(write, value):
+    """fill_(nan) on an int tensor stored -9223372036854775808 without a word (torch refuses it); 128.0 into int8
+    stored -128."""
+    t = Tensor(np.array([5, 6], np.int8))
+    with pytest.raises(OverflowError, match=r"cannot be stored in this int8 tensor .*-128\.\.127"):
+        write(t, value)
+    np.testing.assert_array_equal(t.data, [5, 6])
+    write(t, 127.9)                                                      # the edge itself: truncated to 127
+    assert t.data[0] == 127
+
+
+def test_in_place_arithmetic_stores_an_integer_result_in_any_integer_tensor_and_no_float_one():
+    """uint8.add_(an int64 tensor) was refused by NumPy's same_kind rule; torch wraps it. A float result in an
+    integer tensor, or a number in a bool one, stays refused (torch's can_cast)."""
+    u = Tensor(np.ones(2, np.uint8))
+    u.mul_(Tensor(np.array([300, -1])))
+    np.testing.assert_array_equal(u.data, [44, 255])
+    i = Tensor(np.ones(2, np.int32))
+    i.add_(Tensor(np.array([True, False])))
+    np.testing.assert_array_equal(i.data, [2, 1])
+    with pytest.raises(TypeError, match=r"add_: the result cannot be stored in place in this int64 tensor \(it is "
+                                        r"float64\)"):
+        Tensor(np.ones(2, np.int64)).add_(Tensor(np.array([0.5, 0.5])))
+    with pytest.raises(TypeError, match=r"add_: the result cannot be stored in place in this bool tensor"):
+        Tensor(np.ones(2, bool)).add_(Tensor(np.array([3, 4])))
+    with pytest.raises(TypeError, match=r"div_: .* int64 tensor \(it is float64\)"):
+        Tensor(np.ones(2, np.int64)).div_(2)

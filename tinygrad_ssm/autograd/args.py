@@ -86,6 +86,33 @@ def integer_operand(op: str, value: int, dtype: np.dtype) -> np.ndarray:
     return integer_as(op, "the value", value, dtype)
 
 
+WRITES = ("fill_", "__setitem__", "copy_")   # the in-place ops that store a value rather than combine with one
+
+
+def written_as(op: str, array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A value written into a tensor (fill_, t[i] = v, copy_) as torch stores it in one of `dtype`: a float into an
+    integer tensor truncated toward zero, any number into a bool one as nonzero. A float that no integer of `dtype`
+    holds (NaN, inf, beyond its range) is refused: NumPy stored NaN as -9223372036854775808 (torch refuses fill_'s,
+    and stores what the machine gives for copy_'s)."""
+    if dtype.kind in "iu" and array.dtype.kind == "f":
+        info = np.iinfo(dtype)
+        with np.errstate(invalid="ignore"):
+            whole = np.trunc(array)
+            bad = ~np.isfinite(array) | (whole < info.min) | (whole >= float(info.max) + 1)
+        if bad.any():
+            value = array.reshape(-1)[np.argmax(bad.reshape(-1))]
+            raise OverflowError(f"{op}: the value {value} cannot be stored in this {dtype} tensor (no {dtype} is "
+                                f"{value}; the dtype holds {info.min}..{info.max}); convert the tensor first (t.double())")
+        return whole.astype(dtype)
+    return array.astype(dtype) if dtype.kind == "b" and array.dtype.kind != "b" else array
+
+
+def can_store(result: np.dtype, dtype: np.dtype) -> bool:
+    """torch's rule for an in-place result stored in a `dtype` tensor: any result but a float in an integer or bool
+    tensor, or a number in a bool one (an integer result wraps: uint8.add_(int64 tensor), NumPy's same_kind refused)."""
+    return not (result.kind == "f" and dtype.kind in "iub") and not (result.kind != "b" and dtype.kind == "b")
+
+
 def float_tensor(op: str, argument: str, x) -> Tensor:
     """A tensor argument of an op that only makes sense in floating point: integers become float32."""
     x = as_tensor(op, argument, x)

@@ -274,7 +274,7 @@ class Tensor:
                 raise RuntimeError(f"{op}: the value requires grad, and an in-place write is not recorded in the "
                                    f"graph: its gradient would be lost. Build the tensor out of place (F.cat, F.stack, "
                                    f"F.where, F.pad), or write value.detach() if no gradient should flow through it")
-            return other.data
+            return _args.written_as(op, other.data, self.dtype) if op in _args.WRITES else other.data
         if isinstance(other, np.ndarray):
             array = other
         elif isinstance(other, int) and not isinstance(other, bool) and self.dtype.kind in "iu":
@@ -286,7 +286,7 @@ class Tensor:
         else:
             array = np.asarray(other, dtype=object)
         _check_numeric(op, "the value", other, array)
-        return array
+        return _args.written_as(op, array, self.dtype) if op in _args.WRITES else array
 
     def _same_shape_operand(self, other, op: str):
         """The right-hand side of an elementwise in-place op: it must broadcast to this tensor's shape (the
@@ -302,22 +302,26 @@ class Tensor:
                              f"keeps the tensor's shape {self.shape}")
         return o
 
+    def _combine_(self, op: str, ufunc, other):
+        """self = ufunc(self, other) in place; the result's dtype must be one torch stores here (args.can_store)."""
+        o = self._same_shape_operand(other, op)
+        result = ufunc.resolve_dtypes((self.dtype, np.asarray(o).dtype, None))[-1]
+        if not _args.can_store(result, self.dtype):
+            raise TypeError(f"{op}: the result cannot be stored in place in this {self.dtype} tensor (it is {result}); "
+                            f"convert the tensor first (t.double()) or use the out-of-place op")
+        return self._inplace(op, lambda: ufunc(self.data, o, out=self.data, casting="unsafe"))
+
     def add_(self, other, alpha=1.0):
-        o = self._same_shape_operand(other, "add_")
-        return self._inplace("add_", lambda: np.add(self.data, alpha * o if alpha != 1.0 else o, out=self.data,
-                                                     casting="same_kind"))
+        return self._combine_("add_", np.add, other if alpha == 1.0 else self._same_shape_operand(other, "add_") * alpha)
 
     def sub_(self, other):
-        o = self._same_shape_operand(other, "sub_")
-        return self._inplace("sub_", lambda: np.subtract(self.data, o, out=self.data, casting="same_kind"))
+        return self._combine_("sub_", np.subtract, other)
 
     def mul_(self, other):
-        o = self._same_shape_operand(other, "mul_")
-        return self._inplace("mul_", lambda: np.multiply(self.data, o, out=self.data, casting="same_kind"))
+        return self._combine_("mul_", np.multiply, other)
 
     def div_(self, other):
-        o = self._same_shape_operand(other, "div_")
-        return self._inplace("div_", lambda: np.divide(self.data, o, out=self.data, casting="same_kind"))
+        return self._combine_("div_", np.divide, other)
 
     def zero_(self):
         return self._inplace("zero_", lambda: self.data.fill(0))
@@ -328,7 +332,7 @@ class Tensor:
 
     def copy_(self, src):
         src = self._same_shape_operand(src, "copy_")  # broadcast to this tensor's shape, as torch's copy_
-        return self._inplace("copy_", lambda: np.copyto(self.data, src, casting="same_kind"))
+        return self._inplace("copy_", lambda: np.copyto(self.data, src, casting="unsafe"))   # args.written_as cast it
 
     def __setitem__(self, index, value):
         items = _indexing.index_items(index)
