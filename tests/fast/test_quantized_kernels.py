@@ -43,11 +43,12 @@ def _spec(qw, lo, hi, dtype=np.float64):
 
 
 @given(fmt=st.sampled_from(["int8", "bfloat16"]), rows=st.integers(1, 13), blocks=st.integers(1, 4),
-       block=st.sampled_from([4, 32, 64, 96, 128]), batch=st.integers(1, 21), lo=st.integers(0, 12),
+       block=st.sampled_from([4, 8, 24, 32, 40, 64, 96, 128]), batch=st.integers(1, 21), lo=st.integers(0, 12),
        extra=st.integers(0, 40), seed=st.integers(0, 2**16))
 def test_quantized_rows_equal_the_dequantized_float64_product(fmt, rows, blocks, block, batch, lo, extra, seed):
     """Batches of up to 21 rows: groups of 8, 4 and single rows; blocks of 32, 64, 96, 128 (1 to 4 vectors of 32
-    to a scale), 4 (no vectors: the scalar loop); bfloat16 with columns past the last vector."""
+    to a scale), 8, 24, 40 (vectors of 8), 4 (a row widened, then its dots); bfloat16 with columns past the last
+    vector."""
     qw, u, bias = _case(fmt, rows, blocks, block, batch, np.float64, seed, extra)
     lo = min(lo, rows)
     out = np.full((batch, rows), np.nan)
@@ -57,10 +58,11 @@ def test_quantized_rows_equal_the_dequantized_float64_product(fmt, rows, blocks,
     assert np.isnan(out[:, :lo]).all()                                  # rows outside [lo, hi) untouched
 
 
-@pytest.mark.parametrize("block", [4, 24, 32, 48, 64, 96])
+@pytest.mark.parametrize("block", [1, 4, 12, 8, 16, 24, 48, 32, 64, 96])
 def test_int8_rows_of_every_kind_of_block_equal_the_dequantized_product(block):
-    """Each block the int8 products treat apart, whatever the draws above took: under 32 or not a multiple of it
-    (the scalar loop; 48 is 1.5 vectors), 32 and its multiples (vectors, 1 to 3 of them to a scale)."""
+    """Each block the int8 products treat apart, whatever the draws above took: not a multiple of 8 (a row widened
+    into a buffer, then its dots), a multiple of 8 but not of 32 (vectors of 8, 1 to 6 of them to a scale: 48 is
+    1.5 vectors of 32), 32 and its multiples (vectors of 32, 1 to 3 of them to a scale)."""
     qw, u, bias = _case("int8", 5, 2, block, 9, np.float64, block, 0)
     out = np.full((9, 5), np.nan)
     _rows(qw.kernel_form(), 0, 5, u, bias, 0.0, out)

@@ -19,8 +19,8 @@ products must widen the weights as fast as memory brings them. What stood in the
   decoding (bench_quantized.py, 2 threads, two rounds each) int8 went from 2.42 / 2.62x float32 without it to
   2.69 / 2.92x with it; bfloat16 1.95 / 1.81x -> 1.89 / 1.93x.
 A batch row's values are re-read from L1 for every weight row; the widening is shared by 8 (or 4) batch rows.
-Columns past the last whole 32 (bfloat16 with `in` not a multiple of 32), and int8 blocks that are not a
-multiple of 32, take a plain numba loop (`_scalar_dot`) after the vectors.
+Columns past the last whole 32 (bfloat16 with `in` not a multiple of 32) take a plain numba loop (`_scalar_dot`)
+after the vectors; int8 blocks that are not a multiple of 32 a loop per block (`_rows_in_blocks`).
 
 In a float64 work dtype the widened weights are exact (q * s has at most 8 + 24 significant bits; a bfloat16 is
 a float32), so the products equal the float64 twin's up to the order of the sums.
@@ -31,7 +31,7 @@ import numpy as np
 from llvmlite import ir
 from numba import config, types
 from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
 from .jit import njit
 from .prefetch import TO_L1, emit_prefetch
@@ -43,12 +43,12 @@ VECTOR = 32             # weights widened at once: the int8 block of llama.cpp's
 PREFETCH_BYTES = 4096   # how far ahead of its row the block loop prefetches (measured: the docstring)
 
 
-def _block_dots(n_batch: int):
+def _block_dots(n_batch: int, width: int = VECTOR):
     """An intrinsic: dots(W, S, i, u, bi, n_vectors, per_scale) -> the n_batch sums W[i, :k] . u[bi + c, :k],
-    k = 32 n_vectors; W int8 (S its scales, `per_scale` vectors of 32 to a scale: block / 32) or bfloat16 bits
-    (S None); W, S and u C-contiguous. Each sum is a vector of lanes, added into one number after the last
-    block."""
-    lanes = 16 if n_batch <= 4 else 8                                  # 8 sums of 16 lanes would not fit the
+    k = width n_vectors; W int8 (S its scales, `per_scale` vectors of `width` to a scale: block / width) or
+    bfloat16 bits (S None); W, S and u C-contiguous. Each sum is a vector of lanes, added into one number after
+    the last block. width 32, or 8 for int8 blocks that 32 does not divide (24, 40, ...)."""
+    lanes = min(16 if n_batch <= 4 else 8, width)                      # 8 sums of 16 lanes would not fit the
                                                                         # registers beside the weights
     @intrinsic
     def dots(typingctx, W, S, i, u, bi, n_vectors, per_scale):
@@ -64,7 +64,7 @@ def _block_dots(n_batch: int):
         intp, i32 = context.get_value_type(types.intp), ir.IntType(32)
         T = context.get_value_type(ut.dtype)
         itemsize = context.get_abi_sizeof(T)
-        block_t, lane_t = ir.VectorType(T, VECTOR), ir.VectorType(T, lanes)
+        block_t, lane_t = ir.VectorType(T, width), ir.VectorType(T, lanes)
 
         def const(n):
             return ir.Constant(intp, n)
@@ -87,7 +87,7 @@ def _block_dots(n_batch: int):
             s_row = row(St, context.make_array(St)(context, builder, args[1]), index(args[2], it))
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(lane_t, [lane_t] * 3),
                                              f"llvm.fma.v{lanes}{'f32' if itemsize == 4 else 'f64'}")
-        pieces = [mask(range(p, p + lanes)) for p in range(0, VECTOR, lanes)]
+        pieces = [mask(range(p, p + lanes)) for p in range(0, width, lanes)]
         sums = [cgutils.alloca_once_value(builder, ir.Constant(lane_t, None)) for _ in range(n_batch)]
         ahead = const(PREFETCH_BYTES // context.get_abi_sizeof(context.get_value_type(Wt.dtype)))
         per_scale = index(args[6], pt)                                  # >= 1 (the caller's)
@@ -98,15 +98,15 @@ def _block_dots(n_batch: int):
                                                                   ir.Constant(i32, 0)),
                                            ir.Constant(lane_t, ir.Undefined), mask([0] * lanes))
             with cgutils.for_range(builder, per_scale) as loop:
-                col = builder.mul(builder.add(builder.mul(scale_loop.index, per_scale), loop.index), const(VECTOR))
+                col = builder.mul(builder.add(builder.mul(scale_loop.index, per_scale), loop.index), const(width))
                 emit_prefetch(builder, builder.gep(w_row, [builder.add(col, ahead)]), TO_L1)
                 raw = builder.load(builder.bitcast(builder.gep(w_row, [col]),
-                                                   ir.VectorType(w_row.type.pointee, VECTOR).as_pointer()), align=1)
-                w = _widen(builder, raw, Wt.dtype, block_t)             # (32,) weights in u's dtype
+                                                   ir.VectorType(w_row.type.pointee, width).as_pointer()), align=1)
+                w = _widen(builder, raw, Wt.dtype, block_t)             # (width,) weights in u's dtype
                 w = [builder.shuffle_vector(w, w, m) for m in pieces]
                 for c in range(n_batch):
                     x = builder.load(builder.bitcast(builder.gep(u_rows[c], [col]), block_t.as_pointer()),
-                                     align=itemsize)                   # (32,) of batch row c
+                                     align=itemsize)                   # (width,) of batch row c
                     x = [builder.shuffle_vector(x, x, m) for m in pieces]
                     dot = builder.fmul(w[0], x[0])                      # (lanes,) the 32 products, folded
                     for p in range(1, len(pieces)):
@@ -127,12 +127,13 @@ def _block_dots(n_batch: int):
 
 
 def _widen(builder, raw, dtype, block_t):
-    """(32,) int8 or bfloat16 bits -> (32,) floats of block_t's element type (exact either way)."""
+    """(width,) int8 or bfloat16 bits -> (width,) floats of block_t's element type (exact either way)."""
     if dtype == types.int8:
         return builder.sitofp(raw, block_t)
-    bits = builder.shl(builder.zext(raw, ir.VectorType(ir.IntType(32), VECTOR)),
-                       ir.Constant(ir.VectorType(ir.IntType(32), VECTOR), [16] * VECTOR))
-    wide = builder.bitcast(bits, ir.VectorType(ir.FloatType(), VECTOR))
+    width = block_t.count
+    bits = builder.shl(builder.zext(raw, ir.VectorType(ir.IntType(32), width)),
+                       ir.Constant(ir.VectorType(ir.IntType(32), width), [16] * width))
+    wide = builder.bitcast(bits, ir.VectorType(ir.FloatType(), width))
     return wide if block_t.element == ir.FloatType() else builder.fpext(wide, block_t)
 
 
@@ -145,18 +146,21 @@ def _bfloat16_value(typingctx, bits):
     return types.float32(bits), codegen
 
 
+NARROW = 8   # the vector of int8 blocks that are a multiple of 8 but not of 32
 _dots_8, _dots_4, _dots_1 = _block_dots(8), _block_dots(4), _block_dots(1)
+_narrow_8, _narrow_4, _narrow_1 = _block_dots(8, NARROW), _block_dots(4, NARROW), _block_dots(1, NARROW)
 
 if config.DISABLE_JIT:                                                  # NUMBA_DISABLE_JIT=1: the same sums
-    def _python_dots(n_batch):                                          # in NumPy (intrinsics need the JIT)
+    def _python_dots(n_batch, width=VECTOR):                            # in NumPy (intrinsics need the JIT)
         def dots(W, S, i, u, bi, n_vectors, per_scale):
-            k = n_vectors * VECTOR
-            w = (W[i, :k] * np.repeat(S[i].astype(np.float64), per_scale * VECTOR)[:k] if S is not None
+            k = n_vectors * width
+            w = (W[i, :k] * np.repeat(S[i].astype(np.float64), per_scale * width)[:k] if S is not None
                  else (W[i, :k].astype(np.uint32) << 16).view(np.float32))
             return tuple(u[bi:bi + n_batch, :k] @ w.astype(u.dtype))
         return dots
 
     _dots_8, _dots_4, _dots_1 = _python_dots(8), _python_dots(4), _python_dots(1)
+    _narrow_8, _narrow_4, _narrow_1 = _python_dots(8, NARROW), _python_dots(4, NARROW), _python_dots(1, NARROW)
 
     def _bfloat16_value(bits):  # noqa: F811
         return np.array(np.uint32(bits) << np.uint32(16), np.uint32).view(np.float32)[()]
@@ -166,64 +170,74 @@ if config.DISABLE_JIT:                                                  # NUMBA_
 def int8_rows(Q, S, lo, hi, u, bias, zero, out):
     """out[:, lo:hi] = u (b, in) @ (q * s)[lo:hi]^T + bias[lo:hi]; Q (out, in) int8, S (out, in / block) f32."""
     block = Q.shape[1] // S.shape[1]
-    n_vectors = Q.shape[1] // VECTOR if block % VECTOR == 0 else 0
-    _rows(Q, S, lo, hi, u, bias, zero, out, n_vectors, max(block // VECTOR, 1))
+    if block % VECTOR == 0:
+        _rows(Q, S, lo, hi, u, bias, zero, out, Q.shape[1] // VECTOR, block // VECTOR, False)
+    elif block % NARROW == 0:   # blocks of another size (default_block: d_model 48 takes 24), in vectors of 8
+        _rows(Q, S, lo, hi, u, bias, zero, out, Q.shape[1] // NARROW, block // NARROW, True)
+    else:
+        _rows_in_blocks(Q, S, lo, hi, u, bias, zero, out)
 
 
 @njit(**_JIT)
 def bfloat16_rows(W, lo, hi, u, bias, zero, out):
     """out[:, lo:hi] = u (b, in) @ float32(W << 16)[lo:hi]^T + bias[lo:hi]; W (out, in) uint16."""
-    _rows(W, None, lo, hi, u, bias, zero, out, W.shape[1] // VECTOR, 1)
+    _rows(W, None, lo, hi, u, bias, zero, out, W.shape[1] // VECTOR, 1, False)
 
 
 @njit(inline="always", **_JIT)
-def _rows(W, S, lo, hi, u, bias, zero, out, n_vectors, per_scale):
+def _rows(W, S, lo, hi, u, bias, zero, out, n_vectors, per_scale, narrow):
     """One weight row at a time (the weights stream in order), times batch rows in groups of 8, 4, then 1:
     columns [0, 32 n_vectors) in vectors (_block_dots), then the rest, if any, in _scalar_dot (a loop of its
-    own: beside the vector loop it made the batch-8 products 2x slower)."""
-    nb, start = u.shape[0], n_vectors * VECTOR
+    own: beside the vector loop it made the batch-8 products 2x slower). narrow: vectors of NARROW, not 32."""
+    nb, start = u.shape[0], n_vectors * (NARROW if narrow else VECTOR)
     for i in range(lo, hi):
         bi = 0
         while bi + 8 <= nb:
-            sums8 = _dots_8(W, S, i, u, bi, n_vectors, per_scale)
+            sums8 = (_narrow_8 if narrow else _dots_8)(W, S, i, u, bi, n_vectors, per_scale)
             for c in range(8):
                 out[bi + c, i] = sums8[c] + bias[i]
             bi += 8
         if bi + 4 <= nb:
-            sums4 = _dots_4(W, S, i, u, bi, n_vectors, per_scale)
+            sums4 = (_narrow_4 if narrow else _dots_4)(W, S, i, u, bi, n_vectors, per_scale)
             for c in range(4):
                 out[bi + c, i] = sums4[c] + bias[i]
             bi += 4
         for c in range(bi, nb):
-            out[c, i] = _dots_1(W, S, i, u, c, n_vectors, per_scale)[0] + bias[i]
-    if start < W.shape[1]:
-        for i in range(lo, hi):
+            out[c, i] = (_narrow_1 if narrow else _dots_1)(W, S, i, u, c, n_vectors, per_scale)[0] + bias[i]
+    if S is None and start < W.shape[1]:   # bfloat16's last columns (an int8 row is whole vectors: they divide its
+        for i in range(lo, hi):              # block, and the block the row)
             for c in range(nb):
-                out[c, i] += _scalar_dot(W, S, i, u, c, start, zero)
+                out[c, i] += _scalar_dot(W, i, u, c, start, zero)
 
 
 @njit(inline="always", **_JIT)
-def _scalar_dot(W, S, i, u, bi, start, zero):
-    """sum over columns j >= start of weight (i, j) * u[bi, j], widened one at a time."""
+def _rows_in_blocks(Q, S, lo, hi, u, bias, zero, out):
+    """int8 in blocks that are not a multiple of 32: each weight row widened into a buffer (q * s, a loop per
+    block), then its dot with every batch row (one long loop numba vectorises). Through _scalar_dot, an integer
+    division a weight, a 16,000 x 792 product at block 24 took 74 ms against float32's 1.7; summing each block
+    in a loop of its own, 12 ms (loops of 24 are too short to vectorise)."""
+    n_blocks, n = S.shape[1], Q.shape[1]
+    block = n // n_blocks
+    row = np.empty(n, u.dtype)
+    for i in range(lo, hi):
+        for k in range(n_blocks):
+            scale = S[i, k]
+            for j in range(k * block, (k + 1) * block):
+                row[j] = (zero + Q[i, j]) * scale
+        for c in range(u.shape[0]):
+            acc = zero
+            for j in range(n):
+                acc += row[j] * u[c, j]
+            out[c, i] = acc + bias[i]
+
+
+@njit(inline="always", **_JIT)
+def _scalar_dot(W, i, u, bi, start, zero):
+    """sum over columns j >= start of bfloat16 weight (i, j) * u[bi, j], widened one at a time."""
     acc = zero
     for j in range(start, W.shape[1]):
-        acc += _weight(W, S, i, j, zero) * u[bi, j]
+        acc += (zero + _bfloat16_value(W[i, j])) * u[bi, j]
     return acc
-
-
-def _weight(W, S, i, j, zero):
-    """Weight (i, j) in zero's dtype: q * s for int8 (S its scales), the bfloat16 bits widened (S None). This
-    body runs without the JIT (NUMBA_DISABLE_JIT=1); numba compiles the overload below."""
-    if S is None:
-        return zero + _bfloat16_value(W[i, j])                          # its NumPy twin without the JIT
-    return (zero + W[i, j]) * S[i, j // (W.shape[1] // S.shape[1])]
-
-
-@overload(_weight, jit_options={"nogil": True})
-def _weight_of(W, S, i, j, zero):
-    if S == types.none:
-        return lambda W, S, i, j, zero: zero + _bfloat16_value(W[i, j])
-    return lambda W, S, i, j, zero: (zero + W[i, j]) * S[i, j // (W.shape[1] // S.shape[1])]
 
 
 @njit(**_JIT)
