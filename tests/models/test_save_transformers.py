@@ -151,6 +151,10 @@ def test_bad_layout_and_misplaced_token_ids_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"token_ids\['eos_token_id'\] must be an id of the vocabulary \(0 to 63\)"):
         model.save_pretrained(tmp_path, layout="transformers", token_ids={"eos_token_id": 64})
     assert not (tmp_path / "config.json").exists()
+    model.quantize("int8")                     # its folder is mamba_ssm's layout: the ids were dropped without a word
+    with pytest.raises(ValueError, match=r"token_ids go into transformers' config.json only"):
+        model.save_pretrained(tmp_path, token_ids={"eos_token_id": 0})
+    assert not (tmp_path / "config.json").exists()
 
 
 def test_a_folder_resized_by_transformers_leaves_the_unpadded_size_aside(tmp_path):

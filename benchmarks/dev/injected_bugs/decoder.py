@@ -290,4 +290,7 @@ BUGS = [
     Bug("tinygrad_ssm/models/mamba2/generation.py", '    if "max_length" in kwargs and kwargs["max_length"] is None:',
         "    if False:", ("tests/models/test_generation.py", "-k", "neutral"),
         "generate(..., max_length=None), transformers' neutral value, is refused"),
+    Bug("tinygrad_ssm/models/mamba2/quantized_files.py", "    if token_ids and layout != \"transformers\":   # a quantized",
+        "    if False:   # a quantized", ("tests/models/test_save_transformers.py", "-k", "misplaced"),
+        "save_pretrained(token_ids=...) on a quantized model drops the ids without a word"),
 ]

@@ -340,9 +340,6 @@ def save_pretrained(model, directory, layout: str = "mamba_ssm", token_ids: dict
     weight past float16's range is refused before anything is written."""
     if layout not in LAYOUTS:
         raise ValueError(f"save_pretrained: layout must be one of {LAYOUTS}, got {layout!r}")
-    if token_ids and layout != "transformers":
-        raise ValueError("save_pretrained: token_ids go into transformers' config.json only (mamba_ssm's "
-                         "MambaConfig has no such keys); pass layout='transformers' or leave token_ids out")
     directory = prepare_save_folder(directory, model.varmap.named_vars(), dtype)
     if layout == "transformers":
         stored = dtype or str(model.varmap[EMBEDDING].data.dtype)

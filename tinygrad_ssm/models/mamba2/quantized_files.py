@@ -150,6 +150,9 @@ def save_model_folder(model, directory, layout: str = "mamba_ssm", token_ids: di
     if dtype is not None and dtype not in STORED_DTYPES:
         raise ValueError(f"save_pretrained: dtype must be one of {', '.join(STORED_DTYPES)} or None (each weight "
                          f"in its own dtype), got {dtype!r}")
+    if token_ids and layout != "transformers":   # a quantized model's folder (mamba_ssm's layout) dropped them
+        raise ValueError("save_pretrained: token_ids go into transformers' config.json only (mamba_ssm's "
+                         "MambaConfig has no such keys); pass layout='transformers' or leave token_ids out")
     extra = [name for name in model.varmap.names() if name not in model.config.param_shapes()]
     if extra:  # from_pretrained refuses a weight its config does not describe: the folder would never load
         raise ValueError(f"save_pretrained: the model's VarMap also holds {', '.join(extra[:3])}"
