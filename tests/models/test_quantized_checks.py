@@ -25,7 +25,7 @@ def test_a_hand_made_quantized_weight_of_the_wrong_shape_or_layout_is_refused():
             (q, np.ones((5, s.shape[1]), np.float32), r"scales must be .* \(rows \d+"),
             (q, s.astype(np.float64), r"scales must be a C-contiguous float32"),
             (q.astype(np.int16), s, r"int8 data must be a C-contiguous 2-D int8"),
-            (q, -s, r"finite and >= 0"), (q, s * np.float32(np.inf), r"finite and >= 0")]:
+            (q, -s, r"finite, >= 0 and at most"), (q, s * np.float32(np.inf), r"finite, >= 0 and at most")]:
         with pytest.raises(ValueError, match=message):
             Q.QuantizedWeight("int8", data, scales)
     with pytest.raises(ValueError, match=r"holds -128"):
@@ -35,7 +35,7 @@ def test_a_hand_made_quantized_weight_of_the_wrong_shape_or_layout_is_refused():
     for data, scales in [(q // 2, s), (q, zero_block)]:                # a peak of 63 with its scale: reads halved
         with pytest.raises(ValueError, match=r"a weight of \|q\| = 127 when their scale is > 0, and only zeros"):
             Q.QuantizedWeight("int8", data, scales)
-    with pytest.raises(ValueError, match=r"finite and >= 0"):
+    with pytest.raises(ValueError, match=r"finite, >= 0 and at most"):
         Q.QuantizedWeight("int8", np.zeros_like(q), np.full_like(s, -0.0))   # -0.0 passes >= 0
     Q.QuantizedWeight("int8", np.zeros_like(q), np.zeros_like(s))          # all zeros with scale 0: a zero matrix
     bits = np.full((2, 4), 0x3F80, np.uint16)                              # 1.0 in bfloat16
@@ -97,11 +97,13 @@ def test_a_replaced_weight_of_another_shape_is_refused_by_the_decoder():
 
 
 @pytest.mark.parametrize("fmt", Q.FORMATS)
-def test_quantizing_a_weight_past_the_formats_range_is_refused_by_name(fmt):
+@pytest.mark.parametrize("weight", [1e41, float(np.finfo(np.float32).max)])
+def test_quantizing_a_weight_past_the_formats_range_is_refused_by_name(fmt, weight):
     """A finite float64 weight of 1e41: int8's float32 scale was inf (every weight of the block 0 * inf = NaN),
-    bfloat16's bits inf; quantize accepted it and the forward was NaN."""
+    bfloat16's bits inf; quantize accepted it and the forward was NaN. float32's max itself: int8's scale is
+    finite, but 127 of it is inf (an audit: the forward's dequantized weight inf, the decoder's 3.4e38)."""
     model = small_model()
-    model.varmap[OUT_PROJ].data[0, 0] = 1e41
+    model.varmap[OUT_PROJ].data[0, 0] = weight
     with pytest.raises(ValueError, match=rf"quantize: {OUT_PROJ}: .*nothing was changed"):
         model.quantize(fmt)
     assert not getattr(model, "quantized", None)

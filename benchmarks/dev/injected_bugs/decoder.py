@@ -293,4 +293,7 @@ BUGS = [
     Bug("tinygrad_ssm/models/mamba2/quantized_files.py", "    if token_ids and layout != \"transformers\":   # a quantized",
         "    if False:   # a quantized", ("tests/models/test_save_transformers.py", "-k", "misplaced"),
         "save_pretrained(token_ids=...) on a quantized model drops the ids without a word"),
+    Bug("tinygrad_ssm/models/mamba2/quantize.py", "        widest = scales * np.float32(127)", "        widest = scales",
+        ("tests/models/test_quantized_checks.py", "-k", "past_the"),
+        "int8 takes a weight at float32's max: its 127 scale steps dequantize to inf in the forward"),
 ]

@@ -103,8 +103,11 @@ def format_problem(fmt: str, data, scales) -> str | None:
         return (f"int8 scales must be a C-contiguous float32 array (rows {rows}, in / block) with in ({in_features}) "
                 f"a multiple of its columns, got {getattr(scales, 'dtype', type(scales).__name__)} "
                 f"{getattr(scales, 'shape', '')}")
-    if not (np.isfinite(scales).all() and (scales >= 0).all() and not np.signbit(scales).any()):
-        return "int8 scales must be finite and >= 0 (a weight past float32's range quantizes to an inf scale)"
+    with np.errstate(over="ignore"):        # 127 steps of the scale must be a float32: the weight q * s dequantized
+        widest = scales * np.float32(127)
+    if not (np.isfinite(widest).all() and (scales >= 0).all() and not np.signbit(scales).any()):
+        return ("int8 scales must be finite, >= 0 and at most float32's max / 127 (a weight past float32's range, or "
+                "at its very edge, makes a scale whose 127 steps are inf: the weight would dequantize to inf)")
     if data.size and data.min() == -128:
         return "int8 data holds -128 (the format clips to [-127, 127])"
     blocks = data.reshape(rows, scales.shape[1], -1)                                      # (rows, nb, block)
