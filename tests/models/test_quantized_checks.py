@@ -3,6 +3,7 @@ kernels index without bounds checks, so a wrong shape, dtype or layout read past
 cannot hold (an inf scale, bfloat16's inf/NaN bits, int8's -128) gave NaN or wrong logits, no error (found by an audit
 of the quantized path, 2026-12-07)."""
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -154,3 +155,15 @@ def test_a_non_finite_float_weight_in_a_quantized_folder_is_refused(tmp_path):
     save_file(tmp_path / "model.safetensors", arrays, metadata={"format": "pt"})
     with pytest.raises(PretrainedError, match=rf"tensor '{name}' holds 1 non-finite value\(s\).*would compute NaN"):
         Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+def test_int8_warns_when_no_block_of_8_to_32_divides_the_model():
+    """d_model 36 takes blocks of 18: decoding them takes no vectors (docs/kernels.md: 8-14x float32's time) and
+    under 8 the scales make int8 no smaller than bfloat16 (an audit: d_model 37's blocks of 1 took 1.25x float32's
+    bytes), which the default chose without a word. d_model 48's blocks of 24 take vectors of 8: no warning."""
+    with pytest.warns(RuntimeWarning, match=r"int8 in blocks of 18 weights .*d_model 36 .*several times slower"):
+        small_model(d_model=36, headdim=9, dtype="float32").quantize("int8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        small_model(d_model=48, headdim=8, dtype="float32").quantize("int8")
+        small_model(d_model=36, headdim=9, dtype="float32").quantize("int8", block=4)   # asked for

@@ -18,6 +18,7 @@ the quantized arrays directly (fast/quantized_kernels.py).
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -280,6 +281,12 @@ def quantize_model(model, fmt: str, block: int | None = None, weights: dict | No
                          f"block out, got block={block!r}")
     if block is None:
         block = default_block(model.config)
+        if fmt == "int8" and block % 8:   # no block of 8, 16, 24 or 32 divides the model's widths (d_model 36: 18)
+            warnings.warn(f"quantize: int8 in blocks of {block} weights (d_model {model.config.d_model} and d_inner "
+                          f"{model.config.d_inner} share no multiple of 8 up to {DEFAULT_BLOCK}): decoding them "
+                          f"takes no vectors, several times slower than float32 (docs/kernels.md)"
+                          f"{', and their scales make the weights no smaller than bfloat16' if block < 8 else ''}; "
+                          f"bfloat16 has neither cost", RuntimeWarning, stacklevel=3)
     if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
         raise ValueError(f"quantize: block must be a positive int, got {block!r}")
     if fmt == "int8" and (model.config.d_model % block or model.config.d_inner % block):
