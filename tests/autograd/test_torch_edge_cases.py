@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tinygrad_ssm import Tensor
+from tinygrad_ssm import Tensor, no_grad
 from tinygrad_ssm.autograd import functional as F
 
 from tests.support.tensors import leaf
@@ -145,3 +145,38 @@ def test_in_place_arithmetic_stores_an_integer_result_in_any_integer_tensor_and_
         Tensor(np.ones(2, bool)).add_(Tensor(np.array([3, 4])))
     with pytest.raises(TypeError, match=r"div_: .* int64 tensor \(it is float64\)"):
         Tensor(np.ones(2, np.int64)).div_(2)
+
+
+# --- what an op saves: only what its backward reads, so that a change in place elsewhere is not refused ---------
+
+def test_a_power_with_a_number_exponent_lets_its_output_change_in_place():
+    """y = x ** 2.0 saved y for d/d(exponent), which nothing needs: y.add_(1) then refused the backward (torch
+    runs it); the gradient is 2x, from x and the exponent alone."""
+    x = leaf([1.0, 2.0])
+    y = x ** 2.0
+    with no_grad():
+        y.add_(1.0)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [2.0, 4.0])
+    x, e = leaf([1.0, 2.0]), leaf([2.0, 2.0])                          # d/de reads the output: a change is refused
+    y = F.pow(x, e)
+    with no_grad():
+        y.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_relu_saves_its_output_so_its_input_may_change():
+    """relu saved its input: changing it in place after relu refused the backward (torch saves the output)."""
+    x = leaf([-1.0, 2.0, np.nan])
+    h = x * 1.0
+    y = F.relu(h)
+    with no_grad():
+        h.mul_(-1.0)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [0.0, 1.0, 1.0])     # NaN passes, as torch's threshold_backward
+    y = F.relu(x * 1.0)
+    with no_grad():
+        y.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()

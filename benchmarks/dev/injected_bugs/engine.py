@@ -50,7 +50,7 @@ BUGS = [
         AUTOGRAD, "silu's backward with s for (1 - s)"),
     Bug(A + "ops/elementwise.py", "linear = x > threshold", "linear = x >= threshold",
         AUTOGRAD, "softplus switches to the identity at beta x == threshold (torch: above it)"),
-    Bug(A + "ops/elementwise.py", "return np.where(a <= 0, 0, grad)", "return np.where(a > 0, grad, 0)",
+    Bug(A + "ops/elementwise.py", "return np.where(out <= 0, 0, grad)", "return np.where(out > 0, grad, 0)",
         AUTOGRAD, "relu blocks the gradient at NaN (torch passes it)"),
     Bug(A + "ops/elementwise.py", "keep &= a >= self.low", "keep &= a > self.low",
         AUTOGRAD, "clip's gradient blocked at the lower bound itself (torch.clamp's is inclusive)"),
@@ -545,7 +545,7 @@ BUGS = [
     Bug("tinygrad_ssm/nn/module.py", "        return self.varmap.state_dict()", "        return {n: t.data for n, t in self.varmap.named_vars()}",
         ("tests/nn/test_module.py",), "model.state_dict() gives the parameters' own arrays: a change to it changes the model"),
     # --- the differential audit against torch of this session (2026-12-07, evening) -------------------------------
-    Bug(A + "ops/elementwise.py", "        return np.where(a <= 0, 0, grad)", "        return grad * ~(a <= 0)",
+    Bug(A + "ops/elementwise.py", "        return np.where(out <= 0, 0, grad)", "        return grad * ~(out <= 0)",
         ("tests/autograd/test_torch_edge_cases.py",), "sqrt(relu(x)) at x < 0: relu's gradient inf * 0 = NaN (torch 0)"),
     Bug(A + "ops/elementwise.py", "        return np.where(keep, grad, 0)", "        return grad * keep",
         ("tests/autograd/test_torch_edge_cases.py",), "sqrt(clamp(x, min=0)) at x < 0: NaN gradient (torch 0)"),
@@ -576,5 +576,10 @@ BUGS = [
     Bug(A + "tensor.py", 'lambda: ufunc(self.data, o, out=self.data, casting="unsafe")',
         'lambda: ufunc(self.data, o, out=self.data, casting="same_kind")', ("tests/autograd/test_torch_edge_cases.py",),
         "uint8.mul_(an int64 tensor) refused (torch wraps)"),
+    Bug(A + "ops/elementwise.py", "        return True, True, self.needs_input_grad[1]", "        return True, True, True",
+        ("tests/autograd/test_torch_edge_cases.py",), "x ** 2.0 saves its output: y.add_(1) then refuses the backward"),
+    Bug(A + "ops/elementwise.py", "        out = np.maximum(a, 0)\n        self.save_for_backward(out)",
+        "        out = np.maximum(a, 0)\n        self.save_for_backward(a)",
+        ("tests/autograd/test_torch_edge_cases.py",), "relu saves its input: a change of it in place refuses the backward"),
 ]
 

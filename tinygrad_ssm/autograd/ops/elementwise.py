@@ -66,6 +66,9 @@ class Pow(Function):
         self.save_for_backward(a, b, out)
         return out
 
+    def saved_needed(self):
+        return True, True, self.needs_input_grad[1]                     # the output only for d/db (x ** 2.0: none)
+
     def backward(self, grad):
         a, b, out = self.saved
         grad_a = grad_b = None
@@ -246,13 +249,17 @@ class Softplus(Function):
 
 
 class Relu(Function):
+    """The output is saved, not the input (as torch): out <= 0 exactly where a <= 0, and the input may then be
+    changed in place."""
+
     def forward(self, a):
-        self.save_for_backward(a)
-        return np.maximum(a, 0)
+        out = np.maximum(a, 0)
+        self.save_for_backward(out)
+        return out
 
     def backward(self, grad):
-        (a,) = self.saved
-        return np.where(a <= 0, 0, grad)  # passes at NaN, as torch's threshold_backward (0 only where a <= 0)
+        (out,) = self.saved
+        return np.where(out <= 0, 0, grad)  # passes at NaN, as torch's threshold_backward (0 only where a <= 0)
 
 
 class Clip(Function):
