@@ -28,7 +28,8 @@ def test_sqrt_of_a_gate_has_a_zero_gradient_where_the_gate_was_shut(gate):
 
 def test_relu_is_shut_at_zero_where_clip_and_maximum_pass_half_or_all():
     """At x = 0 exactly torch's relu gives 0, its clamp the whole (inf) gradient, its maximum half of it (inf)."""
-    for gate, expected in ((F.relu, 0.0), (lambda x: F.clip(x, min=0.0), np.inf), (lambda x: F.maximum(x, 0.0), np.inf)):
+    for gate, expected in ((F.relu, 0.0), (lambda x: F.clip(x, min=0.0), np.inf),
+                           (lambda x: F.maximum(x, 0.0), np.inf)):
         x = leaf([0.0])
         F.sqrt(gate(x)).sum().backward()
         assert x.grad.data[0] == expected

@@ -101,8 +101,8 @@ def written_as(op: str, array: np.ndarray, dtype: np.dtype) -> np.ndarray:
             bad = ~np.isfinite(array) | (whole < info.min) | (whole >= float(info.max) + 1)
         if bad.any():
             value = array.reshape(-1)[np.argmax(bad.reshape(-1))]
-            raise OverflowError(f"{op}: the value {value} cannot be stored in this {dtype} tensor (no {dtype} is "
-                                f"{value}; the dtype holds {info.min}..{info.max}); convert the tensor first (t.double())")
+            raise OverflowError(f"{op}: the value {value} cannot be stored in this {dtype} tensor (it holds "
+                                f"{info.min}..{info.max}); convert the tensor first (t.double())")
         return whole.astype(dtype)
     return array.astype(dtype) if dtype.kind == "b" and array.dtype.kind != "b" else array
 

@@ -312,7 +312,8 @@ class Tensor:
         return self._inplace(op, lambda: ufunc(self.data, o, out=self.data, casting="unsafe"))
 
     def add_(self, other, alpha=1.0):
-        return self._combine_("add_", np.add, other if alpha == 1.0 else self._same_shape_operand(other, "add_") * alpha)
+        scaled = other if alpha == 1.0 else self._same_shape_operand(other, "add_") * alpha
+        return self._combine_("add_", np.add, scaled)
 
     def sub_(self, other):
         return self._combine_("sub_", np.subtract, other)

@@ -101,7 +101,7 @@ BUGS = [
         AUTOGRAD, "detach() gets its own version counter: an in-place change through it goes unseen"),
     Bug(A + "tensor.py", "        self._ctx = None\n        self.requires_grad = False\n", "        self._ctx = None\n",
         AUTOGRAD, "detach_() leaves the tensor requiring grad"),
-    Bug(A + "tensor.py", "other if alpha == 1.0 else self._same_shape_operand(other, \"add_\") * alpha", "other",
+    Bug(A + "tensor.py", "scaled = other if alpha == 1.0 else self._same_shape_operand(other, \"add_\") * alpha", "scaled = other",
         AUTOGRAD, "add_ ignores alpha"),
     Bug(A + "tensor.py", "if array.dtype.kind in \"biuf\" and is_float(self.dtype) and",
         "if array.dtype.kind in \"biuf\" and",
