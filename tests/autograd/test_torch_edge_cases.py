@@ -181,3 +181,13 @@ def test_relu_saves_its_output_so_its_input_may_change():
         y.mul_(2.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("op", [lambda x: F.softmax(x, -1), lambda x: F.log_softmax(x, 0), lambda x: F.cumsum(x, 0),
+                                lambda x: F.pad(x, (1, 1))], ids=["softmax", "log_softmax", "cumsum", "pad"])
+def test_results_of_a_transposed_input_are_contiguous_so_view_works(op):
+    """NumPy kept the transposed input's column order in these results, and .view(-1) refused them (torch's are
+    contiguous, its view works). The values are those of the input made contiguous first."""
+    a = np.arange(6.0).reshape(2, 3)
+    out = op(Tensor(a.copy()).T)
+    np.testing.assert_array_equal(out.view(-1).data, op(Tensor(np.ascontiguousarray(a.T))).data.reshape(-1))

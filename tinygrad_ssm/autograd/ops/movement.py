@@ -118,6 +118,7 @@ class Pad(Function):
         self.keep = tuple(slice(lo, lo + n) for (lo, _), n in zip(widths, a.shape))
         if a.ndim == 0:  # nothing to pad (np.pad refuses a 0-d array)
             return a.copy()
+        a = a if a.flags.c_contiguous else a.copy(order="C")          # a C-ordered result, as torch's
         return np.pad(a, widths, mode="constant", constant_values=value)
 
     def backward(self, grad):

@@ -86,6 +86,8 @@ class LogSumExp(Function):
 
 
 def _log_softmax(a, axis):
+    # a C-ordered result whatever the input's strides, as torch's: .view works on it
+    a = a if a.flags.c_contiguous else a.copy(order="C")
     shifted = a - np.max(a, axis=axis, keepdims=True, initial=-np.inf)  # initial: an empty axis is fine
     with np.errstate(divide="ignore"):  # log(0) only for an empty lane (otherwise the max term adds exp(0) = 1)
         return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
@@ -167,6 +169,7 @@ class Cumsum(Function):
 
     def forward(self, a, axis=0):
         self.axis = axis
+        a = a if a.flags.c_contiguous else a.copy(order="C")          # a C-ordered result, as torch's
         return np.cumsum(a, axis=axis, dtype=_sum_dtype(a))
 
     def backward(self, grad):
