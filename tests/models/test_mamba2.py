@@ -1,6 +1,7 @@
 """The Mamba-2 model: config checks, official names and init, logits == an independent NumPy reference of
 the equations (mamba2_numpy_reference.py), full forward == sequential scan == prefill-then-step, gradients of a mixer and of a 2-layer LM, gradient flow to every parameter, long inputs,
 and generation."""
+import dataclasses
 import gc
 import math
 
@@ -63,6 +64,27 @@ def test_a_config_changed_after_it_was_made_is_checked_by_the_model():
     for fused in (True, False):
         with pytest.raises(ValueError, match=r"d_inner = expand \* d_model = 32 must be divisible by headdim = 5"):
             Mamba2LMHeadModel(config, fused=fused)
+
+
+def test_a_built_model_keeps_its_own_config_whose_fields_are_fixed_but_chunk_size():
+    """The model kept the caller's config object and read it at every forward: cfg.dt_limit set to build a second
+    model changed the first one's logits, and cfg.ngroups, cfg.d_state = 2, 2 (the same in_proj size) made it
+    another model, its norm grouped the old way (an audit). Now the model holds a copy; the copy's fields are
+    fixed, but chunk_size (the scan's speed setting: equal results up to rounding)."""
+    config = Mamba2Config(d_model=8, n_layer=1, vocab_size=16, d_state=4, headdim=4, chunk_size=4)
+    model = Mamba2LMHeadModel(config, dtype="float64")
+    ids = np.array([[1, 2, 3, 4, 5]])
+    before = model(ids).data
+    config.dt_limit, config.ngroups, config.d_state = (0.0, 0.05), 2, 2
+    np.testing.assert_array_equal(model(ids).data, before)
+    assert model.config.dt_limit == (0.0, float("inf")) and model.config != config
+    with pytest.raises(AttributeError, match=r"Mamba2Config\.ngroups: this is a built model's config.*"
+                                             r"dataclasses\.replace\(model\.config, ngroups=\.\.\.\)"):
+        model.config.ngroups = 2
+    model.config.chunk_size = 2
+    np.testing.assert_allclose(model(ids).data, before, rtol=1e-12, atol=1e-12)
+    other = Mamba2LMHeadModel(dataclasses.replace(model.config, dt_limit=(0.0, 0.05)), dtype="float64")
+    assert other.config.dt_limit == (0.0, 0.05) and Mamba2LMHeadModel(model.config).config == model.config
 
 
 def test_saving_a_model_whose_varmap_holds_another_models_variables_is_refused(tmp_path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from ...autograd.args import is_real_number
 
@@ -32,6 +32,21 @@ class Mamba2Config:
 
     def __post_init__(self):
         self.check()
+
+    def __setattr__(self, name, value):
+        if self.__dict__.get("_model_built") and name != "chunk_size" and self.__dict__.get(name) != value:
+            raise AttributeError(f"Mamba2Config.{name}: this is a built model's config, whose weights and layers have "
+                                 f"its settings; build a new model from dataclasses.replace(model.config, "
+                                 f"{name}=...) (chunk_size, the scan's speed setting, may change)")
+        super().__setattr__(name, value)
+
+    def for_model(self) -> Mamba2Config:
+        """The copy a model keeps: the caller's config may be edited to build another model without changing this
+        one (an audit: cfg.dt_limit set after the build changed the built model's logits, ngroups its grouping),
+        and the copy's fields are fixed, chunk_size aside."""
+        copy = replace(self)
+        copy.__dict__["_model_built"] = True                            # past __setattr__'s own refusal
+        return copy
 
     def check(self) -> None:
         """Raise ValueError naming the first field that is wrong, or two that do not fit each other. Run when the

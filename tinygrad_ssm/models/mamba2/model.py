@@ -290,6 +290,7 @@ class Mamba2LMHeadModel(Module):
                              f"{available_backends()}")
         if not isinstance(fused, bool):
             raise TypeError(f"Mamba2LMHeadModel: fused must be True or False, got {fused!r}")
+        config = config.for_model()   # a copy: the caller's may change; its fields fixed, chunk_size aside
         self.config, self.backend, self.fused = config, backend, fused
         if fused:
             heap_reuse.keep_freed_memory()   # freed arrays' pages reused by the next step (see fast/heap_reuse.py)
