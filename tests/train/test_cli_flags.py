@@ -44,6 +44,7 @@ def run_train(corpus, out, *flags):
     (["--seed", "-1"], "--seed must be >= 0, got -1"),
     (["--data-seed", "-3"], "--data-seed must be >= 0, got -3"),
     (["--sample-bytes", "-1"], "--sample-bytes must be >= 0, got -1"),
+    (["--sample-bytes", "99999999999999999999999"], "--sample-bytes must be at most 1,000,000"),  # never ended
     (["--min-lr", "1"], "--min-lr must be in [0, --lr = 0.004], got 1.0"),
     (["--backend", "nope"], "--backend must be 'auto' or one of"),
     (["--steps", "3", "--warmup-steps", "5"], "--warmup-steps 5 is longer than the whole run (--steps 3)"),
@@ -78,6 +79,17 @@ def test_the_memory_estimate_names_the_size_and_the_machine(corpus, tmp_path, ca
     assert "GiB for one training step, more than this machine's" in err and "lower --batch-size or --seq-len" in err
 
 
+def test_flags_are_not_abbreviated_and_a_missing_resume_names_its_flag(corpus, tmp_path, capsys):
+    """argparse's prefix matching took train --checkpoint 5 (generate's other name for --model) as
+    --checkpoint-every 5; a --resume that does not exist said 'checkpoint path ... does not exist' without the
+    flag (an audit of the CLI's flags)."""
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--checkpoint", "5"])
+    assert "unrecognized arguments: --checkpoint 5" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", str(tmp_path / "nope")]) == cli.EXIT_USAGE
+    assert f"--resume: checkpoint path '{tmp_path / 'nope'}' does not exist" in capsys.readouterr().err
+
+
 def test_a_default_warmup_longer_than_a_short_run_is_shortened_not_refused(corpus, tmp_path, capsys):
     assert run_train(corpus, tmp_path / "run", "--steps", "2") == cli.EXIT_OK  # default warmup is 10
 
@@ -90,7 +102,7 @@ def test_stop_at_must_come_after_the_resumed_step(corpus, tmp_path, capsys):
     assert "--stop-at 2 is not after the checkpoint being resumed (step 2); give a step in [3, 3]" in \
         capsys.readouterr().err
     assert cli.main(["train", "--resume", str(out), "--stop-at", "4", "--no-progress"]) == cli.EXIT_USAGE
-    assert "--stop-at 4 is past the end of the run (--steps 3)" in capsys.readouterr().err
+    assert "--stop-at 4 is past the end of the run (--steps 3); give a step in [3, 3]" in capsys.readouterr().err
     code = cli.main(["train", "--resume", str(out), "--steps", "2", "--stop-at", "1", "--no-progress"])
     assert code == cli.EXIT_USAGE
     assert "--stop-at 1 is not after the checkpoint being resumed (step 2); the run has done all its --steps 2; " \

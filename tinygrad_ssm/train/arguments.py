@@ -78,7 +78,7 @@ _TRAIN_FLAGS = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tinygrad-ssm", description="Mamba-2 language models on a NumPy "
+    parser = argparse.ArgumentParser(prog="tinygrad-ssm", allow_abbrev=False, description="Mamba-2 language models on a NumPy "
                                      "autograd engine: train, generate, eval, export.",
                                      epilog=f"exit status: {EXIT_OK} ok, {EXIT_DIVERGED} diverged, {EXIT_USAGE} bad "
                                      f"input, {EXIT_IO} a file could not be written, {EXIT_INTERRUPTED} Ctrl-C or "
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{train,generate,eval,export}")
     sub.required = True
 
-    tr = sub.add_parser("train", help="train a Mamba-2 model, byte-level unless a tokenizer is given, or fine-tune "
+    tr = sub.add_parser("train", allow_abbrev=False, help="train a Mamba-2 model, byte-level unless a tokenizer is given, or fine-tune "
                                       "one (--init-from) (defaults: about three minutes on 2 cores)",
                         description="Train a Mamba-2 language model (on bytes, or on the ids of --tokenizer or of "
                                     f"--init-from's tokenizer) with AdamW (betas {_D.beta1}, {_D.beta2}; eps 1e-8), "
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--no-overlap", action="store_true",
                     help="under MPI, allreduce the gradients after the backward instead of during it")
 
-    ge = sub.add_parser("generate", help="generate text from a model folder, streamed as it is produced",
+    ge = sub.add_parser("generate", allow_abbrev=False, help="generate text from a model folder, streamed as it is produced",
                         description="Generate text from a model folder: a training run, a checkpoint, a "
                                     "save_pretrained / mamba_ssm / transformers folder, a Hugging Face cache snapshot "
                                     "or a sharded checkpoint. Its tokenizer.json is used (bytes for the package's "
@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="decode from 8- or 16-bit weights (quantized at load; a quantized folder loads as saved)")
     ge.add_argument("--dtype", choices=DTYPES, default=_D.dtype, help=DTYPE_HELP)
 
-    ev = sub.add_parser("eval", help="perplexity and bits per byte of a model on a text file or folder",
+    ev = sub.add_parser("eval", allow_abbrev=False, help="perplexity and bits per byte of a model on a text file or folder",
                         description="Score a text with a model: perplexity, bits per token and bits per byte. "
                                     "Every token after the first is scored, as transformers' model(ids, labels=ids) "
                                     "scores it (with a tokenizer that puts a BOS such as <s> first, every token of "
@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help=DTYPE_HELP.removesuffix(f"[{_D.dtype}]") + f"[{_D.dtype}; with --training-windows, the dtype "
                                                                    f"the run trained in]")
 
-    ex = sub.add_parser("export", help="write a model folder (a run, a checkpoint, any model folder) as a new folder "
+    ex = sub.add_parser("export", allow_abbrev=False, help="write a model folder (a run, a checkpoint, any model folder) as a new folder "
                                        "that transformers (or mamba_ssm's layout) loads",
                         description="Write a model folder as a new folder: with --layout transformers (the default) "
                                     "transformers.Mamba2ForCausalLM.from_pretrained(OUT) and "

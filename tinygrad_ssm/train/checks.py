@@ -21,6 +21,7 @@ _MIN_INT = {"steps": 1, "batch_size": 1, "grad_accum": 1, "seq_len": 1, "d_model
 # bytes of NumPy memory per (token x unit) of a training step's forward + backward, measured with tracemalloc
 # on four model sizes (13.3 to 13.9 bytes; units: see step_memory_bytes)
 _BYTES_PER_UNIT = 14
+MAX_SAMPLE = 1_000_000  # --sample-bytes: about 10 minutes of sampling at the default model's speed
 VOCAB = 256             # a byte-level run's vocabulary (a tokenizer's or a checkpoint's: the vocab_size argument)
 
 
@@ -93,6 +94,9 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
             bad.append(f"{flag(field)} must be an integer, got {value!r}")
         elif value < low:
             bad.append(f"{flag(field)} must be >= {low}, got {value}")
+        elif field == "sample_bytes" and value > MAX_SAMPLE:   # made a token at a time at the end: 1e22 never ended
+            bad.append(f"--sample-bytes must be at most {MAX_SAMPLE:,} (the end's sample is made a token at a time; "
+                       f"`generate --model RUN --max-new-tokens N` writes a longer text), got {value}")
     floats = {"lr": (0, None, False), "weight_decay": (0, None, True), "grad_clip": (0, None, False),
               "val_fraction": (0, 1, False), "beta1": (0, 1, True), "beta2": (0, 1, True)}
     for field, (low, high, low_ok) in floats.items():
@@ -139,7 +143,7 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
     elif stop_at is not None:
         if stop_at > cfg.steps:
             bad.append(f"--stop-at {stop_at} is past the end of the run (--steps {cfg.steps}); give a step in "
-                       f"[1, {cfg.steps}] or raise --steps")
+                       f"[{resumed_step + 1}, {cfg.steps}] or raise --steps")
         elif stop_at <= resumed_step:
             room = (f"give a step in [{resumed_step + 1}, {cfg.steps}]" if cfg.steps > resumed_step else  # none left:
                     f"the run has done all its --steps {cfg.steps}; raise --steps to train on")      # [3, 2] said so

@@ -34,13 +34,13 @@ def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple = (1, None
         return cfg, None, None
     try:
         resume_dir = ckpt.resolve_checkpoint(resume)
-    except ckpt.CheckpointNotFound:
+    except ckpt.CheckpointNotFound as e:
         folder = Path(resume).expanduser()
         if (folder / MARKER_FILE).is_file() and not (folder / ckpt.CHECKPOINTS_DIR).exists():   # ours, unsaved
             raise ckpt.CheckpointNotFound(f"--resume {resume}: this run stopped before its first checkpoint "
                                           f"(one every --checkpoint-every steps), so there is nothing to resume; "
                                           f"start it again with --out {resume} and its flags") from None
-        raise
+        raise ckpt.CheckpointNotFound(f"--resume: {e}") from None               # the flag named, as every error
     state = ckpt.load_trainer_state(resume_dir)
     cfg = _resume_config(state["train_config"], paths_as_saved(overrides or {}, state["train_config"]))
     # the warmup the run had: a run of 6 steps warmed up over 6 of the default 10 (_setup's min); resumed with
