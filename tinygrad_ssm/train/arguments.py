@@ -71,7 +71,7 @@ _TRAIN_FLAGS = [
     ("--keep-checkpoints", "keep_checkpoints", int, f"how many recent checkpoints to keep, besides the one with the "
                                                     f"best validation [{_D.keep_checkpoints}]"),
     ("--sample-bytes", "sample_bytes", int, f"bytes generated for the sample at the end (tokens when the run "
-                                             f"has a tokenizer) [{_D.sample_bytes}]"),
+                                             f"has a tokenizer; at most 1,000,000) [{_D.sample_bytes}]"),
     ("--sample-prompt", "sample_prompt", str, "text the sample at the end continues [the first line of the "
                                               "validation text, so it suits any --data]"),
 ]
