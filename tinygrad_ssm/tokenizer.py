@@ -414,7 +414,10 @@ def load_tokenizer(spec: str | Path, eos_token_id: int | None = None):
     if not path.exists():
         raise TokenizerError(f"--tokenizer {str(spec)!r}: no such file (give a tokenizer.json, a folder holding "
                              f"one, or {BYTES!r})")
-    return FileTokenizer(path, eos_token_id)
+    try:
+        return FileTokenizer(path, eos_token_id)
+    except TokenizerError as e:  # a file that is not a tokenizer.json: named with the flag that gave it
+        raise TokenizerError(f"--tokenizer {str(spec)!r}: {e}") from None
 
 
 def find_tokenizer(model_dir: str | Path, vocab_size: int, *, override: str | None = None, is_our_run: bool = False,

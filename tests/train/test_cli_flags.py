@@ -47,6 +47,8 @@ def run_train(corpus, out, *flags):
     (["--min-lr", "1"], "--min-lr must be in [0, --lr = 0.004], got 1.0"),
     (["--backend", "nope"], "--backend must be 'auto' or one of"),
     (["--steps", "3", "--warmup-steps", "5"], "--warmup-steps 5 is longer than the whole run (--steps 3)"),
+    (["--weight-decay", "1e10"], "--weight-decay 10000000000.0 with --lr 0.004: AdamW's decay multiplies the "
+                                 "matrices by 1 - lr x weight decay = -4e+07 at each step"),
     (["--dtype", "float16"], "--dtype must be float32 or float64, got 'float16'"),
     (["--stop-at", "0"], "--stop-at must be a step >= 1, got 0"),
     (["--stop-at", "-2"], "--stop-at must be a step >= 1, got -2"),
@@ -70,6 +72,24 @@ def test_every_bad_flag_gets_its_own_line(corpus, tmp_path, capsys):
                      "--stop-at", "0") == cli.EXIT_USAGE
     lines = capsys.readouterr().err.splitlines()
     assert sorted(line.strip().split()[0] for line in lines[1:]) == ["--grad-clip", "--lr", "--seed", "--stop-at"]
+
+
+def test_a_bad_tokenizer_or_starting_point_is_said_with_the_other_flags(corpus, tmp_path, capsys):
+    """A file that is not a tokenizer.json was refused without naming --tokenizer, and problems found while
+    reading --tokenizer or --init-from were said alone, the other flags' problems only on the next try (an audit
+    of the CLI's flags)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    assert run_train(corpus, tmp_path / "run", "--tokenizer", str(bad), "--lr", "nan") == cli.EXIT_USAGE
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1].strip().startswith(f"--tokenizer {str(bad)!r}: {str(bad)!r} is not a tokenizer.json"), lines
+    assert lines[2].strip() == "--lr must be a finite number, got nan", lines
+    assert run_train(corpus, tmp_path / "run", "--init-from", str(tmp_path / "nope"), "--seed", "-1") == cli.EXIT_USAGE
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1].strip().startswith("--init-from") and lines[2].strip() == "--seed must be >= 0, got -1", lines
+    assert run_train(corpus, tmp_path / "run", "--tokenizer", str(bad)) == cli.EXIT_USAGE  # alone: one line
+    assert capsys.readouterr().err.startswith(f"error: --tokenizer {str(bad)!r}: ")
+    assert not (tmp_path / "run").exists()
 
 
 def test_the_memory_estimate_names_the_size_and_the_machine(corpus, tmp_path, capsys):

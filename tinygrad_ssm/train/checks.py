@@ -134,6 +134,11 @@ def train_config_problems(cfg, explicit=(), stop_at=None, resumed_step: int = 0,
     if cfg.batch_size % cfg.grad_accum:
         bad.append(f"--grad-accum {cfg.grad_accum} must divide --batch-size {cfg.batch_size} (each step's batch in "
                    f"that many equal micro-batches); give one of {', '.join(map(str, divisors(cfg.batch_size)))}")
+    if cfg.lr * cfg.weight_decay > 2:  # AdamW: w <- (1 - lr wd) w - lr update; |1 - lr wd| > 1 grows w every step
+        bad.append(f"--weight-decay {cfg.weight_decay} with --lr {cfg.lr}: AdamW's decay multiplies the matrices by "
+                   f"1 - lr x weight decay = {1 - cfg.lr * cfg.weight_decay:.3g} at each step at the peak, which grows "
+                   f"them until they overflow; keep --lr x --weight-decay well under 1 (torch's AdamW defaults, lr 1e-3 "
+                   f"and weight decay 0.01, give 1e-5)")
     if "warmup_steps" in explicit and cfg.warmup_steps > cfg.steps:
         bad.append(f"--warmup-steps {cfg.warmup_steps} is longer than the whole run (--steps {cfg.steps}): the "
                    f"learning rate would never reach --lr; give at most {cfg.steps}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..distributed import World
 from . import checkpoint as ckpt
-from .checks import check_train_config, physical_memory_bytes
+from .checks import check_train_config, physical_memory_bytes, train_config_problems
 from .config import TrainConfig, _resume_config
 from .run_folder import MARKER_FILE
 from .starting_point import paths_as_saved, resolve_starting_point, run_vocab_size
@@ -28,7 +28,13 @@ def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple = (1, None
         # Python): --init-from then neither replaces its tokenizer nor lets its shape pass unchecked
         default = TrainConfig()
         set_in_cfg = {k: v for k, v in dataclasses.asdict(cfg).items() if v != getattr(default, k)}
-        resolve_starting_point(cfg, {**set_in_cfg, **(overrides or {})}, say)
+        try:
+            resolve_starting_point(cfg, {**set_in_cfg, **(overrides or {})}, say)
+        except (ValueError, ckpt.CheckpointNotFound) as e:  # said with the other flags' problems, not before them
+            others = train_config_problems(cfg, tuple(overrides or {}), stop_at, machine=False)
+            if not others:
+                raise
+            raise ValueError("\n  " + "\n  ".join([str(e), *others])) from None
         check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg), ranks=ranks[0],
                            machines=ranks[1])
         return cfg, None, None

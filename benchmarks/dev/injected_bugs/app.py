@@ -551,4 +551,10 @@ BUGS = [
         ("tests/train/test_cli_flags.py", "-k", "abbreviated"), "a --resume that does not exist is refused without naming the flag"),
     Bug("tinygrad_ssm/train/arguments.py", 'sub.add_parser("train", allow_abbrev=False, ', 'sub.add_parser("train", ',
         ("tests/train/test_cli_flags.py", "-k", "abbreviated"), "train --checkpoint 5 taken as --checkpoint-every 5"),
+    Bug("tinygrad_ssm/train/checks.py", "    if cfg.lr * cfg.weight_decay > 2:", "    if False:",
+        ("tests/train/test_cli_flags.py", "-k", "bad_train_flags"), "--weight-decay 1e10 trains until the weights overflow, then advises a lower --lr"),
+    Bug("tinygrad_ssm/tokenizer.py", '        raise TokenizerError(f"--tokenizer {str(spec)!r}: {e}") from None', "        raise",
+        ("tests/train/test_cli_flags.py", "-k", "starting_point"), "a --tokenizer file that is not a tokenizer.json is refused without naming the flag"),
+    Bug("tinygrad_ssm/train/run_config.py", "            if not others:\n                raise\n", "            if True:\n                raise\n",
+        ("tests/train/test_cli_flags.py", "-k", "starting_point"), "a bad --tokenizer or --init-from is said alone, the other flags' problems only on the next try"),
 ]
