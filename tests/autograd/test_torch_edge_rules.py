@@ -460,3 +460,16 @@ def test_a_python_int_meets_an_integer_tensor_as_in_torch():
         assert ours.dtype == theirs.dtype and ours.tolist() == theirs.tolist(), where
     with pytest.raises(OverflowError, match=r"add: b = 2361183241434822606848 is beyond int64"):
         Tensor(np.array([1])) + 2**71
+
+
+def test_a_bool_tensor_to_a_bool_power_is_bool_as_torch():
+    """bool tensor ** True was int8 (NumPy's result type; an audit of the engine against torch, whose result is
+    bool; torch refuses bool tensor ** bool tensor, which here follows the same table: 0^0 = 1, 0^1 = 0)."""
+    a = Tensor(np.array([True, False, True, False]))
+    assert (a ** True).dtype == np.bool_ and (a ** True).data.tolist() == [True, False, True, False]
+    assert (a ** False).dtype == np.bool_ and (a ** False).data.tolist() == [True, True, True, True]
+    both = a ** Tensor(np.array([True, True, False, False]))
+    assert both.dtype == np.bool_ and both.data.tolist() == [True, False, True, True]
+    assert (a ** 2).dtype == np.int64 and (a ** 2).data.tolist() == [1, 0, 1, 0]   # an int exponent: int64 (torch)
+    torch = pytest.importorskip("torch")
+    assert (torch.tensor([True, False]) ** True).tolist() == (Tensor(np.array([True, False])) ** True).data.tolist()

@@ -62,7 +62,8 @@ class Pow(Function):
     an infinite one (log(x ** y) at x = 0) gives NaN there, as torch's; d/da's 0 replaces it (a^0 is constant)."""
 
     def forward(self, a, b):
-        out = a ** b
+        both_bool = a.dtype == np.bool_ and b.dtype == np.bool_
+        out = a | ~b if both_bool else a ** b    # bool ** bool is bool, as torch's (NumPy's is int8): 0^0 = 1, 0^1 = 0
         self.save_for_backward(a, b, out)
         return out
 
