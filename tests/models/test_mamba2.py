@@ -47,6 +47,9 @@ def test_config_derived_sizes_and_round_trip():
     (dict(dt_init_floor=-1e-4), "dt_init_floor >= 0"),
     (dict(dt_limit=(1.0, 0.5)), "dt_limit"),
     (dict(tie_embeddings="yes"), "tie_embeddings must be a bool"),
+    # 0 in float32: a row of zeros (a zeroed embedding row) normalized to NaN in the forward, while the decoder,
+    # holding eps in float64, sampled from it (an audit of numerics at the extremes)
+    (dict(rms_norm_eps=1e-50), r"rms_norm_eps 1e-50 is 0 in float32, .* give at least 1.5e-45"),
 ])
 def test_config_is_validated(kw, message):
     with pytest.raises(ValueError, match=message):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
+import numpy as np
+
 from ...autograd.args import is_real_number
 
 
@@ -80,6 +82,9 @@ class Mamba2Config:
             raise ValueError(f"Mamba2Config: nheads = {self.nheads} must be divisible by ngroups = {self.ngroups}")
         if not self.rms_norm_eps > 0:
             raise ValueError(f"Mamba2Config: rms_norm_eps must be positive, got {self.rms_norm_eps!r}")
+        if np.float32(self.rms_norm_eps) == 0:  # a float32 model's norms would make 0 / 0 = NaN of a row of zeros
+            raise ValueError(f"Mamba2Config: rms_norm_eps {self.rms_norm_eps!r} is 0 in float32, where a row of zeros "
+                             f"(a zeroed embedding row) would normalize to NaN; give at least 1.5e-45")
         if not 0 < self.dt_min <= self.dt_max or not self.dt_init_floor >= 0:  # a floor of 0 floors nothing
             raise ValueError(f"Mamba2Config: need 0 < dt_min <= dt_max and dt_init_floor >= 0, got dt_min="
                              f"{self.dt_min}, dt_max={self.dt_max}, dt_init_floor={self.dt_init_floor}")
