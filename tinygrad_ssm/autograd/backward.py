@@ -196,3 +196,14 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
                     if final is not None and parent.requires_grad:  # (requires_grad_(False) since: none, as torch)
                         _accumulate(parent, run_hooks(parent, final) if parent._hooks else final)
                         run_post_accumulate_hooks(parent)  # e.g. start this gradient's allreduce now
+
+
+def zero_grads(params, set_to_none: bool, who: str) -> None:
+    """torch's zero_grad over `params` (an optimizer's, a module's): each .grad set to None, or zeroed in place."""
+    if not isinstance(set_to_none, bool):                               # "no" is truthy: the grads were dropped
+        raise TypeError(f"{who}: set_to_none must be True or False, got {set_to_none!r}")
+    for p in params:
+        if set_to_none:
+            p.grad = None
+        elif p.grad is not None:
+            p.grad.zero_()

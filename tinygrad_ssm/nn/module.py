@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..autograd.backward import zero_grads
 from ..autograd.tensor import Tensor
 
 
@@ -34,13 +35,7 @@ class Module:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Every parameter's .grad set to None (or zeroed in place, set_to_none=False), as torch's."""
-        if not isinstance(set_to_none, bool):                           # "no" is truthy: the grads were dropped
-            raise TypeError(f"zero_grad: set_to_none must be True or False, got {set_to_none!r}")
-        for p in self.varmap.all_vars():
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad.zero_()
+        zero_grads(self.varmap.all_vars(), set_to_none, "zero_grad")
 
     def train(self, mode: bool = True):
         if not isinstance(mode, bool):

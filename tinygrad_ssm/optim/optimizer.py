@@ -27,6 +27,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..autograd.backward import zero_grads
 from ..autograd.tensor import Tensor, no_grad
 from .groups import HPARAM_RANGES, UNSUPPORTED_SWITCHES, ParamGroup, hparam_problem, named_parameters, split_groups
 
@@ -172,13 +173,7 @@ class Optimizer:
     # --- steps ------------------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True):
         """Forget the gradients (backward accumulates into .grad)."""
-        if not isinstance(set_to_none, bool):                           # "no" is truthy: the grads were dropped
-            raise TypeError(f"{type(self).__name__}.zero_grad: set_to_none must be True or False, got {set_to_none!r}")
-        for _, p in self.params:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad.zero_()
+        zero_grads((p for _, p in self.params), set_to_none, f"{type(self).__name__}.zero_grad")
 
     def step(self):
         """Update every parameter that has a gradient with its group's hyper-parameters as they are now;
