@@ -57,9 +57,10 @@ def _shape(shape, what: str) -> tuple:
 
 def _check_name(name, what: str, noun: str = "name") -> str:
     """A variable's name: dot-separated parts, none empty; '__metadata__' is the safetensors header's own key."""
-    if not isinstance(name, str) or name == "" or name == "__metadata__" or "" in name.split("."):
-        raise ValueError(f"{what}: the {noun} must be a non-empty string of dot-separated parts, none empty and "
-                         f"not '__metadata__' (safetensors keeps that key), got {name!r}")
+    if (not isinstance(name, str) or name in ("", "__metadata__") or "" in name.split(".")   # a lone surrogate:
+            or any("\ud800" <= c <= "\udfff" for c in name)):    # the save failed with a bare UnicodeEncodeError
+        raise ValueError(f"{what}: the {noun} must be a non-empty string of dot-separated parts, none empty, in "
+                         f"text UTF-8 can store and not '__metadata__' (safetensors keeps that key), got {name!r}")
     return name
 
 

@@ -101,6 +101,8 @@ def test_zero_grad_train_and_eval_as_torch():
     assert all(p.grad is None for p in model.parameters())
     with pytest.raises(TypeError, match="set_to_none must be True or False"):
         model.zero_grad(set_to_none="no")
+    with pytest.raises(ValueError, match="train: mode must be True or False, got 1"):   # torch's ValueError
+        model.train(1)
     before = _logits(model)
     assert model.eval() is model and not model.training           # no dropout: the same logits, gradients still flow
     np.testing.assert_array_equal(_logits(model), before)

@@ -68,7 +68,7 @@ class FusedEmbedding(Embedding):
         if not (grad.dtype in row_kernels.FLOATS and ids.dtype.kind in "iu"):
             return super().backward(grad)
         grad_weight = heap_reuse.zeros(self.weight_shape, grad.dtype)
-        rows = np.ascontiguousarray(grad.reshape(-1, self.weight_shape[1]))      # (n, d)
+        rows = np.ascontiguousarray(grad.reshape(ids.size, self.weight_shape[1]))  # (n, d); d may be 0
         # the ids indexed the weight in forward, so they are in [-V, V): the kernel wraps negatives as NumPy
         row_kernels.scatter_add_rows(grad_weight, ids.ravel(), rows)
         return grad_weight, None

@@ -5,6 +5,7 @@ import math
 
 from ..autograd import functional as F
 from . import init
+from .inputs import layer_input
 from ..fast import fused as fused_ops
 from ..registry import VarBuilder
 from ..autograd.tensor import Tensor
@@ -26,6 +27,7 @@ class CausalDepthwiseConv1d:
         self.bias = vb.get((channels,), "bias", init=bias_init or init.Uniform(-bound, bound)) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
+        layer_input(f"CausalDepthwiseConv1d {self.name!r}", "x", x)
         if x.ndim != 3 or x.shape[2] != self.channels:
             raise ValueError(f"CausalDepthwiseConv1d {self.name!r}: x must be (b, l, {self.channels}), got {x.shape}")
         return F.causal_conv1d(x, self.weight, self.bias)               # (b, l, c)
@@ -33,6 +35,9 @@ class CausalDepthwiseConv1d:
     def silu_of(self, x: Tensor, history: Tensor | None = None) -> Tensor:
         """silu(self(x)), the mixer's conv and activation: one fused op, or two engine ops (fused=False).
         history (b, k - 1, c): the inputs before x (a sequence continued from a cache), seen instead of zeros."""
+        layer_input(f"CausalDepthwiseConv1d {self.name!r}", "x", x)
+        if history is not None:
+            layer_input(f"CausalDepthwiseConv1d {self.name!r}", "history", history)
         if x.ndim != 3 or x.shape[2] != self.channels:
             raise ValueError(f"CausalDepthwiseConv1d {self.name!r}: x must be (b, l, {self.channels}), got {x.shape}")
         expected = (x.shape[0], self.kernel_size - 1, self.channels)
@@ -48,7 +53,8 @@ class CausalDepthwiseConv1d:
     def step(self, state: Tensor, x_t: Tensor) -> tuple[Tensor, Tensor]:
         """One decoding step. state (b, c, k): the last k raw inputs, oldest first; x_t (b, c).
         Returns (y_t (b, c), new state (b, c, k)); stepping through a sequence equals __call__ on it."""
-        b = x_t.shape[0]
+        layer_input(f"CausalDepthwiseConv1d.step {self.name!r}", "state", state)
+        b = layer_input(f"CausalDepthwiseConv1d.step {self.name!r}", "x_t", x_t).shape[0]
         if x_t.shape != (b, self.channels) or state.shape != (b, self.channels, self.kernel_size):
             raise ValueError(f"CausalDepthwiseConv1d.step {self.name!r}: need state (b, {self.channels}, "
                              f"{self.kernel_size}) and x_t (b, {self.channels}), got {state.shape} and {x_t.shape}")

@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+from ..autograd.args import is_real_number
+
 __all__ = ["Init", "Const", "Randn", "Uniform", "KaimingUniform", "KaimingNormal", "calculate_gain", "fans"]
 
 
@@ -36,11 +38,19 @@ def calculate_gain(nonlinearity: str = "leaky_relu", a: float | None = None) -> 
     if nonlinearity == "relu":
         return math.sqrt(2.0)
     if nonlinearity == "leaky_relu":
-        a = 0.01 if a is None else a
+        a = 0.01 if a is None else _finite("init.calculate_gain", "a (leaky_relu's negative slope)", a)
         return math.sqrt(2.0 / (1 + a * a))
     if nonlinearity == "selu":
         return 3.0 / 4
     raise ValueError(f"init: unknown nonlinearity {nonlinearity!r}")
+
+
+def _finite(what: str, argument: str, value) -> float:
+    """A finite real number, not a bool (torch refuses a = True; a = 'x' failed in a product, a = nan or Uniform's
+    hi = inf in NumPy's sampler, naming neither the init nor the argument: an audit)."""
+    if not is_real_number(value) or not math.isfinite(value):
+        raise ValueError(f"{what}: {argument} must be a finite number, got {value!r}")
+    return float(value)
 
 
 class Init:
@@ -71,6 +81,7 @@ class Randn(Init):
     """Normal(mean, std)."""
 
     def __init__(self, mean: float = 0.0, std: float = 1.0):
+        mean, std = _finite("init.Randn", "mean", mean), _finite("init.Randn", "std", std)
         if std < 0:
             raise ValueError(f"init.Randn: std must be >= 0, got {std}")
         self.mean, self.std = mean, std
@@ -83,6 +94,7 @@ class Uniform(Init):
     """Uniform on [lo, hi)."""
 
     def __init__(self, lo: float, hi: float):
+        lo, hi = _finite("init.Uniform", "lo", lo), _finite("init.Uniform", "hi", hi)
         if not lo <= hi:
             raise ValueError(f"init.Uniform: need lo <= hi, got lo={lo}, hi={hi}")
         self.lo, self.hi = lo, hi

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..autograd import functional as F
 from . import init
+from .inputs import layer_input
 from ..registry import VarBuilder
 from ..autograd.tensor import Tensor
 from ..fast import products, row_ops
@@ -26,8 +25,7 @@ class Linear:
         self.bias = vb.get((out_features,), "bias", init=bias_init or init.Uniform(-bound, bound)) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        if not isinstance(x, (Tensor, np.ndarray)):
-            raise TypeError(f"Linear {self.name!r}: input must be a Tensor, got {type(x).__name__}")
+        layer_input(f"Linear {self.name!r}", "input", x)
         if x.shape[-1:] != (self.in_features,):
             raise ValueError(f"Linear {self.name!r}: input must end with in_features={self.in_features}, "
                              f"got shape {x.shape}")
@@ -59,8 +57,7 @@ class Embedding:
 
     def attend(self, x: Tensor) -> Tensor:
         """x (..., d) @ weight^T -> (..., V): the tied output head (logits over the vocabulary)."""
-        if not isinstance(x, (Tensor, np.ndarray)):
-            raise TypeError(f"Embedding.attend {self.name!r}: input must be a Tensor, got {type(x).__name__}")
+        layer_input(f"Embedding.attend {self.name!r}", "input", x)
         if x.shape[-1:] != (self.dim,):
             raise ValueError(f"Embedding.attend {self.name!r}: input must end with dim={self.dim}, got shape {x.shape}")
         lead = x.shape[:-1]

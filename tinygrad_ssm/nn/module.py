@@ -39,7 +39,7 @@ class Module:
 
     def train(self, mode: bool = True):
         if not isinstance(mode, bool):
-            raise TypeError(f"train: mode must be True or False, got {mode!r}")
+            raise ValueError(f"train: mode must be True or False, got {mode!r}")   # torch's ValueError
         self.training = mode
         return self
 

@@ -5,7 +5,9 @@ import math
 import numbers
 
 from ..autograd import functional as F
+from ..autograd.args import is_integer
 from . import init
+from .inputs import layer_input
 from ..fast import fused as fused_ops
 from ..registry import VarBuilder
 from ..autograd.tensor import Tensor
@@ -27,9 +29,10 @@ class RMSNorm:
         self.weight = vb.get((dim,), "weight", init=init.Const(1.0))   # (dim,)
 
     def __call__(self, x: Tensor) -> Tensor:
+        layer_input(f"RMSNorm {self.name!r}", "input", x)
         if x.shape[-1:] != (self.dim,):
             raise ValueError(f"RMSNorm {self.name!r}: input must end with dim={self.dim}, got shape {x.shape}")
-        if self.fused:
+        if self.fused and self.dim:      # (a norm of zero width has no group: the engine op gives its empty result)
             return fused_ops.gated_rms_norm(x, None, self.weight, self.dim, self.eps)
         return F.rms_norm(x, self.weight, self.eps)
 
@@ -44,6 +47,9 @@ class GatedRMSNorm:
     one numba op (fast/fused.py); fused=False composes engine ops (the reference)."""
 
     def __init__(self, vb: VarBuilder, dim: int, group_size: int, eps: float = 1e-5, fused: bool = False):
+        if not is_integer(group_size) or not is_integer(dim):   # 2.0 passed here and failed at the first call
+            raise TypeError(f"GatedRMSNorm {vb.prefix!r}: dim and group_size must be ints, got dim={dim!r}, "
+                            f"group_size={group_size!r}")
         if group_size <= 0 or dim % group_size:
             raise ValueError(f"GatedRMSNorm {vb.prefix!r}: dim={dim} must be a multiple of group_size={group_size}")
         self.name, self.dim, self.group_size, self.fused = vb.prefix, dim, group_size, fused
@@ -51,6 +57,9 @@ class GatedRMSNorm:
         self.weight = vb.get((dim,), "weight", init=init.Const(1.0))   # (dim,)
 
     def __call__(self, y: Tensor, z: Tensor | None = None) -> Tensor:
+        layer_input(f"GatedRMSNorm {self.name!r}", "y", y)
+        if z is not None:
+            layer_input(f"GatedRMSNorm {self.name!r}", "z", z)
         if y.shape[-1:] != (self.dim,):
             raise ValueError(f"GatedRMSNorm {self.name!r}: y must end with dim={self.dim}, got shape {y.shape}")
         if z is not None:

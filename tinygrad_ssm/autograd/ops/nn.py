@@ -17,7 +17,7 @@ class Embedding(Function):
     def backward(self, grad):
         (ids,) = self.saved
         grad_weight = np.zeros(self.weight_shape, dtype=grad.dtype)
-        np.add.at(grad_weight, ids.ravel(), grad.reshape(-1, self.weight_shape[1]))
+        np.add.at(grad_weight, ids.ravel(), grad.reshape(ids.size, self.weight_shape[1]))   # (n, d); d may be 0
         return grad_weight, None
 
 
