@@ -198,11 +198,17 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
                         run_post_accumulate_hooks(parent)  # e.g. start this gradient's allreduce now
 
 
-def zero_grads(params, set_to_none: bool, who: str) -> None:
-    """torch's zero_grad over `params` (an optimizer's, a module's): each .grad set to None, or zeroed in place."""
+def zero_grads(named_params, set_to_none: bool, who: str) -> None:
+    """torch's zero_grad over (name, parameter) pairs (an optimizer's, a module's): each .grad set to None, or
+    zeroed in place; a read-only gradient (a broadcast view assigned as .grad) refused before any is zeroed."""
     if not isinstance(set_to_none, bool):                               # "no" is truthy: the grads were dropped
         raise TypeError(f"{who}: set_to_none must be True or False, got {set_to_none!r}")
-    for p in params:
+    named_params = list(named_params)
+    read_only = [name for name, p in named_params if p.grad is not None and not p.grad.data.flags.writeable]
+    if read_only and not set_to_none:
+        raise ValueError(f"{who}: the gradient of {', '.join(read_only)} is a read-only array (a broadcast view?); "
+                         f"nothing was zeroed: give it a writable gradient, or use set_to_none=True")
+    for _, p in named_params:
         if set_to_none:
             p.grad = None
         elif p.grad is not None:

@@ -35,7 +35,7 @@ class Module:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Every parameter's .grad set to None (or zeroed in place, set_to_none=False), as torch's."""
-        zero_grads(self.varmap.all_vars(), set_to_none, "zero_grad")
+        zero_grads(self.varmap.named_vars(), set_to_none, "zero_grad")
 
     def train(self, mode: bool = True):
         if not isinstance(mode, bool):

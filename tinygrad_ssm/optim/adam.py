@@ -40,6 +40,11 @@ class Adam(Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay), torch_options)
 
     def _check_hparam(self, key, value):
+        if key == "decoupled_weight_decay":     # a group copied from torch's AdamW holds True, from its Adam False
+            if value not in (None, self.decoupled_weight_decay):
+                raise ValueError(f"decoupled_weight_decay={value!r} is not how {type(self).__name__} decays (torch's "
+                                 f"option); use {'Adam' if self.decoupled_weight_decay else 'AdamW'} for that")
+            return value
         if key != "betas":
             return super()._check_hparam(key, value)
         try:  # torch's rule: each in [0, 1), and finite

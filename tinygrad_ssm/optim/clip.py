@@ -21,7 +21,8 @@ def _norm_type(norm_type) -> float:
     return p
 
 
-def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False) -> float:
+def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                    foreach=None) -> float:
     """Scale every gradient by min(1, max_norm / (total + 1e-6)), total = the norm_type-norm of all gradients
     concatenated (computed in float64, so float32 gradients of 1e20 give 1.4e20 where torch's float32 norm is inf
     and zeroes them all, and 1e-30 ones 1.4e-30 where torch's is 0; inf: the largest |g|). Returns the total norm
@@ -38,6 +39,9 @@ def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_no
         raise ValueError(f"clip_grad_norm_: max_norm must be a finite number >= 0, got {max_norm!r}; to not "
                          f"clip, do not call clip_grad_norm_")
     p = _norm_type(norm_type)
+    if foreach not in (None, False):   # torch's switch of kernels, as the optimizers take it: its neutral values
+        raise ValueError(f"clip_grad_norm_: foreach={foreach!r} is not supported (torch's option; only None or "
+                         f"False); leave it out")
     if not isinstance(error_if_nonfinite, (bool, np.bool_)):  # a norm_type passed in its old place lands here
         raise TypeError(f"clip_grad_norm_: error_if_nonfinite must be True or False, got {error_if_nonfinite!r} "
                         f"(the third argument is norm_type, as in torch)")
@@ -61,6 +65,11 @@ def clip_grad_norm_(params, max_norm: float, norm_type: float = 2.0, error_if_no
                            f"; the gradients were left as they are (error_if_nonfinite=False scales them anyway)")
     scale = max_norm / (total + 1e-6)  # NaN for a NaN total, 0 for an infinite one: both applied, as torch
     if not scale >= 1.0:
+        read_only = [name for name, g in grads if not g.data.flags.writeable]   # checked before any is scaled: a
+        if read_only:                                   # broadcast view as .grad failed half-way, the rest scaled
+            raise ValueError(f"clip_grad_norm_: the gradient of {', '.join(read_only)} is a read-only array (a "
+                             f"broadcast view?); nothing was scaled: give it a writable gradient (.grad = "
+                             f"Tensor(array.copy()))")
         for _, g in grads:
             with np.errstate(invalid="ignore"):  # inf * 0 = NaN, as in torch
                 g.mul_(scale)

@@ -73,9 +73,16 @@ def split_groups(params, who: str) -> list[dict]:
     """The constructor's `params` as a list of group dicts (one group unless it is a list of dicts)."""
     if isinstance(params, dict):  # torch refuses a lone dict too: it would be iterated as its keys
         raise TypeError(f"{who}: params must be a list of parameter groups, got one dict; pass it in a list: [group]")
-    if isinstance(params, Tensor) or hasattr(params, "named_vars"):
+    if isinstance(params, Tensor):  # torch refuses one tensor here (and takes it as a group's "params")
+        raise TypeError(f"{who}: params must be a VarMap, (name, Tensor) pairs or Tensors, got one Tensor; "
+                        f"pass it in a list: [tensor]")
+    if hasattr(params, "named_vars"):
         return [{"params": params}]
-    params = list(params)
+    try:
+        params = list(params)
+    except TypeError:  # None, a number: "'NoneType' object is not iterable" named nothing
+        raise TypeError(f"{who}: params must be a VarMap, (name, Tensor) pairs, Tensors or a list of parameter "
+                        f"groups, got {params!r:.80}") from None
     kinds = {isinstance(p, dict) for p in params}
     if kinds == {True}:
         return params
@@ -83,6 +90,30 @@ def split_groups(params, who: str) -> list[dict]:
         raise TypeError(f"{who}: params mixes parameter groups (dicts) with parameters; put every parameter in "
                         f"a group: [{{'params': [...]}}, {{'params': [...], 'lr': ...}}]")
     return [{"params": params}]
+
+
+class FixedList(list):
+    """A group's "params" and "param_names": read as lists, never changed in place. The two are paired by position
+    and the state is keyed by name, so a tensor appended to "params" was never updated, and one removed gave the
+    next its name and its Adam moments (an audit against torch, whose state is keyed by the tensor)."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a parameter group's 'params' and 'param_names' cannot be changed in place: the optimizer's "
+                        "state is keyed by these parameters; add parameters with add_param_group, or build a new "
+                        "optimizer")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce__(self):  # pickle and deepcopy: made whole by the constructor, not by append
+        return FixedList, (list(self),)
+
+
+def _restored_group(where: str, check, items: dict) -> ParamGroup:
+    group = ParamGroup(where, check)
+    for key, value in items.items():
+        dict.__setitem__(group, key, value)      # as they were checked when set
+    return group
 
 
 class ParamGroup(dict):
@@ -98,12 +129,17 @@ class ParamGroup(dict):
         if key in ("params", "param_names") and key in self:
             raise ValueError(f"{self._where}[{key!r}] cannot be replaced: the optimizer's state is keyed by these "
                              f"parameters; add parameters with add_param_group, or build a new optimizer")
-        if key not in ("params", "param_names"):
+        if key in ("params", "param_names"):
+            value = FixedList(value)
+        else:
             try:
                 value = self._check(key, value)
             except ValueError as e:
                 raise ValueError(f"{self._where}: {e}") from None
         super().__setitem__(key, value)
+
+    def __reduce__(self):  # pickle filled the dict before its attributes, so __setitem__ found no _check
+        return _restored_group, (self._where, self._check, dict(self))
 
     def update(self, *args, **kwargs):  # dict.update would skip __setitem__'s checks
         for key, value in dict(*args, **kwargs).items():

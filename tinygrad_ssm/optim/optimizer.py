@@ -86,6 +86,8 @@ class Optimizer:
         if not isinstance(param_group, dict) or "params" not in param_group:
             raise TypeError(f"{where}: a parameter group is a dict with a 'params' key, got {param_group!r:.80}")
         params = param_group["params"]
+        if isinstance(params, Tensor):  # {"params": tensor}: one parameter, as torch takes it
+            params = [params]
         if "param_names" in param_group:  # a group written as torch writes named ones: names beside tensors
             names, params = list(param_group["param_names"]), list(params)
             if len(names) != len(params):
@@ -173,7 +175,7 @@ class Optimizer:
     # --- steps ------------------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True):
         """Forget the gradients (backward accumulates into .grad)."""
-        zero_grads((p for _, p in self.params), set_to_none, f"{type(self).__name__}.zero_grad")
+        zero_grads(self.params, set_to_none, f"{type(self).__name__}.zero_grad")
 
     def step(self):
         """Update every parameter that has a gradient with its group's hyper-parameters as they are now;
