@@ -27,6 +27,10 @@ def model():
     ({"num_last_tokens": 1}, r"num_last_tokens=1 .* logits\[:, -n:\]"),
     ({"inputs_embeds": np.zeros((1, 4, 32))}, r"inputs_embeds=.* is not implemented"),
     ({"output_hidden_states": True}, r"output_hidden_states=True"),
+    # output[0] of transformers' output is the logits, [0] of ours the first row: True and False were taken as neutral
+    ({"return_dict": True}, r"return_dict=True .* returns the logits Tensor itself .* output\.logits or output\[0\]"),
+    ({"return_dict": False}, r"return_dict=False .* returns the logits Tensor itself"),
+    ({"past_key_values": object()}, r"past_key_values=.* cache=model.allocate_cache"),
     ({"position_ids": IDS}, r"no positions"),
     ({"labelz": IDS}, r"got an unexpected keyword argument 'labelz'")])
 def test_a_forward_argument_of_transformers_is_refused_by_name_with_the_fix(model, kw, fix):
@@ -37,7 +41,8 @@ def test_a_forward_argument_of_transformers_is_refused_by_name_with_the_fix(mode
 
 def test_a_forwards_neutral_values_change_nothing(model):
     plain = model(IDS).data
-    for kw in ({"labels": None}, {"attention_mask": None}, {"use_cache": False}, {"return_dict": True},
+    for kw in ({"labels": None}, {"attention_mask": None}, {"use_cache": False}, {"return_dict": None},
+               {"past_key_values": None},
                {"output_hidden_states": False}, {"num_last_tokens": 0}, {"logits_to_keep": 0}):
         np.testing.assert_array_equal(model(IDS, **kw).data, plain)
 
@@ -46,6 +51,14 @@ def test_loss_with_targets_equal_to_the_input_ids_warns_of_the_shift(model):
     """model(ids, labels=ids) ported as model.loss(ids, ids) scored each position's own token, silently."""
     with pytest.warns(UserWarning, match=r"targets are input_ids.*loss\(ids\[:, :-1\], ids\[:, 1:\]\)"):
         model.loss(IDS, IDS)
+    ids = IDS.tolist()                       # one list given twice: asarray made two arrays of it, and no warning
+    with pytest.warns(UserWarning, match=r"targets are input_ids"):
+        model.loss(ids, ids)
+    with pytest.raises(TypeError, match=r"loss: labels=.* loss\(ids\[:, :-1\], ids\[:, 1:\]\) for transformers' "
+                                        r"labels=ids"):
+        model.loss(IDS, labels=IDS)                                     # was Python's bare unexpected keyword
+    with pytest.raises(TypeError, match=r"loss: targets \(b, l\) are needed"):
+        model.loss(IDS)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model.loss(IDS[:, :-1], IDS[:, 1:])

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..autograd.backward import zero_grads
 from ..autograd.tensor import Tensor
+from ..registry import CheckpointError
 
 
 class IncompatibleKeys(NamedTuple):
@@ -32,6 +33,8 @@ class Module:
 
     def named_parameters(self) -> list[tuple[str, Tensor]]:            # (official name, parameter), as torch's
         return self.varmap.named_vars()
+
+    tied_weights: dict = {}    # name a state dict may hold -> the parameter it is (the model sets it when tied)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Every parameter's .grad set to None (or zeroed in place, set_to_none=False), as torch's."""
@@ -57,8 +60,23 @@ class Module:
         written (shapes, real numbers, values the parameter's dtype can hold); a wrong shape is refused even with
         strict=False, and strict=True refuses missing or unexpected names too (VarMap.load_state_dict)."""
         self._refuse_if_quantized("load_state_dict")
-        missing, unexpected, _ = self.varmap.load_state_dict(state_dict, strict=strict)
+        missing, unexpected, _ = self.varmap.load_state_dict(self._without_tied_copies(state_dict), strict=strict)
         return IncompatibleKeys(missing, unexpected)
+
+    def _without_tied_copies(self, state_dict):
+        """The state dict less the copies of tied weights it holds (torch's state_dict of a tied model stores the
+        head beside the embedding; strict refused it as unexpected): each must equal what it is a copy of."""
+        copies = [n for n in self.tied_weights if hasattr(state_dict, "keys") and n in state_dict.keys()]
+        for name in copies:
+            source = self.tied_weights[name]
+            if source in state_dict.keys():
+                copy, value = (np.asarray(v.data if isinstance(v, Tensor) else v)
+                               for v in (state_dict[name], state_dict[source]))
+                if copy.shape != value.shape or not np.array_equal(copy, value, equal_nan=copy.dtype.kind == "f"):
+                    raise CheckpointError(f"load_state_dict: {name!r} differs from {source!r}, but this model ties "
+                                          f"them (the head is the embedding): these weights are an untied model's; "
+                                          f"build the model with tie_embeddings=False, or leave {name!r} out")
+        return {k: state_dict[k] for k in state_dict.keys() if k not in copies} if copies else state_dict
 
     def _refuse_if_quantized(self, what: str):
         quantized = getattr(self, "quantized", {})   # name -> QuantizedWeight, outside the VarMap (quantize.py)

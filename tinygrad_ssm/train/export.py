@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 import warnings
@@ -34,6 +35,7 @@ from pathlib import Path
 from ..io.atomic_write import new_temporary_folder, write_atomic
 from ..io.safetensors import STORED_DTYPES
 from ..models.mamba2 import Mamba2LMHeadModel
+from ..models.mamba2.checkpoint_config import TOKEN_ID_KEYS, token_id
 from ..models.mamba2.pretrained import LAYOUTS, stored_dtypes
 from ..tokenizer import BYTES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE
 from .generate import load_tokenizer_for, resolve_model_folder
@@ -111,8 +113,7 @@ def _token_ids(folder: Path, tokenizer) -> dict:
     """bos / eos / pad ids for transformers' config.json: the model folder's config.json's, else the tokenizer's
     EOS token and the bos_token its tokenizer_config.json names."""
     stated = _read_json(folder / "config.json") or {}
-    ids = {k: v for k in ("bos_token_id", "eos_token_id", "pad_token_id")
-           if isinstance(v := stated.get(k), int) and not isinstance(v, bool)}
+    ids = {k: v for k in TOKEN_ID_KEYS if (v := token_id(stated.get(k), math.inf)) is not None}   # (save checks)
     ids.setdefault("eos_token_id", tokenizer.eos_token_id)
     bos = getattr(tokenizer, "special_config", {}).get("bos_token")
     bos = bos.get("content") if isinstance(bos, dict) else bos

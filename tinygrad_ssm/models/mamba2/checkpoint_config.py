@@ -11,6 +11,8 @@ import re
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from ...io.file_checks import broken_link, require_regular_file
 from .config import Mamba2Config
 
@@ -246,6 +248,17 @@ def mamba_ssm_config(config: Mamba2Config) -> dict:
 
 
 TOKEN_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def token_id(value, vocab_size: int):
+    """A config's token id as JSON keeps it: an int of the vocabulary (a NumPy int as its int), or a non-empty list
+    of them (transformers' eos_token_id may list several: a list was dropped on a load and save); else None."""
+    if isinstance(value, (list, tuple)):
+        ids = [token_id(v, vocab_size) for v in value]
+        return ids if ids and all(isinstance(i, int) for i in ids) else None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and 0 <= value < vocab_size:
+        return int(value)
+    return None
 # json.dumps spells inf as the bare token Infinity, which strict JSON readers refuse; transformers 5.24's own
 # save_pretrained writes this, and its from_pretrained (like read_config) reads both back as inf
 JSON_INFINITY = {"__float__": "Infinity"}
@@ -274,9 +287,8 @@ def transformers_config(config: Mamba2Config, dtype: str, token_ids: dict | None
         raise ValueError(f"save_pretrained: token_ids may hold {', '.join(TOKEN_ID_KEYS)}, not {unknown}")
     for key in TOKEN_ID_KEYS:
         value = token_ids.get(key)
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
-                                      and 0 <= value < config.padded_vocab_size):
+        if value is not None and token_id(value, config.padded_vocab_size) is None:
             raise ValueError(f"save_pretrained: token_ids[{key!r}] must be an id of the vocabulary (0 to "
-                             f"{config.padded_vocab_size - 1}) or None, got {value!r}")
-        out[key] = value
+                             f"{config.padded_vocab_size - 1}), a list of them, or None, got {value!r}")
+        out[key] = None if value is None else token_id(value, config.padded_vocab_size)
     return out

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
-from ...autograd.args import is_real_number
+from ...autograd.args import is_integer, is_real_number
 
 
 @dataclass
@@ -40,6 +40,9 @@ class Mamba2Config:
             raise AttributeError(f"Mamba2Config.{name}: this is a built model's config, whose weights and layers have "
                                  f"its settings; build a new model from dataclasses.replace(model.config, "
                                  f"{name}=...) (chunk_size, the scan's speed setting, may change)")
+        built_chunk = self.__dict__.get("_model_built") and name == "chunk_size"   # 0 was taken, saved, then refused
+        if built_chunk and not (is_integer(value) and value >= 1):
+            raise ValueError(f"Mamba2Config.chunk_size must be a positive int, got {value!r}")
         super().__setattr__(name, value)
 
     def for_model(self) -> Mamba2Config:

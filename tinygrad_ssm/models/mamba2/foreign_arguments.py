@@ -55,7 +55,9 @@ FORWARD = {
                                   "section 4)"),
     "use_cache": ((None, False), "is not taken: pass cache=model.allocate_cache(batch) to keep the states"),
     "output_hidden_states": ((None, False), _NOT_IMPLEMENTED),
-    "return_dict": ((None, False, True), ""),                    # the logits Tensor either way
+    "return_dict": ((None,), "is not taken: the forward returns the logits Tensor itself (transformers' output.logits "
+                             "or output[0]; [0] here would be the batch's first row)"),
+    "past_key_values": ((None,), "is not taken: pass cache=model.allocate_cache(batch) (docs/mamba2.md, section 4)"),
     "num_last_tokens": ((0,), "is not taken: slice the logits, logits[:, -n:]"),
     "logits_to_keep": ((0,), "is not taken: slice the logits, logits[:, -n:]"),
 }
@@ -75,6 +77,21 @@ FROM_PRETRAINED = {
                         "Mamba2LMHeadModel(config) and load the weights (docs/mamba2.md, section 5)"),
     "low_cpu_mem_usage": ((True, False), ""),                    # the weights are read in place either way
 }
+
+
+# Mamba2LMHeadModel.loss
+LOSS = {"labels": ((), "is not taken: loss(input_ids, targets) takes the next tokens as targets, loss(ids[:, :-1], "
+                       "ids[:, 1:]) for transformers' labels=ids (which it shifts inside; ids of -100 are left out as "
+                       "there)")}
+
+
+def loss_targets(targets, foreign: dict):
+    """loss's targets, after its foreign arguments (labels=) are refused with the fix."""
+    refuse_foreign("Mamba2LMHeadModel.loss", LOSS, foreign)
+    if targets is None:
+        raise TypeError("Mamba2LMHeadModel.loss: targets (b, l) are needed, the next tokens: loss(ids[:, :-1], "
+                        "ids[:, 1:])")
+    return targets
 
 
 def refuse_foreign(who: str, table: dict, kwargs: dict) -> None:
@@ -113,8 +130,9 @@ def warn_unshifted_targets(input_ids, targets) -> None:
     would score the token it reads. Said when the same ids are passed twice, not when equal ones are (a run of one
     token, shifted, equals itself)."""
     a, b = (np.asarray(getattr(x, "data", x)) for x in (input_ids, targets))
-    same = a is b or (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
-                      and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+    # one list given twice: asarray makes two arrays of it, so the objects are compared first
+    same = input_ids is targets or a is b or (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+                                               and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
     if same and a.ndim == 2 and a.shape[1] > 1:
         warnings.warn("Mamba2LMHeadModel.loss: targets are input_ids, so each position scores the token it reads; the "
                       "targets of a causal model are the next tokens: loss(ids[:, :-1], ids[:, 1:]) (transformers "

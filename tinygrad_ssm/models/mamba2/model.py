@@ -34,7 +34,7 @@ from ...scan.sequential import ssd_step
 from . import generation
 from .config import Mamba2Config
 from .decode import decode_step
-from .foreign_arguments import FORWARD, FROM_PRETRAINED, refuse_foreign, warn_unshifted_targets
+from .foreign_arguments import FORWARD, FROM_PRETRAINED, loss_targets, refuse_foreign, warn_unshifted_targets
 from .quantized_files import load_model_folder, save_model_folder
 from .quantize import quantize_model
 
@@ -292,6 +292,7 @@ class Mamba2LMHeadModel(Module):
             raise TypeError(f"Mamba2LMHeadModel: fused must be True or False, got {fused!r}")
         config = config.for_model()   # a copy: the caller's may change; its fields fixed, chunk_size aside
         self.config, self.backend, self.fused = config, backend, fused
+        self.tied_weights = {"lm_head.weight": "backbone.embedding.weight"} if config.tie_embeddings else {}
         if fused:
             heap_reuse.keep_freed_memory()   # freed arrays' pages reused by the next step (see fast/heap_reuse.py)
         self.dtype = np.dtype(dtype)
@@ -374,11 +375,11 @@ class Mamba2LMHeadModel(Module):
 
     forward = __call__
 
-    def loss(self, input_ids, targets) -> Tensor:
+    def loss(self, input_ids, targets=None, **foreign) -> Tensor:
         """Mean cross entropy of targets (b, l) under the logits of input_ids (b, l): the next tokens, so
         loss(ids[:, :-1], ids[:, 1:]) (transformers' labels=ids, which it shifts inside). Targets equal to the
         input ids (a port of labels=ids) are said in a warning: a causal model scores its next token."""
-        warn_unshifted_targets(input_ids, targets)
+        warn_unshifted_targets(input_ids, targets := loss_targets(targets, foreign))   # (labels= refused with the fix)
         ids = self._check_ids(input_ids, 2, "Mamba2LMHeadModel.loss")
         logits = self(ids)                                               # (b, l, V)
         targets = np.asarray(targets.data if isinstance(targets, Tensor) else targets)

@@ -363,7 +363,7 @@ def prepare_save_folder(directory, tensors, dtype: str | None = None) -> Path:
     folder, not a file; no link and no other program's config.json replaced (_check_replaceable); every float
     tensor of (name, array) `tensors` finite, and storable in `dtype` where one is given (check_storable).
     Creates the folder; returns it as a Path."""
-    directory = Path(directory)
+    directory = Path(directory).expanduser()   # as from_pretrained reads it ('~/m' was saved into ./~/m)
     if directory.exists() and not directory.is_dir():
         raise PretrainedError(f"save_pretrained: {str(directory)!r} is a file; give a folder (it is created if "
                               f"needed) for {CONFIG_NAME} and {WEIGHTS_NAME}")

@@ -14,7 +14,7 @@ from ...io.atomic_write import write_atomic
 from ...io.checkpoints import read_newest
 from ...io.safetensors import STORED_DTYPES, SafetensorsFile, save_file
 from ...registry import VarMap
-from .checkpoint_config import (CONFIG_NAME, TOKEN_ID_KEYS, PretrainedError, mamba_ssm_config, parse_config,
+from .checkpoint_config import (CONFIG_NAME, TOKEN_ID_KEYS, PretrainedError, token_id, mamba_ssm_config, parse_config,
                                 read_config)
 from .pretrained import (GENERATION_CONFIG_NAME, LAYOUTS, WEIGHTS_NAME, load_pretrained, prepare_save_folder, read_finite,
                          resolve_pretrained_folder, save_pretrained)
@@ -131,8 +131,7 @@ def _load_model_folder(cls, directory, dtype, backend, fused):
     # what save_pretrained writes again, as transformers' load and save keep them: a transformers config.json's
     # token ids (ids of the vocabulary only) and the folder's generation_config.json
     V = model.config.padded_vocab_size
-    model.token_ids = {k: v for k in TOKEN_ID_KEYS if isinstance(v := raw.get(k), int) and not isinstance(v, bool)
-                       and 0 <= v < V}
+    model.token_ids = {k: v for k in TOKEN_ID_KEYS if (v := token_id(raw.get(k), V)) is not None}
     try:   # (one that is no JSON object is left out: generate names it, reading it as its defaults)
         stated = json.loads((folder / GENERATION_CONFIG_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
