@@ -49,6 +49,7 @@ if mode == "corrupt-stop":
     cfg.eval_every, cfg.checkpoint_every = 10, 10
 if mode == "diverge":
     cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.checkpoint_every = 1e25, 1e24, 3, 1
+    cfg.weight_decay = 0.0  # (lr x weight decay over 2 is refused before any work: the lr alone diverges here)
 if mode.startswith("corrupt") and world.rank == 1:
     def callback(info):
         if info.step == 1:

@@ -206,3 +206,29 @@ def test_generate_into_a_full_device_is_one_line(one_step_run):
     assert proc.returncode == cli.EXIT_IO
     line = _one_line(proc.stderr)
     assert "/dev/full" in line and "No space left on device" in line
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_eval_and_export_into_a_full_device_are_one_line_naming_it(one_step_run, tmp_path):
+    """export printed a traceback (exit 1) after a whole export; eval named its stdout '/dev/null', where it had
+    pointed it before asking (an audit of the CLI)."""
+    (tmp_path / "text.txt").write_text("some text to score, some text to score\n" * 4)
+    commands = {"eval": ["eval", "--model", str(one_step_run), "--data", str(tmp_path / "text.txt"), "--no-progress"],
+                "export": ["export", "--model", str(one_step_run), "--out", str(tmp_path / "exported")]}
+    for name, command in commands.items():
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([sys.executable, "-m", "tinygrad_ssm", *command], stdout=full,
+                                  stderr=subprocess.PIPE, text=True, timeout=300, env=_env())
+        assert proc.returncode == cli.EXIT_IO, (name, proc.stderr)
+        line = _one_line(proc.stderr)
+        assert "standard output (/dev/full)" in line and "No space left on device" in line, (name, line)
+    assert (tmp_path / "exported" / "config.json").is_file()                 # the export itself is whole
+
+
+def test_a_closed_standard_output_is_one_line(one_step_run):
+    """generate ... >&- failed with AttributeError: Python has no sys.stdout then."""
+    proc = subprocess.run(["sh", "-c", 'exec "$0" -m tinygrad_ssm generate --model "$1" --prompt a >&-',
+                           sys.executable, str(one_step_run)], stderr=subprocess.PIPE, text=True, timeout=300,
+                          env=_env())
+    assert proc.returncode == cli.EXIT_IO
+    assert "standard output is closed" in _one_line(proc.stderr)

@@ -27,6 +27,7 @@ def test_a_diverging_update_never_writes_a_non_finite_checkpoint(corpus, tmp_pat
     out = tmp_path / "run"
     flags = [f for k, v in {**TINY, "warmup_steps": 0}.items() for f in (f"--{k.replace('_', '-')}", str(v))]
     rc = cli.main(["train", "--data", str(corpus), "--out", str(out), "--steps", "6", "--lr", "3e38",
+                   "--weight-decay", "0",
                    "--keep-checkpoints", "2", "--no-progress", *flags])
     err = capsys.readouterr().err
     assert rc == cli.EXIT_DIVERGED, err

@@ -170,7 +170,8 @@ def test_a_diverging_run_says_one_error_line_without_numpys_warnings(corpus, tmp
     from tests.train.test_cli import TINY_FLAGS
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        code = cli.main(["train", "--data", str(corpus), "--steps", "4", "--lr", "1e18", "--warmup-steps", "0",
+        code = cli.main(["train", "--data", str(corpus), "--steps", "4", "--lr", "1e18", "--weight-decay", "0",
+                         "--warmup-steps", "0",
                          "--out", str(tmp_path / "run"), *TINY_FLAGS])
     assert code == cli.EXIT_DIVERGED and "training diverged" in capsys.readouterr().err
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]

@@ -23,6 +23,7 @@ import dataclasses
 import errno
 import io
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -292,7 +293,8 @@ def _eval(args) -> int:
     # the weights as scored: "float" (the model's dtype) or the quantized format (--weights, or as saved)
     report["weights"] = getattr(model, "weights_format", "float")
     report["dtype"] = str(model.dtype)  # --dtype: float64 gives score()'s numbers on a float64 model
-    summary = describe(report, trained_val_bpb(folder) if args.data is None else None)
+    # (a control character in a file's name must not drive the terminal either)
+    summary = escape_controls(describe(report, trained_val_bpb(folder) if args.data is None else None))
     if not np.isfinite(report["mean_nats"]):  # no figure to report, and NaN is not JSON: an earlier report stays
         print(summary, file=sys.stderr)
         say_error(f"the model's loss on this text is {report['mean_nats']} (its logits hold NaN or inf: the weights "
@@ -316,9 +318,10 @@ def _eval(args) -> int:
         if args.json == "-":
             sys.stdout.write(report_text(report))
     except OSError as e:
+        where = stdout_name()                                           # before it points at /dev/null
         silence_stdout()
         written = f"; the report was written to {args.json}" if args.json not in (None, "-") else ""
-        say_error(f"cannot write {stdout_name()}: {io_cause(e)}{written}")
+        say_error(f"cannot write {where}: {io_cause(e)}{written}")
         return EXIT_IO
     return EXIT_OK
 
@@ -333,9 +336,15 @@ def _export(args) -> int:
         # ExportError, PretrainedError, TokenizerError are ValueErrors
         return _error(str(e))
     except OSError as e:  # disk full, read-only folder: the temporary folder is gone, --out left as it was
-        say_error(f"cannot write {e.filename or args.out}: {io_cause(e)}; nothing was exported to {args.out}")
+        say_error(f"cannot write --out {args.out}: {io_cause(e)}; nothing was exported there")   # (not the temporary
+        return EXIT_IO                                                                          # folder's name)
+    try:
+        print(escape_controls(describe_export(result)))                # (as generate prints text)
+    except OSError as e:  # > /dev/full, a closed pipe: one line, not a traceback; the export itself is whole
+        where = stdout_name()
+        silence_stdout()
+        say_error(f"cannot write {where}: {io_cause(e)}; the export to {args.out} is complete")
         return EXIT_IO
-    print(describe_export(result))
     return EXIT_OK
 
 
@@ -400,6 +409,11 @@ def _agree_on_arguments(parser, argv) -> tuple[object, int | None]:
 
 
 def main(argv=None) -> int:
+    if sys.stderr is None:   # 2>&-: Python then has no sys.stderr; an error has nowhere to go, the exit status says it
+        sys.stderr = open(os.devnull, "w")
+    if sys.stdout is None:   # >&-: every command writes there (generate its text, eval and export their report)
+        say_error("standard output is closed (>&-); give it a place: > FILE, or > /dev/null to drop it")
+        return EXIT_IO
     parser = build_parser()
     if distributed.launcher_world_size() > 1:
         args, code = refuse_single_process_commands(*_agree_on_arguments(parser, argv), EXIT_USAGE)
@@ -419,13 +433,22 @@ def _run_command(command, args) -> int:
         return command(args)
     with StopAtOnce() as stop:  # SIGTERM as Ctrl-C: exit 130, no partial --json file
         try:
-            return command(args)
+            code = command(args)
         except TypeError as e:
             interrupt = stop.as_interrupt(e)                            # numba swallowed the KeyboardInterrupt
             if interrupt is None:
                 raise
             print(f"\nstopped by {interrupt.args[0]}", file=sys.stderr)
             return EXIT_INTERRUPTED
+        except KeyboardInterrupt as e:   # one the command does not take itself (while a model folder loads)
+            print(f"\nstopped by {e.args[0] if e.args else 'Ctrl-C'}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    if stop.raised is not None and code != EXIT_INTERRUPTED:
+        # raised inside a callback that dropped it ("Exception ignored on calling ctypes callback": numba's compiler
+        # caching a kernel): the command ran on to its end, and exit 0 hid the Ctrl-C (an audit of the CLI)
+        say_error(f"{stop.raised} came while numba compiled, which lost it, so the command ran to its end")
+        return EXIT_INTERRUPTED
+    return code
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ reader finds no config.json before the weights are complete), none over a name t
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -179,11 +180,17 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
     if generation.is_file():
         _read_json(generation)                  # an unreadable one is named, not copied
         files[GENERATION_CONFIG_FILE] = generation.read_text(encoding="utf-8")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    into = out.is_dir()                         # an existing empty folder (check_out): filled, never replaced
-    tmp = Path(new_temporary_folder(out if into else out.parent, out.name))
+    made = _missing_folders(out.parent)         # removed again if the export fails: it leaves nothing behind
     placed: list[Path] = []
+    tmp = None
     try:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            into = out.is_dir()                 # an existing empty folder (check_out): filled, never replaced
+            tmp = Path(new_temporary_folder(out if into else out.parent, out.name))
+        except FileNotFoundError as e:          # (--out /proc/x) named as the temporary folder, no flag, exit 2
+            raise ExportError(f"--out {str(out)!r}: a folder cannot be made there ({e.strerror}); give another "
+                              f"--out") from None
         token_ids = _token_ids(folder, tok) if layout == "transformers" else None
         with warnings.catch_warnings(record=True) as said:  # they name the folder as written: --out's name, not tmp's
             warnings.simplefilter("always")
@@ -202,17 +209,32 @@ def export(model: str | os.PathLike, out: str | os.PathLike, layout: str = "tran
                 if os.path.lexists(out):        # something appeared at --out meanwhile: it is left as it is
                     raise _filled_meanwhile(out) from e
                 raise
-    except BaseException:
+    except BaseException as e:
         for path in placed:                     # what this export moved into --out, and only that
             if os.path.lexists(path):
                 os.unlink(path)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for folder in reversed(made):           # the deepest first; one that something else filled meanwhile stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if tmp is not None and isinstance(e, ValueError) and str(tmp) in str(e):   # named as --out, not the
+            raise ExportError(str(e).replace(str(tmp), str(out))) from None         # temporary folder
         raise
     stored = stored if not getattr(loaded, "quantized", None) else ()
     return Exported(out, folder, layout, byte_level, sorted(p.name for p in out.iterdir()),
                     stored if stored != (written,) else (), written,
                     rounded=any(_WIDTH[written] < _WIDTH[kind] or {kind, written} == {"float16", "bfloat16"}
                                 for kind in stored))
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders `folder.mkdir(parents=True)` would make, the outermost first."""
+    missing = []
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
 
 
 def _filled_meanwhile(out: Path) -> ExportError:

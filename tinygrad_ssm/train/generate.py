@@ -258,10 +258,15 @@ def _prompt_text(data: bytes, what: str) -> str:
 def read_prompt_file(path: str) -> str:
     """--prompt-file: the file's text, whole; "-" reads standard input's bytes."""
     if path == "-":
+        if sys.stdin is None:                                           # <&-: Python has no sys.stdin then
+            raise ValueError("--prompt-file -: standard input is closed; give the prompt on it, or a file's path")
         data, name = sys.stdin.buffer.read(), "- (standard input)"
     else:
         p = Path(path).expanduser()
-        require_regular_file(p, "--prompt-file", ValueError)
+        try:
+            require_regular_file(p, "--prompt-file", ValueError)
+        except ValueError as e:   # --prompt-file <(cmd) is a pipe: "-" reads one
+            raise ValueError(f"{e} (or --prompt-file - to read standard input: cmd | ... --prompt-file -)") from None
         data, name = p.read_bytes(), repr(str(p))
     text = _prompt_text(data, f"--prompt-file {name}")
     if not text:

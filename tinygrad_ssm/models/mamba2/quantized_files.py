@@ -132,8 +132,9 @@ def _load_model_folder(cls, directory, dtype, backend, fused):
     # token ids (ids of the vocabulary only) and the folder's generation_config.json
     V = model.config.padded_vocab_size
     model.token_ids = {k: v for k in TOKEN_ID_KEYS if (v := token_id(raw.get(k), V)) is not None}
-    try:   # (one that is no JSON object is left out: generate names it, reading it as its defaults)
-        stated = json.loads((folder / GENERATION_CONFIG_NAME).read_text(encoding="utf-8"))
+    try:   # (one that is no JSON object is left out: generate names it, reading it as its defaults; a named pipe
+        generation = folder / GENERATION_CONFIG_NAME          # there, read, waited for ever: a regular file only)
+        stated = json.loads(generation.read_text(encoding="utf-8")) if generation.is_file() else None
     except (OSError, ValueError):
         stated = None
     model.generation_config = stated if isinstance(stated, dict) else None
