@@ -161,6 +161,9 @@ def test_dtypes_and_auto_backend():
     (dict(B=np.zeros((2, 11, 0, 5)), C=np.zeros((2, 11, 0, 5))), r"groups g \(B's axis 2, B \(2, 11, 0, 5\)\) must "
                                                                  r"be at least 1, got 0"),
     (dict(C=np.zeros((2, 11, 2, 4))), r"C must have shape"),
+    # ssd_minimal_discrete's A is the per-step log decay dt * A (b, l, h): said as that, not as a bare shape
+    (dict(A=np.zeros((2, 11, 4))), r"A must have shape \(h,\) = \(4,\), one per head, got \(2, 11, 4\), the shape "
+                                   r"of ssd_minimal_discrete's A .* pass dt \(b, l, h\) and A \(h,\) apart"),
     (dict(D=np.zeros(5)), r"D must have shape"),
     (dict(initial_state=np.zeros((2, 4, 3, 4))), r"initial_state must have shape \(b, h, p, n\)"),
     (dict(x=np.zeros((2, 11, 4, 3), dtype=np.int64)), r"x must be a floating point"),
@@ -264,6 +267,30 @@ def test_registry_auto_takes_the_available_backend_of_highest_priority():
                     backward=lambda *a: None)
     finally:
         del BACKENDS["never-here"]
+
+
+def test_auto_takes_the_fastest_backend_that_takes_the_sizes():
+    """On a GPU, "auto" took cuda for float64 at d_state 192, which its blocks' shared memory cannot hold, and the
+    forward failed where numba_chunked runs it (an audit of the scan; shown here with a backend of highest
+    priority that refuses every size, and with cuda's own rule)."""
+    from tinygrad_ssm.scan import BACKENDS, Backend, cuda, register_backend
+
+    def never(*arrays):
+        raise AssertionError("a backend that refuses the sizes was run")
+    register_backend(Backend("refuses-all", priority=10**6, available=lambda: True, forward=never, backward=never,
+                             refuses=lambda b, h, p, n, dtype: "too big"))
+    try:
+        inputs = make_inputs(np.random.default_rng(12))
+        y, state = ssd(**inputs, chunk_size=Q)
+        y_ref, state_ref = ssd(**inputs, chunk_size=Q, backend="reference")
+        assert np.abs(y.data - y_ref.data).max() < 1e-10 and np.abs(state.data - state_ref.data).max() < 1e-10
+        with pytest.raises(AssertionError, match="was run"):        # named, it is run (and refuses there itself)
+            ssd(**inputs, chunk_size=Q, backend="refuses-all")
+    finally:
+        del BACKENDS["refuses-all"]
+    assert "static shared memory" in cuda.refuses(1, 1, 2, 192, np.float64)
+    assert "must be at most" in cuda.refuses(1, 1, 300, 16, np.float32)
+    assert cuda.refuses(1, 1, 64, 128, np.float32) is None and cuda.refuses(0, 1, 64, 128, np.float64) is None
 
 
 def test_an_empty_batch_gives_empty_outputs_on_every_backend():

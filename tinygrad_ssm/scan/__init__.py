@@ -45,6 +45,8 @@ class Backend:
         dx, dB, dC into and return instead of new arrays (see `SSD.backward`).
     inference: optionally, for a kernel backend, forward's arguments -> (y, final_state) without keeping
         anything for a backward; `ssd` calls it when no input needs a gradient (no_grad, eval, prefill).
+    refuses: optionally (b, h, p, n, dtype) -> why it cannot take these sizes, None where it can; "auto" then takes
+        the next backend (cuda's blocks hold a row of the state in shared memory: float64 at n = 192 does not fit).
     """
     name: str
     priority: int
@@ -56,6 +58,7 @@ class Backend:
     backward_into: bool = False
     why_unavailable: Callable[[], str | None] | None = None
     inference: Callable | None = None
+    refuses: Callable[..., str | None] | None = None
 
     def __post_init__(self):
         if (self.ops is None) == (self.forward is None or self.backward is None):
@@ -87,7 +90,7 @@ register_backend(Backend("scan", priority=-1, available=_always, ops=ssd_scan,
 from . import cuda as _numba_cuda  # noqa: E402  (imports numba.cuda only when used)
 register_backend(Backend("cuda", priority=20, available=_numba_cuda.available, forward=_numba_cuda.forward,
                          backward=_numba_cuda.backward, description="numba-cuda kernels on an NVIDIA GPU",
-                         why_unavailable=_numba_cuda.why_unavailable))
+                         why_unavailable=_numba_cuda.why_unavailable, refuses=_numba_cuda.refuses))
 
 
 def available_backends() -> list[str]:
@@ -186,6 +189,10 @@ def ssd(x, dt, A, B, C, D=None, initial_state=None, chunk_size: int = 256, backe
     if l < 1:
         raise ValueError(f"ssd: x has sequence length 0 (shape {tuple(x.shape)}); need at least one step")
     _check_shape("dt", dt, (b, l, h), "(b, l, h) from x")
+    if A.shape == (b, l, h):  # ssd_minimal_discrete's A, the per-step log decay: here dt and A come apart
+        raise ValueError(f"ssd: A must have shape (h,) = {(h,)}, one per head, got {tuple(A.shape)}, the shape of "
+                         f"ssd_minimal_discrete's A (the per-step log decay dt * A): pass dt (b, l, h) and A (h,) "
+                         f"apart; ssd multiplies them")
     _check_shape("A", A, (h,), "(h,) from x")
     if B.ndim != 4 or B.shape[:2] != (b, l):
         raise ValueError(f"ssd: B must have shape (b, l, g, n) with (b, l) = {(b, l)} from x, got {tuple(B.shape)}")
@@ -203,6 +210,9 @@ def ssd(x, dt, A, B, C, D=None, initial_state=None, chunk_size: int = 256, backe
 
     inputs = [t for t in (x, dt, A, B, C, D, initial_state) if t is not None]
     dtype = np.result_type(np.float32, *[t.dtype for t in inputs])
+    if backend == "auto":  # the fastest that takes these sizes (on a GPU, float64 at d_state 192 was refused by cuda)
+        run = next(BACKENDS[name] for name in available_backends()
+                   if BACKENDS[name].refuses is None or BACKENDS[name].refuses(b, h, p, n, dtype) is None)
     x, dt, A, B, C = (t.astype(dtype) for t in (x, dt, A, B, C))
     D = None if D is None else D.astype(dtype)
     initial_state = None if initial_state is None else initial_state.astype(dtype)

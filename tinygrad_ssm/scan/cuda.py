@@ -336,6 +336,17 @@ def chunk_geometry(l: int, chunk_size: int) -> tuple[int, int]:
     return c, -(-l // c)
 
 
+def refuses(b: int, h: int, p: int, n: int, dtype) -> str | None:
+    """Why the kernels cannot take these sizes (ssd's "auto" then takes the next backend), None where they can."""
+    if min(b, h, p, n) < 1:
+        return None                          # an empty result, made without a launch
+    try:
+        _check_sizes(b, h, p, n, dtype)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _check_sizes(b: int, h: int, p: int, n: int, dtype):
     if min(b, h, p, n) < 1:
         raise ValueError(f"ssd backend 'cuda': b, h, p and n must be at least 1 to launch the kernels, got b = {b}, "
