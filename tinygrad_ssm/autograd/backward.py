@@ -109,6 +109,9 @@ def _accumulate(tensor: Tensor, grad: np.ndarray):
     elif held.data.flags.writeable and held.shape == grad.shape and tensor._ctx is None:
         np.add(held.data, grad, out=held.data, casting="same_kind")
         held._bump()                                                     # an in-place change, like any other
+    elif held.shape != grad.shape:                            # .data replaced by another shape since: torch too
+        raise RuntimeError(f"backward: the tensor's .grad has shape {held.shape} and its new gradient {grad.shape} "
+                           f"(its .data was given another shape?); set .grad = None first")
     else:                                                     # a read-only .grad someone assigned, a non-leaf
         tensor._grad = Tensor(held.data + grad.astype(tensor.dtype))
 
@@ -153,7 +156,12 @@ def _walk(order: list, grads: dict, uses_left: dict, retain_graph: bool):
                              for g, (shape, dtype) in zip(out_grads, ctx.output_specs)]
             input_grads = ctx.backward(*out_grads)
             if not isinstance(input_grads, tuple):
-                input_grads = (input_grads,)
+                input_grads = (input_grads,)                   # one input's gradient (a list too, as torch reads it)
+            short = [i for i in range(len(input_grads), len(ctx.inputs)) if ctx.needs_input_grad[i]]
+            if short:  # a custom Function's missing gradients were taken as None: its inputs silently got none
+                raise RuntimeError(f"{type(ctx).__name__}.backward returned {len(input_grads)} gradient(s) for "
+                                   f"{len(ctx.inputs)} input(s), none for input(s) {short}, which need one; return "
+                                   f"a tuple of one per input of forward, None where there is none")
             if any(g is not None for g in input_grads[len(ctx.inputs):]):  # one per tensor input (None for none)
                 raise RuntimeError(f"{type(ctx).__name__}.backward returned {len(input_grads)} gradients for "
                                    f"{len(ctx.inputs)} tensor input(s); return one per tensor input of forward, "

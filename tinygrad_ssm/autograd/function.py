@@ -60,8 +60,9 @@ class Function:
         out_data = ctx.forward(*arrays, **kwargs)
         record = is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in inputs)
         several = isinstance(out_data, tuple)
-        outs = tuple(Tensor(a, requires_grad=record) for a in out_data) if several else \
-            (Tensor(out_data, requires_grad=record),)
+        # an output that is no float (a custom Function's mask) is not differentiable: it requires no grad, as torch
+        outs = tuple(Tensor(a, requires_grad=record and _is_float(a)) for a in out_data) if several else \
+            (Tensor(out_data, requires_grad=record and _is_float(out_data)),)
         if ctx.is_view and isinstance(inputs[0], Tensor):
             for o in outs:  # a view shares its base's version counter, as in torch; each piece of a split too
                 o._version = inputs[0]._version
@@ -80,7 +81,7 @@ class Function:
             if several:
                 ctx.output_specs = tuple((o.shape, o.dtype) for o in outs)
             for o in outs:
-                o._ctx = ctx
+                o._ctx = ctx if o.requires_grad else None
         else:
             ctx.saved = ()
         return outs if several else outs[0]
@@ -115,6 +116,10 @@ class Function:
 
     def backward(self, grad):  # pragma: no cover
         raise NotImplementedError
+
+
+def _is_float(array) -> bool:
+    return (array.dtype if isinstance(array, np.ndarray) else np.asarray(array).dtype).kind == "f"
 
 
 def gradient_slot(t: Tensor, dtype) -> np.ndarray | None:

@@ -1,7 +1,11 @@
 """Python's and NumPy's protocols on Tensor, as PyTorch has them: elementwise comparisons giving bool
-tensors, NumPy ufuncs sent to the engine's ops (Tensor.__array_ufunc__), and NumPy's reduction keywords.
+tensors, NumPy ufuncs sent to the engine's ops (Tensor.__array_ufunc__), NumPy's reduction keywords, `in`, and
+pickle and deepcopy.
 The Tensor methods that use these are in tinygrad_ssm/autograd/tensor.py."""
 from __future__ import annotations
+
+import copy
+import warnings
 
 import numpy as np
 
@@ -104,3 +108,37 @@ def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict):
     if isinstance(result, tuple):
         return tuple(Tensor(r) for r in result)
     return None if result is None else Tensor(result)
+
+
+def contains(t: Tensor, element) -> bool:
+    """`element in t`: whether any entry of t equals element (a number or a tensor that broadcasts)."""
+    if not isinstance(element, (Tensor, bool, int, float, np.generic)):
+        raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
+                           f"{type(element).__name__}")
+    return bool((t == element).data.any())
+
+
+_NOT_COPIED = ("_ctx", "_hooks", "_grad_hooks")   # the graph (weak references to its outputs) and the hooks
+
+
+def pickled_state(t: Tensor) -> dict:
+    """What pickle keeps of a tensor, as torch's: its array, dtype, requires_grad and .grad, as a leaf (an op's
+    output comes back a leaf); hooks are not kept, with a warning. (Its graph's weak references failed pickle.)"""
+    if t._hooks or t._grad_hooks:
+        warnings.warn("pickle: the hooks registered on this tensor are not pickled (as torch's)", UserWarning,
+                      stacklevel=3)
+    return {**{k: v for k, v in t.__dict__.items() if k not in _NOT_COPIED}, "_ctx": None, "_retains_grad": False}
+
+
+def deep_copy(t: Tensor, memo: dict) -> Tensor:
+    """copy.deepcopy of a leaf, as torch's: its array, requires_grad and .grad, no hooks (a copied hook ran on the
+    copy, and the original's handle could not remove it). An op's output is refused, as in torch: its copied
+    graph pointed at the original outputs, and a backward through the copy gave no gradient anywhere."""
+    if t._ctx is not None:
+        raise RuntimeError("deepcopy: only leaf tensors (made by the user, not by an op) support the deepcopy "
+                           "protocol, as in torch; copy t.detach() instead")
+    out = Tensor.__new__(Tensor)
+    memo[id(t)] = out
+    out.__dict__.update(copy.deepcopy({k: v for k, v in t.__dict__.items() if k not in _NOT_COPIED}, memo))
+    out._ctx = None
+    return out

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .dtypes import DEFAULT_FLOAT, _as_dtype, _check_numeric, is_float, keeps_float64  # noqa: F401 (re-exported)
+from .dtypes import DEFAULT_FLOAT, _as_dtype, _check_numeric, carries_dtype, is_float, keeps_float64  # noqa: F401
 from .grad_mode import enable_grad, is_grad_enabled, no_grad  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:  # only for the annotation of _ctx: function.py imports this module
@@ -23,13 +23,15 @@ if TYPE_CHECKING:  # only for the annotation of _ctx: function.py imports this m
 # ----------------------------------------------------------------------------------------------------------
 # dtypes
 
-def _to_array(data, dtype=None) -> np.ndarray:
+def _to_array(data, dtype=None, what=("Tensor", "data")) -> np.ndarray:
     """Python data -> ndarray. Python floats become float32 (torch's default), ints int64, bools bool;
     an ndarray keeps its dtype and its memory (like torch.from_numpy) unless a dtype is asked for, and
     anything else that states its dtype (a torch tensor, a NumPy scalar) keeps that dtype."""
     if isinstance(data, Tensor):
         data = data.data
     if dtype is not None:
+        if not isinstance(data, np.ndarray) and not carries_dtype(data):  # [None, 1.] became [nan, 1.], "3" 3.0
+            _check_numeric(*what, data, np.asarray(data))
         array = np.asarray(data, dtype=_as_dtype(dtype))
     elif isinstance(data, np.ndarray):
         array = data
@@ -41,7 +43,7 @@ def _to_array(data, dtype=None) -> np.ndarray:
                              f"got ragged data ({e})") from None
         if array.dtype == np.float64 and not keeps_float64(data):
             array = array.astype(DEFAULT_FLOAT)
-    _check_numeric("Tensor", "data", data, array)
+    _check_numeric(*what, data, array)
     return array
 
 
@@ -59,7 +61,7 @@ class Tensor:
         self._version = [0]  # a box, so detach() and views share it with their base
         if isinstance(data, Tensor) and self.data is data.data:
             self._version = data._version  # Tensor(t) wraps t's storage: an in-place change must count for both
-        self.requires_grad = False
+        self._requires_grad = False
         if requires_grad is not False:
             self.requires_grad_(requires_grad)
 
@@ -99,12 +101,9 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self.shape[0]))
 
-    def __contains__(self, element):
-        """`element in t`: whether any entry of t equals element (a number or a tensor that broadcasts)."""
-        if not isinstance(element, (Tensor, bool, int, float, np.generic)):
-            raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
-                               f"{type(element).__name__}")
-        return bool((self == element).data.any())
+    def __contains__(self, element): return P.contains(self, element)
+    def __getstate__(self): return P.pickled_state(self)                 # pickle: a leaf, no hooks (as torch)
+    def __deepcopy__(self, memo): return P.deep_copy(self, memo)         # leaves only, no hooks (as torch)
 
     def __array__(self, dtype=None, copy=None):
         """np.asarray(t): the tensor's own array, refused when t requires grad (protocols.as_array)."""
@@ -143,11 +142,8 @@ class Tensor:
             raise RuntimeError(f"Boolean value of Tensor with shape {self.shape} is ambiguous")
         return bool(self.data)
 
-    def __float__(self):
-        return float(self.item())
-
-    def __int__(self):
-        return int(self.item())
+    def __float__(self): return float(self.item())
+    def __int__(self): return int(self.item())
 
     def __format__(self, spec: str) -> str:
         """f"{loss:.4f}": a one-element tensor formats as its number (as torch's 0-d tensors); others as repr."""
@@ -162,8 +158,11 @@ class Tensor:
         if not requires_grad and self._ctx is not None:
             raise RuntimeError("requires_grad_(False): you can only change requires_grad flags of leaf tensors; "
                                "use detach() to get a tensor that does not require grad")
-        self.requires_grad = bool(requires_grad)
+        self._requires_grad = bool(requires_grad)
         return self
+
+    # t.requires_grad = v is requires_grad_(v), checked (a plain attribute took "yes", an int tensor, a non-leaf)
+    requires_grad = property(lambda self: self._requires_grad, lambda self, value: self.requires_grad_(value))
 
     def retain_grad(self) -> "Tensor":
         if not self.requires_grad:
@@ -220,7 +219,7 @@ class Tensor:
         """Cut this tensor from the graph in place: it becomes a leaf that does not require grad. Ops that
         already used it keep the graph they recorded (as torch's detach_)."""
         self._ctx = None
-        self.requires_grad = False
+        self._requires_grad = False
         return self
 
     # --- backward -----------------------------------------------------------------------------------------
@@ -233,7 +232,7 @@ class Tensor:
                                    f"{self.shape}); pass gradient=")
             seed = np.ones(self.shape, dtype=self.dtype)
         else:
-            seed = _to_array(gradient, self.dtype)
+            seed = _to_array(gradient, self.dtype, ("backward", "gradient"))
             if seed.shape != self.shape:
                 raise RuntimeError(f"backward: gradient has shape {seed.shape} but the output has shape {self.shape}")
         from .backward import run_backward  # the walk imports this module: imported when first needed
