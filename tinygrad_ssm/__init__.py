@@ -6,7 +6,7 @@
     fast/       every other fast path (numba kernels, fused ops), each beside a pointer to its engine twin
     io/         safetensors, atomic writes, checkpoint folders
     models/     Mamba-2
-    train/      the application: `python -m tinygrad_ssm train / generate`; the library never imports it
+    train/      the application: `python -m tinygrad_ssm train / generate / eval / export`; the library never imports it
 
 The engine's names are imported here; the rest (which needs numba) is imported on first use, so that
 `import tinygrad_ssm.autograd` works where numba is not installed.

@@ -3,9 +3,8 @@ every other available backend (the engine-op reference and scan, and each kernel
 float64 to 1e-10.
 
 Without a GPU they run on numba-cuda's simulator, which must be switched on (NUMBA_ENABLE_CUDASIM=1) before
-numba is first imported: `.ci/run` runs this file in its own pytest process that way. Collected by a process
-with neither the simulator nor a GPU (a bare `pytest`), this file is one test that runs itself in such a
-subprocess. The simulator runs ~2 us per thread-step and ~25 ms per block, so the shapes are tiny.
+numba is first imported. Collected by a process with neither the simulator nor a GPU (any `pytest`, `.ci/run`'s
+too), this file is one test that runs itself in such a subprocess. The simulator runs ~2 us per thread-step and ~25 ms per block, so the shapes are tiny.
 """
 import importlib.util
 import os

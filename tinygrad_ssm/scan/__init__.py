@@ -9,8 +9,8 @@ Every implementation of the scan is one `Backend` record in `BACKENDS`, of one o
   numba_cpu.py's chunked forward and a chunked backward, their small products BLAS calls made inside the
   kernels, via SciPy; and a forward that keeps nothing, for when no gradient is wanted) and "cuda" (cuda.py,
   numba-cuda kernels on an NVIDIA GPU; the gradient of the log decay in cuda_decay.py).
-`ssd(..., backend="auto")` takes the available backend of highest priority; the model, the CLI and the tests
-all read this registry.
+`ssd(..., backend="auto")` takes the available backend of highest priority that takes the call's sizes
+(Backend.refuses); the model, the CLI and the tests all read this registry.
 """
 from __future__ import annotations
 

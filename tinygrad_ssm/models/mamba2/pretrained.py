@@ -107,7 +107,7 @@ def _in_cache_note(directory: Path) -> str:
     if directory.parent.name != "snapshots" or not (directory.parent.parent / "blobs").is_dir():
         return ""
     return (" inside the Hugging Face cache's snapshot, beside its links (a file of its own, which "
-            "`huggingface-cli delete-cache` removes with the snapshot; another revision needs it again)")
+            "`hf cache rm` removes with the snapshot; another revision needs it again)")
 
 
 def pickle_conversion_command(directory: Path) -> str:
@@ -168,7 +168,7 @@ def resolve_pretrained_folder(directory) -> Path:
     directory = Path(directory).expanduser()
     if not directory.exists():
         raise FileNotFoundError(f"from_pretrained: {str(directory)!r} does not exist; give a folder on disk (the "
-                                f"package downloads nothing: fetch a hub model with `huggingface-cli download "
+                                f"package downloads nothing: fetch a hub model with `hf download "
                                 f"ORG/NAME --local-dir DIR` first)")
     if not directory.is_dir():
         raise FileNotFoundError(f"from_pretrained: {str(directory)!r} is a file; give the folder that holds "
