@@ -115,3 +115,24 @@ def test_a_backward_seed_of_none_or_text_is_refused_and_a_stale_grad_of_another_
     y.grad = None
     (y * 2).sum().backward()
     assert y.grad.data.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_custom_functions_forward_knows_which_inputs_get_a_gradient():
+    """needs_input_grad was empty inside forward (set after it): torch's forward reads it to skip saving."""
+    seen = []
+
+    class Probe(_Mul):
+        def forward(self, a, b):
+            seen.append(self.needs_input_grad)
+            return super().forward(a, b)
+
+        def backward(self, g):
+            a, b = self.saved
+            return g * b, None
+
+    a, b = Tensor(np.array([1.0]), requires_grad=True), Tensor(np.array([2.0]))
+    Probe.apply(a, b).sum().backward()
+    from tinygrad_ssm import no_grad
+    with no_grad():
+        Probe.apply(a, b)
+    assert seen == [(True, False), (False, False)] and a.grad.data.tolist() == [2.0]

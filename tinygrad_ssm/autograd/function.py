@@ -57,8 +57,10 @@ class Function:
         A forward that returns a tuple of arrays gives a tuple of tensors (one op, several outputs)."""
         ctx = cls()
         arrays = [t.data if isinstance(t, Tensor) else t for t in inputs]
-        out_data = ctx.forward(*arrays, **kwargs)
         record = is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in inputs)
+        # which inputs get a gradient, known to forward too (as torch's ctx.needs_input_grad; it was empty there)
+        ctx.needs_input_grad = tuple(record and isinstance(t, Tensor) and t.requires_grad for t in inputs)
+        out_data = ctx.forward(*arrays, **kwargs)
         several = isinstance(out_data, tuple)
         # an output that is no float (a custom Function's mask) is not differentiable: it requires no grad, as torch
         outs = tuple(Tensor(a, requires_grad=record and _is_float(a)) for a in out_data) if several else \
@@ -68,7 +70,6 @@ class Function:
                 o._version = inputs[0]._version
         if record:
             ctx.inputs = inputs
-            ctx.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
             needed = ctx.saved_needed()
             if needed is not None:
                 ctx.saved = tuple(a if keep else None for a, keep in zip(ctx.saved, needed))
