@@ -74,12 +74,14 @@ def test_learns_well_below_the_unigram_entropy(slice_file, tmp_path):
 @pytest.mark.parametrize("steps, want", [
     # lr 1e-2, min_lr 1e-3, warmup 2: lr (s + 1) / 2, then min_lr + (lr - min_lr) (1 + cos(pi (s - 2) / 3)) / 2
     (5, [5e-3, 1e-2, 1e-2, 1e-3 + 9e-3 * 0.75, 1e-3 + 9e-3 * 0.25]),
-    (1, [1e-2]),                                                          # --steps 1: a warmup of 1 step
+    (1, [1e-2]),                              # --steps 1: the default warmup (not given) shortened to 1 step
 ])
 def test_the_logged_learning_rate_is_warmup_then_cosine_over_the_runs_steps(slice_file, tmp_path, steps, want):
     """Each step's lr in log.jsonl is the schedule's (optim.WarmupCosine): a linear warmup of warmup_steps (at most
-    the run's steps) to --lr, then a cosine to --min-lr over the rest of the run's own --steps."""
-    cfg = tiny(slice_file, tmp_path, steps=steps, eval_every=1000, checkpoint_every=1000)
+    the run's steps) to --lr, then a cosine to --min-lr over the rest of the run's own --steps. (A warmup given,
+    as a flag or a TrainConfig field, longer than the run is refused: test_train_api.py.)"""
+    warmup = {} if steps > 1 else {"warmup_steps": TrainConfig().warmup_steps}
+    cfg = tiny(slice_file, tmp_path, steps=steps, eval_every=1000, checkpoint_every=1000, **warmup)
     assert train(cfg, progress=False, say=quiet).status == "done"
     records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert [r["lr"] for r in records if "train_loss" in r] == pytest.approx(want, rel=1e-12)
@@ -314,11 +316,11 @@ def test_bad_data_fails_before_any_work(tmp_path):
 
 
 def test_resume_refuses_changed_settings_and_an_existing_run(slice_file, tmp_path):
-    train(tiny(slice_file, tmp_path, steps=1), progress=False, say=quiet)
+    train(tiny(slice_file, tmp_path, steps=2), progress=False, say=quiet)
     with pytest.raises(ValueError, match=r"--d-model \(saved 32, given 64\)"):
         train(resume=str(tmp_path), overrides={"d_model": 64}, progress=False, say=quiet)
     with pytest.raises(FileExistsError, match="already holds a run"):
-        train(tiny(slice_file, tmp_path, steps=1), progress=False, say=quiet)
+        train(tiny(slice_file, tmp_path, steps=2), progress=False, say=quiet)
 
 
 def test_resume_takes_a_flag_given_with_the_saved_value_and_only_the_safe_changes():

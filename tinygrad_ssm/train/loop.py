@@ -433,6 +433,8 @@ def train(cfg: TrainConfig | None = None, *, resume: str | None = None, override
                     status = "interrupted"
             return _finish(run, status, t_begin, say, sigint)
     except BaseException as e:
+        if run is not None and run.lock is not None:  # the folder free again now, not when the traceback goes (a
+            run.lock.release()                        # notebook keeps it: a resume elsewhere was refused)
         every_rank = isinstance(e, (TrainingDiverged, RanksDiverged)) or getattr(e, "raised_on_every_rank", False)
         if world.size > 1 and not every_rank:  # one rank's error ends the whole job: none is left waiting
             if isinstance(e, OSError):  # a file of this rank's own (rank 0's log or plot): one line, 74 as alone

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
+
 from ..distributed import World
 from . import checkpoint as ckpt
 from .checks import check_train_config, physical_memory_bytes, train_config_problems
@@ -21,6 +23,7 @@ def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple = (1, None
     all, and (name, ranks, memory) of each machine of the job (World.machines; None: this machine alone)."""
     if resume is None:
         cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
+        cfg.init_from_sha256 = None   # the files --init-from reads, hashed when the run starts (a value given was kept)
         for field in ("data", "val_data"):  # absolute, so that --resume works from any folder
             if getattr(cfg, field) is not None:
                 setattr(cfg, field, str(Path(getattr(cfg, field)).expanduser().absolute()))
@@ -35,9 +38,13 @@ def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple = (1, None
             if not others:
                 raise
             raise ValueError("\n  " + "\n  ".join([str(e), *others])) from None
-        check_train_config(cfg, tuple(overrides or {}), stop_at, 0, vocab_size=run_vocab_size(cfg), ranks=ranks[0],
-                           machines=ranks[1])
-        return cfg, None, None
+        # a field set in cfg was given as much as a flag: train(TrainConfig(warmup_steps=100, steps=4)) was shortened
+        check_train_config(cfg, tuple({**set_in_cfg, **(overrides or {})}), stop_at, 0, vocab_size=run_vocab_size(cfg),
+                           ranks=ranks[0], machines=ranks[1])
+        return _plain(cfg), None, None
+    if cfg is not None and cfg != TrainConfig():   # it was ignored: the run went on with its saved settings alone
+        raise ValueError("train(cfg, resume=...): a resumed run takes its saved settings, and those it may change as "
+                         "overrides={field: value} (the flags of `train --resume`); pass cfg=None")
     try:
         resume_dir = ckpt.resolve_checkpoint(resume)
     except ckpt.CheckpointNotFound as e:
@@ -59,7 +66,16 @@ def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple = (1, None
         cfg.out = str(ckpt.run_dir_of(resume_dir))
     check_train_config(cfg, tuple(overrides or {}), stop_at, state["step"], vocab_size=run_vocab_size(cfg, state),
                        ranks=ranks[0], machines=ranks[1])
-    return cfg, state, resume_dir
+    return _plain(cfg), state, resume_dir
+
+
+def _plain(cfg: TrainConfig) -> TrainConfig:
+    """NumPy numbers the checks took (np.int64(4) is an int) as Python's: the run's marker and log are JSON, where
+    one failed after the folder was made (an audit of train() from Python)."""
+    for field in dataclasses.fields(cfg):
+        if isinstance(value := getattr(cfg, field.name), np.generic):
+            setattr(cfg, field.name, value.item())
+    return cfg
 
 
 def resolve_on_root(cfg, resume, overrides, stop_at, say, world: World):

@@ -95,8 +95,8 @@ class RunFolderLock:
         self.release()
 
 
-# folders this process holds (a nested claim reuses the lock); weak, so that a lock nobody holds any more (a
-# training that raised) is released when it is collected
+# folders this process holds: a second claim of one is refused as another process's is (two threads training into
+# one folder mixed their logs and checkpoints); weak, so that a lock nobody holds any more is released when it goes
 _held: "weakref.WeakValueDictionary[str, RunFolderLock]" = weakref.WeakValueDictionary()
 
 
@@ -110,7 +110,8 @@ def lock_run_folder(out: str | os.PathLike) -> RunFolderLock:
     out = Path(out)
     held = _held.get(_key(out))
     if held is not None and held._fd is not None:
-        return held
+        raise RunFolderError(f"--out {str(out)!r} is in use by another training in this process (another thread, "
+                             f"or a train() that has not returned); wait for it to finish, or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_FILE
     try:
