@@ -96,7 +96,7 @@ def check_file_digests(checkpoint_dir, names=None, state: dict | None = None) ->
         require_regular_file(checkpoint_dir / STATE_FILE, "trainer state", CheckpointDamaged)  # a FIFO: never read
         try:
             state = json.loads((checkpoint_dir / STATE_FILE).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):
             return  # not a training checkpoint (or its state is unreadable: load_trainer_state names that)
     if isinstance(state, dict) and STATE_DIGEST in state and state[STATE_DIGEST] != state_digest(state):
         others = (f"resume from another checkpoint (this run's: {checkpoint_names(run_dir_of(checkpoint_dir))})"

@@ -295,8 +295,8 @@ def _parse_header(path: str, f):
     header_bytes = f.read(n)
     try:
         header = json.loads(header_bytes.decode("utf-8"), object_pairs_hook=_note_duplicate_keys)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise bad(f"the header is not valid JSON ({e})") from None
+    except (ValueError, RecursionError) as e:  # (an int of 5,000 digits, [[[...]]] 100,000 deep: bare errors before)
+        raise bad(f"the header is not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(header, dict):
         raise bad("the header is not a JSON object")
     if isinstance(header, _Duplicated):  # JSON keeps the last of two equal keys: which tensor is meant is ambiguous

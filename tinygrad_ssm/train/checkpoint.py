@@ -13,6 +13,7 @@ import shutil
 import warnings
 from pathlib import Path
 
+import numpy as np
 
 from ..autograd.args import is_integer, is_real_number
 from ..io.atomic_write import new_temporary_folder, write_atomic
@@ -143,7 +144,7 @@ def _state_of(checkpoint: Path) -> dict | None:
         return None
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):
         return None
     return state if isinstance(state, dict) else None
 
@@ -269,8 +270,8 @@ def load_trainer_state(checkpoint_dir: Path) -> dict:
     path = checkpoint_dir / STATE_FILE
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointNotFound(f"cannot read {str(path)!r}: {e}") from e
+    except (OSError, ValueError, RecursionError) as e:  # (ValueError: also an int past Python's 4,300 digits)
+        raise CheckpointNotFound(f"cannot read {str(path)!r}: {type(e).__name__}: {str(e)[:200]}") from e
     if not isinstance(state, dict):
         raise CheckpointNotFound(f"{str(path)!r} must hold a JSON object")
     if state.get("format_version") != FORMAT_VERSION:
@@ -302,6 +303,11 @@ def load_trainer_state(checkpoint_dir: Path) -> dict:
 def check_optimizer_steps(checkpoint_dir: Path, step: int, moments: dict) -> None:
     """Each parameter's AdamW step count is at most the checkpoint's step, and the largest is that step (every
     parameter with a gradient is updated at every step): a moment file from another checkpoint fails here."""
+    not_counts = [k for k, v in moments.items()                   # int() of a (2,) array: a bare TypeError out of
+                  if k.endswith("/step") and (np.ndim(v) != 0 or np.asarray(v).dtype.kind not in "iu")]   # the CLI
+    if not_counts:
+        raise CheckpointNotFound(f"{str(Path(checkpoint_dir) / OPTIMIZER_FILE)!r} is damaged: {not_counts[0]!r} is not "
+                                 f"a step count (a 0-d integer); resume from another checkpoint")
     counts = {int(v) for k, v in moments.items() if k.endswith("/step")}
     if counts and (max(counts) != step or min(counts) < 0):
         raise CheckpointNotFound(f"{str(Path(checkpoint_dir) / OPTIMIZER_FILE)!r} does not belong to step {step}: "

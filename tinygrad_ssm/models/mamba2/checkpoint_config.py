@@ -117,8 +117,9 @@ def read_config(directory) -> dict:
     try:
         with open(path, encoding="utf-8") as f:  # the json module reads the bare tokens Infinity / NaN itself
             raw = json.load(f, object_hook=_decode_floats)
-    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
-        raise PretrainedError(f"from_pretrained: {str(path)!r} is not valid JSON ({e})") from None
+    except (ValueError, RecursionError) as e:  # (a nesting past Python's depth was a bare RecursionError)
+        raise PretrainedError(f"from_pretrained: {str(path)!r} is not valid JSON ({type(e).__name__}: "
+                              f"{str(e)[:200]})") from None
     if not isinstance(raw, dict):
         raise PretrainedError(f"from_pretrained: {str(path)!r} must hold a JSON object")
     return raw

@@ -53,9 +53,9 @@ def _weight_files(directory: Path) -> tuple[list[Path], dict | None]:
         try:
             with open(index, encoding="utf-8") as f:
                 weight_map = json.load(f)["weight_map"]
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
             raise PretrainedError(f"from_pretrained: {str(index)!r} is not a JSON object with a 'weight_map' "
-                                  f"({type(e).__name__}: {e})") from None
+                                  f"({type(e).__name__}: {str(e)[:200]})") from None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise PretrainedError(f"from_pretrained: {str(index)!r}: 'weight_map' must map names to file names")
         if not weight_map:
@@ -344,9 +344,9 @@ def save_pretrained(model, directory, layout: str = "mamba_ssm", token_ids: dict
     if layout == "transformers":
         stored = dtype or str(model.varmap[EMBEDDING].data.dtype)
         text = json.dumps(transformers_config(model.config, stored, token_ids), indent=2)
-        write_atomic(directory / CONFIG_NAME, text + "\n")
-        model.varmap.save(directory / WEIGHTS_NAME, metadata={"format": "pt"},
-                          rename=lambda name: _stored_name(name, layout), dtype=dtype)
+        save_config_and_weights(directory, text, lambda: model.varmap.save(
+            directory / WEIGHTS_NAME, metadata={"format": "pt"}, rename=lambda name: _stored_name(name, layout),
+            dtype=dtype))
         return
     config = mamba_ssm_config(model.config)
     if "norm_epsilon" in config:
@@ -354,8 +354,23 @@ def save_pretrained(model, directory, layout: str = "mamba_ssm", token_ids: dict
                       f"not mamba_ssm's 1e-5: config.json gets 'norm_epsilon', which tinygrad_ssm reads and mamba_ssm "
                       f"does not (its MambaConfig refuses the key)", NotMambaSsmLoadableWarning, stacklevel=4)
     text = json.dumps(config, indent=2)
-    write_atomic(directory / CONFIG_NAME, text + "\n")
-    model.varmap.save(directory / WEIGHTS_NAME, metadata={"format": "pt"}, dtype=dtype)
+    save_config_and_weights(directory, text, lambda: model.varmap.save(directory / WEIGHTS_NAME,
+                                                                       metadata={"format": "pt"}, dtype=dtype))
+
+
+def save_config_and_weights(directory: Path, config_text: str, save_weights) -> None:
+    """config.json and the weights replaced together, as far as a folder allows: the new config written aside
+    first (a full disk fails there, before anything is replaced), the weights replaced (save_weights(): an atomic
+    write), then the config renamed over the old one. A save whose weights failed left the new config beside the
+    old weights, and from_pretrained loaded that mix without a word (an audit of the safetensors files)."""
+    pending = directory / f".{CONFIG_NAME}.pending"
+    write_atomic(pending, config_text + "\n")
+    try:
+        save_weights()
+        os.replace(pending, directory / CONFIG_NAME)
+    finally:
+        if os.path.lexists(pending):
+            os.unlink(pending)
 
 
 def prepare_save_folder(directory, tensors, dtype: str | None = None) -> Path:

@@ -14,10 +14,9 @@ from ...io.atomic_write import write_atomic
 from ...io.checkpoints import read_newest
 from ...io.safetensors import STORED_DTYPES, SafetensorsFile, save_file
 from ...registry import VarMap
-from .checkpoint_config import (CONFIG_NAME, TOKEN_ID_KEYS, PretrainedError, token_id, mamba_ssm_config, parse_config,
-                                read_config)
+from .checkpoint_config import (TOKEN_ID_KEYS, PretrainedError, token_id, mamba_ssm_config, parse_config, read_config)
 from .pretrained import (GENERATION_CONFIG_NAME, LAYOUTS, WEIGHTS_NAME, load_pretrained, prepare_save_folder, read_finite,
-                         resolve_pretrained_folder, save_pretrained)
+                         resolve_pretrained_folder, save_config_and_weights, save_pretrained)
 from .quantize import FORMATS, QuantizedWeight, quantize_model, quantized_names
 
 QUANTIZATION_KEY = "quantization"   # config.json: {"weights": "int8" | "bfloat16", "block": int (int8)}
@@ -39,8 +38,8 @@ def save_quantized(model, directory) -> None:
     first = next(iter(model.quantized.values()))
     config = mamba_ssm_config(model.config) | {QUANTIZATION_KEY: {"weights": model.weights_format,
                                                                   "block": first.block}}
-    write_atomic(directory / CONFIG_NAME, json.dumps(config, indent=2) + "\n")
-    save_file(directory / WEIGHTS_NAME, arrays, metadata={"format": "pt"})
+    save_config_and_weights(directory, json.dumps(config, indent=2),
+                            lambda: save_file(directory / WEIGHTS_NAME, arrays, metadata={"format": "pt"}))
 
 
 def load_quantized(cls, directory, raw: dict, dtype, backend, fused):
