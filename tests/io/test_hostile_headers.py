@@ -68,3 +68,15 @@ def test_a_save_whose_weights_fail_leaves_the_folder_as_it_was(tmp_path, monkeyp
     monkeypatch.undo()
     second.save_pretrained(tmp_path / "m")
     assert json.loads((tmp_path / "m" / "config.json").read_text())["ssm_cfg"]["chunk_size"] == 32
+
+
+@pytest.mark.parametrize("shape", [[1] * 65 + [2], [0, 2 ** 63, 2]])
+def test_a_shape_numpy_cannot_hold_is_named_as_the_files(tmp_path, shape):
+    """65 axes, or a zero-size tensor with an axis of 2**63, passed the checks and failed reading with NumPy's
+    'maximum supported dimension' or 'array is too big', naming neither the file nor the tensor."""
+    size = 8 if 0 not in shape else 0
+    header = json.dumps({"w": {"dtype": "F32", "shape": shape, "data_offsets": [0, size]}}).encode()
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * size)
+    with pytest.raises(CheckpointError, match=r"m.safetensors.*tensor 'w': shape .* at most 64 axes below 2\*\*63"):
+        load_file(path)

@@ -321,6 +321,9 @@ def _parse_header(path: str, f):
             raise bad(f"tensor {name!r} has dtype {tag!r}, which is not supported (supported: {', '.join(_DTYPES)})")
         if not all(_is_index(d) for d in shape) or not all(_is_index(o) for o in (begin, end)):
             raise bad(f"tensor {name!r}: shape {list(shape)} and data_offsets {[begin, end]} must be integers >= 0")
+        if len(shape) > 64 or any(d >= 2 ** 63 for d in shape):  # NumPy's limits (the library's: a usize each):
+            raise bad(f"tensor {name!r}: shape {list(shape)[:8]}{'...' if len(shape) > 8 else ''} has "  # a raw
+                      f"{len(shape)} axes or an axis of 2**63 or more; at most 64 axes below 2**63")  # NumPy error
         itemsize = _UNREADABLE[tag] if tag in _UNREADABLE else _DTYPES[tag].itemsize
         expected = math.prod(shape) * itemsize  # Python ints: [2**32, 2**32] cannot wrap around
         if not 0 <= begin <= end or end - begin != expected:
