@@ -90,3 +90,14 @@ def test_the_folder_is_free_once_train_raised_and_provenance_is_not_taken_from_t
     assert cli.main(["train", "--resume", str(out), "--no-progress"]) == cli.EXIT_OK
     saved = json.loads((out / "tinygrad_ssm_run.json").read_text())
     assert saved["train_config"]["init_from_sha256"] is None, saved
+
+
+def test_out_may_be_a_path_as_data_may(corpus, tmp_path):
+    """out=Path(...) was refused as 'not a string' where data, val_data and init_from take a Path."""
+    cfg = tiny(corpus, tmp_path / "run")
+    cfg.out, cfg.data = tmp_path / "run", corpus
+    assert train(cfg, progress=False, say=quiet).status == "done"
+    assert isinstance(cfg.out, type(tmp_path))                         # the caller's cfg as it was
+    assert train(resume=str(tmp_path / "run"), overrides={"out": tmp_path / "on", "steps": 4}, progress=False,
+                 say=quiet).status == "done"
+    assert (tmp_path / "on" / "checkpoints" / "LATEST").is_file()

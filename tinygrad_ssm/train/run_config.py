@@ -4,6 +4,7 @@ MPI, the ranks in all and each machine's ranks and memory; resolved on rank 0 al
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,10 @@ def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple = (1, None
     """The run's config: the saved one (checked against `overrides`) with `resume`, else cfg + overrides;
     every flag checked (train/checks.py), `stop_at` against the steps done and to do. `ranks`: the MPI ranks in
     all, and (name, ranks, memory) of each machine of the job (World.machines; None: this machine alone)."""
+    # a Path as out is a str, as data and init_from take one (out=Path(...) was refused as "not a string")
+    overrides = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in (overrides or {}).items()}
+    if cfg is not None and isinstance(cfg.out, os.PathLike):
+        cfg = dataclasses.replace(cfg, out=os.fspath(cfg.out))
     if resume is None:
         cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
         cfg.init_from_sha256 = None   # the files --init-from reads, hashed when the run starts (a value given was kept)
