@@ -59,7 +59,8 @@ class Function:
         arrays = [t.data if isinstance(t, Tensor) else t for t in inputs]
         record = is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in inputs)
         # which inputs get a gradient, known to forward too (as torch's ctx.needs_input_grad; it was empty there)
-        ctx.needs_input_grad = tuple(record and isinstance(t, Tensor) and t.requires_grad for t in inputs)
+        ctx.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs) if record else \
+            (False,) * len(inputs)
         out_data = ctx.forward(*arrays, **kwargs)
         several = isinstance(out_data, tuple)
         # an output that is no float (a custom Function's mask) is not differentiable: it requires no grad, as torch
@@ -120,7 +121,7 @@ class Function:
 
 
 def _is_float(array) -> bool:
-    return (array.dtype if isinstance(array, np.ndarray) else np.asarray(array).dtype).kind == "f"
+    return (array if isinstance(array, np.ndarray) else np.asarray(array)).dtype.kind == "f"
 
 
 def gradient_slot(t: Tensor, dtype) -> np.ndarray | None:

@@ -632,8 +632,8 @@ BUGS = [
         ("tests/autograd/test_api_edges.py",), "backward([None, 1.]) seeds NaN, backward('3') 3.0"),
     Bug(A + "backward.py", "    elif held.shape != grad.shape:", "    elif False:",
         ("tests/autograd/test_api_edges.py",), "a stale .grad of another shape is broadcast into the new gradient"),
-    Bug(A + "function.py", "        ctx.needs_input_grad = tuple(record and isinstance(t, Tensor) and t.requires_grad for t in inputs)\n        out_data = ctx.forward(*arrays, **kwargs)\n",
-        "        out_data = ctx.forward(*arrays, **kwargs)\n        ctx.needs_input_grad = tuple(record and isinstance(t, Tensor) and t.requires_grad for t in inputs)\n",
+    Bug(A + "function.py", "        ctx.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs) if record else \\\n            (False,) * len(inputs)\n        out_data = ctx.forward(*arrays, **kwargs)\n",
+        "        out_data = ctx.forward(*arrays, **kwargs)\n        ctx.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs) if record else \\\n            (False,) * len(inputs)\n",
         ("tests/autograd/test_api_edges.py",), "needs_input_grad is empty inside a custom Function's forward"),
 ]
 
