@@ -6,6 +6,7 @@ import weakref
 
 import numpy as np
 
+from .dtypes import is_float
 from .grad_mode import is_grad_enabled
 from .tensor import Tensor
 
@@ -121,7 +122,7 @@ class Function:
 
 
 def _is_float(array) -> bool:
-    return (array if isinstance(array, np.ndarray) else np.asarray(array)).dtype.kind == "f"
+    return is_float(np.asarray(array).dtype)
 
 
 def gradient_slot(t: Tensor, dtype) -> np.ndarray | None:

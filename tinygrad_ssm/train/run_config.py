@@ -27,7 +27,7 @@ def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple = (1, None
     if cfg is not None and isinstance(cfg.out, os.PathLike):
         cfg = dataclasses.replace(cfg, out=os.fspath(cfg.out))
     if resume is None:
-        cfg = dataclasses.replace(cfg or TrainConfig(), **(overrides or {}))
+        cfg = dataclasses.replace(cfg or TrainConfig(), **overrides)
         cfg.init_from_sha256 = None   # the files --init-from reads, hashed when the run starts (a value given was kept)
         for field in ("data", "val_data"):  # absolute, so that --resume works from any folder
             if getattr(cfg, field) is not None:
@@ -36,16 +36,17 @@ def resolve_config(cfg, resume, overrides, stop_at, say, ranks: tuple = (1, None
         # Python): --init-from then neither replaces its tokenizer nor lets its shape pass unchecked
         default = TrainConfig()
         set_in_cfg = {k: v for k, v in dataclasses.asdict(cfg).items() if v != getattr(default, k)}
+        # a field set in cfg was given as much as a flag: train(TrainConfig(warmup_steps=100, steps=4)) was shortened
+        given = {**set_in_cfg, **overrides}
         try:
-            resolve_starting_point(cfg, {**set_in_cfg, **(overrides or {})}, say)
+            resolve_starting_point(cfg, given, say)
         except (ValueError, ckpt.CheckpointNotFound) as e:  # said with the other flags' problems, not before them
-            others = train_config_problems(cfg, tuple(overrides or {}), stop_at, machine=False)
+            others = train_config_problems(cfg, tuple(given), stop_at, machine=False)
             if not others:
                 raise
             raise ValueError("\n  " + "\n  ".join([str(e), *others])) from None
-        # a field set in cfg was given as much as a flag: train(TrainConfig(warmup_steps=100, steps=4)) was shortened
-        check_train_config(cfg, tuple({**set_in_cfg, **(overrides or {})}), stop_at, 0, vocab_size=run_vocab_size(cfg),
-                           ranks=ranks[0], machines=ranks[1])
+        check_train_config(cfg, tuple(given), stop_at, 0, vocab_size=run_vocab_size(cfg), ranks=ranks[0],
+                           machines=ranks[1])
         return _plain(cfg), None, None
     if cfg is not None and cfg != TrainConfig():   # it was ignored: the run went on with its saved settings alone
         raise ValueError("train(cfg, resume=...): a resumed run takes its saved settings, and those it may change as "
