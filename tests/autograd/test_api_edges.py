@@ -136,3 +136,29 @@ def test_a_custom_functions_forward_knows_which_inputs_get_a_gradient():
     with no_grad():
         Probe.apply(a, b)
     assert seen == [(True, False), (False, False)] and a.grad.data.tolist() == [2.0]
+
+
+def test_pickle_drops_grad_and_assigned_grads_must_be_arrays():
+    """pickle kept .grad (torch drops it); `.grad = [1., 2.]` or `= 3.0` was wrapped silently (torch: TypeError);
+    a NumPy array stays accepted, the engine's storage."""
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (x * 3).sum().backward()
+    back = pickle.loads(pickle.dumps(x))
+    assert back.grad is None and back.requires_grad and x.grad.data.tolist() == [3.0, 3.0]
+    for wrong in ([1.0, 2.0], 3.0, (1.0, 2.0)):
+        with pytest.raises(TypeError, match=f"grad: assigned grad must be a Tensor.*got {type(wrong).__name__}"):
+            x.grad = wrong
+    assert x.grad.data.tolist() == [3.0, 3.0]          # unchanged by the refused assignments
+    x.grad = np.array([5.0, 6.0])
+    assert isinstance(x.grad, Tensor) and x.grad.data.tolist() == [5.0, 6.0] and not x.grad.requires_grad
+
+
+def test_abs_and_unary_plus_as_torch():
+    """abs(t) and +t had no dunders (TypeError); torch: abs is the op, +t is t itself, a bool tensor refused."""
+    x = Tensor(np.array([-1.5, 2.0]), requires_grad=True)
+    y = abs(x)
+    y.sum().backward()
+    assert y.data.tolist() == [1.5, 2.0] and x.grad.data.tolist() == [-1.0, 1.0]
+    assert +x is x and abs(Tensor(np.array([-3, 4]))).data.tolist() == [3, 4]
+    with pytest.raises(TypeError, match=r"\+t: unary \+ is not defined for a bool tensor"):
+        +Tensor(np.array([True]))

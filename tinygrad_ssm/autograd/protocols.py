@@ -118,16 +118,40 @@ def contains(t: Tensor, element) -> bool:
     return bool((t == element).data.any())
 
 
+def assigned_grad(t: Tensor, value) -> Tensor:
+    """`t.grad = value`, checked: a Tensor (or the engine's storage, a NumPy array) of t's shape and dtype, since
+    later gradients are summed into it in its dtype (torch refuses both too); kept detached. A list or a number is
+    refused, as torch's, where it was wrapped silently."""
+    if not isinstance(value, (Tensor, np.ndarray)):
+        raise TypeError(f"grad: assigned grad must be a Tensor, a NumPy array or None, got {type(value).__name__}")
+    value = value if isinstance(value, Tensor) else Tensor(value)
+    if value.shape != t.shape:
+        raise ValueError(f"grad: assigned grad has shape {value.shape} but the tensor has shape {t.shape}")
+    if value.dtype != t.dtype:
+        raise TypeError(f"grad: assigned grad has dtype {value.dtype} but the tensor has dtype {t.dtype}; "
+                        f"convert it first (e.g. grad.astype('{t.dtype}'))")
+    return value.detach()
+
+
+def positive(t: Tensor) -> Tensor:
+    """+t: t itself, as torch's (not a copy); a bool tensor is refused, as NumPy and torch refuse it."""
+    if t.dtype == np.bool_:
+        raise TypeError("+t: unary + is not defined for a bool tensor (NumPy and torch refuse it too); use t")
+    return t
+
+
 _NOT_COPIED = ("_ctx", "_hooks", "_grad_hooks")   # the graph (weak references to its outputs) and the hooks
 
 
 def pickled_state(t: Tensor) -> dict:
-    """What pickle keeps of a tensor, as torch's: its array, dtype, requires_grad and .grad, as a leaf (an op's
-    output comes back a leaf); hooks are not kept, with a warning. (Its graph's weak references failed pickle.)"""
+    """What pickle keeps of a tensor, as torch's: its array, dtype and requires_grad, as a leaf (an op's output
+    comes back a leaf); not .grad (torch drops it too) nor hooks (with a
+    warning). (Its graph's weak references failed pickle.)"""
     if t._hooks or t._grad_hooks:
         warnings.warn("pickle: the hooks registered on this tensor are not pickled (as torch's)", UserWarning,
                       stacklevel=3)
-    return {**{k: v for k, v in t.__dict__.items() if k not in _NOT_COPIED}, "_ctx": None, "_retains_grad": False}
+    return {**{k: v for k, v in t.__dict__.items() if k not in _NOT_COPIED}, "_ctx": None, "_retains_grad": False,
+            "_grad": None}
 
 
 def deep_copy(t: Tensor, memo: dict) -> Tensor:

@@ -197,16 +197,8 @@ class Tensor:
         return self._grad
 
     @grad.setter
-    def grad(self, value):
-        if value is not None:
-            value = value if isinstance(value, Tensor) else Tensor(value)
-            if value.shape != self.shape:
-                raise ValueError(f"grad: assigned grad has shape {value.shape} but the tensor has shape {self.shape}")
-            if value.dtype != self.dtype:  # later gradients are summed into it, in its dtype (torch refuses too)
-                raise TypeError(f"grad: assigned grad has dtype {value.dtype} but the tensor has dtype {self.dtype}; "
-                                f"convert it first (e.g. grad.astype('{self.dtype}'))")
-            value = value.detach()
-        self._grad = value
+    def grad(self, value):   # checked: shape, dtype, type (protocols.assigned_grad)
+        self._grad = None if value is None else P.assigned_grad(self, value)
 
     def detach(self) -> "Tensor":
         """A tensor on the same storage (and version counter) that is cut from the graph: gradients
@@ -385,6 +377,7 @@ class Tensor:
     def __pow__(self, o): return F.pow(self, o)
     def __rpow__(self, o): return F.pow(o, self)
     def __neg__(self): return F.neg(self)
+    def __pos__(self): return P.positive(self)
     def __matmul__(self, o): return F.matmul(self, o)
     def __rmatmul__(self, o): return F.matmul(o, self)
     def __getitem__(self, index): return F.getitem(self, index)
@@ -409,6 +402,7 @@ class Tensor:
     def sqrt(self): return F.sqrt(self)
     def rsqrt(self): return F.rsqrt(self)
     def abs(self): return F.abs(self)
+    __abs__ = abs
     def tanh(self): return F.tanh(self)
     def sigmoid(self): return F.sigmoid(self)
     def silu(self): return F.silu(self)

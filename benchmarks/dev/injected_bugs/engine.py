@@ -255,7 +255,7 @@ BUGS = [
         "            if g is not None and o._hooks:  # o's gradient is complete: its hooks may replace it (hooks.py)\n"
         "                out_grads[i] = g = run_hooks(o, g)\n",
         AUTOGRAD, "a retained .grad is taken before the tensor's hooks replace the gradient"),
-    Bug(A + "tensor.py", "            value = value.detach()\n        self._grad = value", "        self._grad = value",
+    Bug(A + "protocols.py", "    return value.detach()\n\n\ndef positive", "    return value\n\n\ndef positive",
         AUTOGRAD, "an assigned .grad keeps its graph (it is not detached)"),
     Bug(A + "tensor.py", 'seed = _to_array(gradient, self.dtype, ("backward", "gradient"))', 'seed = _to_array(gradient, None, ("backward", "gradient"))',
         AUTOGRAD, "backward(gradient=[...]) of a float64 output seeds in float32"),
@@ -635,5 +635,12 @@ BUGS = [
     Bug(A + "function.py", "        ctx.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs) if record else \\\n            (False,) * len(inputs)\n        out_data = ctx.forward(*arrays, **kwargs)\n",
         "        out_data = ctx.forward(*arrays, **kwargs)\n        ctx.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs) if record else \\\n            (False,) * len(inputs)\n",
         ("tests/autograd/test_api_edges.py",), "needs_input_grad is empty inside a custom Function's forward"),
+    Bug(A + "protocols.py", '            "_grad": None}', '            }',
+        ("tests/autograd/test_api_edges.py",), "pickle keeps .grad (torch drops it)"),
+    Bug(A + "protocols.py", "    if not isinstance(value, (Tensor, np.ndarray)):\n        raise TypeError(f\"grad: assigned",
+        "    if False:\n        raise TypeError(f\"grad: assigned",
+        ("tests/autograd/test_api_edges.py",), "t.grad = [1., 2.] is wrapped silently"),
+    Bug(A + "protocols.py", "    if t.dtype == np.bool_:\n        raise TypeError(\"+t:", "    if False:\n        raise TypeError(\"+t:",
+        ("tests/autograd/test_api_edges.py",), "+t on a bool tensor gives it back"),
 ]
 
