@@ -1,6 +1,7 @@
 """A run's optimizers (tinygrad_ssm/train/optimizers.py): AdamW with the run's settings, weight decay on the
 matrices only, and their state through a checkpoint's flat dict."""
 import numpy as np
+import pytest
 
 from tinygrad_ssm import VarMap
 from tinygrad_ssm.models.mamba2 import Mamba2Config, Mamba2LMHeadModel
@@ -61,3 +62,16 @@ def test_a_checkpoint_saved_before_parameter_groups_resumes():
     again = flat_optimizer_state(restored)
     assert again.keys() == flat.keys() and all(np.array_equal(again[k], flat[k]) for k in flat)
     assert restored["decay"].lr == 1e-3 and restored["decay"].weight_decay == 0.25
+
+
+def test_a_flat_state_with_a_stray_group_or_a_refused_key_names_the_source_and_prefix():
+    """A key of no optimizer ("momentum/...") was skipped silently; one an optimizer refused was named without its
+    group's prefix and without the file it came from."""
+    optimizers = build_optimizers(_model(), TrainConfig())
+    flat = flat_optimizer_state(optimizers)
+    with pytest.raises(ValueError, match=r"'F' does not fit this run's optimizers \(decay, no_decay\): unexpected "
+                                         r"key 'momentum/state/x/buf'"):
+        load_flat_optimizer_state(optimizers, {**flat, "momentum/state/x/buf": np.zeros(1)}, "'F'")
+    with pytest.raises(ValueError, match=r"(?s)'F' does not fit this run's optimizers: its keys 'no_decay/'...: .*"
+                                         r"unexpected key 'state/nothing/exp_avg'"):
+        load_flat_optimizer_state(optimizers, {**flat, "no_decay/state/nothing/exp_avg": np.zeros(1)}, "'F'")

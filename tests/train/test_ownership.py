@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
+from tinygrad_ssm.io.safetensors import load_file, save_file
 from tinygrad_ssm.train import checkpoint as ckpt
 from tinygrad_ssm.train import cli
 from tinygrad_ssm.train.loop import train
@@ -266,3 +267,19 @@ def test_pruning_keeps_the_newest_by_step_number_past_six_digits(tmp_path):
         (folder / ckpt.STATE_FILE).write_text(json.dumps({"run_id": "ours"}))
     ckpt._prune(root, 2, current="step-1000000", run_id="ours")
     assert sorted(p.name for p in root.iterdir()) == ["step-1000000", "step-999999"]
+
+
+def test_an_optimizer_file_whose_moments_do_not_fit_names_the_file(run, capsys):
+    """A moment of another shape or an unexpected key was refused naming the key alone ('decay/state/...'), not
+    the file it came from."""
+    moments_file = run / "checkpoints" / "step-000002" / "optimizer.safetensors"
+    moments = load_file(moments_file)
+    key = sorted(k for k in moments if k.endswith("/exp_avg") and moments[k].ndim == 2)[0]
+    moments[key] = moments[key][:, :-1].copy()
+    save_file(moments_file, moments)
+    forget_digest(moments_file.parent, moments_file.name)   # its values checked, not its bytes
+    log_before = (run / "log.jsonl").read_bytes()
+    assert cli.main(["train", "--resume", str(run), "--no-progress"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"{str(moments_file)!r} does not fit this run's optimizers" in err and key.split("/", 1)[1] in err, err
+    assert (run / "log.jsonl").read_bytes() == log_before

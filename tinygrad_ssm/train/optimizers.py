@@ -33,7 +33,16 @@ def flat_optimizer_state(optimizers: dict) -> dict:
     return flat
 
 
-def load_flat_optimizer_state(optimizers: dict, flat: dict) -> None:
+def load_flat_optimizer_state(optimizers: dict, flat: dict, source: str = "the optimizer state") -> None:
+    """flat_optimizer_state's dict back into `optimizers`; a key of no optimizer, or a state one refuses, is a
+    ValueError naming `source` (the file) and the key with its optimizer's prefix."""
+    strays = sorted(k for k in flat if k.partition("/")[0] not in optimizers)
+    if strays:
+        raise ValueError(f"{source} does not fit this run's optimizers ({', '.join(optimizers)}): unexpected "
+                         f"key{'s' * (len(strays) > 1)} {', '.join(map(repr, strays[:3]))}")
     for group, opt in optimizers.items():
         prefix = f"{group}/"
-        opt.load_state_dict({k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)})
+        try:
+            opt.load_state_dict({k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)})
+        except (TypeError, ValueError) as e:   # its message names the keys without the prefix
+            raise ValueError(f"{source} does not fit this run's optimizers: its keys {prefix!r}...: {e}") from e

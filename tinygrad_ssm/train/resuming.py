@@ -20,7 +20,7 @@ def restore(run, state: dict, resume_dir: Path | None) -> None:
         moments = ckpt.load_optimizer_state(resume_dir)
         ckpt.check_loaded_state(resume_dir, ckpt.OPTIMIZER_FILE, moments.items())
         ckpt.check_optimizer_steps(resume_dir, state["step"], moments)
-        load_flat_optimizer_state(run.optimizers, moments)
+        load_flat_optimizer_state(run.optimizers, moments, repr(str(resume_dir / ckpt.OPTIMIZER_FILE)))
         run.log.resume_at(state["step"], newest_saved_step(run.out))
     run.sampler.load_state_dict(state["sampler"])
     run.step, run.tokens, run.train_s = state["step"], state["tokens"], state["train_s"]
