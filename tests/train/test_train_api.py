@@ -101,3 +101,14 @@ def test_out_may_be_a_path_as_data_may(corpus, tmp_path):
     assert train(resume=str(tmp_path / "run"), overrides={"out": tmp_path / "on", "steps": 4}, progress=False,
                  say=quiet).status == "done"
     assert (tmp_path / "on" / "checkpoints" / "LATEST").is_file()
+
+
+def test_the_result_says_at_which_step_its_val_bpb_was_measured(corpus, tmp_path):
+    """TrainResult gave val_bpb without its step: a run stopped at step 3 held step 2's validation as if of 3."""
+    out = tmp_path / "run"
+    stopped = train(tiny(corpus, out, steps=4, eval_every=2), stop_at=3, progress=False, say=quiet)
+    assert (stopped.status, stopped.step, stopped.val_step) == ("stopped", 3, 2) and stopped.val_bpb is not None
+    done = train(resume=str(out), progress=False, say=quiet)
+    assert (done.status, done.step, done.val_step) == ("done", 4, 4)
+    logged = [r for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "val_bpb" in r]
+    assert [(r["step"], r["val_bpb"]) for r in logged][-1] == (4, done.val_bpb)

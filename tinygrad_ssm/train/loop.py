@@ -84,6 +84,7 @@ class TrainResult:
     plot: Path | None = None
     best: tuple[Path, float] | None = None  # (folder, bits per byte): the best validation of a checkpoint's own step
     sample: str | None = None
+    val_step: int | None = None  # the step val_bpb was measured at (a stopped run's may be an earlier one)
 
 
 def default_out_dir() -> str:
@@ -334,7 +335,8 @@ def _finish(run: _Run, status: str, t_begin: float, say, sigint=None) -> TrainRe
     result = TrainResult(status, run.step, run.out, run.last_ckpt, run.val_bpb, run.loss_val, run.tokens,
                          time.perf_counter() - t_begin, run.train_s,
                          run.tokens / run.train_s if run.train_s else 0.0, run.val_unigram, plot,
-                         best=ckpt.best_checkpoint(run.out, run.run_id) if run.world.is_root else None)
+                         best=ckpt.best_checkpoint(run.out, run.run_id) if run.world.is_root else None,
+                         val_step=run.val_step)
     if status == "done" and run.world.is_root:
 
         val_text = run.corpus.val if run.corpus.val_text is None else np.frombuffer(run.corpus.val_text, np.uint8)
