@@ -180,3 +180,18 @@ def test_parameters_frozen_on_purpose_are_named_and_the_verdict_is_ok():
     assert "frozen, as asked" in str(report) and "FROZEN" not in str(report)
     with pytest.raises(ValueError, match=r"frozen names \['embedding'\], not in the registry .* varmap.names\(\)"):
         gradient_report(loss, vm, frozen=["embedding"])
+
+
+@pytest.mark.parametrize("scale", [1e200, 1e-170, 1.0])
+def test_float64_norms_past_the_range_of_their_squares_are_reported_as_they_are(scale):
+    """A float64 gradient of 1e200 was reported with norm inf and one of 1e-170 with 0 (their squares overflow or
+    underflow), both beside status ok, with an overflow warning."""
+    vm = VarMap(seed=0)
+    w = VarBuilder(vm, dtype="float64").get((4,), "w", init=lambda shape, rng, dtype: np.ones(shape, dtype))
+    coefficients = np.array([3.0, -4.0, 12.0, 0.0]) * scale     # the gradient; its norm is 13 x scale
+    loss = (w * tg.Tensor(coefficients)).sum()
+    loss.backward()
+    with np.errstate(all="raise"):
+        report = gradient_report(loss, vm)
+    (row,) = report.rows
+    assert row.status == "ok" and row.grad_norm == pytest.approx(13.0 * scale, rel=1e-14)

@@ -174,6 +174,16 @@ def _attribute_names(root, wanted: set, root_name="model", max_depth=8) -> dict:
     return found
 
 
+
+def _norm(a: np.ndarray) -> float:
+    """The 2-norm of `a` in float64, its entries divided by the largest |a| first: squared as they are, a float64
+    gradient past ~1e154 gave inf and one below ~1e-162 gave 0 (status "ok" beside either). NaN and inf as they are."""
+    largest = float(np.max(np.abs(a), initial=0.0))   # NaN if any entry is
+    if not 0.0 < largest < np.inf:
+        return largest
+    return largest * float(np.sqrt(np.sum(np.square(a.astype(np.float64) / largest))))
+
+
 def gradient_report(loss: Tensor, varmap, model=None, frozen=()) -> GradientReport:
     """Check gradient flow after `loss.backward()`.
 
@@ -195,7 +205,7 @@ def gradient_report(loss: Tensor, varmap, model=None, frozen=()) -> GradientRepo
     rows = []
     for name, t in varmap.named_vars():
         grad = t._grad  # a leaf's own gradient (the .grad property would warn on a non-leaf)
-        norm = None if grad is None else float(np.sqrt(np.sum(np.square(grad.data, dtype=np.float64))))
+        norm = None if grad is None else _norm(grad.data)
         if not t.requires_grad:
             status = FROZEN_AS_ASKED if name in frozen else FROZEN
         elif grad is None:
