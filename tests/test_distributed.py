@@ -6,6 +6,7 @@ another world size; a failing rank ends the whole job; bad launches fail clearly
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -283,3 +284,35 @@ def test_a_launcher_size_that_mpi_does_not_see_is_refused(corpus, tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "PMI_SIZE=2 says a launcher started 2 processes, but MPI sees this one alone" in proc.stderr
     assert not out.exists()
+
+
+@needs_mpi
+def test_the_python_apis_edges_are_told_on_every_rank():
+    """An audit's cases (tests/mpi_scripts/api_edges.py): a frozen parameter failed GradientAllreducer's
+    construction; a reducer dropped without close() went on sending (its hooks kept it alive); a .grad changed on
+    rank 0 alone raised there alone (rank 1 hung); ranks with other parameters or optimizers hung, were broadcast
+    into silently, or made MPICH abort the job in check_same_weights (a (3, 2) against a (2, 3) passed)."""
+    cases = ["frozen", "dropped", "changed", "extra", "shape", "optimizer", "count", "transposed"]
+    proc = mpirun(2, [SCRIPTS / "api_edges.py", *cases], timeout=90)
+    said = {}
+    for rank, case, text in re.findall(r"rank (\d): (\w+): (.*?)(?=rank \d: \w+: |\n|$)", proc.stdout):
+        said.setdefault(case, {}).setdefault(int(rank), []).append(text)
+    assert proc.returncode == 0 and set(said) == set(cases), (proc.stdout[-3000:], proc.stderr[-3000:])
+    for case in cases:
+        assert said[case].keys() == {0, 1}, (case, said[case])              # told on both ranks
+    for rank in (0, 1):
+        assert said["frozen"][rank][0] == "frozen ok [1.5, 1.5, 1.5, 1.5] None"   # mean of 1 and 2, none for it
+        assert "p0 had requires_grad False when the reducer was built" in said["frozen"][rank][1]
+        assert said["dropped"][rank] == ["dropped ok [1.5, 1.5, 1.5]", "no error"]
+        assert "was replaced or changed after backward()" in said["changed"][rank][0]
+        assert f"the .grad of {'p0' if rank == 0 else 'parameters on rank(s) [0]'} was" in said["changed"][rank][0]
+    expected = {"extra": "broadcast_weights_and_optimizers: rank(s) [1] hold other parameters or optimizers than "
+                         "rank 0 (2 parameters there, 1 on rank 0)",
+                "shape": "(parameter 'p0' (3,) float32 there, 'p0' (1,) float32 on rank 0)",
+                "optimizer": "(optimizer 'all': SGD of 1 parameters there, AdamW of 1 on rank 0)",
+                "count": "check_same_weights: rank(s) [1] hold other parameters or optimizers than rank 0 (2 "
+                         "parameters there, 1 on rank 0)",
+                "transposed": "(parameter 'p0' (3, 2) float32 there, 'p0' (2, 3) float32 on rank 0)"}
+    for case, words in expected.items():
+        for rank in (0, 1):
+            assert said[case][rank][0].startswith("RanksDisagree: ") and words in said[case][rank][0], said[case]

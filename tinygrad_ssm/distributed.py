@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 import zlib
 from dataclasses import dataclass
 
@@ -308,6 +309,12 @@ class GradientAllreducer:
         if not named:
             raise ValueError("GradientAllreducer: no parameters to average (an empty VarMap or list); pass the model's "
                              "VarMap, e.g. GradientAllreducer(model.varmap, world), once its layers are built")
+        # frozen parameters are left out, as torch's DDP leaves them: no hook goes on them and no zeros are sent for
+        # them each step; finish() refuses one unfrozen since, whose gradient would not be averaged
+        self._frozen = [(name, p) for name, p in named if not p.requires_grad]
+        named = [(name, p) for name, p in named if p.requires_grad]
+        if not named:
+            raise ValueError("GradientAllreducer: every parameter is frozen (requires_grad False): nothing to average")
         self.world, self.overlap, self.buckets, self._where = world, overlap, [], {}
         current = []
         for name, p in reversed(named):  # the last layers' gradients are final first in the backward walk
@@ -321,8 +328,12 @@ class GradientAllreducer:
             for i, (_, p) in enumerate(bucket.named):
                 self._where[id(p)] = (b, i)
         self._check_same_buckets()
-        self._handles = [p.register_post_accumulate_grad_hook(self._grad_ready)
-                         for _, p in named] if overlap and world.size > 1 else []
+        # the hooks hold the reducer weakly: one dropped without close() (a new one built per epoch) was kept alive by
+        # them, its hooks still sending every backward's gradients (Iallreduces no one waited for) and raising
+        ready = weakref.WeakMethod(self._grad_ready)
+        handles = [p.register_post_accumulate_grad_hook(lambda leaf: ready()(leaf))
+                   for _, p in named] if overlap and world.size > 1 else []
+        self._remove_hooks = weakref.finalize(self, _remove_all, handles)   # on close(), or when it is dropped
         self._next, self._seen, self.last_finish_s, self.last_launched_early = 0, {}, 0.0, 0
         self._held = False  # inside no_sync(): a backward's gradients stay in .grad, unsent
 
@@ -389,6 +400,11 @@ class GradientAllreducer:
         from mpi4py import MPI
 
         t0 = time.perf_counter()
+        unfrozen = [name for name, p in self._frozen if p.grad is not None]
+        if unfrozen:   # the ranks froze the same parameters (_check_same_buckets): all of them raise here
+            raise RuntimeError(f"GradientAllreducer: {', '.join(unfrozen[:3])} had requires_grad False when the "
+                               f"reducer was built, so it does not average their gradients; build a new one "
+                               f"after unfreezing (or set their .grad to None)")
         self.last_launched_early = self._next  # buckets whose allreduce the backward already started
         for bucket in self.buckets:
             for i, (_, p) in enumerate(bucket.named):
@@ -398,6 +414,8 @@ class GradientAllreducer:
         self._launch_ready()
         MPI.Request.Waitall([b.request for b in self.buckets])
         changed = self._changed_since_sent()
+        if self.overlap:   # each rank's count: the error is raised on every rank, none goes on alone and waits
+            counts = self.world.sum(np.eye(self.world.size)[self.world.rank] * len(changed))
         for bucket in self.buckets:
             values = bucket.buffer[:bucket.n_values] / self.world.size  # the mean over ranks, a fresh array
             for i, (_, p) in enumerate(bucket.named):
@@ -406,14 +424,17 @@ class GradientAllreducer:
             bucket.pending, bucket.request = len(bucket.named), None
         self._next, self._seen = 0, {}
         self.last_finish_s = time.perf_counter() - t0
-        if changed:
-            raise RuntimeError(
-                f"GradientAllreducer(overlap=True): the .grad of {', '.join(changed[:3])}"
-                f"{f' and {len(changed) - 3} more' if len(changed) > 3 else ''} was replaced or changed after "
+        if self.overlap and counts.any():
+            where = (f"{', '.join(changed[:3])}{f' and {len(changed) - 3} more' if len(changed) > 3 else ''}"
+                     if changed else f"parameters on rank(s) {np.flatnonzero(counts).tolist()}")
+            error = RuntimeError(
+                f"GradientAllreducer(overlap=True): the .grad of {where} was replaced or changed after "
                 f"backward() had sent it to the other ranks, before finish(): with overlap each gradient is sent "
                 f"during backward(), so that change was not averaged (every .grad now holds the mean of the "
                 f"gradients as backward() left them). Change the averaged gradients after finish() (as after "
                 f"Horovod's synchronize()), or use overlap=False to change the local ones before they are averaged")
+            error.raised_on_every_rank = True
+            raise error
 
     def _changed_since_sent(self) -> list[str]:
         """The parameters whose .grad is another tensor, or a tensor changed in place by a tensor op, than the one
@@ -428,10 +449,13 @@ class GradientAllreducer:
         return out
 
     def close(self) -> None:
-        """Remove the hooks."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        """Remove the hooks (done too when the reducer is dropped)."""
+        self._remove_hooks()
+
+
+def _remove_all(handles: list) -> None:
+    for handle in handles:
+        handle.remove()
 
 
 def allreduce_gradients(params, world: World | None = None, bucket_bytes: int = 1 << 20) -> None:
@@ -443,9 +467,51 @@ def allreduce_gradients(params, world: World | None = None, bucket_bytes: int = 
 # ----------------------------------------------------------------------------------------------------------
 # ranks stay identical
 
+def _same_layout(world: World, who: str, named, optimizers: dict | None = None) -> None:
+    """Every rank holds the parameters of rank 0 (names, shapes, dtypes, in order) and the same optimizers over
+    them; else RanksDisagree on every rank, naming the first difference. Checked before the collectives that read
+    them: a rank with a parameter more failed alone (the others hung), another shape or dtype was broadcast into
+    silently, another count made MPI abort the job."""
+    if world.size == 1:
+        return
+    mine = [[name, list(p.shape), str(p.dtype)] for name, p in named]
+    kinds = {g: [type(o).__name__, [n for n, _ in o.params]] for g, o in (optimizers or {}).items()}
+    layouts = world.comm.allgather([mine, kinds])
+    differ = [r for r, layout in enumerate(layouts) if layout != layouts[0]]
+    if differ:
+        (root, root_kinds), (other, other_kinds) = layouts[0], layouts[differ[0]]
+        if other != root:
+            first = next((f"parameter {_spec(*a)} there, {_spec(*b)} on rank 0" for a, b in zip(other, root) if a != b),
+                         f"{len(other)} parameters there, {len(root)} on rank 0")
+        else:
+            first = _first_optimizer_difference(other_kinds, root_kinds)
+        error = RanksDisagree(f"{who}: rank(s) {differ} hold other parameters or optimizers than rank 0 ({first}): "
+                              f"every rank must build the same model and optimizers")
+        error.raised_on_every_rank = True
+        raise error
+
+
+def _spec(name: str, shape: list, dtype: str) -> str:
+    return f"{name!r} {tuple(shape)} {dtype}"
+
+
+def _first_optimizer_difference(other: dict, root: dict) -> str:
+    """The first optimizer ({group: [class, parameter names]}) of another rank that is not rank 0's, in words."""
+    group = next(g for g in sorted({*other, *root}) if other.get(g) != root.get(g))
+    if group not in other or group not in root:
+        return f"optimizer {group!r} {'missing there' if group in root else 'there, not on rank 0'}"
+    (kind, names), (root_kind, root_names) = other[group], root[group]
+    if kind != root_kind or len(names) != len(root_names):
+        return f"optimizer {group!r}: {kind} of {len(names)} parameters there, {root_kind} of {len(root_names)} on rank 0"
+    name, root_name = next((a, b) for a, b in zip(names, root_names) if a != b)
+    return f"optimizer {group!r}: parameter {name!r} there, {root_name!r} on rank 0"
+
+
 def broadcast_weights_and_optimizers(varmap, optimizers: dict, world: World) -> None:
-    """Rank 0's weights and optimizer states (e.g. just loaded from a checkpoint) to every other rank."""
+    """Rank 0's weights and optimizer states (e.g. just loaded from a checkpoint) to every other rank, once every
+    rank is found to hold the same parameters and optimizers; a state one rank refuses is raised on every rank."""
     named = varmap.named_vars()
+    _same_layout(world, "broadcast_weights_and_optimizers", named, optimizers)
     weights = world.broadcast_arrays({n: p.data for n, p in named} if world.is_root else None)
     if not world.is_root:
         for name, p in named:
@@ -453,8 +519,7 @@ def broadcast_weights_and_optimizers(varmap, optimizers: dict, world: World) -> 
             p._bump()  # written in place: a graph that saved the old value must not backward
     for group in sorted(optimizers):
         state = world.broadcast_arrays(optimizers[group].state_dict() if world.is_root else None)
-        if not world.is_root:
-            optimizers[group].load_state_dict(state)
+        world.agree(lambda: None if world.is_root else optimizers[group].load_state_dict(state))  # noqa: B023
 
 
 def weight_checksums(params) -> np.ndarray:
@@ -469,7 +534,7 @@ def check_same_weights(params, world: World, step: int) -> None:
     (Whether a checkpoint is left to resume from is the caller's to say: train() adds it to the message.)"""
     if world.size == 1:
         return
-
+    _same_layout(world, "check_same_weights", _named_parameters(params, "check_same_weights"))
     mine = weight_checksums(params)
     every = np.empty((world.size, mine.size), dtype=np.int64)
     world.comm.Allgather(mine, every)

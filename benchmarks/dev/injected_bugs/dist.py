@@ -13,6 +13,7 @@ from inject_bugs import Bug
 D = "tinygrad_ssm/distributed.py"
 API = ("tests/test_distributed.py::test_python_api_in_ones_own_loop",)
 FAKE = ("tests/train/test_fake_ranks.py",)
+EDGES = ("tests/test_distributed.py::test_the_python_apis_edges_are_told_on_every_rank",)
 MPI_RUNS = ("tests/test_mpi_runs.py",)
 TWO_EQUALS_ONE = ("tests/test_distributed.py::test_two_ranks_equal_one_process_fresh_resumed_and_with_another_world_size",)
 ROWS = ("tests/test_distributed.py::test_each_rank_trains_on_its_own_share_of_the_global_batch",)
@@ -56,7 +57,7 @@ BUGS = [
     Bug(D, "    launched = launcher_world_size()\n    if launched > 1:\n", "    launched = launcher_world_size()\n    if launched > 2:\n",
         ("tests/test_mpi_runs.py::test_rank_and_world_size_before_init_under_a_launcher_raise",),
         "rank() before init() under mpiexec -n 2 says 0 of 1"),
-    Bug(D, "    if world.size == 1:\n        return\n\n    mine = weight_checksums(params)", "    if world.size <= 2:\n        return\n\n    mine = weight_checksums(params)",
+    Bug(D, "    if world.size == 1:\n        return\n    _same_layout(world, \"check_same_weights\"", "    if world.size <= 2:\n        return\n    _same_layout(world, \"check_same_weights\"",
         FAKE, "the ranks' weights never compared in a two-rank job"),
     Bug(D, "    return np.array([zlib.crc32(np.ascontiguousarray(p.data).tobytes())",
         "    return np.array([zlib.crc32(np.ascontiguousarray(p.data).reshape(-1)[:1].tobytes())",
@@ -204,4 +205,14 @@ BUGS = [
     Bug("tinygrad_ssm/diagnostics.py", "        norm = None if grad is None else _norm(grad.data)",
         "        norm = None if grad is None else float(np.sqrt(np.sum(np.square(grad.data, dtype=np.float64))))",
         ("tests/test_gradient_report.py",), "gradient_report's norm of a float64 gradient of 1e200 is inf, of 1e-170 0, beside status ok"),
+    Bug(D, "        named = [(name, p) for name, p in named if p.requires_grad]\n", "",
+        EDGES, "GradientAllreducer hooks a frozen parameter: its construction fails under 2 ranks"),
+    Bug(D, "p.register_post_accumulate_grad_hook(lambda leaf: ready()(leaf))", "p.register_post_accumulate_grad_hook(self._grad_ready)",
+        EDGES, "a GradientAllreducer dropped without close() is kept alive by its hooks, sending every backward's gradients"),
+    Bug(D, "        if self.overlap and counts.any():", "        if changed:",
+        EDGES, "a .grad changed after backward on one rank raises there alone: the others go on and wait"),
+    Bug(D, '    _same_layout(world, "broadcast_weights_and_optimizers", named, optimizers)\n', "",
+        EDGES, "broadcast_weights_and_optimizers into ranks with other parameters: a hang, or values broadcast into another shape"),
+    Bug(D, '    _same_layout(world, "check_same_weights", _named_parameters(params, "check_same_weights"))\n', "",
+        EDGES, "check_same_weights on ranks with another parameter count: MPICH aborts the job"),
 ]
