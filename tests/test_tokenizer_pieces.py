@@ -104,7 +104,8 @@ def tokenizers_by_kind(tmp_path_factory):
 # letters of other scripts (a line may start with one), "▁" written in the text
 FRAGMENTS = [" ", "  ", "\n", "\n\n", "\t", "\r\n", "\r", "a", "B", "1", ".", "'", "'s", "é", "\u00a0", "\u2028",
              "😀", "\u0301", "\u2581", "<", "<s>", "</s>", "<|begin_of_text|>", "def", "return", b"\xff", b"\xe2\x82",
-             "ж", "Ωμ", "中文", "\u3000", "\u1680", "\u0085", "\u2003", "\u205f", b"\x80", b"\xc2"]
+             "ж", "Ωμ", "中文", "\u3000", "\u1680", "\u0085", "\u2003", "\u205f", b"\x80", b"\xc2", "か", "「", "\u2029",
+             b"\xe3\x80", "\u202f"]
 LONG_TEXTS = st.lists(st.sampled_from(FRAGMENTS), min_size=0, max_size=40).map(
     lambda parts: b"".join(p if isinstance(p, bytes) else p.encode() for p in parts))
 
@@ -117,6 +118,8 @@ LONG_TEXTS = st.lists(st.sampled_from(FRAGMENTS), min_size=0, max_size=40).map(
 @example(text=b"", piece_bytes=1, cut=0)                              # only the BOS
 @example(text="x\n\u3000y\n\u00a0z\n\u2003w\n\u1680v\n\u0085u".encode(), piece_bytes=1, cut=0)  # non-ASCII spaces
 @example(text="строка\nпривет\n中文\nΩμ".encode(), piece_bytes=1, cut=0)  # lines of other scripts: cut
+@example(text="「かな」\nアイ\n、x\n\u3000y".encode(), piece_bytes=1, cut=0)  # kana and CJK punctuation: cut
+@example(text=b'{\n  "a": [\n    1,\n    2\n  ],\n  "b": "c" \n}\n', piece_bytes=1, cut=0)  # indented lines
 def test_each_kind_tokenizes_a_long_text_in_pieces_into_the_tokens_of_the_whole(tokenizers_by_kind, text,
                                                                                piece_bytes, cut):
     text += b"x" * 20     # bytes after the last cut enough to tell it from one beside an added token
@@ -276,9 +279,19 @@ def test_lines_that_start_with_letters_of_other_scripts_are_cut():
     whose lines start otherwise, was tokenized whole (2.4 GB for 5 MB; found by an audit). A line break that
     whitespace follows (U+00A0, U+3000, ...) is still no cut: the regex joins the two."""
     from tinygrad_ssm.io.text_pieces import BYTE_LEVEL
-    text = "строка\nпривет\n中文\nΩμ\n\u00a0x\n\u3000y\n\u2003z\n é".encode()
+    text = "строка\nпривет\n中文\nΩμ \n\u00a0x \n\u3000y\u3000\n\u2003z\u2029\n é\u00a0\n「か」 \nア".encode()
     cuts = [m.start() for m in BYTE_LEVEL.cut.finditer(text)]
-    assert [text[c + 1:c + 4].decode(errors="replace")[:1] for c in cuts] == ["п", "中", "Ω"]
+    assert [text[c + 1:c + 4].decode(errors="replace")[:1] for c in cuts] == ["п", "中", "Ω", "「", "ア"]
+
+
+def test_indented_lines_are_cut_after_their_last_character_that_is_not_whitespace():
+    """Lines that all start with whitespace (indented prose, pretty-printed JSON) and 「 or kana (the lead byte of
+    U+3000 was left out whole) had no cut: a text of them was read whole (8 MB of Japanese: 3.4 GB; 34 MB of JSON
+    refused); a line break after whitespace stays no cut ("x \n  y": the whole has the pre-token " \n ")."""
+    from tinygrad_ssm.io.text_pieces import BYTE_LEVEL
+    text = b'{\n  "a": [\n    1, \n    2\n  ]\t\n}'
+    cuts = [m.start() for m in BYTE_LEVEL.cut.finditer(text)]
+    assert [text[c - 1:c + 1] for c in cuts] == [b"{\n", b"[\n", b"2\n", b"\t\n"]   # the last: "}" follows
 
 
 def test_a_text_read_whole_that_needs_more_memory_than_the_machine_has_is_refused(tmp_path, monkeypatch):

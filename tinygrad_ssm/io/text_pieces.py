@@ -36,18 +36,29 @@ class CutRule(NamedTuple):
     drop_to: int | None = None
 
 
-# The first byte of a character that is not whitespace (Unicode's White_Space, the regexes' \s): printable ASCII but
-# the space, and the UTF-8 lead bytes of U+00C0-U+0FFF and U+4000 on (whitespace lies in U+0085, U+00A0, U+1680,
-# U+2000-U+205F and U+3000), or a byte no valid character starts with (read as one U+FFFD): a Cyrillic, Greek or CJK
-# text's lines start with one, as ASCII ones do (with ASCII alone, a text whose lines all start otherwise was read
-# whole: 2.4 GB for 5 MB of Russian)
-NOT_SPACE = rb"[\x21-\x7e\x80-\xc1\xc3-\xe0\xe4-\xff]"
-# ByteLevel on the GPT-2 regex: just before a line break that a character other than whitespace follows (the regex
-# makes that line break a pre-token of its own, and whatever whitespace precedes it forms one of its own, as at a
-# text's end); a line break also ends any UTF-8 sequence, valid or not. (Cut after the line break, "\n\nM" would give
-# the pre-token "\n\n" at a piece's end but "\n", "\n" in the whole. Cut before a space, " b" at a piece's start,
-# the library's ByteLevel post_processor trims the space from its offsets where it does not in the whole.)
-BYTE_LEVEL = CutRule("byte-level", re.compile(rb"(?=\n" + NOT_SPACE + rb")"))
+# A character that is not whitespace (Unicode's White_Space, the regexes' \s), by its bytes: printable ASCII but the
+# space, a UTF-8 lead byte of U+00C0-U+0FFF or U+4000 on, a byte no valid character starts with (read as one U+FFFD),
+# or a lead byte of U+0080-U+00BF, U+1000-U+3FFF but for the whitespace among them (U+0085, U+00A0, U+1680,
+# U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000). A Cyrillic, Greek, CJK or kana text's lines start with one,
+# as ASCII ones do (with ASCII alone, 5 MB of Russian was read whole: 2.4 GB; with the lead bytes of U+1000-U+3FFF
+# left out whole, 8 MB of Japanese whose lines start with kana or 「: 3.4 GB)
+NOT_SPACE = (rb"(?:[\x21-\x7e\x80-\xc1\xc3-\xe0\xe4-\xff]|\xc2(?![\x85\xa0])|\xe1(?!\x9a\x80)"
+             rb"|\xe2(?!\x80[\x80-\x8a\xa8\xa9\xaf]|\x81\x9f)|\xe3(?!\x80\x80))")
+# Just after such a character (one byte at least before; the ASCII controls U+001C-U+001F count as whitespace here,
+# as Python's str.isspace has them: no cut is the safe side)
+AFTER_NOT_SPACE = (rb"(?<=[\x00-\xff])(?<![\t-\r\x1c-\x20])(?<!\xc2\x85)(?<!\xc2\xa0)(?<!\xe1\x9a\x80)"
+                   rb"(?<!\xe2\x80[\x80-\x8a\xa8\xa9\xaf])(?<!\xe2\x81\x9f)(?<!\xe3\x80\x80)")
+CUT_REACH = 4   # bytes from a cut on that decide it: the line break and a following character of up to 3 bytes
+# ByteLevel on the GPT-2 regex: just before a line break that a character other than whitespace follows, or one
+# that such a character precedes (the regex makes that line break a pre-token of its own or the start of one: its
+# alternatives that hold whitespace start at the first whitespace character of a run, and none looks behind; the
+# whitespace before it forms a pre-token of its own, as at a text's end); a line break also ends any UTF-8 sequence,
+# valid or not. (Cut after the line break, "\n\nM" would give the pre-token "\n\n" at a piece's end but "\n", "\n" in
+# the whole. Cut before a space, " b" at a piece's start, the library's ByteLevel post_processor trims the space
+# from its offsets where it does not in the whole. Cut between whitespace and a line break, "x \n  y" would give
+# " " and "\n " where the whole has " \n ".) Indented lines and pretty-printed JSON are cut after their last
+# character that is not whitespace.
+BYTE_LEVEL = CutRule("byte-level", re.compile(rb"(?=\n" + NOT_SPACE + rb")|" + AFTER_NOT_SPACE + rb"(?=\n)"))
 # A Split on Llama-3's/Qwen2's regex: just after a line break that a printable ASCII character other than a space
 # follows (a piece then starts with it: a first character of several bytes, split into byte tokens, would get a
 # text's first token's byte ends, FileTokenizer._ids_ends; cut before the line break instead, as byte-level is, a
@@ -188,7 +199,7 @@ def text_pieces(blocks, piece_bytes: int, added: tuple = (), cut: re.Pattern = B
     starts just after it (the library splits those out first, and the whitespace before one ends a text of its own:
     "\n\n<|endoftext|>" has the pre-token "\n\n"; a Prepend normalizer puts "▁" after one); a text with no such cut
     comes out whole, or past `max_whole` bytes raises TooLongWithoutCut (its message says where it starts)."""
-    reach = 2 + max(map(len, added), default=0)  # bytes from a cut on that decide whether it is one
+    reach = CUT_REACH + max(map(len, added), default=0)  # bytes from a cut on that decide whether it is one
     pending, searched, done = bytearray(), 0, 0  # no cut in pending[:searched]; done: the bytes yielded
     for block in blocks:
         pending += block
