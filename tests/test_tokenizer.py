@@ -485,3 +485,21 @@ def test_a_broken_tokenizer_json_in_a_model_folder_is_named_not_taken_for_none(t
     for vocab_size in (256, 50280):
         with pytest.raises(TokenizerError, match=want):
             find_tokenizer(tmp_path, vocab_size)
+
+
+def test_an_unreadable_tokenizer_file_is_named(bpe_tokenizer, tmp_path, monkeypatch):
+    """A tokenizer.json that cannot be read (no permission, an I/O error) gave AttributeError: 'FileTokenizer' object
+    has no attribute '_json' (the parser's error message read the text that was never read)."""
+    import pathlib
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(bpe_tokenizer.read_bytes())
+    real = pathlib.Path.read_text
+
+    def refused(self, *args, **kwargs):
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(pathlib.Path, "read_text", refused)
+    for load in (lambda: load_tokenizer(str(path)), lambda: find_tokenizer(tmp_path, 320)):
+        with pytest.raises(TokenizerError, match=f"cannot read the tokenizer '{path}': Permission denied"):
+            load()

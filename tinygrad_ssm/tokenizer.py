@@ -125,6 +125,8 @@ class FileTokenizer:
         except UnicodeDecodeError as e:
             raise TokenizerError(f"{str(self.path)!r} is not UTF-8 text (byte {e.start}): not a tokenizer.json") \
                 from None
+        except OSError as e:   # unreadable (permissions, EIO): the parser's message below read an unset _json
+            raise TokenizerError(f"cannot read the tokenizer {str(self.path)!r}: {e.strerror or e}") from None
         except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception with the parser's message)
             raise TokenizerError(f"{str(self.path)!r} is not a tokenizer.json the tokenizers library can read: "
                                  f"{what_it_is(self._json, self.path) or e}") from None
