@@ -33,6 +33,10 @@ def test_bits_per_byte_are_the_texts_total_bits_over_its_bytes():
     assert result.tokens == 40
     assert result.bits_per_byte(40) == pytest.approx(result.bits_per_token, rel=1e-12)
     assert result.bits_per_byte(80) == pytest.approx(result.bits_per_token / 2, rel=1e-12)
+    assert result.bits_per_byte(np.int64(40)) == result.bits_per_byte(40)
+    for wrong in (0, -5, 40.0, True):   # 0 was a bare ZeroDivisionError, -5 a negative figure
+        with pytest.raises(ValueError, match=f"bits_per_byte: n_bytes must be an int >= 1.*got {wrong!r}"):
+            result.bits_per_byte(wrong)
 
 def test_resetting_the_state_scores_each_window_alone():
     model, ids = MODELS[True], np.random.default_rng(1).integers(0, 50, 41)

@@ -312,3 +312,33 @@ def test_a_repetition_penalty_that_overflows_a_logit_is_named_not_blamed_on_the_
                                          r"give a penalty nearer 1"):
         model.generate(prompt, 3, temperature=0, repetition_penalty=1e-310)
     assert model.generate(prompt, 3, temperature=0, repetition_penalty=1e-3).shape == (1, 23)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_huge_repetition_penalty_that_leaves_no_token_is_named_not_blamed_on_the_weights(fused):
+    """repetition_penalty=1e308 times every seen logit, all < 0, made the row all -inf: "the model's weights or input
+    are not finite ... check the checkpoint" (found by an audit)."""
+    model = twin_models(seed=3, vocab_size=40)[0 if fused else 1]
+    model.varmap["backbone.norm_f.weight"].data[...] *= 10               # the logits x 10: some below -1.8
+    first = next(t for t in range(40) if model(np.array([[t, 0]])).data[0, -1, 0] < -1.8)   # id 0's, then
+    with pytest.raises(ValueError, match=r"repetition_penalty 1e\+308 multiplies every finite logit of batch row 0 "
+                                         r"\(each of a token seen, each < 0\) past float64's range"):
+        model.generate([first, 0], 1, temperature=0, vocab_size=1, repetition_penalty=1e308)
+    logits = np.array([[-2.0, 3.0]])
+    from tinygrad_ssm.models.mamba2.sampling import sample_next
+    assert sample_next(logits, np.random.default_rng(0), 0, repetition_penalty=1e308, seen=np.array([[True, False]])) \
+        .tolist() == [1]                                                   # a token left: no error, as transformers
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_sampling_settings_given_as_fractions_or_numpy_numbers_sample_as_floats(fused):
+    """temperature=Fraction(1, 2) or repetition_penalty=Fraction(3, 2) passed the checks (numbers.Real), then
+    failed inside NumPy ("loop of ufunc does not support argument 0 of type float which has no callable exp")."""
+    from fractions import Fraction
+    model = twin_models(seed=3, vocab_size=40)[0 if fused else 1]
+    prompt = np.arange(5)[None]
+    as_floats = model.generate(prompt, 6, temperature=0.5, top_p=0.75, repetition_penalty=1.5, top_k=30, seed=2)
+    for kw in (dict(temperature=Fraction(1, 2), top_p=Fraction(3, 4), repetition_penalty=Fraction(3, 2)),
+               dict(temperature=np.float32(0.5), top_p=np.float64(0.75), repetition_penalty=np.float16(1.5),
+                    top_k=np.int8(30))):
+        assert np.array_equal(model.generate(prompt, 6, **{"top_k": 30, **kw}, seed=2), as_floats), kw

@@ -43,7 +43,11 @@ class EvalResult:
 
     def bits_per_byte(self, n_bytes: int) -> float:
         """The total bits over the bytes of text the scored tokens stand for (tokenizers compare on it)."""
-        return self.nats / math.log(2) / n_bytes
+        # 0 gave a bare ZeroDivisionError, -5 a negative figure
+        if not isinstance(n_bytes, (int, np.integer)) or isinstance(n_bytes, bool) or n_bytes < 1:
+            raise ValueError(f"bits_per_byte: n_bytes must be an int >= 1, the bytes of text the scored tokens "
+                             f"stand for, got {n_bytes!r}")
+        return self.nats / math.log(2) / int(n_bytes)
 
 
 def evaluate(model, ids, window: int = 512, *, carry_state: bool = True,

@@ -103,8 +103,10 @@ def generate_stream(model, input_ids, max_new_tokens: int | None = None, *, temp
         vocab = min(vocab, int(vocab_size))
     # k >= vocab keeps every token, as None does (and a k of 10**20 would not fit the numba sampler's int64)
     top_k = None if top_k is not None and top_k >= vocab else top_k
-    sampling = Sampling(temperature, top_k, top_p, min_p or None,
-                        None if repetition_penalty == 1 else repetition_penalty)
+    # as Python numbers (a Fraction or a NumPy scalar passed the checks, then failed in NumPy or numba)
+    sampling = Sampling(float(temperature), None if top_k is None else int(top_k), None if top_p is None else
+                        float(top_p), float(min_p) if min_p else None,
+                        None if repetition_penalty in (None, 1) else float(repetition_penalty))
     return _stream(model, prompts, int(max_new_tokens), sampling, np.random.default_rng(seed), eos, vocab)
 
 

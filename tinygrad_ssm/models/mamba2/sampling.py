@@ -66,6 +66,12 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
             raise PenaltyOverflow(f"generate: repetition_penalty {repetition_penalty!r} divides the logit "
                                   f"{float(logits[row, token])!r} of token {token} (batch row {row}) past float64's range; "
                                   f"give a penalty nearer 1 (1 = none, < 1 makes repeats more likely)")
+        emptied = ~np.isfinite(np.where(seen, penalised, logits)).any(axis=-1) & np.isfinite(logits).any(axis=-1)
+        if emptied.any():  # a huge penalty times every finite logit (all seen, all < 0): -inf, not the model's fault
+            row = int(np.argmax(emptied))
+            raise PenaltyOverflow(f"generate: repetition_penalty {repetition_penalty!r} multiplies every finite "
+                                  f"logit of batch row {row} (each of a token seen, each < 0) past float64's range, "
+                                  f"so no token is left to sample; give a penalty nearer 1 (1 = none)")
         logits = np.where(seen, penalised, logits)                      # NaN and +inf stay what they were
     if temperature == 0:
         ids = np.argmax(logits, axis=-1)                                # (b,) a NaN counts as the largest
