@@ -143,3 +143,26 @@ def test_resuming_a_run_whose_tokenizer_now_adds_a_bos_says_so(folders, tmp_path
                                          r"start a new run, or fine-tune the checkpoint with --init-from"):
         _load_data(cfg, {"data_fingerprint": old}, tok)
     assert _load_data(cfg, {"data_fingerprint": fingerprint}, tok)[1] == fingerprint
+
+
+@pytest.mark.parametrize("key", ["pad_token", "unk_token", "sep_token", "cls_token", "mask_token", "eos_token",
+                                 "extra_special_tokens"])
+def test_tokens_the_config_names_are_special_as_transformers_makes_them(tmp_path, key):
+    """A token tokenizer_config.json names (pad_token, ..., extra_special_tokens) that tokenizer.json holds in its
+    vocabulary only was split into pieces where transformers reads it as one special id, and decode showed it where
+    transformers skips it (found by an audit); a named token the vocabulary lacks gets no new id."""
+    train_bpe(TRAINING_TEXTS, tmp_path / "tokenizer.json", byte_level_post_processor=True)
+    vocab = json.loads((tmp_path / "tokenizer.json").read_text())["model"]["vocab"]
+    token = next(t for t in sorted(vocab, key=lambda t: (-len(t), t)) if t.isalpha() and t.isascii())   # e.g. "state"
+    named = [token, "<never-seen>"] if key == "extra_special_tokens" else token
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                                key: named}))
+    tok = FileTokenizer(tmp_path / "tokenizer.json")
+    text = f"x{token}y"
+    ids = tok.encode(text).tolist()
+    assert ids == tok.encode("x").tolist() + [vocab[token]] + tok.encode("y").tolist(), ids
+    assert tok.decode(ids) == "xy" and tok.vocab_size == max(vocab.values()) + 1
+    transformers = pytest.importorskip("transformers", reason="transformers is an optional reference")
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    if key != "extra_special_tokens":                # there transformers gives "<never-seen>" a new id
+        assert theirs(text)["input_ids"] == ids and theirs.decode(ids, skip_special_tokens=True) == "xy"

@@ -255,8 +255,9 @@ def test_a_long_text_is_tokenized_in_pieces_into_the_tokens_of_the_whole(byte_le
 def test_pieces_are_cut_before_line_breaks_only_where_the_whole_text_has_a_token_boundary():
     from tinygrad_ssm.tokenizer import text_pieces
     text = b"aaaa\n\nbbbb cc\n dd\nee\n<|endoftext|>ff\n<x"
-    # "\n\n" and "\n " stay whole, no cut before an added token, nor where the bytes left cannot tell
-    assert list(text_pieces([text], 3, (b"<|endoftext|>",))) == [b"aaaa\n", b"\nbbbb cc\n dd",
+    # "\n\n" and "\n " stay whole (cut before them, after a character that is not whitespace), no cut before an
+    # added token, nor where the bytes left cannot tell
+    assert list(text_pieces([text], 3, (b"<|endoftext|>",))) == [b"aaaa", b"\n\nbbbb cc", b"\n dd",
                                                                 b"\nee\n<|endoftext|>ff\n<x"]
     assert list(text_pieces([b"x" * 50], 3)) == [b"x" * 50]            # no line break: one piece
 

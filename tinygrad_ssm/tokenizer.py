@@ -30,7 +30,7 @@ from .io.file_checks import broken_link, require_regular_file
 from .io.memory import available_memory
 from .io.text_pieces import TooLongWithoutCut, cut_rule, special_tokens_around, text_pieces
 from .tokenizer_files import (OTHER_TOKENIZER_FILES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, configs_beside,  # noqa: F401
-                              no_tokenizer_json, what_it_is)
+                              no_tokenizer_json, what_it_is, with_config_specials)
 
 BYTES = "bytes"  # the name of the byte-level tokenizer wherever a tokenizer is named (flags, train config)
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")  # looked up when no file names the EOS token
@@ -130,7 +130,9 @@ class FileTokenizer:
         except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception with the parser's message)
             raise TokenizerError(f"{str(self.path)!r} is not a tokenizer.json the tokenizers library can read: "
                                  f"{what_it_is(self._json, self.path) or e}") from None
-        self._untrimmed_offsets()
+        self.special_config, self.other_config = (configs_beside(self.path.parent) if text is None else
+                                                  (dict(special_config or {}), dict(other_config or {})))
+        self._as_used()
         # a file saved with truncation or padding set (a T5 or BERT fine-tune's max_length) would cut and pad every
         # text; transformers' tokenizer(text) does neither, nor does encode
         self._tok.no_truncation()
@@ -138,8 +140,6 @@ class FileTokenizer:
         self.name = str(self.path)
         # the ids a model needs rows for: the highest + 1 (a vocabulary with gaps in its ids has fewer entries)
         self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
-        self.special_config, self.other_config = (configs_beside(self.path.parent) if text is None else
-                                                  (dict(special_config or {}), dict(other_config or {})))
         if self.special_config.get("split_special_tokens") is True:
             self._tok.encode_special_tokens = True  # "<|endoftext|>" written in a text is its characters
         self.eos_token_id = eos_token_id if eos_token_id is not None or text is not None else self._find_eos()
@@ -152,33 +152,33 @@ class FileTokenizer:
             raise TokenizerError(f"the EOS token id {self.eos_token_id} is outside {str(self.path)!r}'s vocabulary "
                                  f"of {self.vocab_size}")
 
-    def _untrimmed_offsets(self) -> None:
-        """Offsets as the text has them. A ByteLevel post-processor (GPT-2's, GPT-NeoX's) trims whitespace off
-        them, so a token of spaces or a newline gets an empty span at its start: a text's first token " " then
-        covered no byte, and eval, which scores the bytes after the first token, counted one too many. The ids are
-        the same either way (trim_offsets moves offsets only); the file a checkpoint copies is left as it was. A
-        ByteLevel inside a Sequence of post-processors (Llama-3's: ByteLevel, then the BOS template) the same."""
+    def _as_used(self) -> None:
+        """`_spec`, the tokenizer.json as encode uses it, and `_tok` built from it. Offsets as the text has them: a
+        ByteLevel post-processor (GPT-2's, GPT-NeoX's; inside a Sequence, Llama-3's) trims whitespace off them, so a
+        token of spaces or a newline got an empty span at its start: a text's first token " " then covered no byte,
+        and eval, which scores the bytes after the first token, counted one too many (the ids are the same either
+        way). The tokens tokenizer_config.json names special (tokenizer_files.with_config_specials). The file a
+        checkpoint copies is left as it was."""
         from tokenizers import Tokenizer
 
         try:
             stated = json.loads(self._json)
         except ValueError:
-            return
-        post = stated.get("post_processor") if isinstance(stated, dict) else None
+            stated = None
+        self._spec = stated if isinstance(stated, dict) else {}
+        post = self._spec.get("post_processor")
         steps = post.get("processors", []) if isinstance(post, dict) and post.get("type") == "Sequence" else [post]
         trimming = [s for s in steps if isinstance(s, dict) and s.get("type") == "ByteLevel" and s.get("trim_offsets")]
-        if trimming:
-            for step in trimming:
-                step["trim_offsets"] = False
-            self._tok = Tokenizer.from_str(json.dumps(stated))
+        for step in trimming:
+            step["trim_offsets"] = False
+        vocab = self._tok.get_vocab(with_added_tokens=True)
+        if with_config_specials(self._spec, vocab, self.special_config, self.other_config) or trimming:
+            self._tok = Tokenizer.from_str(json.dumps(self._spec))
 
     def _stream_ids(self) -> tuple[frozenset, frozenset]:
         """The ids of a byte-fallback BPE's byte tokens (<0x00>..<0xFF>), whose runs the ByteFallback decoder
         decodes together, and the special tokens' ids, which decode skips (TextStream reads both)."""
-        try:
-            model = json.loads(self._json).get("model") or {}
-        except (ValueError, AttributeError):
-            model = {}
+        model = self._spec.get("model") or {}
         byte_ids = frozenset()
         if isinstance(model, dict) and model.get("byte_fallback"):
             ids = (self._tok.token_to_id(f"<0x{b:02X}>") for b in range(256))        # None: no such token
@@ -193,11 +193,8 @@ class FileTokenizer:
         before, the last those after). Any other tokenizer reads a text whole. Sets `_rule`, `_around` and `_added`,
         the added tokens' texts, which text_pieces cuts beside none of."""
         self._rule, self._around, self._added = None, ([], []), ()
-        try:
-            spec = json.loads(self._json)
-        except ValueError:
-            return False
-        if not isinstance(spec, dict):
+        spec = self._spec
+        if not spec:
             return False
         added = [t for t in spec.get("added_tokens") or [] if isinstance(t, dict)]
         self._added = tuple(str(t["content"]).encode("utf-8") for t in added if t.get("content"))

@@ -41,6 +41,38 @@ def configs_beside(folder: Path) -> tuple[dict, dict]:
     return special, other
 
 
+# the tokens of tokenizer_config.json that transformers 5 makes special added tokens (one id wherever a text holds
+# them, skipped by decode), whatever tokenizer.json says of them (measured with 5.24: a vocabulary token added with
+# normalized false, an added one's flag set); its additional_special_tokens it leaves as they are
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+EXTRA_SPECIAL_KEY = "extra_special_tokens"   # transformers 5's: a list, or a dict of names
+
+
+def with_config_specials(spec: dict, vocab: dict, special_config: dict, other_config: dict) -> bool:
+    """Mark special in `spec` (a tokenizer.json, parsed; changed in place) the tokens the config names
+    (SPECIAL_TOKEN_KEYS, extra_special_tokens) that `vocab` (token -> id, added tokens too) holds but not as
+    special, as transformers does: `a</s>b` was [a, <, /, s, >, b] here and [a, </s>, b] there, and decode showed
+    "</s>" where transformers skips it. A named token the vocabulary lacks is left out (transformers would give it
+    an id the checkpoint has no row for). Returns whether anything changed."""
+    config = {**other_config, **special_config}
+    extra = config.get(EXTRA_SPECIAL_KEY)
+    named = [config.get(k) for k in SPECIAL_TOKEN_KEYS] + \
+        (list(extra.values()) if isinstance(extra, dict) else list(extra) if isinstance(extra, list) else [])
+    added = {t.get("content"): t for t in spec.get("added_tokens") or [] if isinstance(t, dict)}
+    changed = False
+    for token in named:
+        content = token.get("content") if isinstance(token, dict) else token
+        if not isinstance(content, str) or not content or content not in vocab:
+            continue
+        if content not in added:
+            added[content] = {"id": vocab[content], "content": content, "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": False}
+            spec.setdefault("added_tokens", []).append(added[content])
+        changed |= added[content].get("special") is not True
+        added[content]["special"] = True
+    return changed
+
+
 def read_json_object(path: Path) -> dict:
     """The JSON object in `path` ({} where there is none or it is no object)."""
     try:

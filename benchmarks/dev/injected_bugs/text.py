@@ -354,4 +354,9 @@ BUGS = [
         PIECES, "a cut decided before the bytes of the character after the line break are read (\\n\\xe3 | \\x80\\x80)"),
     Bug(TK, "        except OSError as e:   # unreadable (permissions, EIO)", "        except ImportError as e:   # unreadable (permissions, EIO)",
         ("tests/test_tokenizer.py", "-k", "unreadable"), "an unreadable tokenizer.json: AttributeError '_json', no file named"),
+    Bug("tinygrad_ssm/tokenizer_files.py", '        added[content]["special"] = True\n', "",
+        ("tests/test_special_tokens.py", "-k", "config_names"), "a token tokenizer_config.json names (pad_token, ...) is not special: split into pieces, shown by decode"),
+    Bug("tinygrad_ssm/tokenizer_files.py", "SPECIAL_TOKEN_KEYS = (\"bos_token\", \"eos_token\", \"unk_token\", \"sep_token\",",
+        "SPECIAL_TOKEN_KEYS = (\"bos_token\", \"eos_token\", \"unk_token\",",
+        ("tests/test_special_tokens.py", "-k", "config_names"), "sep_token, pad_token, cls_token, mask_token of the config are not made special"),
 ]
