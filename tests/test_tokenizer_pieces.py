@@ -119,6 +119,7 @@ LONG_TEXTS = st.lists(st.sampled_from(FRAGMENTS), min_size=0, max_size=40).map(
 @example(text="x\n\u3000y\n\u00a0z\n\u2003w\n\u1680v\n\u0085u".encode(), piece_bytes=1, cut=0)  # non-ASCII spaces
 @example(text="строка\nпривет\n中文\nΩμ".encode(), piece_bytes=1, cut=0)  # lines of other scripts: cut
 @example(text="「かな」\nアイ\n、x\n\u3000y".encode(), piece_bytes=1, cut=0)  # kana and CJK punctuation: cut
+@example(text="xa\u0301\nbc\u30a2\u3099\nde\uff76\uff9e\nf".encode(), piece_bytes=1, cut=0)  # marks a normalizer joins
 @example(text=b'{\n  "a": [\n    1,\n    2\n  ],\n  "b": "c" \n}\n', piece_bytes=1, cut=0)  # indented lines
 def test_each_kind_tokenizes_a_long_text_in_pieces_into_the_tokens_of_the_whole(tokenizers_by_kind, text,
                                                                                piece_bytes, cut):
@@ -331,3 +332,15 @@ def test_a_stretch_with_no_place_to_cut_past_the_limit_is_refused_saying_where(b
     with pytest.raises(TokenizerError, match=r"from byte 9\d\d of the text on, 1,\d{3} bytes hold no place where the "
                                              r"tokenizer may be run on pieces .* break the text into lines"):
         tok.encode_bytes(lines + one_line)
+
+
+def test_no_cut_after_a_character_a_normalizer_joins_with_the_one_before():
+    """An NFC normalizer gives "a" + U+0301 the offsets of "a": the whole text's "\\n" token ended after the accent's
+    bytes, a piece's last token did (equal ids, other byte ends; found by an audit). No cut there, nor after any
+    combining mark, nor after a halfwidth voiced mark (NFKC joins it with the kana before)."""
+    from tinygrad_ssm.io.text_pieces import BYTE_LEVEL, text_pieces
+    for joined in ("a\u0301", "e\u0323\u0302", "\uff76\uff9e", "\u1100\u1161"):
+        text = f"first line\nx{joined}\nnext line\nlast".encode()
+        pieces = list(text_pieces([text], 4, cut=BYTE_LEVEL.cut))
+        assert not any(p.endswith(joined.encode()) for p in pieces[:-1]), (joined, pieces)
+        assert len(pieces) == 3 and b"".join(pieces) == text, pieces

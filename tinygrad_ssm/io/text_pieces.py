@@ -12,6 +12,7 @@ against the library on texts that hit each cut's edge cases. A tokenizer no rule
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -206,7 +207,7 @@ def text_pieces(blocks, piece_bytes: int, added: tuple = (), cut: re.Pattern = B
         while len(pending) > piece_bytes:
             start = max(piece_bytes, searched)
             while (found := cut.search(pending, start)) is not None and \
-                    _near_added(pending, found.start(), added):
+                    (_near_added(pending, found.start(), added) or _composes_before(pending, found.start())):
                 start = found.start() + 1
             if found is None or len(pending) - found.start() < reach:     # the next block decides
                 # none before the last `reach` bytes, whose cuts the next block may make or unmake (a rescan from
@@ -223,6 +224,18 @@ def text_pieces(blocks, piece_bytes: int, added: tuple = (), cut: re.Pattern = B
                                     f"the tokenizer may be run on pieces")
     if pending:
         yield bytes(pending)
+
+
+def _composes_before(text: bytearray, cut: int) -> bool:
+    """Whether the character before byte `cut` is a combining mark, or one a Unicode normalizer joins with the
+    character before it ("a" + U+0301 -> "á", "ｶ" + "ﾞ" -> "ガ" under NFKC): the library gives the joined character
+    its first character's offsets, so in the whole text the bytes of the mark ended the next token, in a piece the
+    last one (the ids were equal, the byte ends not; found by an audit)."""
+    tail = bytes(text[max(cut - 8, 0):cut]).decode("utf-8", "replace")[-2:]   # (a cut ends a UTF-8 sequence)
+    if not tail or unicodedata.combining(tail[-1]):
+        return bool(tail)
+    return len(tail) == 2 and any(unicodedata.normalize(form, tail) != unicodedata.normalize(form, tail[0]) +
+                                  unicodedata.normalize(form, tail[1]) for form in ("NFC", "NFKC"))
 
 
 def _near_added(text: bytearray, cut: int, added: tuple) -> bool:

@@ -359,4 +359,7 @@ BUGS = [
     Bug("tinygrad_ssm/tokenizer_files.py", "SPECIAL_TOKEN_KEYS = (\"bos_token\", \"eos_token\", \"unk_token\", \"sep_token\",",
         "SPECIAL_TOKEN_KEYS = (\"bos_token\", \"eos_token\", \"unk_token\",",
         ("tests/test_special_tokens.py", "-k", "config_names"), "sep_token, pad_token, cls_token, mask_token of the config are not made special"),
+    Bug(TP, "(_near_added(pending, found.start(), added) or _composes_before(pending, found.start())):",
+        "_near_added(pending, found.start(), added):", ("tests/test_tokenizer_pieces.py", "-k", "normalizer_joins"),
+        "a cut after a combining mark: the byte ends of the pieces differ from the whole text's"),
 ]
