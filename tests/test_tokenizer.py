@@ -504,3 +504,11 @@ def test_an_unreadable_tokenizer_file_is_named(bpe_tokenizer, tmp_path, monkeypa
     for load in (lambda: load_tokenizer(str(path)), lambda: find_tokenizer(tmp_path, 320)):
         with pytest.raises(TokenizerError, match=f"cannot read the tokenizer '{path}': Permission denied"):
             load()
+
+
+def test_a_tokenizer_json_with_a_byte_order_mark_says_so(bpe_tokenizer, tmp_path):
+    """A tokenizer.json saved with a UTF-8 BOM got the parser's bare "expected value at line 1 column 1"."""
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(b"\xef\xbb\xbf" + bpe_tokenizer.read_bytes())
+    with pytest.raises(TokenizerError, match="it starts with a UTF-8 byte order mark, which JSON does not allow"):
+        load_tokenizer(str(path))

@@ -87,6 +87,9 @@ def what_it_is(text: str, path: Path) -> str | None:
     or a JSON object of another file of a tokenizer's folder (vocab.json, tokenizer_config.json)."""
     if is_git_lfs_pointer(text.encode("utf-8", errors="replace")):
         return GIT_LFS_FIX
+    if text.startswith("\ufeff"):   # the parser said only "expected value at line 1 column 1"
+        return ("it starts with a UTF-8 byte order mark, which JSON does not allow (transformers refuses it too); "
+                "save it as UTF-8 without one")
     try:
         stated = json.loads(text)
     except ValueError:
