@@ -512,3 +512,30 @@ def test_a_tokenizer_json_with_a_byte_order_mark_says_so(bpe_tokenizer, tmp_path
     path.write_bytes(b"\xef\xbb\xbf" + bpe_tokenizer.read_bytes())
     with pytest.raises(TokenizerError, match="it starts with a UTF-8 byte order mark, which JSON does not allow"):
         load_tokenizer(str(path))
+
+
+def test_tokenizer_paths_name_a_dangling_link_a_folder_and_take_a_hub_cache_repository(bpe_tokenizer, tmp_path):
+    """--tokenizer of a snapshot whose tokenizer.json links to a pruned blob said "holds no tokenizer.json" (and of
+    the link itself "no such file"), of a folder named tokenizer.json "holds no tokenizer.json", and of a Hugging
+    Face cache's repository folder (models--ORG--NAME, as --model takes) "holds no tokenizer.json"."""
+    snapshot = tmp_path / "pruned" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "tokenizer.json").symlink_to("../../blobs/0123")
+    for link in (snapshot, snapshot / "tokenizer.json"):
+        with pytest.raises(TokenizerError, match=r"tokenizer.json' is a link to '../../blobs/0123', which is missing"):
+            load_tokenizer(str(link))
+    (tmp_path / "x" / "tokenizer.json").mkdir(parents=True)
+    with pytest.raises(TokenizerError, match=r"x/tokenizer.json' is not a file"):
+        load_tokenizer(str(tmp_path / "x" / "tokenizer.json"))
+    repo = tmp_path / "models--EleutherAI--gpt-neox-20b"
+    (repo / "snapshots" / "c0ffee").mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("c0ffee")
+    (repo / "snapshots" / "c0ffee" / "tokenizer.json").write_bytes(bpe_tokenizer.read_bytes())
+    tok = load_tokenizer(str(repo))
+    assert tok.path == repo / "snapshots" / "c0ffee" / "tokenizer.json" and tok.vocab_size == 320
+    (repo / "refs" / "main").write_text("other")
+    with pytest.raises(TokenizerError, match=r"has refs/main 'other', which is not in snapshots/; pass one of its "
+                                             r"snapshots instead"):
+        load_tokenizer(str(repo))

@@ -28,6 +28,7 @@ import numpy as np
 
 from .io.file_checks import broken_link, require_regular_file
 from .io.memory import available_memory
+from .io.hub_cache import hub_snapshot
 from .io.text_pieces import TooLongWithoutCut, cut_rule, special_tokens_around, text_pieces
 from .tokenizer_files import (OTHER_TOKENIZER_FILES, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, configs_beside,  # noqa: F401
                               no_tokenizer_json, what_it_is, with_config_specials)
@@ -406,10 +407,16 @@ def load_tokenizer(spec: str | Path, eos_token_id: int | None = None):
     if str(spec) == BYTES:
         return ByteTokenizer()
     path = Path(spec).expanduser()
-    if path.is_dir():
-        if not (path / TOKENIZER_FILE).exists():
-            raise TokenizerError(f"--tokenizer {str(spec)!r}: {no_tokenizer_json(path)}")
+    try:   # a Hugging Face cache's repository folder (EleutherAI/gpt-neox-20b's): the snapshot refs/main names
+        path = (hub_snapshot(path) or path) if path.is_dir() and path.name != TOKENIZER_FILE else path
+    except FileNotFoundError as e:
+        raise TokenizerError(f"--tokenizer {str(spec)!r}: {e}") from None
+    if path.is_dir() and path.name != TOKENIZER_FILE:
         path = path / TOKENIZER_FILE
+        if not os.path.lexists(path):
+            raise TokenizerError(f"--tokenizer {str(spec)!r}: {no_tokenizer_json(path.parent)}")
+    if os.path.lexists(path) and not path.is_file():   # a dangling link (a pruned cache's blob), a folder: named
+        raise TokenizerError(f"--tokenizer {str(spec)!r}: {broken_link(path) or repr(str(path)) + ' is not a file'}")
     if not path.exists():
         raise TokenizerError(f"--tokenizer {str(spec)!r}: no such file (give a tokenizer.json, a folder holding "
                              f"one, or {BYTES!r})")

@@ -22,7 +22,7 @@ import numpy as np
 from ..io.checkpoints import CHECKPOINTS_DIR, STATE_FILE, CheckpointNotFound, read_newest, resolve_checkpoint
 from ..io.file_checks import require_regular_file
 from ..models.mamba2 import Mamba2LMHeadModel
-from ..models.mamba2.pretrained import hub_snapshot
+from ..io.hub_cache import hub_snapshot
 from ..text_stream import TextStream
 from ..tokenizer import BYTES, ByteTokenizer, TokenizerError, find_tokenizer
 from .generation_config import read_generation_defaults

@@ -27,6 +27,7 @@ from ...io.atomic_write import write_atomic
 from ...io.checkpoints import CHECKPOINTS_DIR, check_file_digests, resolve_checkpoint
 from ...io.file_checks import broken_link, require_regular_file
 from ...io.finite import non_finite_problems
+from ...io.hub_cache import hub_snapshot
 from ...io.safetensors import CheckpointError, SafetensorsFile, check_storable
 from ...registry import VarMap
 from .checkpoint_config import (CONFIG_NAME, NotMambaSsmLoadableWarning, PretrainedError, mamba_ssm_config,
@@ -137,28 +138,6 @@ def _check_index(directory: Path, weight_map: dict, stored: dict) -> None:
             raise PretrainedError(f"from_pretrained: {index!r} {what}: {', '.join(where)}"
                                   f"{', ...' if len(keys) > 3 else ''}; the index does not describe these shards "
                                   f"(fetch the folder again)")
-
-
-def hub_snapshot(directory: Path) -> Path | None:
-    """A Hugging Face cache's repository folder (models--<org>--<name>/: snapshots/ beside refs/ or blobs/) ->
-    the snapshot refs/main names; None for any other folder. A repository folder whose refs/main is missing or
-    names no snapshot here (a download pinned to a revision) is a FileNotFoundError listing its snapshots."""
-    snapshots = directory / "snapshots"
-    if (directory / CONFIG_NAME).exists() or not snapshots.is_dir() or not any(
-            (directory / name).is_dir() for name in ("refs", "blobs")):
-        return None
-    ref = directory / "refs" / "main"
-    try:
-        commit = ref.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        commit = None
-    snapshot = snapshots / commit if commit and "/" not in commit else None
-    if snapshot is not None and snapshot.is_dir():
-        return snapshot
-    have = sorted(p.name for p in snapshots.iterdir() if p.is_dir())
-    why = "has no refs/main" if commit is None else f"has refs/main {commit!r}, which is not in snapshots/"
-    raise FileNotFoundError(f"{str(directory)!r} is a Hugging Face cache's repository folder that {why}; pass one "
-                            f"of its snapshots instead: {', '.join(str(snapshots / h) for h in have) or '(none)'}")
 
 
 def resolve_pretrained_folder(directory) -> Path:
