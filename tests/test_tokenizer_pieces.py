@@ -283,6 +283,9 @@ def test_lines_that_start_with_letters_of_other_scripts_are_cut():
     text = "строка\nпривет\n中文\nΩμ \n\u00a0x \n\u3000y\u3000\n\u2003z\u2029\n é\u00a0\n「か」 \nア".encode()
     cuts = [m.start() for m in BYTE_LEVEL.cut.finditer(text)]
     assert [text[c + 1:c + 4].decode(errors="replace")[:1] for c in cuts] == ["п", "中", "Ω", "「", "ア"]
+    from tinygrad_ssm.io.text_pieces import SPLIT_LINE      # Llama-3's, Qwen2's: after the line break
+    cuts = [m.start() for m in SPLIT_LINE.finditer(text)]   # (printable ASCII alone: 4 MB of Russian read whole)
+    assert [text[c:c + 3].decode(errors="replace")[:1] for c in cuts] == ["п", "中", "Ω", "「", "ア"]
 
 
 def test_indented_lines_are_cut_after_their_last_character_that_is_not_whitespace():

@@ -303,8 +303,7 @@ class FileTokenizer:
         """A piece's ids and ends without special tokens; a piece after the first of a one-word text without the
         tokens of the "▁" it gets at its start that the whole text has only once (CutRule.drop_to: the piece starts
         with a line break, whose token no merge joins to the "▁")."""
-        # (a tokenizer that adds no special tokens encodes a piece as any text: tests count the pieces there)
-        ids, ends = self._ids_ends(piece, False) if self.adds_special_tokens else self.encode_bytes_with_ends(piece)
+        ids, ends = self._ids_ends(piece, False, first)
         if self._rule.drop_to is not None and not first:
             at = np.flatnonzero(ids == self._rule.drop_to)
             if not len(at):   # (text_pieces cut before a line break: its token is there)
@@ -320,12 +319,14 @@ class FileTokenizer:
         before it does (0 for a BOS), though the library gives its offsets as (0, 0)."""
         return self._ids_ends(data, add_special_tokens=True)
 
-    def _ids_ends(self, data: bytes, add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _ids_ends(self, data: bytes, add_special_tokens: bool, first: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """encode_bytes_with_ends of `data`, a whole text or a piece of one (`first`: the text's first piece, where
+        the text's first token is; a later piece's first character has a token before it in the whole text)."""
         text = _utf8_text(data)
         encoding = self._tok.encode(text, add_special_tokens=add_special_tokens)
         ends = [end for _, end in encoding.offsets]
         text_tokens = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
-        shared = len(text_tokens) >= 2 and encoding.offsets[text_tokens[1]][0] < ends[text_tokens[0]]
+        shared = first and len(text_tokens) >= 2 and encoding.offsets[text_tokens[1]][0] < ends[text_tokens[0]]
         if shared:
             # the first token shares its character with the next: the "▁" a Llama-style normalizer prepends has
             # the offsets of the character after it, so it ends where that begins (eval left the first character

@@ -32,7 +32,7 @@ BUGS = [
     # --- io/text_pieces.py: the cut rules -------------------------------------------------------------------------
     Bug(TP, 'NOT_SPACE = (rb"(?:[\\x21-\\x7e', 'NOT_SPACE = (rb"(?:[\\x20-\\x7e',
         PIECES, "GPT-2's ByteLevel cut before a line break that a space follows (\" b\" at a piece's start)"),
-    Bug(TP, 'SPLIT_LINE = re.compile(rb"(?<=\\n)(?=[\\x21-\\x7e])")', 'SPLIT_LINE = re.compile(rb"(?=\\n[\\x21-\\x7e])")',
+    Bug(TP, 'SPLIT_LINE = re.compile(rb"(?<=\\n)(?=" + NOT_SPACE + rb")")', 'SPLIT_LINE = re.compile(rb"(?=\\n" + NOT_SPACE + rb")")',
         PIECES, "Llama-3's Split cut before the line break, not after it (\"\\n\\nM\" splits otherwise)"),
     Bug(TP, ' and \\\n                pre.get("add_prefix_space") is False:\n            return BYTE_LEVEL',
         ':\n            return BYTE_LEVEL', PIECES, "a ByteLevel that adds a prefix space (each piece would get one) cut in pieces"),
@@ -368,4 +368,8 @@ BUGS = [
         ("tests/test_tokenizer.py", "-k", "tokenizer_paths"), "--tokenizer of a dangling tokenizer.json link or a folder named so: 'no such file'"),
     Bug(TK, "        path = (hub_snapshot(path) or path) if path.is_dir()", "        path = path if path.is_dir()",
         ("tests/test_tokenizer.py", "-k", "tokenizer_paths"), "--tokenizer of a Hugging Face cache's repository folder: 'holds no tokenizer.json'"),
+    Bug(TP, 'SPLIT_LINE = re.compile(rb"(?<=\\n)(?=" + NOT_SPACE + rb")")', 'SPLIT_LINE = re.compile(rb"(?<=\\n)(?=[\\x21-\\x7e])")',
+        ("tests/test_tokenizer_pieces.py", "-k", "other_scripts"), "Llama-3's Split cuts only before printable ASCII: a Russian text read whole"),
+    Bug(TK, "        shared = first and len(text_tokens) >= 2", "        shared = len(text_tokens) >= 2",
+        PIECES, "a later piece's first character gets the byte ends of a text's first token"),
 ]
