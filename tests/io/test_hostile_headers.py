@@ -70,6 +70,18 @@ def test_a_save_whose_weights_fail_leaves_the_folder_as_it_was(tmp_path, monkeyp
     assert json.loads((tmp_path / "m" / "config.json").read_text())["ssm_cfg"]["chunk_size"] == 32
 
 
+def test_a_users_file_of_the_pending_configs_name_is_left_alone(tmp_path):
+    """save_pretrained wrote its new config aside as `.config.json.pending`, a fixed name: a user's file of that name
+    in the folder was replaced, then removed. The name is new now (created exclusively), and nothing else is left."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / ".config.json.pending").write_text("the user's")
+    model = Mamba2LMHeadModel(Mamba2Config(d_model=16, n_layer=1, vocab_size=50, d_state=4, headdim=8), VarMap(seed=0))
+    model.save_pretrained(folder)
+    assert (folder / ".config.json.pending").read_text() == "the user's"
+    assert sorted(p.name for p in folder.iterdir()) == [".config.json.pending", "config.json", "model.safetensors"]
+
+
 @pytest.mark.parametrize("shape", [[1] * 65 + [2], [0, 2 ** 63, 2]])
 def test_a_shape_numpy_cannot_hold_is_named_as_the_files(tmp_path, shape):
     """65 axes, or a zero-size tensor with an axis of 2**63, passed the checks and failed reading with NumPy's

@@ -6,6 +6,7 @@ never through a link someone left at the name) with mode 0666 / 0777 less the um
 `mkdir` give; a file that replaces another keeps that one's permission bits, as an overwrite in place would."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -88,6 +89,28 @@ def write_atomic(path, data: bytes | str | tuple, replace: bool = True) -> None:
         if isinstance(error, OSError) and error.errno is not None:
             raise OSError(error.errno, error.strerror, path) from error  # name the file asked for, not the temp
         raise
+    _sync_directory(directory)
+
+
+@contextlib.contextmanager
+def written_aside(path, text: str):
+    """`text` written now into a new file beside `path` (a full disk fails here, before anything is replaced),
+    renamed over `path` once the block has run; if the block raises, removed and `path` left as it was. Its name is
+    new (`.NAME.RANDOM.pending`, created exclusively): a fixed name replaced, then removed, a user's file of it."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, aside = new_temporary_file(directory, os.path.basename(path), ".pending")
+    try:
+        keep_mode_of(fd, path)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        yield
+        os.replace(aside, path)
+    finally:
+        if os.path.lexists(aside):
+            os.unlink(aside)
     _sync_directory(directory)
 
 

@@ -323,8 +323,8 @@ BUGS = [
         ("tests/models/test_porting_calls.py",), "model(ids, return_dict=False)[0] is the first batch row where transformers' is the logits"),
     Bug("tinygrad_ssm/models/mamba2/foreign_arguments.py", '    refuse_foreign("Mamba2LMHeadModel.loss", LOSS, foreign)\n', "",
         ("tests/models/test_porting_calls.py",), "loss(ids, labels=ids) taken silently, its labels ignored"),
-    Bug("tinygrad_ssm/models/mamba2/pretrained.py", "    write_atomic(pending, config_text + \"\\n\")\n    try:\n        save_weights()",
-        "    write_atomic(directory / CONFIG_NAME, config_text + \"\\n\")\n    try:\n        save_weights()",
+    Bug("tinygrad_ssm/models/mamba2/pretrained.py", "    with written_aside(directory / CONFIG_NAME, config_text + \"\\n\"):\n        save_weights()\n",
+        "    (directory / CONFIG_NAME).write_text(config_text + \"\\n\")\n    save_weights()\n",
         ("tests/io/test_hostile_headers.py",), "a save whose weights fail leaves the new config beside the old weights, loaded as one model"),
     Bug("tinygrad_ssm/io/safetensors.py", "    except (ValueError, RecursionError) as e:  # (an int of 5,000 digits", "    except (UnicodeDecodeError, json.JSONDecodeError) as e:  # (an int of 5,000 digits",
         ("tests/io/test_hostile_headers.py",), "a header nested 100,000 deep or with a 5,000-digit int: a bare RecursionError / ValueError"),
@@ -336,4 +336,7 @@ BUGS = [
         ("tests/io/test_hostile_headers.py",), "an optimizer step count that is not 0-d: a bare TypeError out of resume"),
     Bug("tinygrad_ssm/io/safetensors.py", "        if len(shape) > 64 or any(d >= 2 ** 63 for d in shape):", "        if False:",
         ("tests/io/test_hostile_headers.py",), "a shape of 65 axes or an axis of 2**63: NumPy's raw error, no file named"),
+    Bug("tinygrad_ssm/io/atomic_write.py", '    fd, aside = new_temporary_file(directory, os.path.basename(path), ".pending")',
+        '    aside = os.path.join(directory, "." + os.path.basename(path) + ".pending"); fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)',
+        ("tests/io/test_hostile_headers.py",), "save_pretrained replaces, then removes, a user's .config.json.pending"),
 ]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...io.atomic_write import write_atomic
+from ...io.atomic_write import written_aside
 from ...io.checkpoints import CHECKPOINTS_DIR, check_file_digests, resolve_checkpoint
 from ...io.file_checks import broken_link, require_regular_file
 from ...io.finite import non_finite_problems
@@ -342,14 +342,8 @@ def save_config_and_weights(directory: Path, config_text: str, save_weights) -> 
     first (a full disk fails there, before anything is replaced), the weights replaced (save_weights(): an atomic
     write), then the config renamed over the old one. A save whose weights failed left the new config beside the
     old weights, and from_pretrained loaded that mix without a word (an audit of the safetensors files)."""
-    pending = directory / f".{CONFIG_NAME}.pending"
-    write_atomic(pending, config_text + "\n")
-    try:
+    with written_aside(directory / CONFIG_NAME, config_text + "\n"):
         save_weights()
-        os.replace(pending, directory / CONFIG_NAME)
-    finally:
-        if os.path.lexists(pending):
-            os.unlink(pending)
 
 
 def prepare_save_folder(directory, tensors, dtype: str | None = None) -> Path:
