@@ -212,3 +212,20 @@ def test_a_single_weight_file_beside_an_index_is_read_with_a_warning(tmp_path):
                                          r"model.safetensors, as transformers does"):
         loaded = Mamba2LMHeadModel.from_pretrained(tmp_path / "new")
     assert np.array_equal(loaded(IDS).data, old(IDS).data)
+
+
+def test_a_save_into_a_sharded_checkpoints_folder_is_refused_leaving_it_whole(tmp_path):
+    """save_pretrained into a folder holding a sharded checkpoint left its index and shards beside the new
+    model.safetensors: a stale model that every later load warned of (found by an audit)."""
+    model = small_model(seed=4, dtype="float32")
+    weights = {n: t.data for n, t in model.varmap.named_vars()}
+    model.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    save_file(tmp_path / "model-00001-of-00001.safetensors", weights)
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": dict.fromkeys(weights, "model-00001-of-00001.safetensors")}))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(PretrainedError, match=r"holds a sharded checkpoint \(model.safetensors.index.json and its "
+                                              r"shards\), which a save here would leave beside the new"):
+        small_model(seed=5, dtype="float32").save_pretrained(tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

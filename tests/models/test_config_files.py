@@ -87,6 +87,27 @@ def test_keys_like_ignored_ones_are_not_misspellings_and_another_model_type_is_r
             Mamba2LMHeadModel.from_pretrained(tmp_path)
 
 
+def test_a_hybrids_config_is_refused_by_its_model_type_not_as_misspellings(tmp_path):
+    """NemotronH's config.json (ssm_state_size, n_group, mlp_hidden_act) was refused as misspellings, "fix the
+    spelling", where no spelling makes it load: the model_type is checked first (found by an audit)."""
+    saved(tmp_path, "transformers")
+    edit_config(tmp_path, model_type="nemotron_h", ssm_state_size=16, n_group=1, mlp_hidden_act="relu2")
+    with pytest.raises(PretrainedError, match=r"'model_type' is 'nemotron_h' .* not 'mamba2'"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("key,value", [("dt_limit", [0.05, 0.3]), ("norm_before_gate", True), ("chunk_size", 8),
+                                       ("layer", "Mamba2")])
+def test_a_mixer_setting_at_the_top_of_a_mamba_ssm_config_is_refused(tmp_path, key, value):
+    """A mamba_ssm config.json with dt_limit beside ssm_cfg, not in it, loaded with a warning that the key "does
+    not change the model that is built": the model had no clamp (logits 1.08 away; mamba_ssm refuses the file)."""
+    saved(tmp_path)
+    edit_config(tmp_path, **{key: value})
+    with pytest.raises(PretrainedError, match=rf"\['{key}'\] at the top level: mamba_ssm reads these settings of "
+                                              rf"the mixer under 'ssm_cfg' only"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)
+
+
 @pytest.mark.parametrize("layout", ["mamba_ssm", "transformers"])
 def test_a_clean_config_loads_without_warnings(tmp_path, layout):
     saved(tmp_path, layout)
@@ -275,3 +296,16 @@ def test_saving_an_epsilon_mamba_ssm_cannot_hold_warns(tmp_path):
         Mamba2LMHeadModel.from_pretrained(tmp_path / "hf").save_pretrained(tmp_path / "out")
     assert caught[0].filename == __file__  # it points at the caller's line
     assert json.loads((tmp_path / "out" / "config.json").read_text())["norm_epsilon"] == 1e-3
+
+
+def test_a_mamba2model_checkpoint_without_the_backbone_prefix_is_named_as_such(tmp_path):
+    """transformers' Mamba2Model saves the backbone alone (layers.0..., no 'backbone.' prefix): it was refused as
+    "the weights hold 0 layers; the config does not describe these weights", blaming the config."""
+    from tinygrad_ssm.io.safetensors import load_file
+    saved(tmp_path, "transformers")
+    weights = load_file(tmp_path / "model.safetensors")
+    save_file(tmp_path / "model.safetensors",
+              {k.removeprefix("backbone."): v for k, v in weights.items() if k != "lm_head.weight"})
+    with pytest.raises(PretrainedError, match=r"are a Mamba2Model's \(the backbone alone: 'layers.0...' without the "
+                                              r"'backbone.' prefix"):
+        Mamba2LMHeadModel.from_pretrained(tmp_path)

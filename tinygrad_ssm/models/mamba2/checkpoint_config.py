@@ -147,6 +147,11 @@ def parse_config(raw: dict) -> tuple[Mamba2Config, str]:
 
 def _parse_mamba_ssm(raw: dict) -> Mamba2Config:
     where = "config.json (mamba_ssm layout)"
+    misplaced = sorted(set(raw) & {*_SSM_FIELDS, *(k for k, _ in _SSM_FIXED), "layer", "d_ssm"})
+    if misplaced:   # ignored with a warning before: a dt_limit there loaded a model without the clamp
+        raise PretrainedError(f"from_pretrained: {where}: {misplaced} at the top level: mamba_ssm reads these "
+                              f"settings of the mixer under 'ssm_cfg' only (its MambaConfig refuses them here); move "
+                              f"them into 'ssm_cfg'")
     check_config_keys(raw, _MAMBA_SSM_KEYS, where)
     if raw.get("d_intermediate", 0) != 0:
         raise PretrainedError(f"from_pretrained: {where}: 'd_intermediate' = {raw['d_intermediate']} (MLP blocks) "
@@ -187,12 +192,12 @@ def _parse_mamba_ssm(raw: dict) -> Mamba2Config:
 
 def _parse_transformers(raw: dict) -> Mamba2Config:
     where = "config.json (transformers layout)"
-    check_config_keys(raw, tuple(_HF_FIELDS) + _HF_OTHER_KEYS, where, _HF_MEANINGFUL)
     if raw.get("model_type", "mamba2") != "mamba2":  # Mamba-1 ("mamba"), a hybrid: other layers under these names
-        architectures = raw.get("architectures")
+        architectures = raw.get("architectures")   # (before the keys: NemotronH's were named as misspellings)
         raise PretrainedError(f"from_pretrained: {where}: 'model_type' is {raw['model_type']!r}"
                               f"{f' (architectures {architectures})' if architectures else ''}, not 'mamba2': this "
                               f"package builds Mamba-2 (Mamba2ForCausalLM) only")
+    check_config_keys(raw, tuple(_HF_FIELDS) + _HF_OTHER_KEYS, where, _HF_MEANINGFUL)
     # 'norm_before_gate' and 'rms_norm' are not read by transformers' Mamba2 (its gated norm is always gate first,
     # then RMSNorm: norm_before_gate=False is written into its code), so a value there does not change what it
     # computes: Mamba-Codestral's config.json says "norm_before_gate": true. They are ignored here too.

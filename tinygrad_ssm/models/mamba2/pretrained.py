@@ -224,6 +224,11 @@ def _load_pretrained(cls, directory, dtype, backend, fused, opened: list):
     # with d_model = 10**9 fails here, not after trying to allocate hundreds of GiB; n_layer first, as
     # param_shapes lists every layer's weights
     stored_layers = {int(m.group(1)) for m in map(_LAYER_KEY.match, stored) if m}
+    if not stored_layers and layout == "transformers" and any(_LAYER_KEY.match("backbone." + k) for k in stored):
+        raise PretrainedError(f"from_pretrained: the weights in {str(directory)!r} are a Mamba2Model's (the backbone "
+                              f"alone: 'layers.0...' without the 'backbone.' prefix of Mamba2ForCausalLM's, which "
+                              f"this package loads); write them as Mamba2ForCausalLM's once, where transformers is "
+                              f"installed: Mamba2ForCausalLM.from_pretrained(DIR).save_pretrained(NEW_DIR)")
     if config.n_layer > len(stored_layers):  # (fewer: the extra stored layers are named as unexpected below)
         key = "n_layer" if layout == "mamba_ssm" else "num_hidden_layers"
         raise PretrainedError(f"from_pretrained: {CONFIG_NAME} gives {key!r} = {config.n_layer} but the weights in "
@@ -382,6 +387,12 @@ def _check_replaceable(directory: Path) -> None:
     if links:
         raise PretrainedError(f"save_pretrained: {str(directory / links[0])!r} is a symbolic link; nothing is "
                               f"written through a link: remove it, or save into another folder")
+    # a sharded checkpoint's index and shards stayed beside the new model.safetensors: a stale model, which every
+    # later load warned of (transformers deletes the shards; this package removes nothing it did not write)
+    if os.path.lexists(directory / INDEX_NAME):
+        raise PretrainedError(f"save_pretrained: {str(directory)!r} holds a sharded checkpoint ({INDEX_NAME} and "
+                              f"its shards), which a save here would leave beside the new {WEIGHTS_NAME}; save into "
+                              f"another folder, or remove them first")
     if not any(os.path.lexists(directory / name) for name in names):
         return
     try:
