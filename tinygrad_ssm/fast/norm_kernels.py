@@ -8,6 +8,13 @@ y, z and grad come as rows from a column on (see row_blocks.as_rows): row slices
 consts = [0, 1 / group, 1, eps] in the data's dtype: scalars of that dtype keep a float32 norm in float32 lanes
 (float64 literals in the loops made them 2-3x slower). Without a gate (z None) the caller passes y as z and
 gated False: the branch sits outside the loops.
+
+Every sum is a loop of its own that only reads (`_sum_of_squares`, `_weighted_dot`). In a loop that also stores,
+LLVM guards its vectorised version with a runtime check of the arrays' addresses, and takes the scalar loop,
+which adds in another order, when an output lies within a few vectors of an input: the same model gave outputs
+2e-8 apart from call to call, as the allocator placed its buffers (found by a CI run that compared two models'
+outputs bit for bit; 25 of 200 calls differed, tests/fast/test_norm_determinism.py). A loop without stores needs
+no such check: the same bits every call.
 """
 from __future__ import annotations
 
@@ -21,14 +28,20 @@ _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"},  # sums ma
 
 
 @njit(**_JIT)
-def _gate_and_square(y, z, u, zero):
-    """u = y z sigmoid(z) = y silu(z); returns sum u^2."""
+def _sum_of_squares(u, zero):
+    """sum u^2, in a loop of its own (see the module's docstring: the same bits every run)."""
     acc = zero
     for ch in range(u.shape[0]):
-        v = y[ch] * z[ch] * sigmoid(z[ch])
-        u[ch] = v
-        acc += v * v
+        acc += u[ch] * u[ch]
     return acc
+
+
+@njit(**_JIT)
+def _gate_and_square(y, z, u, zero):
+    """u = y z sigmoid(z) = y silu(z); returns sum u^2."""
+    for ch in range(u.shape[0]):
+        u[ch] = y[ch] * z[ch] * sigmoid(z[ch])
+    return _sum_of_squares(u, zero)
 
 
 @njit(**_JIT)
@@ -45,10 +58,9 @@ def gated_rms_forward(y, ycol, z, zcol, weight, consts, gated, r0, r1, out, rstd
             if gated:
                 acc = _gate_and_square(yg, zr[lo:hi], og, zero)
             else:
-                acc = zero
                 for ch in range(group):
                     og[ch] = yg[ch]
-                    acc += yg[ch] * yg[ch]
+                acc = _sum_of_squares(og, zero)
             rs = one / math.sqrt(acc * inv_group + eps)
             rstd[r, g] = rs
             for ch in range(group):
@@ -56,29 +68,32 @@ def gated_rms_forward(y, ycol, z, zcol, weight, consts, gated, r0, r1, out, rstd
 
 
 @njit(**_JIT)
+def _weighted_dot(g, u, rs, w, zero):
+    """sum g u rs w, in a loop of its own (see the module's docstring: the same bits every run)."""
+    dot = zero
+    for ch in range(u.shape[0]):
+        dot += g[ch] * u[ch] * rs * w[ch]
+    return dot
+
+
+@njit(**_JIT)
 def _gate_and_dot(y, z, g, w, rs, u, s, dw, zero):
     """s = sigmoid(z), u = y z s, dw += g u rs; returns sum g u rs w."""
-    dot = zero
     for ch in range(u.shape[0]):
         sig = sigmoid(z[ch])
         v = y[ch] * z[ch] * sig
         s[ch], u[ch] = sig, v
-        gu = g[ch] * v * rs
-        dot += gu * w[ch]
-        dw[ch] += gu
-    return dot
+        dw[ch] += g[ch] * v * rs
+    return _weighted_dot(g, u, rs, w, zero)
 
 
 @njit(**_JIT)
 def _norm_backward(g, x, w, rs, inv_d, zero, dw, dx):
     """The plain RMSNorm's backward over one row or group, xhat = x rs: dw += g xhat;
     dx = rs (g w - xhat mean(g w xhat)) (written, not added)."""
-    dot = zero
     for ch in range(x.shape[0]):
-        gu = g[ch] * x[ch] * rs
-        dot += gu * w[ch]
-        dw[ch] += gu
-    m = dot * inv_d * rs
+        dw[ch] += g[ch] * x[ch] * rs
+    m = _weighted_dot(g, x, rs, w, zero) * inv_d * rs
     for ch in range(x.shape[0]):
         dx[ch] = rs * (g[ch] * w[ch] - x[ch] * m)
 
@@ -118,12 +133,9 @@ def add_rms_forward(x, xcol, m, mcol, weight, consts, r0, r1, total, out, rstd):
     d = out.shape[1]
     for r in range(r0, r1):
         xr, mr, tr, o = x[r, xcol:xcol + d], m[r, mcol:mcol + d], total[r], out[r]
-        acc = zero
         for ch in range(d):
-            v = xr[ch] + mr[ch]
-            tr[ch] = v
-            acc += v * v
-        rs = one / math.sqrt(acc * inv_d + eps)
+            tr[ch] = xr[ch] + mr[ch]
+        rs = one / math.sqrt(_sum_of_squares(tr, zero) * inv_d + eps)
         rstd[r] = rs
         for ch in range(d):
             o[ch] = tr[ch] * rs * weight[ch]
