@@ -13,7 +13,7 @@ Every sum is a loop of its own that only reads (`_sum_of_squares`, `_weighted_do
 LLVM guards its vectorised version with a runtime check of the arrays' addresses, and takes the scalar loop,
 which adds in another order, when an output lies within a few vectors of an input: the same model gave outputs
 2e-8 apart from call to call, as the allocator placed its buffers (found by a CI run that compared two models'
-outputs bit for bit; 25 of 200 calls differed, tests/fast/test_norm_determinism.py). A loop without stores needs
+outputs bit for bit; 25 of 200 calls differed, tests/fast/test_kernel_determinism.py). A loop without stores needs
 no such check: the same bits every call.
 """
 from __future__ import annotations

@@ -91,12 +91,14 @@ def _sum_exp(row, m, zero):
 
 @njit(**_SUMS)
 def _exps_and_sum(row, m, out, zero):
-    """out = exp(row - m); returns sum(out)."""
-    s = zero
+    """out = exp(row - m); returns sum(out), in a loop of its own that only reads: summed in the loop that stores,
+    LLVM's vectorised loop was guarded by a check of the arrays' addresses and ran scalar, another order, when out
+    lay just past row (the same logits gave a loss in other bits as the allocator placed the gradient)."""
     for j in range(row.size):
-        e = _exp(row[j] - m)
-        out[j] = e
-        s += e
+        out[j] = _exp(row[j] - m)
+    s = zero
+    for j in range(out.size):
+        s += out[j]
     return s
 
 

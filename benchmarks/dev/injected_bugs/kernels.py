@@ -210,8 +210,11 @@ BUGS = [
         ("tests/scan/test_ssd.py", "-k", "auto_takes or bad_arguments"), "ssd_minimal_discrete's A (b, l, h) refused as a bare shape, without the fix"),
     Bug("tinygrad_ssm/fast/norm_kernels.py", "        for ch in range(d):\n            tr[ch] = xr[ch] + mr[ch]\n        rs = one / math.sqrt(_sum_of_squares(tr, zero) * inv_d + eps)",
         "        acc = zero\n        for ch in range(d):\n            tr[ch] = xr[ch] + mr[ch]\n            acc += tr[ch] * tr[ch]\n        rs = one / math.sqrt(acc * inv_d + eps)",
-        ("tests/fast/test_norm_determinism.py",), "the fused add + norm sums in its storing loop: other bits where the allocator puts total after x"),
+        ("tests/fast/test_kernel_determinism.py",), "the fused add + norm sums in its storing loop: other bits where the allocator puts total after x"),
     Bug("tinygrad_ssm/fast/norm_kernels.py", "    for ch in range(u.shape[0]):\n        u[ch] = y[ch] * z[ch] * sigmoid(z[ch])\n    return _sum_of_squares(u, zero)",
         "    acc = zero\n    for ch in range(u.shape[0]):\n        u[ch] = y[ch] * z[ch] * sigmoid(z[ch])\n        acc += u[ch] * u[ch]\n    return acc",
-        ("tests/fast/test_norm_determinism.py",), "the gated norm sums in its storing loop: other bits where the allocator puts out after z"),
+        ("tests/fast/test_kernel_determinism.py",), "the gated norm sums in its storing loop: other bits where the allocator puts out after z"),
+    Bug("tinygrad_ssm/fast/row_kernels.py", "    for j in range(row.size):\n        out[j] = _exp(row[j] - m)\n    s = zero\n    for j in range(out.size):\n        s += out[j]\n",
+        "    s = zero\n    for j in range(row.size):\n        out[j] = _exp(row[j] - m)\n        s += out[j]\n",
+        ("tests/fast/test_kernel_determinism.py",), "cross entropy sums its exps in the storing loop: the loss in other bits as the gradient's row lies"),
 ]
