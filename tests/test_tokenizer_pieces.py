@@ -104,8 +104,8 @@ def tokenizers_by_kind(tmp_path_factory):
 # letters of other scripts (a line may start with one), "▁" written in the text
 FRAGMENTS = [" ", "  ", "\n", "\n\n", "\t", "\r\n", "\r", "a", "B", "1", ".", "'", "'s", "é", "\u00a0", "\u2028",
              "😀", "\u0301", "\u2581", "<", "<s>", "</s>", "<|begin_of_text|>", "def", "return", b"\xff", b"\xe2\x82",
-             "ж", "Ωμ", "中文", "\u3000", "\u1680", "\u0085", "\u2003", "\u205f", b"\x80", b"\xc2", "か", "「", "\u2029",
-             b"\xe3\x80", "\u202f"]
+             "ж", "Ωμ", "中文", "\u3000", "\u1680", "\u0085", "\u2003", "\u205f", b"\x80", b"\xc2", "か", "「",
+             "\u2029", b"\xe3\x80", "\u202f"]
 LONG_TEXTS = st.lists(st.sampled_from(FRAGMENTS), min_size=0, max_size=40).map(
     lambda parts: b"".join(p if isinstance(p, bytes) else p.encode() for p in parts))
 

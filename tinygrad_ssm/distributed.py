@@ -502,7 +502,8 @@ def _first_optimizer_difference(other: dict, root: dict) -> str:
         return f"optimizer {group!r} {'missing there' if group in root else 'there, not on rank 0'}"
     (kind, names), (root_kind, root_names) = other[group], root[group]
     if kind != root_kind or len(names) != len(root_names):
-        return f"optimizer {group!r}: {kind} of {len(names)} parameters there, {root_kind} of {len(root_names)} on rank 0"
+        return (f"optimizer {group!r}: {kind} of {len(names)} parameters there, {root_kind} of {len(root_names)} on "
+                f"rank 0")
     name, root_name = next((a, b) for a, b in zip(names, root_names) if a != b)
     return f"optimizer {group!r}: parameter {name!r} there, {root_name!r} on rank 0"
 

@@ -1,7 +1,8 @@
-"""The norm and cross-entropy kernels give the same bits wherever the allocator puts their arrays. A sum in a loop that also stored
-was vectorised behind a runtime check of the arrays' addresses, and ran as the scalar loop (another order of
-additions) when an output lay within a few vectors of an input: one model's outputs moved by 2e-8 from call to
-call (a CI run compared two models' outputs bit for bit; 25 of 200 calls after random allocations differed)."""
+"""The norm and cross-entropy kernels give the same bits wherever the allocator puts their arrays. A sum in a loop
+that also stored was vectorised behind a runtime check of the arrays' addresses, and ran as the scalar loop
+(another order of additions) when an output lay within a few vectors of an input: one model's outputs moved by
+2e-8 from call to call (a CI run compared two models' outputs bit for bit; 25 of 200 calls after random
+allocations differed)."""
 import numpy as np
 import pytest
 

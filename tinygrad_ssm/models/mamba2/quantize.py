@@ -268,8 +268,9 @@ def quantized_names(model) -> list[str]:
 def default_block(config) -> int:
     """The largest of 32, 24, 16 and 8 (DEFAULT_BLOCK down in steps of 8) that divides every quantized matrix's
     input size (d_model, d_inner): the decoder's int8 kernel reads those in vectors of 8 (d_model 360: block 24,
-    where the largest divisor, 30, decoded 6x slower: 0.44 s against 0.071 for 200 tokens, one thread); else the largest block
-    up to DEFAULT_BLOCK that divides them (d_model 36: 18), so that --weights int8 works on any model."""
+    where the largest divisor, 30, decoded 6x slower: 0.44 s against 0.071 for 200 tokens, one thread); else the
+    largest block up to DEFAULT_BLOCK that divides them (d_model 36: 18), so that --weights int8 works on any
+    model."""
     sizes = math.gcd(config.d_model, config.d_inner)
     vectors = [b for b in range(DEFAULT_BLOCK, 0, -8) if sizes % b == 0]
     return vectors[0] if vectors else next(b for b in range(DEFAULT_BLOCK, 0, -1) if sizes % b == 0)
