@@ -172,7 +172,8 @@ def test_int8_warns_when_no_block_of_8_to_32_divides_the_model():
 def test_the_default_int8_block_is_a_multiple_of_8_wherever_one_divides_the_model():
     """d_model 360 took block 30, the largest divisor up to 32, which the decoder reads without vectors (0.44 s for
     200 tokens against 0.071 at block 24, one thread), and warned that no multiple of 8 divides it, which 24
-    does; a block given as np.uint8 overflowed in NumPy 2's arithmetic; quantize_int8's block 0 was a ZeroDivisionError."""
+    does; a block given as np.uint8 overflowed in NumPy 2's arithmetic; quantize_int8's block 0 was a
+    ZeroDivisionError."""
     from tinygrad_ssm.models.mamba2 import quantize as Q
     from tinygrad_ssm.models.mamba2 import Mamba2Config
     for d_model, block in ((360, 24), (40, 8), (80, 16), (96, 32), (36, 18), (37, 1)):
