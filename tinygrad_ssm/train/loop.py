@@ -15,7 +15,7 @@ says which rank asked), and a second one aborts the job (exit 130).
 A NaN or infinite loss or gradient norm raises TrainingDiverged before the update is applied, and writes nothing,
 so the last good checkpoint stays as it was.
 
-Under MPI (`mpiexec -n N python -m tinygrad_ssm train`, see distributed.py and docs/distributed.md) every rank
+Under MPI (`mpiexec -n N python -m tinygrad_ssm train`, see distributed/ and docs/distributed.md) every rank
 draws the same global batch and keeps its own 1/N of the rows; the gradients are averaged over the ranks
 before clipping, so every rank applies the same AdamW step. Rank 0 alone prints, logs, plots and saves.
 """

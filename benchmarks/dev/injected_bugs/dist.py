@@ -1,4 +1,4 @@
-"""Bugs in data-parallel training and what surrounds a run (tinygrad_ssm/distributed.py and its use in train/loop.py,
+"""Bugs in data-parallel training and what surrounds a run (tinygrad_ssm/distributed/ and its use in train/loop.py,
 diagnostics.py, the parts of io/ and train/ that app.py leaves: safetensors metadata, casts and strictness, a file
 replaced after open, checkpoint lookup and pruning, the run lock, Ctrl-C/SIGTERM, the log): each should fail a test a
 developer runs for its file. The MPI tests run under the venv's mpiexec -n 2 (mpi4py installed; they skip without).
@@ -10,7 +10,10 @@ timeout). 34 caught again after safetensors.py's two-pass read moved its text (2
 # ruff: noqa: E501 (each bug quotes lines of code whole, so that it names one place)
 from inject_bugs import Bug
 
-D = "tinygrad_ssm/distributed.py"
+DW = "tinygrad_ssm/distributed/world.py"
+DG = "tinygrad_ssm/distributed/gradients.py"
+DC = "tinygrad_ssm/distributed/consistency.py"
+DI = "tinygrad_ssm/distributed/__init__.py"
 API = ("tests/test_distributed.py::test_python_api_in_ones_own_loop",)
 FAKE = ("tests/train/test_fake_ranks.py",)
 EDGES = ("tests/test_distributed.py::test_the_python_apis_edges_are_told_on_every_rank",)
@@ -25,49 +28,49 @@ LOOP = "tinygrad_ssm/train/loop.py"
 STEP = "tinygrad_ssm/train/step.py"
 
 BUGS = [
-    # --- distributed.py: the gradient averaging -------------------------------------------------------------------
-    Bug(D, "values = bucket.buffer[:bucket.n_values] / self.world.size", "values = bucket.buffer[:bucket.n_values]",
+    # --- distributed/: the gradient averaging -------------------------------------------------------------------
+    Bug(DG, "values = bucket.buffer[:bucket.n_values] / self.world.size", "values = bucket.buffer[:bucket.n_values]",
         API, "the allreduced gradients are summed over the ranks, not averaged"),
-    Bug(D, "while self._next < len(self.buckets) and self.buckets[self._next].pending == 0:",
+    Bug(DG, "while self._next < len(self.buckets) and self.buckets[self._next].pending == 0:",
         "while self._next < len(self.buckets) and self.buckets[self._next].pending <= 1:",
         API, "a bucket's allreduce starts before its last gradient is in it"),
-    Bug(D, "        self._next, self._seen = 0, {}\n", "        self._next = 0\n",
+    Bug(DG, "        self._next, self._seen = 0, {}\n", "        self._next = 0\n",
         API, "finish() forgets to reset which gradients were sent: the next step's backward looks like a second one"),
-    Bug(D, "            bucket.pending, bucket.request = len(bucket.named), None", "            bucket.request = None",
+    Bug(DG, "            bucket.pending, bucket.request = len(bucket.named), None", "            bucket.request = None",
         API, "the buckets' pending counts not reset after finish(): the next step sends them before backward fills them"),
-    Bug(D, "                has_grad = bucket.buffer[bucket.n_values + i] > 0", "                has_grad = True",
+    Bug(DG, "                has_grad = bucket.buffer[bucket.n_values + i] > 0", "                has_grad = True",
         API, "a parameter no rank has a gradient for gets a zero gradient instead of None"),
-    Bug(D, "            self.buffer[lo:hi] = 0\n            self.buffer[self.n_values + i] = 0", "            self.buffer[self.n_values + i] = 0",
+    Bug(DG, "            self.buffer[lo:hi] = 0\n            self.buffer[self.n_values + i] = 0", "            self.buffer[self.n_values + i] = 0",
         API, "a rank without a gradient for a parameter sends its stale values of the last step"),
-    Bug(D, "            if current and (p.dtype != current[0][1].dtype or\n", "            if current and (False or\n",
+    Bug(DG, "            if current and (p.dtype != current[0][1].dtype or\n", "            if current and (False or\n",
         API, "parameters of different dtypes share a bucket (a float32 gradient comes back in the bucket's float64)"),
-    Bug(D, "                    if p.grad is not sent or (sent is not None and sent._version[0] != version):",
+    Bug(DG, "                    if p.grad is not sent or (sent is not None and sent._version[0] != version):",
         "                    if p.grad is not sent:",
         API, "a .grad changed in place by a tensor op between backward() and finish() is dropped in silence"),
-    # --- distributed.py: launchers, the world, the ranks compared --------------------------------------------------
-    Bug(D, '_WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")',
+    # --- distributed/: launchers, the world, the ranks compared --------------------------------------------------
+    Bug(DW, '_WORLD_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")',
         '_WORLD_SIZE_VARS = ("PMI_SIZE", "MV2_COMM_WORLD_SIZE")',
         ("tests/test_distributed.py::test_each_launchers_variables_are_read",), "an Open MPI launch (OMPI_COMM_WORLD_SIZE) is not seen"),
-    Bug(D, "    for var in _RANK_VARS:\n", "    for var in _WORLD_SIZE_VARS:\n",
+    Bug(DW, "    for var in _RANK_VARS:\n", "    for var in _WORLD_SIZE_VARS:\n",
         ("tests/test_distributed.py::test_each_launchers_variables_are_read", "tests/test_mpi_bad_flags.py"),
         "launcher_rank reads the world size's variable"),
-    Bug(D, "    if launched > 1 and comm.Get_size() == 1:", "    if launched > 2 and comm.Get_size() == 1:",
+    Bug(DI, "    if launched > 1 and comm.Get_size() == 1:", "    if launched > 2 and comm.Get_size() == 1:",
         ("tests/test_distributed.py::test_a_launcher_size_that_mpi_does_not_see_is_refused",),
         "PMI_SIZE=2 left over while MPI sees one process is accepted (two lone copies train into one folder)"),
-    Bug(D, "    launched = launcher_world_size()\n    if launched > 1:\n", "    launched = launcher_world_size()\n    if launched > 2:\n",
+    Bug(DI, "    launched = launcher_world_size()\n    if launched > 1:\n", "    launched = launcher_world_size()\n    if launched > 2:\n",
         ("tests/test_mpi_runs.py::test_rank_and_world_size_before_init_under_a_launcher_raise",),
         "rank() before init() under mpiexec -n 2 says 0 of 1"),
-    Bug(D, "    if world.size == 1:\n        return\n    _same_layout(world, \"check_same_weights\"", "    if world.size <= 2:\n        return\n    _same_layout(world, \"check_same_weights\"",
+    Bug(DC, "    if world.size == 1:\n        return\n    _same_layout(world, \"check_same_weights\"", "    if world.size <= 2:\n        return\n    _same_layout(world, \"check_same_weights\"",
         FAKE, "the ranks' weights never compared in a two-rank job"),
-    Bug(D, "    return np.array([zlib.crc32(np.ascontiguousarray(p.data).tobytes())",
+    Bug(DC, "    return np.array([zlib.crc32(np.ascontiguousarray(p.data).tobytes())",
         "    return np.array([zlib.crc32(np.ascontiguousarray(p.data).reshape(-1)[:1].tobytes())",
         FAKE, "the weight checksum covers only each parameter's first element"),
-    Bug(D, "        ranks = [r for r in range(world.size) if differ[r].any()]", "        ranks = [r for r in range(1, world.size) if differ[r - 1].any()]",
+    Bug(DC, "        ranks = [r for r in range(world.size) if differ[r].any()]", "        ranks = [r for r in range(1, world.size) if differ[r - 1].any()]",
         FAKE, "RanksDiverged names the wrong rank"),
-    Bug(D, "    for group in sorted(optimizers):\n        state = world.broadcast_arrays(", "    for group in sorted(optimizers)[:0]:\n        state = world.broadcast_arrays(",
+    Bug(DC, "    for group in sorted(optimizers):\n        state = world.broadcast_arrays(", "    for group in sorted(optimizers)[:0]:\n        state = world.broadcast_arrays(",
         ("tests/test_mpi_runs.py::test_a_tokenized_run_resumes_on_two_ranks_without_the_tokenizer_file",),
         "a resumed 2-rank run: rank 1 keeps fresh optimizer moments (rank 0's never sent)"),
-    Bug(D, "                                                error.errno if isinstance(error, OSError) else None,",
+    Bug(DW, "                                                error.errno if isinstance(error, OSError) else None,",
         "                                                None,",
         FAKE, "rank 0's failed save reaches the other ranks without its errno"),
     # --- loop.py under MPI ----------------------------------------------------------------------------------------
@@ -140,12 +143,12 @@ BUGS = [
     Bug("tinygrad_ssm/train/log.py", "        kept = [r for r in self.records() if r[\"step\"] <= step]", "        kept = [r for r in self.records() if r[\"step\"] < step]",
         ("tests/train/test_train.py", "-k", "resume"), "a resume drops the log records of the checkpoint's own step"),
     # --- added in a second pass -----------------------------------------------------------------------------------
-    Bug(D, "                error = (FileExistsError(message) if exists else OSError(number, text, filename)",
+    Bug(DW, "                error = (FileExistsError(message) if exists else OSError(number, text, filename)",
         "                error = (OSError(number, text, filename)", FAKE,
         "rank 0's FileExistsError reaches the other ranks as a plain OSError"),
-    Bug(D, "        self.last_launched_early = self._next  # buckets", "        self.last_launched_early = 0  # buckets",
+    Bug(DG, "        self.last_launched_early = self._next  # buckets", "        self.last_launched_early = 0  # buckets",
         TWO_EQUALS_ONE, "the log says no bucket was sent during the backward"),
-    Bug(D, "            p.data[...] = weights[name]\n", "            pass\n",
+    Bug(DC, "            p.data[...] = weights[name]\n", "            pass\n",
         ("tests/test_mpi_runs.py::test_a_tokenized_run_resumes_on_two_ranks_without_the_tokenizer_file",),
         "rank 0's weights, loaded from a checkpoint, never written into the other ranks' parameters"),
     Bug(LOOP, "    total, count = (float(v) for v in world.sum([total, count]))", "    total, count = float(total), float(count)",
@@ -158,7 +161,7 @@ BUGS = [
         "        with os.fdopen(fd, \"wb\") as f:\n            fig.savefig",
         ("tests/io/test_file_modes.py",), "a replaced loss plot loses its permission bits"),
     # --- --grad-accum under MPI: the micro-batches' backwards before the last hold their gradients back ---------
-    Bug(D, "        self._held = True\n", "        self._held = False\n", MICRO,
+    Bug(DG, "        self._held = True\n", "        self._held = False\n", MICRO,
         "no_sync() holds nothing back: the second micro-batch's backward raises"),
     Bug(STEP, "    return reducer.no_sync() if reducer is not None else contextlib.nullcontext()",
         "    return contextlib.nullcontext()", MICRO, "the training step accumulates without no_sync() under MPI"),
@@ -169,14 +172,14 @@ BUGS = [
         ('tests/test_mpi_runs.py', '-k', 'inner_rank'), "the corpus check's broadcast inside the agreed data loading: an inner rank's failure hangs 4 ranks"),
     Bug('tinygrad_ssm/train/loop.py', "    try:  # from here on one rank's error ends the whole job (below): an import failing on one rank left all waiting\n        from tqdm import tqdm\n", "    from tqdm import tqdm\n    try:  # from here on one rank's error ends the whole job (below): an import failing on one rank left all waiting\n",
         ('tests/test_mpi_runs.py', '-k', 'import_failing'), "an import failing on one rank at train()'s start hangs the job"),
-    Bug('tinygrad_ssm/distributed.py', '        self._check_same_buckets()\n', '',
+    Bug(DG, '        self._check_same_buckets()\n', '',
         ('tests/test_mpi_runs.py', '-k', 'buckets'), 'ranks cutting other gradient buckets sum unrelated numbers (a false divergence, then a hang)'),
     Bug(STEP, "        run.loss_val, run.stop_signals = sums[0] / run.world.size, {r: int(s) for r, s in enumerate(sums[1:]) if s}",
         "        run.loss_val, run.stop_signals = sums[0] / run.world.size, {r: 2 for r, s in enumerate(sums[1:]) if s}",
         ("tests/test_mpi_runs.py", "-k", "sigterm"), "rank 0 says Ctrl-C for a SIGTERM on another rank"),
     Bug(LOOP, "            if isinstance(e, OSError):  # a file of this rank's own", "            if False:  # a file of this rank's own",
         ("tests/test_mpi_runs.py", "-k", "log_failing"), "rank 0's log failing under MPI ends the job with exit 1 and a traceback"),
-    Bug("tinygrad_ssm/distributed.py", "        os._exit(code)   # MPICH's Abort may return", "        pass   # MPICH's Abort may return",
+    Bug(DW, "        os._exit(code)   # MPICH's Abort may return", "        pass   # MPICH's Abort may return",
         ("tests/test_mpi_runs.py", "-k", "log_failing"), "an Abort that returns goes on: a second message with a traceback"),
     Bug("tinygrad_ssm/train/log.py", "            raise OSError(e.errno, e.strerror, str(self.path)) from e", "            raise",
         ("tests/test_mpi_runs.py", "-k", "log_failing"), "a failed append to log.jsonl names no file"),
@@ -199,20 +202,20 @@ BUGS = [
     Bug("tinygrad_ssm/train/checks.py", "    return min(known, key=lambda m: m[2] / m[1]) if known",
         "    return max(known, key=lambda m: m[2] / m[1]) if known", ("tests/train/test_grad_accum.py", "-k", "memory"),
         "the memory check reads the machine with the most memory a rank: one with less runs out at the first step"),
-    Bug("tinygrad_ssm/distributed.py", "(socket.gethostname(), local.Get_size(), measure())",
+    Bug(DW, "(socket.gethostname(), local.Get_size(), measure())",
         "(socket.gethostname(), 1, measure())", API,
         "World.machines counts one rank a machine: two ranks' copies of the model checked against memory for one"),
     Bug("tinygrad_ssm/diagnostics.py", "        norm = None if grad is None else _norm(grad.data)",
         "        norm = None if grad is None else float(np.sqrt(np.sum(np.square(grad.data, dtype=np.float64))))",
         ("tests/test_gradient_report.py",), "gradient_report's norm of a float64 gradient of 1e200 is inf, of 1e-170 0, beside status ok"),
-    Bug(D, "        named = [(name, p) for name, p in named if p.requires_grad]\n", "",
+    Bug(DG, "        named = [(name, p) for name, p in named if p.requires_grad]\n", "",
         EDGES, "GradientAllreducer hooks a frozen parameter: its construction fails under 2 ranks"),
-    Bug(D, "p.register_post_accumulate_grad_hook(lambda leaf: ready()(leaf))", "p.register_post_accumulate_grad_hook(self._grad_ready)",
+    Bug(DG, "p.register_post_accumulate_grad_hook(lambda leaf: ready()(leaf))", "p.register_post_accumulate_grad_hook(self._grad_ready)",
         EDGES, "a GradientAllreducer dropped without close() is kept alive by its hooks, sending every backward's gradients"),
-    Bug(D, "        if self.overlap and counts.any():", "        if changed:",
+    Bug(DG, "        if self.overlap and counts.any():", "        if changed:",
         EDGES, "a .grad changed after backward on one rank raises there alone: the others go on and wait"),
-    Bug(D, '    _same_layout(world, "broadcast_weights_and_optimizers", named, optimizers)\n', "",
+    Bug(DC, '    _same_layout(world, "broadcast_weights_and_optimizers", named, optimizers)\n', "",
         EDGES, "broadcast_weights_and_optimizers into ranks with other parameters: a hang, or values broadcast into another shape"),
-    Bug(D, '    _same_layout(world, "check_same_weights", _named_parameters(params, "check_same_weights"))\n', "",
+    Bug(DC, '    _same_layout(world, "check_same_weights", _named_parameters(params, "check_same_weights"))\n', "",
         EDGES, "check_same_weights on ranks with another parameter count: MPICH aborts the job"),
 ]
