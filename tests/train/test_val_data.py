@@ -65,6 +65,37 @@ def test_validation_text_that_would_be_trained_on_is_refused(texts, data, val, w
         load_corpus(texts / data, val_path=texts / val)
 
 
+@pytest.mark.parametrize("kind", ["symlink", "hardlink"])
+@pytest.mark.parametrize("side", ["val", "data"])
+def test_a_file_read_by_both_sides_through_a_link_is_refused(texts, tmp_path, side, kind):
+    """A --val-data folder holding a link to a --data file (or the reverse, or a hard link) was trained and validated
+    on: only the two top paths were compared (found by an audit)."""
+    folder = tmp_path / "other"
+    folder.mkdir()
+    (folder / "own.txt").write_bytes(b"another text, its own lines\n" * 20)
+    target = texts / "train" / "t1.txt" if side == "val" else texts / "val.txt"
+    link = folder / "linked.txt"
+    link.symlink_to(target) if kind == "symlink" else os.link(target, link)
+    data, val = (texts / "train", folder) if side == "val" else (folder, texts / "val.txt")
+    with pytest.raises(DataError, match=r"--val-data's file '.*' is --data's file '.*' \(a link or a hard link to "
+                                        r"it; 1 such file\(s\)\): the validation text would be trained on"):
+        load_corpus(data, val_path=val)
+
+
+def test_a_folder_reads_a_hard_linked_file_once_and_no_folder_above_it(tmp_path):
+    """A hard link beside its file put one text in both splits (files were told apart by their resolved path); a
+    linked folder pointing above --data (.., /) read files outside --data."""
+    root = tmp_path / "corpus"
+    (root / "sub").mkdir(parents=True)
+    for k in range(3):
+        (root / f"f{k}.txt").write_bytes(b"text of file %d\n" % k * 30)
+    os.link(root / "f0.txt", root / "sub" / "again.txt")
+    (root / "sub" / "up").symlink_to(tmp_path)                          # tmp_path holds corpus/ and outside.txt
+    (tmp_path / "outside.txt").write_bytes(b"not under --data\n" * 30)
+    corpus = load_corpus(root, val_fraction=0.34, seed=0)
+    assert sorted(corpus.train_files + corpus.val_files) == ["f0.txt", "f1.txt", "f2.txt"]
+
+
 def test_a_missing_or_empty_val_data_is_named(texts, tmp_path):
     with pytest.raises(DataError, match=f"--val-data path '{tmp_path / 'none.txt'}' does not exist"):
         load_corpus(texts / "train", val_path=tmp_path / "none.txt")

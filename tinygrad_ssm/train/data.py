@@ -34,7 +34,7 @@ import numpy as np
 
 from ..tokenizer import invalid_utf8_bytes
 from .json_records import NAMED_SUFFIX, SUFFIX as JSON_LINES, TEXT_FIELD, check_text_field, reads_records, record_texts
-from .folder_listing import DataError, _count, folder_files, left_out_note  # noqa: F401 (scoring.py takes them here)
+from .folder_listing import DataError, _count, file_identity, folder_files, left_out_note  # noqa: F401 (scoring.py takes them here)
 
 DEFAULT_VAL_FRACTION = 0.05
 EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"})
@@ -174,7 +174,7 @@ def load_corpus(path: str | os.PathLike | None = None, *, seed: int = 0, val_fra
     val = None if val_path is None else _read_documents(val_path, text_field, "--val-data")
     check_text_field(text_field, docs.records > 0 or (val is not None and val.records > 0), docs.source, DataError)
     if val is not None:
-        _refuse_overlap(docs.root, val.root)
+        _refuse_overlap(docs, val)
         return Corpus(
             source=docs.source, val_source=val.source,
             train=_concat(docs.texts), val=_concat(val.texts),
@@ -231,6 +231,7 @@ class _Documents:
     eval_reports: tuple[str, ...]  # eval --json reports left out of a folder
     records: int  # how many of the documents are JSON records
     json_as_text: tuple[str, ...]  # a folder's .json files, read as text
+    files: dict = None  # (st_dev, st_ino) of each file read -> its path: --data and --val-data share none
 
 
 def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) -> _Documents:
@@ -263,6 +264,7 @@ def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) 
 
     texts, names, skipped, records = [], [], [], 0                     # the documents: a file's text or a record's
     json_as_text = []
+    identities = {file_identity(p): p for p in files}
     for p in files:
         name = p.name if one_file else p.relative_to(root).as_posix()
         if path is not None and reads_records(p, named=one_file):
@@ -287,17 +289,25 @@ def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) 
         why = "only binary files" if skipped else "only empty files"
         raise DataError(f"{flag} {source!r} contains no text: {why}")
     return _Documents(source, root, texts, names, tuple(skipped), tuple(run_folders), tuple(eval_reports), records,
-                      tuple(json_as_text))
+                      tuple(json_as_text), identities)
 
 
-def _refuse_overlap(data_root: Path, val_root: Path) -> None:
-    """--val-data must hold none of the text trained on: not --data itself, nor inside its folder, nor holding it."""
+def _refuse_overlap(docs: _Documents, val_docs: _Documents) -> None:
+    """--val-data must hold none of the text trained on: not --data itself, nor inside its folder, nor holding it,
+    nor any file --data reads (through a link or a hard link: a folder's link to the other side's file was trained
+    and validated on, found by an audit)."""
+    data_root, val_root = docs.root, val_docs.root
     data, val = data_root.resolve(), val_root.resolve()
     if data == val or data in val.parents or val in data.parents:
         where = "is" if data == val else "lies inside" if data in val.parents else "holds"
         raise DataError(f"--val-data {str(val_root)!r} {where} --data {str(data_root)!r}: the validation text would be "
                         f"trained on; give a --val-data outside --data (or leave it out to validate on a "
                         f"--val-fraction of --data's files)")
+    shared = sorted(set(docs.files) & set(val_docs.files))
+    if shared:
+        raise DataError(f"--val-data's file {str(val_docs.files[shared[0]])!r} is --data's file "
+                        f"{str(docs.files[shared[0]])!r} (a link or a hard link to it; {len(shared)} such file(s)): the "
+                        f"validation text would be trained on; remove it from one side")
 
 
 def _non_utf8(names: list[str], texts: list[bytes]) -> tuple[str, ...]:

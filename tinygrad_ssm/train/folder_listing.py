@@ -21,12 +21,14 @@ def folder_files(root: Path, run_folders: list | None = None, eval_reports: list
     default --out puts runs/ inside) holds logs and checkpoints, not text: it is left out, and its relative
     path appended to `run_folders`; so is a report eval --json wrote (eval_report.py: scored, it would change the
     next eval's figures), appended to `eval_reports`. A link to nothing is a DataError naming it."""
-    found, seen = [], {os.path.realpath(root)}
+    root_real = os.path.realpath(root)
+    found, seen = [], {root_real}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         kept = []
         for d in sorted(dirnames):
             real = os.path.realpath(os.path.join(dirpath, d))
-            if d.startswith(".") or d == "__pycache__" or real in seen:  # a link back up would loop
+            # a link back up would loop; one to a folder above --data would read files outside it
+            if d.startswith(".") or d == "__pycache__" or real in seen or Path(root_real).is_relative_to(real):
                 continue
             seen.add(real)
             if os.path.isfile(os.path.join(real, RUN_MARKER_FILE)):
@@ -41,15 +43,20 @@ def folder_files(root: Path, run_folders: list | None = None, eval_reports: list
         if p.is_symlink() and not p.exists():
             raise DataError(f"cannot read corpus file {str(p)!r}: it is a symbolic link to {os.readlink(p)!r}, which "
                             f"does not exist; remove the link or restore its file")
-        real = os.path.realpath(p)
-        if not p.is_file() or real in real_files:
+        if not p.is_file() or file_identity(p) in real_files:   # (a hard link too: its text in both splits)
             continue
-        real_files.add(real)
+        real_files.add(file_identity(p))
         if eval_reports is not None and p.suffix.lower() == NAMED_SUFFIX and is_eval_report(p):
             eval_reports.append(p.relative_to(root).as_posix())
             continue
         files.append(p)
     return files
+
+
+def file_identity(path) -> tuple[int, int]:
+    """(st_dev, st_ino): one file whatever links or hard links name it."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
 
 
 def _count(n: int, noun: str) -> str:

@@ -309,7 +309,7 @@ BUGS = [
         "    return next((p, value) for value, p in scored if value == best)", BEST, "the earlier of two equal checkpoints is kept"),
     Bug("tinygrad_ssm/train/loop.py", "    run.val_step = run.step\n", "", BEST, "no checkpoint records its own validation: none is kept as the best"),
     # --- train --val-data (2026-12-06, late evening) -----------------------------------------------------------------
-    Bug("tinygrad_ssm/train/data.py", "        _refuse_overlap(docs.root, val.root)\n", "", VAL_DATA,
+    Bug("tinygrad_ssm/train/data.py", "        _refuse_overlap(docs, val)\n", "", VAL_DATA,
         "a --val-data inside --data (or --data itself) accepted: the validation text is trained on"),
     Bug("tinygrad_ssm/train/data.py", "    if data == val or data in val.parents or val in data.parents:",
         "    if data == val or data in val.parents:", VAL_DATA, "a --val-data folder that holds --data accepted"),
@@ -609,4 +609,10 @@ BUGS = [
         ("tests/models/test_generation.py", "-k", "fractions"), "temperature=Fraction(1, 2) passes the checks and fails inside NumPy"),
     Bug(M + "evaluation.py", "or isinstance(n_bytes, bool) or n_bytes < 1:", "or isinstance(n_bytes, bool) or n_bytes < 0:",
         ("tests/models/test_evaluation.py",), "bits_per_byte(0): a bare ZeroDivisionError"),
+    Bug("tinygrad_ssm/train/data.py", "    shared = sorted(set(docs.files) & set(val_docs.files))\n", "    shared = []\n",
+        ("tests/train/test_val_data.py", "-k", "through_a_link"), "a --val-data folder linking to a --data file: the validation text is trained on"),
+    Bug("tinygrad_ssm/train/folder_listing.py", "        if not p.is_file() or file_identity(p) in real_files:", "        if not p.is_file() or os.path.realpath(p) in real_files:",
+        ("tests/train/test_val_data.py", "-k", "hard_linked"), "a hard link beside its file: one text read twice, in both splits"),
+    Bug("tinygrad_ssm/train/folder_listing.py", " or real in seen or Path(root_real).is_relative_to(real):", " or real in seen:",
+        ("tests/train/test_val_data.py", "-k", "hard_linked"), "a linked folder pointing above --data reads files outside it"),
 ]
