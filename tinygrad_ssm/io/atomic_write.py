@@ -73,11 +73,7 @@ def write_atomic(path, data: bytes | str | tuple, replace: bool = True) -> None:
     try:
         if replace:
             keep_mode_of(fd, path)
-        with os.fdopen(fd, "wb") as f:
-            for piece in pieces:
-                f.write(piece)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(fd, pieces)
         if replace:
             os.replace(tmp, path)
         else:  # a hard link is made only where no name is: what appeared at path since it was checked stays
@@ -92,6 +88,15 @@ def write_atomic(path, data: bytes | str | tuple, replace: bool = True) -> None:
     _sync_directory(directory)
 
 
+def _write_synced(fd: int, pieces) -> None:
+    """Write the bytes-like `pieces` into the new file open at `fd`, one after the other, sync it to disk, close it."""
+    with os.fdopen(fd, "wb") as f:
+        for piece in pieces:
+            f.write(piece)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 @contextlib.contextmanager
 def written_aside(path, text: str):
     """`text` written now into a new file beside `path` (a full disk fails here, before anything is replaced),
@@ -102,10 +107,7 @@ def written_aside(path, text: str):
     fd, aside = new_temporary_file(directory, os.path.basename(path), ".pending")
     try:
         keep_mode_of(fd, path)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(fd, (text.encode("utf-8"),))
         yield
         os.replace(aside, path)
     finally:

@@ -34,7 +34,8 @@ import numpy as np
 
 from ..tokenizer import invalid_utf8_bytes
 from .json_records import NAMED_SUFFIX, SUFFIX as JSON_LINES, TEXT_FIELD, check_text_field, reads_records, record_texts
-from .folder_listing import DataError, _count, file_identity, folder_files, left_out_note  # noqa: F401 (scoring.py takes them here)
+from .folder_listing import DataError, _count, folder_files, left_out_note  # noqa: F401 (scoring.py takes them here)
+from .folder_listing import file_identity
 
 DEFAULT_VAL_FRACTION = 0.05
 EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"})
@@ -231,7 +232,7 @@ class _Documents:
     eval_reports: tuple[str, ...]  # eval --json reports left out of a folder
     records: int  # how many of the documents are JSON records
     json_as_text: tuple[str, ...]  # a folder's .json files, read as text
-    files: dict = None  # (st_dev, st_ino) of each file read -> its path: --data and --val-data share none
+    identities: dict = None  # (st_dev, st_ino) of each file read -> its path: --data and --val-data share none
 
 
 def _read_documents(path: str | os.PathLike | None, text_field: str, flag: str) -> _Documents:
@@ -303,11 +304,11 @@ def _refuse_overlap(docs: _Documents, val_docs: _Documents) -> None:
         raise DataError(f"--val-data {str(val_root)!r} {where} --data {str(data_root)!r}: the validation text would be "
                         f"trained on; give a --val-data outside --data (or leave it out to validate on a "
                         f"--val-fraction of --data's files)")
-    shared = sorted(set(docs.files) & set(val_docs.files))
+    shared = sorted(set(docs.identities) & set(val_docs.identities))
     if shared:
-        raise DataError(f"--val-data's file {str(val_docs.files[shared[0]])!r} is --data's file "
-                        f"{str(docs.files[shared[0]])!r} (a link or a hard link to it; {len(shared)} such file(s)): the "
-                        f"validation text would be trained on; remove it from one side")
+        raise DataError(f"--val-data's file {str(val_docs.identities[shared[0]])!r} is --data's file "
+                        f"{str(docs.identities[shared[0]])!r} (a link or a hard link to it; {len(shared)} such "
+                        f"file(s)): the validation text would be trained on; remove it from one side")
 
 
 def _non_utf8(names: list[str], texts: list[bytes]) -> tuple[str, ...]:

@@ -43,9 +43,12 @@ def folder_files(root: Path, run_folders: list | None = None, eval_reports: list
         if p.is_symlink() and not p.exists():
             raise DataError(f"cannot read corpus file {str(p)!r}: it is a symbolic link to {os.readlink(p)!r}, which "
                             f"does not exist; remove the link or restore its file")
-        if not p.is_file() or file_identity(p) in real_files:   # (a hard link too: its text in both splits)
+        if not p.is_file():
             continue
-        real_files.add(file_identity(p))
+        identity = file_identity(p)
+        if identity in real_files:   # a link or a hard link to a file listed already: its text in both splits
+            continue
+        real_files.add(identity)
         if eval_reports is not None and p.suffix.lower() == NAMED_SUFFIX and is_eval_report(p):
             eval_reports.append(p.relative_to(root).as_posix())
             continue
